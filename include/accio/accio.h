@@ -1,0 +1,107 @@
+/* accio: move file data between storage and memory as fast as the machine allows.
+ *
+ * The stable C API. Every function that can fail returns a negative errno value (or NULL) and
+ * records the details for the calling thread: accio_last_error() says which operation, path and
+ * offset failed and why. A short read is a byte count, not an error. Link with -laccio
+ * (`accio config --cflags --libs`, pkg-config accio, or CMake find_package(accio)). */
+#ifndef ACCIO_ACCIO_H
+#define ACCIO_ACCIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACCIO_VERSION_MAJOR 0
+#define ACCIO_VERSION_MINOR 1
+#define ACCIO_VERSION_PATCH 0
+#define ACCIO_MAX_MECHANISMS 16
+
+typedef struct accio_file accio_file;
+typedef struct accio_settings accio_settings;
+typedef struct accio_future accio_future;
+
+/* One request of a batch: for reads `buf` is written, for writes it is read. */
+typedef struct accio_request {
+  void* buf;
+  size_t size;
+  int64_t offset;
+} accio_request;
+
+enum accio_op { ACCIO_OP_READ = 0, ACCIO_OP_WRITE = 1 };
+
+typedef struct accio_stats {
+  uint64_t reads, writes, fsyncs, errors;
+  uint64_t bytes_read, bytes_written;
+  uint64_t read_ns, write_ns, fsync_ns;          /* wall time spent inside requests */
+  uint64_t mechanism_calls[ACCIO_MAX_MECHANISMS]; /* indexed by mechanism id */
+  uint64_t mechanism_bytes[ACCIO_MAX_MECHANISMS];
+  int32_t last_mechanism;                          /* id of the mechanism that ran last, -1 none */
+} accio_stats;
+
+/* ---- library ---- */
+const char* accio_version(void);
+
+/* ---- errors (per thread) ---- */
+const char* accio_last_error(void);      /* "pread '/p' at offset 4096: ... (errno 5)" or "" */
+int accio_last_errno(void);
+const char* accio_last_error_op(void);
+const char* accio_last_error_path(void);
+int64_t accio_last_error_offset(void);   /* -1 when no offset applies */
+
+/* ---- settings: every knob by name; defaults overridden by ACCIO_<NAME> ---- */
+accio_settings* accio_settings_new(void);   /* defaults + environment; NULL on a bad ACCIO_* value */
+accio_settings* accio_settings_copy(const accio_settings* s);
+void accio_settings_free(accio_settings* s);
+int accio_settings_set(accio_settings* s, const char* name, const char* value);  /* 0 or -EINVAL */
+/* Writes the value (NUL-terminated) into out; returns its length or a negative errno. */
+int accio_settings_get(const accio_settings* s, const char* name, char* out, size_t len);
+int accio_setting_count(void);
+const char* accio_setting_name(int i);   /* "threads" */
+const char* accio_setting_env(int i);    /* "ACCIO_THREADS" */
+const char* accio_setting_doc(int i);
+
+/* ---- files ---- */
+/* mode: "r", "r+" (or "rw"), "w", "w+", "a", "a+". settings may be NULL (defaults + environment). */
+int accio_open(accio_file** out, const char* path, const char* mode, const accio_settings* settings);
+int accio_close(accio_file* f);  /* waits for requests in flight, frees f; 0 or -errno */
+int64_t accio_pread(accio_file* f, void* buf, size_t size, int64_t offset);        /* bytes or -errno */
+int64_t accio_pwrite(accio_file* f, const void* buf, size_t size, int64_t offset); /* size or -errno */
+int64_t accio_append(accio_file* f, const void* buf, size_t size);  /* offset written at, or -errno */
+int accio_fsync(accio_file* f);
+int64_t accio_size(accio_file* f);
+/* Name of the mechanism a request of `size` bytes would run on f (after auto and fallbacks). */
+const char* accio_plan(accio_file* f, size_t size, int op);
+int accio_file_stats(accio_file* f, accio_stats* out);
+int accio_file_setting(accio_file* f, const char* name, char* out, size_t len);
+
+/* ---- asynchronous requests ---- */
+int accio_pread_async(accio_file* f, void* buf, size_t size, int64_t offset, accio_future** out);
+int accio_pwrite_async(accio_file* f, const void* buf, size_t size, int64_t offset, accio_future** out);
+/* Submits n requests at once; futures[i] receives one future per request (all or none). */
+int accio_submit(accio_file* f, int op, const accio_request* reqs, size_t n, accio_future** futures);
+int64_t accio_future_wait(accio_future* fut);  /* bytes or -errno; may be called again */
+int accio_future_ready(accio_future* fut, int64_t timeout_ns);  /* 1 done, 0 not yet */
+void accio_future_free(accio_future* fut);     /* waits for the request if still running */
+
+/* ---- statistics and machine facts ---- */
+int accio_global_stats(accio_stats* out);
+void accio_global_stats_reset(void);
+int accio_mechanism_count(void);
+const char* accio_mechanism_name(int id);
+/* 1 available, 0 not (why says what is missing). */
+int accio_mechanism_available(int id, char* why, size_t len);
+/* Feature probes: "io_uring", "cachestat", "mincore", "o_direct" (needs path: a file or directory).
+ * Returns 1 yes, 0 no, negative errno on a bad request; detail describes the result. */
+int accio_probe(const char* feature, const char* path, char* detail, size_t len);
+/* Page-cache residency of [offset, offset+len) of an open file: bytes cached (and dirty). */
+int accio_residency(accio_file* f, int64_t offset, int64_t len, int64_t* cached, int64_t* dirty, int64_t* total);
+/* Warnings issued so far, '\n'-separated; returns the full length. */
+size_t accio_warnings(char* out, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCIO_ACCIO_H */

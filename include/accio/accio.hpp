@@ -1,0 +1,158 @@
+// accio C++ API: RAII handles, futures and exceptions over the stable C API (accio.h), so C++
+// programs get a modern interface without depending on the library's C++ ABI.
+//
+//   accio::File f("data.bin", "r", accio::Settings().set("mechanism", "parallel"));
+//   std::vector<char> buf(f.size());
+//   size_t n = f.pread(buf.data(), buf.size(), 0);
+#pragma once
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "accio/accio.h"
+
+namespace accio {
+
+// Thrown by every failing call: errno as the error code, plus operation, path and offset.
+class Error : public std::system_error {
+ public:
+  Error(int errnum, std::string op, std::string path, int64_t offset, const std::string& what)
+      : std::system_error(errnum, std::generic_category(), what),
+        op_(std::move(op)), path_(std::move(path)), offset_(offset) {}
+  // The calling thread's last error, as recorded by the C API.
+  static Error last() {
+    return Error(accio_last_errno(), accio_last_error_op(), accio_last_error_path(), accio_last_error_offset(),
+                 accio_last_error());
+  }
+  int errnum() const noexcept { return code().value(); }
+  const std::string& op() const noexcept { return op_; }
+  const std::string& path() const noexcept { return path_; }
+  int64_t offset() const noexcept { return offset_; }
+
+ private:
+  std::string op_, path_;
+  int64_t offset_;
+};
+
+namespace detail {
+inline int64_t check(int64_t rc) {
+  if (rc < 0) throw Error::last();
+  return rc;
+}
+}  // namespace detail
+
+class Settings {
+ public:
+  Settings() : s_(accio_settings_new()) {
+    if (!s_) throw Error::last();
+  }
+  Settings(const Settings& o) : s_(accio_settings_copy(o.s_)) {}
+  Settings& operator=(Settings o) {
+    std::swap(s_, o.s_);
+    return *this;
+  }
+  ~Settings() { accio_settings_free(s_); }
+  Settings& set(const std::string& name, const std::string& value) {
+    detail::check(accio_settings_set(s_, name.c_str(), value.c_str()));
+    return *this;
+  }
+  std::string get(const std::string& name) const {
+    char buf[256];
+    detail::check(accio_settings_get(s_, name.c_str(), buf, sizeof buf));
+    return buf;
+  }
+  const accio_settings* get() const { return s_; }
+
+ private:
+  accio_settings* s_;
+};
+
+// The result of an asynchronous request; get() returns the byte count or throws Error.
+class Future {
+ public:
+  Future() = default;
+  explicit Future(accio_future* f) : f_(f) {}
+  Future(Future&& o) noexcept : f_(std::exchange(o.f_, nullptr)) {}
+  Future& operator=(Future&& o) noexcept {
+    std::swap(f_, o.f_);
+    return *this;
+  }
+  ~Future() { accio_future_free(f_); }
+  size_t get() { return static_cast<size_t>(detail::check(accio_future_wait(f_))); }
+  bool ready(int64_t timeout_ns = 0) { return accio_future_ready(f_, timeout_ns) == 1; }
+  bool valid() const { return f_ != nullptr; }
+
+ private:
+  accio_future* f_ = nullptr;
+};
+
+struct Request {
+  void* buf;
+  size_t size;
+  int64_t offset;
+};
+
+class File {
+ public:
+  File(const std::string& path, const std::string& mode = "r", const Settings* settings = nullptr) {
+    detail::check(accio_open(&f_, path.c_str(), mode.c_str(), settings ? settings->get() : nullptr));
+  }
+  File(const std::string& path, const std::string& mode, const Settings& settings) : File(path, mode, &settings) {}
+  File(File&& o) noexcept : f_(std::exchange(o.f_, nullptr)) {}
+  File& operator=(File&& o) noexcept {
+    std::swap(f_, o.f_);
+    return *this;
+  }
+  ~File() { accio_close(f_); }
+
+  size_t pread(void* buf, size_t n, int64_t off) { return static_cast<size_t>(detail::check(accio_pread(f_, buf, n, off))); }
+  size_t pwrite(const void* buf, size_t n, int64_t off) {
+    return static_cast<size_t>(detail::check(accio_pwrite(f_, buf, n, off)));
+  }
+  int64_t append(const void* buf, size_t n) { return detail::check(accio_append(f_, buf, n)); }
+  Future pread_async(void* buf, size_t n, int64_t off) {
+    accio_future* fut;
+    detail::check(accio_pread_async(f_, buf, n, off, &fut));
+    return Future(fut);
+  }
+  Future pwrite_async(const void* buf, size_t n, int64_t off) {
+    accio_future* fut;
+    detail::check(accio_pwrite_async(f_, buf, n, off, &fut));
+    return Future(fut);
+  }
+  std::vector<Future> submit(const std::vector<Request>& reqs, accio_op op) {
+    std::vector<accio_request> rs;
+    for (auto& r : reqs) rs.push_back({r.buf, r.size, r.offset});
+    std::vector<accio_future*> fs(reqs.size());
+    detail::check(accio_submit(f_, op, rs.data(), rs.size(), fs.data()));
+    std::vector<Future> out;
+    for (auto* p : fs) out.emplace_back(p);
+    return out;
+  }
+  void fsync() { detail::check(accio_fsync(f_)); }
+  uint64_t size() { return static_cast<uint64_t>(detail::check(accio_size(f_))); }
+  void close() {
+    int rc = accio_close(std::exchange(f_, nullptr));
+    detail::check(rc);
+  }
+  std::string plan(size_t n, accio_op op) {
+    const char* m = accio_plan(f_, n, op);
+    if (!m) throw Error::last();
+    return m;
+  }
+  accio_stats stats() const {
+    accio_stats s;
+    accio_file_stats(f_, &s);
+    return s;
+  }
+  accio_file* handle() const { return f_; }
+
+ private:
+  accio_file* f_ = nullptr;
+};
+
+inline std::string version() { return accio_version(); }
+
+}  // namespace accio

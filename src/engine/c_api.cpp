@@ -1,0 +1,368 @@
+// accio engine: the C API (include/accio/accio.h) over engine::File. Only these symbols are exported
+// from libaccio; everything else is hidden (-fvisibility=hidden), so the ABI is the C header.
+#pragma GCC visibility push(default)
+#include "accio/accio.h"
+#pragma GCC visibility pop
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "engine/file.hpp"
+#include "tune/residency.hpp"
+
+struct accio_file {
+  std::shared_ptr<accio::engine::File> f;
+};
+struct accio_settings {
+  accio::base::Settings s;
+};
+struct accio_future {
+  std::future<size_t> fut;
+  bool have = false;
+  int64_t result = 0;
+  int errnum = 0;
+  std::string op, path, message;
+  int64_t offset = -1;
+};
+
+namespace {
+using accio::base::Error;
+
+struct LastError {
+  int errnum = 0;
+  std::string op, path, message;
+  int64_t offset = -1;
+};
+thread_local LastError t_err;
+
+int fail(int errnum, std::string op, std::string path, int64_t off, std::string msg) {
+  t_err = {errnum, std::move(op), std::move(path), std::move(msg), off};
+  return -errnum;
+}
+int fail(const Error& e) { return fail(e.errnum(), e.op(), e.path(), e.offset(), e.what()); }
+
+// Runs f, turning exceptions into a negative errno and the thread's last error.
+template <class F>
+auto guard(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    return fail(e);
+  } catch (const std::bad_alloc&) {
+    return fail(ENOMEM, "allocate", "", -1, "out of memory");
+  } catch (const std::future_error& e) {
+    return fail(EINVAL, "future", "", -1, e.what());
+  } catch (const std::exception& e) {
+    return fail(EIO, "accio", "", -1, e.what());
+  }
+}
+
+int copy_out(const std::string& v, char* out, size_t len) {
+  if (out && len) {
+    size_t n = std::min(len - 1, v.size());
+    std::memcpy(out, v.data(), n);
+    out[n] = '\0';
+  }
+  return static_cast<int>(v.size());
+}
+
+void to_c(const accio::engine::Stats& s, accio_stats* o) {
+  *o = accio_stats{};
+  o->reads = s.reads;
+  o->writes = s.writes;
+  o->fsyncs = s.fsyncs;
+  o->errors = s.errors;
+  o->bytes_read = s.bytes_read;
+  o->bytes_written = s.bytes_written;
+  o->read_ns = s.read_ns;
+  o->write_ns = s.write_ns;
+  o->fsync_ns = s.fsync_ns;
+  for (int i = 0; i < ACCIO_MAX_MECHANISMS; ++i) {
+    o->mechanism_calls[i] = s.mechanism_calls[i];
+    o->mechanism_bytes[i] = s.mechanism_bytes[i];
+  }
+  o->last_mechanism = s.last_mechanism;
+}
+
+#define ACCIO_CHECK(ptr, op)                                                          \
+  do {                                                                                \
+    if (!(ptr)) return fail(EINVAL, op, "", -1, std::string(op) + ": null argument"); \
+  } while (0)
+
+int64_t check_off(int64_t off, const char* op, accio_file* f) {
+  if (off < 0) return fail(EINVAL, op, f->f->ref().path, off, "negative offset");
+  return 0;
+}
+}  // namespace
+
+extern "C" {
+
+const char* accio_version(void) { return ACCIO_VERSION_STRING; }
+
+const char* accio_last_error(void) { return t_err.message.c_str(); }
+int accio_last_errno(void) { return t_err.errnum; }
+const char* accio_last_error_op(void) { return t_err.op.c_str(); }
+const char* accio_last_error_path(void) { return t_err.path.c_str(); }
+int64_t accio_last_error_offset(void) { return t_err.offset; }
+
+accio_settings* accio_settings_new(void) {
+  try {
+    return new accio_settings{accio::base::Settings::from_env()};
+  } catch (const Error& e) {
+    fail(e);
+  } catch (const std::bad_alloc&) {
+    fail(ENOMEM, "allocate", "", -1, "out of memory");
+  }
+  return nullptr;
+}
+accio_settings* accio_settings_copy(const accio_settings* s) {
+  if (!s) return nullptr;
+  try {
+    return new accio_settings{s->s};
+  } catch (const std::bad_alloc&) {
+    fail(ENOMEM, "allocate", "", -1, "out of memory");
+    return nullptr;
+  }
+}
+void accio_settings_free(accio_settings* s) { delete s; }
+int accio_settings_set(accio_settings* s, const char* name, const char* value) {
+  ACCIO_CHECK(s && name && value, "accio_settings_set");
+  return guard([&] {
+    s->s.set(name, value);
+    return 0;
+  });
+}
+int accio_settings_get(const accio_settings* s, const char* name, char* out, size_t len) {
+  ACCIO_CHECK(s && name, "accio_settings_get");
+  return guard([&] { return copy_out(s->s.get(name), out, len); });
+}
+int accio_setting_count(void) { return static_cast<int>(accio::base::Settings::knobs().size()); }
+const char* accio_setting_name(int i) {
+  return i >= 0 && i < accio_setting_count() ? accio::base::Settings::knobs()[i].name : nullptr;
+}
+const char* accio_setting_env(int i) {
+  return i >= 0 && i < accio_setting_count() ? accio::base::Settings::knobs()[i].env : nullptr;
+}
+const char* accio_setting_doc(int i) {
+  return i >= 0 && i < accio_setting_count() ? accio::base::Settings::knobs()[i].doc : nullptr;
+}
+
+int accio_open(accio_file** out, const char* path, const char* mode, const accio_settings* settings) {
+  ACCIO_CHECK(out && path && mode, "accio_open");
+  *out = nullptr;
+  return guard([&] {
+    auto s = settings ? settings->s : accio::base::Settings::from_env();
+    *out = new accio_file{accio::engine::File::open(path, mode, s)};
+    return 0;
+  });
+}
+
+int accio_close(accio_file* f) {
+  if (!f) return 0;
+  int rc = guard([&] {
+    f->f->close();
+    return 0;
+  });
+  delete f;
+  return rc;
+}
+
+int64_t accio_pread(accio_file* f, void* buf, size_t size, int64_t offset) {
+  ACCIO_CHECK(f, "pread");
+  if (int64_t rc = check_off(offset, "pread", f)) return rc;
+  return guard([&] { return static_cast<int64_t>(f->f->pread(buf, size, static_cast<uint64_t>(offset))); });
+}
+int64_t accio_pwrite(accio_file* f, const void* buf, size_t size, int64_t offset) {
+  ACCIO_CHECK(f, "pwrite");
+  if (int64_t rc = check_off(offset, "pwrite", f)) return rc;
+  return guard([&] { return static_cast<int64_t>(f->f->pwrite(buf, size, static_cast<uint64_t>(offset))); });
+}
+int64_t accio_append(accio_file* f, const void* buf, size_t size) {
+  ACCIO_CHECK(f, "append");
+  return guard([&] { return static_cast<int64_t>(f->f->append(buf, size)); });
+}
+int accio_fsync(accio_file* f) {
+  ACCIO_CHECK(f, "fsync");
+  return guard([&] {
+    f->f->fsync();
+    return 0;
+  });
+}
+int64_t accio_size(accio_file* f) {
+  ACCIO_CHECK(f, "size");
+  return guard([&] { return static_cast<int64_t>(f->f->size()); });
+}
+const char* accio_plan(accio_file* f, size_t size, int op) {
+  if (!f) return nullptr;
+  try {
+    return f->f->plan(size, op == ACCIO_OP_WRITE).name();
+  } catch (const Error& e) {
+    fail(e);
+    return nullptr;
+  }
+}
+int accio_file_stats(accio_file* f, accio_stats* out) {
+  ACCIO_CHECK(f && out, "accio_file_stats");
+  to_c(f->f->stats(), out);
+  return 0;
+}
+int accio_file_setting(accio_file* f, const char* name, char* out, size_t len) {
+  ACCIO_CHECK(f && name, "accio_file_setting");
+  return guard([&] { return copy_out(f->f->settings().get(name), out, len); });
+}
+
+static int start_async(accio_file* f, void* buf, size_t size, int64_t offset, bool write, accio_future** out) {
+  ACCIO_CHECK(f && out, write ? "pwrite_async" : "pread_async");
+  *out = nullptr;
+  if (int64_t rc = check_off(offset, write ? "pwrite_async" : "pread_async", f)) return static_cast<int>(rc);
+  return guard([&] {
+    auto* fut = new accio_future;
+    try {
+      fut->fut = write ? f->f->pwrite_async(buf, size, static_cast<uint64_t>(offset))
+                       : f->f->pread_async(buf, size, static_cast<uint64_t>(offset));
+    } catch (...) {
+      delete fut;
+      throw;
+    }
+    *out = fut;
+    return 0;
+  });
+}
+int accio_pread_async(accio_file* f, void* buf, size_t size, int64_t offset, accio_future** out) {
+  return start_async(f, buf, size, offset, false, out);
+}
+int accio_pwrite_async(accio_file* f, const void* buf, size_t size, int64_t offset, accio_future** out) {
+  return start_async(f, const_cast<void*>(buf), size, offset, true, out);
+}
+int accio_submit(accio_file* f, int op, const accio_request* reqs, size_t n, accio_future** futures) {
+  ACCIO_CHECK(f && (reqs || n == 0) && (futures || n == 0), "accio_submit");
+  if (op != ACCIO_OP_READ && op != ACCIO_OP_WRITE) return fail(EINVAL, "accio_submit", "", -1, "op must be ACCIO_OP_READ or ACCIO_OP_WRITE");
+  std::vector<accio::engine::Request> rs;
+  for (size_t i = 0; i < n; ++i) {
+    if (reqs[i].offset < 0) return fail(EINVAL, "accio_submit", f->f->ref().path, reqs[i].offset, "negative offset");
+    rs.push_back({reqs[i].buf, reqs[i].size, static_cast<uint64_t>(reqs[i].offset)});
+  }
+  return guard([&] {
+    auto futs = f->f->submit(rs, op == ACCIO_OP_WRITE);
+    for (size_t i = 0; i < n; ++i) {
+      futures[i] = new accio_future;
+      futures[i]->fut = std::move(futs[i]);
+    }
+    return 0;
+  });
+}
+int64_t accio_future_wait(accio_future* fut) {
+  ACCIO_CHECK(fut, "accio_future_wait");
+  if (!fut->have) {
+    fut->have = true;
+    try {
+      fut->result = static_cast<int64_t>(fut->fut.get());
+    } catch (const Error& e) {
+      fut->errnum = e.errnum();
+      fut->op = e.op();
+      fut->path = e.path();
+      fut->offset = e.offset();
+      fut->message = e.what();
+    } catch (const std::exception& e) {
+      fut->errnum = EIO;
+      fut->op = "accio";
+      fut->message = e.what();
+    }
+  }
+  if (fut->errnum) return fail(fut->errnum, fut->op, fut->path, fut->offset, fut->message);
+  return fut->result;
+}
+int accio_future_ready(accio_future* fut, int64_t timeout_ns) {
+  if (!fut) return fail(EINVAL, "accio_future_ready", "", -1, "null future");
+  if (fut->have) return 1;
+  return fut->fut.wait_for(std::chrono::nanoseconds(timeout_ns > 0 ? timeout_ns : 0)) == std::future_status::ready;
+}
+void accio_future_free(accio_future* fut) {
+  if (!fut) return;
+  if (!fut->have && fut->fut.valid()) fut->fut.wait();
+  delete fut;
+}
+
+int accio_global_stats(accio_stats* out) {
+  ACCIO_CHECK(out, "accio_global_stats");
+  to_c(accio::engine::global_stats().snapshot(), out);
+  return 0;
+}
+void accio_global_stats_reset(void) { accio::engine::global_stats().reset(); }
+int accio_mechanism_count(void) { return static_cast<int>(accio::io::all().size()); }
+const char* accio_mechanism_name(int id) {
+  return id >= 0 && id < accio_mechanism_count() ? accio::io::all()[id]->name() : nullptr;
+}
+int accio_mechanism_available(int id, char* why, size_t len) {
+  if (id < 0 || id >= accio_mechanism_count()) return fail(EINVAL, "accio_mechanism_available", "", -1, "no such mechanism");
+  std::string w;
+  bool ok = accio::io::all()[id]->available(&w);
+  copy_out(w, why, len);
+  return ok ? 1 : 0;
+}
+
+int accio_probe(const char* feature, const char* path, char* detail, size_t len) {
+  ACCIO_CHECK(feature, "accio_probe");
+  std::string f = feature;
+  if (f == "io_uring") return accio_mechanism_available(accio::io::find("uring")->id, detail, len);
+  if (f == "cachestat") {
+    bool ok = accio::tune::cachestat_available();
+    copy_out(ok ? "cachestat(2) present" : "cachestat(2) missing (Linux < 6.5)", detail, len);
+    return ok;
+  }
+  if (f == "mincore") {
+    copy_out("mmap + mincore(2)", detail, len);
+    return 1;
+  }
+  if (f == "o_direct") {
+    if (!path) return fail(EINVAL, "accio_probe", "", -1, "o_direct needs a path");
+    struct stat st;
+    if (stat(path, &st) != 0) return fail(errno, "stat", path, -1, std::strerror(errno));
+    int fd = S_ISDIR(st.st_mode) ? ::open(path, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600)
+                                 : ::open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0) {
+      copy_out(std::string("open with O_DIRECT: ") + std::strerror(errno), detail, len);
+      return 0;
+    }
+    std::string d = "supported";
+#ifdef STATX_DIOALIGN
+    struct statx sx {};
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN))
+      d += "; offset alignment " + std::to_string(sx.stx_dio_offset_align) + " B, memory alignment " +
+           std::to_string(sx.stx_dio_mem_align) + " B";
+#endif
+    ::close(fd);
+    copy_out(d, detail, len);
+    return 1;
+  }
+  return fail(EINVAL, "accio_probe", "", -1, std::string("unknown feature '") + feature + "'");
+}
+
+int accio_residency(accio_file* f, int64_t offset, int64_t len, int64_t* cached, int64_t* dirty, int64_t* total) {
+  ACCIO_CHECK(f, "accio_residency");
+  if (offset < 0 || len < 0) return fail(EINVAL, "residency", f->f->ref().path, offset, "negative offset or length");
+  accio::tune::Residency r;
+  if (!accio::tune::residency(f->f->ref().fd, static_cast<uint64_t>(offset), static_cast<uint64_t>(len), &r))
+    return fail(errno, "residency", f->f->ref().path, offset, std::strerror(errno));
+  if (cached) *cached = static_cast<int64_t>(r.cached);
+  if (dirty) *dirty = static_cast<int64_t>(r.dirty);
+  if (total) *total = static_cast<int64_t>(r.total);
+  return 0;
+}
+
+size_t accio_warnings(char* out, size_t len) {
+  std::string all;
+  for (auto& w : accio::base::warnings()) all += w + "\n";
+  copy_out(all, out, len);
+  return all.size();
+}
+
+}  // extern "C"

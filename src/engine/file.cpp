@@ -1,0 +1,301 @@
+// accio engine: File implementation.
+#include "engine/file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <limits>
+
+#include "base/error.hpp"
+#include "engine/thread_pool.hpp"
+#include "tune/auto_rule.hpp"
+
+namespace accio::engine {
+using base::Error;
+
+// ---- statistics ----
+void StatCounters::record(bool write, int mech, uint64_t bytes, uint64_t ns) {
+  constexpr auto r = std::memory_order_relaxed;
+  (write ? writes_ : reads_).fetch_add(1, r);
+  (write ? bytes_written_ : bytes_read_).fetch_add(bytes, r);
+  (write ? write_ns_ : read_ns_).fetch_add(ns, r);
+  if (mech >= 0 && mech < kMaxMechanisms) {
+    mech_calls_[mech].fetch_add(1, r);
+    mech_bytes_[mech].fetch_add(bytes, r);
+  }
+  last_.store(mech, r);
+}
+void StatCounters::record_fsync(uint64_t ns) {
+  fsyncs_.fetch_add(1, std::memory_order_relaxed);
+  fsync_ns_.fetch_add(ns, std::memory_order_relaxed);
+}
+Stats StatCounters::snapshot() const {
+  Stats s;
+  s.reads = reads_.load();
+  s.writes = writes_.load();
+  s.fsyncs = fsyncs_.load();
+  s.errors = errors_.load();
+  s.bytes_read = bytes_read_.load();
+  s.bytes_written = bytes_written_.load();
+  s.read_ns = read_ns_.load();
+  s.write_ns = write_ns_.load();
+  s.fsync_ns = fsync_ns_.load();
+  for (int i = 0; i < kMaxMechanisms; ++i) {
+    s.mechanism_calls[i] = mech_calls_[i].load();
+    s.mechanism_bytes[i] = mech_bytes_[i].load();
+  }
+  s.last_mechanism = last_.load();
+  return s;
+}
+void StatCounters::reset() {
+  for (auto* a : {&reads_, &writes_, &fsyncs_, &errors_, &bytes_read_, &bytes_written_, &read_ns_, &write_ns_, &fsync_ns_})
+    a->store(0);
+  for (int i = 0; i < kMaxMechanisms; ++i) {
+    mech_calls_[i].store(0);
+    mech_bytes_[i].store(0);
+  }
+  last_.store(-1);
+}
+StatCounters& global_stats() {
+  static auto* s = new StatCounters;
+  return *s;
+}
+
+namespace {
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+std::atomic<uint64_t> g_next_id{1};
+
+// Offset and buffer alignment for O_DIRECT on this descriptor (statx STATX_DIOALIGN, Linux 6.1+).
+void dio_alignment(int fd, io::FileRef& f) {
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  f.off_align = page;
+  f.mem_align = page;
+#ifdef STATX_DIOALIGN
+  struct statx sx {};
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
+    if (sx.stx_dio_offset_align == 0) {
+      f.no_direct = "the filesystem does not support O_DIRECT on this file";
+      return;
+    }
+    f.off_align = std::max<size_t>(page, sx.stx_dio_offset_align);
+    f.mem_align = std::max<size_t>(sx.stx_dio_mem_align, 1);
+  }
+#endif
+  (void)fd;
+}
+}  // namespace
+
+std::shared_ptr<File> File::open(const std::string& path, const std::string& mode, const base::Settings& s) {
+  int flags;
+  bool rd = false, wr = false, app = false;
+  if (mode == "r") flags = O_RDONLY, rd = true;
+  else if (mode == "r+" || mode == "rw") flags = O_RDWR, rd = wr = true;
+  else if (mode == "w") flags = O_WRONLY | O_CREAT | O_TRUNC, wr = true;
+  else if (mode == "w+") flags = O_RDWR | O_CREAT | O_TRUNC, rd = wr = true;
+  else if (mode == "a") flags = O_WRONLY | O_CREAT, wr = app = true;
+  else if (mode == "a+") flags = O_RDWR | O_CREAT, rd = wr = app = true;
+  else throw Error(EINVAL, "open", path, base::kNoOffset, "invalid mode '" + mode + "' (use r, r+, w, w+, a or a+)");
+  (void)app;
+
+  const io::Mechanism* fixed = nullptr;
+  if (s.mechanism != "auto") {
+    fixed = io::find(s.mechanism);
+    if (!fixed) {
+      std::string names = "auto";
+      for (auto* m : io::all()) names += std::string(", ") + m->name();
+      throw Error(EINVAL, "open", path, base::kNoOffset, "unknown mechanism '" + s.mechanism + "' (one of " + names + ")");
+    }
+  }
+
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0666);
+  if (fd < 0) throw Error(errno, "open", path, base::kNoOffset);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    ::close(fd);
+    throw Error(e, "open", path, base::kNoOffset);
+  }
+
+  std::shared_ptr<File> f(new File);
+  f->ref_.path = path;
+  f->ref_.fd = fd;
+  f->ref_.id = g_next_id.fetch_add(1);
+  f->settings_ = s;
+  f->fixed_ = fixed;
+  f->readable_ = rd;
+  f->writable_ = wr;
+  f->end_.store(static_cast<uint64_t>(st.st_size));
+  if (S_ISREG(st.st_mode)) {
+    dio_alignment(fd, f->ref_);
+    if (f->ref_.no_direct.empty()) {
+      f->ref_.direct_fd = ::open(path.c_str(), (flags & O_ACCMODE) | O_DIRECT | O_CLOEXEC);
+      if (f->ref_.direct_fd < 0) f->ref_.no_direct = std::string("open with O_DIRECT: ") + std::strerror(errno);
+    }
+  } else {
+    f->ref_.no_direct = "not a regular file";
+  }
+  ThreadPool::shared().ensure(s.threads);
+  return f;
+}
+
+File::~File() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void File::close() {
+  std::unique_lock lk(mu_);
+  if (closed_) return;
+  closed_ = true;
+  idle_.wait(lk, [&] { return inflight_ == 0; });
+  for (auto* m : io::all()) m->forget(ref_.id);
+  if (ref_.direct_fd >= 0) ::close(ref_.direct_fd);
+  int rc = ::close(ref_.fd);
+  ref_.fd = ref_.direct_fd = -1;
+  if (rc != 0 && errno != EINTR) throw Error(errno, "close", ref_.path, base::kNoOffset);
+}
+
+void File::begin(const char* op, int64_t off, bool write) {
+  std::lock_guard lk(mu_);
+  if (closed_) throw Error(EBADF, op, ref_.path, off, "file is closed");
+  if (write ? !writable_ : !readable_)
+    throw Error(EBADF, op, ref_.path, off, write ? "file not opened for writing" : "file not opened for reading");
+  ++inflight_;
+}
+
+void File::end() {
+  std::lock_guard lk(mu_);
+  if (--inflight_ == 0) idle_.notify_all();
+}
+
+const io::Mechanism& File::plan(size_t n, bool write) {
+  const io::Mechanism* m = fixed_ ? fixed_ : io::find(tune::choose(settings_, {n, write}));
+  io::IoContext ctx{ref_, settings_, ThreadPool::shared()};
+  return m->resolve(ctx);
+}
+
+size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
+  const char* op = write ? "pwrite" : "pread";
+  if (off > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - n)
+    throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off), "offset + size overflows");
+  if (!buf && n) throw Error(EFAULT, op, ref_.path, static_cast<int64_t>(off), "null buffer");
+  const io::Mechanism& m = plan(n, write);
+  io::IoContext ctx{ref_, settings_, ThreadPool::shared()};
+  const uint64_t t0 = now_ns();
+  size_t got;
+  try {
+    if (write) {
+      m.write(ctx, buf, n, off);
+      got = n;
+      uint64_t e = end_.load(), want = off + n;
+      while (n && want > e && !end_.compare_exchange_weak(e, want)) {}
+    } else {
+      got = m.read(ctx, buf, n, off);
+    }
+  } catch (...) {
+    stats_.record_error();
+    global_stats().record_error();
+    throw;
+  }
+  const uint64_t dt = now_ns() - t0;
+  stats_.record(write, m.id, got, dt);
+  global_stats().record(write, m.id, got, dt);
+  return got;
+}
+
+size_t File::pread(void* buf, size_t n, uint64_t off) {
+  begin("pread", static_cast<int64_t>(off), false);
+  struct Guard {
+    File* f;
+    ~Guard() { f->end(); }
+  } g{this};
+  return transfer(buf, n, off, false);
+}
+
+size_t File::pwrite(const void* buf, size_t n, uint64_t off) {
+  begin("pwrite", static_cast<int64_t>(off), true);
+  struct Guard {
+    File* f;
+    ~Guard() { f->end(); }
+  } g{this};
+  return transfer(const_cast<void*>(buf), n, off, true);
+}
+
+uint64_t File::append(const void* buf, size_t n) {
+  begin("append", base::kNoOffset, true);
+  struct Guard {
+    File* f;
+    ~Guard() { f->end(); }
+  } g{this};
+  const uint64_t off = end_.fetch_add(n);
+  transfer(const_cast<void*>(buf), n, off, true);
+  return off;
+}
+
+std::future<size_t> File::async(void* buf, size_t n, uint64_t off, bool write) {
+  begin(write ? "pwrite_async" : "pread_async", static_cast<int64_t>(off), write);
+  auto task = std::make_shared<std::packaged_task<size_t()>>([self = shared_from_this(), buf, n, off, write] {
+    struct Guard {
+      File* f;
+      ~Guard() { f->end(); }
+    } g{self.get()};
+    return self->transfer(buf, n, off, write);
+  });
+  auto fut = task->get_future();
+  ThreadPool::shared().submit([task] { (*task)(); });
+  return fut;
+}
+
+std::future<size_t> File::pread_async(void* buf, size_t n, uint64_t off) { return async(buf, n, off, false); }
+std::future<size_t> File::pwrite_async(const void* buf, size_t n, uint64_t off) {
+  return async(const_cast<void*>(buf), n, off, true);
+}
+
+std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, bool write) {
+  std::vector<std::future<size_t>> out;
+  out.reserve(reqs.size());
+  for (const Request& r : reqs) out.push_back(async(r.buf, r.size, r.offset, write));
+  return out;
+}
+
+void File::fsync() {
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) throw Error(EBADF, "fsync", ref_.path, base::kNoOffset, "file is closed");
+    ++inflight_;
+  }
+  struct Guard {
+    File* f;
+    ~Guard() { f->end(); }
+  } g{this};
+  const uint64_t t0 = now_ns();
+  int rc;
+  do rc = ::fsync(ref_.fd);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    stats_.record_error();
+    global_stats().record_error();
+    throw Error(errno, "fsync", ref_.path, base::kNoOffset);
+  }
+  stats_.record_fsync(now_ns() - t0);
+  global_stats().record_fsync(now_ns() - t0);
+}
+
+uint64_t File::size() {
+  std::lock_guard lk(mu_);
+  if (closed_) throw Error(EBADF, "fstat", ref_.path, base::kNoOffset, "file is closed");
+  struct stat st;
+  if (fstat(ref_.fd, &st) != 0) throw Error(errno, "fstat", ref_.path, base::kNoOffset);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace accio::engine

@@ -1,0 +1,99 @@
+// accio engine: File, the handle every front end uses. Opens the buffered and (where the filesystem
+// allows) O_DIRECT descriptors, turns each request into a plan (the mechanism setting, or `auto`),
+// runs it, and keeps per-handle and global statistics. Thread-safe for concurrent requests.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/settings.hpp"
+#include "io/mechanism.hpp"
+
+namespace accio::engine {
+
+inline constexpr int kMaxMechanisms = 16;
+
+struct Stats {
+  uint64_t reads = 0, writes = 0, fsyncs = 0, errors = 0;
+  uint64_t bytes_read = 0, bytes_written = 0;
+  uint64_t read_ns = 0, write_ns = 0, fsync_ns = 0;
+  uint64_t mechanism_calls[kMaxMechanisms] = {};
+  uint64_t mechanism_bytes[kMaxMechanisms] = {};
+  int last_mechanism = -1;
+};
+
+class StatCounters {
+ public:
+  void record(bool write, int mech, uint64_t bytes, uint64_t ns);
+  void record_fsync(uint64_t ns);
+  void record_error() { errors_.fetch_add(1, std::memory_order_relaxed); }
+  Stats snapshot() const;
+  void reset();
+
+ private:
+  std::atomic<uint64_t> reads_{0}, writes_{0}, fsyncs_{0}, errors_{0};
+  std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0};
+  std::atomic<uint64_t> read_ns_{0}, write_ns_{0}, fsync_ns_{0};
+  std::atomic<uint64_t> mech_calls_[kMaxMechanisms] = {};
+  std::atomic<uint64_t> mech_bytes_[kMaxMechanisms] = {};
+  std::atomic<int> last_{-1};
+};
+StatCounters& global_stats();
+
+struct Request {
+  void* buf;
+  size_t size;
+  uint64_t offset;
+};
+
+class File : public std::enable_shared_from_this<File> {
+ public:
+  // mode: r, r+ (= rw), w, w+, a, a+. Throws base::Error.
+  static std::shared_ptr<File> open(const std::string& path, const std::string& mode, const base::Settings& s);
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  size_t pread(void* buf, size_t n, uint64_t off);  // bytes read; short only at end of file
+  size_t pwrite(const void* buf, size_t n, uint64_t off);  // n, or throws
+  uint64_t append(const void* buf, size_t n);  // offset written at; reserves [end, end+n) atomically
+  std::future<size_t> pread_async(void* buf, size_t n, uint64_t off);
+  std::future<size_t> pwrite_async(const void* buf, size_t n, uint64_t off);
+  std::vector<std::future<size_t>> submit(const std::vector<Request>& reqs, bool write);
+  void fsync();
+  uint64_t size();
+  void close();  // waits for requests in flight; further use fails with EBADF
+
+  Stats stats() const { return stats_.snapshot(); }
+  const base::Settings& settings() const { return settings_; }
+  const io::FileRef& ref() const { return ref_; }
+  bool readable() const { return readable_; }
+  bool writable() const { return writable_; }
+  // The mechanism a request of n bytes would run (after `auto` and fallbacks).
+  const io::Mechanism& plan(size_t n, bool write);
+
+ private:
+  File() = default;
+  size_t transfer(void* buf, size_t n, uint64_t off, bool write);
+  void begin(const char* op, int64_t off, bool write);
+  void end();
+  std::future<size_t> async(void* buf, size_t n, uint64_t off, bool write);
+
+  io::FileRef ref_;
+  base::Settings settings_;
+  const io::Mechanism* fixed_ = nullptr;  // nullptr = auto
+  bool readable_ = false, writable_ = false;
+  std::atomic<uint64_t> end_{0};  // highest byte written by this handle or the size at open
+  StatCounters stats_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  unsigned inflight_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace accio::engine

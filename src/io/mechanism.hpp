@@ -1,0 +1,91 @@
+// accio mechanisms: the one interface every way of moving bytes implements (fio ioengines and
+// IOR aiori style). A new mechanism is one file in src/io plus one ACCIO_REGISTER_MECHANISM line.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/settings.hpp"
+
+namespace accio::io {
+
+// The open file as mechanisms see it. Owned by the engine's File.
+struct FileRef {
+  std::string path;
+  int fd = -1;            // buffered descriptor
+  int direct_fd = -1;     // O_DIRECT descriptor, -1 where the filesystem refuses O_DIRECT
+  std::string no_direct;  // why direct_fd is -1
+  uint64_t id = 0;        // unique per open handle, never reused
+  size_t off_align = 4096;  // file offset/length alignment for O_DIRECT (>= page size)
+  size_t mem_align = 4096;  // buffer address alignment for O_DIRECT
+};
+
+// Runs fn(0..ntasks-1) with at most `width` tasks at once, the caller taking part. Implemented by
+// the engine's thread pool; tasks must not throw (split_run catches for them).
+class TaskRunner {
+ public:
+  virtual ~TaskRunner() = default;
+  virtual void run(size_t ntasks, unsigned width, const std::function<void(size_t)>& fn) = 0;
+};
+
+struct IoContext {
+  const FileRef& file;
+  const base::Settings& settings;
+  TaskRunner& runner;
+};
+
+class Mechanism {
+ public:
+  virtual ~Mechanism() = default;
+  virtual const char* name() const = 0;
+  virtual int rank() const = 0;  // display order
+  // Whether the mechanism can run on this machine at all; `why` says what is missing.
+  virtual bool available(std::string* why) const {
+    (void)why;
+    return true;
+  }
+  // The mechanism that will really run for this file: itself, or a fallback after one warning.
+  virtual const Mechanism& resolve(const IoContext&) const { return *this; }
+  // Reads up to n bytes at off; returns the bytes read (short only at end of file).
+  virtual size_t read(const IoContext&, void* buf, size_t n, uint64_t off) const = 0;
+  // Writes exactly n bytes at off or throws base::Error.
+  virtual void write(const IoContext&, const void* buf, size_t n, uint64_t off) const = 0;
+  // The handle `file_id` is closing: drop anything cached for it.
+  virtual void forget(uint64_t file_id) const { (void)file_id; }
+
+  int id = -1;  // index in all(), assigned by the registry
+};
+
+// Every registered mechanism, ordered by rank; ids are indexes into this list.
+const std::vector<const Mechanism*>& all();
+const Mechanism* find(const std::string& name);  // nullptr if unknown
+
+struct Registrar {
+  explicit Registrar(std::unique_ptr<Mechanism> m);
+};
+#define ACCIO_REGISTER_MECHANISM(Class) \
+  static const ::accio::io::Registrar accio_registrar_##Class{std::make_unique<Class>()}
+
+// ---- helpers shared by mechanisms (src/io/common.cpp) ----
+
+// pread until n bytes, end of file, or an error (EINTR retried). A short read that ends at an
+// offset not multiple of `eof_align` is taken as end of file (O_DIRECT semantics).
+size_t read_full(int fd, void* buf, size_t n, uint64_t off, const std::string& path, size_t eof_align = 1);
+// pwrite until all n bytes are written (EINTR and short writes retried) or throws.
+void write_full(int fd, const void* buf, size_t n, uint64_t off, const std::string& path);
+
+// Splits [off, off+n) at absolute multiples of `task` (a multiple of every alignment in use) and
+// runs fn(task_off, task_len, buf_offset) -> bytes on the runner with `width` tasks at once.
+// Returns the bytes that are contiguous from off (a short task ends the result); rethrows the
+// error of the lowest failing offset.
+size_t split_run(TaskRunner& runner, unsigned width, uint64_t off, size_t n, size_t task,
+                 const std::function<size_t(uint64_t, size_t, size_t)>& fn);
+
+inline uint64_t align_down(uint64_t v, uint64_t a) { return v / a * a; }
+inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+inline bool is_aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+}  // namespace accio::io

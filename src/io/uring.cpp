@@ -1,0 +1,329 @@
+// accio mechanism `uring`: io_uring with up to `queue_depth` requests in flight from one thread.
+// Rings are shared by the process (leased per request), each with the staging pool registered as
+// fixed buffers and a sparse table of registered files. The file side is buffered, or O_DIRECT
+// with `direct=on`; O_DIRECT pieces that the user buffer cannot take go through fixed buffers.
+#include <liburing.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "io/mechanism.hpp"
+#include "mem/staging.hpp"
+
+namespace accio::io {
+namespace {
+using base::Error;
+
+constexpr unsigned kRingEntries = 1024;  // upper bound of queue_depth
+constexpr unsigned kFileSlots = 64;
+
+struct Ring {
+  io_uring ring{};
+  bool fixed_bufs = false;
+  bool fixed_files = false;
+  std::vector<uint64_t> slot_key = std::vector<uint64_t>(kFileSlots, 0);  // 0 = empty
+  unsigned next_evict = 0;
+  std::mutex mu;  // held for the whole request: a ring serves one request at a time
+
+  ~Ring() { io_uring_queue_exit(&ring); }
+
+  // Returns the fd to put in an SQE and sets *fixed when it is a registered-file index.
+  int file_index(uint64_t key, int fd, bool* fixed) {
+    *fixed = false;
+    if (!fixed_files) return fd;
+    unsigned slot = kFileSlots;
+    for (unsigned i = 0; i < kFileSlots; ++i) {
+      if (slot_key[i] == key) {
+        *fixed = true;
+        return static_cast<int>(i);
+      }
+      if (slot == kFileSlots && slot_key[i] == 0) slot = i;
+    }
+    if (slot == kFileSlots) slot = next_evict++ % kFileSlots;
+    if (io_uring_register_files_update(&ring, slot, &fd, 1) != 1) return fd;
+    slot_key[slot] = key;
+    *fixed = true;
+    return static_cast<int>(slot);
+  }
+  void drop(uint64_t key) {
+    for (unsigned i = 0; i < kFileSlots; ++i)
+      if (slot_key[i] == key) {
+        int none = -1;
+        io_uring_register_files_update(&ring, i, &none, 1);
+        slot_key[i] = 0;
+      }
+  }
+};
+
+int init_ring(io_uring* r) {
+  io_uring_params p{};
+  p.flags = IORING_SETUP_COOP_TASKRUN;
+  int rc = io_uring_queue_init_params(kRingEntries, r, &p);
+  if (rc == -EINVAL) {
+    p = io_uring_params{};
+    rc = io_uring_queue_init_params(kRingEntries, r, &p);
+  }
+  return rc;
+}
+
+// Rings for one staging pool. Leaked at exit on purpose (requests may outlive static destructors).
+struct RingSet {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Ring>> rings;
+};
+std::mutex g_sets_mu;
+std::map<mem::StagingPool*, RingSet*>& sets() {
+  static auto* m = new std::map<mem::StagingPool*, RingSet*>;
+  return *m;
+}
+
+class RingLease {
+ public:
+  explicit RingLease(mem::StagingPool& pool) {
+    RingSet* set;
+    {
+      std::lock_guard lk(g_sets_mu);
+      auto& s = sets()[&pool];
+      if (!s) s = new RingSet;
+      set = s;
+    }
+    std::lock_guard lk(set->mu);
+    for (auto& r : set->rings)
+      if (r->mu.try_lock()) {
+        ring_ = r.get();
+        return;
+      }
+    auto r = std::make_unique<Ring>();
+    if (int rc = init_ring(&r->ring); rc < 0) throw Error(-rc, "io_uring_queue_init", "", base::kNoOffset);
+    auto iov = pool.iovecs();
+    int rc = io_uring_register_buffers(&r->ring, iov.data(), static_cast<unsigned>(iov.size()));
+    r->fixed_bufs = rc == 0;
+    if (rc < 0)
+      base::warn_once("uring-bufs", std::string("io_uring cannot register the staging buffers (") + std::strerror(-rc) +
+                                        "): raise RLIMIT_MEMLOCK (ulimit -l) to the staging pool size; "
+                                        "using unregistered buffers");
+    r->fixed_files = io_uring_register_files_sparse(&r->ring, kFileSlots) == 0;
+    r->mu.lock();
+    ring_ = r.get();
+    set->rings.push_back(std::move(r));
+  }
+  ~RingLease() { ring_->mu.unlock(); }
+  Ring* operator->() const { return ring_; }
+
+ private:
+  Ring* ring_ = nullptr;
+};
+
+bool probe(std::string* why) {
+  static const std::pair<bool, std::string> result = [] {
+    io_uring r;
+    int rc = init_ring(&r);
+    if (rc < 0) return std::make_pair(false, std::string("io_uring_setup failed: ") + std::strerror(-rc));
+    io_uring_queue_exit(&r);
+    return std::make_pair(true, std::string());
+  }();
+  if (why) *why = result.second;
+  return result.first;
+}
+
+// One piece of the request in flight.
+struct Op {
+  uint64_t foff = 0;   // file offset of the piece
+  size_t len = 0;      // bytes asked of the kernel
+  size_t done = 0;     // bytes completed
+  char* mem = nullptr;  // where the kernel reads/writes (user memory or a staging buffer)
+  int buf = -1;        // staging buffer index, -1 for user memory
+};
+
+class Uring final : public Mechanism {
+ public:
+  const char* name() const override { return "uring"; }
+  int rank() const override { return 3; }
+  bool available(std::string* why) const override { return probe(why); }
+
+  const Mechanism& resolve(const IoContext& c) const override {
+    std::string why;
+    if (probe(&why)) {
+      if (c.settings.direct && c.file.direct_fd < 0)
+        base::warn_once("uring-direct:" + c.file.no_direct, "O_DIRECT cannot be used for '" + c.file.path + "' (" +
+                                                                c.file.no_direct + "): uring runs buffered");
+      return *this;
+    }
+    base::warn_once("uring-missing", "io_uring is not available (" + why + "): mechanism uring runs as parallel");
+    return *find("parallel");
+  }
+
+  size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
+    return run(c, static_cast<char*>(buf), n, off, false);
+  }
+  void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
+    run(c, const_cast<char*>(static_cast<const char*>(buf)), n, off, true);
+  }
+  void forget(uint64_t file_id) const override {
+    std::lock_guard lk(g_sets_mu);
+    for (auto& [pool, set] : sets()) {
+      std::lock_guard sl(set->mu);
+      for (auto& r : set->rings) {
+        std::lock_guard rl(r->mu);
+        r->drop(file_id * 2);
+        r->drop(file_id * 2 + 1);
+      }
+    }
+  }
+
+ private:
+  size_t run(const IoContext& c, char* user, size_t n, uint64_t off, bool write) const {
+    if (n == 0) return 0;
+    const bool direct = c.settings.direct && c.file.direct_fd >= 0;
+    const size_t A = direct ? c.file.off_align : 1;
+    const uint64_t end = off + n;
+    uint64_t lo = off, hi = end;  // range handled through the ring
+    if (direct && write) {
+      // Unaligned head and tail through the buffered descriptor, as in `direct`.
+      lo = align_up(off, A);
+      hi = std::max(lo, align_down(end, A));
+      if (hi == lo) {
+        write_full(c.file.fd, user, n, off, c.file.path);
+        return n;
+      }
+      if (lo > off) write_full(c.file.fd, user, static_cast<size_t>(lo - off), off, c.file.path);
+      if (end > hi) write_full(c.file.fd, user + (hi - off), static_cast<size_t>(end - hi), hi, c.file.path);
+    } else if (direct) {
+      lo = align_down(off, A);
+      hi = align_up(end, A);
+    }
+    const int fd = direct ? c.file.direct_fd : c.file.fd;
+    const uint64_t key = c.file.id * 2 + (direct ? 1 : 0);
+    mem::StagingPool& pool = mem::StagingPool::shared(c.settings.buffer_size, c.settings.buffer_count, c.settings.huge_pages);
+    const size_t step = align_up(c.settings.task_size, A);
+    const size_t chunk = std::max<size_t>(align_down(pool.buffer_size(), A), A);
+    const unsigned qd = std::min(c.settings.queue_depth, kRingEntries);
+    const bool user_aligned_mode = direct && is_aligned(user + (align_up(off, A) - off), c.file.mem_align);
+
+    RingLease ring(pool);
+    bool fixed_file = false;
+    const int sqe_fd = ring->file_index(key, fd, &fixed_file);
+    std::vector<Op> ops(qd);
+    std::vector<unsigned> free_ops;
+    for (unsigned i = qd; i-- > 0;) free_ops.push_back(i);
+    unsigned inflight = 0;
+    uint64_t cur = lo, eof_at = end;
+    int err = 0;
+    uint64_t err_off = end;
+
+    auto submit_op = [&](unsigned i) {
+      Op& o = ops[i];
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring->ring);
+      const unsigned len = static_cast<unsigned>(o.len - o.done);
+      if (o.buf >= 0 && ring->fixed_bufs) {
+        if (write) io_uring_prep_write_fixed(sqe, sqe_fd, o.mem + o.done, len, o.foff + o.done, o.buf);
+        else io_uring_prep_read_fixed(sqe, sqe_fd, o.mem + o.done, len, o.foff + o.done, o.buf);
+      } else {
+        if (write) io_uring_prep_write(sqe, sqe_fd, o.mem + o.done, len, o.foff + o.done);
+        else io_uring_prep_read(sqe, sqe_fd, o.mem + o.done, len, o.foff + o.done);
+      }
+      if (fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
+      io_uring_sqe_set_data64(sqe, i);
+      ++inflight;
+    };
+    auto finish_op = [&](unsigned i) {
+      Op& o = ops[i];
+      if (!write && o.buf >= 0) {  // copy the part of the staged piece that the user asked for
+        const uint64_t a = std::max(o.foff, off), b = std::min(o.foff + o.done, end);
+        if (b > a) std::memcpy(user + (a - off), o.mem + (a - o.foff), b - a);
+      }
+      if (o.buf >= 0) pool.release(static_cast<unsigned>(o.buf));
+      o = Op{};
+      free_ops.push_back(i);
+    };
+    // Prepares the next piece at `cur`; returns false if a staging buffer is needed and none is free.
+    auto next_piece = [&](Op& o) -> bool {
+      const bool to_user = !direct || (user_aligned_mode && cur >= off && cur + A <= end);
+      o.foff = cur;
+      if (to_user) {
+        const uint64_t limit = direct ? align_down(end, A) : hi;
+        o.len = static_cast<size_t>(std::min<uint64_t>(step, limit - cur));
+        o.mem = user + (cur - off);
+      } else {
+        int b = pool.try_acquire();
+        if (b < 0) {
+          if (inflight > 0) return false;
+          b = static_cast<int>(pool.acquire());
+        }
+        o.buf = b;
+        o.mem = static_cast<char*>(pool.data(static_cast<unsigned>(b)));
+        o.len = static_cast<size_t>(std::min<uint64_t>(user_aligned_mode ? A : chunk, hi - cur));
+        if (write) std::memcpy(o.mem, user + (cur - off), o.len);
+      }
+      o.len = std::min<size_t>(o.len, 1u << 30);
+      cur += o.len;
+      return true;
+    };
+
+    while (true) {
+      while (!err && inflight < qd && cur < hi && cur < eof_at && !free_ops.empty()) {
+        unsigned i = free_ops.back();
+        if (!next_piece(ops[i])) break;
+        free_ops.pop_back();
+        submit_op(i);
+      }
+      if (inflight == 0) break;
+      int rc;
+      do rc = io_uring_submit_and_wait(&ring->ring, 1);
+      while (rc == -EINTR);
+      if (rc < 0 && rc != -EBUSY && rc != -EAGAIN) {
+        // The ring is unusable; the kernel still owns the pieces already submitted, so wait them out.
+        err = -rc;
+        err_off = cur;
+      }
+      io_uring_cqe* cqe;
+      unsigned head, seen = 0;
+      std::vector<unsigned> resubmit;
+      io_uring_for_each_cqe(&ring->ring, head, cqe) {
+        ++seen;
+        const unsigned i = static_cast<unsigned>(io_uring_cqe_get_data64(cqe));
+        Op& o = ops[i];
+        const int res = cqe->res;
+        --inflight;
+        if (res == -EINTR || res == -EAGAIN) {
+          resubmit.push_back(i);
+          continue;
+        }
+        if (res < 0) {
+          if (o.foff + o.done < err_off) {
+            err = -res;
+            err_off = o.foff + o.done;
+          }
+          finish_op(i);
+          continue;
+        }
+        if (res == 0 && write) {
+          err = EIO;
+          err_off = std::min(err_off, o.foff + o.done);
+          finish_op(i);
+          continue;
+        }
+        o.done += static_cast<size_t>(res);
+        if (o.done < o.len && res > 0 && (o.foff + o.done) % A == 0) {
+          resubmit.push_back(i);  // short transfer: ask for the rest
+          continue;
+        }
+        if (o.done < o.len) eof_at = std::min(eof_at, o.foff + o.done);  // read hit end of file
+        finish_op(i);
+      }
+      io_uring_cq_advance(&ring->ring, seen);
+      for (unsigned i : resubmit) submit_op(i);
+    }
+    if (err) throw Error(err, write ? "io_uring write" : "io_uring read", c.file.path, static_cast<int64_t>(err_off));
+    return static_cast<size_t>(std::clamp(eof_at, off, end) - off);
+  }
+};
+
+ACCIO_REGISTER_MECHANISM(Uring);
+}  // namespace
+}  // namespace accio::io

@@ -1,0 +1,171 @@
+// accio memory: host staging buffers and their pool.
+#include "mem/staging.hpp"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <tuple>
+
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "base/settings.hpp"
+
+namespace accio::mem {
+using namespace accio::base;
+
+const char* backing_name(Backing b) {
+  switch (b) {
+    case Backing::hugetlb: return "hugetlb";
+    case Backing::thp: return "thp";
+    default: return "4k";
+  }
+}
+
+HugePageInfo huge_page_info() {
+  HugePageInfo h;
+  std::ifstream mi("/proc/meminfo");
+  std::string key;
+  long val;
+  std::string unit;
+  while (mi >> key >> val) {
+    if (key == "HugePages_Total:") h.total = val;
+    else if (key == "HugePages_Free:") h.free = val;
+    else if (key == "Hugepagesize:") h.size_kib = val;
+    std::getline(mi, unit);
+  }
+  std::ifstream t("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  h.thp_mode = "unknown";
+  if (std::getline(t, line)) {
+    auto a = line.find('['), b = line.find(']');
+    if (a != std::string::npos && b > a) h.thp_mode = line.substr(a + 1, b - a - 1);
+  }
+  return h;
+}
+
+namespace {
+constexpr size_t kHuge = size_t{2} << 20;
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+void* anon_map(size_t len, int extra) {
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+}  // namespace
+
+HostBuffer map_host_buffer(size_t size, bool huge_pages, bool lock) {
+  HostBuffer b;
+  b.size = size;
+  if (huge_pages) {
+    const HugePageInfo h = huge_page_info();
+    const size_t hpage = h.size_kib > 0 ? static_cast<size_t>(h.size_kib) * 1024 : kHuge;
+    const size_t huge_len = round_up(size, hpage);
+    b.mapped = round_up(size, kHuge);
+    if (h.free > 0 && static_cast<size_t>(h.free) * hpage >= huge_len &&
+        (b.ptr = anon_map(huge_len, MAP_HUGETLB))) {
+      b.mapped = huge_len;
+      b.backing = Backing::hugetlb;
+    } else if ((b.ptr = anon_map(b.mapped + kHuge, 0))) {
+      // Align to 2 MiB inside an over-sized mapping so THP can back every page, then trim.
+      auto base = reinterpret_cast<uintptr_t>(b.ptr);
+      uintptr_t aligned = round_up(base, kHuge);
+      if (aligned > base) munmap(b.ptr, aligned - base);
+      size_t tail = (base + b.mapped + kHuge) - (aligned + b.mapped);
+      if (tail) munmap(reinterpret_cast<void*>(aligned + b.mapped), tail);
+      b.ptr = reinterpret_cast<void*>(aligned);
+      if (madvise(b.ptr, b.mapped, MADV_HUGEPAGE) == 0 && h.thp_mode != "never") {
+        b.backing = Backing::thp;
+      } else {
+        warn_once("no-huge-pages",
+                  "no huge pages for staging buffers: reserve some (sysctl vm.nr_hugepages=N) or set "
+                  "/sys/kernel/mm/transparent_hugepage/enabled to madvise; using 4 KiB pages");
+      }
+    }
+  } else {
+    b.mapped = round_up(size, 4096);
+    b.ptr = anon_map(b.mapped, 0);
+  }
+  if (!b.ptr) throw Error(ENOMEM, "map staging buffer", "", kNoOffset, "mmap of " + format_size(size) + " failed");
+  if (lock) {
+    if (mlock(b.ptr, b.mapped) == 0) {
+      b.locked = true;
+    } else {
+      int e = errno;
+      rlimit rl{};
+      getrlimit(RLIMIT_MEMLOCK, &rl);
+      std::string lim = rl.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(rl.rlim_cur / 1024) + " KiB";
+      warn_once("memlock", std::string("cannot lock staging buffers in memory (") + std::strerror(e) +
+                               "): RLIMIT_MEMLOCK is " + lim + "; raise it (ulimit -l, or memlock in "
+                               "/etc/security/limits.conf) to at least the staging pool size; "
+                               "continuing with unlocked buffers");
+    }
+  }
+  std::memset(b.ptr, 0, b.mapped);  // fault every page in now, not on the first transfer
+  return b;
+}
+
+void unmap_host_buffer(HostBuffer& b) {
+  if (b.ptr) munmap(b.ptr, b.mapped);
+  b = HostBuffer{};
+}
+
+StagingPool::StagingPool(size_t buffer_size, unsigned count, bool huge_pages) : size_(buffer_size) {
+  bufs_.reserve(count);
+  try {
+    for (unsigned i = 0; i < count; ++i) bufs_.push_back(map_host_buffer(buffer_size, huge_pages, true));
+  } catch (...) {
+    for (auto& b : bufs_) unmap_host_buffer(b);
+    throw;
+  }
+  for (unsigned i = count; i-- > 0;) free_.push_back(i);
+}
+
+StagingPool::~StagingPool() {
+  for (auto& b : bufs_) unmap_host_buffer(b);
+}
+
+std::vector<iovec> StagingPool::iovecs() const {
+  std::vector<iovec> v;
+  for (auto& b : bufs_) v.push_back({b.ptr, b.size});
+  return v;
+}
+
+unsigned StagingPool::acquire() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return !free_.empty(); });
+  unsigned i = free_.back();
+  free_.pop_back();
+  return i;
+}
+
+int StagingPool::try_acquire() {
+  std::lock_guard lk(mu_);
+  if (free_.empty()) return -1;
+  unsigned i = free_.back();
+  free_.pop_back();
+  return static_cast<int>(i);
+}
+
+void StagingPool::release(unsigned i) {
+  {
+    std::lock_guard lk(mu_);
+    free_.push_back(i);
+  }
+  cv_.notify_one();
+}
+
+StagingPool& StagingPool::shared(size_t buffer_size, unsigned count, bool huge_pages) {
+  static std::mutex mu;
+  // Leaked on purpose: buffers may still be registered with io_uring rings at exit.
+  static auto* pools = new std::map<std::tuple<size_t, unsigned, bool>, std::unique_ptr<StagingPool>>;
+  std::lock_guard lk(mu);
+  auto& p = (*pools)[{buffer_size, count, huge_pages}];
+  if (!p) p = std::make_unique<StagingPool>(buffer_size, count, huge_pages);
+  return *p;
+}
+
+}  // namespace accio::mem

@@ -1,0 +1,78 @@
+// accio planner: page-cache residency via cachestat(2) or mincore(2).
+#include "tune/residency.hpp"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <vector>
+
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+
+namespace accio::tune {
+namespace {
+struct CachestatRange {
+  uint64_t off, len;
+};
+struct Cachestat {
+  uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+long sys_cachestat(int fd, CachestatRange* r, Cachestat* cs) { return syscall(__NR_cachestat, fd, r, cs, 0); }
+}  // namespace
+
+bool cachestat_available() {
+  static const bool ok = [] {
+    CachestatRange r{0, 0};
+    Cachestat cs{};
+    return !(sys_cachestat(-1, &r, &cs) < 0 && errno == ENOSYS);  // EBADF means the call exists
+  }();
+  return ok;
+}
+
+bool residency(int fd, uint64_t off, uint64_t len, Residency* out) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return false;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint64_t end = std::min(size, off + len);
+  *out = Residency{};
+  out->total = end > off ? end - off : 0;
+  if (out->total == 0) {
+    out->method = cachestat_available() ? "cachestat" : "mincore";
+    return true;
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (cachestat_available()) {
+    CachestatRange r{off, out->total};
+    Cachestat cs{};
+    if (sys_cachestat(fd, &r, &cs) == 0) {
+      out->cached = std::min(out->total, cs.nr_cache * page);
+      out->dirty = std::min(out->total, cs.nr_dirty * page);
+      out->method = "cachestat";
+      return true;
+    }
+  }
+  const uint64_t a = off / page * page;
+  const size_t maplen = static_cast<size_t>(end - a);
+  void* p = mmap(nullptr, maplen, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(a));
+  if (p == MAP_FAILED) return false;
+  std::vector<unsigned char> vec((maplen + page - 1) / page);
+  const int rc = mincore(p, maplen, vec.data());
+  const int e = errno;
+  munmap(p, maplen);
+  if (rc != 0) {
+    errno = e;
+    return false;
+  }
+  uint64_t pages = 0;
+  for (unsigned char v : vec) pages += v & 1;
+  out->cached = std::min(out->total, pages * page);
+  out->method = "mincore";
+  return true;
+}
+
+}  // namespace accio::tune

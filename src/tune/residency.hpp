@@ -1,0 +1,20 @@
+// accio planner: live page-cache residency of a file range, a signal for `auto` and for benchmarks
+// that must prove a read is cold. cachestat(2) where the kernel has it (6.5+), else mmap+mincore.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace accio::tune {
+
+struct Residency {
+  uint64_t cached = 0;  // bytes of the range in the page cache
+  uint64_t dirty = 0;   // of which dirty (cachestat only)
+  uint64_t total = 0;   // bytes of the range inside the file
+  const char* method = "none";  // "cachestat" | "mincore"
+};
+
+// Returns false (and sets errno) if neither method works on this fd.
+bool residency(int fd, uint64_t off, uint64_t len, Residency* out);
+bool cachestat_available();
+
+}  // namespace accio::tune

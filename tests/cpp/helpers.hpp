@@ -1,0 +1,89 @@
+// Shared test helpers: temporary directories, aligned buffers, random bytes, capability drops.
+#pragma once
+#include <linux/capability.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace testing_accio {
+
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("ACCIO_TEST_DIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/accio-test-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (!mkdtemp(buf.data())) std::abort();
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A page-aligned allocation; data(shift) returns an address `shift` bytes past alignment.
+class Buffer {
+ public:
+  explicit Buffer(size_t n) : n_(n + 4096) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, n_ ? n_ : 1) != 0) std::abort();
+    p_.reset(static_cast<char*>(p));
+  }
+  char* data(size_t shift = 0) { return p_.get() + shift; }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  size_t n_;
+  std::unique_ptr<char, Free> p_;
+};
+
+inline void fill_random(char* p, size_t n, std::mt19937_64& rng) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(p + i, &v, 8);
+  }
+  for (; i < n; ++i) p[i] = static_cast<char>(rng());
+}
+
+// Drops one capability from the calling thread's effective set for the scope (kept in permitted).
+class DropCap {
+ public:
+  explicit DropCap(int cap) : cap_(cap) { set(false); }
+  ~DropCap() { set(true); }
+
+ private:
+  void set(bool on) {
+    __user_cap_header_struct h{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct d[2]{};
+    syscall(SYS_capget, &h, d);
+    unsigned bit = 1u << (cap_ % 32);
+    if (on) d[cap_ / 32].effective |= (d[cap_ / 32].permitted & bit);
+    else d[cap_ / 32].effective &= ~bit;
+    syscall(SYS_capset, &h, d);
+  }
+  int cap_;
+};
+
+inline size_t env_count(const char* name, size_t dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoull(v, nullptr, 10) : dflt;
+}
+
+}  // namespace testing_accio
