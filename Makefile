@@ -1,0 +1,71 @@
+# accio: `make demo` (set up, build, install, run the main job) and `make test` (build, run every test).
+# Both install what they need: Debian packages when run as root and missing, PyPI packages into .venv.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+JOBS ?= $(shell nproc)
+BUILD := build
+# CI=true (set by CI) also runs the C++ tests under ASan+UBSan and TSan.
+SANITIZERS ?= $(if $(filter true 1 yes,$(CI)),1,0)
+APT_PACKAGES := g++ cmake ninja-build pkg-config liburing-dev libgtest-dev fio python3-venv
+
+.PHONY: demo test deps venv install cpp-test cpp-test-asan cpp-test-tsan py-test bench clean
+
+demo: install
+	$(VENV)/bin/accio info
+	$(VENV)/bin/accio compare --size 1g
+
+test: install cpp-test py-test
+ifeq ($(SANITIZERS),1)
+test: cpp-test-asan cpp-test-tsan
+endif
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing:$$missing"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "missing Debian packages:$$missing (run as root, or: sudo apt-get install$$missing)"; fi; \
+	fi
+
+$(VENV)/.ready: pyproject.toml | deps
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.22" "pytest>=7" pytest-timeout
+	touch $@
+
+venv: $(VENV)/.ready
+
+install: venv
+	$(PIP) install -q --no-build-isolation .
+
+# $(1) build dir, $(2) extra CMake flags
+define cpp_build
+	cmake -S . -B $(1) -G Ninja -DACCIO_BUILD_TESTS=ON -DACCIO_WERROR=ON $(2) >/dev/null
+	cmake --build $(1) -j $(JOBS)
+endef
+
+cpp-test: deps
+	$(call cpp_build,$(BUILD)/test,)
+	ctest --test-dir $(BUILD)/test --output-on-failure -j $(JOBS)
+
+cpp-test-asan: deps
+	$(call cpp_build,$(BUILD)/asan,-DACCIO_SANITIZE=address$(,)undefined -DCMAKE_BUILD_TYPE=Debug)
+	ASAN_OPTIONS=detect_leaks=1 ACCIO_TEST_OPS=60 ctest --test-dir $(BUILD)/asan --output-on-failure -j $(JOBS)
+
+cpp-test-tsan: deps
+	$(call cpp_build,$(BUILD)/tsan,-DACCIO_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+	TSAN_OPTIONS=halt_on_error=1 ACCIO_TEST_OPS=40 ctest --test-dir $(BUILD)/tsan --output-on-failure -j $(JOBS)
+
+py-test: install
+	$(PY) -m pytest -q tests/python
+
+bench: install
+	$(PY) bench/engine_vs_fio.py --json results/engine_vs_fio.json
+
+clean:
+	rm -rf $(BUILD) $(VENV)
+
+, := ,

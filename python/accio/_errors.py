@@ -1,0 +1,55 @@
+"""accio errors: OSError subclasses that carry errno, the operation, the path and the offset.
+
+Every failure raises an ``accio.Error`` that is also the matching built-in OSError subclass
+(``FileNotFoundError``, ``PermissionError``, ...), so both ``except accio.Error`` and
+``except FileNotFoundError`` work.
+"""
+from __future__ import annotations
+
+import errno as _errno
+
+
+class Error(OSError):
+    """An accio operation failed. Attributes: errno, strerror, filename, operation, offset."""
+
+    operation: str = ""
+    offset: int | None = None
+
+    def __str__(self) -> str:  # the native message already names op, path, offset and errno
+        return self.args[1] if len(self.args) > 1 else super().__str__()
+
+
+_BUILTIN = {
+    _errno.ENOENT: FileNotFoundError,
+    _errno.EEXIST: FileExistsError,
+    _errno.EISDIR: IsADirectoryError,
+    _errno.ENOTDIR: NotADirectoryError,
+    _errno.EACCES: PermissionError,
+    _errno.EPERM: PermissionError,
+    _errno.EINTR: InterruptedError,
+    _errno.EAGAIN: BlockingIOError,
+    _errno.ETIMEDOUT: TimeoutError,
+}
+_classes: dict[type, type] = {}
+
+
+def error_class(err: int) -> type:
+    """The accio.Error subclass for an errno value (also a subclass of the builtin one)."""
+    base = _BUILTIN.get(err)
+    if base is None:
+        return Error
+    if base not in _classes:
+        _classes[base] = type(base.__name__, (Error, base), {"__module__": "accio"})
+    return _classes[base]
+
+
+def make_error(err: int, operation: str, path: str, offset: int | None, message: str) -> Error:
+    exc = error_class(err)(err, message, path or None)
+    exc.operation = operation
+    exc.offset = offset if offset is not None and offset >= 0 else None
+    return exc
+
+
+def from_native(err: int, operation: str, path: str, offset: int, message: str) -> Error:
+    """Called by the extension to turn a native accio error into a Python exception."""
+    return make_error(err, operation, path, offset, message)

@@ -1,0 +1,271 @@
+// accio Python extension (nanobind): exposes the C++ API (include/accio/accio.hpp, itself over the
+// stable C API) to the Python package. Buffers come in through the buffer protocol or DLPack; the
+// GIL is released for every transfer; errors become OSError subclasses (accio._errors).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "accio/accio.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// A contiguous host view of any Python buffer (buffer protocol or DLPack), kept alive while used.
+class View {
+ public:
+  View(nb::handle obj, bool writable) {
+    if (PyObject_CheckBuffer(obj.ptr())) {
+      int flags = PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+      if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw nb::python_error();
+      have_view_ = true;
+      ptr_ = view_.buf;
+      size_ = static_cast<size_t>(view_.len);
+      return;
+    }
+    nb::ndarray<> a;
+    if (!nb::try_cast(obj, a, false))
+      throw nb::type_error("expected a bytes-like object, a NumPy array or a DLPack array");
+    if (a.device_type() != nb::device::cpu::value)
+      throw nb::type_error("array lives on a device; device targets (cuda:N) are not supported yet, pass host memory");
+    int64_t expect = 1;
+    for (size_t d = a.ndim(); d-- > 0;) {
+      if (a.shape(d) != 1 && a.stride(d) != expect) throw nb::value_error("array must be C-contiguous");
+      expect *= a.shape(d);
+    }
+    array_ = nb::borrow(obj);
+    ptr_ = a.data();
+    size_ = a.nbytes();
+  }
+  ~View() {
+    if (have_view_) PyBuffer_Release(&view_);
+  }
+  View(const View&) = delete;
+  View& operator=(const View&) = delete;
+  void* ptr() const { return ptr_; }
+  size_t size() const { return size_; }
+
+ private:
+  Py_buffer view_{};
+  bool have_view_ = false;
+  nb::object array_;
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The result of read_into_async / write_from_async; holds the buffer until the request is done.
+class PyFuture {
+ public:
+  PyFuture(accio::Future f, std::unique_ptr<View> v) : fut_(std::move(f)), view_(std::move(v)) {}
+  ~PyFuture() {
+    if (fut_.valid()) {
+      nb::gil_scoped_release nogil;
+      fut_ = accio::Future();  // waits for the request
+    }
+  }
+  size_t result(std::optional<double> timeout) {
+    if (timeout) {
+      bool ok;
+      {
+        nb::gil_scoped_release nogil;
+        ok = fut_.ready(static_cast<int64_t>(*timeout * 1e9));
+      }
+      if (!ok) {
+        nb::object te = nb::module_::import_("builtins").attr("TimeoutError");
+        PyErr_SetString(te.ptr(), "request still running");
+        throw nb::python_error();
+      }
+    }
+    size_t n;
+    {
+      nb::gil_scoped_release nogil;
+      n = fut_.get();
+    }
+    view_.reset();
+    return n;
+  }
+  bool done() {
+    nb::gil_scoped_release nogil;
+    return fut_.ready(0);
+  }
+
+ private:
+  accio::Future fut_;
+  std::unique_ptr<View> view_;
+};
+
+accio::Settings to_settings(const std::vector<std::pair<std::string, std::string>>& kv) {
+  accio::Settings s;
+  for (auto& [k, v] : kv) s.set(k, v);
+  return s;
+}
+
+nb::dict stats_dict(const accio_stats& s) {
+  nb::dict d;
+  d["reads"] = s.reads;
+  d["writes"] = s.writes;
+  d["fsyncs"] = s.fsyncs;
+  d["errors"] = s.errors;
+  d["bytes_read"] = s.bytes_read;
+  d["bytes_written"] = s.bytes_written;
+  d["read_ns"] = s.read_ns;
+  d["write_ns"] = s.write_ns;
+  d["fsync_ns"] = s.fsync_ns;
+  nb::dict per;
+  for (int i = 0; i < accio_mechanism_count(); ++i) {
+    nb::dict m;
+    m["calls"] = s.mechanism_calls[i];
+    m["bytes"] = s.mechanism_bytes[i];
+    per[accio_mechanism_name(i)] = m;
+  }
+  d["mechanisms"] = per;
+  d["last_mechanism"] = s.last_mechanism >= 0 ? nb::cast(accio_mechanism_name(s.last_mechanism)) : nb::none();
+  return d;
+}
+
+class PyFile {
+ public:
+  PyFile(const std::string& path, const std::string& mode, const std::vector<std::pair<std::string, std::string>>& kv)
+      : f_(path, mode, to_settings(kv)) {}
+
+  size_t read_into(nb::handle buf, int64_t offset) {
+    View v(buf, true);
+    nb::gil_scoped_release nogil;
+    return f_.pread(v.ptr(), v.size(), offset);
+  }
+  size_t write_from(nb::handle buf, int64_t offset) {
+    View v(buf, false);
+    nb::gil_scoped_release nogil;
+    return f_.pwrite(v.ptr(), v.size(), offset);
+  }
+  std::pair<int64_t, size_t> append(nb::handle buf) {  // (offset written at, bytes)
+    View v(buf, false);
+    nb::gil_scoped_release nogil;
+    return {f_.append(v.ptr(), v.size()), v.size()};
+  }
+  PyFuture* async(nb::handle buf, int64_t offset, bool write) {
+    auto v = std::make_unique<View>(buf, !write);
+    accio::Future fut = write ? f_.pwrite_async(v->ptr(), v->size(), offset) : f_.pread_async(v->ptr(), v->size(), offset);
+    return new PyFuture(std::move(fut), std::move(v));
+  }
+  std::vector<PyFuture*> submit(const std::vector<std::pair<nb::handle, int64_t>>& reqs, bool write) {
+    std::vector<std::unique_ptr<View>> views;
+    std::vector<accio::Request> rs;
+    for (auto& [obj, off] : reqs) {
+      views.push_back(std::make_unique<View>(obj, !write));
+      rs.push_back({views.back()->ptr(), views.back()->size(), off});
+    }
+    auto futs = f_.submit(rs, write ? ACCIO_OP_WRITE : ACCIO_OP_READ);
+    std::vector<PyFuture*> out;
+    for (size_t i = 0; i < futs.size(); ++i) out.push_back(new PyFuture(std::move(futs[i]), std::move(views[i])));
+    return out;
+  }
+  void fsync() {
+    nb::gil_scoped_release nogil;
+    f_.fsync();
+  }
+  uint64_t size() { return f_.size(); }
+  void close() {
+    nb::gil_scoped_release nogil;
+    f_.close();
+  }
+  std::string plan(size_t n, bool write) { return f_.plan(n, write ? ACCIO_OP_WRITE : ACCIO_OP_READ); }
+  nb::dict stats() { return stats_dict(f_.stats()); }
+  std::string setting(const std::string& name) {
+    char buf[256];
+    accio::detail::check(accio_file_setting(f_.handle(), name.c_str(), buf, sizeof buf));
+    return buf;
+  }
+  nb::dict residency(int64_t off, int64_t len) {
+    int64_t cached, dirty, total;
+    accio::detail::check(accio_residency(f_.handle(), off, len, &cached, &dirty, &total));
+    nb::dict d;
+    d["cached"] = cached;
+    d["dirty"] = dirty;
+    d["total"] = total;
+    return d;
+  }
+
+ private:
+  accio::File f_;
+};
+
+}  // namespace
+
+NB_MODULE(_ext, m) {
+  m.doc() = "accio native extension; use the accio package instead";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const accio::Error& e) {
+      nb::object make = nb::module_::import_("accio._errors").attr("from_native");
+      nb::object exc = make(e.errnum(), e.op(), e.path(), e.offset(), std::string(e.what()));
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
+
+  nb::class_<PyFuture>(m, "Future")
+      .def("result", &PyFuture::result, "timeout"_a = nb::none())
+      .def("done", &PyFuture::done);
+
+  nb::class_<PyFile>(m, "File")
+      .def(nb::init<const std::string&, const std::string&, const std::vector<std::pair<std::string, std::string>>&>())
+      .def("read_into", &PyFile::read_into)
+      .def("write_from", &PyFile::write_from)
+      .def("append", &PyFile::append)
+      .def("async_", &PyFile::async, nb::rv_policy::take_ownership)
+      .def("submit", &PyFile::submit, nb::rv_policy::take_ownership)
+      .def("fsync", &PyFile::fsync)
+      .def("size", &PyFile::size)
+      .def("close", &PyFile::close)
+      .def("plan", &PyFile::plan)
+      .def("stats", &PyFile::stats)
+      .def("setting", &PyFile::setting)
+      .def("residency", &PyFile::residency);
+
+  m.def("version", [] { return std::string(accio_version()); });
+  m.def("settings", [](const std::vector<std::pair<std::string, std::string>>& kv) {
+    accio::Settings s = to_settings(kv);
+    std::vector<std::tuple<std::string, std::string, std::string, std::string>> out;
+    for (int i = 0; i < accio_setting_count(); ++i)
+      out.emplace_back(accio_setting_name(i), accio_setting_env(i), accio_setting_doc(i), s.get(accio_setting_name(i)));
+    return out;
+  });
+  m.def("mechanisms", [] {
+    std::vector<std::tuple<std::string, bool, std::string>> out;
+    for (int i = 0; i < accio_mechanism_count(); ++i) {
+      char why[512];
+      int ok = accio_mechanism_available(i, why, sizeof why);
+      out.emplace_back(accio_mechanism_name(i), ok == 1, why);
+    }
+    return out;
+  });
+  m.def("probe", [](const std::string& feature, std::optional<std::string> path) {
+    char detail[512] = "";
+    int rc = accio_probe(feature.c_str(), path ? path->c_str() : nullptr, detail, sizeof detail);
+    accio::detail::check(rc);
+    return std::make_pair(rc == 1, std::string(detail));
+  }, "feature"_a, "path"_a = nb::none());
+  m.def("global_stats", [] {
+    accio_stats s;
+    accio_global_stats(&s);
+    return stats_dict(s);
+  });
+  m.def("reset_global_stats", [] { accio_global_stats_reset(); });
+  m.def("warnings", [] {
+    std::string buf(accio_warnings(nullptr, 0) + 1, '\0');
+    accio_warnings(buf.data(), buf.size());
+    buf.resize(buf.size() - 1);
+    return buf;
+  });
+}

@@ -1,0 +1,97 @@
+"""The `accio` command: info, config, compare. `accio COMMAND --help` describes each."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import __version__
+
+
+def _cmd_info(args) -> int:
+    from . import info
+    data = info.gather(args.path)
+    print(json.dumps(data, indent=2) if args.json else info.render(data))
+    return 0
+
+
+def _pkg_dir() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def _cmd_config(args) -> int:
+    inc, lib = _pkg_dir() / "include", _pkg_dir() / "lib"
+    out = []
+    if args.cflags:
+        out.append(f"-I{inc}")
+    if args.libs:
+        out.append(f"-L{lib} -Wl,-rpath,{lib} -laccio")
+    if args.cmake:
+        out.append(str(lib / "cmake" / "accio"))
+    if args.pkgconfig:
+        out.append(str(lib / "pkgconfig"))
+    if args.prefix:
+        out.append(str(_pkg_dir()))
+    if not out:
+        print("accio config: give at least one of --cflags --libs --cmake --pkgconfig --prefix", file=sys.stderr)
+        return 2
+    print(" ".join(out))
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    from . import compare
+    return compare.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="accio", description="Move file data between storage and memory "
+                                "as fast as the machine allows, and measure which way is fastest.")
+    p.add_argument("--version", action="version", version=f"accio {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("info", help="describe this machine's I/O facilities and accio's defaults",
+                       description="Kernel, CPUs, memory, io_uring, huge pages, RLIMIT_MEMLOCK, the filesystem "
+                       "of PATH and its O_DIRECT support, page-cache residency queries, GPUs, mechanisms, "
+                       "and the default settings.")
+    s.add_argument("path", nargs="?", default=".", help="file or directory whose filesystem to describe (default .)")
+    s.add_argument("--json", action="store_true", help="print JSON instead of text")
+    s.set_defaults(func=_cmd_info)
+
+    s = sub.add_parser("config", help="print compiler and linker flags for the installed library",
+                       description="Flags to build C, C++ or Fortran programs against this installation, "
+                       "e.g.  cc prog.c $(accio config --cflags --libs)")
+    s.add_argument("--cflags", action="store_true", help="include flags")
+    s.add_argument("--libs", action="store_true", help="linker flags (with rpath)")
+    s.add_argument("--cmake", action="store_true", help="directory for CMake's accio_DIR")
+    s.add_argument("--pkgconfig", action="store_true", help="directory for PKG_CONFIG_PATH")
+    s.add_argument("--prefix", action="store_true", help="installation prefix")
+    s.set_defaults(func=_cmd_config)
+
+    from .compare import add_arguments
+    s = sub.add_parser("compare", help="compare the mechanisms writing and reading one file",
+                       description="Writes, syncs, cold-reads and re-reads one file with each mechanism and "
+                       "prints MiB/s per mechanism: the short comparison that `make demo` runs.")
+    add_arguments(s)
+    s.set_defaults(func=_cmd_compare)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except OSError as e:
+        print(f"accio: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""`accio info`: what this machine offers for file I/O, and what accio will do on it."""
+from __future__ import annotations
+
+import os
+import platform
+import resource
+
+from . import _ext, settings as _settings_mod  # noqa: F401
+
+
+def _meminfo() -> dict[str, int]:
+    out = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                k, v = line.split(":", 1)
+                out[k] = int(v.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            s = f.read()
+        return s[s.index("[") + 1:s.index("]")]
+    except (OSError, ValueError):
+        return "unknown"
+
+
+def filesystem(path: str) -> dict:
+    """Mount point, filesystem type and device holding path (from /proc/self/mountinfo)."""
+    path = os.path.realpath(path)
+    best = {"mount_point": "/", "fstype": "unknown", "device": "unknown"}
+    best_len = -1
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, right = line.split(" - ", 1)
+                mnt = left.split()[4].replace("\\040", " ")
+                fstype, dev = right.split()[:2]
+                inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= best_len:
+                    best = {"mount_point": mnt, "fstype": fstype, "device": dev}
+                    best_len = len(mnt)
+    except OSError:
+        pass
+    return best
+
+
+def _limit(v: int) -> str | int:
+    return "unlimited" if v == resource.RLIM_INFINITY else v
+
+
+def gather(path: str = ".") -> dict:
+    mi = _meminfo()
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    uring_ok, uring_detail = _ext.probe("io_uring")
+    cs_ok, cs_detail = _ext.probe("cachestat")
+    mc_ok, mc_detail = _ext.probe("mincore")
+    try:
+        od_ok, od_detail = _ext.probe("o_direct", path)
+    except OSError as e:
+        od_ok, od_detail = False, str(e)
+    u = platform.uname()
+    return {
+        "accio_version": _ext.version(),
+        "kernel": f"{u.system} {u.release}",
+        "machine": u.machine,
+        "cpu": {"model": _cpu_model(), "count": os.cpu_count(), "usable": len(os.sched_getaffinity(0))},
+        "memory": {"total_kib": mi.get("MemTotal", 0), "available_kib": mi.get("MemAvailable", 0)},
+        "io_uring": {"available": uring_ok, "detail": uring_detail or "io_uring_setup works"},
+        "huge_pages": {
+            "reserved": mi.get("HugePages_Total", 0), "free": mi.get("HugePages_Free", 0),
+            "size_kib": mi.get("Hugepagesize", 0), "thp": _thp_mode(),
+        },
+        "rlimit_memlock": {"soft": _limit(soft), "hard": _limit(hard)},
+        "path": {"path": os.path.realpath(path), **filesystem(path),
+                 "o_direct": {"supported": od_ok, "detail": od_detail}},
+        "residency_query": {"cachestat": cs_ok, "mincore": mc_ok,
+                            "method": "cachestat" if cs_ok else ("mincore" if mc_ok else "none"),
+                            "detail": cs_detail if cs_ok else mc_detail},
+        "gpus": {"devices": [], "detail": "no device back end in this build yet (CUDA back end: planned)"},
+        "mechanisms": [{"name": n, "available": ok, "detail": why} for n, ok, why in _ext.mechanisms()],
+        "settings": [{"name": n, "env": e, "value": v, "doc": d} for n, e, d, v in _ext.settings([])],
+    }
+
+
+def _kib(v) -> str:
+    if isinstance(v, str):
+        return v
+    return f"{v / 1024 / 1024:.1f} GiB" if v >= 1024 * 1024 else f"{v} KiB"
+
+
+def render(info: dict) -> str:
+    hp = info["huge_pages"]
+    ml = info["rlimit_memlock"]
+    p = info["path"]
+    lines = [
+        f"accio {info['accio_version']}",
+        f"kernel        {info['kernel']} ({info['machine']})",
+        f"cpu           {info['cpu']['model']}, {info['cpu']['usable']} of {info['cpu']['count']} CPUs usable",
+        f"memory        {_kib(info['memory']['total_kib'])} total, {_kib(info['memory']['available_kib'])} available",
+        f"io_uring      {'yes' if info['io_uring']['available'] else 'no'} ({info['io_uring']['detail']})",
+        f"huge pages    {hp['reserved']} reserved, {hp['free']} free ({hp['size_kib']} KiB each); THP {hp['thp']}",
+        f"memlock limit soft {ml['soft'] if isinstance(ml['soft'], str) else _kib(ml['soft'] // 1024)}, "
+        f"hard {ml['hard'] if isinstance(ml['hard'], str) else _kib(ml['hard'] // 1024)}",
+        f"path          {p['path']}: {p['fstype']} on {p['device']} (mounted at {p['mount_point']})",
+        f"O_DIRECT      {'yes' if p['o_direct']['supported'] else 'no'} ({p['o_direct']['detail']})",
+        f"residency     {info['residency_query']['method']} ({info['residency_query']['detail']})",
+        f"gpus          none ({info['gpus']['detail']})",
+        "mechanisms",
+    ]
+    for m in info["mechanisms"]:
+        lines.append(f"  {m['name']:<10} {'available' if m['available'] else 'unavailable: ' + m['detail']}")
+    lines.append("settings (ACCIO_<NAME> or the API, same names)")
+    for s in info["settings"]:
+        lines.append(f"  {s['name']:<13} {s['value']:<10} {s['env']:<19} {s['doc']}")
+    return "\n".join(lines)
