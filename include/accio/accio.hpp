@@ -5,6 +5,7 @@
 //   std::vector<char> buf(f.size());
 //   size_t n = f.pread(buf.data(), buf.size(), 0);
 #pragma once
+#include <cerrno>
 #include <cstdint>
 #include <string>
 #include <system_error>
@@ -107,49 +108,54 @@ class File {
   }
   ~File() { accio_close(f_); }
 
-  size_t pread(void* buf, size_t n, int64_t off) { return static_cast<size_t>(detail::check(accio_pread(f_, buf, n, off))); }
+  size_t pread(void* buf, size_t n, int64_t off) { return static_cast<size_t>(detail::check(accio_pread(h(), buf, n, off))); }
   size_t pwrite(const void* buf, size_t n, int64_t off) {
-    return static_cast<size_t>(detail::check(accio_pwrite(f_, buf, n, off)));
+    return static_cast<size_t>(detail::check(accio_pwrite(h(), buf, n, off)));
   }
-  int64_t append(const void* buf, size_t n) { return detail::check(accio_append(f_, buf, n)); }
+  int64_t append(const void* buf, size_t n) { return detail::check(accio_append(h(), buf, n)); }
   Future pread_async(void* buf, size_t n, int64_t off) {
     accio_future* fut;
-    detail::check(accio_pread_async(f_, buf, n, off, &fut));
+    detail::check(accio_pread_async(h(), buf, n, off, &fut));
     return Future(fut);
   }
   Future pwrite_async(const void* buf, size_t n, int64_t off) {
     accio_future* fut;
-    detail::check(accio_pwrite_async(f_, buf, n, off, &fut));
+    detail::check(accio_pwrite_async(h(), buf, n, off, &fut));
     return Future(fut);
   }
   std::vector<Future> submit(const std::vector<Request>& reqs, accio_op op) {
     std::vector<accio_request> rs;
     for (auto& r : reqs) rs.push_back({r.buf, r.size, r.offset});
     std::vector<accio_future*> fs(reqs.size());
-    detail::check(accio_submit(f_, op, rs.data(), rs.size(), fs.data()));
+    detail::check(accio_submit(h(), op, rs.data(), rs.size(), fs.data()));
     std::vector<Future> out;
     for (auto* p : fs) out.emplace_back(p);
     return out;
   }
-  void fsync() { detail::check(accio_fsync(f_)); }
-  uint64_t size() { return static_cast<uint64_t>(detail::check(accio_size(f_))); }
+  void fsync() { detail::check(accio_fsync(h())); }
+  uint64_t size() { return static_cast<uint64_t>(detail::check(accio_size(h()))); }
   void close() {
     int rc = accio_close(std::exchange(f_, nullptr));
     detail::check(rc);
   }
   std::string plan(size_t n, accio_op op) {
-    const char* m = accio_plan(f_, n, op);
+    const char* m = accio_plan(h(), n, op);
     if (!m) throw Error::last();
     return m;
   }
   accio_stats stats() const {
     accio_stats s;
-    accio_file_stats(f_, &s);
+    accio_file_stats(h(), &s);
     return s;
   }
-  accio_file* handle() const { return f_; }
+  accio_file* handle() const { return h(); }
 
  private:
+  // The open handle; after close() every call throws EBADF like the C API does on a closed file.
+  accio_file* h() const {
+    if (!f_) throw Error(EBADF, "use", "", -1, "file is closed (errno 9)");
+    return f_;
+  }
   accio_file* f_ = nullptr;
 };
 

@@ -1,0 +1,287 @@
+// Fault tests: every error names op, path, offset and errno; shortages fall back with one warning;
+// nothing crashes or silently corrupts. EFBIG, ENOSPC, EINTR and short transfers (injected through
+// the syscall table and by a signal storm), tiny RLIMIT_MEMLOCK, no huge pages, permissions,
+// missing paths, directories, closed handles, bad settings.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "base/sys.hpp"
+#include "engine/file.hpp"
+#include "helpers.hpp"
+#include "mem/staging.hpp"
+
+using namespace accio;
+using namespace testing_accio;
+
+namespace {
+const char* kMechs[] = {"posix", "parallel", "direct", "uring"};
+
+base::Settings mech(const char* m, bool direct = false) {
+  auto s = base::Settings::defaults();
+  s.set("mechanism", m);
+  s.set("task_size", "256k");
+  s.set("buffer_size", "256k");
+  s.set("threads", "3");
+  if (direct) s.set("direct", "on");
+  return s;
+}
+
+template <class F>
+base::Error expect_error(F&& f) {
+  try {
+    f();
+  } catch (const base::Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error thrown";
+  return base::Error(0, "", "", -1);
+}
+
+TEST(Faults, MissingPathDirectoryAndBadMode) {
+  TempDir d;
+  auto e = expect_error([&] { engine::File::open(d.file("nope"), "r", mech("posix")); });
+  EXPECT_EQ(e.errnum(), ENOENT);
+  EXPECT_EQ(e.op(), "open");
+  EXPECT_NE(std::string(e.what()).find(d.file("nope")), std::string::npos);
+  e = expect_error([&] { engine::File::open(d.path(), "r", mech("posix")); });
+  EXPECT_EQ(e.errnum(), EISDIR);
+  e = expect_error([&] { engine::File::open(d.path(), "w", mech("posix")); });
+  EXPECT_EQ(e.errnum(), EISDIR);
+  e = expect_error([&] { engine::File::open(d.file("x"), "rwx", mech("posix")); });
+  EXPECT_EQ(e.errnum(), EINVAL);
+  EXPECT_NE(std::string(e.what()).find("invalid mode"), std::string::npos);
+  auto s = mech("posix");
+  s.mechanism = "warp";
+  e = expect_error([&] { engine::File::open(d.file("x"), "w", s); });
+  EXPECT_EQ(e.errnum(), EINVAL);
+  EXPECT_NE(std::string(e.what()).find("unknown mechanism 'warp'"), std::string::npos);
+}
+
+TEST(Faults, WrongAccessModeAndClosedHandle) {
+  TempDir d;
+  { auto f = engine::File::open(d.file("a"), "w", mech("posix")); }
+  auto f = engine::File::open(d.file("a"), "r", mech("posix"));
+  char b[16] = {};
+  auto e = expect_error([&] { f->pwrite(b, sizeof b, 0); });
+  EXPECT_EQ(e.errnum(), EBADF);
+  EXPECT_NE(std::string(e.what()).find("not opened for writing"), std::string::npos);
+  auto w = engine::File::open(d.file("a"), "w", mech("posix"));
+  e = expect_error([&] { w->pread(b, sizeof b, 0); });
+  EXPECT_EQ(e.errnum(), EBADF);
+  f->close();
+  e = expect_error([&] { f->pread(b, sizeof b, 0); });
+  EXPECT_EQ(e.errnum(), EBADF);
+  EXPECT_NE(std::string(e.what()).find("closed"), std::string::npos);
+  f->close();  // closing twice is harmless
+}
+
+TEST(Faults, ReadOnlyFileOpenedForWrite) {
+  TempDir d;
+  const std::string p = d.file("ro");
+  { auto f = engine::File::open(p, "w", mech("posix")); }
+  ASSERT_EQ(chmod(p.c_str(), 0444), 0);
+  DropCap nodac(CAP_DAC_OVERRIDE);  // root would otherwise bypass the permission bits
+  for (const char* mode : {"w", "r+", "a"}) {
+    auto e = expect_error([&] { engine::File::open(p, mode, mech("posix")); });
+    EXPECT_EQ(e.errnum(), EACCES) << mode;
+    EXPECT_EQ(e.path(), p);
+  }
+}
+
+TEST(Faults, NoSpaceOnDevFull) {
+  for (const char* m : kMechs) {
+    auto f = engine::File::open("/dev/full", "w", mech(m));
+    std::vector<char> b(1 << 20, 'x');
+    auto e = expect_error([&] { f->pwrite(b.data(), b.size(), 0); });
+    EXPECT_EQ(e.errnum(), ENOSPC) << m;
+    EXPECT_NE(std::string(e.what()).find("/dev/full"), std::string::npos) << e.what();
+    EXPECT_EQ(f->stats().errors, 1u);
+  }
+}
+
+TEST(Faults, NoSpaceOnSmallTmpfs) {
+  TempDir d;
+  if (mount("tmpfs", d.path().c_str(), "tmpfs", 0, "size=1m") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  struct Unmount {
+    std::string p;
+    ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
+  } um{d.path()};
+  std::vector<char> b(3 << 20, 'y');
+  for (const char* m : kMechs) {
+    for (bool direct : {false, true}) {
+      auto f = engine::File::open(d.file(std::string(m) + (direct ? "d" : "")), "w", mech(m, direct));
+      auto e = expect_error([&] { f->pwrite(b.data() + 1, b.size() - 1, 1); });
+      EXPECT_EQ(e.errnum(), ENOSPC) << m;
+      EXPECT_GE(e.offset(), 0);
+      f->close();
+      unlink(d.file(std::string(m) + (direct ? "d" : "")).c_str());
+    }
+  }
+}
+
+TEST(Faults, FileTooLargeUnderRlimitFsize) {
+  TempDir d;
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  auto old_sig = signal(SIGXFSZ, SIG_IGN);
+  rlimit lim{1 << 20, old.rlim_max};
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  std::vector<char> b(3 << 20, 'z');
+  for (const char* m : kMechs) {
+    for (bool direct : {false, true}) {
+      auto f = engine::File::open(d.file(m), "w", mech(m, direct));
+      auto e = expect_error([&] { f->pwrite(b.data(), b.size(), 0); });
+      EXPECT_EQ(e.errnum(), EFBIG) << m << " direct=" << direct << ": " << e.what();
+      EXPECT_GE(e.offset(), 1 << 20) << m;  // the first byte past the limit, or a task beyond it
+      EXPECT_LE(f->size(), size_t{1} << 20);
+    }
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_sig);
+}
+
+// The syscall table lets us interrupt and shorten every transfer deterministically.
+std::atomic<int> g_calls{0};
+ssize_t flaky_pread(int fd, void* b, size_t n, off_t o) {
+  int c = g_calls.fetch_add(1);
+  if (c % 3 == 0) {
+    errno = EINTR;
+    return -1;
+  }
+  if (c % 3 == 1 && n > 1 && (o % 4096 == 0) && fcntl(fd, F_GETFL) & O_DIRECT) n = n / 4096 > 1 ? (n / 4096 / 2) * 4096 : n;
+  else if (c % 3 == 1 && n > 1 && !(fcntl(fd, F_GETFL) & O_DIRECT)) n = n / 2;
+  return base::sys::real_ops().pread(fd, b, n, o);
+}
+ssize_t flaky_pwrite(int fd, const void* b, size_t n, off_t o) {
+  int c = g_calls.fetch_add(1);
+  if (c % 3 == 0) {
+    errno = EINTR;
+    return -1;
+  }
+  if (c % 3 == 1 && n > 1 && !(fcntl(fd, F_GETFL) & O_DIRECT)) n = n / 2;
+  return base::sys::real_ops().pwrite(fd, b, n, o);
+}
+
+TEST(Faults, InterruptedAndShortTransfersAreRetried) {
+  TempDir d;
+  base::sys::ops() = {&flaky_pread, &flaky_pwrite};
+  std::mt19937_64 rng(7);
+  std::vector<char> src(5 << 20), dst(5 << 20);
+  fill_random(src.data(), src.size(), rng);
+  for (const char* m : {"posix", "parallel", "direct"}) {
+    auto f = engine::File::open(d.file(m), "w+", mech(m));
+    ASSERT_EQ(f->pwrite(src.data() + 3, src.size() - 3, 5), src.size() - 3) << m;
+    ASSERT_EQ(f->pread(dst.data(), src.size(), 5), src.size() - 3) << m;
+    EXPECT_TRUE(std::equal(src.begin() + 3, src.end(), dst.begin())) << m;
+  }
+  base::sys::ops() = base::sys::real_ops();
+  EXPECT_GT(g_calls.load(), 30);
+}
+
+void on_alarm(int) {}
+
+TEST(Faults, SignalStormDuringLongTransfers) {
+  TempDir d;
+  struct sigaction sa {};
+  sa.sa_handler = on_alarm;  // no SA_RESTART: interrupted waits return EINTR
+  struct sigaction old {};
+  sigaction(SIGALRM, &sa, &old);
+  itimerval it{{0, 200}, {0, 200}}, stop{};
+  setitimer(ITIMER_REAL, &it, nullptr);
+  std::mt19937_64 rng(11);
+  std::vector<char> src(24 << 20), dst(24 << 20);
+  fill_random(src.data(), src.size(), rng);
+  for (const char* m : kMechs) {
+    for (bool direct : {false, true}) {
+      auto f = engine::File::open(d.file(m), "w+", mech(m, direct));
+      ASSERT_EQ(f->pwrite(src.data(), src.size(), 0), src.size());
+      f->fsync();
+      ASSERT_EQ(f->pread(dst.data(), dst.size(), 0), dst.size());
+      EXPECT_EQ(src, dst) << m;
+    }
+  }
+  setitimer(ITIMER_REAL, &stop, nullptr);
+  sigaction(SIGALRM, &old, nullptr);
+}
+
+TEST(Faults, TinyMemlockFallsBackWithOneWarning) {
+  rlimit old{};
+  getrlimit(RLIMIT_MEMLOCK, &old);
+  rlimit tiny{4096, old.rlim_max};
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &tiny), 0);
+  {
+    DropCap nolock(CAP_IPC_LOCK);  // root would otherwise ignore RLIMIT_MEMLOCK
+    mem::StagingPool pool(1 << 20, 2, false);
+    EXPECT_FALSE(pool.buffer(0).locked);
+    std::memset(pool.data(1), 7, 1 << 20);  // usable
+    mem::StagingPool again(1 << 20, 2, false);
+    EXPECT_FALSE(again.buffer(1).locked);
+  }
+  setrlimit(RLIMIT_MEMLOCK, &old);
+  int n = 0;
+  for (auto& w : base::warnings()) n += w.find("RLIMIT_MEMLOCK") != std::string::npos && w.find("lock staging") != std::string::npos;
+  EXPECT_EQ(n, 1) << "one warning naming the limit";
+}
+
+TEST(Faults, HugePagesOrDocumentedFallback) {
+  mem::StagingPool huge(3 << 20, 1, true);
+  auto info = mem::huge_page_info();
+  const auto& b = huge.buffer(0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.ptr) % 4096, 0u);
+  if (info.free * info.size_kib * 1024 >= 4 << 20) EXPECT_EQ(b.backing, mem::Backing::hugetlb);
+  else if (info.thp_mode != "never") EXPECT_EQ(b.backing, mem::Backing::thp);
+  else EXPECT_EQ(b.backing, mem::Backing::small_pages);
+  mem::StagingPool small(1 << 20, 1, false);
+  EXPECT_EQ(small.buffer(0).backing, mem::Backing::small_pages);
+}
+
+TEST(Faults, BadSettingsAreClearErrors) {
+  auto s = base::Settings::defaults();
+  auto e = expect_error([&] { s.set("threads", "many"); });
+  EXPECT_EQ(e.errnum(), EINVAL);
+  EXPECT_NE(std::string(e.what()).find("threads"), std::string::npos);
+  e = expect_error([&] { s.set("task_size", "1q"); });
+  EXPECT_EQ(e.errnum(), EINVAL);
+  e = expect_error([&] { s.set("bogus", "1"); });
+  EXPECT_NE(std::string(e.what()).find("unknown setting 'bogus'"), std::string::npos);
+  setenv("ACCIO_QUEUE_DEPTH", "0", 1);
+  e = expect_error([&] { base::Settings::from_env(); });
+  EXPECT_NE(std::string(e.what()).find("ACCIO_QUEUE_DEPTH"), std::string::npos);
+  unsetenv("ACCIO_QUEUE_DEPTH");
+  setenv("ACCIO_TASK_SIZE", "8MiB", 1);
+  EXPECT_EQ(base::Settings::from_env().task_size, size_t{8} << 20);
+  unsetenv("ACCIO_TASK_SIZE");
+  EXPECT_EQ(base::parse_size("4k"), 4096u);
+  EXPECT_EQ(base::parse_size("2 GiB"), size_t{2} << 30);
+  EXPECT_EQ(base::format_size(size_t{4} << 20), "4MiB");
+}
+
+TEST(Faults, DirectOnFilesystemWithoutODirectFallsBack) {
+  // /dev/zero is not a regular file: no O_DIRECT descriptor, so direct runs as posix, once warned.
+  auto f = engine::File::open("/dev/zero", "r", mech("direct"));
+  EXPECT_STREQ(f->plan(1 << 20, false).name(), "posix");
+  std::vector<char> b(1 << 20, 1);
+  EXPECT_EQ(f->pread(b.data(), b.size(), 0), b.size());
+  EXPECT_EQ(b[12345], 0);
+  EXPECT_EQ(f->stats().last_mechanism, io::find("posix")->id);
+}
+
+TEST(Faults, OverflowingOffsetIsRejected) {
+  TempDir d;
+  auto f = engine::File::open(d.file("o"), "w+", mech("posix"));
+  char b[8];
+  auto e = expect_error([&] { f->pread(b, 8, ~uint64_t{0} - 2); });
+  EXPECT_EQ(e.errnum(), EINVAL);
+  e = expect_error([&] { f->pread(nullptr, 8, 0); });
+  EXPECT_EQ(e.errnum(), EFAULT);
+}
+}  // namespace

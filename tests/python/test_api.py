@@ -1,0 +1,198 @@
+"""Python API: open/read_into/write_from with every buffer kind and mechanism, async, batches,
+convenience read/write, settings, stats, and errors as OSError subclasses."""
+import errno
+import mmap
+import os
+
+import numpy as np
+import pytest
+
+import accio
+
+
+def test_version_and_mechanisms():
+    assert accio.__version__ == "0.1.0"
+    names = [m[0] for m in accio.mechanisms()]
+    assert names == ["posix", "parallel", "direct", "uring"]
+
+
+@pytest.mark.parametrize("kind", ["bytearray", "memoryview", "numpy", "numpy2d", "mmap", "dlpack"])
+def test_round_trip_every_buffer_kind(tmp_path, mechanism, kind):
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 256, size=17 * 185_001, dtype=np.uint8)  # 3 MiB + 17 B, divisible by 17
+
+    def make(n):
+        if kind == "bytearray":
+            return bytearray(n)
+        if kind == "memoryview":
+            return memoryview(bytearray(n))
+        if kind == "numpy":
+            return np.zeros(n, dtype=np.uint8)
+        if kind == "numpy2d":
+            return np.zeros((n // 17, 17), dtype=np.uint8)
+        if kind == "mmap":
+            return mmap.mmap(-1, n)
+        return _DLPackOnly(np.zeros(n, dtype=np.uint8))
+
+    p = tmp_path / "f.bin"
+    with accio.open(p, "w+", mechanism=mechanism, task_size="256k", threads=3) as f:
+        src = make(data.nbytes)
+        np.frombuffer(_raw(src), dtype=np.uint8)[:] = data
+        assert f.write_from(src, offset=5) == data.nbytes
+        assert f.size == data.nbytes + 5
+        dst = make(data.nbytes)
+        assert f.read_into(dst, offset=5) == data.nbytes
+        assert np.array_equal(np.frombuffer(_raw(dst), dtype=np.uint8), data)
+        st = f.stats()
+        assert st["reads"] == 1 and st["writes"] == 1 and st["bytes_written"] == data.nbytes
+        assert st["last_mechanism"] in ("posix", "parallel", "direct", "uring")
+    assert p.read_bytes()[5:] == data.tobytes()
+
+
+class _DLPackOnly:
+    """An object that offers only DLPack (like a PyTorch CPU tensor), not the buffer protocol."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack__(self, **kw):
+        return self.arr.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+def _raw(buf):
+    return buf.arr if isinstance(buf, _DLPackOnly) else buf
+
+
+def test_bytes_is_accepted_for_writes_but_not_reads(tmp_path):
+    with accio.open(tmp_path / "b", "w+") as f:
+        assert f.write_from(b"hello world") == 11
+        with pytest.raises((BufferError, TypeError)):
+            f.read_into(b"immutable!!")
+
+
+def test_non_contiguous_array_is_rejected(tmp_path):
+    with accio.open(tmp_path / "nc", "w+") as f:
+        a = np.zeros((64, 64), dtype=np.uint8)[:, ::2]
+        with pytest.raises((BufferError, ValueError)):
+            f.write_from(a)
+
+
+def test_read_and_write_convenience(tmp_path, mechanism):
+    arr = np.arange(1_000_000, dtype=np.float64)
+    p = tmp_path / "arr"
+    assert accio.write(p, arr, mechanism=mechanism, fsync=True) == arr.nbytes
+    back = accio.read(p, mechanism=mechanism)
+    assert back.dtype == np.uint8 and back.nbytes == arr.nbytes
+    assert np.array_equal(back.view(np.float64), arr)
+
+
+def test_short_read_at_eof_is_a_count(tmp_path, mechanism):
+    p = tmp_path / "s"
+    p.write_bytes(b"x" * 10000)
+    with accio.open(p, "r", mechanism=mechanism) as f:
+        buf = bytearray(8192)
+        assert f.read_into(buf, offset=5000) == 5000
+        assert f.read_into(buf, offset=20000) == 0
+
+
+def test_async_and_submit(tmp_path, mechanism):
+    p = tmp_path / "a"
+    chunks = [os.urandom(100_000 + i) for i in range(8)]
+    offs = [i * 200_000 for i in range(8)]
+    with accio.open(p, "w+", mechanism=mechanism) as f:
+        futs = f.submit(zip(chunks, offs), write=True)
+        assert [fu.result() for fu in futs] == [len(c) for c in chunks]
+        fut = f.read_into_async(bytearray(10), 0)
+        assert fut.result(timeout=30) == 10 and fut.done()
+        outs = [bytearray(len(c)) for c in chunks]
+        for fu in f.submit(zip(outs, offs)):
+            fu.result()
+        assert [bytes(o) for o in outs] == chunks
+        wf = f.write_from_async(np.ones(1000, dtype=np.uint8), offset=0)
+        assert wf.result() == 1000
+
+
+def test_append_mode(tmp_path):
+    p = tmp_path / "log"
+    with accio.open(p, "a") as f:
+        assert f.write_from(b"one,") == 4
+        assert f.append(b"two,") == 4
+    with accio.open(p, "a+") as f:
+        f.write_from(b"three")
+        buf = bytearray(13)
+        assert f.read_into(buf) == 13
+    assert p.read_bytes() == b"one,two,three"
+
+
+def test_settings_names_env_and_api(monkeypatch):
+    s = accio.settings()
+    assert set(s) == {"mechanism", "threads", "task_size", "buffer_size", "buffer_count",
+                      "queue_depth", "huge_pages", "direct"}
+    monkeypatch.setenv("ACCIO_TASK_SIZE", "8m")
+    assert accio.settings()["task_size"] == str(8 << 20)
+    assert accio.settings(task_size="1m")["task_size"] == str(1 << 20)  # API wins over environment
+    assert accio.settings(direct=True)["direct"] == "on"
+
+
+def test_plan_and_auto_rule(tmp_path):
+    with accio.open(tmp_path / "p", "w+", task_size="1m", threads=2) as f:
+        assert f.plan(4096) == "posix"
+        assert f.plan(64 << 20) == "parallel"
+        assert f.setting("mechanism") == "auto"
+
+
+def test_residency(tmp_path):
+    p = tmp_path / "r"
+    p.write_bytes(b"z" * (1 << 20))
+    with accio.open(p, "r") as f:
+        r = f.residency()
+        assert r["total"] == 1 << 20 and 0 <= r["cached"] <= r["total"]
+
+
+def test_global_stats():
+    accio.reset_global_stats()
+    before = accio.global_stats()
+    assert before["reads"] == 0
+
+
+# ---- errors ----
+
+def test_missing_path_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError) as ei:
+        accio.open(tmp_path / "missing")
+    e = ei.value
+    assert isinstance(e, accio.Error) and isinstance(e, OSError)
+    assert e.errno == errno.ENOENT and e.operation == "open"
+    assert e.filename == str(tmp_path / "missing") and e.offset is None
+    assert "missing" in str(e)
+
+
+def test_directory_is_a_directory_error(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        accio.open(tmp_path, "r")
+
+
+def test_enospc_carries_offset():
+    with accio.open("/dev/full", "w", mechanism="posix") as f:
+        with pytest.raises(accio.Error) as ei:
+            f.write_from(b"x" * 4096, offset=0)
+    assert ei.value.errno == errno.ENOSPC and ei.value.operation == "pwrite" and ei.value.offset == 0
+
+
+def test_bad_setting_and_mechanism(tmp_path):
+    with pytest.raises(accio.Error) as ei:
+        accio.open(tmp_path / "x", "w", threads="many")
+    assert ei.value.errno == errno.EINVAL and "threads" in str(ei.value)
+    with pytest.raises(accio.Error, match="unknown mechanism"):
+        accio.open(tmp_path / "x", "w", mechanism="warp")
+
+
+def test_closed_file(tmp_path):
+    f = accio.open(tmp_path / "c", "w+")
+    f.close()
+    with pytest.raises(accio.Error) as ei:
+        f.read_into(bytearray(4))
+    assert ei.value.errno == errno.EBADF
