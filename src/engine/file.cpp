@@ -164,11 +164,11 @@ void File::close() {
   if (rc != 0 && errno != EINTR) throw Error(errno, "close", ref_.path, base::kNoOffset);
 }
 
-void File::begin(const char* op, int64_t off, bool write) {
+void File::begin(const char* op, int64_t off, std::optional<bool> write) {
   std::lock_guard lk(mu_);
   if (closed_) throw Error(EBADF, op, ref_.path, off, "file is closed");
-  if (write ? !writable_ : !readable_)
-    throw Error(EBADF, op, ref_.path, off, write ? "file not opened for writing" : "file not opened for reading");
+  if (write && (*write ? !writable_ : !readable_))
+    throw Error(EBADF, op, ref_.path, off, *write ? "file not opened for writing" : "file not opened for reading");
   ++inflight_;
 }
 
@@ -214,28 +214,19 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
 
 size_t File::pread(void* buf, size_t n, uint64_t off) {
   begin("pread", static_cast<int64_t>(off), false);
-  struct Guard {
-    File* f;
-    ~Guard() { f->end(); }
-  } g{this};
+  const Scope scope(this);
   return transfer(buf, n, off, false);
 }
 
 size_t File::pwrite(const void* buf, size_t n, uint64_t off) {
   begin("pwrite", static_cast<int64_t>(off), true);
-  struct Guard {
-    File* f;
-    ~Guard() { f->end(); }
-  } g{this};
+  const Scope scope(this);
   return transfer(const_cast<void*>(buf), n, off, true);
 }
 
 uint64_t File::append(const void* buf, size_t n) {
   begin("append", base::kNoOffset, true);
-  struct Guard {
-    File* f;
-    ~Guard() { f->end(); }
-  } g{this};
+  const Scope scope(this);
   const uint64_t off = end_.fetch_add(n);
   transfer(const_cast<void*>(buf), n, off, true);
   return off;
@@ -244,10 +235,7 @@ uint64_t File::append(const void* buf, size_t n) {
 std::future<size_t> File::async(void* buf, size_t n, uint64_t off, bool write) {
   begin(write ? "pwrite_async" : "pread_async", static_cast<int64_t>(off), write);
   auto task = std::make_shared<std::packaged_task<size_t()>>([self = shared_from_this(), buf, n, off, write] {
-    struct Guard {
-      File* f;
-      ~Guard() { f->end(); }
-    } g{self.get()};
+    const Scope scope(self.get());
     return self->transfer(buf, n, off, write);
   });
   auto fut = task->get_future();
@@ -268,15 +256,8 @@ std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, 
 }
 
 void File::fsync() {
-  {
-    std::lock_guard lk(mu_);
-    if (closed_) throw Error(EBADF, "fsync", ref_.path, base::kNoOffset, "file is closed");
-    ++inflight_;
-  }
-  struct Guard {
-    File* f;
-    ~Guard() { f->end(); }
-  } g{this};
+  begin("fsync", base::kNoOffset, std::nullopt);
+  const Scope scope(this);
   const uint64_t t0 = now_ns();
   int rc;
   do rc = ::fsync(ref_.fd);

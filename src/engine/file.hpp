@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,8 +81,15 @@ class File : public std::enable_shared_from_this<File> {
  private:
   File() = default;
   size_t transfer(void* buf, size_t n, uint64_t off, bool write);
-  void begin(const char* op, int64_t off, bool write);
+  // Every request runs between begin() (checks the handle is open and, when `write` is given, its
+  // access mode; counts the request in flight) and end(), which a Scope calls on every path.
+  void begin(const char* op, int64_t off, std::optional<bool> write);
   void end();
+  struct Scope {
+    File* f;
+    explicit Scope(File* file) : f(file) {}
+    ~Scope() { f->end(); }
+  };
   std::future<size_t> async(void* buf, size_t n, uint64_t off, bool write);
 
   io::FileRef ref_;

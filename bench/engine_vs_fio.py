@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Engine benchmark: accio's mechanisms against a plain baseline and against fio, side by side.
+
+Measures, in one run, on one file (default 2 GiB):
+  hot read     parallel (2 threads) vs posix, file fully cached (residency checked)
+  cold read    direct and uring (O_DIRECT, 1 MiB pieces, 16 in flight) vs
+               fio --direct=1 --ioengine=libaio --iodepth=16 --bs=1M, cache dropped before each run
+  write+fsync  the same three, fsync inside the timed region
+Each cell is the median of --repeat runs; the spread (min..max) is printed and stored.
+Speed goals are ratios measured here, never asserted: see docs/performance.md.
+
+    python bench/engine_vs_fio.py [--size 2g] [--dir DIR] [--repeat 3] [--json results/engine_vs_fio.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import accio
+from accio.info import filesystem, gather
+
+MiB = 1 << 20
+
+
+def parse_size(s: str) -> int:
+    from accio.compare import parse_size as p
+    return p(s)
+
+
+def drop_cache(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def residency(path: str) -> float:
+    with accio.open(path, "r", mechanism="posix") as f:
+        r = f.residency()
+    return r["cached"] / r["total"] if r["total"] else 0.0
+
+
+def accio_pass(path: str, size: int, record: int, buf, write: bool, fsync: bool, mechanism: str,
+               settings: dict) -> tuple[float, str]:
+    view = memoryview(buf)
+    with accio.open(path, "r+" if write else "r", mechanism, **settings) as f:
+        t0 = time.perf_counter()
+        for off in range(0, size, record):
+            n = min(record, size - off)
+            if write:
+                f.write_from(view[:n], off)
+            elif f.read_into(view[:n], off) != n:
+                raise RuntimeError("short read")
+        if fsync:
+            f.fsync()
+        dt = time.perf_counter() - t0
+        ran = f.stats()["last_mechanism"]
+    return size / MiB / dt, ran
+
+
+def fio_pass(path: str, size: int, write: bool) -> float:
+    cmd = ["fio", "--name=accio-peer", f"--filename={path}", f"--size={size}", "--bs=1M", "--direct=1",
+           "--ioengine=libaio", "--iodepth=16", f"--rw={'write' if write else 'read'}", "--output-format=json",
+           "--invalidate=1"]
+    if write:
+        cmd.append("--end_fsync=1")
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    job = out["jobs"][0]
+    side = job["write" if write else "read"]
+    # io bytes over the job's wall time (which includes the final fsync for writes)
+    return side["io_bytes"] / MiB / (job["job_runtime"] / 1000.0)
+
+
+def summarize(samples: list[float]) -> dict:
+    return {"mib_s": statistics.median(samples), "min": min(samples), "max": max(samples),
+            "stdev": statistics.stdev(samples) if len(samples) > 1 else 0.0, "samples": samples}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="2g")
+    ap.add_argument("--record", default="64m", help="bytes per accio request (default 64m)")
+    ap.add_argument("--dir", default=None, help="directory on the filesystem under test (default: temp dir)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    size, record = parse_size(args.size), parse_size(args.record)
+    directory = args.dir or tempfile.gettempdir()
+    have_fio = shutil.which("fio") is not None
+    if not have_fio:
+        print("fio not found: peer columns skipped (apt-get install fio)", file=sys.stderr)
+
+    buf = mmap.mmap(-1, record)
+    buf.write(os.urandom(MiB) * (record // MiB))
+    fd, path = tempfile.mkstemp(prefix="accio-bench-", dir=directory)
+    os.close(fd)
+    hot = {"threads": 2, "task_size": "4m"}
+    dio = {"task_size": "1m", "threads": 16, "buffer_size": "1m", "buffer_count": 16}
+    uring_dio = {"task_size": "1m", "queue_depth": 16, "direct": True, "buffer_size": "1m", "buffer_count": 16}
+    cells: dict[str, list[float]] = {}
+    ran: dict[str, str] = {}
+    notes: list[str] = []
+
+    def add(key, value, mech=None):
+        cells.setdefault(key, []).append(value)
+        if mech:
+            ran[key] = mech
+
+    try:
+        # Lay the file down once (posix) so every read pass reads the same blocks.
+        accio_pass(path, size, record, buf, True, True, "posix", {})
+        for rep in range(args.repeat):
+            print(f"repetition {rep + 1}/{args.repeat}", file=sys.stderr)
+            # -- hot read: warm the cache, check residency, then time
+            accio_pass(path, size, record, buf, False, False, "posix", {})
+            res = residency(path)
+            if res < 0.99:
+                notes.append(f"hot read: residency only {res:.1%} before timing")
+            for mech, st in (("posix", {}), ("parallel", hot)):
+                bw, m = accio_pass(path, size, record, buf, False, False, mech, st)
+                add(f"hot read/{mech}", bw, m)
+            # -- cold read
+            for mech, st in (("direct", dio), ("uring", uring_dio)):
+                drop_cache(path)
+                res = residency(path)
+                if res > 0.01:
+                    notes.append(f"cold read {mech}: residency {res:.1%} before timing")
+                bw, m = accio_pass(path, size, record, buf, False, False, mech, st)
+                add(f"cold read/{mech}", bw, m)
+            if have_fio:
+                drop_cache(path)
+                add("cold read/fio", fio_pass(path, size, False))
+            # -- write+fsync
+            for mech, st in (("direct", dio), ("uring", uring_dio)):
+                bw, m = accio_pass(path, size, record, buf, True, True, mech, st)
+                add(f"write+fsync/{mech}", bw, m)
+            if have_fio:
+                add("write+fsync/fio", fio_pass(path, size, True))
+    finally:
+        os.unlink(path)
+
+    results = {k: {**summarize(v), "ran": ran.get(k, "fio")} for k, v in cells.items()}
+    ratios = {
+        "hot read: parallel / posix": ("hot read/parallel", "hot read/posix", 1.8),
+        "cold read: direct / fio": ("cold read/direct", "cold read/fio", 0.95),
+        "cold read: uring / fio": ("cold read/uring", "cold read/fio", 0.95),
+        "write+fsync: direct / fio": ("write+fsync/direct", "write+fsync/fio", 0.95),
+        "write+fsync: uring / fio": ("write+fsync/uring", "write+fsync/fio", 0.95),
+    }
+    print(f"\n{'test/mechanism':<22}{'MiB/s':>10}{'min':>10}{'max':>10}  ran")
+    for k, r in results.items():
+        print(f"{k:<22}{r['mib_s']:>10.0f}{r['min']:>10.0f}{r['max']:>10.0f}  {r['ran']}")
+    print(f"\n{'ratio (median/median)':<30}{'value':>8}{'goal':>8}  met")
+    ratio_out = {}
+    for name, (a, b, goal) in ratios.items():
+        if a in results and b in results:
+            v = results[a]["mib_s"] / results[b]["mib_s"]
+            ratio_out[name] = {"value": v, "goal": goal, "met": v >= goal}
+            print(f"{name:<30}{v:>8.2f}{goal:>8.2f}  {'yes' if v >= goal else 'NO'}")
+    for n in sorted(set(notes)):
+        print(f"note: {n}")
+    if args.json:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        except OSError:
+            commit = ""
+        info = gather(directory)
+        doc = {
+            "schema": "accio.engine_vs_fio/1",
+            "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+            "accio_version": accio.__version__, "git_commit": commit,
+            "machine": {"kernel": info["kernel"], "cpu": info["cpu"], "memory": info["memory"],
+                        "hostname": platform.node()},
+            "filesystem": filesystem(directory), "directory": directory,
+            "fio_version": subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
+            if have_fio else None,
+            "size": size, "record": record, "repeat": args.repeat,
+            "settings": {"hot parallel": hot, "direct": dio, "uring": uring_dio},
+            "results": results, "ratios": ratio_out, "notes": sorted(set(notes)),
+        }
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
