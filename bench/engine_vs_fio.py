@@ -27,23 +27,10 @@ import tempfile
 import time
 
 import accio
+from accio.compare import drop_cache, parse_size
 from accio.info import filesystem, gather
 
 MiB = 1 << 20
-
-
-def parse_size(s: str) -> int:
-    from accio.compare import parse_size as p
-    return p(s)
-
-
-def drop_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def residency(path: str) -> float:

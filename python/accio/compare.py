@@ -45,7 +45,8 @@ def _progress(msg: str) -> None:
         print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
 
 
-def _drop_cache(path: str) -> None:
+def drop_cache(path: str) -> None:
+    """fsync path, then ask the kernel to drop its pages (posix_fadvise DONTNEED)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -67,7 +68,7 @@ def run_one(path: str, mech: str, size: int, record: int, buf: mmap.mmap, settin
         t2 = time.perf_counter()
         out["write"], out["write+fsync"] = t1 - t0, t2 - t0
         ran = f.stats()["last_mechanism"]
-    _drop_cache(path)
+    drop_cache(path)
     with File(path, "r", mech, **settings) as f:
         res = f.residency()
         out["cold_residency"] = res["cached"] / res["total"] if res["total"] else 0.0

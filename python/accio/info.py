@@ -5,7 +5,7 @@ import os
 import platform
 import resource
 
-from . import _ext, settings as _settings_mod  # noqa: F401
+from . import _ext
 
 
 def _meminfo() -> dict[str, int]:
@@ -116,7 +116,8 @@ def render(info: dict) -> str:
         f"io_uring      {'yes' if info['io_uring']['available'] else 'no'} ({info['io_uring']['detail']})",
         f"huge pages    {hp['reserved']} reserved, {hp['free']} free ({hp['size_kib']} KiB each); THP {hp['thp']}",
         f"memlock limit soft {ml['soft'] if isinstance(ml['soft'], str) else _kib(ml['soft'] // 1024)}, "
-        f"hard {ml['hard'] if isinstance(ml['hard'], str) else _kib(ml['hard'] // 1024)}",
+        f"hard {ml['hard'] if isinstance(ml['hard'], str) else _kib(ml['hard'] // 1024)}"
+        + (" (not enforced: running as root with CAP_IPC_LOCK)" if os.geteuid() == 0 else ""),
         f"path          {p['path']}: {p['fstype']} on {p['device']} (mounted at {p['mount_point']})",
         f"O_DIRECT      {'yes' if p['o_direct']['supported'] else 'no'} ({p['o_direct']['detail']})",
         f"residency     {info['residency_query']['method']} ({info['residency_query']['detail']})",
