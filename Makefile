@@ -41,7 +41,8 @@ venv: $(VENV)/.ready
 install: venv
 	$(PIP) install -q --no-build-isolation .
 
-# $(1) build dir, $(2) extra CMake flags
+# $(1) build dir, $(2) extra CMake flags; $(,) is a literal comma inside $(call ...)
+, := ,
 define cpp_build
 	cmake -S . -B $(1) -G Ninja -DACCIO_BUILD_TESTS=ON -DACCIO_WERROR=ON $(2) >/dev/null
 	cmake --build $(1) -j $(JOBS)
@@ -68,4 +69,3 @@ bench: install
 clean:
 	rm -rf $(BUILD) $(VENV)
 
-, := ,

@@ -16,7 +16,7 @@ import os
 from typing import Any, Iterable
 
 from . import _ext
-from ._errors import Error, error_class
+from ._errors import Error
 
 __all__ = ["open", "read", "write", "File", "Future", "Error", "settings", "mechanisms",
            "global_stats", "reset_global_stats", "__version__"]
@@ -38,11 +38,6 @@ def _kv(settings: dict[str, Any]) -> list[tuple[str, str]]:
 def settings(**overrides: Any) -> dict[str, str]:
     """Effective settings (defaults, then ACCIO_* environment, then overrides) by name."""
     return {name: value for name, _env, _doc, value in _ext.settings(_kv(overrides))}
-
-
-def setting_docs() -> list[tuple[str, str, str, str]]:
-    """(name, environment variable, description, effective value) for every knob."""
-    return _ext.settings([])
 
 
 def mechanisms() -> list[tuple[str, bool, str]]:
