@@ -62,6 +62,8 @@ int accio_setting_count(void);
 const char* accio_setting_name(int i);   /* "threads" */
 const char* accio_setting_env(int i);    /* "ACCIO_THREADS" */
 const char* accio_setting_doc(int i);
+/* "4096", "4k", "16MiB", "1g" -> bytes (binary units); -EINVAL (with a last error) if not a size. */
+int64_t accio_parse_size(const char* text);
 
 /* ---- files ---- */
 /* mode: "r", "r+" (or "rw"), "w", "w+", "a", "a+". settings may be NULL (defaults + environment). */

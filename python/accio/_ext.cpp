@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "accio/accio.hpp"
+#include "bench_phase.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -181,6 +182,7 @@ class PyFile {
   }
   std::string plan(size_t n, bool write) { return f_.plan(n, write ? ACCIO_OP_WRITE : ACCIO_OP_READ); }
   nb::dict stats() { return stats_dict(f_.stats()); }
+  accio_file* handle() const { return f_.handle(); }
   std::string setting(const std::string& name) {
     char buf[256];
     accio::detail::check(accio_file_setting(f_.handle(), name.c_str(), buf, sizeof buf));
@@ -233,7 +235,28 @@ NB_MODULE(_ext, m) {
       .def("setting", &PyFile::setting)
       .def("residency", &PyFile::residency);
 
+  m.def("bench_phase", [](const std::vector<PyFile*>& files, const std::vector<int64_t>& offsets,
+                          const std::vector<int64_t>& lengths, size_t record, bool write, bool random, bool fsync,
+                          bool verify, uint64_t seed) {
+    if (files.size() != offsets.size() || files.size() != lengths.size())
+      throw nb::value_error("files, offsets and lengths must have the same length");
+    std::vector<accio_bench::Job> jobs;
+    for (size_t i = 0; i < files.size(); ++i) jobs.push_back({files[i]->handle(), offsets[i], lengths[i]});
+    std::vector<accio_bench::Interval> r;
+    {
+      nb::gil_scoped_release nogil;
+      r = accio_bench::run_phase(jobs, {record, write, random, fsync, verify, seed});
+    }
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+    for (auto& iv : r) out.emplace_back(iv.start_ns, iv.end_ns, iv.bytes);
+    return out;
+  }, "files"_a, "offsets"_a, "lengths"_a, "record"_a, "write"_a, "random"_a = false, "fsync"_a = false,
+     "verify"_a = false, "seed"_a = 1, "Run one timed bench phase (see bench_phase.hpp); (start_ns, end_ns, bytes) per job.");
+
   m.def("version", [] { return std::string(accio_version()); });
+  m.def("parse_size", [](const std::string& text) { return accio::detail::check(accio_parse_size(text.c_str())); },
+        "Bytes in a size such as 4096, 4k, 16MiB or 1g (binary units).");
+  m.def("git_commit", [] { return std::string(ACCIO_GIT_COMMIT); });
   m.def("settings", [](const std::vector<std::pair<std::string, std::string>>& kv) {
     accio::Settings s = to_settings(kv);
     std::vector<std::tuple<std::string, std::string, std::string, std::string>> out;

@@ -1,4 +1,4 @@
-"""The `accio` command: info, config, compare. `accio COMMAND --help` describes each."""
+"""The `accio` command: info, config, bench. `accio COMMAND --help` describes each."""
 from __future__ import annotations
 
 import argparse
@@ -40,9 +40,9 @@ def _cmd_config(args) -> int:
     return 0
 
 
-def _cmd_compare(args) -> int:
-    from . import compare
-    return compare.main(args)
+def _cmd_bench(args) -> int:
+    from . import bench
+    return bench.main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,16 +69,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prefix", action="store_true", help="installation prefix")
     s.set_defaults(func=_cmd_config)
 
-    from .compare import add_arguments
-    s = sub.add_parser("compare", help="compare the mechanisms writing and reading one file",
-                       description="Writes, syncs, cold-reads and re-reads one file with each mechanism and "
-                       "prints MiB/s per mechanism: the short comparison that `make demo` runs.")
+    from .bench import add_arguments
+    s = sub.add_parser("bench", help="measure every mechanism (IOzone/IOR methodology), tables, JSON, plots",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  accio bench --preset quick --report report.html\n"
+                       "  accio bench -T write+sync,cold-read -s 1g -r 1m,16m -t 1,2 --json out.json\n"
+                       "  mpirun -np 4 accio bench --preset ior --layout fpp,shared\n"
+                       "  accio bench compare A.json B.json")
     add_arguments(s)
-    s.set_defaults(func=_cmd_compare)
+    s.set_defaults(func=_cmd_bench)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["bench", "compare"]:
+        from .bench import compare_main
+        return compare_main(argv[2:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
         print(f"accio: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -144,6 +144,16 @@ int accio_settings_get(const accio_settings* s, const char* name, char* out, siz
   ACCIO_CHECK(s && name, "accio_settings_get");
   return guard([&] { return copy_out(s->s.get(name), out, len); });
 }
+int64_t accio_parse_size(const char* text) {
+  ACCIO_CHECK(text, "accio_parse_size");
+  try {
+    size_t v = accio::base::parse_size(text);
+    if (v > size_t(INT64_MAX)) throw std::invalid_argument("too large");
+    return static_cast<int64_t>(v);
+  } catch (const std::exception&) {
+    return fail(EINVAL, "parse size", "", -1, std::string("not a size: '") + text + "' (use e.g. 4096, 4k, 16m, 1g)");
+  }
+}
 int accio_setting_count(void) { return static_cast<int>(accio::base::Settings::knobs().size()); }
 const char* accio_setting_name(int i) {
   return i >= 0 && i < accio_setting_count() ? accio::base::Settings::knobs()[i].name : nullptr;

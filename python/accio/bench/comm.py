@@ -1,0 +1,89 @@
+"""Processes for `accio bench`: one rank per process under mpirun (mpi4py), or a single process.
+
+IOR's rules: a barrier before every timed phase, and the phase's bandwidth is the total bytes over
+(latest end - earliest start) across all ranks. Each rank times itself with CLOCK_MONOTONIC; ranks
+on other hosts have their clock offset to rank 0 estimated once (the round trip with the smallest
+delay of several), so that start and end times can be compared across nodes.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+_MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+
+
+class Solo:
+    """The single-process case: every collective is the identity."""
+    rank, size, offset_ns = 0, 1, 0
+
+    def barrier(self) -> None:
+        pass
+
+    def allreduce(self, value, op: str):
+        return value
+
+    def bcast(self, value):
+        return value
+
+    def gather(self, value):
+        return [value]
+
+
+class Mpi:
+    def __init__(self):
+        try:
+            from mpi4py import MPI
+        except ImportError:
+            raise RuntimeError("running under an MPI launcher but mpi4py is not installed: "
+                               "pip install 'accio[mpi]' (or pip install mpi4py)") from None
+        self._mpi = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.offset_ns = self._clock_offset()
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def allreduce(self, value, op: str):
+        return self.comm.allreduce(value, op={"min": self._mpi.MIN, "max": self._mpi.MAX, "sum": self._mpi.SUM}[op])
+
+    def bcast(self, value):
+        return self.comm.bcast(value, root=0)
+
+    def gather(self, value):
+        return self.comm.gather(value, root=0)
+
+    def _clock_offset(self, rounds: int = 16) -> int:
+        """This rank's CLOCK_MONOTONIC minus rank 0's (0 on rank 0's host: the clock is system-wide)."""
+        host = socket.gethostname()
+        hosts = self.comm.allgather(host)
+        offset = 0
+        for peer in range(1, self.size):
+            if hosts[peer] == hosts[0]:
+                continue
+            if self.rank == 0:
+                for _ in range(rounds):
+                    self.comm.send(time.monotonic_ns(), dest=peer, tag=7)
+                    self.comm.recv(source=peer, tag=8)
+            elif self.rank == peer:
+                best = None
+                for _ in range(rounds):
+                    t0 = time.monotonic_ns()  # our clock when we start waiting
+                    theirs = self.comm.recv(source=0, tag=7)
+                    t1 = time.monotonic_ns()
+                    self.comm.send(None, dest=0, tag=8)
+                    # rank 0 stamped `theirs` somewhere in [t0, t1] of our clock; keep the tightest bracket
+                    if best is None or t1 - t0 < best[0]:
+                        best = (t1 - t0, (t0 + t1) // 2 - theirs)
+                offset = best[1]
+        return offset
+
+
+def under_mpi() -> bool:
+    return any(v in os.environ for v in _MPI_ENV)
+
+
+def world():
+    return Mpi() if under_mpi() else Solo()

@@ -1,0 +1,288 @@
+"""Runs a Spec: for every configuration and iteration, the selected tests in IOzone's order.
+
+Each timed phase: files prepared (created, or written untimed when a read test finds no data),
+caches handled (cold-read: fsync, drop, verify the residency), handles opened, a barrier across
+ranks, then the native phase (accio._ext.bench_phase: every thread of every rank starts at the
+barrier and times itself), then IOR's bandwidth: total bytes / (latest end - earliest start).
+Open and close are outside the timed region (IOzone without -c); fsync is inside for write+sync.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+
+from .. import File, _ext
+from . import fio
+from .spec import READ_TESTS, Mechanism, Spec
+
+MiB = 1 << 20
+COLD_MAX_RESIDENCY = 0.01  # a read is called cold only if at most 1% of its range is cached
+
+
+@dataclass(frozen=True)
+class Config:
+    directory: str
+    layout: str
+    processes: int
+    threads: int
+    file_size: int
+    record: int
+    mechanism: Mechanism
+
+    @property
+    def data_key(self):
+        """What the files hold after a write phase of this configuration (verifiable by reads)."""
+        return (self.directory, self.layout, self.processes, self.threads, self.file_size, self.record)
+
+
+@dataclass(frozen=True)
+class Job:
+    path: str
+    offset: int
+    length: int
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def drop_pages(path: str, offset: int, length: int) -> None:
+    """fsync the file, then drop the range's pages from the page cache (posix_fadvise DONTNEED)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def drop_all_caches() -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+class Runner:
+    def __init__(self, spec: Spec, comm, progress=None):
+        self.spec, self.comm, self.progress = spec, comm, progress
+        self.tag = comm.bcast(f"{os.getpid()}")
+        self.data_key = None  # what the files under test hold (None: unknown, no verification)
+        self.created: set[str] = set()
+        self.results: list[dict] = []
+
+    # -- files --
+    def jobs(self, c: Config) -> list[Job]:
+        """This rank's byte ranges: one per thread; none if the rank sits this configuration out."""
+        r = self.comm.rank
+        if r >= c.processes:
+            return []
+        out = []
+        for t in range(c.threads):
+            k = r * c.threads + t
+            if c.layout == "shared":
+                out.append(Job(self.path(c, 0), k * c.file_size, c.file_size))
+            else:
+                out.append(Job(self.path(c, k), 0, c.file_size))
+        return out
+
+    def path(self, c: Config, k: int) -> str:
+        if self.spec.files:
+            if k >= len(self.spec.files):
+                raise BenchError(f"{c.processes * c.threads} files needed, {len(self.spec.files)} given with -F")
+            return self.spec.files[k]
+        if c.layout == "shared":
+            return os.path.join(c.directory, f"accio-bench.{self.tag}.shared")
+        return os.path.join(c.directory, f"accio-bench.{self.tag}.fpp.r{k // c.threads}.t{k % c.threads}")
+
+    def cleanup(self) -> None:
+        if self.spec.keep or self.spec.files:
+            return
+        for p in self.created:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+    def _create(self, c: Config, jobs: list[Job]) -> None:
+        """Truncate the files a write test starts from (IOzone's write creates the file anew)."""
+        if c.layout == "shared":
+            if self.comm.rank == 0:
+                open(jobs[0].path if jobs else self.path(c, 0), "w").close()
+        else:
+            for j in jobs:
+                open(j.path, "w").close()
+        self.created.update(j.path for j in jobs)
+        self.comm.barrier()
+
+    # -- one timed phase --
+    def phase(self, c: Config, test: str, mech: Mechanism, *, seed: int = 1, timed: bool = True) -> dict | None:
+        spec, comm = self.spec, self.comm
+        jobs = self.jobs(c)
+        write = test not in READ_TESTS
+        if test in ("write", "write+sync"):
+            self._create(c, jobs)
+        cache = None
+        err = None
+        handles: list[File] = []
+        local = []
+        try:
+            if test == "cold-read":
+                if spec.drop_caches:
+                    drop_all_caches()
+                else:
+                    for j in jobs:
+                        drop_pages(j.path, j.offset, j.length)
+            settings = {**spec.settings, **dict(mech.settings)}
+            mode = "r" if not write else "r+"
+            handles = [File(j.path, mode, mech.name, **settings) for j in jobs]
+            if not write:
+                res = [h.residency(j.offset, j.length) for h, j in zip(handles, jobs)]
+                cache = (sum(r["cached"] for r in res), sum(r["total"] for r in res))
+        except Exception as e:  # noqa: BLE001 - reported on every rank below
+            err = e
+        cache = self._sum_pair(cache)
+        self._raise_if_any(err, f"preparing {test}")
+        comm.barrier()
+        try:
+            if jobs:
+                local = _ext.bench_phase([h._f for h in handles], [j.offset for j in jobs],
+                                         [j.length for j in jobs], c.record, write, test.startswith("random"),
+                                         test == "write+sync", (not write) and spec.verify and
+                                         self.data_key == c.data_key, seed)
+            ran = sorted({h.stats()["last_mechanism"] or mech.name for h in handles})
+            for h in handles:
+                h.close()
+        except Exception as e:  # noqa: BLE001
+            err = e
+        self._raise_if_any(err, f"{test} with {mech.label}")
+        if write:
+            self.data_key = c.data_key
+        if not timed:
+            return None
+        off = comm.offset_ns
+        start = comm.allreduce(min(s for s, _e, _b in local) - off if local else float("inf"), "min")
+        end = comm.allreduce(max(e for _s, e, _b in local) - off if local else float("-inf"), "max")
+        nbytes = comm.allreduce(sum(b for _s, _e, b in local), "sum")
+        ran = comm.gather(ran)
+        if comm.rank != 0:
+            return None
+        seconds = (end - start) / 1e9
+        sample = {"mib_s": nbytes / MiB / seconds if seconds > 0 else float("inf"), "seconds": seconds,
+                  "bytes": nbytes, "ran": "/".join(sorted({m for r in ran for m in r}))}
+        if cache is not None:
+            cached, total = cache
+            sample["residency"] = cached / total if total else 0.0
+        return sample
+
+    def _sum_pair(self, pair):
+        if self.comm.size == 1:
+            return pair
+        a = self.comm.allreduce(pair[0] if pair else 0, "sum")
+        b = self.comm.allreduce(pair[1] if pair else 0, "sum")
+        return (a, b) if (pair is not None or b) else None
+
+    def _raise_if_any(self, err: Exception | None, what: str) -> None:
+        """Every rank learns whether any rank failed, so none is left waiting at a barrier."""
+        if self.comm.size == 1:
+            if err is not None:
+                raise err
+            return
+        msgs = self.comm.gather(None if err is None else f"rank {self.comm.rank}: {err}")
+        msgs = self.comm.bcast([m for m in msgs if m] if msgs else None)
+        if msgs:
+            raise BenchError(f"{what} failed: " + "; ".join(msgs))
+
+    # -- the whole run --
+    def run(self) -> list[dict]:
+        spec = self.spec
+        try:
+            for d, layout, p, t, fs, r, m in spec.configurations():
+                if p > self.comm.size:
+                    raise BenchError(f"{p} processes asked for, but only {self.comm.size} ranks run "
+                                     f"(start with mpirun -np {p} accio bench ...)")
+                c = Config(d, layout, p, t, fs, r, m)
+                self._run_config(c)
+        finally:
+            self.cleanup()
+        return self.results
+
+    def _run_config(self, c: Config) -> None:
+        spec = self.spec
+        samples: dict[str, list[dict]] = {test: [] for test in spec.tests}
+        for it in range(spec.iterations):
+            for test in spec.tests:
+                self._note(c, test, it)
+                if test in READ_TESTS and self.data_key != c.data_key:
+                    # No data of this configuration yet: write it untimed with plain calls.
+                    self.phase(c, "write", Mechanism("posix", "posix"), timed=False)
+                s = self.phase(c, test, c.mechanism, seed=it + 1)
+                if s is not None:
+                    samples[test].append(s)
+        fio_samples: dict[str, list[dict]] = {}
+        if spec.vs_fio and fio.comparable(c.mechanism):
+            for it in range(spec.iterations):
+                for test in spec.tests:
+                    self._note(c, test, it, "fio ")
+                    if test in READ_TESTS and self.data_key not in (c.data_key, ("fio",) + c.data_key):
+                        self.phase(c, "write", Mechanism("posix", "posix"), timed=False)
+                    if test == "cold-read":
+                        for j in self.jobs(c):
+                            drop_pages(j.path, j.offset, j.length)
+                    fio_samples.setdefault(test, []).append(
+                        fio.run(self.jobs(c), test, c.mechanism, c.record, spec.settings))
+                    if test not in READ_TESTS:
+                        self.data_key = ("fio",) + c.data_key  # right size, but no stamps to verify
+        if self.comm.rank == 0:
+            for test in spec.tests:
+                self.results.append(make_result(spec, c, test, samples[test], fio_samples.get(test)))
+
+    def _note(self, c: Config, test: str, it: int, who: str = "") -> None:
+        if self.progress:
+            self.progress.step(f"{who}{c.mechanism.label} {test} {fmt_size(c.record)} x{c.threads}"
+                          f"{'' if c.processes == 1 else f' p{c.processes}'} it{it + 1}")
+
+
+def cache_summary(test: str, mech: Mechanism, samples: list[dict], drop_caches: bool) -> dict | None:
+    if test not in READ_TESTS:
+        return None
+    worst = max((s["residency"] for s in samples), default=None)
+    if test == "cold-read":
+        method = "drop_caches" if drop_caches else "fadvise"
+        if mech.o_direct:
+            method += "+o_direct"
+        return {"method": method, "residency": worst,
+                "cold": worst is not None and worst <= COLD_MAX_RESIDENCY}
+    return {"method": "none", "residency": worst, "cold": worst is not None and worst <= COLD_MAX_RESIDENCY}
+
+
+def stats_of(values: list[float]) -> dict:
+    return {"mib_s": statistics.median(values), "min": min(values), "max": max(values),
+            "stddev": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def make_result(spec: Spec, c: Config, test: str, samples: list[dict], fio_samples: list[dict] | None) -> dict:
+    bw = [s["mib_s"] for s in samples]
+    out = {"test": test, "mechanism": c.mechanism.label, "engine_mechanism": c.mechanism.name,
+           "ran": "/".join(sorted({s["ran"] for s in samples})), "target": spec.target,
+           "record_size": c.record, "file_size": c.file_size, "threads": c.threads, "processes": c.processes,
+           "layout": c.layout, "directory": c.directory,
+           "cache": cache_summary(test, c.mechanism, samples, spec.drop_caches),
+           **stats_of(bw), "samples": samples}
+    if fio_samples:
+        fbw = [s["mib_s"] for s in fio_samples]
+        out["fio"] = {**stats_of(fbw), "samples": fio_samples, "job": fio_samples[0]["job"]}
+        out["fio"]["ratio"] = out["mib_s"] / out["fio"]["mib_s"] if out["fio"]["mib_s"] else None
+    return out
+
+
+def fmt_size(n: int) -> str:
+    for unit, shift in (("g", 30), ("m", 20), ("k", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def warn(msg: str) -> None:
+    print(f"accio bench: {msg}", file=sys.stderr)

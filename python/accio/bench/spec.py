@@ -1,0 +1,192 @@
+"""What `accio bench` measures: tests, parameter lists and ranges, mechanisms, presets.
+
+A *configuration* is one point of the parameter space (directory, layout, processes, threads, file
+size, record size, mechanism); a *result* is one test (write, read, ...) at one configuration, with
+every iteration's sample. Tests run in IOzone's order within a configuration, so `read` follows
+`write` just as `iozone -i 0 -i 1` does.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+
+from .. import _ext
+
+# Execution order within one configuration (IOzone -i 0, -e, -i 1, -i 2 semantics).
+TESTS = ("write", "write+sync", "rewrite", "read", "reread", "cold-read", "random-read", "random-write")
+WRITE_TESTS = frozenset({"write", "write+sync", "rewrite", "random-write"})
+READ_TESTS = frozenset(TESTS) - WRITE_TESTS
+HOST_MECHANISMS = ("posix", "parallel", "direct", "uring")
+LAYOUTS = ("fpp", "shared")
+
+
+def parse_size(text: str) -> int:
+    """One size: 4096, 4k, 16m, 1g (binary units)."""
+    try:
+        return int(_ext.parse_size(text.strip()))
+    except OSError as e:
+        raise ValueError(e.strerror or str(e)) from None
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A list of sizes and doubling ranges: '1m,16m', '4k:64m' (4k, 8k, ... 64m), '1g'."""
+    out: list[int] = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        if ":" in item:
+            lo, hi = (parse_size(x) for x in item.split(":", 1))
+            if lo <= 0 or hi < lo:
+                raise ValueError(f"bad range '{item}': need 0 < low <= high")
+            while lo <= hi:
+                out.append(lo)
+                lo *= 2
+        else:
+            out.append(parse_size(item))
+    if not out or any(v <= 0 for v in out):
+        raise ValueError(f"'{text}': sizes must be positive")
+    return sorted(set(out))
+
+
+def parse_counts(text: str, n_max: int) -> list[int]:
+    """Thread or process counts: '1,2,4', '1:8' (doubling), 'N' or 'max' for n_max, '1..N' for every count."""
+    out: list[int] = []
+
+    def one(tok: str) -> int:
+        tok = tok.strip().lower()
+        v = n_max if tok in ("n", "max") else int(tok)
+        if v < 1:
+            raise ValueError(f"'{tok}': counts must be at least 1")
+        return v
+
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        if ".." in item:
+            lo, hi = (one(x) for x in item.split("..", 1))
+            out.extend(range(lo, hi + 1))
+        elif ":" in item:
+            lo, hi = (one(x) for x in item.split(":", 1))
+            while lo <= hi:
+                out.append(lo)
+                lo *= 2
+        else:
+            out.append(one(item))
+    if not out:
+        raise ValueError(f"'{text}': no counts")
+    return sorted(set(out))
+
+
+def parse_tests(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if names == ["all"]:
+        return list(TESTS)
+    bad = [t for t in names if t not in TESTS]
+    if bad or not names:
+        raise ValueError(f"unknown test(s) {', '.join(bad) or text!r}; choose from {', '.join(TESTS)} or all")
+    return [t for t in TESTS if t in names]
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """A column: an engine mechanism plus settings, e.g. 'uring+direct' is uring with direct=on."""
+    label: str
+    name: str
+    settings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def o_direct(self) -> bool:
+        return self.name == "direct" or dict(self.settings).get("direct") == "on"
+
+
+def parse_mechanisms(text: str) -> list[Mechanism]:
+    known = {name for name, _ok, _why in _ext.mechanisms()} | {"auto"}
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        if item == "all":
+            out.extend(Mechanism(m, m) for m, ok, _why in _ext.mechanisms())
+            continue
+        name, *flags = item.split("+")
+        if name not in known:
+            raise ValueError(f"unknown mechanism '{name}'; choose from {', '.join(sorted(known))}, all")
+        if any(f != "direct" for f in flags):
+            raise ValueError(f"'{item}': the only suffix is +direct (O_DIRECT file side)")
+        out.append(Mechanism(item, name, (("direct", "on"),) if flags else ()))
+    if not out:
+        raise ValueError("no mechanisms given")
+    return list(dict.fromkeys(out))
+
+
+@dataclass
+class Spec:
+    """Everything one `accio bench` run measures."""
+    tests: list[str]
+    mechanisms: list[Mechanism]
+    file_sizes: list[int]
+    records: list[int]
+    threads: list[int]
+    processes: list[int]
+    layouts: list[str]
+    dirs: list[str]
+    iterations: int = 3
+    target: str = "host"
+    files: list[str] = field(default_factory=list)  # explicit names (IOzone -F), else generated in dirs
+    settings: dict[str, str] = field(default_factory=dict)
+    drop_caches: bool = False
+    vs_fio: bool = False
+    keep: bool = False
+    verify: bool = True
+    preset: str | None = None
+    table: str = "generic"  # how rows are laid out: generic, veaccio, xeonphi, ior
+
+    def configurations(self):
+        """(dir, layout, processes, threads, file_size, record, mechanism) in execution order;
+        records larger than the file are skipped (IOR: transfer size <= block size)."""
+        for d in self.dirs:
+            for layout in self.layouts:
+                for p in self.processes:
+                    for t in self.threads:
+                        if layout == "shared" and p * t == 1 and "fpp" in self.layouts:
+                            continue  # one writer: shared is the same as file-per-process
+                        for fs in self.file_sizes:
+                            for r in self.records:
+                                if r > fs:
+                                    continue
+                                for m in self.mechanisms:
+                                    yield d, layout, p, t, fs, r, m
+
+
+def online_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def default_tmpfs() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def apply_preset(spec: Spec, name: str, world: int, explicit: set[str]) -> Spec:
+    """Fill in the preset's parameters, except those the user gave explicitly on the command line."""
+    n = online_cpus()
+    mech = parse_mechanisms("all")
+    doubling_to_n = parse_counts(f"1:{n}", n) if n & (n - 1) == 0 else sorted(set(parse_counts(f"1:{n}", n) + [n]))
+    presets = {
+        # SX-Aurora accelerated-I/O table: iozone -s 1g -r {1m,16m} -t {1..N} -i 0 -i 1 in /dev/shm.
+        "veaccio": dict(tests=["write", "read"], file_sizes=[1 << 30], records=[1 << 20, 16 << 20],
+                        threads=doubling_to_n, dirs=[default_tmpfs()], layouts=["fpp"], iterations=3,
+                        table="veaccio"),
+        # Xeon Phi study, Table 1: write, write+sync, cold read, re-read; 32 MiB file, 4 MiB records;
+        # one thread and the best of 2..N threads; one row group per directory.
+        "xeonphi": dict(tests=["write", "write+sync", "cold-read", "reread"], file_sizes=[32 << 20],
+                        records=[4 << 20], threads=parse_counts(f"1..{n}", n),
+                        dirs=[default_tmpfs(), tempfile.gettempdir()], layouts=["fpp"], iterations=5,
+                        table="xeonphi"),
+        # SX-Aurora I/O evaluation: IOR file size x transfer size, 1 and N processes, fpp and shared.
+        "ior": dict(tests=["write", "read"], file_sizes=parse_sizes("16m:256m"), records=parse_sizes("1m:64m"),
+                    processes=sorted({1, world}), threads=[1] if world > 1 else sorted({1, n}),
+                    layouts=["fpp", "shared"], dirs=[tempfile.gettempdir()], iterations=3, table="ior"),
+        # Under a minute on a small machine: what `make demo` runs.
+        "quick": dict(tests=["write", "write+sync", "cold-read", "reread"], file_sizes=[128 << 20],
+                      records=[1 << 20, 16 << 20], threads=sorted({1, min(n, 2)}), dirs=[tempfile.gettempdir()],
+                      layouts=["fpp"], iterations=3, table="generic"),
+    }
+    if name not in presets:
+        raise ValueError(f"unknown preset '{name}'; choose from {', '.join(presets)}")
+    values = {"mechanisms": mech, **presets[name], "preset": name}
+    return replace(spec, **{k: v for k, v in values.items() if k not in explicit})
