@@ -9,13 +9,17 @@ JOBS ?= $(shell nproc)
 BUILD := build
 # CI=true (set by CI) also runs the C++ tests under ASan+UBSan and TSan.
 SANITIZERS ?= $(if $(filter true 1 yes,$(CI)),1,0)
-APT_PACKAGES := g++ cmake ninja-build pkg-config liburing-dev libgtest-dev fio python3-venv
+APT_PACKAGES := g++ cmake ninja-build pkg-config liburing-dev libgtest-dev fio python3-venv openmpi-bin libopenmpi-dev
+PY_PACKAGES := "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.22" "tqdm>=4.60" "matplotlib>=3.5" \
+	"pytest>=7" pytest-timeout "jsonschema>=4" "mpi4py>=3.1"
+DEMO := $(BUILD)/demo
 
 .PHONY: demo test deps venv install cpp-test cpp-test-asan cpp-test-tsan py-test bench clean
 
 demo: install
 	$(VENV)/bin/accio info
-	$(VENV)/bin/accio compare --size 1g
+	mkdir -p $(DEMO)
+	$(VENV)/bin/accio bench --preset quick --json $(DEMO)/quick.json --report $(DEMO)/report.html
 
 test: install cpp-test py-test
 ifeq ($(SANITIZERS),1)
@@ -30,10 +34,10 @@ deps:
 	  else echo "missing Debian packages:$$missing (run as root, or: sudo apt-get install$$missing)"; fi; \
 	fi
 
-$(VENV)/.ready: pyproject.toml | deps
+$(VENV)/.ready: pyproject.toml Makefile | deps
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.22" "pytest>=7" pytest-timeout
+	$(PIP) install -q $(PY_PACKAGES)
 	touch $@
 
 venv: $(VENV)/.ready

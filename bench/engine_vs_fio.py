@@ -27,7 +27,8 @@ import tempfile
 import time
 
 import accio
-from accio.compare import drop_cache, parse_size
+from accio.bench.runner import drop_pages
+from accio.bench.spec import parse_size
 from accio.info import filesystem, gather
 
 MiB = 1 << 20
@@ -149,14 +150,14 @@ def main() -> int:
             add("memcpy/2 threads", two, "memcpy")
             # -- cold read
             for mech, st in (("direct", dio), ("uring", uring_dio)):
-                drop_cache(path)
+                drop_pages(path, 0, 0)
                 res = residency(path)
                 if res > 0.01:
                     notes.append(f"cold read {mech}: residency {res:.1%} before timing")
                 bw, m = accio_pass(path, size, record, buf, False, False, mech, st)
                 add(f"cold read/{mech}", bw, m)
             if have_fio:
-                drop_cache(path)
+                drop_pages(path, 0, 0)
                 add("cold read/fio", fio_pass(path, size, False))
             # -- write+fsync
             for mech, st in (("direct", dio), ("uring", uring_dio)):

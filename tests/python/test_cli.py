@@ -1,4 +1,4 @@
-"""The accio command: --version, --help everywhere, info (text and JSON), config, compare."""
+"""The accio command: --version, --help everywhere, info (text and JSON), config. (bench: test_bench.py)"""
 import json
 import os
 import shutil
@@ -19,7 +19,7 @@ def test_version():
     assert run("--version").stdout.strip() == "accio 0.1.0"
 
 
-@pytest.mark.parametrize("sub", [[], ["info"], ["config"], ["compare"]])
+@pytest.mark.parametrize("sub", [[], ["info"], ["config"], ["bench"], ["bench", "compare"]])
 def test_help(sub):
     out = run(*sub, "--help").stdout
     assert "usage: accio" in out
@@ -39,16 +39,6 @@ def test_info_text_and_json(tmp_path):
     assert {m["name"] for m in data["mechanisms"]} == {"posix", "parallel", "direct", "uring"}
     assert data["residency_query"]["method"] in ("cachestat", "mincore")
     assert any(s["name"] == "threads" and s["env"] == "ACCIO_THREADS" for s in data["settings"])
-
-
-def test_compare_small(tmp_path):
-    js = tmp_path / "c.json"
-    r = run("compare", "--size", "8m", "--record", "1m", "--dir", str(tmp_path), "--json", str(js))
-    assert "posix" in r.stdout and "ratio to posix" in r.stdout
-    doc = json.loads(js.read_text())
-    assert [x["mechanism"] for x in doc["results"]] == ["posix", "parallel", "direct", "uring"]
-    assert all(x["mib_s"]["cold read"] > 0 for x in doc["results"])
-    assert not list(tmp_path.glob("accio-compare-*"))  # temp file removed
 
 
 def test_config_builds_a_c_program(tmp_path):

@@ -209,8 +209,12 @@ class Runner:
         return self.results
 
     def _run_config(self, c: Config) -> None:
+        """Every iteration runs the test sequence with accio, then (--vs-fio) with fio on the same
+        files, so that both see the same conditions (cache, device, neighbours) at nearly the same time."""
         spec = self.spec
         samples: dict[str, list[dict]] = {test: [] for test in spec.tests}
+        fio_samples: dict[str, list[dict]] = {test: [] for test in spec.tests}
+        with_fio = spec.vs_fio and fio.comparable(c.mechanism)
         for it in range(spec.iterations):
             for test in spec.tests:
                 self._note(c, test, it)
@@ -220,23 +224,19 @@ class Runner:
                 s = self.phase(c, test, c.mechanism, seed=it + 1)
                 if s is not None:
                     samples[test].append(s)
-        fio_samples: dict[str, list[dict]] = {}
-        if spec.vs_fio and fio.comparable(c.mechanism):
-            for it in range(spec.iterations):
-                for test in spec.tests:
-                    self._note(c, test, it, "fio ")
-                    if test in READ_TESTS and self.data_key not in (c.data_key, ("fio",) + c.data_key):
-                        self.phase(c, "write", Mechanism("posix", "posix"), timed=False)
-                    if test == "cold-read":
-                        for j in self.jobs(c):
-                            drop_pages(j.path, j.offset, j.length)
-                    fio_samples.setdefault(test, []).append(
-                        fio.run(self.jobs(c), test, c.mechanism, c.record, spec.settings))
-                    if test not in READ_TESTS:
-                        self.data_key = ("fio",) + c.data_key  # right size, but no stamps to verify
+            for test in spec.tests if with_fio else ():
+                self._note(c, test, it, "fio ")
+                if test in READ_TESTS and self.data_key not in (c.data_key, ("fio",) + c.data_key):
+                    self.phase(c, "write", Mechanism("posix", "posix"), timed=False)
+                if test == "cold-read":
+                    for j in self.jobs(c):
+                        drop_pages(j.path, j.offset, j.length)
+                fio_samples[test].append(fio.run(self.jobs(c), test, c.mechanism, c.record, spec.settings))
+                if test not in READ_TESTS:
+                    self.data_key = ("fio",) + c.data_key  # the right size, but no stamps to verify
         if self.comm.rank == 0:
             for test in spec.tests:
-                self.results.append(make_result(spec, c, test, samples[test], fio_samples.get(test)))
+                self.results.append(make_result(spec, c, test, samples[test], fio_samples[test]))
 
     def _note(self, c: Config, test: str, it: int, who: str = "") -> None:
         if self.progress:

@@ -1,0 +1,264 @@
+"""accio bench end to end at tiny sizes: JSON against its schema, cold reads verified cold, the fpp
+and shared layouts' files, mpirun -np 2, --vs-fio, compare, outputs, and the error paths."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import accio
+from accio import _ext
+from accio.bench.spec import Spec, apply_preset, parse_counts, parse_mechanisms, parse_sizes, parse_tests
+from accio.info import filesystem
+
+ACCIO = [sys.executable, "-m", "accio.cli"]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def bench(*args, check=True, cwd=None, env=None):
+    r = subprocess.run([*ACCIO, "bench", *args], capture_output=True, text=True, cwd=cwd,
+                       env={**os.environ, **(env or {})})
+    if check and r.returncode != 0:
+        raise AssertionError(f"accio bench {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def validate(doc):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(resources.files("accio.bench").joinpath("schema.json").read_text())
+    jsonschema.validate(doc, schema)
+
+
+def on_tmpfs(path) -> bool:
+    return filesystem(str(path))["fstype"] in ("tmpfs", "ramfs")
+
+
+# ---- parameters ----
+
+def test_sizes_lists_and_doubling_ranges():
+    assert parse_sizes("1m,16m") == [1 << 20, 16 << 20]
+    assert parse_sizes("4k:64k") == [4096 << i for i in range(5)]
+    assert parse_sizes("1g") == [1 << 30]
+    assert parse_sizes("16MiB,1m:2m") == [1 << 20, 2 << 20, 16 << 20]
+    for bad in ("", "0", "1x", "64k:4k", "-1"):
+        with pytest.raises(ValueError):
+            parse_sizes(bad)
+
+
+def test_counts_tests_mechanisms():
+    assert parse_counts("1,2,4", 8) == [1, 2, 4]
+    assert parse_counts("1:8", 8) == [1, 2, 4, 8]
+    assert parse_counts("1..N", 3) == [1, 2, 3]
+    assert parse_counts("max", 6) == [6]
+    with pytest.raises(ValueError):
+        parse_counts("0", 4)
+    assert parse_tests("all")[0] == "write" and len(parse_tests("all")) == 8
+    assert parse_tests("reread,write") == ["write", "reread"]  # always IOzone's order
+    with pytest.raises(ValueError, match="unknown test"):
+        parse_tests("write,bogus")
+    ms = parse_mechanisms("posix,uring+direct")
+    assert [m.label for m in ms] == ["posix", "uring+direct"] and ms[1].o_direct and not ms[0].o_direct
+    assert [m.name for m in parse_mechanisms("all")] == ["posix", "parallel", "direct", "uring"]
+    for bad in ("bogus", "posix+fast", ""):
+        with pytest.raises(ValueError):
+            parse_mechanisms(bad)
+
+
+def test_presets_fill_what_was_not_given():
+    base = Spec(tests=["read"], mechanisms=parse_mechanisms("posix"), file_sizes=[1 << 20], records=[1 << 20],
+                threads=[1], processes=[1], layouts=["fpp"], dirs=["/tmp"])
+    q = apply_preset(base, "quick", 1, explicit=set())
+    assert q.tests == ["write", "write+sync", "cold-read", "reread"] and len(q.mechanisms) == 4
+    assert apply_preset(base, "quick", 1, explicit={"tests"}).tests == ["read"]
+    v = apply_preset(base, "veaccio", 1, explicit=set())
+    assert v.file_sizes == [1 << 30] and v.records == [1 << 20, 16 << 20] and v.threads[0] == 1
+    x = apply_preset(base, "xeonphi", 1, explicit=set())
+    assert x.file_sizes == [32 << 20] and x.records == [4 << 20] and "cold-read" in x.tests and len(x.dirs) == 2
+    i = apply_preset(base, "ior", 4, explicit=set())
+    assert i.processes == [1, 4] and i.layouts == ["fpp", "shared"] and len(i.file_sizes) > 1
+    with pytest.raises(ValueError):
+        apply_preset(base, "nope", 1, explicit=set())
+
+
+# ---- end to end ----
+
+def test_small_bench_all_tests_all_outputs(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    js, csv, html, plots = out / "r.json", out / "r.csv", out / "r.html", out / "plots"
+    r = bench("-T", "all", "-m", "all,uring+direct", "-s", "2m", "-r", "256k,1m", "-t", "1,2", "-i", "2",
+              "-d", str(tmp_path), "--json", str(js), "--csv", str(csv), "--plot", str(plots),
+              "--report", str(html))
+    doc = json.loads(js.read_text())
+    validate(doc)
+    assert doc["environment"]["paths"][str(tmp_path)]["fstype"]
+    res = doc["results"]
+    # 8 tests x 5 mechanisms x 2 records x 2 thread counts
+    assert len(res) == 8 * 5 * 2 * 2
+    for x in res:
+        assert len(x["samples"]) == 2 and x["min"] <= x["mib_s"] <= x["max"]
+        assert all(s["bytes"] == x["file_size"] * x["threads"] for s in x["samples"])
+    cold = [x for x in res if x["test"] == "cold-read"]
+    if on_tmpfs(tmp_path):  # tmpfs cannot drop its pages: the run must say the read was not cold
+        assert all(not x["cache"]["cold"] for x in cold) and "not cold" in r.stdout
+    else:
+        assert all(x["cache"]["cold"] and x["cache"]["residency"] <= 0.01 for x in cold), cold
+        assert all(x["cache"]["method"] == ("fadvise+o_direct" if x["mechanism"] in ("direct", "uring+direct")
+                                            else "fadvise") for x in cold)
+    assert {x["cache"]["method"] for x in res if x["test"] in ("read", "reread")} == {"none"}
+    assert all(x["cache"] is None for x in res if x["test"] in ("write", "rewrite", "write+sync", "random-write"))
+    # table: mechanisms as columns, rows by threads, record and test
+    head = r.stdout.splitlines()[0].split()
+    assert head[:3] == ["threads", "record", "test"] and head[3:] == ["posix", "parallel", "direct", "uring",
+                                                                      "uring+direct"]
+    assert len(csv.read_text().splitlines()) == len(res) + 1
+    page = html.read_text()
+    assert page.startswith("<!doctype html>") and "data:image/png;base64," in page and "Environment" in page
+    names = sorted(p.name for p in plots.iterdir())
+    assert "bw-vs-record-cold-read.png" in names and "speedup-write.png" in names
+    assert not list(tmp_path.glob("accio-bench.*"))  # files under test removed
+
+
+def test_layouts_create_the_expected_files(tmp_path):
+    js = tmp_path / "r.json"
+    d = tmp_path / "d"
+    d.mkdir()
+    bench("-T", "write,read", "-m", "posix", "-s", "1m", "-r", "256k", "-t", "2", "-i", "1", "--layout", "fpp,shared",
+          "-d", str(d), "--keep", "--json", str(js))
+    files = {p.name: p.stat().st_size for p in d.iterdir()}
+    tag = json.loads(js.read_text())["results"][0]  # noqa: F841 - the run succeeded
+    fpp = sorted(n for n in files if ".fpp." in n)
+    shared = [n for n in files if n.endswith(".shared")]
+    assert len(fpp) == 2 and fpp[0].endswith(".fpp.r0.t0") and fpp[1].endswith(".fpp.r0.t1")
+    assert all(files[n] == 1 << 20 for n in fpp)
+    assert len(shared) == 1 and files[shared[0]] == 2 << 20  # two threads, one block each
+    layouts = {x["layout"] for x in json.loads(js.read_text())["results"]}
+    assert layouts == {"fpp", "shared"}
+
+
+def test_explicit_files_are_used_and_kept(tmp_path):
+    a, b = tmp_path / "a.dat", tmp_path / "b.dat"
+    bench("-T", "write,reread", "-m", "posix", "-s", "1m", "-r", "1m", "-t", "2", "-i", "1",
+          "--files", f"{a},{b}")
+    assert a.stat().st_size == b.stat().st_size == 1 << 20
+    r = bench("-T", "read", "-m", "posix", "-s", "1m", "-r", "1m", "-t", "3", "-i", "1", "--files", f"{a},{b}",
+              check=False)
+    assert r.returncode == 1 and "3 files needed, 2 given" in r.stderr
+
+
+def test_mpirun_two_ranks(tmp_path):
+    mpirun = shutil.which("mpirun")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        mpirun = None
+    if not mpirun:
+        if IN_CI:
+            pytest.fail("CI must install OpenMPI and mpi4py (make test does)")
+        pytest.skip("mpirun or mpi4py missing")
+    js = tmp_path / "m.json"
+    d = tmp_path / "d"
+    d.mkdir()
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl": "self,vader,tcp"}
+    r = subprocess.run([mpirun, "-np", "2", *ACCIO, "bench", "-T", "write,cold-read", "-m", "posix,uring",
+                        "-s", "1m", "-r", "256k", "-p", "1,2", "--layout", "fpp,shared", "-i", "2", "-d", str(d),
+                        "--keep", "--json", str(js)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(js.read_text())
+    validate(doc)
+    assert doc["environment"]["processes"] == 2
+    procs = {(x["processes"], x["layout"]) for x in doc["results"]}
+    assert procs == {(1, "fpp"), (2, "fpp"), (2, "shared")}  # one writer: shared == fpp, skipped
+    for x in doc["results"]:
+        assert all(s["bytes"] == x["processes"] * x["file_size"] for s in x["samples"])
+    names = sorted(p.name for p in d.iterdir())
+    assert any(n.endswith(".fpp.r0.t0") for n in names) and any(n.endswith(".fpp.r1.t0") for n in names)
+    assert sum(n.endswith(".shared") for n in names) == 1
+    assert r.stdout.count("MiB/s, median") == 1  # only rank 0 prints
+
+
+@pytest.mark.skipif(not shutil.which("fio"), reason="fio not installed")
+def test_vs_fio(tmp_path):
+    js = tmp_path / "f.json"
+    r = bench("-T", "write,reread", "-m", "posix,parallel,uring", "-s", "4m", "-r", "1m", "-i", "1", "--vs-fio",
+              "--set", "task_size=256k", "-d", str(tmp_path), "--json", str(js))
+    assert "accio vs fio" in r.stdout
+    doc = json.loads(js.read_text())
+    validate(doc)
+    for x in doc["results"]:
+        f = x["fio"]
+        assert f["mib_s"] > 0 and f["ratio"] > 0 and f["samples"][0]["bytes"] == 4 << 20
+    jobs = {x["mechanism"]: x["fio"]["job"] for x in doc["results"]}
+    assert jobs["posix"].startswith("psync bs=1048576") and jobs["uring"].startswith("io_uring bs=262144 iodepth=4")
+    assert "x2 (2 per thread" in jobs["parallel"] or "x1" in jobs["parallel"]
+
+
+def test_compare(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for f in (a, b):
+        bench("-T", "write,reread", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path),
+              "--json", str(f))
+    r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(b)], capture_output=True, text=True)
+    assert r.returncode == 0 and "B/A" in r.stdout and "2 results in both" in r.stdout
+    (tmp_path / "bad.json").write_text('{"schema": "other"}')
+    r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(tmp_path / "bad.json")], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "not an accio bench JSON" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-s", "12q"], "not a size"),
+    (["-T", "write,nope"], "unknown test"),
+    (["-m", "warp"], "unknown mechanism"),
+    (["--target", "cuda:0"], "no CUDA back end"),
+    (["--target", "tpu"], "unknown target"),
+    (["-p", "2"], "mpirun -np 2"),
+    (["-d", "/nonexistent/dir"], "not a writable directory"),
+    (["--set", "threads=lots"], "threads"),
+    (["--layout", "striped"], "unknown layout"),
+    (["-i", "0"], "at least 1"),
+])
+def test_bad_arguments_fail_clearly(args, message):
+    r = bench(*args, check=False)
+    assert r.returncode in (1, 2) and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may drop caches")
+def test_drop_caches_needs_root():
+    r = bench("--drop-caches", check=False)
+    assert r.returncode == 2 and "needs root" in r.stderr
+
+
+# ---- the native timed loop ----
+
+def test_phase_verifies_stamps_and_reports_short_files(tmp_path):
+    p = tmp_path / "v.dat"
+    with accio.open(p, "w+", "posix") as f:
+        out = _ext.bench_phase([f._f], [0], [1 << 20], 65536, True, False, True, False, 3)
+        assert out[0][2] == 1 << 20 and out[0][1] >= out[0][0]
+        ok = _ext.bench_phase([f._f], [0], [1 << 20], 65536, False, True, False, True, 4)  # random order
+        assert ok[0][2] == 1 << 20
+        f.write_from(np.zeros(8, dtype=np.uint8), 5 * 65536)  # clobber one stamp
+        with pytest.raises(RuntimeError, match="verification failed: the record at offset 327680"):
+            _ext.bench_phase([f._f], [0], [1 << 20], 65536, False, False, False, True, 5)
+        with pytest.raises(RuntimeError, match="short read"):
+            _ext.bench_phase([f._f], [0], [2 << 20], 65536, False, False, False, False, 5)
+        with pytest.raises(ValueError):
+            _ext.bench_phase([f._f], [0, 1], [1], 4096, False)
+
+
+def test_phase_error_carries_errno(tmp_path):
+    p = tmp_path / "ro.dat"
+    p.write_bytes(b"x" * 8192)
+    with accio.open(p, "r", "posix") as f:
+        with pytest.raises(OSError) as e:
+            _ext.bench_phase([f._f, f._f], [0, 4096], [4096, 4096], 4096, True)
+        assert e.value.errno == 9  # EBADF: writing a read-only handle, from either thread
+    assert Path(p).read_bytes() == b"x" * 8192
