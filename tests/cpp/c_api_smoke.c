@@ -29,6 +29,10 @@ int main(void) {
   CHECK(strstr(accio_last_error(), "threads") != NULL);
   char val[64];
   CHECK(accio_settings_get(s, "task_size", val, sizeof val) > 0 && strcmp(val, "65536") == 0);
+  CHECK(accio_parse_size("16MiB") == 16 << 20 && accio_parse_size("4096") == 4096);
+  CHECK(accio_parse_size("1g") == (int64_t)1 << 30);
+  CHECK(accio_parse_size("12q") == -EINVAL && strstr(accio_last_error(), "not a size") != NULL);
+  CHECK(accio_parse_size("99999999999t") == -EINVAL);
 
   accio_file* f;
   CHECK(accio_open(&f, path, "w+", s) == 0);

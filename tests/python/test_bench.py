@@ -131,7 +131,6 @@ def test_layouts_create_the_expected_files(tmp_path):
     bench("-T", "write,read", "-m", "posix", "-s", "1m", "-r", "256k", "-t", "2", "-i", "1", "--layout", "fpp,shared",
           "-d", str(d), "--keep", "--json", str(js))
     files = {p.name: p.stat().st_size for p in d.iterdir()}
-    tag = json.loads(js.read_text())["results"][0]  # noqa: F841 - the run succeeded
     fpp = sorted(n for n in files if ".fpp." in n)
     shared = [n for n in files if n.endswith(".shared")]
     assert len(fpp) == 2 and fpp[0].endswith(".fpp.r0.t0") and fpp[1].endswith(".fpp.r0.t1")

@@ -24,7 +24,7 @@ from ..info import gather
 from . import comm as comm_mod
 from . import fio, output, report
 from .runner import Runner
-from .spec import (LAYOUTS, READ_TESTS, TESTS, Spec, apply_preset, online_cpus, parse_counts, parse_mechanisms,
+from .spec import (LAYOUTS, TESTS, Spec, apply_preset, online_cpus, parse_counts, parse_mechanisms,
                    parse_sizes, parse_tests)
 
 DEFAULTS = dict(tests="write,rewrite,read,reread", mechanisms="all", file_sizes="256m", records="1m",
@@ -259,4 +259,4 @@ def compare_main(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["add_arguments", "main", "compare_main", "READ_TESTS"]
+__all__ = ["add_arguments", "main", "compare_main"]

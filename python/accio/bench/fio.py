@@ -78,7 +78,9 @@ def run(jobs, test: str, mech: Mechanism, record: int, settings: dict) -> dict:
         for p in {j.path for j in jobs}:
             open(p, "w").close()
     glob = dict(thread=1, group_reporting=1, fallocate="none", invalidate=1 if test == "cold-read" else 0,
-                end_fsync=1 if test == "write+sync" else 0, randrepeat=0)
+                end_fsync=1 if test == "write+sync" else 0, randrepeat=0,
+                disk_util=0, gtod_reduce=1,  # no latency or disk statistics: fio's bookkeeping off the clock
+                iomem_align=4096)  # page-aligned buffers, as accio's (fio's default alignment is smaller)
     with tempfile.NamedTemporaryFile("w", suffix=".fio", delete=False) as f:
         f.write("[global]\n" + "".join(f"{k}={v}\n" for k, v in glob.items()))
         for i, s in enumerate(secs):

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 from dataclasses import dataclass
 
 from .. import File, _ext
 from . import fio
+from .output import fmt_size
 from .spec import READ_TESTS, Mechanism, Spec
 
 MiB = 1 << 20
@@ -56,6 +56,15 @@ def drop_pages(path: str, offset: int, length: int) -> None:
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def _close_quietly(handles) -> None:
+    """Close what a failed phase opened; the failure that is already on its way matters more."""
+    for h in handles:
+        try:
+            h.close()
+        except OSError:
+            pass
 
 
 def drop_all_caches() -> None:
@@ -142,9 +151,11 @@ class Runner:
                 cache = (sum(r["cached"] for r in res), sum(r["total"] for r in res))
         except Exception as e:  # noqa: BLE001 - reported on every rank below
             err = e
+            _close_quietly(handles)
         cache = self._sum_pair(cache)
         self._raise_if_any(err, f"preparing {test}")
         comm.barrier()
+        ran = []
         try:
             if jobs:
                 local = _ext.bench_phase([h._f for h in handles], [j.offset for j in jobs],
@@ -156,6 +167,7 @@ class Runner:
                 h.close()
         except Exception as e:  # noqa: BLE001
             err = e
+            _close_quietly(handles)
         self._raise_if_any(err, f"{test} with {mech.label}")
         if write:
             self.data_key = c.data_key
@@ -276,13 +288,3 @@ def make_result(spec: Spec, c: Config, test: str, samples: list[dict], fio_sampl
         out["fio"]["ratio"] = out["mib_s"] / out["fio"]["mib_s"] if out["fio"]["mib_s"] else None
     return out
 
-
-def fmt_size(n: int) -> str:
-    for unit, shift in (("g", 30), ("m", 20), ("k", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift}{unit}"
-    return str(n)
-
-
-def warn(msg: str) -> None:
-    print(f"accio bench: {msg}", file=sys.stderr)
