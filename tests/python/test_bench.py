@@ -261,3 +261,13 @@ def test_phase_error_carries_errno(tmp_path):
             _ext.bench_phase([f._f, f._f], [0, 4096], [4096, 4096], 4096, True)
         assert e.value.errno == 9  # EBADF: writing a read-only handle, from either thread
     assert Path(p).read_bytes() == b"x" * 8192
+
+
+def test_heat_map_when_file_and_transfer_sizes_both_vary(tmp_path):
+    plots = tmp_path / "plots"
+    r = bench("-T", "write", "-m", "posix,uring", "-s", "512k,1m", "-r", "128k:512k", "-i", "1", "-d", str(tmp_path),
+              "--plot", str(plots))
+    assert "file" in r.stdout.splitlines()[0] and "record" in r.stdout.splitlines()[0]
+    names = sorted(p.name for p in plots.iterdir())
+    assert any(n.startswith("heatmap-write-fpp-p1-t1-") for n in names), names
+    assert "bw-vs-record-write.png" in names

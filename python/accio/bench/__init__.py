@@ -32,10 +32,11 @@ DEFAULTS = dict(tests="write,rewrite,read,reread", mechanisms="all", file_sizes=
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("Measure every mechanism with IOzone/IOR semantics: write, rewrite, read, reread, write+sync "
-                     "(fsync timed), cold-read (page cache dropped and verified), random-read, random-write. "
-                     "Under mpirun, one rank per process with IOR's rules. "
-                     "`accio bench compare A.json B.json` prints the ratios of two runs.")
+    p.description = ("Measure every mechanism with IOzone/IOR semantics: write, rewrite, read, reread,\n"
+                     "write+sync (fsync timed), cold-read (page cache dropped and verified), random-read,\n"
+                     "random-write. Under mpirun, one rank per process with IOR's rules.\n"
+                     "`accio bench compare A.json B.json` prints the ratios of two runs.\n"
+                     "Methodology: docs/methodology.md.")
     g = p.add_argument_group("what to measure")
     g.add_argument("--preset", choices=("quick", "veaccio", "xeonphi", "ior"),
                    help="a predefined study (options given explicitly override it)")

@@ -88,24 +88,25 @@ def figures(results: list[dict]) -> list[tuple[str, object]]:
             if len(fsz) < 2 or len(rsz) < 2:
                 continue
             mechs = list(dict.fromkeys(r["mechanism"] for r in g))
-            fig, axes = plt.subplots(1, len(mechs), figsize=(3.6 * len(mechs) + 1, 3.8), squeeze=False)
-            vmax = max(r["mib_s"] for r in g)
+            fig, axes = plt.subplots(1, len(mechs), figsize=(0.55 * len(rsz) * len(mechs) + 2.5, 0.5 * len(fsz) + 2),
+                                     squeeze=False, sharey=True, layout="constrained")
+            vmax = max(r["mib_s"] for r in g) / 1024
             for ax, m in zip(axes[0], mechs):
                 grid = [[float("nan")] * len(rsz) for _ in fsz]
                 for r in g:
                     if r["mechanism"] == m:
-                        grid[fsz.index(r["file_size"])][rsz.index(r["record_size"])] = r["mib_s"]
+                        grid[fsz.index(r["file_size"])][rsz.index(r["record_size"])] = r["mib_s"] / 1024
                 im = ax.imshow(grid, origin="lower", cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
                 for i, row in enumerate(grid):
                     for j, v in enumerate(row):
                         if v == v:
-                            ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7,
+                            ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=7,
                                     color="white" if v < vmax * .6 else "black")
                 ax.set_xticks(range(len(rsz)), [fmt_size(v) for v in rsz], rotation=45, fontsize=7)
-                ax.set_yticks(range(len(fsz)), [fmt_size(v) for v in fsz], fontsize=7)
                 ax.set(title=m, xlabel="transfer size")
+            axes[0][0].set_yticks(range(len(fsz)), [fmt_size(v) for v in fsz], fontsize=7)
             axes[0][0].set_ylabel("file size (per writer)")
-            fig.colorbar(im, ax=axes[0].tolist(), label="MiB/s")
+            fig.colorbar(im, ax=axes[0].tolist(), label="GiB/s (median)")
             fig.suptitle(f"{test}: {layout}, {procs} process(es) x {threads} thread(s)")
             out.append((f"heatmap-{slug}-{layout}-p{procs}-t{threads}-{_dir_slug(d)}.png", fig))
     return out
