@@ -175,7 +175,7 @@ def apply_preset(spec: Spec, name: str, world: int, explicit: set[str]) -> Spec:
         # one thread and the best of 2..N threads; one row group per directory.
         "xeonphi": dict(tests=["write", "write+sync", "cold-read", "reread"], file_sizes=[32 << 20],
                         records=[4 << 20], threads=parse_counts(f"1..{n}", n),
-                        dirs=[default_tmpfs(), tempfile.gettempdir()], layouts=["fpp"], iterations=5,
+                        dirs=list(dict.fromkeys([default_tmpfs(), tempfile.gettempdir()])), layouts=["fpp"], iterations=5,
                         table="xeonphi"),
         # SX-Aurora I/O evaluation: IOR file size x transfer size, 1 and N processes, fpp and shared.
         "ior": dict(tests=["write", "read"], file_sizes=parse_sizes("16m:256m"), records=parse_sizes("1m:64m"),
