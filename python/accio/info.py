@@ -64,16 +64,21 @@ def _limit(v: int) -> str | int:
     return "unlimited" if v == resource.RLIM_INFINITY else v
 
 
+def path_info(path: str) -> dict:
+    """The filesystem holding path (mount point, type, device) and whether it takes O_DIRECT."""
+    try:
+        od_ok, od_detail = _ext.probe("o_direct", path)
+    except OSError as e:
+        od_ok, od_detail = False, str(e)
+    return {"path": os.path.realpath(path), **filesystem(path), "o_direct": {"supported": od_ok, "detail": od_detail}}
+
+
 def gather(path: str = ".") -> dict:
     mi = _meminfo()
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     uring_ok, uring_detail = _ext.probe("io_uring")
     cs_ok, cs_detail = _ext.probe("cachestat")
     mc_ok, mc_detail = _ext.probe("mincore")
-    try:
-        od_ok, od_detail = _ext.probe("o_direct", path)
-    except OSError as e:
-        od_ok, od_detail = False, str(e)
     u = platform.uname()
     return {
         "accio_version": _ext.version(),
@@ -87,8 +92,7 @@ def gather(path: str = ".") -> dict:
             "size_kib": mi.get("Hugepagesize", 0), "thp": _thp_mode(),
         },
         "rlimit_memlock": {"soft": _limit(soft), "hard": _limit(hard)},
-        "path": {"path": os.path.realpath(path), **filesystem(path),
-                 "o_direct": {"supported": od_ok, "detail": od_detail}},
+        "path": path_info(path),
         "residency_query": {"cachestat": cs_ok, "mincore": mc_ok,
                             "method": "cachestat" if cs_ok else ("mincore" if mc_ok else "none"),
                             "detail": cs_detail if cs_ok else mc_detail},

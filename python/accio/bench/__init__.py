@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 
-from .. import __version__, _ext
-from ..info import gather
+from .. import __version__, _ext, settings as effective_settings
+from ..info import gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
 from .runner import Runner
@@ -136,8 +136,7 @@ def _check(spec: Spec, world: int) -> None:
     for d in spec.dirs:
         if not os.path.isdir(d) or not os.access(d, os.W_OK):
             raise ValueError(f"{d}: not a writable directory")
-    # settings are checked by the engine now rather than in the middle of the run
-    _ext.settings(list(spec.settings.items()))
+    # settings (with each mechanism's own) are checked by the engine now rather than in the middle of the run
     for m in spec.mechanisms:
         _ext.settings(list({**spec.settings, **dict(m.settings)}.items()))
 
@@ -174,14 +173,13 @@ def count_phases(spec: Spec) -> int:
 
 def environment(spec: Spec, world: int) -> dict:
     info = gather(spec.dirs[0])
-    paths = {d: gather(d)["path"] for d in dict.fromkeys(spec.dirs + [os.path.dirname(os.path.abspath(f))
-                                                                       for f in spec.files])}
+    paths = {d: path_info(d) for d in dict.fromkeys(spec.dirs + [os.path.dirname(os.path.abspath(f))
+                                                                  for f in spec.files])}
     return {"kernel": info["kernel"], "machine": info["machine"], "cpu": info["cpu"], "memory": info["memory"],
             "hostname": os.uname().nodename, "processes": world, "huge_pages": info["huge_pages"],
             "rlimit_memlock": info["rlimit_memlock"], "io_uring": info["io_uring"],
             "residency_query": info["residency_query"], "paths": paths,
-            "settings": {s["name"]: s["value"] for s in info["settings"] if s["name"] != "mechanism"}
-            | {k: v for k, v in spec.settings.items()},
+            "settings": {k: v for k, v in effective_settings(**spec.settings).items() if k != "mechanism"},
             "mechanisms": info["mechanisms"], "fio": _fio_version() if spec.vs_fio else None}
 
 
@@ -207,9 +205,10 @@ def main(args) -> int:
         return 2
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
-    progress = Progress(count_phases(spec), world.rank == 0 and not args.quiet and sys.stderr.isatty())
+    phases = count_phases(spec)
+    progress = Progress(phases, world.rank == 0 and not args.quiet and sys.stderr.isatty())
     if world.rank == 0 and not args.quiet:
-        print(f"accio bench{' --preset ' + spec.preset if spec.preset else ''}: {count_phases(spec)} timed phases, "
+        print(f"accio bench{' --preset ' + spec.preset if spec.preset else ''}: {phases} timed phases, "
               f"{len(spec.mechanisms)} mechanism(s), {world.size} process(es), in {', '.join(spec.files or spec.dirs)}",
               file=sys.stderr)
     try:

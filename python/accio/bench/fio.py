@@ -70,13 +70,11 @@ def sections(jobs, test: str, mech: Mechanism, record: int, settings: dict) -> t
 
 
 def run(jobs, test: str, mech: Mechanism, record: int, settings: dict) -> dict:
-    """Runs the equivalent fio job once; returns a sample like accio's."""
+    """Runs the equivalent fio job once on files the caller prepared (truncated for write tests,
+    dropped for cold reads); returns a sample like accio's."""
     if not jobs:
         raise RuntimeError("no jobs for fio")
     secs, desc = sections(jobs, test, mech, record, settings)
-    if test in ("write", "write+sync"):
-        for p in {j.path for j in jobs}:
-            open(p, "w").close()
     glob = dict(thread=1, group_reporting=1, fallocate="none", invalidate=1 if test == "cold-read" else 0,
                 end_fsync=1 if test == "write+sync" else 0, randrepeat=0,
                 disk_util=0, gtod_reduce=1,  # no latency or disk statistics: fio's bookkeeping off the clock

@@ -43,6 +43,14 @@ def _spread(r: dict) -> str:
     return f"±{(r['max'] - r['min']) / 2 / r['mib_s'] * 100:.0f}%" if r["mib_s"] and len(r["samples"]) > 1 else ""
 
 
+def _grid(heads: list[str], rows: list[list[str]], left: int) -> list[str]:
+    """A plain-text table: the first `left` columns left-aligned, the rest right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return [line(heads), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
 def _row_key(r: dict, dims: Iterable[str]):
     return tuple(TESTS.index(r[d]) if d == "test" else r[d] for d in dims)
 
@@ -90,12 +98,7 @@ def render_table(results: list[dict], kind: str = "generic") -> str:
             best = f" ({r['threads']})" if kind == "xeonphi" and key[-1] == "best" else ""
             cells.append(f"{r['mib_s']:.0f}{best} {_spread(r)}{mark}".strip())
         lines.append(cells)
-    heads += cols
-    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(heads)]
-    nd = len(heads) - len(cols)
-    fmt = lambda cells: "  ".join(c.ljust(w) if i < nd else c.rjust(w)  # noqa: E731
-                                  for i, (c, w) in enumerate(zip(cells, widths)))
-    out = [fmt(heads), "  ".join("-" * w for w in widths)] + [fmt(l) for l in lines]
+    out = _grid(heads + cols, lines, len(heads))
     out.append("MiB/s, median of the iterations ± half the range"
                + ("; best: the best thread count (in parentheses)" if kind == "xeonphi" else ""))
     return "\n".join(out + notes)
@@ -158,11 +161,8 @@ def compare(a: dict, b: dict) -> str:
                      r["layout"], f"{old['mib_s']:.0f}", f"{r['mib_s']:.0f}", f"{ratio:.2f}"))
     if not rows:
         return "no result appears in both files"
-    heads = ("test", "mechanism", "record", "threads", "procs", "layout", "A MiB/s", "B MiB/s", "B/A")
-    widths = [max(len(h), *(len(x[i]) for x in rows)) for i, h in enumerate(heads)]
-    line = lambda cells: "  ".join(c.ljust(w) if i < 6 else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    out = [line(heads), "  ".join("-" * w for w in widths)] + [line(x) for x in rows]
+    heads = ["test", "mechanism", "record", "threads", "procs", "layout", "A MiB/s", "B MiB/s", "B/A"]
+    out = _grid(heads, rows, 6)
     geo = math.exp(statistics.fmean(math.log(x) for x in ratios))
     out.append(f"{len(rows)} results in both; geometric mean of B/A {geo:.3f} "
                f"(A: {a.get('accio', {}).get('git_commit', '?')}, B: {b.get('accio', {}).get('git_commit', '?')})")

@@ -125,6 +125,20 @@ class Runner:
         self.created.update(j.path for j in jobs)
         self.comm.barrier()
 
+    def _drop(self, jobs: list[Job]) -> None:
+        """The cold-read drop, the same before accio's phase and fio's."""
+        if self.spec.drop_caches:
+            drop_all_caches()
+        else:
+            for j in jobs:
+                drop_pages(j.path, j.offset, j.length)
+
+    def _ensure_data(self, c: Config, usable: tuple) -> None:
+        """Before a read test: if the files do not hold data of this configuration, write it untimed
+        with plain calls."""
+        if self.data_key not in usable:
+            self.phase(c, "write", Mechanism("posix", "posix"), timed=False)
+
     # -- one timed phase --
     def phase(self, c: Config, test: str, mech: Mechanism, *, seed: int = 1, timed: bool = True) -> dict | None:
         spec, comm = self.spec, self.comm
@@ -132,27 +146,24 @@ class Runner:
         write = test not in READ_TESTS
         if test in ("write", "write+sync"):
             self._create(c, jobs)
-        cache = None
+        cached = total = 0
         err = None
         handles: list[File] = []
         local = []
         try:
             if test == "cold-read":
-                if spec.drop_caches:
-                    drop_all_caches()
-                else:
-                    for j in jobs:
-                        drop_pages(j.path, j.offset, j.length)
+                self._drop(jobs)
             settings = {**spec.settings, **dict(mech.settings)}
             mode = "r" if not write else "r+"
             handles = [File(j.path, mode, mech.name, **settings) for j in jobs]
             if not write:
                 res = [h.residency(j.offset, j.length) for h, j in zip(handles, jobs)]
-                cache = (sum(r["cached"] for r in res), sum(r["total"] for r in res))
+                cached, total = sum(r["cached"] for r in res), sum(r["total"] for r in res)
         except Exception as e:  # noqa: BLE001 - reported on every rank below
             err = e
             _close_quietly(handles)
-        cache = self._sum_pair(cache)
+        if not write:  # the residency of every writer's range, summed over the ranks
+            cached, total = comm.allreduce(cached, "sum"), comm.allreduce(total, "sum")
         self._raise_if_any(err, f"preparing {test}")
         comm.barrier()
         ran = []
@@ -183,17 +194,9 @@ class Runner:
         seconds = (end - start) / 1e9
         sample = {"mib_s": nbytes / MiB / seconds if seconds > 0 else float("inf"), "seconds": seconds,
                   "bytes": nbytes, "ran": "/".join(sorted({m for r in ran for m in r}))}
-        if cache is not None:
-            cached, total = cache
+        if not write:
             sample["residency"] = cached / total if total else 0.0
         return sample
-
-    def _sum_pair(self, pair):
-        if self.comm.size == 1:
-            return pair
-        a = self.comm.allreduce(pair[0] if pair else 0, "sum")
-        b = self.comm.allreduce(pair[1] if pair else 0, "sum")
-        return (a, b) if (pair is not None or b) else None
 
     def _raise_if_any(self, err: Exception | None, what: str) -> None:
         """Every rank learns whether any rank failed, so none is left waiting at a barrier."""
@@ -230,20 +233,21 @@ class Runner:
         for it in range(spec.iterations):
             for test in spec.tests:
                 self._note(c, test, it)
-                if test in READ_TESTS and self.data_key != c.data_key:
-                    # No data of this configuration yet: write it untimed with plain calls.
-                    self.phase(c, "write", Mechanism("posix", "posix"), timed=False)
+                if test in READ_TESTS:
+                    self._ensure_data(c, (c.data_key,))
                 s = self.phase(c, test, c.mechanism, seed=it + 1)
                 if s is not None:
                     samples[test].append(s)
             for test in spec.tests if with_fio else ():
                 self._note(c, test, it, "fio ")
-                if test in READ_TESTS and self.data_key not in (c.data_key, ("fio",) + c.data_key):
-                    self.phase(c, "write", Mechanism("posix", "posix"), timed=False)
+                jobs = self.jobs(c)
+                if test in READ_TESTS:
+                    self._ensure_data(c, (c.data_key, ("fio",) + c.data_key))
+                if test in ("write", "write+sync"):
+                    self._create(c, jobs)
                 if test == "cold-read":
-                    for j in self.jobs(c):
-                        drop_pages(j.path, j.offset, j.length)
-                fio_samples[test].append(fio.run(self.jobs(c), test, c.mechanism, c.record, spec.settings))
+                    self._drop(jobs)
+                fio_samples[test].append(fio.run(jobs, test, c.mechanism, c.record, spec.settings))
                 if test not in READ_TESTS:
                     self.data_key = ("fio",) + c.data_key  # the right size, but no stamps to verify
         if self.comm.rank == 0:
@@ -260,13 +264,10 @@ def cache_summary(test: str, mech: Mechanism, samples: list[dict], drop_caches: 
     if test not in READ_TESTS:
         return None
     worst = max((s["residency"] for s in samples), default=None)
+    method = "none"
     if test == "cold-read":
-        method = "drop_caches" if drop_caches else "fadvise"
-        if mech.o_direct:
-            method += "+o_direct"
-        return {"method": method, "residency": worst,
-                "cold": worst is not None and worst <= COLD_MAX_RESIDENCY}
-    return {"method": "none", "residency": worst, "cold": worst is not None and worst <= COLD_MAX_RESIDENCY}
+        method = ("drop_caches" if drop_caches else "fadvise") + ("+o_direct" if mech.o_direct else "")
+    return {"method": method, "residency": worst, "cold": worst is not None and worst <= COLD_MAX_RESIDENCY}
 
 
 def stats_of(values: list[float]) -> dict:
