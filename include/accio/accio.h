@@ -32,6 +32,22 @@ typedef struct accio_request {
 
 enum accio_op { ACCIO_OP_READ = 0, ACCIO_OP_WRITE = 1 };
 
+/* One plan that served a handle's requests (accio_file_plans). */
+typedef struct accio_plan_stat {
+  char plan[128]; /* "parallel(even)", "uring(task=1MiB, qd=16)" */
+  char why[384];  /* "ext4 on /dev/vda1: read, one request in flight, 1MiB..4MiB bytes, range cached" */
+  uint64_t calls, bytes;
+} accio_plan_stat;
+
+/* The tuning profile that `auto` uses for files on one filesystem (accio_profile_key). */
+typedef struct accio_profile_key {
+  char filesystem[64]; /* "ext4" */
+  char device[256];    /* "/dev/vda1" (the mount source) */
+  char kernel[128];    /* uname -r */
+  char version[32];    /* accio version */
+  char file[1024];     /* where the profile is (or would be): profile directory + key */
+} accio_profile_key;
+
 typedef struct accio_stats {
   uint64_t reads, writes, fsyncs, errors;
   uint64_t bytes_read, bytes_written;
@@ -76,6 +92,17 @@ int accio_fsync(accio_file* f);
 int64_t accio_size(accio_file* f);
 /* Name of the mechanism a request of `size` bytes would run on f (after auto and fallbacks). */
 const char* accio_plan(accio_file* f, size_t size, int op);
+/* The mechanism a request of `size` bytes at `offset` from `buf` would run now: the decision a
+ * request makes (auto: profile, size, alignment, concurrency, page-cache residency); buf NULL counts
+ * as aligned. NULL on error. */
+const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op);
+/* The same decision as text: the plan in `plan` and the reason in `why` (either may be NULL). */
+int accio_explain(accio_file* f, const void* buf, size_t size, int64_t offset, int op, char* plan, size_t plan_len,
+                  char* why, size_t why_len);
+/* The plans that served f's requests so far: fills up to max entries; returns how many there are. */
+int accio_file_plans(accio_file* f, accio_plan_stat* out, int max);
+/* The profile key of the filesystem holding path (a file or directory). 0 or -errno. */
+int accio_profile_key_of(const char* path, accio_profile_key* out);
 int accio_file_stats(accio_file* f, accio_stats* out);
 int accio_file_setting(accio_file* f, const char* name, char* out, size_t len);
 

@@ -143,6 +143,23 @@ class File {
     if (!m) throw Error::last();
     return m;
   }
+  struct Explanation {
+    std::string plan, why;
+  };
+  // The plan a request would run now and why (auto: profile and live signals).
+  Explanation explain(const void* buf, size_t n, int64_t off, accio_op op) {
+    char plan[256], why[1024];
+    detail::check(accio_explain(h(), buf, n, off, op, plan, sizeof plan, why, sizeof why));
+    return {plan, why};
+  }
+  // The plans that served this handle's requests.
+  std::vector<accio_plan_stat> plans() const {
+    int n = static_cast<int>(detail::check(accio_file_plans(h(), nullptr, 0)));
+    std::vector<accio_plan_stat> out(static_cast<size_t>(n));
+    n = static_cast<int>(detail::check(accio_file_plans(h(), out.data(), n)));
+    out.resize(std::min(out.size(), static_cast<size_t>(n)));
+    return out;
+  }
   accio_stats stats() const {
     accio_stats s;
     accio_file_stats(h(), &s);

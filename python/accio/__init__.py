@@ -114,11 +114,19 @@ class File:
 
     # -- introspection --
     def plan(self, nbytes: int, write: bool = False) -> str:
-        """The mechanism a request of nbytes would run (after auto and fallbacks)."""
+        """The mechanism a request of nbytes at offset 0 would run (after auto and fallbacks)."""
         return self._f.plan(nbytes, write)
 
     def stats(self) -> dict:
+        """Calls, bytes and time; per-mechanism calls and bytes; 'plans': which plan served how many
+        requests and why (for auto: the profile cell, concurrency and cache state)."""
         return self._f.stats()
+
+    def explain(self, nbytes: int, offset: int = 0, write: bool = False, aligned: bool = True) -> dict:
+        """The plan a request of nbytes at offset would run now, and why: {'plan', 'mechanism', 'why'}.
+        aligned=False asks about a buffer that is not aligned for O_DIRECT."""
+        mechanism, plan, why = self._f.explain(nbytes, offset, write, aligned)
+        return {"plan": plan, "mechanism": mechanism, "why": why}
 
     def setting(self, name: str) -> str:
         return self._f.setting(name)

@@ -181,7 +181,40 @@ class PyFile {
     f_.close();
   }
   std::string plan(size_t n, bool write) { return f_.plan(n, write ? ACCIO_OP_WRITE : ACCIO_OP_READ); }
-  nb::dict stats() { return stats_dict(f_.stats()); }
+  nb::dict stats() {
+    nb::dict d = stats_dict(f_.stats());
+    nb::list plans;
+    for (const accio_plan_stat& p : f_.plans()) {
+      nb::dict e;
+      e["plan"] = std::string(p.plan);
+      e["why"] = std::string(p.why);
+      e["calls"] = p.calls;
+      e["bytes"] = p.bytes;
+      plans.append(e);
+    }
+    d["plans"] = plans;
+    return d;
+  }
+  std::tuple<std::string, std::string, std::string> explain(size_t n, int64_t offset, bool write, bool aligned) {
+    // An unaligned request is modelled by an odd buffer address; the planner never dereferences it.
+    const void* buf = aligned ? nullptr : reinterpret_cast<const void*>(uintptr_t{1});
+    const accio_op op = write ? ACCIO_OP_WRITE : ACCIO_OP_READ;
+    const char* mech = accio_plan_at(f_.handle(), buf, n, offset, op);
+    if (!mech) throw accio::Error::last();
+    auto e = f_.explain(buf, n, offset, op);
+    return {mech, e.plan, e.why};
+  }
+  // Mean nanoseconds per `auto` decision over requests of these sizes at these offsets, made as
+  // requests make them (page-cache probe included where the profile needs one).
+  double decision_ns(const std::vector<std::pair<size_t, int64_t>>& reqs, bool write, size_t rounds) {
+    nb::gil_scoped_release nogil;
+    const int op = write ? ACCIO_OP_WRITE : ACCIO_OP_READ;
+    const int64_t t0 = accio_bench::now_ns();
+    for (size_t r = 0; r < rounds; ++r)
+      for (auto& [n, off] : reqs)
+        if (!accio_plan_at(f_.handle(), nullptr, n, off, op)) throw accio::Error::last();
+    return double(accio_bench::now_ns() - t0) / double(std::max<size_t>(1, rounds * reqs.size()));
+  }
   accio_file* handle() const { return f_.handle(); }
   std::string setting(const std::string& name) {
     char buf[256];
@@ -232,6 +265,8 @@ NB_MODULE(_ext, m) {
       .def("close", &PyFile::close)
       .def("plan", &PyFile::plan)
       .def("stats", &PyFile::stats)
+      .def("explain", &PyFile::explain, "nbytes"_a, "offset"_a, "write"_a, "aligned"_a)
+      .def("decision_ns", &PyFile::decision_ns, "requests"_a, "write"_a, "rounds"_a)
       .def("setting", &PyFile::setting)
       .def("residency", &PyFile::residency);
 
@@ -254,6 +289,17 @@ NB_MODULE(_ext, m) {
      "verify"_a = false, "seed"_a = 1, "Run one timed bench phase (see bench_phase.hpp); (start_ns, end_ns, bytes) per job.");
 
   m.def("version", [] { return std::string(accio_version()); });
+  m.def("profile_key", [](const std::string& path) {
+    accio_profile_key k;
+    accio::detail::check(accio_profile_key_of(path.c_str(), &k));
+    nb::dict d;
+    d["filesystem"] = std::string(k.filesystem);
+    d["device"] = std::string(k.device);
+    d["kernel"] = std::string(k.kernel);
+    d["accio"] = std::string(k.version);
+    d["file"] = std::string(k.file);
+    return d;
+  }, "path"_a, "The tuning profile key of the filesystem holding path, and the profile's file.");
   m.def("parse_size", [](const std::string& text) { return accio::detail::check(accio_parse_size(text.c_str())); },
         "Bytes in a size such as 4096, 4k, 16MiB or 1g (binary units).");
   m.def("git_commit", [] { return std::string(ACCIO_GIT_COMMIT); });

@@ -45,6 +45,11 @@ def _cmd_bench(args) -> int:
     return bench.main(args)
 
 
+def _cmd_tune(args) -> int:
+    from . import tune
+    return tune.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="accio", description="Move file data between storage and memory "
                                 "as fast as the machine allows, and measure which way is fastest.")
@@ -78,6 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
                        "  accio bench compare A.json B.json")
     add_arguments(s)
     s.set_defaults(func=_cmd_bench)
+
+    from .tune import add_arguments as tune_arguments
+    s = sub.add_parser("tune", help="profile a filesystem so that the auto mechanism picks the fastest plan",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Measures the mechanisms over request size, cache state, threads and "
+                       "read/write on the filesystem holding PATH, within a time budget, and stores the "
+                       "decisions as a profile that `auto` uses for every file on that filesystem.",
+                       epilog="examples:\n  accio tune /scratch            # about 2 minutes\n"
+                       "  accio tune /scratch --show\n"
+                       "  accio tune /scratch --evaluate --json eval.json")
+    tune_arguments(s)
+    s.set_defaults(func=_cmd_tune)
     return p
 
 

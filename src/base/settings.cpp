@@ -17,12 +17,14 @@ const std::vector<Settings::Knob>& Settings::knobs() {
   static const std::vector<Knob> k = {
       {"mechanism", "ACCIO_MECHANISM", "auto, posix, parallel, direct or uring"},
       {"threads", "ACCIO_THREADS", "worker threads per request (parallel, direct); 0 = online CPUs"},
-      {"task_size", "ACCIO_TASK_SIZE", "bytes per task when a request is split"},
+      {"task_size", "ACCIO_TASK_SIZE", "bytes per task when a request is split; 0 = evenly over the threads"},
       {"buffer_size", "ACCIO_BUFFER_SIZE", "bytes per staging buffer"},
       {"buffer_count", "ACCIO_BUFFER_COUNT", "staging buffers in the shared pool"},
       {"queue_depth", "ACCIO_QUEUE_DEPTH", "io_uring requests in flight (uring)"},
       {"huge_pages", "ACCIO_HUGE_PAGES", "back staging buffers with huge pages (on/off)"},
       {"direct", "ACCIO_DIRECT", "open the file side with O_DIRECT (uring) (on/off)"},
+      {"profile", "ACCIO_PROFILE", "auto: the accio tune profile of the file's filesystem; off: built-in model; or a file"},
+      {"cache_probe", "ACCIO_CACHE_PROBE", "how auto sees page-cache residency: auto, cachestat, nowait, mincore or off"},
   };
   return k;
 }
@@ -94,7 +96,7 @@ void Settings::set(const std::string& name, const std::string& value) {
       if (threads == 0) threads = online_cpus();
     } else if (name == "task_size") {
       task_size = parse_size(value);
-      if (task_size < 4096) throw std::invalid_argument("below 4KiB");
+      if (task_size && task_size < 4096) throw std::invalid_argument("below 4KiB (0 splits evenly)");
     } else if (name == "buffer_size") {
       buffer_size = parse_size(value);
       if (buffer_size < 4096 || buffer_size > (size_t{1} << 30)) throw std::invalid_argument("not in 4KiB..1GiB");
@@ -107,6 +109,13 @@ void Settings::set(const std::string& name, const std::string& value) {
       huge_pages = parse_bool(value);
     } else if (name == "direct") {
       direct = parse_bool(value);
+    } else if (name == "profile") {
+      if (value.empty()) throw std::invalid_argument("empty");
+      profile = value;
+    } else if (name == "cache_probe") {
+      if (value != "auto" && value != "cachestat" && value != "nowait" && value != "mincore" && value != "off")
+        throw std::invalid_argument("not auto, cachestat, nowait, mincore or off");
+      cache_probe = value;
     } else {
       throw Error(EINVAL, "set setting", "", kNoOffset, "unknown setting '" + name + "'");
     }
@@ -127,6 +136,8 @@ std::string Settings::get(const std::string& name) const {
   if (name == "queue_depth") return std::to_string(queue_depth);
   if (name == "huge_pages") return huge_pages ? "on" : "off";
   if (name == "direct") return direct ? "on" : "off";
+  if (name == "profile") return profile;
+  if (name == "cache_probe") return cache_probe;
   throw Error(EINVAL, "get setting", "", kNoOffset, "unknown setting '" + name + "'");
 }
 

@@ -10,12 +10,14 @@ namespace accio::base {
 struct Settings {
   std::string mechanism = "auto";     // auto | posix | parallel | direct | uring
   unsigned threads = 0;               // 0 = one per online CPU (resolved by defaults())
-  size_t task_size = 4u << 20;        // bytes per task of a split request
+  size_t task_size = 4u << 20;        // bytes per task of a split request; 0 = split evenly
   size_t buffer_size = 4u << 20;      // bytes per staging buffer
   unsigned buffer_count = 8;          // staging buffers in the pool
   unsigned queue_depth = 16;          // io_uring requests in flight per request
   bool huge_pages = true;             // back staging buffers with huge pages
   bool direct = false;                // uring: open the file side with O_DIRECT
+  std::string profile = "auto";       // auto: accio tune's profile for the filesystem | off | FILE
+  std::string cache_probe = "auto";   // auto | cachestat | nowait | mincore | off (planner signal)
 
   static Settings defaults();   // built-in values, threads resolved
   static Settings from_env();   // defaults() overridden by ACCIO_* (throws Error(EINVAL) on bad values)

@@ -16,6 +16,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "engine/file.hpp"
+#include "tune/profile.hpp"
 #include "tune/residency.hpp"
 
 struct accio_file {
@@ -218,6 +219,56 @@ const char* accio_plan(accio_file* f, size_t size, int op) {
     fail(e);
     return nullptr;
   }
+}
+const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op) {
+  if (!f) return nullptr;
+  if (offset < 0) {
+    fail(EINVAL, "plan", f->f->ref().path, offset, "negative offset");
+    return nullptr;
+  }
+  try {
+    return f->f->plan(buf, size, static_cast<uint64_t>(offset), op == ACCIO_OP_WRITE).name();
+  } catch (const Error& e) {
+    fail(e);
+    return nullptr;
+  }
+}
+int accio_explain(accio_file* f, const void* buf, size_t size, int64_t offset, int op, char* plan, size_t plan_len,
+                  char* why, size_t why_len) {
+  ACCIO_CHECK(f, "accio_explain");
+  if (offset < 0) return fail(EINVAL, "explain", f->f->ref().path, offset, "negative offset");
+  return guard([&] {
+    const auto e = f->f->explain(buf, size, static_cast<uint64_t>(offset), op == ACCIO_OP_WRITE);
+    copy_out(e.plan, plan, plan_len);
+    copy_out(e.why, why, why_len);
+    return 0;
+  });
+}
+int accio_file_plans(accio_file* f, accio_plan_stat* out, int max) {
+  ACCIO_CHECK(f, "accio_file_plans");
+  return guard([&] {
+    const auto all = f->f->plan_stats();
+    for (int i = 0; i < max && out && i < static_cast<int>(all.size()); ++i) {
+      copy_out(all[i].plan, out[i].plan, sizeof out[i].plan);
+      copy_out(all[i].why, out[i].why, sizeof out[i].why);
+      out[i].calls = all[i].calls;
+      out[i].bytes = all[i].bytes;
+    }
+    return static_cast<int>(all.size());
+  });
+}
+int accio_profile_key_of(const char* path, accio_profile_key* out) {
+  ACCIO_CHECK(path && out, "accio_profile_key_of");
+  return guard([&] {
+    const accio::tune::FsKey k = accio::tune::fs_key(std::string(path));
+    *out = accio_profile_key{};
+    copy_out(k.filesystem, out->filesystem, sizeof out->filesystem);
+    copy_out(k.device, out->device, sizeof out->device);
+    copy_out(k.kernel, out->kernel, sizeof out->kernel);
+    copy_out(k.version, out->version, sizeof out->version);
+    copy_out(accio::tune::profile_dir() + "/" + k.file_name(), out->file, sizeof out->file);
+    return 0;
+  });
 }
 int accio_file_stats(accio_file* f, accio_stats* out) {
   ACCIO_CHECK(f && out, "accio_file_stats");

@@ -12,7 +12,7 @@
 
 #include "base/error.hpp"
 #include "engine/thread_pool.hpp"
-#include "tune/auto_rule.hpp"
+#include "tune/profile.hpp"
 
 namespace accio::engine {
 using base::Error;
@@ -71,6 +71,13 @@ uint64_t now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 std::atomic<uint64_t> g_next_id{1};
+std::atomic<unsigned> g_inflight{0};  // engine requests in flight in the process (a planner signal)
+
+struct Inflight {
+  unsigned n;
+  Inflight() : n(g_inflight.fetch_add(1, std::memory_order_relaxed) + 1) {}
+  ~Inflight() { g_inflight.fetch_sub(1, std::memory_order_relaxed); }
+};
 
 // Offset and buffer alignment for O_DIRECT on this descriptor (statx STATX_DIOALIGN, Linux 6.1+).
 void dio_alignment(int fd, io::FileRef& f) {
@@ -114,6 +121,11 @@ std::shared_ptr<File> File::open(const std::string& path, const std::string& mod
     }
   }
 
+  // A profile named by the settings is loaded before the file is touched (a bad one fails the open
+  // before O_TRUNC can empty anything); `auto` finds the filesystem's profile once fd is open.
+  std::shared_ptr<const tune::Profile> profile;
+  if (!fixed && s.profile != "auto") profile = tune::profile_for(-1, s.profile);
+
   int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0666);
   if (fd < 0) throw Error(errno, "open", path, base::kNoOffset);
   struct stat st;
@@ -140,6 +152,12 @@ std::shared_ptr<File> File::open(const std::string& path, const std::string& mod
     }
   } else {
     f->ref_.no_direct = "not a regular file";
+  }
+  if (fixed) {
+    io::IoContext ctx{f->ref_, s, ThreadPool::shared()};
+    f->fixed_plan_ = tune::Plan{tune::PlanSpec{fixed->name()}, &fixed->resolve(ctx), s};
+  } else {
+    f->router_ = std::make_unique<tune::Router>(profile ? profile : tune::profile_for(fd, "auto"), f->ref_, s);
   }
   ThreadPool::shared().ensure(s.threads);
   return f;
@@ -177,10 +195,34 @@ void File::end() {
   if (--inflight_ == 0) idle_.notify_all();
 }
 
-const io::Mechanism& File::plan(size_t n, bool write) {
-  const io::Mechanism* m = fixed_ ? fixed_ : io::find(tune::choose(settings_, {n, write}));
-  io::IoContext ctx{ref_, settings_, ThreadPool::shared()};
-  return m->resolve(ctx);
+tune::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const {
+  if (!router_) return {&fixed_plan_, 0};
+  return router_->choose({buf, n, off, write, inflight, end_.load(std::memory_order_relaxed)});
+}
+
+const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
+  return *choose(buf, n, off, write, g_inflight.load(std::memory_order_relaxed) + 1).plan->mechanism;
+}
+
+File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
+  const tune::Choice c = choose(buf, n, off, write, g_inflight.load() + 1);
+  Explanation e{c.plan->mechanism->name(), c.plan->spec.label(), ""};
+  if (router_) {
+    e.why = router_->why(c.slot);
+  } else {
+    e.why = "mechanism=" + settings_.mechanism + " is set";
+    if (c.plan->mechanism != fixed_) e.why += " but cannot run here (see the warning): it runs as " + e.mechanism;
+  }
+  return e;
+}
+
+std::vector<tune::PlanStat> File::plan_stats() const {
+  if (router_) return router_->stats();
+  const Stats s = stats_.snapshot();
+  if (!s.reads && !s.writes) return {};
+  std::string why = "mechanism=" + settings_.mechanism + " is set";
+  if (fixed_plan_.mechanism != fixed_) why += "; it runs as " + std::string(fixed_plan_.mechanism->name());
+  return {{fixed_plan_.mechanism->name(), why, s.reads + s.writes, s.bytes_read + s.bytes_written}};
 }
 
 size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
@@ -188,8 +230,10 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
   if (off > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - n)
     throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off), "offset + size overflows");
   if (!buf && n) throw Error(EFAULT, op, ref_.path, static_cast<int64_t>(off), "null buffer");
-  const io::Mechanism& m = plan(n, write);
-  io::IoContext ctx{ref_, settings_, ThreadPool::shared()};
+  const Inflight inflight;
+  const tune::Choice choice = choose(buf, n, off, write, inflight.n);
+  const io::Mechanism& m = *choice.plan->mechanism;
+  io::IoContext ctx{ref_, choice.plan->settings, ThreadPool::shared()};
   const uint64_t t0 = now_ns();
   size_t got;
   try {
@@ -207,6 +251,7 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
     throw;
   }
   const uint64_t dt = now_ns() - t0;
+  if (router_) router_->record(choice, got);
   stats_.record(write, m.id, got, dt);
   global_stats().record(write, m.id, got, dt);
   return got;

@@ -14,6 +14,7 @@
 
 #include "base/settings.hpp"
 #include "io/mechanism.hpp"
+#include "tune/planner.hpp"
 
 namespace accio::engine {
 
@@ -75,8 +76,16 @@ class File : public std::enable_shared_from_this<File> {
   const io::FileRef& ref() const { return ref_; }
   bool readable() const { return readable_; }
   bool writable() const { return writable_; }
-  // The mechanism a request of n bytes would run (after `auto` and fallbacks).
-  const io::Mechanism& plan(size_t n, bool write);
+  // The mechanism a request of n bytes at offset 0 from an aligned buffer would run (after `auto`
+  // and fallbacks), its plan as text ("parallel(even)") and why it was chosen.
+  const io::Mechanism& plan(size_t n, bool write) { return plan(nullptr, n, 0, write); }
+  const io::Mechanism& plan(const void* buf, size_t n, uint64_t off, bool write);
+  struct Explanation {
+    std::string mechanism, plan, why;
+  };
+  Explanation explain(const void* buf, size_t n, uint64_t off, bool write);
+  // Which plans served this handle's requests, and why (auto); one entry for a fixed mechanism.
+  std::vector<tune::PlanStat> plan_stats() const;
 
  private:
   File() = default;
@@ -91,10 +100,14 @@ class File : public std::enable_shared_from_this<File> {
     ~Scope() { f->end(); }
   };
   std::future<size_t> async(void* buf, size_t n, uint64_t off, bool write);
+  // The plan for a request; `inflight` counts the engine requests in flight, this one included.
+  tune::Choice choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
 
   io::FileRef ref_;
   base::Settings settings_;
-  const io::Mechanism* fixed_ = nullptr;  // nullptr = auto
+  const io::Mechanism* fixed_ = nullptr;   // the mechanism setting, or nullptr for auto
+  tune::Plan fixed_plan_;                   // fixed_ resolved for this file, with the handle's settings
+  std::unique_ptr<tune::Router> router_;   // auto
   bool readable_ = false, writable_ = false;
   std::atomic<uint64_t> end_{0};  // highest byte written by this handle or the size at open
   StatCounters stats_;

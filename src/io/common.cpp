@@ -68,6 +68,12 @@ void write_full(int fd, const void* buf, size_t n, uint64_t off, const std::stri
   }
 }
 
+size_t task_bytes(const base::Settings& s, uint64_t n, unsigned width, size_t align) {
+  uint64_t t = s.task_size;
+  if (t == 0) t = std::max<uint64_t>(kMinEvenTask, (n + std::max(width, 1u) - 1) / std::max(width, 1u));
+  return static_cast<size_t>(align_up(t, std::max<size_t>(align, 4096)));
+}
+
 size_t split_run(TaskRunner& runner, unsigned width, uint64_t off, size_t n, size_t task,
                  const std::function<size_t(uint64_t, size_t, size_t)>& fn) {
   if (n == 0) return 0;

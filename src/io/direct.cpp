@@ -81,7 +81,7 @@ class Direct final : public Mechanism {
 
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
     auto* p = static_cast<char*>(buf);
-    const size_t task = align_up(c.settings.task_size, c.file.off_align);
+    const size_t task = task_bytes(c.settings, n, c.settings.threads, c.file.off_align);
     return split_run(c.runner, c.settings.threads, off, n, task,
                      [&](uint64_t o, size_t len, size_t bo) { return read_task(c, p + bo, len, o); });
   }
@@ -94,7 +94,7 @@ class Direct final : public Mechanism {
     if (mid0 > off) write_full(c.file.fd, p, static_cast<size_t>(mid0 - off), off, c.file.path);
     if (off + n > mid1) write_full(c.file.fd, p + (mid1 - off), static_cast<size_t>(off + n - mid1), mid1, c.file.path);
     const char* mid = p + (mid0 - off);
-    split_run(c.runner, c.settings.threads, mid0, static_cast<size_t>(mid1 - mid0), align_up(c.settings.task_size, A),
+    split_run(c.runner, c.settings.threads, mid0, static_cast<size_t>(mid1 - mid0), task_bytes(c.settings, mid1 - mid0, c.settings.threads, A),
               [&](uint64_t o, size_t len, size_t bo) {
                 write_task(c, mid + bo, len, o);
                 return len;

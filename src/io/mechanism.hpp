@@ -84,6 +84,11 @@ void write_full(int fd, const void* buf, size_t n, uint64_t off, const std::stri
 size_t split_run(TaskRunner& runner, unsigned width, uint64_t off, size_t n, size_t task,
                  const std::function<size_t(uint64_t, size_t, size_t)>& fn);
 
+// Bytes per task for a request of n bytes: the task_size setting, or with task_size 0 an even split
+// into `width` tasks of at least kMinEvenTask; rounded up to a multiple of `align`.
+inline constexpr size_t kMinEvenTask = 128u << 10;
+size_t task_bytes(const base::Settings& s, uint64_t n, unsigned width, size_t align);
+
 inline uint64_t align_down(uint64_t v, uint64_t a) { return v / a * a; }
 inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 inline bool is_aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }

@@ -1,4 +1,4 @@
-// accio mechanism `parallel`: the request split into tasks of `task_size` bytes run on the shared
+// accio mechanism `parallel`: the request split into tasks of `task_size` bytes (or evenly) run on the shared
 // thread pool, at most `threads` at once; a request of one task runs in the caller (no pool hop).
 #include "io/mechanism.hpp"
 
@@ -11,12 +11,12 @@ class Parallel final : public Mechanism {
   int rank() const override { return 1; }
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
     auto* p = static_cast<char*>(buf);
-    return split_run(c.runner, c.settings.threads, off, n, c.settings.task_size,
+    return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, 1),
                      [&](uint64_t o, size_t len, size_t bo) { return read_full(c.file.fd, p + bo, len, o, c.file.path); });
   }
   void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
     auto* p = static_cast<const char*>(buf);
-    split_run(c.runner, c.settings.threads, off, n, c.settings.task_size, [&](uint64_t o, size_t len, size_t bo) {
+    split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, 1), [&](uint64_t o, size_t len, size_t bo) {
       write_full(c.file.fd, p + bo, len, o, c.file.path);
       return len;
     });

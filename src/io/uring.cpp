@@ -200,9 +200,9 @@ class Uring final : public Mechanism {
     const int fd = direct ? c.file.direct_fd : c.file.fd;
     const uint64_t key = c.file.id * 2 + (direct ? 1 : 0);
     mem::StagingPool& pool = mem::StagingPool::shared(c.settings.buffer_size, c.settings.buffer_count, c.settings.huge_pages);
-    const size_t step = align_up(c.settings.task_size, A);
     const size_t chunk = std::max<size_t>(align_down(pool.buffer_size(), A), A);
     const unsigned qd = std::min(c.settings.queue_depth, kRingEntries);
+    const size_t step = task_bytes(c.settings, hi - lo, qd, A);
     const bool user_aligned_mode = direct && is_aligned(user + (align_up(off, A) - off), c.file.mem_align);
 
     RingLease ring(pool);

@@ -3,11 +3,13 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <stdexcept>
 #include <vector>
 
 #ifndef __NR_cachestat
@@ -23,6 +25,30 @@ struct Cachestat {
   uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
 };
 long sys_cachestat(int fd, CachestatRange* r, Cachestat* cs) { return syscall(__NR_cachestat, fd, r, cs, 0); }
+
+// Residency of [off, end) (inside the file) by mapping it and asking mincore(2).
+bool mincore_residency(int fd, uint64_t off, uint64_t end, Residency* out) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  out->total = end > off ? end - off : 0;
+  out->method = "mincore";
+  if (out->total == 0) return true;
+  const uint64_t a = off / page * page;
+  const size_t maplen = static_cast<size_t>(end - a);
+  void* p = mmap(nullptr, maplen, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(a));
+  if (p == MAP_FAILED) return false;
+  std::vector<unsigned char> vec((maplen + page - 1) / page);
+  const int rc = mincore(p, maplen, vec.data());
+  const int e = errno;
+  munmap(p, maplen);
+  if (rc != 0) {
+    errno = e;
+    return false;
+  }
+  uint64_t pages = 0;
+  for (unsigned char v : vec) pages += v & 1;
+  out->cached = std::min(out->total, pages * page);
+  return true;
+}
 }  // namespace
 
 bool cachestat_available() {
@@ -56,23 +82,47 @@ bool residency(int fd, uint64_t off, uint64_t len, Residency* out) {
       return true;
     }
   }
-  const uint64_t a = off / page * page;
-  const size_t maplen = static_cast<size_t>(end - a);
-  void* p = mmap(nullptr, maplen, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(a));
-  if (p == MAP_FAILED) return false;
-  std::vector<unsigned char> vec((maplen + page - 1) / page);
-  const int rc = mincore(p, maplen, vec.data());
-  const int e = errno;
-  munmap(p, maplen);
-  if (rc != 0) {
-    errno = e;
-    return false;
+  return mincore_residency(fd, off, end, out);
+}
+
+Probe parse_probe(const std::string& s) {
+  if (s == "auto") return Probe::automatic;
+  if (s == "cachestat") return Probe::cachestat;
+  if (s == "nowait") return Probe::nowait;
+  if (s == "mincore") return Probe::mincore;
+  if (s == "off") return Probe::off;
+  throw std::invalid_argument("not auto, cachestat, nowait, mincore or off");
+}
+
+bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method) {
+  if (len == 0 || method == Probe::off) return true;
+  if (method == Probe::automatic) method = cachestat_available() ? Probe::cachestat : Probe::nowait;
+  if (method == Probe::cachestat) {
+    CachestatRange r{off, len};
+    Cachestat cs{};
+    if (sys_cachestat(fd, &r, &cs) != 0) return true;
+    static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t pages = (off + len + page - 1) / page - off / page;
+    return cs.nr_cache * 2 >= pages;
   }
-  uint64_t pages = 0;
-  for (unsigned char v : vec) pages += v & 1;
-  out->cached = std::min(out->total, pages * page);
-  out->method = "mincore";
-  return true;
+  if (method == Probe::nowait) {
+    int hits = 0;
+    for (uint64_t at : {off, off + len / 2, off + len - 1}) {
+      char byte;
+      iovec iov{&byte, 1};
+      const ssize_t r = preadv2(fd, &iov, 1, static_cast<off_t>(at), RWF_NOWAIT);
+      if (r < 0 && errno != EAGAIN) return true;  // RWF_NOWAIT unsupported here: unknown
+      hits += r == 1;
+    }
+    return hits >= 2;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) return true;
+  const uint64_t end = std::min<uint64_t>(static_cast<uint64_t>(st.st_size), off + len);
+  Residency res;
+  if (end <= off) return false;  // nothing of the range is in the file yet
+  if (!mincore_residency(fd, off, end, &res)) return true;
+  return res.cached * 2 >= res.total;
 }
 
 }  // namespace accio::tune

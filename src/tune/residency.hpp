@@ -17,4 +17,14 @@ struct Residency {
 bool residency(int fd, uint64_t off, uint64_t len, Residency* out);
 bool cachestat_available();
 
+// How the planner learns whether a range is cached: the `cache_probe` setting. automatic is
+// cachestat where the kernel has it, else nowait (three 1-byte RWF_NOWAIT reads: first, middle and
+// last byte); mincore maps the range; off never probes (ranges count as hot).
+enum class Probe { automatic, cachestat, nowait, mincore, off };
+Probe parse_probe(const std::string& s);  // throws std::invalid_argument
+
+// Whether at least half of [off, off+len) is in the page cache, by `method`. A range the probe
+// cannot see (an error, or off) counts as cached: the hot plan is the safer guess.
+bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method);
+
 }  // namespace accio::tune

@@ -1,0 +1,200 @@
+"""`accio tune`: profile the filesystem holding PATH so that the `auto` mechanism picks the fastest
+plan for every request; `--show` prints a profile's decisions, `--evaluate` measures how close
+`auto` comes to the best fixed mechanism of every cell. How it works: docs/tuning.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+
+from .. import File, __version__, _ext
+from ..bench.runner import drop_pages
+from . import evaluate as evaluate_mod
+from . import profile as profile_mod
+from .measure import MiB, Bench, fmt
+from .search import Search, base_plans
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", nargs="?", default=".", help="a directory (or file) on the filesystem to tune (default .)")
+    p.add_argument("--target", default="host", help="where the bytes go: host (default); cuda:N needs the CUDA back end")
+    p.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
+                   help="wall-clock limit of the calibration (default 120)")
+    p.add_argument("--file-size", default="256m", metavar="SIZE",
+                   help="scratch file size for the calibration (default 256m; two such files are written in PATH)")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="the N of the 'several requests in flight' cells (default: online CPUs)")
+    p.add_argument("--profile", metavar="FILE",
+                   help="profile file to write, show or evaluate with (default: the key's file in the profile directory)")
+    p.add_argument("--show", action="store_true", help="print the profile of PATH's filesystem as a table and exit")
+    p.add_argument("--evaluate", action="store_true",
+                   help="measure auto and every fixed mechanism on a grid and report auto's regret against the "
+                   "per-cell best (uses the existing profile)")
+    p.add_argument("--file-sizes", default="8m,128m", metavar="LIST", help="--evaluate file sizes (default 8m,128m)")
+    p.add_argument("--transfers", default="4k,256k,8m", metavar="LIST",
+                   help="--evaluate transfer sizes (default 4k,256k,8m)")
+    p.add_argument("-i", "--reps", type=int, default=5, help="--evaluate samples per contender and cell (default 5)")
+    p.add_argument("--json", metavar="FILE", help="--evaluate: write the results as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+class _Progress:
+    """A tqdm bar on stderr (only on a terminal, after 2 s) showing the fraction done."""
+
+    def __init__(self, enabled: bool, unit: str):
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=1000, file=sys.stderr, delay=2, leave=False,
+                                bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
+            except ImportError:
+                pass
+        self.unit = unit
+
+    def __call__(self, desc: str, fraction: float) -> None:
+        if self.bar:
+            self.bar.set_description_str(desc[:48].ljust(48), refresh=False)
+            self.bar.update(max(0, int(fraction * 1000) - self.bar.n))
+
+    def close(self) -> None:
+        if self.bar:
+            self.bar.close()
+
+
+def _directory(path: str) -> str:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+
+def _sizes(text: str) -> list[int]:
+    from ..bench.spec import parse_sizes
+    return parse_sizes(text)
+
+
+def _check_space(directory: str, need: int) -> None:
+    free = shutil.disk_usage(directory).free
+    if free < need + 64 * MiB:
+        raise OSError(28, f"{directory}: {fmt(free)} free, the calibration needs {fmt(need)} "
+                      "(choose a smaller --file-size)")
+
+
+def main(args) -> int:
+    if args.target != "host":
+        print(f"accio tune: target {args.target!r} is not available: device targets (cuda:N) need the CUDA "
+              "back end, which this build does not have yet; use --target host", file=sys.stderr)
+        return 2
+    directory = _directory(args.path)
+    key = profile_mod.key(directory)
+    path = args.profile or key["file"]
+    if args.show:
+        return show(path, key, directory)
+    try:
+        file_size = _ext.parse_size(args.file_size)
+    except OSError:
+        print(f"accio tune: --file-size {args.file_size!r} is not a size", file=sys.stderr)
+        return 2
+    if args.evaluate:
+        return evaluate(args, directory, path)
+    if args.budget < 5:
+        print("accio tune: --budget must be at least 5 seconds", file=sys.stderr)
+        return 2
+    return tune(args, directory, key, path, file_size)
+
+
+def show(path: str, key: dict, directory: str) -> int:
+    if not os.path.exists(path):
+        print(f"no profile for {key['filesystem']} on {key['device']} (kernel {key['kernel']}, accio {key['accio']}) "
+              f"at {path}: auto uses the built-in model (posix below 1 MiB, parallel above).\n"
+              f"Run `accio tune {directory}` to measure this filesystem.", file=sys.stderr)
+        return 1
+    print(profile_mod.render(profile_mod.load(path), path))
+    return 0
+
+
+def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
+    t0 = time.monotonic()
+    threads = args.threads or os.cpu_count() or 1
+    _check_space(directory, 2 * file_size)
+    progress = _Progress(not args.quiet and sys.stderr.isatty(), "tune")
+    try:
+        with Bench(directory, file_size) as bench:
+            takes_direct = _ext.probe("o_direct", directory)[0]
+            search = Search(bench, threads, args.budget - (time.monotonic() - t0) - 1.0, base_plans(takes_direct),
+                            progress)
+            search.run()
+    finally:
+        progress.close()
+    meta = {"key": {k: key[k] for k in ("filesystem", "device", "kernel", "accio")}, "target": "host",
+            "path": os.path.abspath(directory), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": "accio tune " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "accio tune",
+            "budget_s": args.budget, "elapsed_s": round(time.monotonic() - t0, 1), "file_size": file_size,
+            "o_direct": takes_direct}
+    doc = profile_mod.build(search, meta)
+    profile_mod.save(doc, path)
+    print(profile_mod.render(doc, path))
+    print(f"\nsaved {path}; `auto` uses it for files on {key['filesystem']} on {key['device']}")
+    return 0
+
+
+def decision_cost(bench: Bench, profile: str | None, sizes: list[int]) -> dict:
+    """Mean ns per auto decision (residency probe included where the profile needs one), hot and cold."""
+    out = {}
+    settings = {"profile": profile} if profile else {}
+    with File(bench.read_path, "r", **settings) as f:
+        for cache in ("hot", "cold"):
+            if cache == "cold":
+                if not bench.cold_reads:
+                    continue
+                drop_pages(bench.read_path, 0, bench.file_size)
+            else:
+                bench._warm(bench.read_path, bench.file_size)
+            for size in sizes:
+                reqs = [(size, (i * size) % max(size, bench.file_size - size)) for i in range(64)]
+                out[f"{fmt(size)} {cache}"] = round(f._f.decision_ns(reqs, False, 500), 1)
+    return out
+
+
+def evaluate(args, directory: str, path: str) -> int:
+    file_sizes, transfers = _sizes(args.file_sizes), _sizes(args.transfers)
+    threads = args.threads or os.cpu_count() or 1
+    if args.reps < 1:
+        print("accio tune: --reps must be at least 1", file=sys.stderr)
+        return 2
+    have = os.path.exists(path)
+    if not have:
+        print(f"accio tune: no profile at {path}: auto is evaluated with the built-in model "
+              f"(run `accio tune {directory}` first to evaluate a measured profile)", file=sys.stderr)
+    big = max(file_sizes)
+    _check_space(directory, 2 * big)
+    progress = _Progress(not args.quiet and sys.stderr.isatty(), "evaluate")
+    try:
+        with Bench(directory, big) as bench:
+            cells = evaluate_mod.grid(file_sizes, transfers, threads, bench.cold_reads)
+            if args.profile and have:
+                os.environ["ACCIO_PROFILE"] = args.profile  # the auto handles of the run use this profile
+            result = evaluate_mod.run(bench, cells, args.reps, progress=progress)
+            result["decision_ns"] = decision_cost(bench, args.profile if have else None, transfers)
+            result["cold_reads"] = bench.cold_reads
+            result["notes"] = [bench.cold_note] if bench.cold_note else []
+    finally:
+        progress.close()
+    from ..info import gather
+    info = gather(directory)
+    result.update({"schema": "accio.tune-evaluate/1", "profile": path if have else "built-in model",
+                   "path": os.path.abspath(directory), "threads": threads, "reps": args.reps,
+                   "machine": {k: info[k] for k in ("kernel", "cpu", "memory")}, "accio": __version__,
+                   "git_commit": _ext.git_commit(), "filesystem": info.get("filesystem"),
+                   "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    print(evaluate_mod.render(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+    return 0

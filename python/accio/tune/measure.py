@@ -1,0 +1,166 @@
+"""The one timed measurement `accio tune` and `accio tune --evaluate` are built from.
+
+A Bench owns two scratch files in the tuned directory: one that reads use (written once) and one
+that writes use. sample() measures one plan on one cell: operation (read/write), cache state
+(hot: the range is in the page cache; cold: reads after fsync + posix_fadvise(DONTNEED) with the
+residency checked, writes into a freshly truncated file), concurrency (that many threads, each with
+its own handle and byte range, started together) and request size. Timing is the native loop of
+`accio bench` (accio._ext.bench_phase); bandwidth is IOR's: total bytes / (latest end - earliest
+start). Writes are followed by an untimed fsync, so every sample starts with a clean page cache.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from .. import File, _ext
+from ..bench.runner import drop_pages
+
+MiB = 1 << 20
+COLD_MAX_RESIDENCY = 0.01
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A mechanism and its parameters; 0 = the handle's setting (task_size 0 = even split)."""
+    mechanism: str
+    task_size: int = 0
+    threads: int = 0
+    queue_depth: int = 0
+    direct: bool = False
+
+    def settings(self) -> dict:
+        s = {"mechanism": self.mechanism, "task_size": self.task_size}
+        if self.threads:
+            s["threads"] = self.threads
+        if self.queue_depth:
+            s["queue_depth"] = self.queue_depth
+        if self.mechanism == "uring":
+            s["direct"] = self.direct
+        return s
+
+    @property
+    def needs_alignment(self) -> bool:
+        return self.direct or self.mechanism == "direct"
+
+    @property
+    def label(self) -> str:
+        """Same text as the engine's PlanSpec::label()."""
+        name = "uring+direct" if self.mechanism == "uring" and self.direct else self.mechanism
+        if self.mechanism == "posix":
+            return name
+        args = [f"task={fmt(self.task_size)}" if self.task_size else "even"]
+        if self.threads and self.mechanism != "uring":
+            args.append(f"threads={self.threads}")
+        if self.queue_depth and self.mechanism == "uring":
+            args.append(f"qd={self.queue_depth}")
+        return f"{name}({', '.join(args)})"
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v or k == "mechanism"}
+
+    @staticmethod
+    def from_json(d: dict) -> "Plan":
+        return Plan(d["mechanism"], int(d.get("task_size", 0)), int(d.get("threads", 0)),
+                    int(d.get("queue_depth", 0)), bool(d.get("direct", False)))
+
+
+def fmt(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return f"{n}B"
+
+
+class Bench:
+    def __init__(self, directory: str, file_size: int):
+        self.directory = directory
+        self.file_size = file_size
+        tag = f"accio-tune.{os.getpid()}"
+        self.read_path = os.path.join(directory, tag + ".r")
+        self.write_path = os.path.join(directory, tag + ".w")
+        self.cold_reads = True
+        self.cold_note = ""
+
+    def __enter__(self) -> "Bench":
+        self.prepare()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+    def prepare(self) -> None:
+        """Writes the read file (file_size bytes) and finds out whether reads can be made cold here."""
+        chunk = bytearray(os.urandom(1 << 16)) * 128  # 8 MiB of incompressible data
+        for path in (self.read_path, self.write_path):
+            with File(path, "w", mechanism="posix") as f:
+                for off in range(0, self.file_size, len(chunk)):
+                    f.write_from(memoryview(chunk)[:min(len(chunk), self.file_size - off)], off)
+                f.fsync()
+        drop_pages(self.read_path, 0, self.file_size)
+        r = self.residency(self.read_path, 0, self.file_size)
+        if r > COLD_MAX_RESIDENCY:
+            self.cold_reads = False
+            self.cold_note = (f"{r:.0%} of the file stayed in memory after fsync + POSIX_FADV_DONTNEED "
+                              "(tmpfs and similar keep files in memory): cold reads cannot be measured here")
+
+    def cleanup(self) -> None:
+        for p in (self.read_path, self.write_path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+    @staticmethod
+    def residency(path: str, offset: int, length: int) -> float:
+        with File(path, "r", mechanism="posix") as f:
+            r = f.residency(offset, length)
+        return r["cached"] / r["total"] if r["total"] else 0.0
+
+    def _warm(self, path: str, length: int) -> None:
+        if self.residency(path, 0, length) < 0.99:
+            buf = bytearray(8 * MiB)
+            with File(path, "r", mechanism="posix") as f:
+                for off in range(0, length, len(buf)):
+                    f.read_into(buf, off)
+
+    def sample(self, settings: dict, op: str, cold: bool, threads: int, size: int, nbytes: int,
+               plans_used: set | None = None) -> float:
+        """MiB/s of one timed phase: `threads` threads moving about nbytes in requests of `size`, on
+        handles opened with these settings. plans_used collects the plans that served the requests."""
+        write = op == "write"
+        path = self.write_path if write else self.read_path
+        per = max(size, min(nbytes, self.file_size) // threads // size * size)
+        total = per * threads
+        if write:
+            if cold:
+                os.truncate(path, 0)
+            elif os.path.getsize(path) < total:
+                with File(path, "r+", mechanism="posix") as f:
+                    f.write_from(bytearray(total), 0)
+            if not cold:
+                self._warm(path, total)
+        elif cold:
+            drop_pages(path, 0, total)
+        else:
+            self._warm(path, total)
+        handles = [File(path, "r+" if write else "r", **settings) for _ in range(threads)]
+        try:
+            iv = _ext.bench_phase([h._f for h in handles], [i * per for i in range(threads)], [per] * threads,
+                                  size, write)
+            if plans_used is not None:
+                plans_used.update(p["plan"] for h in handles for p in h.stats()["plans"])
+        finally:
+            for h in handles:
+                h.close()
+        if write:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        span = max(e for _, e, _ in iv) - min(s for s, _, _ in iv)
+        moved = sum(b for _, _, b in iv)
+        if moved != total:
+            raise RuntimeError(f"{op} moved {moved} of {total} bytes in {path}")
+        return moved / MiB / (max(span, 1) / 1e9)

@@ -1,0 +1,167 @@
+"""Profiles: what a search measured, turned into the decision table the engine's `auto` reads
+(src/tune/profile.cpp parses the same format), saved under the key of the filesystem, and shown
+as a readable table. Format: docs/tuning.md.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+
+from .. import _ext
+from .measure import Plan, fmt
+from .search import Group, Search
+
+SCHEMA = "accio.profile/1"
+BUILTIN_SMALL = {"1": 1 << 20, "N": 4 << 20}  # the built-in model's posix/parallel boundary
+
+
+def _boundary(a: int, b: int) -> int:
+    """The power of two between measured sizes a < b where the decision switches."""
+    return max(a + 1, min(b, 1 << round((math.log2(a) + math.log2(b)) / 2)))
+
+
+def _builtin_cells(conc: str, index) -> list[dict]:
+    return [{"max_size": BUILTIN_SMALL[conc] - 1, "plans": [index(Plan("posix"))]},
+            {"max_size": None, "plans": [index(Plan("parallel")), index(Plan("posix"))]}]
+
+
+def build(search: Search, meta: dict) -> dict:
+    plans: list[Plan] = []
+
+    def index(p: Plan) -> int:
+        if p not in plans:
+            plans.append(p)
+        return plans.index(p)
+
+    index(Plan("posix"))
+    decisions: dict = {"read": {}, "write": {}}
+    groups = {(g.op, g.concurrency, g.cache): g for g in search.groups()}
+    for op in ("read", "write"):
+        for conc in ("1", "N"):
+            entry = {}
+            for cache in ("hot", "cold"):
+                g = groups.get((op, conc, cache)) or (groups.get((op, "1", cache)) if conc == "N" else None)
+                if g is None:
+                    entry[cache] = None  # not measurable (cold reads on tmpfs): hot applies
+                    continue
+                entry[cache] = _cells(search, g, index) or _builtin_cells(conc, index)
+            decisions[op][conc] = entry
+    measurements = []
+    for (g, size, plan), mibps in sorted(search.samples.items(),
+                                         key=lambda kv: (kv[0][0].op, kv[0][0].threads, kv[0][0].cache, kv[0][1])):
+        measurements.append({"op": g.op, "cache": g.cache, "threads": g.threads, "size": size,
+                             "plan": index(plan), "mibps": [round(x, 1) for x in mibps],
+                             "median": round(statistics.median(mibps), 1)})
+    return {"schema": SCHEMA, **meta, "threads": search.threads, "cold_reads": search.bench.cold_reads,
+            "notes": search.notes + ([search.bench.cold_note] if search.bench.cold_note else []),
+            "plans": [p.to_json() for p in plans], "decisions": decisions, "measurements": measurements}
+
+
+def _cells(search: Search, g: Group, index) -> list[dict]:
+    """Size cells of one group: each measured size decides up to the boundary with the next one;
+    neighbours that decide the same (best plan and best plan without alignment needs) merge."""
+    cells: list[dict] = []
+    sizes = search.sizes(g)
+    for i, size in enumerate(sizes):
+        r = search.ranking(g, size)
+        if not r:
+            continue
+        ranked = [p for p, _ in r]
+        keep = ranked[:1] + [next((p for p in ranked if not p.needs_alignment), Plan("posix"))]
+        keep = list(dict.fromkeys(keep))
+        cell = {"max_size": _boundary(size, sizes[i + 1]) - 1 if i + 1 < len(sizes) else None,
+                "plans": [index(p) for p in keep],
+                "measured": {"size": size, "mibps": round(r[0][1], 1),
+                             "next": r[1][0].label if len(r) > 1 else None,
+                             "next_mibps": round(r[1][1], 1) if len(r) > 1 else None}}
+        if cells and cells[-1]["plans"] == cell["plans"]:
+            cells[-1]["max_size"] = cell["max_size"]
+            cells[-1].setdefault("also_measured", []).append(cell["measured"])
+        else:
+            cells.append(cell)
+    if cells:
+        cells[-1]["max_size"] = None
+    return cells
+
+
+def key(path: str) -> dict:
+    return _ext.profile_key(path)
+
+
+def save(profile: dict, path: str) -> None:
+    """Writes atomically (a process opening files meanwhile sees the old or the new profile)."""
+    d = os.path.dirname(path) or "."
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".profile.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(profile, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def load(path: str) -> dict:
+    with open(path) as f:
+        doc = json.load(f)
+    if doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not an accio profile (schema {doc.get('schema')!r})")
+    return doc
+
+
+def _range(lo: int, hi: int | None) -> str:
+    if hi is None:
+        return f">= {fmt(lo)}" if lo else "any size"
+    return f"< {fmt(hi + 1)}" if lo == 0 else f"{fmt(lo)} .. < {fmt(hi + 1)}"
+
+
+def render(doc: dict, source: str) -> str:
+    """The decisions as a table: per operation and concurrency, size ranges with the hot and cold plan."""
+    plans = [Plan.from_json(p) for p in doc["plans"]]
+    k = doc.get("key", {})
+    out = [f"profile {source}",
+           f"  {k.get('filesystem')} on {k.get('device')}, kernel {k.get('kernel')}, accio {k.get('accio')}; "
+           f"measured {doc.get('created', '?')} in {doc.get('elapsed_s', '?')} s (budget {doc.get('budget_s', '?')} s), "
+           f"N = {doc.get('threads')} threads"]
+    for n in doc.get("notes", []):
+        out.append(f"  note: {n}")
+    for op in ("read", "write"):
+        for conc in ("1", "N"):
+            entry = doc["decisions"][op][conc]
+            bounds = sorted({c["max_size"] for cache in ("hot", "cold") for c in (entry.get(cache) or [])},
+                            key=lambda v: math.inf if v is None else v)
+            who = "1 request in flight" if conc == "1" else "several requests in flight"
+            out.append(f"\n{op}, {who}:")
+            rows = [("size", "hot (cached) range", "cold range")]
+            lo = 0
+            prev: dict = {}
+            for hi in bounds:
+                cols = []
+                for cache in ("hot", "cold"):
+                    cells = entry.get(cache)
+                    if not cells:
+                        cols.append("as hot" if cache == "cold" else "-")
+                        continue
+                    c = next(c for c in cells if c["max_size"] is None or (hi is not None and hi <= c["max_size"]))
+                    if prev.get(cache) is c:
+                        cols.append('  "')
+                        continue
+                    prev[cache] = c
+                    text = plans[c["plans"][0]].label
+                    m = c.get("measured")
+                    if m:
+                        text += f"  {m['mibps']:.0f} MiB/s"
+                        if m.get("next"):
+                            text += f" (next {m['next']} {m['next_mibps']:.0f})"
+                    cols.append(text)
+                rows.append((_range(lo, hi), *cols))
+                lo = (hi or 0) + 1
+            widths = [max(len(r[i]) for r in rows) for i in range(3)]
+            for r in rows:
+                out.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return "\n".join(out)

@@ -1,0 +1,211 @@
+"""The budgeted search of `accio tune`: which plan is fastest for each request size, operation,
+cache state and concurrency, measured in the time the user allows rather than cell by cell.
+
+1. coarse: every base plan at 4 KiB, 64 KiB, 1 MiB, 8 MiB and 64 MiB, in every group (read/write x
+   hot/cold x 1/N threads), one sample each, plans interleaved;
+2. confirm: plans within 50% of a cell's best get two more samples (medians of three decide);
+3. parameters: where parallel, direct or uring wins at 1 MiB and above, their task size and queue
+   depth variants are tried against the winner;
+4. boundaries: between neighbouring sizes whose winners differ, the size in between (a power of two)
+   is measured with both winners, halving the interval while time remains;
+5. polish: the closest contests get more samples.
+Each step stops when the budget is spent; what was not measured falls back to the built-in model
+(recorded in the profile). Ties within 3% go to the simpler plan (posix, parallel, uring, direct).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from .measure import MiB, Bench, Plan
+
+KiB = 1 << 10
+COARSE_SIZES = (4 * KiB, 64 * KiB, MiB, 8 * MiB, 64 * MiB)
+TIE = 0.03            # within 3%: prefer the simpler plan
+CONFIRM_WITHIN = 0.50  # plans this close to the best get more samples (one sample can be far off)
+MIN_EVEN_TASK = 128 * KiB  # io::kMinEvenTask: parallel(even) of at most this many bytes is posix
+SAMPLE_SECONDS = 0.04  # aim of one sample's timed part
+SIMPLICITY = {"posix": 0, "parallel": 1, "uring": 2, "direct": 3}
+
+
+def base_plans(directory_takes_direct: bool) -> list[Plan]:
+    plans = [Plan("posix"), Plan("parallel"), Plan("uring", queue_depth=16)]
+    if directory_takes_direct:
+        plans += [Plan("direct"), Plan("uring", queue_depth=16, direct=True)]
+    return plans
+
+
+def variants(p: Plan, size: int) -> list[Plan]:
+    """Parameter variants of a winning plan worth trying at this request size."""
+    out = []
+    if p.mechanism in ("parallel", "direct"):
+        out += [Plan(p.mechanism, task_size=t) for t in (MiB, 4 * MiB) if t < size]
+    if p.mechanism == "uring":
+        out += [Plan("uring", queue_depth=q, direct=p.direct) for q in (4, 64)]
+        out += [Plan("uring", task_size=t, queue_depth=16, direct=p.direct) for t in (MiB, 4 * MiB) if t < size]
+    return [v for v in out if v != p]
+
+
+@dataclass(frozen=True)
+class Group:
+    op: str        # read | write
+    cache: str     # hot | cold
+    threads: int   # application threads issuing requests at once
+
+    @property
+    def concurrency(self) -> str:
+        return "1" if self.threads == 1 else "N"
+
+
+@dataclass
+class Search:
+    bench: Bench
+    threads: int
+    budget: float
+    plans: list[Plan]
+    progress: object = None
+    samples: dict = field(default_factory=dict)   # (group, size, plan) -> [MiB/s]
+    est: dict = field(default_factory=dict)       # (group, plan) -> last MiB/s (sizes the next sample)
+    notes: list = field(default_factory=list)
+    start: float = field(default_factory=time.monotonic)
+    exhausted: bool = False
+
+    # ---- bookkeeping ----
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - self.start)
+
+    def groups(self) -> list[Group]:
+        out = []
+        for threads in sorted({1, self.threads}):
+            for op in ("read", "write"):
+                for cache in ("hot", "cold"):
+                    if op == "read" and cache == "cold" and not self.bench.cold_reads:
+                        continue
+                    out.append(Group(op, cache, threads))
+        return out
+
+    def measure(self, g: Group, size: int, plan: Plan) -> bool:
+        """One more sample; False (and nothing measured) once the budget is spent. A parallel plan
+        that would run as one task is posix exactly: not measured (ties between the two are noise)."""
+        if plan.mechanism == "parallel" and size <= (plan.task_size or MIN_EVEN_TASK):
+            return True
+        if self.left() <= 0:
+            self.exhausted = True
+            return False
+        bw = self.est.get((g, plan), 1000.0)
+        nbytes = int(bw * MiB * SAMPLE_SECONDS)
+        nbytes = max(nbytes, size * g.threads, min(self.bench.file_size, 8 * MiB))
+        mibps = self.bench.sample(plan.settings(), g.op, g.cache == "cold", g.threads, size, nbytes)
+        self.samples.setdefault((g, size, plan), []).append(mibps)
+        self.est[(g, plan)] = mibps
+        if self.progress:
+            self.progress(f"{g.op} {g.cache} {g.threads}t {size >> 10}KiB {plan.label}",
+                          min(1.0, (time.monotonic() - self.start) / self.budget))
+        return True
+
+    def median(self, g: Group, size: int, plan: Plan) -> float | None:
+        s = self.samples.get((g, size, plan))
+        return statistics.median(s) if s else None
+
+    def ranking(self, g: Group, size: int) -> list[tuple[Plan, float]]:
+        """Measured plans, best first; ties within TIE go to the simpler plan."""
+        got = [(p, self.median(g, size, p)) for p in self.plans_at(g, size)]
+        got = [(p, m) for p, m in got if m]
+        if not got:
+            return []
+        best = max(m for _, m in got)
+
+        def key(pm):
+            plan, mibps = pm
+            tied = mibps >= best * (1 - TIE)
+            return (not tied, SIMPLICITY[plan.mechanism] if tied else 0, -mibps)
+        return sorted(got, key=key)
+
+    def plans_at(self, g: Group, size: int) -> list[Plan]:
+        return [p for (gg, s, p) in self.samples if gg == g and s == size]
+
+    def sizes(self, g: Group) -> list[int]:
+        return sorted({s for (gg, s, _) in self.samples if gg == g})
+
+    # ---- the steps ----
+    def run(self) -> None:
+        for step in (self.coarse, self.confirm, self.parameters, self.boundaries, self.polish):
+            step()
+            if self.exhausted:
+                what = ("cells not measured use the built-in model" if step == self.coarse else
+                        "every cell was measured, some with fewer samples or parameter variants than planned")
+                self.notes.append(f"the budget ran out during the {step.__name__} step: {what}")
+                return
+
+    def coarse(self) -> None:
+        for size in COARSE_SIZES:
+            for g in self.groups():
+                if size * g.threads > self.bench.file_size:
+                    continue  # the scratch file is too small for this cell (--file-size)
+                for p in self.plans:
+                    if not self.measure(g, size, p):
+                        return
+
+    def confirm(self, sizes=None, extra: int = 2) -> None:
+        for g in self.groups():
+            for size in sizes or self.sizes(g):
+                r = self.ranking(g, size)
+                if not r:
+                    continue
+                best = max(m for _, m in r)
+                close = [p for p, m in r if m >= best * (1 - CONFIRM_WITHIN)]
+                for _ in range(extra):
+                    for p in close:
+                        if len(self.samples[(g, size, p)]) < 1 + extra and not self.measure(g, size, p):
+                            return
+
+    def parameters(self) -> None:
+        for g in self.groups():
+            for size in self.sizes(g):
+                if size < MiB:
+                    continue
+                r = self.ranking(g, size)
+                if not r or r[0][0].mechanism == "posix":
+                    continue
+                for v in variants(r[0][0], size):
+                    for _ in range(3):
+                        if not self.measure(g, size, v):
+                            return
+
+    def boundaries(self) -> None:
+        for _round in range(4):
+            todo = []
+            for g in self.groups():
+                s = self.sizes(g)
+                for a, b in zip(s, s[1:]):
+                    ra, rb = self.ranking(g, a), self.ranking(g, b)
+                    if ra and rb and ra[0][0] != rb[0][0] and b > 2 * a:
+                        mid = 1 << round((math.log2(a) + math.log2(b)) / 2)
+                        todo.append((g, mid, [ra[0][0], rb[0][0]]))
+            if not todo:
+                return
+            for g, mid, contenders in todo:
+                for _ in range(3):
+                    for p in contenders:
+                        if not self.measure(g, mid, p):
+                            return
+
+    def polish(self) -> None:
+        """More samples where the two best are within 10%, closest first, until the budget is spent."""
+        while self.left() > 0:
+            close = []
+            for g in self.groups():
+                for size in self.sizes(g):
+                    r = self.ranking(g, size)
+                    if len(r) >= 2 and r[1][1] >= r[0][1] * 0.9:
+                        n = min(len(self.samples[(g, size, r[0][0])]), len(self.samples[(g, size, r[1][0])]))
+                        if n < 9:
+                            close.append((n, r[0][1] / r[1][1], g, size, r[0][0], r[1][0]))
+            if not close:
+                return
+            close.sort(key=lambda c: (c[0], c[1]))
+            _n, _ratio, g, size, a, b = close[0]
+            if not (self.measure(g, size, a) and self.measure(g, size, b)):
+                return

@@ -1,0 +1,166 @@
+// accio base: recursive-descent JSON reader (RFC 8259), depth-limited.
+#include "base/json.hpp"
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace accio::base::json {
+namespace {
+
+class Parser {
+ public:
+  explicit Parser(std::string_view t) : t_(t) {}
+
+  Value document() {
+    Value v = value(0);
+    ws();
+    if (i_ != t_.size()) fail("trailing characters");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) const {
+    throw std::runtime_error(std::string("invalid JSON: ") + what + " at byte " + std::to_string(i_));
+  }
+  void ws() {
+    while (i_ < t_.size() && (t_[i_] == ' ' || t_[i_] == '\n' || t_[i_] == '\r' || t_[i_] == '\t')) ++i_;
+  }
+  bool eat(char c) {
+    ws();
+    if (i_ < t_.size() && t_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!eat(c)) fail((std::string("expected '") + c + "'").c_str());
+  }
+  bool word(std::string_view w) {
+    if (t_.substr(i_, w.size()) != w) return false;
+    i_ += w.size();
+    return true;
+  }
+
+  Value value(int depth) {
+    if (depth > 64) fail("nesting too deep");
+    ws();
+    if (i_ >= t_.size()) fail("unexpected end");
+    Value v;
+    const char c = t_[i_];
+    if (c == '{') {
+      ++i_;
+      v.kind = Value::object;
+      if (eat('}')) return v;
+      do {
+        ws();
+        std::string k = string();
+        expect(':');
+        v.members.emplace_back(std::move(k), value(depth + 1));
+      } while (eat(','));
+      expect('}');
+    } else if (c == '[') {
+      ++i_;
+      v.kind = Value::array;
+      if (eat(']')) return v;
+      do v.items.push_back(value(depth + 1));
+      while (eat(','));
+      expect(']');
+    } else if (c == '"') {
+      v.kind = Value::string;
+      v.str = string();
+    } else if (word("true")) {
+      v.kind = Value::boolean;
+      v.b = true;
+    } else if (word("false")) {
+      v.kind = Value::boolean;
+    } else if (word("null")) {
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      v.kind = Value::number;
+      v.num = number();
+    } else {
+      fail("unexpected character");
+    }
+    return v;
+  }
+
+  double number() {
+    const size_t s = i_;
+    if (t_[i_] == '-') ++i_;
+    auto digits = [&] {
+      const size_t d = i_;
+      while (i_ < t_.size() && t_[i_] >= '0' && t_[i_] <= '9') ++i_;
+      if (i_ == d) fail("digit expected");
+    };
+    digits();
+    if (i_ < t_.size() && t_[i_] == '.') ++i_, digits();
+    if (i_ < t_.size() && (t_[i_] == 'e' || t_[i_] == 'E')) {
+      ++i_;
+      if (i_ < t_.size() && (t_[i_] == '+' || t_[i_] == '-')) ++i_;
+      digits();
+    }
+    return std::strtod(std::string(t_.substr(s, i_ - s)).c_str(), nullptr);
+  }
+
+  std::string string() {
+    if (i_ >= t_.size() || t_[i_] != '"') fail("string expected");
+    ++i_;
+    std::string out;
+    while (true) {
+      if (i_ >= t_.size()) fail("unterminated string");
+      const char c = t_[i_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (i_ >= t_.size()) fail("unterminated escape");
+      const char e = t_[i_++];
+      switch (e) {
+        case '"': case '\\': case '/': out += e; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          if (i_ + 4 > t_.size()) fail("short \\u escape");
+          char* end = nullptr;
+          const std::string hex(t_.substr(i_, 4));
+          const unsigned long cp = std::strtoul(hex.c_str(), &end, 16);
+          if (end != hex.c_str() + 4) fail("bad \\u escape");
+          i_ += 4;
+          if (cp < 0x80) {
+            out += static_cast<char>(cp);
+          } else if (cp < 0x800) {
+            out += static_cast<char>(0xC0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          } else {
+            out += static_cast<char>(0xE0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          }
+          break;
+        }
+        default: fail("bad escape");
+      }
+    }
+  }
+
+  std::string_view t_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+const Value* Value::get(std::string_view key) const {
+  if (kind != object) return nullptr;
+  for (const auto& [k, v] : members)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+Value parse(std::string_view text) { return Parser(text).document(); }
+
+}  // namespace accio::base::json

@@ -1,0 +1,308 @@
+// accio planner: profile keys, lookup, parsing and the built-in model.
+#include "tune/profile.hpp"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "base/json.hpp"
+#include "base/log.hpp"
+#include "io/mechanism.hpp"
+
+namespace accio::tune {
+using base::Error;
+using base::json::Value;
+
+std::string PlanSpec::label() const {
+  std::string out = mechanism == "uring" && direct ? "uring+direct" : mechanism;
+  std::string args;
+  auto add = [&](const std::string& a) { args += (args.empty() ? "" : ", ") + a; };
+  if (mechanism != "posix") {
+    add(task_size ? "task=" + base::format_size(task_size) : std::string("even"));
+    if (threads && mechanism != "uring") add("threads=" + std::to_string(threads));
+    if (queue_depth && mechanism == "uring") add("qd=" + std::to_string(queue_depth));
+  }
+  return args.empty() ? out : out + "(" + args + ")";
+}
+
+base::Settings PlanSpec::apply(const base::Settings& handle) const {
+  base::Settings s = handle;
+  s.mechanism = mechanism;
+  s.task_size = task_size;
+  if (threads) s.threads = std::min(threads, handle.threads);
+  if (queue_depth) s.queue_depth = queue_depth;
+  s.direct = direct;
+  return s;
+}
+
+namespace {
+std::string sanitize(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+    out += ok ? c : '-';
+  }
+  const size_t b = out.find_first_not_of('-');
+  return b == std::string::npos ? "none" : out.substr(b);
+}
+}  // namespace
+
+std::string FsKey::file_name() const {
+  return sanitize(filesystem) + "_" + sanitize(device) + "_" + sanitize(kernel) + "_" + sanitize(version) + ".json";
+}
+std::string FsKey::describe() const { return filesystem + " on " + device; }
+
+// ---- keys ----
+namespace {
+std::string kernel_release() {
+  utsname u{};
+  return uname(&u) == 0 ? u.release : "unknown";
+}
+
+FsKey key_for_dev(dev_t dev) {
+  static std::mutex mu;
+  static std::map<dev_t, FsKey> cache;
+  std::lock_guard lk(mu);
+  if (auto it = cache.find(dev); it != cache.end()) return it->second;
+  FsKey k{"unknown", "dev-" + std::to_string(major(dev)) + "-" + std::to_string(minor(dev)), kernel_release(),
+          ACCIO_VERSION_STRING};
+  std::ifstream in("/proc/self/mountinfo");
+  const std::string want = std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream ls(line);
+    std::string id, parent, majmin;
+    ls >> id >> parent >> majmin;
+    const size_t dash = line.find(" - ");
+    if (majmin != want || dash == std::string::npos) continue;
+    std::istringstream rs(line.substr(dash + 3));
+    rs >> k.filesystem >> k.device;
+    break;
+  }
+  cache.emplace(dev, k);
+  return k;
+}
+}  // namespace
+
+FsKey fs_key(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) throw Error(errno, "fstat", "", base::kNoOffset);
+  return key_for_dev(st.st_dev);
+}
+
+FsKey fs_key(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw Error(errno, "stat", path, base::kNoOffset);
+  return key_for_dev(st.st_dev);
+}
+
+std::string profile_dir() {
+  if (const char* d = std::getenv("ACCIO_PROFILE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/accio/profiles";
+  const char* h = std::getenv("HOME");
+  return std::string(h && *h ? h : "/tmp") + "/.cache/accio/profiles";
+}
+
+// ---- the table ----
+const Cell& Profile::cell(bool write, bool concurrent, uint64_t n) const {
+  return table[write][concurrent][cell_index(write, concurrent, n)];
+}
+
+size_t Profile::cell_index(bool write, bool concurrent, uint64_t n) const {
+  const auto& t = table[write][concurrent];
+  size_t i = 0;
+  while (i + 1 < t.size() && n > t[i].max_size) ++i;
+  return i;
+}
+
+std::shared_ptr<const Profile> Profile::builtin_model() {
+  static const std::shared_ptr<const Profile> p = [] {
+    auto m = std::make_shared<Profile>();
+    m->source = m->name = "built-in model";
+    m->builtin = true;
+    m->plans = {PlanSpec{"posix"}, PlanSpec{"parallel"}};
+    for (int w = 0; w < 2; ++w)
+      for (int c = 0; c < 2; ++c)
+        m->table[w][c] = {Cell{(c ? 4u << 20 : 1u << 20) - 1, {0}, {}}, Cell{UINT64_MAX, {1, 0}, {}}};
+    return std::shared_ptr<const Profile>(std::move(m));
+  }();
+  return p;
+}
+
+namespace {
+[[noreturn]] void bad(const std::string& source, const std::string& what) {
+  throw Error(EINVAL, "load profile", source, base::kNoOffset, what);
+}
+
+uint64_t to_u64(const Value& v, const std::string& source, const char* what) {
+  if (!v.is(Value::number) || v.num < 0 || v.num > 1.8e19 || std::floor(v.num) != v.num)
+    bad(source, std::string(what) + " must be a non-negative integer");
+  return static_cast<uint64_t>(v.num);
+}
+
+PlanSpec parse_plan(const Value& v, const std::string& source) {
+  if (!v.is(Value::object)) bad(source, "every plan must be an object");
+  PlanSpec p;
+  const Value* m = v.get("mechanism");
+  if (!m || !m->is(Value::string) || !io::find(m->str) || m->str == "auto")
+    bad(source, "plan mechanism must name a mechanism (" + (m && m->is(Value::string) ? m->str : std::string("?")) + ")");
+  p.mechanism = m->str;
+  if (const Value* x = v.get("task_size")) p.task_size = to_u64(*x, source, "task_size");
+  if (const Value* x = v.get("threads")) p.threads = static_cast<unsigned>(std::min<uint64_t>(to_u64(*x, source, "threads"), 1024));
+  if (const Value* x = v.get("queue_depth"))
+    p.queue_depth = static_cast<unsigned>(std::min<uint64_t>(to_u64(*x, source, "queue_depth"), 1024));
+  if (const Value* x = v.get("direct")) {
+    if (!x->is(Value::boolean)) bad(source, "plan direct must be true or false");
+    p.direct = x->b;
+  }
+  if (p.task_size && p.task_size < 4096) bad(source, "task_size must be 0 (even split) or at least 4096");
+  return p;
+}
+
+// One group ("hot" or "cold" of one operation and concurrency): [{"max_size": n|null, "plans": [i...]}]
+std::vector<std::pair<uint64_t, std::vector<int>>> parse_group(const Value& v, size_t nplans, const std::string& source) {
+  if (!v.is(Value::array) || v.items.empty()) bad(source, "every decision group must be a non-empty array");
+  std::vector<std::pair<uint64_t, std::vector<int>>> out;
+  for (const Value& c : v.items) {
+    const Value* ms = c.get("max_size");
+    const Value* pl = c.get("plans");
+    if (!ms || !pl || !pl->is(Value::array) || pl->items.empty()) bad(source, "every cell needs max_size and plans");
+    const uint64_t max = ms->is(Value::null) ? UINT64_MAX : to_u64(*ms, source, "max_size");
+    if (!out.empty() && max <= out.back().first) bad(source, "cells must be in increasing max_size order");
+    std::vector<int> idx;
+    for (const Value& i : pl->items) {
+      const uint64_t k = to_u64(i, source, "plan index");
+      if (k >= nplans) bad(source, "plan index " + std::to_string(k) + " out of range");
+      idx.push_back(static_cast<int>(k));
+    }
+    out.emplace_back(max, std::move(idx));
+  }
+  if (out.back().first != UINT64_MAX) bad(source, "the last cell must have max_size null");
+  return out;
+}
+
+// Merges the hot and cold groups into cells over the union of their boundaries.
+std::vector<Cell> merge(const std::vector<std::pair<uint64_t, std::vector<int>>>& hot,
+                        const std::vector<std::pair<uint64_t, std::vector<int>>>& cold) {
+  std::vector<uint64_t> bounds;
+  for (auto& c : hot) bounds.push_back(c.first);
+  for (auto& c : cold) bounds.push_back(c.first);
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  auto covering = [](const auto& g, uint64_t b) -> std::vector<int> {
+    for (auto& c : g)
+      if (b <= c.first) return c.second;
+    return {};
+  };
+  std::vector<Cell> out;
+  for (uint64_t b : bounds) {
+    Cell c{b, covering(hot, b), cold.empty() ? std::vector<int>{} : covering(cold, b)};
+    if (!out.empty() && out.back().hot == c.hot && out.back().cold == c.cold) out.back().max_size = b;
+    else out.push_back(std::move(c));
+  }
+  return out;
+}
+}  // namespace
+
+std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std::string& source) {
+  Value doc;
+  try {
+    doc = base::json::parse(text);
+  } catch (const std::exception& e) {
+    bad(source, e.what());
+  }
+  const Value* schema = doc.get("schema");
+  if (!schema || !schema->is(Value::string) || schema->str != "accio.profile/1")
+    bad(source, "not an accio profile (schema must be \"accio.profile/1\")");
+  auto p = std::make_shared<Profile>();
+  p->source = source;
+  p->name = source;
+  if (const Value* k = doc.get("key")) {
+    const Value* fs = k->get("filesystem");
+    const Value* dev = k->get("device");
+    if (fs && dev && fs->is(Value::string) && dev->is(Value::string)) p->name = fs->str + " on " + dev->str;
+  }
+  const Value* plans = doc.get("plans");
+  if (!plans || !plans->is(Value::array) || plans->items.empty()) bad(source, "plans must be a non-empty array");
+  for (const Value& v : plans->items) p->plans.push_back(parse_plan(v, source));
+  const Value* dec = doc.get("decisions");
+  if (!dec || !dec->is(Value::object)) bad(source, "decisions must be an object");
+  for (int w = 0; w < 2; ++w) {
+    const Value* op = dec->get(w ? "write" : "read");
+    if (!op) bad(source, std::string("decisions.") + (w ? "write" : "read") + " is missing");
+    for (int c = 0; c < 2; ++c) {
+      const Value* g = op->get(c ? "N" : "1");
+      if (!g) bad(source, std::string("decisions.") + (w ? "write" : "read") + "." + (c ? "N" : "1") + " is missing");
+      const Value* hot = g->get("hot");
+      if (!hot) bad(source, "every decision group needs hot cells");
+      const Value* cold = g->get("cold");
+      p->table[w][c] = merge(parse_group(*hot, p->plans.size(), source),
+                             cold && !cold->is(Value::null) ? parse_group(*cold, p->plans.size(), source)
+                                                            : std::vector<std::pair<uint64_t, std::vector<int>>>{});
+    }
+  }
+  return p;
+}
+
+// ---- lookup ----
+namespace {
+struct Loaded {
+  int64_t mtime_ns = -1;
+  off_t size = -1;
+  std::shared_ptr<const Profile> profile;
+};
+
+// The profile at path, parsed once per modification; nullptr if the file does not exist.
+std::shared_ptr<const Profile> load(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, Loaded> cache;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return nullptr;
+    throw Error(errno, "load profile", path, base::kNoOffset);
+  }
+  const int64_t mt = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  std::lock_guard lk(mu);
+  Loaded& l = cache[path];
+  if (l.profile && l.mtime_ns == mt && l.size == st.st_size) return l.profile;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(errno ? errno : EIO, "load profile", path, base::kNoOffset);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  l = Loaded{mt, st.st_size, Profile::parse(ss.str(), path)};
+  return l.profile;
+}
+}  // namespace
+
+std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting) {
+  if (setting == "off") return Profile::builtin_model();
+  if (setting != "auto") {
+    auto p = load(setting);
+    if (!p) throw Error(ENOENT, "load profile", setting, base::kNoOffset);
+    return p;
+  }
+  const FsKey key = fs_key(fd);
+  const std::string path = profile_dir() + "/" + key.file_name();
+  try {
+    if (auto p = load(path)) return p;
+  } catch (const Error& e) {
+    base::warn_once("profile-bad:" + path, std::string(e.what()) + "; auto uses the built-in model until `accio tune` rewrites it");
+    return Profile::builtin_model();
+  }
+  base::warn_once("profile-none:" + path, "no tuning profile for " + key.describe() + " (kernel " + key.kernel +
+                                              ", accio " + key.version + "): auto uses the built-in model; run "
+                                              "`accio tune DIR` on this filesystem to measure it");
+  return Profile::builtin_model();
+}
+
+}  // namespace accio::tune

@@ -1,0 +1,76 @@
+// accio planner: profiles. A profile is what `accio tune` measured on one filesystem, reduced to the
+// decision table `auto` consults: for each operation (read, write) and concurrency (one request in
+// flight in the process, or several), size intervals, each with a ranked list of plans for a range
+// that is in the page cache (hot) and one that is not (cold). Profiles are JSON files named by
+// their key (filesystem, device, kernel, accio version) in the profile directory; without one the
+// built-in model below answers. Format: docs/tuning.md.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/settings.hpp"
+
+namespace accio::tune {
+
+// One plan: a mechanism and the parameters it runs with. 0 means "the handle's setting", except
+// task_size where 0 means "split evenly" (see io::task_bytes).
+struct PlanSpec {
+  std::string mechanism = "posix";
+  uint64_t task_size = 0;
+  unsigned threads = 0;
+  unsigned queue_depth = 0;
+  bool direct = false;  // uring with an O_DIRECT file side (mechanism direct is always direct)
+
+  bool needs_alignment() const { return direct || mechanism == "direct"; }
+  std::string label() const;  // "parallel(even)", "parallel(task=1MiB, threads=2)", "uring+direct(even, qd=16)"
+  // The handle's settings with this plan's parameters applied (threads capped by the handle's).
+  base::Settings apply(const base::Settings& handle) const;
+};
+
+// Requests of at most max_size bytes (and more than the previous cell's) use these plans, best
+// first; cold empty means the cold range was not measured (or cannot be cold): hot applies.
+struct Cell {
+  uint64_t max_size = UINT64_MAX;
+  std::vector<int> hot, cold;  // indexes into Profile::plans
+};
+
+struct FsKey {
+  std::string filesystem, device, kernel, version;
+  std::string file_name() const;  // "ext4_dev-vda1_6.18.0_0.1.0.json"
+  std::string describe() const;   // "ext4 on /dev/vda1"
+};
+
+struct Profile {
+  std::string source;  // the file it came from, or "built-in model"
+  std::string name;    // "ext4 on /dev/vda1" or "built-in model"
+  bool builtin = false;
+  std::vector<PlanSpec> plans;
+  std::vector<Cell> table[2][2];  // [write][several requests in flight]
+
+  // The first cell whose max_size >= n (the last cell is unbounded).
+  const Cell& cell(bool write, bool concurrent, uint64_t n) const;
+  size_t cell_index(bool write, bool concurrent, uint64_t n) const;
+
+  // Built-in model: posix below 1 MiB (4 MiB with several requests in flight), above that an even
+  // split over the handle's threads (parallel), posix as the fallback. Cache state is not used.
+  static std::shared_ptr<const Profile> builtin_model();
+  // Parses a profile document; throws base::Error(EINVAL) naming `source` on anything malformed.
+  static std::shared_ptr<const Profile> parse(const std::string& text, const std::string& source);
+};
+
+// The key of the filesystem holding fd (or path): filesystem type and mount source from
+// /proc/self/mountinfo (matched by st_dev), kernel release, accio version. Cached per device.
+FsKey fs_key(int fd);
+FsKey fs_key(const std::string& path);
+// $ACCIO_PROFILE_DIR, else $XDG_CACHE_HOME/accio/profiles, else ~/.cache/accio/profiles.
+std::string profile_dir();
+
+// The profile for an open file according to the `profile` setting: "auto" (the file for its key
+// in profile_dir(), else the built-in model, with a one-time note suggesting `accio tune`), "off"
+// (the built-in model), or a path (that file; throws base::Error if unreadable or malformed).
+// Parsed profiles are cached by path and modification time.
+std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting);
+
+}  // namespace accio::tune

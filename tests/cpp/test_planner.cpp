@@ -1,0 +1,259 @@
+// Planner tests: the JSON reader, profile parsing (and every way a profile can be malformed), the
+// per-file Router (size cells, concurrency, hot/cold by residency, alignment fallback, plans the
+// file cannot run), even task splitting, and the engine running what the planner chose.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "base/error.hpp"
+#include "base/json.hpp"
+#include "engine/file.hpp"
+#include "helpers.hpp"
+#include "io/mechanism.hpp"
+#include "tune/planner.hpp"
+#include "tune/profile.hpp"
+
+using namespace accio;
+using namespace testing_accio;
+
+namespace {
+
+// read, 1 in flight: <64KiB posix; >=64KiB hot parallel(even), cold direct then parallel.
+// read, N in flight: posix throughout.  write: <1MiB posix, >=1MiB uring(qd=4) for both.
+const char* kProfile = R"({
+  "schema": "accio.profile/1",
+  "key": {"filesystem": "testfs", "device": "/dev/test"},
+  "plans": [{"mechanism": "posix"}, {"mechanism": "parallel"}, {"mechanism": "direct"},
+            {"mechanism": "uring", "queue_depth": 4}],
+  "decisions": {
+    "read": {"1": {"hot":  [{"max_size": 65535, "plans": [0]}, {"max_size": null, "plans": [1, 0]}],
+                   "cold": [{"max_size": 65535, "plans": [0]}, {"max_size": null, "plans": [2, 1]}]},
+             "N": {"hot": [{"max_size": null, "plans": [0]}], "cold": null}},
+    "write": {"1": {"hot": [{"max_size": 1048575, "plans": [0]}, {"max_size": null, "plans": [3, 0]}]},
+              "N": {"hot": [{"max_size": 1048575, "plans": [0]}, {"max_size": null, "plans": [3, 0]}]}}
+  }
+})";
+
+std::string write_text(const TempDir& d, const std::string& name, const std::string& text) {
+  std::ofstream(d.file(name)) << text;
+  return d.file(name);
+}
+
+void expect_bad(const std::string& text, const std::string& what) {
+  try {
+    tune::Profile::parse(text, "p.json");
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const base::Error& e) {
+    EXPECT_EQ(e.errnum(), EINVAL);
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("p.json"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(Json, ParsesValuesAndEscapes) {
+  auto v = base::json::parse(R"( {"a": [1, -2.5e2, true, false, null], "s": "x\"\\\n\u00e9\u20ac"} )");
+  ASSERT_TRUE(v.is(base::json::Value::object));
+  const auto* a = v.get("a");
+  ASSERT_TRUE(a && a->items.size() == 5);
+  EXPECT_EQ(a->items[1].num, -250);
+  EXPECT_TRUE(a->items[2].b);
+  EXPECT_TRUE(a->items[4].is(base::json::Value::null));
+  EXPECT_EQ(v.get("s")->str, "x\"\\\n\xc3\xa9\xe2\x82\xac");
+  EXPECT_EQ(v.get("missing"), nullptr);
+}
+
+TEST(Json, RejectsMalformed) {
+  for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "01x", "\"unterminated", "[1] 2", "tru", "\"\\q\"", "-",
+                          "\"\x01\""})
+    EXPECT_THROW(base::json::parse(bad), std::runtime_error) << bad;
+  std::string deep(100, '[');
+  EXPECT_THROW(base::json::parse(deep), std::runtime_error);
+}
+
+TEST(Profile, ParsesAndMergesHotAndColdBoundaries) {
+  auto p = tune::Profile::parse(kProfile, "p.json");
+  EXPECT_EQ(p->name, "testfs on /dev/test");
+  ASSERT_EQ(p->plans.size(), 4u);
+  EXPECT_EQ(p->plans[3].label(), "uring(even, qd=4)");
+  const auto& r1 = p->table[0][0];
+  ASSERT_EQ(r1.size(), 2u);
+  EXPECT_EQ(r1[0].max_size, 65535u);
+  EXPECT_EQ(r1[1].cold, (std::vector<int>{2, 1}));
+  EXPECT_TRUE(p->table[0][1][0].cold.empty());  // cold null: hot applies
+  EXPECT_EQ(p->cell_index(false, false, 65535), 0u);
+  EXPECT_EQ(p->cell_index(false, false, 65536), 1u);
+  EXPECT_EQ(p->cell_index(true, true, 1 << 30), 1u);
+}
+
+TEST(Profile, RejectsEveryMalformedShape) {
+  expect_bad("{", "invalid JSON");
+  expect_bad(R"({"schema": "other"})", "schema");
+  std::string good = kProfile;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  expect_bad(with(R"({"mechanism": "direct"})", R"({"mechanism": "warp"})"), "mechanism");
+  expect_bad(with(R"({"mechanism": "direct"})", R"({"mechanism": "auto"})"), "mechanism");
+  expect_bad(with(R"("plans": [1, 0]}],)", R"("plans": [9, 0]}],)"), "out of range");
+  expect_bad(with(R"({"max_size": 65535, "plans": [0]}, {"max_size": null, "plans": [1, 0]}])",
+                  R"({"max_size": 65535, "plans": [0]}, {"max_size": 100, "plans": [1, 0]}])"),
+             "increasing");
+  expect_bad(with(R"([{"max_size": null, "plans": [0]}], "cold": null)", R"([{"max_size": 5, "plans": [0]}], "cold": null)"),
+             "last cell");
+  expect_bad(with(R"("queue_depth": 4})", R"("queue_depth": -4})"), "non-negative");
+  expect_bad(with(R"("queue_depth": 4})", R"("queue_depth": 4, "task_size": 100})"), "task_size");
+  expect_bad(with(R"("N": {"hot": [{"max_size": null, "plans": [0]}], "cold": null})", R"("M": {})"), "read.N");
+}
+
+TEST(Profile, FsKeyNamesTheFilesystem) {
+  TempDir d;
+  auto k = tune::fs_key(d.path());
+  EXPECT_NE(k.filesystem, "");
+  EXPECT_NE(k.kernel, "");
+  EXPECT_NE(k.version, "");
+  const std::string name = k.file_name();
+  EXPECT_EQ(name.find('/'), std::string::npos);
+  EXPECT_EQ(name.substr(name.size() - 5), ".json");
+}
+
+TEST(Profile, BuiltinModel) {
+  auto b = tune::Profile::builtin_model();
+  EXPECT_TRUE(b->builtin);
+  EXPECT_EQ(b->plans[b->cell(false, false, 4096).hot[0]].mechanism, "posix");
+  EXPECT_EQ(b->plans[b->cell(false, false, 1 << 20).hot[0]].mechanism, "parallel");
+  EXPECT_EQ(b->plans[b->cell(false, true, 2 << 20).hot[0]].mechanism, "posix");
+  EXPECT_EQ(b->plans[b->cell(true, true, 4 << 20).hot[0]].mechanism, "parallel");
+}
+
+TEST(Router, FollowsSizeConcurrencyCacheAndAlignment) {
+  TempDir d;
+  const std::string prof = write_text(d, "p.json", kProfile);
+  auto s = base::Settings::defaults();
+  s.set("profile", prof);
+  s.set("threads", "2");
+  const std::string path = d.file("data");
+  {
+    auto f = engine::File::open(path, "w", s);
+    std::vector<char> buf(8 << 20, 'x');
+    f->pwrite(buf.data(), buf.size(), 0);
+    f->fsync();
+  }
+  auto f = engine::File::open(path, "r+", s);
+  if (f->ref().direct_fd < 0) GTEST_SKIP() << "no O_DIRECT here: " << f->ref().no_direct;
+  tune::Router r(tune::Profile::parse(kProfile, prof), f->ref(), s);
+  Buffer b(1 << 20);
+  auto plan = [&](uint64_t n, uint64_t off, unsigned inflight, const void* buf, bool write = false) {
+    return r.choose({buf, n, off, write, inflight, 8 << 20}).plan->spec.label();
+  };
+  // The written pages are cached: hot.
+  EXPECT_EQ(plan(4096, 0, 1, b.data()), "posix");
+  EXPECT_EQ(plan(1 << 20, 0, 1, b.data()), "parallel(even)");
+  EXPECT_EQ(plan(1 << 20, 0, 2, b.data()), "posix");  // several in flight
+  // Dropped from the cache: cold -> direct when aligned, parallel otherwise.
+  ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  tune::Residency res;
+  ASSERT_TRUE(tune::residency(f->ref().fd, 0, 1 << 20, &res));
+  if (res.cached * 100 > res.total) GTEST_SKIP() << "this filesystem keeps pages cached (tmpfs?)";
+  EXPECT_EQ(plan(1 << 20, 0, 1, b.data()), "direct(even)");
+  EXPECT_EQ(plan(1 << 20, 512, 1, b.data()), "parallel(even)");     // unaligned offset
+  EXPECT_EQ(plan(1 << 20, 0, 1, b.data(1)), "parallel(even)");      // unaligned buffer
+  EXPECT_EQ(plan(1 << 20, 0, 2, b.data()), "posix");                // N: cold null -> hot plan, no probe
+  // Writes: uring above 1 MiB whatever the cache; writes past the known end count as cold.
+  EXPECT_EQ(plan(2 << 20, 9 << 20, 1, b.data(), true), "uring(even, qd=4)");
+  EXPECT_EQ(plan(4096, 0, 1, b.data(), true), "posix");
+
+  // The same decisions with every probe method.
+  for (const char* m : {"cachestat", "nowait", "mincore"}) {
+    auto s2 = s;
+    s2.set("cache_probe", m);
+    tune::Router r2(tune::Profile::parse(kProfile, prof), f->ref(), s2);
+    EXPECT_EQ(r2.choose({b.data(), 1 << 20, 0, false, 1, 8 << 20}).plan->spec.label(), "direct(even)") << m;
+  }
+  auto s3 = s;
+  s3.set("cache_probe", "off");  // never probes: counts as hot
+  tune::Router r3(tune::Profile::parse(kProfile, prof), f->ref(), s3);
+  EXPECT_EQ(r3.choose({b.data(), 1 << 20, 0, false, 1, 8 << 20}).plan->spec.label(), "parallel(even)");
+
+  // Statistics name the plan and why.
+  auto c = r.choose({b.data(), 1 << 20, 0, false, 1, 8 << 20});
+  r.record(c, 1 << 20);
+  r.record(c, 1 << 20);
+  auto st = r.stats();
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].plan, "direct(even)");
+  EXPECT_EQ(st[0].calls, 2u);
+  EXPECT_EQ(st[0].bytes, 2u << 20);
+  EXPECT_NE(st[0].why.find("testfs on /dev/test: read, one request in flight, >= 64KiB"), std::string::npos) << st[0].why;
+  EXPECT_NE(st[0].why.find("range cold"), std::string::npos) << st[0].why;
+}
+
+TEST(Router, SkipsPlansTheFileCannotRun) {
+  TempDir d;
+  const std::string prof = write_text(d, "p.json", kProfile);
+  auto s = base::Settings::defaults();
+  auto f = engine::File::open(d.file("x"), "w+", s);
+  io::FileRef ref = f->ref();
+  ref.direct_fd = -1;  // as on a filesystem without O_DIRECT
+  ref.no_direct = "test";
+  tune::Router r(tune::Profile::parse(kProfile, prof), ref, s);
+  Buffer b(4096);
+  // Cold (past the end), aligned: direct is ranked first but cannot run -> parallel.
+  EXPECT_EQ(r.choose({b.data(), 1 << 20, 0, false, 1, 0}).plan->spec.label(), "parallel(even)");
+}
+
+TEST(Engine, AutoRunsThePlannedMechanismAndCountsIt) {
+  TempDir d;
+  const std::string prof = write_text(d, "p.json", kProfile);
+  auto s = base::Settings::defaults();
+  s.set("profile", prof);
+  auto f = engine::File::open(d.file("w"), "w+", s);
+  Buffer b(4 << 20);
+  std::memset(b.data(), 7, 4 << 20);
+  f->pwrite(b.data(), 4 << 20, 0);  // uring
+  f->pwrite(b.data(), 4096, 0);     // posix
+  EXPECT_EQ(std::string(f->plan(4 << 20, true).name()), "uring");
+  const auto st = f->stats();
+  EXPECT_EQ(st.mechanism_calls[io::find("uring")->id], 1u);
+  EXPECT_EQ(st.mechanism_calls[io::find("posix")->id], 1u);
+  const auto ps = f->plan_stats();
+  ASSERT_EQ(ps.size(), 2u);
+  auto e = f->explain(nullptr, 4 << 20, 0, true);
+  EXPECT_EQ(e.mechanism, "uring");
+  EXPECT_EQ(e.plan, "uring(even, qd=4)");
+}
+
+TEST(Engine, BadProfileFailsOpenBeforeTouchingTheFile) {
+  TempDir d;
+  const std::string data = d.file("keep");
+  std::ofstream(data) << "precious";
+  auto s = base::Settings::defaults();
+  s.set("profile", write_text(d, "bad.json", "{\"schema\": \"accio.profile/1\"}"));
+  try {
+    engine::File::open(data, "w", s);
+    ADD_FAILURE() << "opened with a malformed profile";
+  } catch (const base::Error& e) {
+    EXPECT_EQ(e.errnum(), EINVAL);
+    EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos);
+  }
+  s.set("profile", d.file("missing.json"));
+  EXPECT_THROW(engine::File::open(data, "w", s), base::Error);
+  std::ifstream in(data);
+  std::string got;
+  in >> got;
+  EXPECT_EQ(got, "precious");  // O_TRUNC never happened
+}
+
+TEST(Mechanisms, EvenTaskSplit) {
+  auto s = base::Settings::defaults();
+  s.set("task_size", "0");
+  EXPECT_EQ(io::task_bytes(s, 64 << 20, 4, 1), 16u << 20);
+  EXPECT_EQ(io::task_bytes(s, 100 << 10, 4, 1), io::kMinEvenTask);
+  EXPECT_EQ(io::task_bytes(s, (8 << 20) + 1, 2, 4096) % 4096, 0u);
+  s.set("task_size", "1m");
+  EXPECT_EQ(io::task_bytes(s, 64 << 20, 4, 1), 1u << 20);
+}

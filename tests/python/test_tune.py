@@ -1,0 +1,207 @@
+"""accio tune and the auto mechanism from Python: a tiny budgeted calibration end to end (profile
+written under its key, loaded by the engine, shown), --evaluate on a small grid, explain() and
+statistics saying which plan ran and why, hot/cold decisions, and the error paths."""
+import json
+import mmap
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import accio
+from accio import _ext
+from accio.info import filesystem
+
+ACCIO = [sys.executable, "-m", "accio.cli"]
+
+PROFILE = {
+    "schema": "accio.profile/1",
+    "key": {"filesystem": "testfs", "device": "/dev/test"},
+    "plans": [{"mechanism": "posix"}, {"mechanism": "parallel", "task_size": 262144},
+              {"mechanism": "direct"}],
+    "decisions": {
+        "read": {"1": {"hot": [{"max_size": 65535, "plans": [0]}, {"max_size": None, "plans": [1, 0]}],
+                       "cold": [{"max_size": 65535, "plans": [0]}, {"max_size": None, "plans": [2, 1]}]},
+                 "N": {"hot": [{"max_size": None, "plans": [0]}], "cold": None}},
+        "write": {"1": {"hot": [{"max_size": None, "plans": [0]}]},
+                  "N": {"hot": [{"max_size": None, "plans": [0]}]}},
+    },
+}
+
+
+def tune(*args, check=True, env=None):
+    r = subprocess.run([*ACCIO, "tune", *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if check and r.returncode != 0:
+        raise AssertionError(f"accio tune {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def can_be_cold(path) -> bool:
+    return filesystem(str(path))["fstype"] not in ("tmpfs", "ramfs")
+
+
+@pytest.fixture(autouse=True)
+def profile_dir(tmp_path, monkeypatch):
+    """Each test its own profile directory (tune writes there; the engine looks there)."""
+    d = tmp_path / "profiles"
+    monkeypatch.setenv("ACCIO_PROFILE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def profile_file(tmp_path):
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps(PROFILE))
+    return str(p)
+
+
+@pytest.fixture
+def data(tmp_path):
+    p = tmp_path / "data.bin"
+    arr = np.random.default_rng(1).integers(0, 255, 4 << 20, dtype=np.uint8)
+    arr.tofile(p)
+    return str(p), arr
+
+
+def test_explain_follows_the_profile_table(profile_file, data):
+    path, arr = data
+    with accio.open(path, "r", profile=profile_file) as f:
+        buf = np.empty_like(arr)
+        assert f.read_into(buf) == arr.size  # the pages are now cached: hot
+        assert (buf == arr).all()
+        e = f.explain(4096)
+        assert e["plan"] == "posix" and "testfs on /dev/test: read, one request in flight" in e["why"]
+        e = f.explain(1 << 20)
+        assert e["plan"] == "parallel(task=256KiB)" and e["mechanism"] == "parallel"
+        st = f.stats()
+        assert [p["plan"] for p in st["plans"]] == ["parallel(task=256KiB)"]
+        assert st["plans"][0]["calls"] == 1 and st["plans"][0]["bytes"] == arr.size
+
+
+def test_cold_ranges_take_the_cold_plan_and_unaligned_requests_fall_back(profile_file, data, tmp_path):
+    path, arr = data
+    if not can_be_cold(tmp_path):
+        pytest.skip("the test directory is on tmpfs: pages cannot be dropped")
+    if not _ext.probe("o_direct", str(tmp_path))[0]:
+        pytest.skip("no O_DIRECT here")
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    for probe in ("auto", "cachestat", "nowait", "mincore"):
+        with accio.open(path, "r", profile=profile_file, cache_probe=probe) as f:
+            e = f.explain(1 << 20)
+            assert e["plan"] == "direct(even)" and "range cold" in e["why"], (probe, e)
+            e = f.explain(1 << 20, aligned=False)
+            assert e["plan"] == "parallel(task=256KiB)" and "needs alignment" in e["why"], (probe, e)
+            assert f.explain(1 << 20, offset=512)["plan"] == "parallel(task=256KiB)"
+    with accio.open(path, "r", profile=profile_file) as f:
+        buf = mmap.mmap(-1, arr.size)  # page-aligned, as O_DIRECT wants
+        assert f.read_into(buf) == arr.size
+        assert (np.frombuffer(buf, dtype=np.uint8) == arr).all()
+        assert f.stats()["plans"][0]["plan"] == "direct(even)"
+        assert f.explain(1 << 20)["plan"] == "direct(even)"  # O_DIRECT left the cache cold
+        with open(path, "rb") as plain:
+            plain.read()
+        assert f.explain(1 << 20)["plan"] == "parallel(task=256KiB)"  # now cached
+
+
+def test_fixed_mechanism_and_builtin_model_say_why(data):
+    path, arr = data
+    with accio.open(path, "r", mechanism="posix") as f:
+        f.read_into(np.empty_like(arr))
+        st = f.stats()["plans"]
+        assert st[0]["plan"] == "posix" and st[0]["why"] == "mechanism=posix is set"
+        assert f.explain(1 << 20)["why"] == "mechanism=posix is set"
+    with accio.open(path, "r", profile="off") as f:
+        e = f.explain(4 << 20)
+        assert e["plan"] == "parallel(even)" and "built-in model" in e["why"] and "accio tune" in e["why"]
+        assert f.explain(4096)["plan"] == "posix"
+
+
+def test_bad_profiles_are_clear_errors_and_lose_nothing(tmp_path, data):
+    path, arr = data
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "accio.profile/1", "plans": []}')
+    with pytest.raises(OSError) as e:
+        accio.open(path, "w", profile=str(bad))
+    assert e.value.errno == 22 and "bad.json" in str(e.value) and "plans" in str(e.value)
+    with pytest.raises(FileNotFoundError):
+        accio.open(path, "w", profile=str(tmp_path / "none.json"))
+    assert (np.fromfile(path, dtype=np.uint8) == arr).all()  # never truncated
+    with pytest.raises(OSError):
+        accio.settings(cache_probe="sometimes")
+    # A broken profile in the profile directory: one warning, the built-in model, the open works.
+    key = _ext.profile_key(str(tmp_path))
+    os.makedirs(os.path.dirname(key["file"]), exist_ok=True)
+    with open(key["file"], "w") as f:
+        f.write("{not json")
+    try:
+        code = "import accio, sys; f = accio.open(sys.argv[1]); print(f.explain(1 << 20)['why'])"
+        r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+                           env={**os.environ, "ACCIO_QUIET": "0"})
+        assert r.returncode == 0, r.stderr
+        assert "built-in model" in r.stdout
+        assert "invalid JSON" in r.stderr and key["file"] in r.stderr
+    finally:
+        os.unlink(key["file"])
+
+
+def test_tune_writes_a_profile_that_auto_uses(tmp_path):
+    budget = 8
+    r = tune(str(tmp_path), "--budget", str(budget), "--file-size", "16m", "-q")
+    key = _ext.profile_key(str(tmp_path))
+    assert f"saved {key['file']}" in r.stdout
+    doc = json.loads(open(key["file"]).read())
+    assert doc["schema"] == "accio.profile/1"
+    assert doc["key"] == {k: key[k] for k in ("filesystem", "device", "kernel", "accio")}
+    assert doc["elapsed_s"] <= budget * 1.25 + 2, doc["elapsed_s"]  # the budget bounds the calibration
+    assert doc["measurements"] and all(m["median"] > 0 for m in doc["measurements"])
+    assert {m["op"] for m in doc["measurements"]} == {"read", "write"}
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("accio-tune")]  # scratch files removed
+    # The engine loads it for files on this filesystem, and --show renders it.
+    with accio.open(tmp_path / "x.bin", "w+") as f:
+        why = f.explain(1 << 20)["why"]
+        assert why.startswith(f"{key['filesystem']} on {key['device']}:"), why
+    shown = tune(str(tmp_path), "--show").stdout
+    assert key["file"] in shown and "read, 1 request in flight" in shown and "hot (cached) range" in shown
+    # Cold reads are measured where pages can be dropped, and declared impossible where not.
+    if can_be_cold(tmp_path):
+        assert any(m["cache"] == "cold" and m["op"] == "read" for m in doc["measurements"])
+    else:
+        assert doc["cold_reads"] is False and doc["decisions"]["read"]["1"]["cold"] is None
+
+
+def test_evaluate_reports_regret_against_the_oracle(tmp_path):
+    out = tmp_path / "eval.json"
+    r = tune(str(tmp_path), "--evaluate", "--file-sizes", "1m", "--transfers", "4k,512k", "-i", "1",
+             "--threads", "2", "--json", str(out), "-q")
+    doc = json.loads(out.read_text())
+    assert doc["profile"] == "built-in model" and "no profile" in r.stderr
+    # transfers x threads x (write hot/cold, read hot, read cold where pages can be dropped)
+    assert len(doc["cells"]) == 2 * 2 * (3 + doc["cold_reads"])
+    for c in doc["cells"]:
+        assert set(c["median"]) == {"auto", "posix", "parallel", "direct", "uring"}
+        assert max(c["ratio"].values()) == 1.0 and all(0 < v <= 1 for v in c["ratio"].values())
+        assert c["auto_plans"], c
+    assert set(doc["summary"]) == {"auto", "posix", "parallel", "direct", "uring"}
+    assert doc["verdict"]["best_fixed"] in ("posix", "parallel", "direct", "uring")
+    assert all(v > 0 for v in doc["decision_ns"].values())
+    assert "ratio to the oracle" in r.stdout and "auto decision cost" in r.stdout
+
+
+def test_tune_error_paths(tmp_path):
+    r = tune(str(tmp_path), "--show", check=False)
+    assert r.returncode == 1 and "no profile" in r.stderr and "accio tune" in r.stderr
+    r = tune(str(tmp_path), "--target", "cuda:0", check=False)
+    assert r.returncode == 2 and "CUDA" in r.stderr
+    r = tune(str(tmp_path), "--file-size", "lots", check=False)
+    assert r.returncode == 2 and "--file-size" in r.stderr
+    r = tune(str(tmp_path), "--budget", "1", check=False)
+    assert r.returncode == 2 and "budget" in r.stderr
+    r = tune(str(tmp_path / "missing"), check=False)
+    assert r.returncode == 1 and "no such file" in r.stderr
+    r = tune(str(tmp_path), "--file-size", "1t", "--budget", "10", check=False)
+    assert r.returncode == 1 and "free" in r.stderr
