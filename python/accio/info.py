@@ -96,10 +96,20 @@ def gather(path: str = ".") -> dict:
         "residency_query": {"cachestat": cs_ok, "mincore": mc_ok,
                             "method": "cachestat" if cs_ok else ("mincore" if mc_ok else "none"),
                             "detail": cs_detail if cs_ok else mc_detail},
+        "tuning_profile": _profile(path),
         "gpus": {"devices": [], "detail": "no device back end in this build yet (CUDA back end: planned)"},
         "mechanisms": [{"name": n, "available": ok, "detail": why} for n, ok, why in _ext.mechanisms()],
         "settings": [{"name": n, "env": e, "value": v, "doc": d} for n, e, d, v in _ext.settings([])],
     }
+
+
+def _profile(path: str) -> dict:
+    """The accio tune profile that `auto` uses for files under path, if there is one."""
+    try:
+        key = _ext.profile_key(path)
+    except OSError as e:
+        return {"file": None, "exists": False, "detail": str(e)}
+    return {"file": key["file"], "exists": os.path.exists(key["file"])}
 
 
 def _kib(v) -> str:
@@ -125,6 +135,8 @@ def render(info: dict) -> str:
         f"path          {p['path']}: {p['fstype']} on {p['device']} (mounted at {p['mount_point']})",
         f"O_DIRECT      {'yes' if p['o_direct']['supported'] else 'no'} ({p['o_direct']['detail']})",
         f"residency     {info['residency_query']['method']} ({info['residency_query']['detail']})",
+        f"tune profile  " + (info["tuning_profile"]["file"] if info["tuning_profile"]["exists"] else
+                             "none: auto uses the built-in model (run `accio tune PATH`)"),
         f"gpus          none ({info['gpus']['detail']})",
         "mechanisms",
     ]

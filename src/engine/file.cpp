@@ -206,7 +206,8 @@ const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool wr
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
   const tune::Choice c = choose(buf, n, off, write, g_inflight.load() + 1);
-  Explanation e{c.plan->mechanism->name(), c.plan->spec.label(), ""};
+  // A fixed mechanism runs with the handle's settings: its name is the whole plan.
+  Explanation e{c.plan->mechanism->name(), router_ ? c.plan->spec.label() : c.plan->mechanism->name(), ""};
   if (router_) {
     e.why = router_->why(c.slot);
   } else {

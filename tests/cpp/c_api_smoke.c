@@ -65,7 +65,32 @@ int main(void) {
   CHECK(accio_file_stats(f, &st) == 0 && st.writes == 1 && st.bytes_written == n);
   CHECK(st.last_mechanism >= 0 && strcmp(accio_mechanism_name(st.last_mechanism), "parallel") == 0);
   CHECK(accio_pread(f, dst, 10, -1) == -EINVAL);
+
+  /* Which plan ran and why; the plan a request would run. */
+  accio_plan_stat ps[4];
+  int np = accio_file_plans(f, ps, 4);
+  CHECK(np == 1 && strcmp(ps[0].plan, "parallel") == 0 && strstr(ps[0].why, "mechanism=parallel") != NULL);
+  CHECK(ps[0].calls >= 4);
+  char plan[128], why[512];
+  CHECK(accio_explain(f, NULL, n, 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why) == 0);
+  CHECK(strcmp(plan, "parallel") == 0 && strstr(why, "is set") != NULL);
+  CHECK(strcmp(accio_plan_at(f, dst, n, 0, ACCIO_OP_READ), "parallel") == 0);
+  CHECK(accio_plan_at(f, dst, n, -1, ACCIO_OP_READ) == NULL && accio_last_errno() == EINVAL);
   CHECK(accio_close(f) == 0);
+
+  /* auto with the built-in model: posix for small requests, parallel for large ones. */
+  accio_settings* a = accio_settings_new();
+  CHECK(accio_settings_set(a, "profile", "off") == 0);
+  CHECK(accio_open(&f, path, "r", a) == 0);
+  CHECK(strcmp(accio_plan_at(f, NULL, 4096, 0, ACCIO_OP_READ), "posix") == 0);
+  CHECK(strcmp(accio_plan_at(f, NULL, 64 << 20, 0, ACCIO_OP_READ), "parallel") == 0);
+  CHECK(accio_explain(f, NULL, 64 << 20, 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why) == 0);
+  CHECK(strcmp(plan, "parallel(even)") == 0 && strstr(why, "built-in model") != NULL);
+  CHECK(accio_close(f) == 0);
+  accio_settings_free(a);
+  accio_profile_key key;
+  CHECK(accio_profile_key_of("/tmp", &key) == 0 && key.filesystem[0] && strstr(key.file, ".json") != NULL);
+  CHECK(accio_profile_key_of("/nonexistent/x", &key) == -ENOENT);
 
   CHECK(accio_open(&f, "/nonexistent/x", "r", NULL) == -ENOENT);
   CHECK(accio_last_errno() == ENOENT && strcmp(accio_last_error_op(), "open") == 0);

@@ -19,6 +19,7 @@ KiB = 1 << 10
 FILE_SIZES = (8 * MiB, 128 * MiB)
 TRANSFERS = (4 * KiB, 256 * KiB, 8 * MiB)
 FIXED = ("posix", "parallel", "direct", "uring")
+SAMPLE_SECONDS = 0.05  # timed transfer per sample: short phases are repeated (see Bench.sample)
 
 
 def grid(file_sizes, transfers, threads: int, cold_reads: bool) -> list[dict]:
@@ -51,7 +52,8 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=("auto",) + FIXED
             k = rep % len(contenders)
             for m in contenders[k:] + contenders[:k]:
                 samples[m].append(bench.sample({"mechanism": m}, c["op"], c["cache"] == "cold", c["threads"],
-                                               c["transfer"], c["file_size"], used if m == "auto" else None))
+                                               c["transfer"], c["file_size"], used if m == "auto" else None,
+                                               min_seconds=SAMPLE_SECONDS))
                 done += 1
                 if progress:
                     progress(f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",

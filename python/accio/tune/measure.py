@@ -125,9 +125,18 @@ class Bench:
                     f.read_into(buf, off)
 
     def sample(self, settings: dict, op: str, cold: bool, threads: int, size: int, nbytes: int,
-               plans_used: set | None = None) -> float:
-        """MiB/s of one timed phase: `threads` threads moving about nbytes in requests of `size`, on
-        handles opened with these settings. plans_used collects the plans that served the requests."""
+               plans_used: set | None = None, min_seconds: float = 0.0) -> float:
+        """MiB/s of `threads` threads moving about nbytes in requests of `size`, on handles opened with
+        these settings; plans_used collects the plans that served the requests. Short phases are
+        repeated (each prepared untimed as the first) until min_seconds of timed transfer add up."""
+        moved = span = passes = 0
+        while passes == 0 or (span < min_seconds * 1e9 and passes < 64):
+            m, s = self._phase(settings, op, cold, threads, size, nbytes, plans_used)
+            moved, span, passes = moved + m, span + s, passes + 1
+        return moved / MiB / (max(span, 1) / 1e9)
+
+    def _phase(self, settings, op, cold, threads, size, nbytes, plans_used) -> tuple[int, int]:
+        """One prepared, timed phase: (bytes moved, ns from the earliest start to the latest end)."""
         write = op == "write"
         path = self.write_path if write else self.read_path
         per = max(size, min(nbytes, self.file_size) // threads // size * size)
@@ -163,4 +172,4 @@ class Bench:
         moved = sum(b for _, _, b in iv)
         if moved != total:
             raise RuntimeError(f"{op} moved {moved} of {total} bytes in {path}")
-        return moved / MiB / (max(span, 1) / 1e9)
+        return moved, span

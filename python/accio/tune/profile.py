@@ -19,8 +19,10 @@ BUILTIN_SMALL = {"1": 1 << 20, "N": 4 << 20}  # the built-in model's posix/paral
 
 
 def _boundary(a: int, b: int) -> int:
-    """The power of two between measured sizes a < b where the decision switches."""
-    return max(a + 1, min(b, 1 << round((math.log2(a) + math.log2(b)) / 2)))
+    """Where the decision switches between measured sizes a < b: the power of two in (a, b] nearest
+    their geometric mean (rounding up), or b when no power of two lies in between."""
+    p = 1 << math.ceil((math.log2(a) + math.log2(b)) / 2)
+    return p if a < p <= b else b
 
 
 def _builtin_cells(conc: str, index) -> list[dict]:
@@ -155,7 +157,7 @@ def render(doc: dict, source: str) -> str:
                     text = plans[c["plans"][0]].label
                     m = c.get("measured")
                     if m:
-                        text += f"  {m['mibps']:.0f} MiB/s"
+                        text += f"  {m['mibps']:.0f} MiB/s at {fmt(m['size'])}"
                         if m.get("next"):
                             text += f" (next {m['next']} {m['next_mibps']:.0f})"
                     cols.append(text)

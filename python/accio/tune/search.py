@@ -97,7 +97,8 @@ class Search:
         bw = self.est.get((g, plan), 1000.0)
         nbytes = int(bw * MiB * SAMPLE_SECONDS)
         nbytes = max(nbytes, size * g.threads, min(self.bench.file_size, 8 * MiB))
-        mibps = self.bench.sample(plan.settings(), g.op, g.cache == "cold", g.threads, size, nbytes)
+        mibps = self.bench.sample(plan.settings(), g.op, g.cache == "cold", g.threads, size, nbytes,
+                                  min_seconds=SAMPLE_SECONDS / 2)
         self.samples.setdefault((g, size, plan), []).append(mibps)
         self.est[(g, plan)] = mibps
         if self.progress:
