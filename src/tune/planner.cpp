@@ -42,8 +42,13 @@ unsigned Router::slot_of(int w, int c, size_t cell, int cold, int aligned) const
 
 bool Router::cold(const Request& r) const {
   if (r.offset >= r.known_end) return true;  // nothing there yet (writes that extend the file)
+  if (since_probe_.fetch_add(r.size, std::memory_order_relaxed) + r.size < kReprobeBytes)
+    return last_cold_.load(std::memory_order_relaxed);
+  since_probe_.store(0, std::memory_order_relaxed);
   const uint64_t len = std::min<uint64_t>(r.size, r.known_end - r.offset);
-  return !mostly_cached(file_.fd, r.offset, len, probe_);
+  const bool c = !mostly_cached(file_.fd, r.offset, len, probe_);
+  last_cold_.store(c, std::memory_order_relaxed);
+  return c;
 }
 
 Choice Router::choose(const Request& r) const {

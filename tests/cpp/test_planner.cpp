@@ -167,6 +167,18 @@ TEST(Router, FollowsSizeConcurrencyCacheAndAlignment) {
   EXPECT_EQ(plan(2 << 20, 9 << 20, 1, b.data(), true), "uring(even, qd=4)");
   EXPECT_EQ(plan(4096, 0, 1, b.data(), true), "posix");
 
+  // Below 1 MiB a verdict is reused until 1 MiB of requests has gone by, then probed again.
+  {
+    tune::Router ra(tune::Profile::parse(kProfile, prof), f->ref(), s);
+    auto quarter = [&] { return ra.choose({b.data(), 256 << 10, 0, false, 1, 8 << 20}).plan->spec.label(); };
+    EXPECT_EQ(quarter(), "direct(even)");  // probed: cold
+    std::vector<char> all(8 << 20);
+    ASSERT_EQ(pread(f->ref().fd, all.data(), all.size(), 0), static_cast<ssize_t>(all.size()));  // now cached
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(quarter(), "direct(even)") << i;  // verdict reused
+    EXPECT_EQ(quarter(), "parallel(even)");  // 1 MiB later: probed again, hot
+    ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  }
+
   // The same decisions with every probe method.
   for (const char* m : {"cachestat", "nowait", "mincore"}) {
     auto s2 = s;
