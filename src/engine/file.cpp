@@ -208,22 +208,22 @@ File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool wr
   const tune::Choice c = choose(buf, n, off, write, g_inflight.load() + 1);
   // A fixed mechanism runs with the handle's settings: its name is the whole plan.
   Explanation e{c.plan->mechanism->name(), router_ ? c.plan->spec.label() : c.plan->mechanism->name(), ""};
-  if (router_) {
-    e.why = router_->why(c.slot);
-  } else {
-    e.why = "mechanism=" + settings_.mechanism + " is set";
-    if (c.plan->mechanism != fixed_) e.why += " but cannot run here (see the warning): it runs as " + e.mechanism;
-  }
+  e.why = router_ ? router_->why(c.slot) : fixed_why();
   return e;
+}
+
+std::string File::fixed_why() const {
+  std::string why = "mechanism=" + settings_.mechanism + " is set";
+  if (fixed_plan_.mechanism != fixed_)
+    why += " but cannot run here (see the warning): it runs as " + std::string(fixed_plan_.mechanism->name());
+  return why;
 }
 
 std::vector<tune::PlanStat> File::plan_stats() const {
   if (router_) return router_->stats();
   const Stats s = stats_.snapshot();
   if (!s.reads && !s.writes) return {};
-  std::string why = "mechanism=" + settings_.mechanism + " is set";
-  if (fixed_plan_.mechanism != fixed_) why += "; it runs as " + std::string(fixed_plan_.mechanism->name());
-  return {{fixed_plan_.mechanism->name(), why, s.reads + s.writes, s.bytes_read + s.bytes_written}};
+  return {{fixed_plan_.mechanism->name(), fixed_why(), s.reads + s.writes, s.bytes_read + s.bytes_written}};
 }
 
 size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {

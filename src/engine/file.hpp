@@ -102,6 +102,7 @@ class File : public std::enable_shared_from_this<File> {
   std::future<size_t> async(void* buf, size_t n, uint64_t off, bool write);
   // The plan for a request; `inflight` counts the engine requests in flight, this one included.
   tune::Choice choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
+  std::string fixed_why() const;  // why a fixed mechanism's plan ran (and its fallback, if any)
 
   io::FileRef ref_;
   base::Settings settings_;

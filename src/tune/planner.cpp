@@ -14,7 +14,7 @@ Router::Router(std::shared_ptr<const Profile> profile, const io::FileRef& file, 
     if (spec.needs_alignment() && (file.direct_fd < 0 || handle.buffer_size < file.off_align)) p.mechanism = nullptr;
     plans_.push_back(std::move(p));
   }
-  // Plan 0 is the last resort of every cell: posix with the handle's settings.
+  // Appended last: the last resort of every cell, posix with the handle's settings.
   plans_.push_back(Plan{PlanSpec{"posix"}, io::find("posix"), PlanSpec{"posix"}.apply(handle)});
   const int last_resort = static_cast<int>(plans_.size() - 1);
   auto first = [&](const std::vector<int>& ranked, bool aligned) {

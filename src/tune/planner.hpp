@@ -51,7 +51,6 @@ class Router {
   void record(const Choice& c, uint64_t bytes) const;
   std::vector<PlanStat> stats() const;  // slots that served at least one request
   std::string why(unsigned slot) const;
-  const Profile& profile() const { return *profile_; }
 
  private:
   struct Route {

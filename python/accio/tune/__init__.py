@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class _Progress:
     """A tqdm bar on stderr (only on a terminal, after 2 s) showing the fraction done."""
 
-    def __init__(self, enabled: bool, unit: str):
+    def __init__(self, enabled: bool):
         self.bar = None
         if enabled:
             try:
@@ -55,7 +55,6 @@ class _Progress:
                                 bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
             except ImportError:
                 pass
-        self.unit = unit
 
     def __call__(self, desc: str, fraction: float) -> None:
         if self.bar:
@@ -122,7 +121,7 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
     t0 = time.monotonic()
     threads = args.threads or os.cpu_count() or 1
     _check_space(directory, 2 * file_size)
-    progress = _Progress(not args.quiet and sys.stderr.isatty(), "tune")
+    progress = _Progress(not args.quiet and sys.stderr.isatty())
     try:
         with Bench(directory, file_size) as bench:
             takes_direct = _ext.probe("o_direct", directory)[0]
@@ -173,7 +172,7 @@ def evaluate(args, directory: str, path: str) -> int:
               f"(run `accio tune {directory}` first to evaluate a measured profile)", file=sys.stderr)
     big = max(file_sizes)
     _check_space(directory, 2 * big)
-    progress = _Progress(not args.quiet and sys.stderr.isatty(), "evaluate")
+    progress = _Progress(not args.quiet and sys.stderr.isatty())
     try:
         with Bench(directory, big) as bench:
             cells = evaluate_mod.grid(file_sizes, transfers, threads, bench.cold_reads)

@@ -14,10 +14,10 @@ import os
 from dataclasses import asdict, dataclass
 
 from .. import File, _ext
-from ..bench.runner import drop_pages
+from ..bench.output import fmt_size
+from ..bench.runner import COLD_MAX_RESIDENCY, drop_pages
 
 MiB = 1 << 20
-COLD_MAX_RESIDENCY = 0.01
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,8 @@ class Plan:
 
 
 def fmt(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift}{unit}"
-    return f"{n}B"
+    """4194304 -> "4MiB": bench's size format without the space, as the engine's plan labels write it."""
+    return fmt_size(n).replace(" ", "")
 
 
 class Bench:
