@@ -84,6 +84,9 @@ int64_t accio_parse_size(const char* text);
 /* ---- files ---- */
 /* mode: "r", "r+" (or "rw"), "w", "w+", "a", "a+". settings may be NULL (defaults + environment). */
 int accio_open(accio_file** out, const char* path, const char* mode, const accio_settings* settings);
+/* A new handle on the file that descriptor fd refers to, with fd's access mode. The file is reopened
+ * through /proc/self/fd: fd is neither used nor closed, and its file offset is untouched. */
+int accio_open_fd(accio_file** out, int fd, const accio_settings* settings);
 int accio_close(accio_file* f);  /* waits for requests in flight, frees f; 0 or -errno */
 int64_t accio_pread(accio_file* f, void* buf, size_t size, int64_t offset);        /* bytes or -errno */
 int64_t accio_pwrite(accio_file* f, const void* buf, size_t size, int64_t offset); /* size or -errno */
@@ -96,6 +99,9 @@ const char* accio_plan(accio_file* f, size_t size, int op);
  * request makes (auto: profile, size, alignment, concurrency, page-cache residency); buf NULL counts
  * as aligned. NULL on error. */
 const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op);
+/* The smallest request (one in flight) for which f runs a plan other than posix: under auto the
+ * profile's crossing point, 0 for a fixed mechanism, INT64_MAX when posix serves every size. */
+int64_t accio_min_accelerated(accio_file* f, int op);
 /* The same decision as text: the plan in `plan` and the reason in `why` (either may be NULL). */
 int accio_explain(accio_file* f, const void* buf, size_t size, int64_t offset, int op, char* plan, size_t plan_len,
                   char* why, size_t why_len);

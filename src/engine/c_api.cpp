@@ -176,6 +176,16 @@ int accio_open(accio_file** out, const char* path, const char* mode, const accio
   });
 }
 
+int accio_open_fd(accio_file** out, int fd, const accio_settings* settings) {
+  ACCIO_CHECK(out, "accio_open_fd");
+  *out = nullptr;
+  return guard([&] {
+    auto s = settings ? settings->s : accio::base::Settings::from_env();
+    *out = new accio_file{accio::engine::File::open_fd(fd, s)};
+    return 0;
+  });
+}
+
 int accio_close(accio_file* f) {
   if (!f) return 0;
   int rc = guard([&] {
@@ -220,6 +230,12 @@ const char* accio_plan(accio_file* f, size_t size, int op) {
     return nullptr;
   }
 }
+int64_t accio_min_accelerated(accio_file* f, int op) {
+  ACCIO_CHECK(f, "accio_min_accelerated");
+  const uint64_t n = f->f->min_accelerated(op == ACCIO_OP_WRITE);
+  return n > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(n);
+}
+
 const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op) {
   if (!f) return nullptr;
   if (offset < 0) {

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <string_view>
 
 #include "base/error.hpp"
+#include "base/fork.hpp"
 #include "engine/thread_pool.hpp"
 #include "tune/profile.hpp"
 
@@ -71,12 +73,13 @@ uint64_t now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 std::atomic<uint64_t> g_next_id{1};
-std::atomic<unsigned> g_inflight{0};  // engine requests in flight in the process (a planner signal)
+// Engine requests in flight in the process (a planner signal); a forked child starts from zero.
+base::PerProcess<std::atomic<unsigned>> g_inflight;
 
 struct Inflight {
-  unsigned n;
-  Inflight() : n(g_inflight.fetch_add(1, std::memory_order_relaxed) + 1) {}
-  ~Inflight() { g_inflight.fetch_sub(1, std::memory_order_relaxed); }
+  std::atomic<unsigned>& count = g_inflight.get();
+  unsigned n = count.fetch_add(1, std::memory_order_relaxed) + 1;
+  ~Inflight() { count.fetch_sub(1, std::memory_order_relaxed); }
 };
 
 // Offset and buffer alignment for O_DIRECT on this descriptor (statx STATX_DIOALIGN, Linux 6.1+).
@@ -100,24 +103,40 @@ void dio_alignment(int fd, io::FileRef& f) {
 }  // namespace
 
 std::shared_ptr<File> File::open(const std::string& path, const std::string& mode, const base::Settings& s) {
+  // "a" and "a+" do not use O_APPEND: append() reserves its range itself and pwrite keeps offsets.
   int flags;
-  bool rd = false, wr = false, app = false;
-  if (mode == "r") flags = O_RDONLY, rd = true;
-  else if (mode == "r+" || mode == "rw") flags = O_RDWR, rd = wr = true;
-  else if (mode == "w") flags = O_WRONLY | O_CREAT | O_TRUNC, wr = true;
-  else if (mode == "w+") flags = O_RDWR | O_CREAT | O_TRUNC, rd = wr = true;
-  else if (mode == "a") flags = O_WRONLY | O_CREAT, wr = app = true;
-  else if (mode == "a+") flags = O_RDWR | O_CREAT, rd = wr = app = true;
+  if (mode == "r") flags = O_RDONLY;
+  else if (mode == "r+" || mode == "rw") flags = O_RDWR;
+  else if (mode == "w") flags = O_WRONLY | O_CREAT | O_TRUNC;
+  else if (mode == "w+") flags = O_RDWR | O_CREAT | O_TRUNC;
+  else if (mode == "a") flags = O_WRONLY | O_CREAT;
+  else if (mode == "a+") flags = O_RDWR | O_CREAT;
   else throw Error(EINVAL, "open", path, base::kNoOffset, "invalid mode '" + mode + "' (use r, r+, w, w+, a or a+)");
-  (void)app;
+  return open_as(path, path, flags, s);
+}
 
+std::shared_ptr<File> File::open_fd(int fd, const base::Settings& s) {
+  const int fl = fcntl(fd, F_GETFL);
+  if (fl < 0) throw Error(errno, "open_fd", "fd " + std::to_string(fd), base::kNoOffset);
+  if (fl & O_PATH) throw Error(EBADF, "open_fd", "fd " + std::to_string(fd), base::kNoOffset, "an O_PATH descriptor");
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  char target[4096];
+  const ssize_t len = readlink(proc.c_str(), target, sizeof target - 1);
+  const std::string shown = len > 0 ? std::string(target, static_cast<size_t>(len)) : proc;
+  return open_as(proc, shown, fl & O_ACCMODE, s);
+}
+
+std::shared_ptr<File> File::open_as(const std::string& path, const std::string& shown, int flags,
+                                    const base::Settings& s) {
+  const int acc = flags & O_ACCMODE;
+  const bool rd = acc == O_RDONLY || acc == O_RDWR, wr = acc == O_WRONLY || acc == O_RDWR;
   const io::Mechanism* fixed = nullptr;
   if (s.mechanism != "auto") {
     fixed = io::find(s.mechanism);
     if (!fixed) {
       std::string names = "auto";
       for (auto* m : io::all()) names += std::string(", ") + m->name();
-      throw Error(EINVAL, "open", path, base::kNoOffset, "unknown mechanism '" + s.mechanism + "' (one of " + names + ")");
+      throw Error(EINVAL, "open", shown, base::kNoOffset, "unknown mechanism '" + s.mechanism + "' (one of " + names + ")");
     }
   }
 
@@ -127,16 +146,16 @@ std::shared_ptr<File> File::open(const std::string& path, const std::string& mod
   if (!fixed && s.profile != "auto") profile = tune::profile_for(-1, s.profile);
 
   int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0666);
-  if (fd < 0) throw Error(errno, "open", path, base::kNoOffset);
+  if (fd < 0) throw Error(errno, "open", shown, base::kNoOffset);
   struct stat st;
   if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
     int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
     ::close(fd);
-    throw Error(e, "open", path, base::kNoOffset);
+    throw Error(e, "open", shown, base::kNoOffset);
   }
 
   std::shared_ptr<File> f(new File);
-  f->ref_.path = path;
+  f->ref_.path = shown;
   f->ref_.fd = fd;
   f->ref_.id = g_next_id.fetch_add(1);
   f->settings_ = s;
@@ -147,7 +166,7 @@ std::shared_ptr<File> File::open(const std::string& path, const std::string& mod
   if (S_ISREG(st.st_mode)) {
     dio_alignment(fd, f->ref_);
     if (f->ref_.no_direct.empty()) {
-      f->ref_.direct_fd = ::open(path.c_str(), (flags & O_ACCMODE) | O_DIRECT | O_CLOEXEC);
+      f->ref_.direct_fd = ::open(path.c_str(), acc | O_DIRECT | O_CLOEXEC);
       if (f->ref_.direct_fd < 0) f->ref_.no_direct = std::string("open with O_DIRECT: ") + std::strerror(errno);
     }
   } else {
@@ -201,11 +220,11 @@ tune::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write, u
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
-  return *choose(buf, n, off, write, g_inflight.load(std::memory_order_relaxed) + 1).plan->mechanism;
+  return *choose(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1).plan->mechanism;
 }
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
-  const tune::Choice c = choose(buf, n, off, write, g_inflight.load() + 1);
+  const tune::Choice c = choose(buf, n, off, write, g_inflight->load() + 1);
   // A fixed mechanism runs with the handle's settings: its name is the whole plan.
   Explanation e{c.plan->mechanism->name(), router_ ? c.plan->spec.label() : c.plan->mechanism->name(), ""};
   e.why = router_ ? router_->why(c.slot) : fixed_why();
@@ -217,6 +236,11 @@ std::string File::fixed_why() const {
   if (fixed_plan_.mechanism != fixed_)
     why += " but cannot run here (see the warning): it runs as " + std::string(fixed_plan_.mechanism->name());
   return why;
+}
+
+uint64_t File::min_accelerated(bool write) const {
+  if (router_) return router_->min_accelerated(write);
+  return std::string_view(fixed_plan_.mechanism->name()) == "posix" ? UINT64_MAX : 0;
 }
 
 std::vector<tune::PlanStat> File::plan_stats() const {

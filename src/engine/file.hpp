@@ -57,6 +57,9 @@ class File : public std::enable_shared_from_this<File> {
  public:
   // mode: r, r+ (= rw), w, w+, a, a+. Throws base::Error.
   static std::shared_ptr<File> open(const std::string& path, const std::string& mode, const base::Settings& s);
+  // A new handle on the file behind descriptor fd, with fd's access mode: the file is reopened
+  // through /proc/self/fd, so fd itself is neither used nor closed and its offset is untouched.
+  static std::shared_ptr<File> open_fd(int fd, const base::Settings& s);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -86,9 +89,15 @@ class File : public std::enable_shared_from_this<File> {
   Explanation explain(const void* buf, size_t n, uint64_t off, bool write);
   // Which plans served this handle's requests, and why (auto); one entry for a fixed mechanism.
   std::vector<tune::PlanStat> plan_stats() const;
+  // The smallest request at which this handle runs something other than posix (one request in
+  // flight): the profile's crossing under auto, 0 for a fixed mechanism, UINT64_MAX for posix.
+  uint64_t min_accelerated(bool write) const;
 
  private:
   File() = default;
+  // path: what to open; shown: the name errors and statistics use; flags: open(2) flags.
+  static std::shared_ptr<File> open_as(const std::string& path, const std::string& shown, int flags,
+                                       const base::Settings& s);
   size_t transfer(void* buf, size_t n, uint64_t off, bool write);
   // Every request runs between begin() (checks the handle is open and, when `write` is given, its
   // access mode; counts the request in flight) and end(), which a Scope calls on every path.

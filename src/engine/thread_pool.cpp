@@ -4,11 +4,14 @@
 #include <atomic>
 #include <memory>
 
+#include "base/fork.hpp"
+
 namespace accio::engine {
 
 ThreadPool& ThreadPool::shared() {
-  static auto* p = new ThreadPool;  // never destroyed: workers may be mid-request at exit
-  return *p;
+  // Never destroyed (workers may be mid-request at exit); a forked child gets a new, empty pool.
+  static base::PerProcess<ThreadPool> pool;
+  return pool.get();
 }
 
 void ThreadPool::ensure(unsigned n) {

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/fork.hpp"
 #include "io/mechanism.hpp"
 
 namespace accio::engine {
@@ -22,6 +23,7 @@ class ThreadPool final : public io::TaskRunner {
   void run(size_t ntasks, unsigned width, const std::function<void(size_t)>& fn) override;
 
  private:
+  friend class base::PerProcess<ThreadPool>;
   ThreadPool() = default;
   void worker();
   std::mutex mu_;

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "base/error.hpp"
+#include "base/fork.hpp"
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
 #include "mem/staging.hpp"
@@ -72,23 +73,25 @@ int init_ring(io_uring* r) {
 }
 
 // Rings for one staging pool. Leaked at exit on purpose (requests may outlive static destructors).
+// A forked child builds its own: the parent's rings are shared memory with the parent's kernel ring.
 struct RingSet {
   std::mutex mu;
   std::vector<std::unique_ptr<Ring>> rings;
 };
-std::mutex g_sets_mu;
-std::map<mem::StagingPool*, RingSet*>& sets() {
-  static auto* m = new std::map<mem::StagingPool*, RingSet*>;
-  return *m;
-}
+struct RingSets {
+  std::mutex mu;
+  std::map<mem::StagingPool*, RingSet*> map;
+};
+base::PerProcess<RingSets> g_sets;
 
 class RingLease {
  public:
   explicit RingLease(mem::StagingPool& pool) {
     RingSet* set;
     {
-      std::lock_guard lk(g_sets_mu);
-      auto& s = sets()[&pool];
+      RingSets& sets = g_sets.get();
+      std::lock_guard lk(sets.mu);
+      auto& s = sets.map[&pool];
       if (!s) s = new RingSet;
       set = s;
     }
@@ -165,8 +168,9 @@ class Uring final : public Mechanism {
     run(c, const_cast<char*>(static_cast<const char*>(buf)), n, off, true);
   }
   void forget(uint64_t file_id) const override {
-    std::lock_guard lk(g_sets_mu);
-    for (auto& [pool, set] : sets()) {
+    RingSets& sets = g_sets.get();
+    std::lock_guard lk(sets.mu);
+    for (auto& [pool, set] : sets.map) {
       std::lock_guard sl(set->mu);
       for (auto& r : set->rings) {
         std::lock_guard rl(r->mu);

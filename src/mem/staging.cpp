@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "base/error.hpp"
+#include "base/fork.hpp"
 #include "base/log.hpp"
 #include "base/settings.hpp"
 
@@ -159,11 +160,16 @@ void StagingPool::release(unsigned i) {
 }
 
 StagingPool& StagingPool::shared(size_t buffer_size, unsigned count, bool huge_pages) {
-  static std::mutex mu;
-  // Leaked on purpose: buffers may still be registered with io_uring rings at exit.
-  static auto* pools = new std::map<std::tuple<size_t, unsigned, bool>, std::unique_ptr<StagingPool>>;
-  std::lock_guard lk(mu);
-  auto& p = (*pools)[{buffer_size, count, huge_pages}];
+  // Leaked on purpose (buffers may still be registered with io_uring rings at exit); a forked child
+  // gets its own pools (the parent's may have buffers leased by threads the child does not have).
+  struct Pools {
+    std::mutex mu;
+    std::map<std::tuple<size_t, unsigned, bool>, std::unique_ptr<StagingPool>> map;
+  };
+  static base::PerProcess<Pools> pools;
+  Pools& ps = pools.get();
+  std::lock_guard lk(ps.mu);
+  auto& p = ps.map[{buffer_size, count, huge_pages}];
   if (!p) p = std::make_unique<StagingPool>(buffer_size, count, huge_pages);
   return *p;
 }

@@ -1,6 +1,8 @@
 // accio planner: Router, the per-file `auto` decision.
 #include "tune/planner.hpp"
 
+#include <string_view>
+
 #include "base/settings.hpp"
 
 namespace accio::tune {
@@ -34,6 +36,15 @@ Router::Router(std::shared_ptr<const Profile> profile, const io::FileRef& file, 
       }
     }
   counters_ = std::make_unique<Counter[]>(nslots_);
+}
+
+uint64_t Router::min_accelerated(bool write) const {
+  const std::vector<Cell>& cells = profile_->table[write][0];
+  for (size_t i = 0; i < cells.size(); ++i)
+    for (const auto& by_cache : routes_[write][0][i].plan)
+      for (int p : by_cache)
+        if (std::string_view(plans_[p].mechanism->name()) != "posix") return i ? cells[i - 1].max_size + 1 : 0;
+  return UINT64_MAX;
 }
 
 unsigned Router::slot_of(int w, int c, size_t cell, int cold, int aligned) const {

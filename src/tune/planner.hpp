@@ -51,6 +51,9 @@ class Router {
   void record(const Choice& c, uint64_t bytes) const;
   std::vector<PlanStat> stats() const;  // slots that served at least one request
   std::string why(unsigned slot) const;
+  // The smallest request size at which a plan other than posix may run with one request in flight
+  // (hot or cold, aligned or not); UINT64_MAX if posix serves every size.
+  uint64_t min_accelerated(bool write) const;
 
  private:
   struct Route {

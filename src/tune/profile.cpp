@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "base/fork.hpp"
 #include "base/json.hpp"
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
@@ -71,9 +72,14 @@ std::string kernel_release() {
 }
 
 FsKey key_for_dev(dev_t dev) {
-  static std::mutex mu;
-  static std::map<dev_t, FsKey> cache;
-  std::lock_guard lk(mu);
+  struct Cache {
+    std::mutex mu;
+    std::map<dev_t, FsKey> map;
+  };
+  static base::PerProcess<Cache> keys;
+  Cache& c = keys.get();
+  std::lock_guard lk(c.mu);
+  auto& cache = c.map;
   if (auto it = cache.find(dev); it != cache.end()) return it->second;
   FsKey k{"unknown", "dev-" + std::to_string(major(dev)) + "-" + std::to_string(minor(dev)), kernel_release(),
           ACCIO_VERSION_STRING};
@@ -264,16 +270,20 @@ struct Loaded {
 
 // The profile at path, parsed once per modification; nullptr if the file does not exist.
 std::shared_ptr<const Profile> load(const std::string& path) {
-  static std::mutex mu;
-  static std::map<std::string, Loaded> cache;
+  struct Cache {
+    std::mutex mu;
+    std::map<std::string, Loaded> map;
+  };
+  static base::PerProcess<Cache> loaded;
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return nullptr;
     throw Error(errno, "load profile", path, base::kNoOffset);
   }
   const int64_t mt = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  std::lock_guard lk(mu);
-  Loaded& l = cache[path];
+  Cache& c = loaded.get();
+  std::lock_guard lk(c.mu);
+  Loaded& l = c.map[path];
   if (l.profile && l.mtime_ns == mt && l.size == st.st_size) return l.profile;
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(errno ? errno : EIO, "load profile", path, base::kNoOffset);

@@ -1,0 +1,212 @@
+"""`accio run -- program args...`: run an unmodified program with the preload shim.
+
+The shim (lib/libaccio_preload.so) interposes the read/write family and sends requests at or above
+the threshold on regular files through the engine; see docs/preload.md. With --stats or
+--stats-json every process of the run (children and exec'd programs inherit the preload) writes its
+per-file counters to a private directory, which is merged here after the program exits.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+STATS_SCHEMA = "accio.run-stats/1"
+MECHANISMS = ("auto", "posix", "parallel", "direct", "uring")
+DEFAULT_THRESHOLD = 1 << 20  # the shim's default; a tuning profile may raise it per file
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mechanism", "-m", choices=MECHANISMS,
+                   help="mechanism for the requests the shim takes (default: ACCIO_MECHANISM or auto)")
+    p.add_argument("--threshold", "-t", metavar="BYTES",
+                   help="smallest request the shim takes, e.g. 64k (default: ACCIO_PRELOAD_THRESHOLD, "
+                   "else 1MiB raised to the tuning profile's crossing point)")
+    p.add_argument("--stats", action="store_true", help="print per-file counters to stderr when the program ends")
+    p.add_argument("--stats-json", metavar="FILE", help="write the per-file counters as JSON ('-' for stdout)")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- program [args...]")
+
+
+def shim_path() -> Path:
+    return Path(__file__).resolve().parent / "lib" / "libaccio_preload.so"
+
+
+def _environment(args, stats_dir: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    shim = str(shim_path())
+    rest = [p for p in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p and p != shim]
+    env["LD_PRELOAD"] = ":".join([shim] + rest)
+    if args.threshold is not None:
+        from . import _ext
+        try:
+            env["ACCIO_PRELOAD_THRESHOLD"] = str(max(1, _ext.parse_size(args.threshold.strip())))
+        except OSError as e:
+            raise SystemExit(f"accio run: --threshold: {e.strerror or e}")
+    if args.mechanism:
+        env["ACCIO_MECHANISM"] = args.mechanism
+    if stats_dir:
+        env["ACCIO_PRELOAD_STATS_DIR"] = stats_dir
+    else:
+        env.pop("ACCIO_PRELOAD_STATS_DIR", None)
+    return env
+
+
+def _status(returncode: int) -> int:
+    """The shell's convention for the report: a program killed by signal N has status 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _exit_like(returncode: int) -> int:
+    """Returns the program's exit status; if a signal killed it, dies of the same signal (as the
+    exec'd program would have, without --stats)."""
+    if returncode < 0:
+        sig = -returncode
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return _status(returncode)
+
+
+def main(args) -> int:
+    prog = list(args.program)
+    if prog[:1] == ["--"]:
+        prog = prog[1:]
+    if not prog:
+        print("accio run: no program given (usage: accio run [options] -- program [args...])", file=sys.stderr)
+        return 2
+    if not shim_path().is_file():
+        print(f"accio run: the preload library is missing ({shim_path()}); reinstall accio", file=sys.stderr)
+        return 1
+    exe = shutil.which(prog[0]) if "/" not in prog[0] else prog[0]
+    if not exe or not os.path.exists(exe):
+        print(f"accio run: {prog[0]}: command not found", file=sys.stderr)
+        return 127
+    if not os.access(exe, os.X_OK) or os.path.isdir(exe):
+        print(f"accio run: {prog[0]}: permission denied", file=sys.stderr)
+        return 126
+
+    want_stats = args.stats or args.stats_json
+    if not want_stats:  # nothing to do afterwards: become the program (signals and status are its own)
+        env = _environment(args, None)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(exe, prog, env)
+
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="accio-run.") as stats_dir:
+        env = _environment(args, stats_dir)
+        child = subprocess.Popen(prog, executable=exe, env=env)
+        forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+        old = {s: signal.signal(s, lambda sig, _f: child.send_signal(sig)) for s in forwarded}
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the child too
+        try:
+            rc = child.wait()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+        report = collect(stats_dir, prog, _status(rc), env)
+    if args.stats:
+        print(render(report), file=sys.stderr)
+    if args.stats_json:
+        text = json.dumps(report, indent=2) + "\n"
+        if args.stats_json == "-":
+            sys.stdout.write(text)
+        else:
+            Path(args.stats_json).write_text(text)
+    return _exit_like(rc)
+
+
+def _add_side(into: dict, side: dict) -> None:
+    for k in ("calls", "bytes", "ns", "accelerated_calls", "accelerated_bytes", "fallbacks"):
+        into[k] = into.get(k, 0) + side[k]
+    hist = into.setdefault("size_histogram", [0] * len(side["size_histogram"]))
+    for i, v in enumerate(side["size_histogram"]):
+        hist[i] += v
+
+
+def collect(stats_dir: str, prog: list[str], status: int, env: dict[str, str]) -> dict:
+    """Merges the per-process files into one report: processes, and files summed over processes."""
+    processes, files, buckets = [], {}, None
+    for f in sorted(Path(stats_dir).glob("*.json")):
+        try:
+            p = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue  # a process killed while writing leaves only its .tmp; a torn file is skipped
+        processes.append(p)
+        buckets = p.get("size_buckets", buckets)
+        for fr in p["files"]:
+            m = files.setdefault(fr["path"], {"path": fr["path"], "read": {}, "write": {}, "plans": []})
+            for op in ("read", "write"):
+                _add_side(m[op], fr[op])
+            for pl in fr["plans"]:
+                same = next((x for x in m["plans"] if x["plan"] == pl["plan"] and x["why"] == pl["why"]), None)
+                if same:
+                    same["calls"] += pl["calls"]
+                    same["bytes"] += pl["bytes"]
+                else:
+                    m["plans"].append(dict(pl))
+    return {
+        "schema": STATS_SCHEMA,
+        "command": prog,
+        "exit_status": status,
+        "threshold": int(env.get("ACCIO_PRELOAD_THRESHOLD", DEFAULT_THRESHOLD)),
+        "threshold_given": "ACCIO_PRELOAD_THRESHOLD" in env,
+        "mechanism": env.get("ACCIO_MECHANISM", "auto"),
+        "size_buckets": buckets or [],
+        "processes": processes,
+        "files": sorted(files.values(), key=lambda m: -(m["read"].get("bytes", 0) + m["write"].get("bytes", 0))),
+    }
+
+
+def _bucket_label(buckets: list[int], i: int) -> str:
+    from .bench.output import fmt_size
+    if i == 0:
+        return f"<={fmt_size(buckets[0])}"
+    if i >= len(buckets):
+        return f">{fmt_size(buckets[-1])}"
+    return f"{fmt_size(buckets[i - 1] + 1)}..{fmt_size(buckets[i])}"
+
+
+def render(report: dict) -> str:
+    """A Darshan-like per-file table: calls, bytes, time and bandwidth, request sizes, plans."""
+    from .bench.output import fmt_size
+    procs, files = report["processes"], report["files"]
+    tot = {op: sum(f[op].get("bytes", 0) for f in files) for op in ("read", "write")}
+    eng = {op: sum(f[op].get("accelerated_bytes", 0) for f in files) for op in ("read", "write")}
+    lines = [f"accio run: {len(procs)} process{'es' if len(procs) != 1 else ''}, {len(files)} file"
+             f"{'s' if len(files) != 1 else ''}; read {fmt_size(tot['read'])} ({fmt_size(eng['read'])} through "
+             f"the engine), wrote {fmt_size(tot['write'])} ({fmt_size(eng['write'])} through the engine); "
+             f"threshold {fmt_size(report['threshold'])}, mechanism {report['mechanism']}"]
+    if not files:
+        lines.append("  (no reads or writes on regular files)")
+        return "\n".join(lines)
+    rows = [("file", "op", "calls", "engine", "bytes", "time", "MiB/s", "request sizes (calls)")]
+    for f in files:
+        for op in ("read", "write"):
+            s = f[op]
+            if not s.get("calls"):
+                continue
+            secs = s["ns"] / 1e9
+            sizes = ", ".join(f"{_bucket_label(report['size_buckets'], i)}: {n}"
+                              for i, n in enumerate(s["size_histogram"]) if n)
+            rows.append((f["path"], op, str(s["calls"]), str(s["accelerated_calls"]), fmt_size(s["bytes"]),
+                         f"{secs:.3f}s", f"{s['bytes'] / 2**20 / secs:.0f}" if secs > 0 else "-", sizes))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        lines.append("  " + "  ".join(c.ljust(w) if i in (0, 1) else c.rjust(w)
+                                      for i, (c, w) in enumerate(zip(r, widths))) + "  " + r[-1])
+    plans = [(f["path"], p) for f in files for p in f["plans"]]
+    if plans:
+        lines.append("  plans the engine ran:")
+        for path, p in plans:
+            lines.append(f"    {path}: {p['plan']}, {p['calls']} calls, {fmt_size(p['bytes'])}: {p['why']}")
+    fb = sum(f[op].get("fallbacks", 0) for f in files for op in ("read", "write"))
+    if fb:
+        lines.append(f"  {fb} request(s) failed in the engine and were redone by libc (their result is the kernel's)")
+    return "\n".join(lines)

@@ -1,0 +1,713 @@
+/* accio preload shim (libaccio_preload.so): `accio run -- program` puts this library in LD_PRELOAD.
+ * It interposes the read/write family (read, pread, readv, preadv, preadv2, write, pwrite, writev,
+ * pwritev, pwritev2, their 64-bit names and the __*_chk fortify variants) with Darshan-style
+ * dlsym(RTLD_NEXT) wrappers. Requests below the threshold cost one compare and go straight to libc;
+ * larger requests on regular files go through the engine (libaccio.so, loaded only when the first
+ * such request arrives) on a handle of their own, while the program's descriptor keeps its exact
+ * POSIX meaning: the file offset is reserved with lseek(SEEK_CUR) before the transfer and set back on
+ * a short one; O_APPEND, O_SYNC and O_DSYNC descriptors, non-regular files and unmapped buffers pass
+ * through; and a request the engine fails is redone by libc, so errno and partial counts are the
+ * kernel's own. With ACCIO_PRELOAD_STATS_DIR set, each process writes per-file counters there at
+ * exit (<pid>.json), which `accio run --stats` merges. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accio/accio.h"
+
+_Static_assert(sizeof(off_t) == 8, "the shim assumes a 64-bit off_t (LP64 Linux)");
+
+#define EXPORT __attribute__((visibility("default")))
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* ---------------------------------------------------------------------------------------------
+ * The real functions. Until dlsym has answered (calls made by other libraries' constructors, or by
+ * dlsym itself), the kernel is called directly, so symbol resolution can never recurse. */
+static struct {
+  ssize_t (*read)(int, void*, size_t);
+  ssize_t (*pread)(int, void*, size_t, off_t);
+  ssize_t (*readv)(int, const struct iovec*, int);
+  ssize_t (*preadv)(int, const struct iovec*, int, off_t);
+  ssize_t (*preadv2)(int, const struct iovec*, int, off_t, int);
+  ssize_t (*write)(int, const void*, size_t);
+  ssize_t (*pwrite)(int, const void*, size_t, off_t);
+  ssize_t (*writev)(int, const struct iovec*, int);
+  ssize_t (*pwritev)(int, const struct iovec*, int, off_t);
+  ssize_t (*pwritev2)(int, const struct iovec*, int, off_t, int);
+} real;
+
+static ssize_t k_read(int fd, void* b, size_t n) { return syscall(SYS_read, fd, b, n); }
+static ssize_t k_pread(int fd, void* b, size_t n, off_t o) { return syscall(SYS_pread64, fd, b, n, o); }
+static ssize_t k_readv(int fd, const struct iovec* v, int c) { return syscall(SYS_readv, fd, v, c); }
+static ssize_t k_preadv(int fd, const struct iovec* v, int c, off_t o) { return syscall(SYS_preadv, fd, v, c, o, 0); }
+static ssize_t k_preadv2(int fd, const struct iovec* v, int c, off_t o, int f) {
+  return syscall(SYS_preadv2, fd, v, c, o, 0, f);
+}
+static ssize_t k_write(int fd, const void* b, size_t n) { return syscall(SYS_write, fd, b, n); }
+static ssize_t k_pwrite(int fd, const void* b, size_t n, off_t o) { return syscall(SYS_pwrite64, fd, b, n, o); }
+static ssize_t k_writev(int fd, const struct iovec* v, int c) { return syscall(SYS_writev, fd, v, c); }
+static ssize_t k_pwritev(int fd, const struct iovec* v, int c, off_t o) { return syscall(SYS_pwritev, fd, v, c, o, 0); }
+static ssize_t k_pwritev2(int fd, const struct iovec* v, int c, off_t o, int f) {
+  return syscall(SYS_pwritev2, fd, v, c, o, 0, f);
+}
+
+static TLS int t_inside; /* this thread is inside the shim or the engine: everything passes through */
+
+static void resolve(void) {
+  if (t_inside) return;
+  t_inside = 1;
+#define RESOLVE(field, sym) *(void**)&real.field = dlsym(RTLD_NEXT, sym)
+  RESOLVE(read, "read");
+  RESOLVE(pread, "pread64");
+  RESOLVE(readv, "readv");
+  RESOLVE(preadv, "preadv64");
+  RESOLVE(preadv2, "preadv64v2");
+  RESOLVE(write, "write");
+  RESOLVE(pwrite, "pwrite64");
+  RESOLVE(writev, "writev");
+  RESOLVE(pwritev, "pwritev64");
+  RESOLVE(pwritev2, "pwritev64v2");
+#undef RESOLVE
+  if (!real.preadv2) *(void**)&real.preadv2 = dlsym(RTLD_NEXT, "preadv2");
+  if (!real.pwritev2) *(void**)&real.pwritev2 = dlsym(RTLD_NEXT, "pwritev2");
+  t_inside = 0;
+}
+
+#define REAL(name) (real.name ? real.name : (resolve(), real.name ? real.name : k_##name))
+
+/* ---------------------------------------------------------------------------------------------
+ * Configuration (read once at start-up). */
+static size_t g_gate = 1u << 20;  /* ACCIO_PRELOAD_THRESHOLD; below it nothing is even looked at */
+static int g_gate_set = 0;         /* the threshold was given: it rules over the profile's */
+static int g_mechanism_set = 0;    /* ACCIO_MECHANISM was given */
+static int g_quiet = 0;
+static char g_stats_dir[PATH_MAX]; /* empty: no statistics */
+
+static size_t parse_size(const char* s, int* ok) {
+  char* end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  *ok = end != s && errno == 0;
+  if (!*ok) return 0;
+  while (*end == ' ') ++end;
+  unsigned long long mul = 1;
+  switch (*end) {
+    case 'k': case 'K': mul = 1ull << 10; ++end; break;
+    case 'm': case 'M': mul = 1ull << 20; ++end; break;
+    case 'g': case 'G': mul = 1ull << 30; ++end; break;
+    case 't': case 'T': mul = 1ull << 40; ++end; break;
+    default: break;
+  }
+  if (mul > 1 && (*end == 'i' || *end == 'I')) ++end;
+  if (mul > 1 && (*end == 'b' || *end == 'B')) ++end;
+  if (mul == 1 && (*end == 'b' || *end == 'B')) ++end;
+  *ok = *end == '\0' && (v == 0 || v <= ULLONG_MAX / mul);
+  return (size_t)(v * mul);
+}
+
+static void say(const char* fmt, ...) {
+  if (g_quiet) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  size_t len = (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
+  ssize_t unused = REAL(write)(2, msg, len);
+  (void)unused;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The engine: libaccio.so next to this library, opened on the first request that needs it. */
+static struct {
+  int (*settings_set)(accio_settings*, const char*, const char*);
+  accio_settings* (*settings_new)(void);
+  int (*open_fd)(accio_file**, int, const accio_settings*);
+  int (*close)(accio_file*);
+  int64_t (*pread)(accio_file*, void*, size_t, int64_t);
+  int64_t (*pwrite)(accio_file*, const void*, size_t, int64_t);
+  int64_t (*min_accelerated)(accio_file*, int);
+  int (*file_plans)(accio_file*, accio_plan_stat*, int);
+  const char* (*last_error)(void);
+} eng;
+static int g_engine = 0; /* 0 not tried, 1 loaded, -1 unavailable */
+static accio_settings* g_settings;        /* ACCIO_* from the environment */
+static accio_settings* g_settings_direct; /* the same with mechanism=direct (O_DIRECT descriptors) */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* engine loading, handles, statistics */
+
+static void capture_all_plans(void);
+
+static int engine_load_locked(void) {
+  if (g_engine) return g_engine > 0;
+  g_engine = -1;
+  char path[PATH_MAX];
+  const char* env = getenv("ACCIO_PRELOAD_ENGINE");
+  Dl_info info;
+  if (env && *env) {
+    snprintf(path, sizeof path, "%s", env);
+  } else if (dladdr(&g_gate, &info) && info.dli_fname) {
+    snprintf(path, sizeof path, "%s", info.dli_fname);
+    char* slash = strrchr(path, '/');
+    snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0), "libaccio.so");
+  } else {
+    snprintf(path, sizeof path, "libaccio.so");
+  }
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!h) {
+    say("accio preload: cannot load the engine (%s): every request passes through\n", dlerror());
+    return 0;
+  }
+#define SYM(field, name) \
+  if (!(*(void**)&eng.field = dlsym(h, name))) goto missing;
+  SYM(settings_set, "accio_settings_set");
+  SYM(settings_new, "accio_settings_new");
+  SYM(open_fd, "accio_open_fd");
+  SYM(close, "accio_close");
+  SYM(pread, "accio_pread");
+  SYM(pwrite, "accio_pwrite");
+  SYM(min_accelerated, "accio_min_accelerated");
+  SYM(file_plans, "accio_file_plans");
+  SYM(last_error, "accio_last_error");
+#undef SYM
+  g_settings = eng.settings_new();
+  g_settings_direct = eng.settings_new();
+  if (!g_settings || !g_settings_direct) {
+    say("accio preload: bad ACCIO_* setting in the environment: every request passes through\n");
+    return 0;
+  }
+  if (!g_mechanism_set) eng.settings_set(g_settings_direct, "mechanism", "direct");
+  /* Registered after libaccio's own static destructors, so it runs before them. */
+  if (g_stats_dir[0]) atexit(capture_all_plans);
+  g_engine = 1;
+  return 1;
+missing:
+  say("accio preload: %s is not a matching libaccio (%s): every request passes through\n", path, dlerror());
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Statistics per file (only with ACCIO_PRELOAD_STATS_DIR), in the spirit of Darshan's POSIX module. */
+#define NBUCKETS 10
+static const uint64_t kBucketMax[NBUCKETS - 1] = {100, 1000, 10000, 100000, 1u << 20, 4u << 20, 10u << 20,
+                                                  100u << 20, 1u << 30};
+#define MAX_FILES 1024
+#define MAX_PLANS 8
+struct plan_rec {
+  char plan[128], why[384];
+  uint64_t calls, bytes;
+};
+struct side {
+  uint64_t calls, bytes, ns, accel_calls, accel_bytes, fallbacks, hist[NBUCKETS];
+};
+struct file_rec {
+  dev_t dev;
+  ino_t ino;
+  char path[512];
+  struct side rw[2]; /* [read, write] */
+  int nplans;
+  struct plan_rec plans[MAX_PLANS];
+};
+static struct file_rec* g_files;
+static int g_nfiles;
+static uint64_t g_dropped; /* calls on files beyond MAX_FILES */
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct file_rec* file_rec_locked(int fd, const struct stat* st) {
+  for (int i = 0; i < g_nfiles; ++i)
+    if (g_files[i].dev == st->st_dev && g_files[i].ino == st->st_ino) return &g_files[i];
+  if (!g_files) g_files = calloc(MAX_FILES, sizeof *g_files);
+  if (!g_files || g_nfiles == MAX_FILES) return NULL;
+  struct file_rec* r = &g_files[g_nfiles++];
+  memset(r, 0, sizeof *r);
+  r->dev = st->st_dev;
+  r->ino = st->st_ino;
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(proc, r->path, sizeof r->path - 1);
+  r->path[n > 0 ? n : 0] = '\0';
+  return r;
+}
+
+static void record(int fd, const struct stat* st, int write, size_t asked, ssize_t done, uint64_t ns, int accel,
+                   int fallback) {
+  pthread_mutex_lock(&g_mu);
+  struct file_rec* r = file_rec_locked(fd, st);
+  if (!r) {
+    ++g_dropped;
+    pthread_mutex_unlock(&g_mu);
+    return;
+  }
+  struct side* s = &r->rw[write];
+  ++s->calls;
+  s->ns += ns;
+  int b = 0;
+  while (b < NBUCKETS - 1 && asked > kBucketMax[b]) ++b;
+  ++s->hist[b];
+  if (done > 0) s->bytes += (uint64_t)done;
+  if (accel) {
+    ++s->accel_calls;
+    if (done > 0) s->accel_bytes += (uint64_t)done;
+  }
+  s->fallbacks += (uint64_t)fallback;
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Engine handles, one per (file, access mode, O_DIRECT), least recently used evicted. */
+#define MAX_HANDLES 64
+struct handle {
+  dev_t dev;
+  ino_t ino;
+  int acc, direct;
+  accio_file* f; /* NULL with failed set: the engine could not open it (pass through) */
+  int failed;
+  unsigned refs;
+  uint64_t used;
+  uint64_t min_accel[2]; /* per-handle threshold for [read, write] */
+};
+static struct handle g_handles[MAX_HANDLES];
+static int g_nhandles;
+static uint64_t g_tick;
+
+static void capture_plans_locked(struct handle* h) {
+  if (!g_stats_dir[0] || !h->f) return;
+  accio_plan_stat ps[MAX_PLANS];
+  int n = eng.file_plans(h->f, ps, MAX_PLANS);
+  struct stat st = {.st_dev = h->dev, .st_ino = h->ino};
+  struct file_rec* r = NULL;
+  for (int i = 0; i < g_nfiles && !r; ++i)
+    if (g_files[i].dev == st.st_dev && g_files[i].ino == st.st_ino) r = &g_files[i];
+  if (!r) return;
+  for (int i = 0; i < n && i < MAX_PLANS; ++i) {
+    int j = 0;
+    while (j < r->nplans && (strcmp(r->plans[j].plan, ps[i].plan) || strcmp(r->plans[j].why, ps[i].why))) ++j;
+    if (j == r->nplans) {
+      if (r->nplans == MAX_PLANS) continue;
+      ++r->nplans;
+      memcpy(r->plans[j].plan, ps[i].plan, sizeof ps[i].plan);
+      memcpy(r->plans[j].why, ps[i].why, sizeof ps[i].why);
+    }
+    r->plans[j].calls += ps[i].calls;
+    r->plans[j].bytes += ps[i].bytes;
+  }
+}
+
+static void capture_all_plans(void) {
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < g_nhandles; ++i) capture_plans_locked(&g_handles[i]);
+  for (int i = 0; i < g_nhandles; ++i) g_handles[i].f = NULL; /* counted: never again */
+  pthread_mutex_unlock(&g_mu);
+}
+
+static struct handle* handle_get(int fd, const struct stat* st, int acc, int direct) {
+  pthread_mutex_lock(&g_mu);
+  struct handle* h = NULL;
+  if (!engine_load_locked()) goto out;
+  for (int i = 0; i < g_nhandles; ++i) {
+    struct handle* c = &g_handles[i];
+    if (c->dev == st->st_dev && c->ino == st->st_ino && c->acc == acc && c->direct == direct) {
+      h = c;
+      break;
+    }
+  }
+  if (!h) {
+    if (g_nhandles < MAX_HANDLES) {
+      h = &g_handles[g_nhandles++];
+    } else {
+      for (int i = 0; i < MAX_HANDLES; ++i)
+        if (!g_handles[i].refs && (!h || g_handles[i].used < h->used)) h = &g_handles[i];
+      if (!h) goto out; /* every handle is busy: pass through */
+      capture_plans_locked(h);
+      if (h->f) eng.close(h->f);
+    }
+    memset(h, 0, sizeof *h);
+    h->dev = st->st_dev;
+    h->ino = st->st_ino;
+    h->acc = acc;
+    h->direct = direct;
+    if (eng.open_fd(&h->f, fd, direct ? g_settings_direct : g_settings) != 0) {
+      h->f = NULL;
+      h->failed = 1;
+    } else {
+      for (int w = 0; w < 2; ++w) {
+        int64_t m = eng.min_accelerated(h->f, w);
+        /* A threshold that was given rules; otherwise the profile may raise the default gate. */
+        h->min_accel[w] = g_gate_set ? g_gate : (m > (int64_t)g_gate ? (uint64_t)m : g_gate);
+      }
+    }
+  }
+  if (h->failed || !h->f) {
+    h = NULL;
+    goto out;
+  }
+  ++h->refs;
+  h->used = ++g_tick;
+out:
+  pthread_mutex_unlock(&g_mu);
+  return h;
+}
+
+static void handle_put(struct handle* h) {
+  pthread_mutex_lock(&g_mu);
+  --h->refs;
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The decision and the transfer. */
+
+/* Whether every byte of [p, p+n) is mapped (msync checks the range's mappings without touching it).
+ * An unmapped buffer goes to libc, which reports EFAULT (or a partial count) exactly as the kernel. */
+static int mapped(const void* p, size_t n) {
+  if (!n) return 1;
+  const uintptr_t page = 4096, a = (uintptr_t)p & ~(page - 1);
+  if ((uintptr_t)p + n < (uintptr_t)p) return 0;
+  return msync((void*)a, (uintptr_t)p + n - a, MS_ASYNC) == 0;
+}
+
+enum { READ = 0, WRITE = 1 };
+enum { PASS = 0, TAKEN = 1 };
+
+/* One request as the program made it. `off` < 0: at the file offset (read, write, readv, writev). */
+struct call {
+  int fd, write;
+  const struct iovec* iov;
+  int cnt;
+  off_t off;
+  size_t total;
+};
+
+/* Libc's own answer to the call, used for everything the shim does not take. */
+static ssize_t pass(const struct call* c) {
+  if (c->off < 0) return c->write ? REAL(writev)(c->fd, c->iov, c->cnt) : REAL(readv)(c->fd, c->iov, c->cnt);
+  return c->write ? REAL(pwritev)(c->fd, c->iov, c->cnt, c->off) : REAL(preadv)(c->fd, c->iov, c->cnt, c->off);
+}
+
+/* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
+ * Returns PASS when the caller should hand the call to libc unchanged. */
+static int take(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback) {
+  const int fl = fcntl(c->fd, F_GETFL);
+  if (fl < 0 || (fl & (O_APPEND | O_PATH | O_SYNC | O_DSYNC))) return PASS;
+  const int acc = fl & O_ACCMODE;
+  if (c->write ? acc == O_RDONLY : acc == O_WRONLY) return PASS; /* libc reports EBADF */
+  const int direct = (fl & O_DIRECT) != 0;
+  for (int i = 0; i < c->cnt; ++i) {
+    if (!mapped(c->iov[i].iov_base, c->iov[i].iov_len)) return PASS;
+    /* O_DIRECT keeps the kernel's alignment rules: a misaligned request gets its EINVAL from libc. */
+    if (direct && (((uintptr_t)c->iov[i].iov_base | c->iov[i].iov_len) & 4095)) return PASS;
+  }
+  if (direct && (c->off > 0 && (c->off & 4095))) return PASS;
+  struct handle* h = handle_get(c->fd, st, acc, direct);
+  if (!h) return PASS;
+  if (c->total < h->min_accel[c->write]) {
+    handle_put(h);
+    return PASS;
+  }
+  off_t start = c->off;
+  if (start < 0) { /* reserve [start, start+total) of the shared file offset atomically */
+    const off_t end = lseek(c->fd, (off_t)c->total, SEEK_CUR);
+    if (end < 0) {
+      handle_put(h);
+      return PASS;
+    }
+    start = end - (off_t)c->total;
+    if (direct && (start & 4095)) { /* the offset was misaligned: libc decides */
+      lseek(c->fd, start, SEEK_SET);
+      handle_put(h);
+      return PASS;
+    }
+  }
+  size_t done = 0;
+  int failed = 0;
+  for (int i = 0; i < c->cnt && !failed; ++i) {
+    const struct iovec* v = &c->iov[i];
+    if (!v->iov_len) continue;
+    int64_t r = c->write ? eng.pwrite(h->f, v->iov_base, v->iov_len, start + (int64_t)done)
+                         : eng.pread(h->f, v->iov_base, v->iov_len, start + (int64_t)done);
+    if (r < 0) failed = 1;
+    else done += (size_t)r;
+    if (r >= 0 && (size_t)r < v->iov_len) break; /* end of file */
+  }
+  handle_put(h);
+  *accel = 1;
+  if (failed) {
+    /* Redo the whole call with libc from where it started: the kernel then reports exactly what it
+     * would have (errno, or the bytes it managed). Rewriting bytes the engine already wrote is
+     * harmless; a file the engine extended beyond the kernel's result is cut back. */
+    *fallback = 1;
+    if (c->off < 0) lseek(c->fd, start, SEEK_SET);
+    ssize_t r = pass(c);
+    const int e = errno;
+    if (c->write) {
+      const off_t want = start + (r > 0 ? r : 0);
+      struct stat now;
+      if (fstat(c->fd, &now) == 0 && now.st_size > st->st_size && now.st_size > want)
+        if (ftruncate(c->fd, want > st->st_size ? want : st->st_size) != 0) { /* best effort */ }
+    }
+    errno = e;
+    *out = r;
+    return TAKEN;
+  }
+  if (c->off < 0 && done < c->total) lseek(c->fd, start + (off_t)done, SEEK_SET);
+  *out = (ssize_t)done;
+  return TAKEN;
+}
+
+/* Calls the engine served, and of those the ones libc had to redo: for tests and diagnostics. */
+static uint64_t g_taken, g_redone;
+EXPORT void accio_preload_counters(uint64_t* taken, uint64_t* redone) {
+  if (taken) *taken = __atomic_load_n(&g_taken, __ATOMIC_RELAXED);
+  if (redone) *redone = __atomic_load_n(&g_redone, __ATOMIC_RELAXED);
+}
+
+/* Every interposed call ends here once its size is known. */
+static ssize_t dispatch(const struct call* c) {
+  if (t_inside) return pass(c);
+  const int stats = g_stats_dir[0] != 0;
+  if (c->total < g_gate && !stats) return pass(c);
+  t_inside = 1;
+  const int saved = errno;
+  struct stat st;
+  ssize_t r;
+  if (fstat(c->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    errno = saved;
+    t_inside = 0;
+    return pass(c);
+  }
+  errno = saved;
+  const uint64_t t0 = stats ? now_ns() : 0;
+  int accel = 0, fallback = 0;
+  if (c->total < g_gate || take(c, &st, &r, &accel, &fallback) == PASS) {
+    errno = saved;
+    r = pass(c);
+  } else {
+    __atomic_add_fetch(&g_taken, 1, __ATOMIC_RELAXED);
+    if (fallback) __atomic_add_fetch(&g_redone, 1, __ATOMIC_RELAXED);
+  }
+  if (stats) {
+    const int e = errno;
+    record(c->fd, &st, c->write, c->total, r, now_ns() - t0, accel, fallback);
+    errno = e;
+  }
+  t_inside = 0;
+  return r;
+}
+
+static ssize_t one(int fd, void* buf, size_t n, off_t off, int write) {
+  const struct iovec v = {buf, n};
+  const struct call c = {fd, write, &v, 1, off, n};
+  return dispatch(&c);
+}
+
+static ssize_t many(int fd, const struct iovec* iov, int cnt, off_t off, int write) {
+  size_t total = 0;
+  if (cnt > 0 && cnt <= IOV_MAX && iov) {
+    for (int i = 0; i < cnt; ++i) {
+      if (iov[i].iov_len > SSIZE_MAX - total) { /* libc reports EINVAL */
+        total = 0;
+        break;
+      }
+      total += iov[i].iov_len;
+    }
+  }
+  const struct call c = {fd, write, iov, total ? cnt : 0, off, total};
+  if (!total) return off < 0 ? (write ? REAL(writev)(fd, iov, cnt) : REAL(readv)(fd, iov, cnt))
+                             : (write ? REAL(pwritev)(fd, iov, cnt, off) : REAL(preadv)(fd, iov, cnt, off));
+  return dispatch(&c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The interposed symbols. Fast path: one compare against the threshold. */
+#define FAST (!g_stats_dir[0])
+
+EXPORT ssize_t read(int fd, void* buf, size_t n) {
+  if (n < g_gate && FAST) return REAL(read)(fd, buf, n);
+  return one(fd, buf, n, -1, READ);
+}
+EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
+  if ((n < g_gate && FAST) || off < 0) return REAL(pread)(fd, buf, n, off);
+  return one(fd, buf, n, off, READ);
+}
+EXPORT ssize_t pread64(int fd, void* buf, size_t n, off_t off) { return pread(fd, buf, n, off); }
+EXPORT ssize_t write(int fd, const void* buf, size_t n) {
+  if (n < g_gate && FAST) return REAL(write)(fd, buf, n);
+  return one(fd, (void*)buf, n, -1, WRITE);
+}
+EXPORT ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
+  if ((n < g_gate && FAST) || off < 0) return REAL(pwrite)(fd, buf, n, off);
+  return one(fd, (void*)buf, n, off, WRITE);
+}
+EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off_t off) { return pwrite(fd, buf, n, off); }
+EXPORT ssize_t readv(int fd, const struct iovec* iov, int cnt) { return many(fd, iov, cnt, -1, READ); }
+EXPORT ssize_t writev(int fd, const struct iovec* iov, int cnt) { return many(fd, iov, cnt, -1, WRITE); }
+EXPORT ssize_t preadv(int fd, const struct iovec* iov, int cnt, off_t off) {
+  if (off < 0) return REAL(preadv)(fd, iov, cnt, off);
+  return many(fd, iov, cnt, off, READ);
+}
+EXPORT ssize_t preadv64(int fd, const struct iovec* iov, int cnt, off_t off) { return preadv(fd, iov, cnt, off); }
+EXPORT ssize_t pwritev(int fd, const struct iovec* iov, int cnt, off_t off) {
+  if (off < 0) return REAL(pwritev)(fd, iov, cnt, off);
+  return many(fd, iov, cnt, off, WRITE);
+}
+EXPORT ssize_t pwritev64(int fd, const struct iovec* iov, int cnt, off_t off) { return pwritev(fd, iov, cnt, off); }
+/* preadv2/pwritev2 with flags (RWF_NOWAIT, RWF_HIPRI, RWF_DSYNC, RWF_APPEND, ...) keep the kernel's
+ * meaning: they pass through. Offset -1 means the file offset, as for readv/writev. */
+EXPORT ssize_t preadv2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
+  if (flags || off < -1) return REAL(preadv2)(fd, iov, cnt, off, flags);
+  return many(fd, iov, cnt, off, READ);
+}
+EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
+  return preadv2(fd, iov, cnt, off, flags);
+}
+EXPORT ssize_t pwritev2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
+  if (flags || off < -1) return REAL(pwritev2)(fd, iov, cnt, off, flags);
+  return many(fd, iov, cnt, off, WRITE);
+}
+EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
+  return pwritev2(fd, iov, cnt, off, flags);
+}
+
+/* _FORTIFY_SOURCE variants: the buffer-size check first, as glibc does. */
+extern void __chk_fail(void) __attribute__((noreturn));
+EXPORT ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
+  if (n > buflen) __chk_fail();
+  return read(fd, buf, n);
+}
+EXPORT ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t buflen) {
+  if (n > buflen) __chk_fail();
+  return pread(fd, buf, n, off);
+}
+EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t off, size_t buflen) {
+  if (n > buflen) __chk_fail();
+  return pread(fd, buf, n, off);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Start-up, fork and exit. */
+
+/* The child of a fork starts with no handles and no counters: the parent's handles may be in use by
+ * threads the child does not have (and a child may close every descriptor before going on), and
+ * the parent reports its own counters. The engine rebuilds its own pool in the child. */
+static void in_child(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  g_mu = fresh;
+  g_nhandles = 0; /* the parent's handles are left open but unused */
+  memset(g_handles, 0, sizeof g_handles);
+  g_nfiles = 0;
+  g_dropped = 0;
+}
+
+static void json_str(FILE* f, const char* s) {
+  fputc('"', f);
+  for (; *s; ++s) {
+    const unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+    else fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static void write_side(FILE* f, const char* name, const struct side* s) {
+  fprintf(f, "\"%s\": {\"calls\": %llu, \"bytes\": %llu, \"ns\": %llu, \"accelerated_calls\": %llu, "
+             "\"accelerated_bytes\": %llu, \"fallbacks\": %llu, \"size_histogram\": [",
+          name, (unsigned long long)s->calls, (unsigned long long)s->bytes, (unsigned long long)s->ns,
+          (unsigned long long)s->accel_calls, (unsigned long long)s->accel_bytes, (unsigned long long)s->fallbacks);
+  for (int b = 0; b < NBUCKETS; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)s->hist[b]);
+  fputs("]}", f);
+}
+
+/* Writes <dir>/<pid>.json: the process, its command line and one entry per file. */
+static void flush_stats(void) {
+  if (!g_stats_dir[0]) return;
+  t_inside = 1;
+  pthread_mutex_lock(&g_mu);
+  char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+  snprintf(path, sizeof path, "%s/%d.json", g_stats_dir, (int)getpid());
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE* f = fopen(tmp, "w");
+  if (f) {
+    char cmd[4096] = "";
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? k_read(fd, cmd, sizeof cmd - 1) : 0;
+    if (fd >= 0) close(fd);
+    n = n > 0 ? n : 0;
+    for (ssize_t i = 0; i + 1 < n; ++i)
+      if (!cmd[i]) cmd[i] = ' ';
+    cmd[n] = '\0';
+    fprintf(f, "{\"pid\": %d, \"ppid\": %d, \"command\": ", (int)getpid(), (int)getppid());
+    json_str(f, cmd);
+    fprintf(f, ", \"threshold\": %zu, \"engine_loaded\": %s, \"dropped_calls\": %llu, \"size_buckets\": [",
+            g_gate, g_engine > 0 ? "true" : "false", (unsigned long long)g_dropped);
+    for (int b = 0; b < NBUCKETS - 1; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
+    fputs("], \"files\": [", f);
+    for (int i = 0; i < g_nfiles; ++i) {
+      const struct file_rec* r = &g_files[i];
+      fputs(i ? ",\n  {\"path\": " : "\n  {\"path\": ", f);
+      json_str(f, r->path);
+      fputs(", ", f);
+      write_side(f, "read", &r->rw[READ]);
+      fputs(", ", f);
+      write_side(f, "write", &r->rw[WRITE]);
+      fputs(", \"plans\": [", f);
+      for (int p = 0; p < r->nplans; ++p) {
+        fputs(p ? ", {\"plan\": " : "{\"plan\": ", f);
+        json_str(f, r->plans[p].plan);
+        fputs(", \"why\": ", f);
+        json_str(f, r->plans[p].why);
+        fprintf(f, ", \"calls\": %llu, \"bytes\": %llu}", (unsigned long long)r->plans[p].calls,
+                (unsigned long long)r->plans[p].bytes);
+      }
+      fputs("]}", f);
+    }
+    fputs("]}\n", f);
+    if (fclose(f) == 0) rename(tmp, path);
+    else unlink(tmp);
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+__attribute__((constructor)) static void shim_init(void) {
+  resolve();
+  const char* q = getenv("ACCIO_QUIET");
+  g_quiet = q && *q && strcmp(q, "0") != 0;
+  const char* t = getenv("ACCIO_PRELOAD_THRESHOLD");
+  if (t && *t) {
+    int ok;
+    size_t v = parse_size(t, &ok);
+    if (ok) {
+      g_gate = v ? v : 1;
+      g_gate_set = 1;
+    } else {
+      say("accio preload: ACCIO_PRELOAD_THRESHOLD='%s' is not a size: using %zu\n", t, g_gate);
+    }
+  }
+  const char* m = getenv("ACCIO_MECHANISM");
+  g_mechanism_set = m && *m;
+  const char* d = getenv("ACCIO_PRELOAD_STATS_DIR");
+  if (d && *d && strlen(d) < sizeof g_stats_dir) {
+    snprintf(g_stats_dir, sizeof g_stats_dir, "%s", d);
+    atexit(flush_stats);
+  }
+  pthread_atfork(NULL, NULL, in_child);
+}
