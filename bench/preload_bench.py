@@ -76,26 +76,33 @@ def summarize(samples: list[float]) -> dict:
 
 
 def run_pair(name, plain_cmd, shim_cmd, repeat, before=None, env_plain=None, env_shim=None, cwd=None,
-             nbytes=None, note=""):
-    """Alternates plain and shim runs (the order flips each round); returns the case's record."""
-    plain, shim = [], []
+             nbytes=None, note="", preload_too=False):
+    """Alternates plain and shim runs (the order rotates each round); returns the case's record.
+    preload_too adds a third side: the plain command with LD_PRELOAD set directly (the program's
+    own time under the shim, without the `accio run` launcher)."""
+    sides = [("plain", plain_cmd, env_plain), ("shim", shim_cmd, env_shim)]
+    if preload_too:
+        sides.append(("preload", plain_cmd, dict(os.environ, LD_PRELOAD=shim_path())))
+    samples = {s[0]: [] for s in sides}
     for i in range(repeat):
-        order = [("plain", plain_cmd, env_plain, plain), ("shim", shim_cmd, env_shim, shim)]
-        for label, cmd, env, out in (order if i % 2 == 0 else order[::-1]):
+        for label, cmd, env in sides[i % len(sides):] + sides[:i % len(sides)]:
             ctx = before() if before else None
-            out.append(timed(cmd, env=env, cwd=cwd))
+            samples[label].append(timed(cmd, env=env, cwd=cwd))
             if ctx is not None and ctx > 0.05:
                 raise SystemExit(f"{name}: the file was {ctx:.0%} cached before a cold run")
-    rec = {"case": name, "plain": summarize(plain), "shim": summarize(shim),
-           "speedup": statistics.median(plain) / statistics.median(shim),
-           "command_plain": " ".join(map(str, plain_cmd)), "command_shim": " ".join(map(str, shim_cmd)),
-           "note": note}
-    if nbytes:
-        rec["plain"]["MiBps"] = nbytes / MiB / rec["plain"]["median_s"]
-        rec["shim"]["MiBps"] = nbytes / MiB / rec["shim"]["median_s"]
-    print(f"{name:15s} plain {rec['plain']['median_s']:8.4f}s [{min(plain):.4f}..{max(plain):.4f}]  "
-          f"shim {rec['shim']['median_s']:8.4f}s [{min(shim):.4f}..{max(shim):.4f}]  "
-          f"speedup {rec['speedup']:.2f}x", flush=True)
+    rec = {"case": name, "command_plain": " ".join(map(str, plain_cmd)),
+           "command_shim": " ".join(map(str, shim_cmd)), "note": note}
+    line = f"{name:15s}"
+    for label, xs in samples.items():
+        rec[label] = summarize(xs)
+        if nbytes:
+            rec[label]["MiBps"] = nbytes / MiB / rec[label]["median_s"]
+        if label != "plain":
+            rec[label]["speedup"] = rec["plain"]["median_s"] / rec[label]["median_s"]
+        line += f" {label} {rec[label]['median_s']:8.4f}s [{min(xs):.4f}..{max(xs):.4f}]"
+        line += f" {rec[label]['speedup']:.2f}x" if label != "plain" else ""
+    rec["speedup"] = rec["shim"]["speedup"]
+    print(line, flush=True)
     return rec
 
 
@@ -132,16 +139,18 @@ def main() -> int:
     results = []
     try:
         make_file(big, size)
-        env_shim = dict(os.environ, LD_PRELOAD=str(shim_path()))
+        env_shim = dict(os.environ, LD_PRELOAD=shim_path())
         dd = ["dd", f"if={big}", "of=/dev/null", "bs=64M"]
         rd = [sys.executable, "-c", READER, str(big)]
         warm = lambda: (timed(["cat", str(big)]), None)[1]
         cold = lambda: (drop_pages(str(big), 0, size), residency(str(big)))[1]
         if use("hot-dd"):
             warm()
-            results.append(run_pair("hot-dd", dd, accio_cmd() + dd, a.repeat, before=warm, nbytes=size))
+            results.append(run_pair("hot-dd", dd, accio_cmd() + dd, a.repeat, before=warm, nbytes=size,
+                                    preload_too=True))
         if use("hot-readinto"):
-            results.append(run_pair("hot-readinto", rd, accio_cmd() + rd, a.repeat, before=warm, nbytes=size))
+            results.append(run_pair("hot-readinto", rd, accio_cmd() + rd, a.repeat, before=warm, nbytes=size,
+                                    preload_too=True))
         if use("cold-dd"):
             results.append(run_pair("cold-dd", dd, accio_cmd() + dd, a.repeat, before=cold, nbytes=size))
         if use("cold-readinto"):

@@ -13,7 +13,10 @@ DLPack arrays (e.g. PyTorch CPU tensors). Settings are the ACCIO_* knobs by lowe
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+
+TYPE_CHECKING = False  # typing costs ~10 ms of start-up, which `accio run` pays per launch
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 from . import _ext
 from ._errors import Error

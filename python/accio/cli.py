@@ -1,22 +1,21 @@
 """The `accio` command: info, config, bench, tune, run. `accio COMMAND --help` describes each."""
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from pathlib import Path
 
 from . import __version__
 
 
 def _cmd_info(args) -> int:
     from . import info
+    import json
     data = info.gather(args.path)
     print(json.dumps(data, indent=2) if args.json else info.render(data))
     return 0
 
 
-def _pkg_dir() -> Path:
+def _pkg_dir():
+    from pathlib import Path
     return Path(__file__).resolve().parent
 
 
@@ -55,7 +54,8 @@ def _cmd_run(args) -> int:
     return run.main(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
+    import argparse
     p = argparse.ArgumentParser(prog="accio", description="Move file data between storage and memory "
                                 "as fast as the machine allows, and measure which way is fastest.")
     p.add_argument("--version", action="version", version=f"accio {__version__}")
@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run_parser(sub) -> None:
+    import argparse
     from .run import add_arguments as run_arguments
     s = sub.add_parser("run", help="run an unmodified program with accelerated read/write (LD_PRELOAD)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -124,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:2] == ["bench", "compare"]:
         from .bench import compare_main
         return compare_main(argv[2:])
-    if argv[:1] == ["run"]:  # a launcher: skip importing the other commands (bench alone costs ~40 ms)
+    if argv[:1] == ["run"]:  # a launcher: skip argparse and the other commands when it can
+        from . import run
+        if (quick := run.quick_parse(argv[1:])) is not None:
+            return _guarded(run.main, quick)
+        import argparse
         parser = argparse.ArgumentParser(prog="accio")
         _add_run_parser(parser.add_subparsers(dest="command"))
     else:
@@ -133,8 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    return _guarded(args.func, args)
+
+
+def _guarded(func, args) -> int:
     try:
-        return args.func(args)
+        return func(args)
     except (OSError, RuntimeError) as e:
         print(f"accio: {e}", file=sys.stderr)
         return 1

@@ -7,20 +7,19 @@ per-file counters to a private directory, which is merged here after the program
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shutil
 import signal
 import sys
-from pathlib import Path
+
+# The exec path (no statistics) imports nothing else: each millisecond here is paid per launch.
 
 STATS_SCHEMA = "accio.run-stats/1"
 MECHANISMS = ("auto", "posix", "parallel", "direct", "uring")
 DEFAULT_THRESHOLD = 1 << 20  # the shim's default; a tuning profile may raise it per file
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p) -> None:
+    import argparse
     p.add_argument("--mechanism", "-m", choices=MECHANISMS,
                    help="mechanism for the requests the shim takes (default: ACCIO_MECHANISM or auto)")
     p.add_argument("--threshold", "-t", metavar="BYTES",
@@ -31,13 +30,59 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- program [args...]")
 
 
-def shim_path() -> Path:
-    return Path(__file__).resolve().parent / "lib" / "libaccio_preload.so"
+class _Args:
+    mechanism = threshold = stats_json = None
+    stats = False
+    program: list = []
+
+
+def quick_parse(argv: list[str]):
+    """The options of `accio run` without argparse (whose import costs ~12 ms per launch). Returns
+    None for anything unusual (--help, a bad value, an unknown option): argparse then handles it."""
+    a, i = _Args(), 0
+    takes = {"--mechanism": "mechanism", "-m": "mechanism", "--threshold": "threshold", "-t": "threshold",
+             "--stats-json": "stats_json"}
+    while i < len(argv):
+        opt = argv[i]
+        if opt == "--":
+            i += 1
+            break
+        if opt == "--stats":
+            a.stats = True
+        elif opt in takes and i + 1 < len(argv):
+            setattr(a, takes[opt], argv[i + 1])
+            i += 1
+        elif "=" in opt and opt.split("=", 1)[0] in takes and opt.startswith("--"):
+            name, value = opt.split("=", 1)
+            setattr(a, takes[name], value)
+        elif opt.startswith("-"):
+            return None
+        else:
+            break
+        i += 1
+    if a.mechanism is not None and a.mechanism not in MECHANISMS:
+        return None
+    a.program = argv[i:]
+    return a
+
+
+def shim_path() -> str:
+    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib", "libaccio_preload.so")
+
+
+def _which(name: str) -> str | None:
+    if "/" in name:
+        return name
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        cand = os.path.join(d or ".", name)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
 
 
 def _environment(args, stats_dir: str | None) -> dict[str, str]:
     env = dict(os.environ)
-    shim = str(shim_path())
+    shim = shim_path()
     rest = [p for p in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p and p != shim]
     env["LD_PRELOAD"] = ":".join([shim] + rest)
     if args.threshold is not None:
@@ -79,10 +124,10 @@ def main(args) -> int:
     if not prog:
         print("accio run: no program given (usage: accio run [options] -- program [args...])", file=sys.stderr)
         return 2
-    if not shim_path().is_file():
+    if not os.path.isfile(shim_path()):
         print(f"accio run: the preload library is missing ({shim_path()}); reinstall accio", file=sys.stderr)
         return 1
-    exe = shutil.which(prog[0]) if "/" not in prog[0] else prog[0]
+    exe = _which(prog[0])
     if not exe or not os.path.exists(exe):
         print(f"accio run: {prog[0]}: command not found", file=sys.stderr)
         return 127
@@ -97,8 +142,10 @@ def main(args) -> int:
         sys.stderr.flush()
         os.execve(exe, prog, env)
 
+    import json
     import subprocess
     import tempfile
+    from pathlib import Path
     with tempfile.TemporaryDirectory(prefix="accio-run.") as stats_dir:
         env = _environment(args, stats_dir)
         child = subprocess.Popen(prog, executable=exe, env=env)
@@ -132,6 +179,8 @@ def _add_side(into: dict, side: dict) -> None:
 
 def collect(stats_dir: str, prog: list[str], status: int, env: dict[str, str]) -> dict:
     """Merges the per-process files into one report: processes, and files summed over processes."""
+    import json
+    from pathlib import Path
     processes, files, buckets = [], {}, None
     for f in sorted(Path(stats_dir).glob("*.json")):
         try:

@@ -48,6 +48,7 @@ static struct {
   ssize_t (*writev)(int, const struct iovec*, int);
   ssize_t (*pwritev)(int, const struct iovec*, int, off_t);
   ssize_t (*pwritev2)(int, const struct iovec*, int, off_t, int);
+  int (*close)(int);
 } real;
 
 static ssize_t k_read(int fd, void* b, size_t n) { return syscall(SYS_read, fd, b, n); }
@@ -64,30 +65,34 @@ static ssize_t k_pwritev(int fd, const struct iovec* v, int c, off_t o) { return
 static ssize_t k_pwritev2(int fd, const struct iovec* v, int c, off_t o, int f) {
   return syscall(SYS_pwritev2, fd, v, c, o, 0, f);
 }
+static int k_close(int fd) { return (int)syscall(SYS_close, fd); }
 
 static TLS int t_inside; /* this thread is inside the shim or the engine: everything passes through */
 
-static void resolve(void) {
-  if (t_inside) return;
-  t_inside = 1;
-#define RESOLVE(field, sym) *(void**)&real.field = dlsym(RTLD_NEXT, sym)
-  RESOLVE(read, "read");
-  RESOLVE(pread, "pread64");
-  RESOLVE(readv, "readv");
-  RESOLVE(preadv, "preadv64");
-  RESOLVE(preadv2, "preadv64v2");
-  RESOLVE(write, "write");
-  RESOLVE(pwrite, "pwrite64");
-  RESOLVE(writev, "writev");
-  RESOLVE(pwritev, "pwritev64");
-  RESOLVE(pwritev2, "pwritev64v2");
-#undef RESOLVE
-  if (!real.preadv2) *(void**)&real.preadv2 = dlsym(RTLD_NEXT, "preadv2");
-  if (!real.pwritev2) *(void**)&real.pwritev2 = dlsym(RTLD_NEXT, "pwritev2");
-  t_inside = 0;
+/* Each function is resolved on its first use (a program that never calls it pays nothing). A
+ * call made while dlsym runs, from any thread, goes to the kernel. */
+static void* resolve(void* const* slot, const char* sym, const char* alt) {
+  static TLS int resolving;
+  if (resolving) return NULL;
+  resolving = 1;
+  void* f = dlsym(RTLD_NEXT, sym);
+  if (!f && alt) f = dlsym(RTLD_NEXT, alt);
+  __atomic_store_n((void**)slot, f, __ATOMIC_RELEASE);
+  resolving = 0;
+  return f;
 }
 
-#define REAL(name) (real.name ? real.name : (resolve(), real.name ? real.name : k_##name))
+static const char* const kSym[][2] = {
+    {"read", NULL},        {"pread64", "pread"},           {"readv", NULL},  {"preadv64", "preadv"},
+    {"preadv64v2", "preadv2"}, {"write", NULL},            {"pwrite64", "pwrite"}, {"writev", NULL},
+    {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL},
+};
+enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close };
+
+#define REAL(name)                                                                                     \
+  (__builtin_expect(real.name != NULL, 1)                                                              \
+       ? real.name                                                                                     \
+       : (resolve((void* const*)&real.name, kSym[S_##name][0], kSym[S_##name][1]) ? real.name : k_##name))
 
 /* ---------------------------------------------------------------------------------------------
  * Configuration (read once at start-up). */
@@ -145,12 +150,14 @@ static struct {
   int (*file_plans)(accio_file*, accio_plan_stat*, int);
   const char* (*last_error)(void);
 } eng;
-static int g_engine = 0; /* 0 not tried, 1 loaded, -1 unavailable */
+static int g_engine = 0; /* 0 not tried, 1 loaded, -1 unavailable (or exiting) */
+static int g_engine_loaded; /* for the statistics: the engine was loaded at some point */
 static accio_settings* g_settings;        /* ACCIO_* from the environment */
 static accio_settings* g_settings_direct; /* the same with mechanism=direct (O_DIRECT descriptors) */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* engine loading, handles, statistics */
 
 static void capture_all_plans(void);
+static void in_child(void);
 
 static int engine_load_locked(void) {
   if (g_engine) return g_engine > 0;
@@ -193,7 +200,8 @@ static int engine_load_locked(void) {
   if (!g_mechanism_set) eng.settings_set(g_settings_direct, "mechanism", "direct");
   /* Registered after libaccio's own static destructors, so it runs before them. */
   if (g_stats_dir[0]) atexit(capture_all_plans);
-  g_engine = 1;
+  else pthread_atfork(NULL, NULL, in_child); /* with statistics, shim_init registered it */
+  g_engine = g_engine_loaded = 1;
   return 1;
 missing:
   say("accio preload: %s is not a matching libaccio (%s): every request passes through\n", path, dlerror());
@@ -315,7 +323,7 @@ static void capture_plans_locked(struct handle* h) {
 static void capture_all_plans(void) {
   pthread_mutex_lock(&g_mu);
   for (int i = 0; i < g_nhandles; ++i) capture_plans_locked(&g_handles[i]);
-  for (int i = 0; i < g_nhandles; ++i) g_handles[i].f = NULL; /* counted: never again */
+  g_engine = -1; /* exiting: libaccio's static destructors run next, so no new requests for it */
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -323,15 +331,20 @@ static struct handle* handle_get(int fd, const struct stat* st, int acc, int dir
   pthread_mutex_lock(&g_mu);
   struct handle* h = NULL;
   if (!engine_load_locked()) goto out;
+  struct handle* empty = NULL;
   for (int i = 0; i < g_nhandles; ++i) {
     struct handle* c = &g_handles[i];
-    if (c->dev == st->st_dev && c->ino == st->st_ino && c->acc == acc && c->direct == direct) {
+    if (!c->f && !c->failed) {
+      if (!empty) empty = c;
+    } else if (c->dev == st->st_dev && c->ino == st->st_ino && c->acc == acc && c->direct == direct) {
       h = c;
       break;
     }
   }
   if (!h) {
-    if (g_nhandles < MAX_HANDLES) {
+    if (empty) {
+      h = empty;
+    } else if (g_nhandles < MAX_HANDLES) {
       h = &g_handles[g_nhandles++];
     } else {
       for (int i = 0; i < MAX_HANDLES; ++i)
@@ -365,6 +378,22 @@ static struct handle* handle_get(int fd, const struct stat* st, int acc, int dir
 out:
   pthread_mutex_unlock(&g_mu);
   return h;
+}
+
+/* The program closes a descriptor: handles on its file that are not in use are closed too, so that
+ * a deleted file's space is not held by the shim (fclose does not come through here; those handles
+ * wait for eviction). */
+static void handles_forget(const struct stat* st) {
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < g_nhandles; ++i) {
+    struct handle* h = &g_handles[i];
+    if (h->dev == st->st_dev && h->ino == st->st_ino && !h->refs && (h->f || h->failed)) {
+      capture_plans_locked(h);
+      if (h->f) eng.close(h->f);
+      memset(h, 0, sizeof *h); /* an empty slot (other threads may hold pointers to other slots) */
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
 }
 
 static void handle_put(struct handle* h) {
@@ -513,7 +542,11 @@ static ssize_t dispatch(const struct call* c) {
   return r;
 }
 
+/* The kernel moves at most MAX_RW_COUNT bytes per call (INT_MAX rounded down to a page). */
+#define MAX_RW_COUNT ((size_t)INT_MAX & ~(size_t)4095)
+
 static ssize_t one(int fd, void* buf, size_t n, off_t off, int write) {
+  if (n > MAX_RW_COUNT) n = MAX_RW_COUNT; /* a short transfer, as the kernel's */
   const struct iovec v = {buf, n};
   const struct call c = {fd, write, &v, 1, off, n};
   return dispatch(&c);
@@ -531,7 +564,7 @@ static ssize_t many(int fd, const struct iovec* iov, int cnt, off_t off, int wri
     }
   }
   const struct call c = {fd, write, iov, total ? cnt : 0, off, total};
-  if (!total) return off < 0 ? (write ? REAL(writev)(fd, iov, cnt) : REAL(readv)(fd, iov, cnt))
+  if (!total || total > MAX_RW_COUNT) return off < 0 ? (write ? REAL(writev)(fd, iov, cnt) : REAL(readv)(fd, iov, cnt))
                              : (write ? REAL(pwritev)(fd, iov, cnt, off) : REAL(preadv)(fd, iov, cnt, off));
   return dispatch(&c);
 }
@@ -587,6 +620,19 @@ EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off_t off, 
   return pwritev2(fd, iov, cnt, off, flags);
 }
 
+EXPORT int close(int fd) {
+  if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside) return REAL(close)(fd);
+  struct stat st;
+  const int saved = errno;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    t_inside = 1;
+    handles_forget(&st);
+    t_inside = 0;
+  }
+  errno = saved;
+  return REAL(close)(fd);
+}
+
 /* _FORTIFY_SOURCE variants: the buffer-size check first, as glibc does. */
 extern void __chk_fail(void) __attribute__((noreturn));
 EXPORT ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
@@ -615,6 +661,7 @@ static void in_child(void) {
   memset(g_handles, 0, sizeof g_handles);
   g_nfiles = 0;
   g_dropped = 0;
+  g_engine_loaded = g_engine > 0;
 }
 
 static void json_str(FILE* f, const char* s) {
@@ -658,7 +705,7 @@ static void flush_stats(void) {
     fprintf(f, "{\"pid\": %d, \"ppid\": %d, \"command\": ", (int)getpid(), (int)getppid());
     json_str(f, cmd);
     fprintf(f, ", \"threshold\": %zu, \"engine_loaded\": %s, \"dropped_calls\": %llu, \"size_buckets\": [",
-            g_gate, g_engine > 0 ? "true" : "false", (unsigned long long)g_dropped);
+            g_gate, g_engine_loaded ? "true" : "false", (unsigned long long)g_dropped);
     for (int b = 0; b < NBUCKETS - 1; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
     fputs("], \"files\": [", f);
     for (int i = 0; i < g_nfiles; ++i) {
@@ -688,7 +735,6 @@ static void flush_stats(void) {
 }
 
 __attribute__((constructor)) static void shim_init(void) {
-  resolve();
   const char* q = getenv("ACCIO_QUIET");
   g_quiet = q && *q && strcmp(q, "0") != 0;
   const char* t = getenv("ACCIO_PRELOAD_THRESHOLD");
@@ -708,6 +754,6 @@ __attribute__((constructor)) static void shim_init(void) {
   if (d && *d && strlen(d) < sizeof g_stats_dir) {
     snprintf(g_stats_dir, sizeof g_stats_dir, "%s", d);
     atexit(flush_stats);
+    pthread_atfork(NULL, NULL, in_child);
   }
-  pthread_atfork(NULL, NULL, in_child);
 }

@@ -5,10 +5,12 @@
  *   preload_semantics [--expect-shim] DIR     (run with ACCIO_PRELOAD_THRESHOLD=4096 under the shim)
  *
  * Covers: offsets after read/write/readv/writev/pread/pwrite, EOF, O_APPEND from two processes,
- * EBADF, bad buffers (EFAULT, partly mapped), EFBIG mid-write (RLIMIT_FSIZE), EINTR (a timer firing
- * during large transfers), threads sharing a descriptor, fork (child and parent keep working) and
- * exec (the preload is inherited). */
+ * EBADF, bad buffers (EFAULT, partly mapped), ENOSPC (1 MiB tmpfs) and EFBIG (RLIMIT_FSIZE)
+ * part-way through a write, EINTR (a timer firing
+ * during large transfers), threads sharing a descriptor, fork (child and parent keep working),
+ * close (no descriptor keeps a deleted file) and exec (the preload is inherited). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -283,6 +287,46 @@ static void test_efbig(void) {
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "EFBIG child (status %d)", status);
 }
 
+/* ---- ENOSPC part-way through a large write, on a 1 MiB tmpfs (needs CAP_SYS_ADMIN) ---- */
+static void test_enospc(void) {
+  const char* dir = path_of("small-fs");
+  mkdir(dir, 0755);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", dir, "tmpfs", 0, "size=1m") != 0)
+      _exit(77);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/f", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    unsigned char* b = malloc(2 * MiB);
+    fill(b, 0, 2 * MiB);
+    int bad = 0;
+    ssize_t r = write(fd, b, 2 * MiB);
+    if (r <= 0 || r >= (ssize_t)(2 * MiB)) fprintf(stderr, "write on a full tmpfs returned %zd\n", r), bad = 1;
+    if (cur(fd) != (off_t)(r > 0 ? r : 0)) fprintf(stderr, "offset %lld after %zd bytes\n", (long long)cur(fd), r), bad = 1;
+    struct stat st;
+    fstat(fd, &st);
+    if (st.st_size != (off_t)(r > 0 ? r : 0)) fprintf(stderr, "size %lld after %zd bytes\n", (long long)st.st_size, r), bad = 1;
+    errno = 0;
+    ssize_t r2 = write(fd, b, 2 * MiB);
+    if (r2 != -1 || errno != ENOSPC) fprintf(stderr, "write when full: %zd errno %d\n", r2, errno), bad = 1;
+    unsigned char* c = malloc(2 * MiB);
+    if (r > 0 && (syscall(SYS_pread64, fd, c, (size_t)r, 0) != r || memcmp(b, c, (size_t)r)))
+      fprintf(stderr, "data on the full tmpfs\n"), bad = 1;
+    close(fd);
+    umount2(dir, MNT_DETACH);
+    _exit(bad);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+    fprintf(stderr, "ENOSPC: skipped (cannot mount a tmpfs here)\n");
+    return;
+  }
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "ENOSPC child (status %d)", status);
+}
+
 /* ---- EINTR: signals during large transfers interrupt nothing on regular files ---- */
 static volatile sig_atomic_t g_ticks;
 static void on_alarm(int sig) {
@@ -420,6 +464,29 @@ static void test_fork(void) {
   free(b);
 }
 
+/* ---- close: nothing keeps a closed and deleted file open (its space is freed) ---- */
+static void test_close_releases(void) {
+  const char* p = path_of("closed");
+  unsigned char* b = malloc(2 * MiB);
+  fill(b, 0, 2 * MiB);
+  int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  CHECK(write(fd, b, 2 * MiB) == (ssize_t)(2 * MiB), "write");
+  CHECK(pread(fd, b, 2 * MiB, 0) == (ssize_t)(2 * MiB), "pread");
+  CHECK(close(fd) == 0, "close");
+  unlink(p);
+  DIR* d = opendir("/proc/self/fd");
+  for (struct dirent* e; d && (e = readdir(d));) {
+    char link[300], target[4200];
+    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    CHECK(!strstr(target, p), "descriptor %s still holds the deleted file (%s)", e->d_name, target);
+  }
+  if (d) closedir(d);
+  free(b);
+}
+
 /* ---- exec: the preload is inherited and active in the new image ---- */
 static int exec_child(void) {
   const char* p = path_of("exec");
@@ -470,9 +537,11 @@ int main(int argc, char** argv) {
   test_append();
   test_errors();
   test_efbig();
+  test_enospc();
   test_eintr();
   test_threads();
   test_fork();
+  test_close_releases();
   test_exec();
   if (expect) {
     uint64_t t = 0, redone = 0;
