@@ -424,12 +424,18 @@ struct call {
   int cnt;
   off_t off;
   size_t total;
+  int vec; /* made as readv/preadv/writev/pwritev (else read/pread/write/pwrite of iov[0]) */
 };
 
-/* Libc's own answer to the call, used for everything the shim does not take. */
+/* Libc's own answer to the call, in the form the program made it. */
 static ssize_t pass(const struct call* c) {
-  if (c->off < 0) return c->write ? REAL(writev)(c->fd, c->iov, c->cnt) : REAL(readv)(c->fd, c->iov, c->cnt);
-  return c->write ? REAL(pwritev)(c->fd, c->iov, c->cnt, c->off) : REAL(preadv)(c->fd, c->iov, c->cnt, c->off);
+  const struct iovec* v = c->iov;
+  if (!c->vec && c->off < 0)
+    return c->write ? REAL(write)(c->fd, v->iov_base, v->iov_len) : REAL(read)(c->fd, v->iov_base, v->iov_len);
+  if (!c->vec)
+    return c->write ? REAL(pwrite)(c->fd, v->iov_base, v->iov_len, c->off) : REAL(pread)(c->fd, v->iov_base, v->iov_len, c->off);
+  if (c->off < 0) return c->write ? REAL(writev)(c->fd, v, c->cnt) : REAL(readv)(c->fd, v, c->cnt);
+  return c->write ? REAL(pwritev)(c->fd, v, c->cnt, c->off) : REAL(preadv)(c->fd, v, c->cnt, c->off);
 }
 
 /* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
@@ -548,7 +554,7 @@ static ssize_t dispatch(const struct call* c) {
 static ssize_t one(int fd, void* buf, size_t n, off_t off, int write) {
   if (n > MAX_RW_COUNT) n = MAX_RW_COUNT; /* a short transfer, as the kernel's */
   const struct iovec v = {buf, n};
-  const struct call c = {fd, write, &v, 1, off, n};
+  const struct call c = {fd, write, &v, 1, off, n, 0};
   return dispatch(&c);
 }
 
@@ -563,10 +569,9 @@ static ssize_t many(int fd, const struct iovec* iov, int cnt, off_t off, int wri
       total += iov[i].iov_len;
     }
   }
-  const struct call c = {fd, write, iov, total ? cnt : 0, off, total};
-  if (!total || total > MAX_RW_COUNT) return off < 0 ? (write ? REAL(writev)(fd, iov, cnt) : REAL(readv)(fd, iov, cnt))
-                             : (write ? REAL(pwritev)(fd, iov, cnt, off) : REAL(preadv)(fd, iov, cnt, off));
-  return dispatch(&c);
+  const struct call c = {fd, write, iov, cnt, off, total, 1};
+  /* Nothing to move, or an invalid or oversized vector: libc answers (EINVAL, or a short count). */
+  return !total || total > MAX_RW_COUNT ? pass(&c) : dispatch(&c);
 }
 
 /* ---------------------------------------------------------------------------------------------
