@@ -214,12 +214,10 @@ def collect(stats_dir: str, prog: list[str], status: int, env: dict[str, str]) -
 
 
 def _bucket_label(buckets: list[int], i: int) -> str:
+    """Darshan's buckets: 0-100, 100-1K, ... (each up to and including its upper bound)."""
     from .bench.output import fmt_size
-    if i == 0:
-        return f"<={fmt_size(buckets[0])}"
-    if i >= len(buckets):
-        return f">{fmt_size(buckets[-1])}"
-    return f"{fmt_size(buckets[i - 1] + 1)}..{fmt_size(buckets[i])}"
+    lo = fmt_size(buckets[i - 1]) if i else "0"
+    return f"{lo}-{fmt_size(buckets[i])}" if i < len(buckets) else f">{fmt_size(buckets[-1])}"
 
 
 def render(report: dict) -> str:
