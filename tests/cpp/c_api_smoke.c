@@ -1,5 +1,7 @@
-/* C API smoke test, compiled as C: open, write, read back, async, batch, stats, errors. */
+/* C API smoke test, compiled as C: open, open by descriptor, write, read back, async, batch, stats,
+ * plans, errors. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +88,30 @@ int main(void) {
   CHECK(strcmp(accio_plan_at(f, NULL, 64 << 20, 0, ACCIO_OP_READ), "parallel") == 0);
   CHECK(accio_explain(f, NULL, 64 << 20, 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why) == 0);
   CHECK(strcmp(plan, "parallel(even)") == 0 && strstr(why, "built-in model") != NULL);
+  /* The built-in model runs posix up to 1 MiB: the first size it accelerates is just above. */
+  const int64_t from = accio_min_accelerated(f, ACCIO_OP_READ);
+  CHECK(from > 4096 && from <= (1 << 20) + 1);
+  CHECK(strcmp(accio_plan_at(f, NULL, (size_t)from - 1, 0, ACCIO_OP_READ), "posix") == 0);
+  CHECK(strcmp(accio_plan_at(f, NULL, (size_t)from, 0, ACCIO_OP_READ), "parallel") == 0);
   CHECK(accio_close(f) == 0);
+
+  /* A handle on a descriptor we hold: same file and access mode, our offset untouched. */
+  int rfd = open(path, O_RDONLY);
+  CHECK(rfd >= 0 && lseek(rfd, 123, SEEK_SET) == 123);
+  CHECK(accio_open_fd(&f, rfd, a) == 0);
+  CHECK(accio_pread(f, dst, n, 0) == (int64_t)n && memcmp(src, dst, n) == 0);
+  CHECK(accio_pwrite(f, src, 10, 0) == -EBADF); /* read-only, like rfd */
+  CHECK(lseek(rfd, 0, SEEK_CUR) == 123);
+  CHECK(accio_close(f) == 0);
+  CHECK(close(rfd) == 0);
+  CHECK(accio_open_fd(&f, rfd, a) == -EBADF && f == NULL);
+  CHECK(accio_open_fd(&f, -1, a) == -EBADF);
+  accio_settings* fixed = accio_settings_new();
+  CHECK(accio_settings_set(fixed, "mechanism", "posix") == 0);
+  CHECK(accio_open(&f, path, "r", fixed) == 0);
+  CHECK(accio_min_accelerated(f, ACCIO_OP_READ) == INT64_MAX);
+  CHECK(accio_close(f) == 0);
+  accio_settings_free(fixed);
   accio_settings_free(a);
   accio_profile_key key;
   CHECK(accio_profile_key_of("/tmp", &key) == 0 && key.filesystem[0] && strstr(key.file, ".json") != NULL);
