@@ -84,7 +84,7 @@ def test_cp(data, tmp_path, across):
     src = data / "big.bin"
     if across:  # copy_file_range cannot cross filesystems: cp falls back to read/write
         shm = Path("/dev/shm")
-        if not shm.is_dir() or os.statvfs(shm).f_bavail * os.statvfs(shm).f_frsize < 64 * 2**20:
+        if not shm.is_dir() or os.statvfs(shm).f_bavail * os.statvfs(shm).f_frsize < 16 * 2**20:
             pytest.skip("no /dev/shm with room for the source")
         src = shm / f"accio-test-{os.getpid()}.bin"
         shutil.copyfile(data / "big.bin", src)
