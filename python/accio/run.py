@@ -71,6 +71,7 @@ def shim_path() -> str:
 
 
 def _which(name: str) -> str | None:
+    """shutil.which, without importing shutil (about 6 ms of the launcher: fnmatch, bz2, lzma)."""
     if "/" in name:
         return name
     for d in os.environ.get("PATH", os.defpath).split(os.pathsep):

@@ -6,10 +6,8 @@
 namespace accio::base {
 namespace {
 std::atomic<ForkReset*> g_head{nullptr};
-std::atomic<uint64_t> g_generation{0};
 
 void in_child() {
-  g_generation.fetch_add(1, std::memory_order_relaxed);
   for (ForkReset* r = g_head.load(); r; r = r->next_) r->reset_in_child();
 }
 
@@ -26,7 +24,5 @@ ForkReset::ForkReset() {
   do next_ = head;
   while (!g_head.compare_exchange_weak(head, this));
 }
-
-uint64_t fork_generation() { return g_generation.load(std::memory_order_relaxed); }
 
 }  // namespace accio::base

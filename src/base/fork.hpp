@@ -5,7 +5,6 @@
 // built on first use.
 #pragma once
 #include <atomic>
-#include <cstdint>
 
 namespace accio::base {
 
@@ -20,9 +19,6 @@ class ForkReset {
  protected:
   ~ForkReset() = default;  // PerProcess objects are statics: never destroyed while registered
 };
-
-// Forks this process descends from since the library was loaded (0 in the original process).
-uint64_t fork_generation();
 
 template <class T>
 class PerProcess final : public ForkReset {

@@ -102,6 +102,9 @@ static int g_mechanism_set = 0;    /* ACCIO_MECHANISM was given */
 static int g_quiet = 0;
 static char g_stats_dir[PATH_MAX]; /* empty: no statistics */
 
+/* ACCIO_PRELOAD_THRESHOLD is read before libaccio is loaded (it decides whether to load it at
+ * all), so base::parse_size cannot be called: this accepts the same forms (4096, 64k, 16MiB, 1g).
+ * `accio run --threshold` validates with the engine's parser and passes plain bytes. */
 static size_t parse_size(const char* s, int* ok) {
   char* end;
   errno = 0;
@@ -240,9 +243,16 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static struct file_rec* file_rec_locked(int fd, const struct stat* st) {
+static struct file_rec* find_file_locked(dev_t dev, ino_t ino) {
   for (int i = 0; i < g_nfiles; ++i)
-    if (g_files[i].dev == st->st_dev && g_files[i].ino == st->st_ino) return &g_files[i];
+    if (g_files[i].dev == dev && g_files[i].ino == ino) return &g_files[i];
+  return NULL;
+}
+
+/* The record of the file behind fd, created (with its path) on first sight; NULL when full. */
+static struct file_rec* file_rec_locked(int fd, const struct stat* st) {
+  struct file_rec* found = find_file_locked(st->st_dev, st->st_ino);
+  if (found) return found;
   if (!g_files) g_files = calloc(MAX_FILES, sizeof *g_files);
   if (!g_files || g_nfiles == MAX_FILES) return NULL;
   struct file_rec* r = &g_files[g_nfiles++];
@@ -301,10 +311,7 @@ static void capture_plans_locked(struct handle* h) {
   if (!g_stats_dir[0] || !h->f) return;
   accio_plan_stat ps[MAX_PLANS];
   int n = eng.file_plans(h->f, ps, MAX_PLANS);
-  struct stat st = {.st_dev = h->dev, .st_ino = h->ino};
-  struct file_rec* r = NULL;
-  for (int i = 0; i < g_nfiles && !r; ++i)
-    if (g_files[i].dev == st.st_dev && g_files[i].ino == st.st_ino) r = &g_files[i];
+  struct file_rec* r = find_file_locked(h->dev, h->ino);
   if (!r) return;
   for (int i = 0; i < n && i < MAX_PLANS; ++i) {
     int j = 0;
