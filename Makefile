@@ -10,7 +10,7 @@ BUILD := build
 # CI=true (set by CI) also runs the C++ tests under ASan+UBSan and TSan.
 SANITIZERS ?= $(if $(filter true 1 yes,$(CI)),1,0)
 APT_PACKAGES := g++ cmake ninja-build pkg-config liburing-dev libgtest-dev fio python3-venv openmpi-bin libopenmpi-dev \
-	sqlite3 git
+	sqlite3 git libffi-dev
 PY_PACKAGES := "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.22" "tqdm>=4.60" "matplotlib>=3.5" \
 	"pytest>=7" pytest-timeout "jsonschema>=4" "mpi4py>=3.1"
 DEMO := $(BUILD)/demo

@@ -1,0 +1,154 @@
+/* accio offload: the VEO offload API (NEC's ve_offload.h, API version 11 as in AVEO) on any Linux
+ * host. The "accelerator side" is a worker process; kernels are ordinary shared libraries built
+ * for the host. Calls travel through a shared-memory RPC that both sides poll, then sleep on a
+ * futex (see docs/offload.md). Programs written for VEO/AVEO compile unchanged against this header
+ * and link with -laccio.
+ *
+ * Return conventions are VEO's: handles are NULL on failure, library handles and symbol addresses
+ * 0, request ids VEO_REQUEST_ID_INVALID, int results negative; accio_offload_last_error() says why.
+ * The accio_offload_* functions at the end are extensions. */
+#ifndef ACCIO_VE_OFFLOAD_H
+#define ACCIO_VE_OFFLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VEO_API_VERSION 11
+#define VEO_SYMNAME_LEN_MAX (255)
+#define VEO_MAX_NUM_ARGS (256)
+#define VEO_REQUEST_ID_INVALID (~0UL)
+
+enum veo_context_state {
+  VEO_STATE_UNKNOWN = 0,
+  VEO_STATE_RUNNING,
+  VEO_STATE_SYSCALL, /* never reported: kept for source compatibility */
+  VEO_STATE_BLOCKED, /* never reported */
+  VEO_STATE_EXIT,
+};
+
+enum veo_command_state {
+  VEO_COMMAND_OK = 0,
+  VEO_COMMAND_EXCEPTION, /* a fatal signal in the kernel; the result is the signal number */
+  VEO_COMMAND_ERROR,
+  VEO_COMMAND_UNFINISHED,
+};
+
+enum veo_queue_state { VEO_QUEUE_READY = 0, VEO_QUEUE_CLOSED };
+
+enum veo_args_intent { VEO_INTENT_IN = 0, VEO_INTENT_INOUT, VEO_INTENT_OUT };
+
+struct veo_args;
+struct veo_proc_handle;
+struct veo_thr_ctxt;
+struct veo_thr_ctxt_attr;
+
+/* ---- procs: one worker process each; several per host process ---- */
+/* venode: -1 runs the worker anywhere; N >= 0 binds it to the CPUs of NUMA node N. */
+struct veo_proc_handle *veo_proc_create(int venode);
+/* veobin: a worker program, e.g. one with kernels linked in (see docs/offload.md). */
+struct veo_proc_handle *veo_proc_create_static(int venode, char *veobin);
+int veo_proc_destroy(struct veo_proc_handle *proc);
+int veo_proc_identifier(struct veo_proc_handle *proc);
+
+/* ---- libraries and symbols ---- */
+uint64_t veo_load_library(struct veo_proc_handle *proc, const char *libname);
+int veo_unload_library(struct veo_proc_handle *proc, const uint64_t libhandle);
+/* libhandle 0 searches the worker program and every library it loaded. Cached per proc. */
+uint64_t veo_get_sym(struct veo_proc_handle *proc, uint64_t libhandle, const char *symname);
+
+/* ---- worker ("VE") memory ---- */
+int veo_alloc_mem(struct veo_proc_handle *proc, uint64_t *addr, const size_t size);
+int veo_free_mem(struct veo_proc_handle *proc, uint64_t addr);
+int veo_read_mem(struct veo_proc_handle *proc, void *dst, uint64_t src, size_t size);
+int veo_write_mem(struct veo_proc_handle *proc, uint64_t dst, const void *src, size_t size);
+
+/* ---- contexts: in-order request queues, each served by its own worker thread ---- */
+int veo_num_contexts(struct veo_proc_handle *proc);
+struct veo_thr_ctxt *veo_get_context(struct veo_proc_handle *proc, int idx);
+struct veo_thr_ctxt *veo_context_open(struct veo_proc_handle *proc);
+int veo_context_close(struct veo_thr_ctxt *ctx);
+int veo_get_context_state(struct veo_thr_ctxt *ctx);
+void veo_context_sync(struct veo_thr_ctxt *ctx);
+
+struct veo_thr_ctxt *veo_context_open_with_attr(struct veo_proc_handle *proc, struct veo_thr_ctxt_attr *attr);
+struct veo_thr_ctxt_attr *veo_alloc_thr_ctxt_attr(void);
+int veo_free_thr_ctxt_attr(struct veo_thr_ctxt_attr *attr);
+int veo_set_thr_ctxt_stacksize(struct veo_thr_ctxt_attr *attr, size_t stacksize);
+int veo_get_thr_ctxt_stacksize(struct veo_thr_ctxt_attr *attr, size_t *stacksize);
+
+/* ---- arguments ---- */
+struct veo_args *veo_args_alloc(void);
+int veo_args_set_i64(struct veo_args *args, int argnum, int64_t val);
+int veo_args_set_u64(struct veo_args *args, int argnum, uint64_t val);
+int veo_args_set_i32(struct veo_args *args, int argnum, int32_t val);
+int veo_args_set_u32(struct veo_args *args, int argnum, uint32_t val);
+int veo_args_set_i16(struct veo_args *args, int argnum, int16_t val);
+int veo_args_set_u16(struct veo_args *args, int argnum, uint16_t val);
+int veo_args_set_i8(struct veo_args *args, int argnum, int8_t val);
+int veo_args_set_u8(struct veo_args *args, int argnum, uint8_t val);
+int veo_args_set_double(struct veo_args *args, int argnum, double val);
+int veo_args_set_float(struct veo_args *args, int argnum, float val);
+/* A buffer copied to the worker and passed as a pointer to that copy. IN: copied at submission;
+ * OUT and INOUT: copied back into buff when the result is picked up. */
+int veo_args_set_stack(struct veo_args *args, enum veo_args_intent intent, int argnum, char *buff, size_t len);
+void veo_args_clear(struct veo_args *args);
+void veo_args_free(struct veo_args *args);
+
+/* ---- calls ---- */
+/* On the proc's own queue; 0 on success, -1 on failure (an exception included). */
+int veo_call_sync(struct veo_proc_handle *proc, uint64_t addr, struct veo_args *args, uint64_t *result);
+uint64_t veo_call_async(struct veo_thr_ctxt *ctx, uint64_t addr, struct veo_args *args);
+uint64_t veo_call_async_by_name(struct veo_thr_ctxt *ctx, uint64_t libhandle, const char *symname,
+                                struct veo_args *args);
+/* A host function run in the context's order: after every earlier request, before any later one.
+ * It runs in the host thread that waits for, peeks at or synchronizes the context. */
+uint64_t veo_call_async_vh(struct veo_thr_ctxt *ctx, uint64_t (*func)(void *), void *arg);
+int veo_call_peek_result(struct veo_thr_ctxt *ctx, uint64_t reqid, uint64_t *retp);
+int veo_call_wait_result(struct veo_thr_ctxt *ctx, uint64_t reqid, uint64_t *retp);
+
+/* Transfers through the context's queue. The source of a write is copied when submitted. */
+uint64_t veo_async_read_mem(struct veo_thr_ctxt *ctx, void *dst, uint64_t src, size_t size);
+uint64_t veo_async_write_mem(struct veo_thr_ctxt *ctx, uint64_t dst, const void *src, size_t size);
+
+const char *veo_version_string(void);
+int veo_api_version(void);
+
+/* ---- accio extensions ---- */
+enum accio_offload_transport {
+  ACCIO_OFFLOAD_SHM = 0,    /* memfd shared memory, polled then futex (the default) */
+  ACCIO_OFFLOAD_SOCKET = 1, /* every request and response through a socketpair (the baseline) */
+};
+#define ACCIO_OFFLOAD_SPIN_FOREVER (-1)
+
+typedef struct accio_offload_options {
+  int venode;          /* -1: anywhere; N: the CPUs of NUMA node N */
+  const char *worker;  /* worker program; NULL: ACCIO_OFFLOAD_WORKER, VEORUN_BIN, or the installed one */
+  int transport;       /* enum accio_offload_transport */
+  int64_t spin_us;     /* poll this long before sleeping (both sides); ACCIO_OFFLOAD_SPIN_FOREVER */
+  int64_t timeout_ms;  /* how long a wait may take before it fails; 0: no limit */
+  size_t arena_bytes;  /* payload area per queue: stack arguments and transfer pieces */
+  uint32_t slots;      /* requests in flight per queue */
+} accio_offload_options;
+
+/* Fills *opts from the environment: ACCIO_OFFLOAD_TRANSPORT (shm|socket), ACCIO_OFFLOAD_SPIN_US
+ * (microseconds or "forever"), ACCIO_OFFLOAD_TIMEOUT_MS, ACCIO_OFFLOAD_ARENA (bytes, K/M/G
+ * suffixes), ACCIO_OFFLOAD_SLOTS, ACCIO_OFFLOAD_WORKER. Returns 0 or -EINVAL for a bad value. */
+int accio_offload_options_init(accio_offload_options *opts);
+struct veo_proc_handle *accio_offload_proc_create(const accio_offload_options *opts);
+int accio_offload_worker_pid(struct veo_proc_handle *proc);
+/* The last error of the calling thread ("" if none), e.g. "veo_load_library: libk.so: cannot open
+ * shared object file" or "request 7 on context 1: the worker (pid 123) died of signal 9 (Killed)". */
+const char *accio_offload_last_error(void);
+/* The worker program's entry point (a worker is `main` calling it) and a trivial kernel that
+ * returns its argument (a health check; offload-bench calls it). */
+int accio_offload_worker_main(int argc, char **argv);
+uint64_t accio_offload_echo(uint64_t x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

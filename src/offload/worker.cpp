@@ -1,0 +1,431 @@
+// accio offload: the worker side (the counterpart of AVEO's aveorun). The worker program is
+// `int main(argc, argv) { return accio_offload_worker_main(argc, argv); }`; a static worker links
+// its kernels into the same program (with -rdynamic so that veo_get_sym(proc, 0, name) finds them).
+//
+// The main thread reads control messages from the socketpair the host gave it (fd --fd N): each
+// opens a channel (a memfd to map, or a socket) served by a thread of its own. When the host
+// process goes away the socket reads EOF and the worker exits at once, so a worker never outlives
+// its host. Fatal signals in a kernel are recorded in the running request (VEO_COMMAND_EXCEPTION
+// with the signal number) before the worker dies of them; a fault inside veo_read_mem/write_mem's
+// copy is an EFAULT error for that request only.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <ffi.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "offload/channel.hpp"
+
+namespace accio::offload {
+namespace {
+
+struct WorkerChannel {
+  char* base = nullptr;
+  ChannelHeader* h = nullptr;
+  Slot* slots = nullptr;
+  char* arena = nullptr;
+  int sock = -1;          // socket transport
+  uint64_t received = 0;  // socket transport: requests read so far
+  std::atomic<Slot*> running{nullptr};
+};
+
+constexpr int kMaxChannels = 1024;
+WorkerChannel* g_channels[kMaxChannels];
+std::atomic<int> g_nchannels{0};
+
+thread_local WorkerChannel* t_channel = nullptr;
+thread_local sigjmp_buf* t_copy_jmp = nullptr;  // set while copying for read/write_mem
+
+bool send_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n) {
+    ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+bool recv_all(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n) {
+    ssize_t r = ::recv(fd, c, n, MSG_WAITALL);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= size_t(r);
+  }
+  return true;
+}
+
+void send_response(WorkerChannel* c, uint64_t index, const Slot& s) {
+  SocketResponse r{index, s.status, s.err, s.result};
+  send_all(c->sock, &r, sizeof r);
+  if (s.flags & kDataBack) send_all(c->sock, c->arena + s.data_off, s.data_len);
+}
+
+// Socket transport: reads one frame. Requests go to their slot (and their data to the arena);
+// a release frame (op kVhRelease) ends the wait at barrier `released`. False at EOF.
+bool recv_request(WorkerChannel* c, uint64_t* released = nullptr) {
+  SocketRequest rq;
+  if (!recv_all(c->sock, &rq, sizeof rq)) return false;
+  if (rq.slot.op == kVhRelease) {
+    if (!released) return false;  // out of protocol
+    *released = rq.index;
+    return true;
+  }
+  Slot& s = c->slots[rq.index % c->h->nslots];
+  s = rq.slot;
+  if ((s.flags & kDataIn) && !recv_all(c->sock, c->arena + s.data_off, s.data_len)) return false;
+  c->received = rq.index + 1;
+  return true;
+}
+
+// The requests the host sent after a barrier arrive before its release: they are queued.
+bool wait_release(WorkerChannel* c, uint64_t index) {
+  for (;;) {
+    uint64_t rel = UINT64_MAX;
+    if (!recv_request(c, &rel)) return false;
+    if (rel == index) return true;
+  }
+}
+
+// Fatal signals: a fault in a memory copy returns to it; anything else marks the running
+// requests as exceptions, wakes the host and dies of the signal (SA_RESETHAND re-raises it).
+void on_fatal(int sig, siginfo_t* si, void*) {
+  if (t_copy_jmp) siglongjmp(*t_copy_jmp, sig);
+  const int n = g_nchannels.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    WorkerChannel* c = g_channels[i];
+    if (!c) continue;
+    Slot* s = c->running.load(std::memory_order_acquire);
+    // The faulting thread's own request; a thread that is no channel's (an OpenMP worker) marks
+    // every request that is running, since one of them started it.
+    if (s && (t_channel == c || t_channel == nullptr)) {
+      s->status = kException;
+      s->err = sig;
+      s->result = uint64_t(sig);  // VEO's exception value; the host reports the signal by name
+      if (c->sock >= 0) send_response(c, 0, *s);  // responses are in order: the host ignores the index
+    }
+    c->h->crash_signal.store(sig, std::memory_order_release);
+    futex_wake_all(low_word(c->h->done));
+  }
+  if (si && si->si_code <= 0) raise(sig);  // sent by kill/raise: re-raise with the default action
+}
+
+void install_fatal_handlers() {
+  struct sigaction sa{};
+  sa.sa_sigaction = on_fatal;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS}) sigaction(sig, &sa, nullptr);
+}
+
+ffi_type* ffi_of(uint8_t t) {
+  switch (t) {
+    case kI64: return &ffi_type_sint64;
+    case kU64: return &ffi_type_uint64;
+    case kI32: return &ffi_type_sint32;
+    case kU32: return &ffi_type_uint32;
+    case kI16: return &ffi_type_sint16;
+    case kU16: return &ffi_type_uint16;
+    case kI8: return &ffi_type_sint8;
+    case kU8: return &ffi_type_uint8;
+    case kDouble: return &ffi_type_double;
+    case kFloat: return &ffi_type_float;
+    case kStackIn: case kStackInOut: case kStackOut: return &ffi_type_pointer;
+    default: return nullptr;
+  }
+}
+
+void fail(Slot& s, int err) {
+  s.status = kError;
+  s.err = err;
+  s.result = 0;
+}
+
+// The last bytes of a request's data hold the worker's message on failure (dlerror()).
+void put_message(Slot& s, char* data, size_t start, const char* msg) {
+  if (!msg || s.data_len <= start + 1) return;
+  snprintf(data + start, s.data_len - start, "%s", msg);
+}
+
+void do_call(WorkerChannel* c, Slot& s) {
+  const int n = s.nargs;
+  const uint8_t* types = s.types;
+  uint64_t* vals = s.vals;
+  char* data = c->arena + s.data_off;
+  if (s.flags & kArgsInArena) {
+    types = reinterpret_cast<const uint8_t*>(data);
+    vals = reinterpret_cast<uint64_t*>(data + ((size_t(n) + 7) & ~size_t(7)));
+  }
+  ffi_type* atypes[kMaxArgs];
+  void* avalues[kMaxArgs];
+  void* ptrs[kMaxArgs];
+  for (int i = 0; i < n; ++i) {
+    atypes[i] = ffi_of(types[i]);
+    if (!atypes[i]) return fail(s, EINVAL);
+    if (types[i] >= kStackIn) {
+      ptrs[i] = data + vals[i];
+      avalues[i] = &ptrs[i];
+    } else {
+      avalues[i] = &vals[i];  // little-endian: the low bytes hold the narrower types
+    }
+  }
+  ffi_cif cif;
+  if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, unsigned(n), &ffi_type_uint64, atypes) != FFI_OK)
+    return fail(s, EINVAL);
+  ffi_arg ret = 0;
+  ffi_call(&cif, reinterpret_cast<void (*)()>(s.addr), &ret, avalues);
+  s.status = kOk;
+  s.err = 0;
+  s.result = ret;
+}
+
+void do_copy(Slot& s, void* dst, const void* src, size_t n) {
+  sigjmp_buf jb;
+  if (sigsetjmp(jb, 1) != 0) {
+    t_copy_jmp = nullptr;
+    install_fatal_handlers();  // SA_RESETHAND reset the one that fired
+    return fail(s, EFAULT);
+  }
+  t_copy_jmp = &jb;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the stores around the copy
+  std::memcpy(dst, src, n);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_copy_jmp = nullptr;
+  s.status = kOk;
+  s.result = 0;
+}
+
+// Executes one request in place. Returns false for kExit.
+bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
+  char* data = c->arena + s.data_off;
+  s.err = 0;
+  switch (s.op) {
+    case kCall:
+      do_call(c, s);
+      break;
+    case kLoadLib: {
+      dlerror();
+      void* h = dlopen(data, RTLD_NOW);
+      if (h) {
+        s.status = kOk;
+        s.result = reinterpret_cast<uint64_t>(h);
+      } else {
+        fail(s, ENOENT);
+        put_message(s, data, strlen(data) + 1, dlerror());
+      }
+      break;
+    }
+    case kUnloadLib:
+      if (dlclose(reinterpret_cast<void*>(s.addr)) == 0) {
+        s.status = kOk;
+        s.result = 0;
+      } else {
+        fail(s, EINVAL);
+      }
+      break;
+    case kGetSym: {
+      dlerror();
+      void* h = s.addr ? reinterpret_cast<void*>(s.addr) : RTLD_DEFAULT;
+      void* p = dlsym(h, data);
+      s.status = kOk;
+      s.result = reinterpret_cast<uint64_t>(p);
+      if (!p) {
+        fail(s, ENOENT);
+        put_message(s, data, strlen(data) + 1, dlerror());
+      }
+      break;
+    }
+    case kAlloc: {
+      void* p = nullptr;
+      size_t align = s.size >= (2u << 20) ? (2u << 20) : 64;
+      if (posix_memalign(&p, align, s.size ? s.size : 1) != 0) {
+        fail(s, ENOMEM);
+      } else {
+        if (align > 64) madvise(p, s.size, MADV_HUGEPAGE);
+        s.status = kOk;
+        s.result = reinterpret_cast<uint64_t>(p);
+      }
+      break;
+    }
+    case kFree:
+      free(reinterpret_cast<void*>(s.addr));
+      s.status = kOk;
+      s.result = 0;
+      break;
+    case kWriteMem:
+      do_copy(s, reinterpret_cast<void*>(s.addr), data, s.data_len);
+      break;
+    case kReadMem:
+      do_copy(s, data, reinterpret_cast<const void*>(s.addr), s.data_len);
+      break;
+    case kNop:
+      s.status = kOk;
+      s.result = 0;
+      break;
+    case kVhBarrier:
+      if (c->sock >= 0) {
+        if (!wait_release(c, index)) _exit(0);
+      } else {
+        wait_above(c->h->vh_released, index, c->h->worker_vh_sleeping, uint64_t(c->h->spin_us) * 1000,
+                   -1, [] { return false; });
+      }
+      s.status = kOk;
+      s.result = 0;
+      break;
+    case kExit:
+      s.status = kOk;
+      s.result = 0;
+      return false;
+    default:
+      fail(s, ENOSYS);
+  }
+  return true;
+}
+
+void* serve(void* arg) {
+  auto* c = static_cast<WorkerChannel*>(arg);
+  t_channel = c;
+  // An alternate stack, so a kernel's stack overflow still reaches the fatal-signal handler.
+  stack_t ss{};
+  ss.ss_size = 64 * 1024;
+  ss.ss_sp = malloc(ss.ss_size);
+  if (ss.ss_sp) sigaltstack(&ss, nullptr);
+  ChannelHeader* h = c->h;
+  const uint32_t n = h->nslots;
+  if (c->sock < 0) {
+    const uint64_t spin = h->spin_us == UINT32_MAX ? kSpinForever : uint64_t(h->spin_us) * 1000;
+    for (uint64_t i = h->done.load(std::memory_order_relaxed);; ++i) {
+      wait_above(h->head, i, h->worker_sleeping, spin, -1, [] { return false; });
+      Slot& s = c->slots[i % n];
+      c->running.store(&s, std::memory_order_release);
+      bool more = execute(c, s, i);
+      c->running.store(nullptr, std::memory_order_release);
+      publish(h->done, i + 1, h->host_sleeping);
+      if (!more) break;
+    }
+  } else {
+    for (uint64_t i = 0;; ++i) {
+      if (i == c->received && !recv_request(c)) _exit(0);
+      Slot& s = c->slots[i % n];
+      c->running.store(&s, std::memory_order_release);
+      bool more = execute(c, s, i);
+      c->running.store(nullptr, std::memory_order_release);
+      send_response(c, i, s);
+      if (!more) break;
+    }
+  }
+  return nullptr;
+}
+
+// Maps a channel: the memfd (shm), or a private mapping of the same layout (socket) whose header
+// the host sends first.
+int open_channel(int fd, const ControlMsg& m) {
+  auto* c = new WorkerChannel;
+  const bool shm = m.transport == kShm;
+  void* p = shm ? mmap(nullptr, m.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : mmap(nullptr, m.map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return -errno;
+  c->base = static_cast<char*>(p);
+  c->h = reinterpret_cast<ChannelHeader*>(p);
+  if (shm) {
+    close(fd);
+  } else {
+    c->sock = fd;
+    if (!recv_all(fd, c->h, kHeaderPrefix)) return -EIO;
+  }
+  if (c->h->magic != kMagic || c->h->protocol != kProtocol ||
+      channel_bytes(c->h->nslots, c->h->arena_size) > m.map_len)
+    return -EPROTO;
+  c->slots = reinterpret_cast<Slot*>(c->base + kSlotsOffset);
+  c->arena = c->base + c->h->arena_off;
+  int idx = g_nchannels.load();
+  if (idx >= kMaxChannels) return -EMFILE;
+  g_channels[idx] = c;
+  g_nchannels.store(idx + 1, std::memory_order_release);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  if (m.stack_kib) pthread_attr_setstacksize(&attr, size_t(m.stack_kib) * 1024);
+  pthread_t t;
+  int rc = pthread_create(&t, &attr, serve, c);
+  pthread_attr_destroy(&attr);
+  if (rc) return -rc;
+  pthread_detach(t);
+  return 0;
+}
+
+int recv_control(int sock, ControlMsg* m, int* fd) {
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  iovec iov{m, sizeof *m};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = cbuf;
+  mh.msg_controllen = sizeof cbuf;
+  ssize_t r;
+  do r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+  while (r < 0 && errno == EINTR);
+  if (r != ssize_t(sizeof *m)) return -1;
+  *fd = -1;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) std::memcpy(fd, CMSG_DATA(cm), sizeof(int));
+  return 0;
+}
+
+}  // namespace
+}  // namespace accio::offload
+
+#pragma GCC visibility push(default)
+extern "C" {
+
+uint64_t accio_offload_echo(uint64_t x) { return x; }
+
+int accio_offload_worker_main(int argc, char** argv) {
+  using namespace accio::offload;
+  int sock = -1;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!strcmp(argv[i], "--fd")) sock = atoi(argv[i + 1]);
+  if (sock < 0) {
+    fprintf(stderr,
+            "%s: the accio offload worker; veo_proc_create() starts it (usage: %s --fd N)\n",
+            argv[0], argv[0]);
+    return 2;
+  }
+  fcntl(sock, F_SETFD, FD_CLOEXEC);
+  prctl(PR_SET_NAME, "accio-worker");
+  signal(SIGPIPE, SIG_IGN);
+  install_fatal_handlers();
+  for (;;) {
+    ControlMsg m;
+    int fd = -1;
+    if (recv_control(sock, &m, &fd) < 0) _exit(0);  // the host is gone
+    ControlReply rep{0, 0, uint64_t(getpid())};
+    if (m.kind == kCtlOpenChannel) {
+      rep.status = fd < 0 ? -EBADF : open_channel(fd, m);
+    } else if (m.kind == kCtlExit) {
+      send_all(sock, &rep, sizeof rep);
+      _exit(0);
+    } else {
+      rep.status = -ENOSYS;
+    }
+    if (!send_all(sock, &rep, sizeof rep)) _exit(0);
+  }
+}
+
+}  // extern "C"
+#pragma GCC visibility pop

@@ -1,0 +1,116 @@
+/* Kernels for the offload tests: ordinary host functions in a shared library that the worker
+ * loads with veo_load_library. */
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+uint64_t k_add(uint64_t a, uint64_t b) { return a + b; }
+uint64_t k_nop(void) { return 0; }
+
+/* Every argument type VEO has, in one call: returns a checksum the test computes too. */
+uint64_t k_types(int64_t a, uint64_t b, int32_t c, uint32_t d, int16_t e, uint16_t f, int8_t g, uint8_t h,
+                 double x, float y) {
+  double s = (double)a + (double)b + c + d + e + f + g + h + x * 1000.0 + (double)y * 100.0;
+  return (uint64_t)(int64_t)s;
+}
+
+/* Many arguments: sum of i * arg_i over n arguments of alternating int and double (all set). */
+#define A8(p) uint64_t p##0, uint64_t p##1, uint64_t p##2, uint64_t p##3, uint64_t p##4, uint64_t p##5, uint64_t p##6, uint64_t p##7
+uint64_t k_many32(A8(a), A8(b), A8(c), A8(d)) {
+  uint64_t v[32] = {a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7,
+                    c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7};
+  uint64_t s = 0;
+  for (int i = 0; i < 32; ++i) s += (uint64_t)(i + 1) * v[i];
+  return s;
+}
+double k_dsum_unused;
+uint64_t k_mixed(double a, int32_t b, double c, int8_t d, float e, uint64_t f, double g, double h, double i,
+                 double j, double k, double l, double m, int16_t n) {
+  /* 9 doubles + 1 float: more than the 8 SSE registers, so some go on the stack */
+  double s = a + b + c + d + e + (double)f + g + h + i + j + k + l + m + n;
+  return (uint64_t)(s * 10.0);
+}
+
+/* Stack arguments: IN sums bytes; OUT fills; INOUT increments every byte. */
+uint64_t k_sum_in(const unsigned char* p, uint64_t n) {
+  uint64_t s = 0;
+  for (uint64_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+uint64_t k_fill_out(unsigned char* p, uint64_t n, uint64_t v) {
+  for (uint64_t i = 0; i < n; ++i) p[i] = (unsigned char)(v + i);
+  return n;
+}
+uint64_t k_inc_inout(unsigned char* p, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) p[i]++;
+  return n;
+}
+/* Two stack buffers and a scalar: copies in to out. */
+uint64_t k_copy(const char* in, char* out, uint64_t n) {
+  memcpy(out, in, n);
+  return n;
+}
+
+/* Worker memory: fills and sums a buffer allocated with veo_alloc_mem. */
+uint64_t k_mem_fill(unsigned char* p, uint64_t n, uint64_t seed) {
+  for (uint64_t i = 0; i < n; ++i) p[i] = (unsigned char)(seed * 31 + i * 7);
+  return n;
+}
+uint64_t k_mem_sum(const unsigned char* p, uint64_t n) {
+  uint64_t s = 0;
+  for (uint64_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+/* Faults. */
+uint64_t k_segv(void) {
+  volatile int* p = (volatile int*)16;
+  return (uint64_t)*p;
+}
+uint64_t k_abort(void) {
+  abort();
+}
+uint64_t k_raise(int sig) {
+  raise(sig);
+  return 0;
+}
+uint64_t k_exit(int code) { _exit(code); }
+uint64_t k_sleep_ms(uint64_t ms) {
+  usleep((useconds_t)(ms * 1000));
+  return ms;
+}
+uint64_t k_pid(void) { return (uint64_t)getpid(); }
+
+/* OpenMP: the number of threads of a parallel region and a reduction over them. */
+uint64_t k_omp_threads(void) {
+  uint64_t n = 0;
+#pragma omp parallel reduction(+ : n)
+  n += 1;
+  return n;
+}
+uint64_t k_omp_sum(uint64_t n) {
+  uint64_t s = 0;
+#pragma omp parallel for reduction(+ : s)
+  for (uint64_t i = 1; i <= n; ++i) s += i;
+  return s;
+}
+uint64_t k_omp_segv(void) {
+  uint64_t n = 0;
+#pragma omp parallel reduction(+ : n)
+  {
+#ifdef _OPENMP
+    if (omp_get_thread_num() == omp_get_num_threads() - 1) n += (uint64_t)*(volatile int*)16;
+#endif
+    n += 1;
+  }
+  return n;
+}
+
+/* A counter that lives in the library: unload/reload resets it. */
+static uint64_t counter;
+uint64_t k_count(void) { return ++counter; }

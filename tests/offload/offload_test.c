@@ -1,0 +1,785 @@
+/* The VEO API from C, as VEO programs use it: every test runs against a real worker process.
+ *
+ *   offload_test KERNELS.so KERNELS2.so STATIC_WORKER [--transport shm|socket] [--spin US|forever] [test...]
+ *
+ * Written anew for what AVEO's test suite covers: argument types and counts, stack arguments,
+ * procs/contexts/threads, exceptions and crashes, OpenMP kernels, memory of all sizes, unload and
+ * reload, and the accio additions (host death, timeouts, idle CPU, socket transport). */
+#define _GNU_SOURCE
+#include <accio/ve_offload.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *g_lib, *g_lib2, *g_static;
+static accio_offload_options g_opts;
+static int g_failures;
+
+#define CHECK(cond)                                                                              \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      fprintf(stderr, "  FAILED %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #cond,          \
+              accio_offload_last_error());                                                       \
+      g_failures++;                                                                              \
+      return;                                                                                    \
+    }                                                                                            \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static struct veo_proc_handle* new_proc(void) { return accio_offload_proc_create(&g_opts); }
+
+static uint64_t sym(struct veo_proc_handle* p, uint64_t lib, const char* name) {
+  uint64_t a = veo_get_sym(p, lib, name);
+  if (!a) fprintf(stderr, "  no symbol %s: %s\n", name, accio_offload_last_error());
+  return a;
+}
+
+/* 1 if the process is gone (or a zombie nobody reaped yet). */
+static int gone(int pid) {
+  char path[64], st = 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 1;
+  int r = fscanf(f, "%*d %*s %c", &st);
+  fclose(f);
+  return r == 1 && (st == 'Z' || st == 'X');
+}
+
+static int wait_gone(int pid, double seconds) {
+  double t0 = now_s();
+  while (now_s() - t0 < seconds) {
+    if (gone(pid)) return 1;
+    usleep(5000);
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void test_version(void) {
+  CHECK(veo_api_version() == VEO_API_VERSION);
+  CHECK(strstr(veo_version_string(), "accio") != NULL);
+}
+
+static void test_proc_lifecycle(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  int pid = accio_offload_worker_pid(p);
+  CHECK(pid > 0 && !gone(pid));
+  CHECK(veo_proc_identifier(p) >= 0);
+  uint64_t echo = veo_get_sym(p, 0, "accio_offload_echo"); /* in the worker program itself */
+  CHECK(echo);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 42);
+  uint64_t r = 0;
+  CHECK(veo_call_sync(p, echo, a, &r) == 0 && r == 42);
+  veo_args_free(a);
+  CHECK(veo_proc_destroy(p) == 0);
+  CHECK(wait_gone(pid, 2.0));
+}
+
+static void test_bad_worker_and_node(void) {
+  accio_offload_options o = g_opts;
+  o.worker = "/nonexistent/accio-offload-worker";
+  CHECK(accio_offload_proc_create(&o) == NULL);
+  CHECK(strstr(accio_offload_last_error(), "/nonexistent/accio-offload-worker") != NULL);
+  o = g_opts;
+  o.venode = 9999;
+  CHECK(accio_offload_proc_create(&o) == NULL);
+  CHECK(strstr(accio_offload_last_error(), "NUMA node 9999") != NULL);
+  o.venode = -2;
+  CHECK(accio_offload_proc_create(&o) == NULL);
+  if (access("/sys/devices/system/node/node0", F_OK) == 0) {
+    o.venode = 0;
+    struct veo_proc_handle* p = accio_offload_proc_create(&o);
+    CHECK(p);
+    veo_proc_destroy(p);
+  }
+}
+
+static void test_libraries(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  CHECK(veo_load_library(p, "/nonexistent/libk.so") == 0);
+  CHECK(strstr(accio_offload_last_error(), "libk.so") != NULL);
+  uint64_t lib = veo_load_library(p, g_lib);
+  CHECK(lib);
+  CHECK(veo_get_sym(p, lib, "no_such_kernel") == 0);
+  CHECK(strstr(accio_offload_last_error(), "no_such_kernel") != NULL);
+  uint64_t add = sym(p, lib, "k_add");
+  CHECK(add && veo_get_sym(p, lib, "k_add") == add); /* cached */
+  CHECK(veo_get_sym(p, 0, "k_count") == 0 || 1);      /* RTLD_LOCAL: not required globally */
+  uint64_t lib2 = veo_load_library(p, g_lib2);
+  CHECK(lib2 && lib2 != lib);
+  uint64_t mul = sym(p, lib2, "k_add");
+  CHECK(mul && mul != add);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 6);
+  veo_args_set_u64(a, 1, 7);
+  uint64_t r = 0;
+  CHECK(veo_call_sync(p, add, a, &r) == 0 && r == 13);
+  CHECK(veo_call_sync(p, mul, a, &r) == 0 && r == 42);
+  /* unload and reload: the library's static state starts over */
+  uint64_t cnt = sym(p, lib, "k_count");
+  CHECK(veo_call_sync(p, cnt, NULL, &r) == 0 && r == 1);
+  CHECK(veo_call_sync(p, cnt, NULL, &r) == 0 && r == 2);
+  CHECK(veo_unload_library(p, lib) == 0);
+  lib = veo_load_library(p, g_lib);
+  CHECK(lib);
+  cnt = sym(p, lib, "k_count");
+  CHECK(veo_call_sync(p, cnt, NULL, &r) == 0 && r == 1);
+  CHECK(veo_unload_library(p, 0) == -1);
+  /* by name through a context */
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  CHECK(c);
+  uint64_t id = veo_call_async_by_name(c, lib2, "k_add", a);
+  CHECK(id != VEO_REQUEST_ID_INVALID);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 42);
+  CHECK(veo_call_async_by_name(c, lib2, "nope", a) == VEO_REQUEST_ID_INVALID);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+static void test_static_worker(void) {
+  accio_offload_options o = g_opts;
+  o.worker = g_static;
+  struct veo_proc_handle* p = accio_offload_proc_create(&o);
+  CHECK(p);
+  uint64_t k = veo_get_sym(p, 0, "static_kernel");
+  CHECK(k);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_i32(a, 0, -5);
+  uint64_t r = 0;
+  CHECK(veo_call_sync(p, k, a, &r) == 0 && (int64_t)r == -50);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+static void test_contexts(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  CHECK(veo_num_contexts(p) == 0);
+  CHECK(veo_get_context(p, 0) == NULL);
+  struct veo_thr_ctxt* c0 = veo_context_open(p);
+  struct veo_thr_ctxt* c1 = veo_context_open(p);
+  CHECK(c0 && c1 && c0 != c1);
+  CHECK(veo_num_contexts(p) == 2);
+  CHECK(veo_get_context(p, 0) == c0 && veo_get_context(p, 1) == c1);
+  CHECK(veo_get_context_state(c1) == VEO_STATE_RUNNING);
+  CHECK(veo_context_close(c0) == 0); /* the main context stays until the proc goes */
+  CHECK(veo_num_contexts(p) == 2);
+  CHECK(veo_context_close(c1) == 0);
+  CHECK(veo_num_contexts(p) == 1);
+  struct veo_thr_ctxt_attr* at = veo_alloc_thr_ctxt_attr();
+  size_t ss = 0;
+  CHECK(veo_set_thr_ctxt_stacksize(at, 64u << 20) == 0 && veo_get_thr_ctxt_stacksize(at, &ss) == 0 && ss == 64u << 20);
+  struct veo_thr_ctxt* big = veo_context_open_with_attr(p, at);
+  veo_free_thr_ctxt_attr(at);
+  CHECK(big);
+  uint64_t lib = veo_load_library(p, g_lib);
+  uint64_t add = sym(p, lib, "k_add");
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 1);
+  veo_args_set_u64(a, 1, 2);
+  uint64_t r = 0, id = veo_call_async(big, add, a);
+  CHECK(veo_call_wait_result(big, id, &r) == VEO_COMMAND_OK && r == 3);
+  /* many contexts */
+  struct veo_thr_ctxt* cs[16];
+  for (int i = 0; i < 16; ++i) CHECK((cs[i] = veo_context_open(p)) != NULL);
+  uint64_t ids[16];
+  for (int i = 0; i < 16; ++i) {
+    veo_args_set_u64(a, 0, (uint64_t)i);
+    ids[i] = veo_call_async(cs[i], add, a);
+  }
+  for (int i = 0; i < 16; ++i) CHECK(veo_call_wait_result(cs[i], ids[i], &r) == VEO_COMMAND_OK && r == (uint64_t)i + 2);
+  for (int i = 0; i < 16; ++i) CHECK(veo_context_close(cs[i]) == 0);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+static void test_arg_types(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_args* a = veo_args_alloc();
+  CHECK(veo_args_set_i64(a, 0, -1234567890123LL) == 0);
+  CHECK(veo_args_set_u64(a, 1, 9876543210ULL) == 0);
+  CHECK(veo_args_set_i32(a, 2, -100000) == 0);
+  CHECK(veo_args_set_u32(a, 3, 4000000000u) == 0);
+  CHECK(veo_args_set_i16(a, 4, -300) == 0);
+  CHECK(veo_args_set_u16(a, 5, 60000) == 0);
+  CHECK(veo_args_set_i8(a, 6, -100) == 0);
+  CHECK(veo_args_set_u8(a, 7, 200) == 0);
+  CHECK(veo_args_set_double(a, 8, 3.25) == 0);
+  CHECK(veo_args_set_float(a, 9, 1.5f) == 0);
+  double s = -1234567890123.0 + 9876543210.0 - 100000 + 4000000000.0 - 300 + 60000 - 100 + 200 + 3250.0 + 150.0;
+  uint64_t r = 0, id = veo_call_async(c, sym(p, lib, "k_types"), a);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK);
+  CHECK((int64_t)r == (int64_t)s);
+  /* 32 arguments (more than fit in a slot) */
+  veo_args_clear(a);
+  uint64_t expect = 0;
+  for (int i = 0; i < 32; ++i) {
+    veo_args_set_u64(a, i, (uint64_t)(i * 1000 + 7));
+    expect += (uint64_t)(i + 1) * (uint64_t)(i * 1000 + 7);
+  }
+  id = veo_call_async(c, sym(p, lib, "k_many32"), a);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == expect);
+  /* doubles beyond the registers, mixed with narrow integers */
+  veo_args_clear(a);
+  double d[14] = {1.5, 2, 3.25, -4, 0.5f, 6, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, -14};
+  veo_args_set_double(a, 0, d[0]);
+  veo_args_set_i32(a, 1, 2);
+  veo_args_set_double(a, 2, d[2]);
+  veo_args_set_i8(a, 3, -4);
+  veo_args_set_float(a, 4, 0.5f);
+  veo_args_set_u64(a, 5, 6);
+  for (int i = 6; i < 13; ++i) veo_args_set_double(a, i, d[i]);
+  veo_args_set_i16(a, 13, -14);
+  double sum = 0;
+  for (int i = 0; i < 14; ++i) sum += d[i];
+  id = veo_call_async(c, sym(p, lib, "k_mixed"), a);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == (uint64_t)(sum * 10.0));
+  /* 256 arguments are allowed, 257 are not; a gap is an error, not garbage */
+  veo_args_clear(a);
+  CHECK(veo_args_set_u64(a, 255, 1) == 0);
+  CHECK(veo_args_set_u64(a, 256, 1) == -1);
+  CHECK(veo_args_set_u64(a, -1, 1) == -1);
+  CHECK(veo_call_async(c, sym(p, lib, "k_add"), a) == VEO_REQUEST_ID_INVALID);
+  CHECK(strstr(accio_offload_last_error(), "not set") != NULL);
+  for (int i = 0; i < 256; ++i) veo_args_set_u64(a, i, 1);
+  id = veo_call_async(c, sym(p, lib, "k_add"), a); /* extra arguments are ignored by the callee */
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 2);
+  /* no arguments at all, and NULL args */
+  id = veo_call_async(c, sym(p, lib, "k_nop"), NULL);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 0);
+  CHECK(veo_call_async(c, 0, a) == VEO_REQUEST_ID_INVALID);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+static void test_stack_args(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_args* a = veo_args_alloc();
+  size_t sizes[] = {1, 7, 100, 4096, 65537, 1u << 20};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; ++k) {
+    size_t n = sizes[k];
+    unsigned char* in = malloc(n);
+    unsigned char* out = malloc(n);
+    uint64_t expect = 0;
+    for (size_t i = 0; i < n; ++i) expect += (in[i] = (unsigned char)(i * 13 + k));
+    uint64_t r = 0;
+    veo_args_clear(a);
+    veo_args_set_stack(a, VEO_INTENT_IN, 0, (char*)in, n);
+    veo_args_set_u64(a, 1, n);
+    uint64_t id = veo_call_async(c, sym(p, lib, "k_sum_in"), a);
+    CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == expect);
+    memset(out, 0xee, n);
+    veo_args_clear(a);
+    veo_args_set_stack(a, VEO_INTENT_OUT, 0, (char*)out, n);
+    veo_args_set_u64(a, 1, n);
+    veo_args_set_u64(a, 2, 5);
+    id = veo_call_async(c, sym(p, lib, "k_fill_out"), a);
+    CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == n);
+    for (size_t i = 0; i < n; ++i) CHECK(out[i] == (unsigned char)(5 + i));
+    memcpy(out, in, n);
+    veo_args_clear(a);
+    veo_args_set_stack(a, VEO_INTENT_INOUT, 0, (char*)out, n);
+    veo_args_set_u64(a, 1, n);
+    id = veo_call_sync(p, sym(p, lib, "k_inc_inout"), a, &r) == 0 ? 1 : 0;
+    CHECK(id == 1 && r == n);
+    for (size_t i = 0; i < n; ++i) CHECK(out[i] == (unsigned char)(in[i] + 1));
+    free(in);
+    free(out);
+  }
+  /* two stack buffers in one call */
+  char src[300], dst[300];
+  for (int i = 0; i < 300; ++i) src[i] = (char)(i * 3);
+  memset(dst, 0, sizeof dst);
+  veo_args_clear(a);
+  veo_args_set_stack(a, VEO_INTENT_IN, 0, src, sizeof src);
+  veo_args_set_stack(a, VEO_INTENT_OUT, 1, dst, sizeof dst);
+  veo_args_set_u64(a, 2, sizeof src);
+  uint64_t r = 0, id = veo_call_async(c, sym(p, lib, "k_copy"), a);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && memcmp(src, dst, sizeof src) == 0);
+  CHECK(veo_args_set_stack(a, (enum veo_args_intent)7, 0, src, 1) == -1);
+  /* larger than the arena: a clear error */
+  size_t huge = g_opts.arena_bytes + 1;
+  char* big = malloc(huge);
+  veo_args_clear(a);
+  veo_args_set_stack(a, VEO_INTENT_IN, 0, big, huge);
+  CHECK(veo_call_async(c, sym(p, lib, "k_sum_in"), a) == VEO_REQUEST_ID_INVALID);
+  CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_ARENA") != NULL);
+  free(big);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+static void test_memory(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  size_t sizes[] = {0, 1, 7, 4095, 4096, 65536 + 3, (1u << 20) + 5, (48u << 20) + 11};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; ++k) {
+    size_t n = sizes[k];
+    uint64_t dev = 0;
+    CHECK(veo_alloc_mem(p, &dev, n) == 0 && dev != 0);
+    char* src = malloc(n + 3);
+    char* back = malloc(n + 3);
+    for (size_t i = 0; i < n; ++i) src[i + 3] = (char)(i * 7 + k);
+    /* unaligned host buffers */
+    CHECK(veo_write_mem(p, dev, src + 3, n) == 0);
+    memset(back, 0, n + 3);
+    CHECK(veo_read_mem(p, back + 1, dev, n) == 0);
+    CHECK(memcmp(back + 1, src + 3, n) == 0);
+    /* async, through a context, at an unaligned worker offset */
+    if (n > 8) {
+      uint64_t id = veo_async_write_mem(c, dev + 1, src + 3, n - 1);
+      CHECK(id != VEO_REQUEST_ID_INVALID);
+      memset(back, 0, n + 3);
+      uint64_t id2 = veo_async_read_mem(c, back, dev + 1, n - 1);
+      uint64_t r = 1;
+      CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK);
+      CHECK(veo_call_wait_result(c, id2, &r) == VEO_COMMAND_OK);
+      CHECK(memcmp(back, src + 3, n - 1) == 0);
+    }
+    /* a kernel writes worker memory; the host reads it */
+    struct veo_args* a = veo_args_alloc();
+    veo_args_set_u64(a, 0, dev);
+    veo_args_set_u64(a, 1, n);
+    veo_args_set_u64(a, 2, k);
+    uint64_t r = 0;
+    CHECK(veo_call_sync(p, sym(p, lib, "k_mem_fill"), a, &r) == 0 && r == n);
+    CHECK(veo_read_mem(p, back, dev, n) == 0);
+    for (size_t i = 0; i < n; ++i) CHECK((unsigned char)back[i] == (unsigned char)(k * 31 + i * 7));
+    veo_args_free(a);
+    CHECK(veo_free_mem(p, dev) == 0);
+    free(src);
+    free(back);
+  }
+  CHECK(veo_free_mem(p, 0x1234) == -1); /* never allocated: an error, not a crash */
+  uint64_t dev = 0;
+  CHECK(veo_alloc_mem(p, &dev, 1ull << 50) != 0); /* too large */
+  char b[16];
+  CHECK(veo_read_mem(p, b, 8, sizeof b) != 0); /* unmapped worker address: EFAULT... */
+  CHECK(veo_write_mem(p, 8, b, sizeof b) != 0);
+  CHECK(veo_alloc_mem(p, &dev, 64) == 0); /* ...and the worker lives on */
+  CHECK(veo_free_mem(p, dev) == 0);
+  veo_proc_destroy(p);
+}
+
+static const int kN = 10000;
+
+static void test_call_patterns(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  uint64_t add = sym(p, lib, "k_add");
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_args* a = veo_args_alloc();
+  uint64_t* ids = malloc(sizeof(uint64_t) * (size_t)kN);
+  uint64_t r = 0;
+  /* test 1: submit N, then wait for N */
+  for (int i = 0; i < kN; ++i) {
+    veo_args_set_u64(a, 0, (uint64_t)i);
+    veo_args_set_u64(a, 1, 1);
+    ids[i] = veo_call_async(c, add, a);
+    CHECK(ids[i] != VEO_REQUEST_ID_INVALID);
+  }
+  for (int i = 0; i < kN; ++i) CHECK(veo_call_wait_result(c, ids[i], &r) == VEO_COMMAND_OK && r == (uint64_t)i + 1);
+  /* test 1 in reverse order of waiting */
+  for (int i = 0; i < 1000; ++i) {
+    veo_args_set_u64(a, 0, (uint64_t)i);
+    ids[i] = veo_call_async(c, add, a);
+  }
+  for (int i = 999; i >= 0; --i) CHECK(veo_call_wait_result(c, ids[i], &r) == VEO_COMMAND_OK && r == (uint64_t)i + 1);
+  /* test 2: one at a time */
+  for (int i = 0; i < kN; ++i) {
+    veo_args_set_u64(a, 0, (uint64_t)i);
+    uint64_t id = veo_call_async(c, add, a);
+    CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == (uint64_t)i + 1);
+  }
+  /* test 3: wait for the last only; the others stay collectable */
+  for (int i = 0; i < kN; ++i) ids[i] = veo_call_async(c, add, a);
+  CHECK(veo_call_wait_result(c, ids[kN - 1], &r) == VEO_COMMAND_OK);
+  CHECK(veo_call_peek_result(c, ids[0], &r) == VEO_COMMAND_OK);
+  CHECK(veo_call_wait_result(c, ids[0], &r) == VEO_COMMAND_ERROR); /* already picked */
+  CHECK(veo_call_wait_result(c, 1ull << 40, &r) == VEO_COMMAND_ERROR); /* never issued */
+  /* test 4: synchronous */
+  for (int i = 0; i < kN / 4; ++i) {
+    veo_args_set_u64(a, 0, (uint64_t)i);
+    CHECK(veo_call_sync(p, add, a, &r) == 0 && r == (uint64_t)i + 1);
+  }
+  /* peek: unfinished, then finished; sync waits for everything */
+  uint64_t slow = sym(p, lib, "k_sleep_ms");
+  veo_args_clear(a);
+  veo_args_set_u64(a, 0, 100);
+  uint64_t id = veo_call_async(c, slow, a);
+  CHECK(veo_call_peek_result(c, id, &r) == VEO_COMMAND_UNFINISHED);
+  veo_context_sync(c);
+  CHECK(veo_call_peek_result(c, id, &r) == VEO_COMMAND_OK && r == 100);
+  free(ids);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+/* veo_call_async_vh: runs in order between the worker's requests. */
+static int g_order[8], g_norder;
+static uint64_t vh_mark(void* arg) {
+  g_order[g_norder++] = (int)(intptr_t)arg;
+  return 1000 + (uint64_t)(intptr_t)arg;
+}
+
+static void test_vh_calls(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  uint64_t slow = sym(p, lib, "k_sleep_ms"), cnt = sym(p, lib, "k_count");
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 50);
+  g_norder = 0;
+  uint64_t i1 = veo_call_async(c, slow, a);
+  uint64_t v1 = veo_call_async_vh(c, vh_mark, (void*)(intptr_t)1);
+  uint64_t i2 = veo_call_async(c, cnt, NULL);
+  uint64_t v2 = veo_call_async_vh(c, vh_mark, (void*)(intptr_t)2);
+  CHECK(i1 != VEO_REQUEST_ID_INVALID && v1 != VEO_REQUEST_ID_INVALID && v2 != VEO_REQUEST_ID_INVALID);
+  uint64_t r = 0;
+  CHECK(veo_call_wait_result(c, i2, &r) == VEO_COMMAND_OK && r == 1); /* runs v1 on the way */
+  CHECK(g_norder >= 1 && g_order[0] == 1);
+  CHECK(veo_call_wait_result(c, v1, &r) == VEO_COMMAND_OK && r == 1001);
+  CHECK(veo_call_wait_result(c, v2, &r) == VEO_COMMAND_OK && r == 1002);
+  CHECK(g_norder == 2 && g_order[1] == 2);
+  CHECK(veo_call_wait_result(c, i1, &r) == VEO_COMMAND_OK && r == 50);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+struct thread_arg {
+  struct veo_proc_handle* p;
+  struct veo_thr_ctxt* c; /* NULL: open an own context */
+  uint64_t add;
+  int n, base, ok;
+};
+
+static void* thread_main(void* v) {
+  struct thread_arg* t = v;
+  struct veo_thr_ctxt* c = t->c ? t->c : veo_context_open(t->p);
+  struct veo_args* a = veo_args_alloc();
+  t->ok = c != NULL;
+  for (int i = 0; i < t->n && t->ok; ++i) {
+    veo_args_set_u64(a, 0, (uint64_t)(t->base + i));
+    veo_args_set_u64(a, 1, 3);
+    uint64_t r = 0, id = veo_call_async(c, t->add, a);
+    if (veo_call_wait_result(c, id, &r) != VEO_COMMAND_OK || r != (uint64_t)(t->base + i) + 3) t->ok = 0;
+    if (i % 97 == 0) {
+      uint64_t dev = 0;
+      char x[100], y[100];
+      memset(x, t->base & 0xff, sizeof x);
+      if (veo_alloc_mem(t->p, &dev, sizeof x) || veo_write_mem(t->p, dev, x, sizeof x) ||
+          veo_read_mem(t->p, y, dev, sizeof y) || memcmp(x, y, sizeof x) || veo_free_mem(t->p, dev))
+        t->ok = 0;
+    }
+  }
+  veo_args_free(a);
+  return NULL;
+}
+
+static void test_threads(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  uint64_t add = sym(p, lib, "k_add");
+  struct veo_thr_ctxt* shared = veo_context_open(p);
+  pthread_t th[8];
+  struct thread_arg ta[8];
+  for (int i = 0; i < 8; ++i) {
+    ta[i] = (struct thread_arg){p, i < 4 ? NULL : shared, add, 2000, i * 100000, 0};
+    pthread_create(&th[i], NULL, thread_main, &ta[i]);
+  }
+  for (int i = 0; i < 8; ++i) {
+    pthread_join(th[i], NULL);
+    CHECK(ta[i].ok);
+  }
+  CHECK(veo_num_contexts(p) == 5);
+  veo_proc_destroy(p);
+}
+
+static void test_many_procs(void) {
+  struct veo_proc_handle* ps[4];
+  uint64_t pids[4];
+  for (int i = 0; i < 4; ++i) {
+    ps[i] = new_proc();
+    CHECK(ps[i]);
+    uint64_t lib = veo_load_library(ps[i], g_lib);
+    CHECK(veo_call_sync(ps[i], sym(ps[i], lib, "k_pid"), NULL, &pids[i]) == 0);
+    CHECK(pids[i] == (uint64_t)accio_offload_worker_pid(ps[i]));
+    for (int j = 0; j < i; ++j) CHECK(pids[i] != pids[j]);
+  }
+  for (int i = 0; i < 4; ++i) CHECK(veo_proc_destroy(ps[i]) == 0);
+  for (int i = 0; i < 4; ++i) CHECK(wait_gone((int)pids[i], 2.0));
+}
+
+static void test_openmp(void) {
+  setenv("OMP_NUM_THREADS", "3", 1); /* the worker inherits the environment at creation */
+  struct veo_proc_handle* p = new_proc();
+  unsetenv("OMP_NUM_THREADS");
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_args* a = veo_args_alloc();
+  uint64_t r = 0, id = veo_call_async(c, sym(p, lib, "k_omp_threads"), NULL);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 3);
+  veo_args_set_u64(a, 0, 1000000);
+  id = veo_call_async(c, sym(p, lib, "k_omp_sum"), a);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 500000500000ull);
+  /* a fault in an OpenMP thread that is not the context's own */
+  id = veo_call_async(c, sym(p, lib, "k_omp_segv"), NULL);
+  int st = veo_call_wait_result(c, id, &r);
+  CHECK(st == VEO_COMMAND_EXCEPTION && r == SIGSEGV);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+/* A fault in a kernel: that request is an exception with the signal, the rest fail, fast. */
+static void crash_case(const char* kernel, int arg, int expect_state, int expect_sig, const char* expect_msg) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  int pid = accio_offload_worker_pid(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  uint64_t k = sym(p, lib, kernel), add = sym(p, lib, "k_add");
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_thr_ctxt* c2 = veo_context_open(p);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_i32(a, 0, arg);
+  uint64_t slow_args_id;
+  struct veo_args* s = veo_args_alloc();
+  veo_args_set_u64(s, 0, 5000);
+  slow_args_id = veo_call_async(c2, sym(p, lib, "k_sleep_ms"), s); /* pending on another context */
+  uint64_t id = veo_call_async(c, k, a);
+  veo_args_set_u64(a, 0, 1);
+  veo_args_set_u64(a, 1, 1);
+  uint64_t after = veo_call_async(c, add, a);
+  uint64_t r = 0;
+  double t0 = now_s();
+  int st = veo_call_wait_result(c, id, &r);
+  CHECK(st == expect_state);
+  if (expect_sig) CHECK(r == (uint64_t)expect_sig);
+  if (expect_msg) CHECK(strstr(accio_offload_last_error(), expect_msg) != NULL);
+  CHECK(veo_call_wait_result(c, after, &r) == VEO_COMMAND_ERROR);
+  CHECK(veo_call_wait_result(c2, slow_args_id, &r) == VEO_COMMAND_ERROR);
+  CHECK(now_s() - t0 < 1.0);
+  CHECK(veo_get_context_state(c) == VEO_STATE_EXIT);
+  CHECK(veo_call_async(c, add, a) == VEO_REQUEST_ID_INVALID);
+  CHECK(veo_call_sync(p, add, a, &r) == -1);
+  CHECK(veo_context_open(p) == NULL);
+  CHECK(wait_gone(pid, 1.0));
+  CHECK(veo_proc_destroy(p) == 0);
+  veo_args_free(a);
+  veo_args_free(s);
+}
+
+static void test_exceptions(void) {
+  crash_case("k_segv", 0, VEO_COMMAND_EXCEPTION, SIGSEGV, "Segmentation fault");
+  crash_case("k_abort", 0, VEO_COMMAND_EXCEPTION, SIGABRT, "Abort");
+  crash_case("k_raise", SIGFPE, VEO_COMMAND_EXCEPTION, SIGFPE, NULL);
+  crash_case("k_raise", SIGTERM, VEO_COMMAND_ERROR, 0, "signal 15");
+  crash_case("k_exit", 3, VEO_COMMAND_ERROR, 0, "exited with status 3");
+}
+
+static void test_killed_worker(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 10000);
+  uint64_t id = veo_call_async(c, sym(p, lib, "k_sleep_ms"), a);
+  uint64_t id2 = veo_call_async(c, sym(p, lib, "k_sleep_ms"), a);
+  usleep(20000);
+  double t0 = now_s();
+  kill(accio_offload_worker_pid(p), SIGKILL);
+  uint64_t r;
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_ERROR);
+  CHECK(strstr(accio_offload_last_error(), "signal 9") != NULL);
+  CHECK(veo_call_wait_result(c, id2, &r) == VEO_COMMAND_ERROR);
+  CHECK(now_s() - t0 < 1.0);
+  uint64_t dev;
+  CHECK(veo_alloc_mem(p, &dev, 10) != 0);
+  veo_args_free(a);
+  CHECK(veo_proc_destroy(p) == 0);
+}
+
+static void test_timeout(void) {
+  accio_offload_options o = g_opts;
+  o.timeout_ms = 200;
+  struct veo_proc_handle* p = accio_offload_proc_create(&o);
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 700);
+  uint64_t id = veo_call_async(c, sym(p, lib, "k_sleep_ms"), a);
+  double t0 = now_s();
+  uint64_t r = 0;
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_ERROR);
+  double dt = now_s() - t0;
+  CHECK(dt >= 0.19 && dt < 0.6);
+  CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_TIMEOUT_MS") != NULL);
+  usleep(600000);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 700); /* still collectable */
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+/* The worker exits when its host process dies, however it dies. */
+static void test_host_death(void) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    struct veo_proc_handle* p = new_proc();
+    int pid = p ? accio_offload_worker_pid(p) : -1;
+    if (write(fds[1], &pid, sizeof pid) < 0) _exit(2);
+    if (p) {
+      struct veo_thr_ctxt* c = veo_context_open(p);
+      struct veo_args* a = veo_args_alloc();
+      veo_args_set_u64(a, 0, 100000);
+      veo_call_async(c, veo_get_sym(p, veo_load_library(p, g_lib), "k_sleep_ms"), a);
+    }
+    usleep(50000);
+    kill(getpid(), SIGKILL);
+  }
+  int pid = -1;
+  CHECK(read(fds[0], &pid, sizeof pid) == sizeof pid && pid > 0);
+  waitpid(child, NULL, 0);
+  CHECK(wait_gone(pid, 1.0));
+  close(fds[0]);
+  close(fds[1]);
+}
+
+/* fork() in the host: the child must not keep the parent's worker, the parent keeps working. */
+static void test_fork(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t echo = veo_get_sym(p, 0, "accio_offload_echo");
+  pid_t child = fork();
+  if (child == 0) {
+    uint64_t r;
+    struct veo_args* a = veo_args_alloc();
+    veo_args_set_u64(a, 0, 1);
+    _exit(veo_call_sync(p, echo, a, &r) == -1 ? 0 : 1); /* the parent's proc is not ours */
+  }
+  int st = 0;
+  waitpid(child, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 9);
+  uint64_t r = 0;
+  CHECK(veo_call_sync(p, echo, a, &r) == 0 && r == 9);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+/* With spin-then-sleep waiting an idle proc costs (almost) no CPU. */
+static double cpu_seconds(int pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return -1;
+  unsigned long ut = 0, st = 0;
+  int r = fscanf(f, "%*d %*s %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
+  fclose(f);
+  return r == 2 ? (double)(ut + st) / (double)sysconf(_SC_CLK_TCK) : -1;
+}
+
+static void test_idle_cpu(void) {
+  if (g_opts.spin_us < 0) return; /* pure spinning burns a core by design */
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  uint64_t echo = veo_get_sym(p, 0, "accio_offload_echo");
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 1);
+  for (int i = 0; i < 1000; ++i) {
+    uint64_t r, id = veo_call_async(c, echo, a);
+    veo_call_wait_result(c, id, &r);
+  }
+  usleep(100000);
+  int pid = accio_offload_worker_pid(p);
+  double c0 = cpu_seconds(pid), t0 = now_s();
+  usleep(1000000);
+  double used = (cpu_seconds(pid) - c0) / (now_s() - t0);
+  fprintf(stderr, "  idle worker CPU: %.2f%%\n", used * 100);
+  CHECK(used < 0.05);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+struct test {
+  const char* name;
+  void (*fn)(void);
+};
+static const struct test tests[] = {
+    {"version", test_version},         {"proc_lifecycle", test_proc_lifecycle},
+    {"bad_worker", test_bad_worker_and_node}, {"libraries", test_libraries},
+    {"static_worker", test_static_worker}, {"contexts", test_contexts},
+    {"arg_types", test_arg_types},     {"stack_args", test_stack_args},
+    {"memory", test_memory},           {"call_patterns", test_call_patterns},
+    {"vh_calls", test_vh_calls},       {"threads", test_threads},
+    {"many_procs", test_many_procs},   {"openmp", test_openmp},
+    {"exceptions", test_exceptions},   {"killed_worker", test_killed_worker},
+    {"timeout", test_timeout},         {"host_death", test_host_death},
+    {"fork", test_fork},               {"idle_cpu", test_idle_cpu},
+};
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: %s KERNELS.so KERNELS2.so STATIC_WORKER [--transport T] [--spin US] [test...]\n", argv[0]);
+    return 2;
+  }
+  g_lib = argv[1];
+  g_lib2 = argv[2];
+  g_static = argv[3];
+  if (accio_offload_options_init(&g_opts) != 0) return 2;
+  int first = 4;
+  while (first + 1 < argc && argv[first][0] == '-') {
+    if (!strcmp(argv[first], "--transport"))
+      g_opts.transport = !strcmp(argv[first + 1], "socket") ? ACCIO_OFFLOAD_SOCKET : ACCIO_OFFLOAD_SHM;
+    else if (!strcmp(argv[first], "--spin"))
+      g_opts.spin_us = !strcmp(argv[first + 1], "forever") ? ACCIO_OFFLOAD_SPIN_FOREVER : atoll(argv[first + 1]);
+    first += 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  int ran = 0;
+  for (size_t i = 0; i < sizeof tests / sizeof *tests; ++i) {
+    int selected = first >= argc;
+    for (int k = first; k < argc; ++k) selected |= !strcmp(argv[k], tests[i].name);
+    if (!selected) continue;
+    int before = g_failures;
+    double t0 = now_s();
+    tests[i].fn();
+    fprintf(stderr, "%s %s (%.2f s)\n", g_failures == before ? "ok  " : "FAIL", tests[i].name, now_s() - t0);
+    ran++;
+  }
+  fprintf(stderr, "%d tests, %d failures\n", ran, g_failures);
+  return g_failures ? 1 : 0;
+}
