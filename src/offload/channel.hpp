@@ -51,6 +51,8 @@ enum ArgType : uint8_t {
 inline constexpr uint16_t kArgsInArena = 1;  // types[nargs] (padded to 8) then vals[nargs] in the arena
 inline constexpr uint16_t kDataBack = 2;     // socket transport: the response carries the data range back
 inline constexpr uint16_t kDataIn = 4;       // socket transport: the request carries the data range in
+inline constexpr uint16_t kDataInSlot = 8;   // shm: read/write_mem data of up to kSlotDataBytes is in
+                                             // the slot (types..vals), not the arena: one cache line less
 
 // Response status: VEO's command states.
 enum Status : uint32_t { kOk = 0, kException = 1, kError = 2, kUnfinished = 3 };
@@ -74,6 +76,8 @@ struct alignas(64) Slot {
   uint64_t vals[kInlineArgs];
 };
 static_assert(sizeof(Slot) == 256);
+inline constexpr size_t kSlotDataBytes = sizeof(Slot) - offsetof(Slot, types);
+inline char* slot_data(Slot& s) { return reinterpret_cast<char*>(s.types); }
 inline constexpr size_t kResponseOffset = offsetof(Slot, status);
 inline constexpr size_t kResponseSize = offsetof(Slot, types) - offsetof(Slot, status);
 

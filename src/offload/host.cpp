@@ -324,7 +324,9 @@ bool Channel::encode_call(const Piece& p, Slot& s, Shadow& sh, char* data) {
 
 // Publishes one piece: waits for a free slot and room in the arena (collecting results meanwhile).
 bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last) {
-  const size_t len = p.op == kCall ? call_bytes(p.args) : p.data_len;
+  // Small transfers on shm travel in the slot itself.
+  const bool in_slot = transport == kShm && (p.op == kWriteMem || p.op == kReadMem) && p.data_len <= kSlotDataBytes;
+  const size_t len = p.op == kCall ? call_bytes(p.args) : in_slot ? 0 : p.data_len;
   if (len > arena_size) {
     report("a request of " + std::to_string(len) + " bytes of stack arguments does not fit the " +
            std::to_string(arena_size) + "-byte arena of " + name() + " (ACCIO_OFFLOAD_ARENA)");
@@ -337,10 +339,14 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
       report(name() + ": " + proc->why_dead());
       return false;
     }
-    harvest(lk);
     start = align_up(a_head, 64);
     if (len && start % arena_size + len > arena_size) start += arena_size - start % arena_size;
     if (head - harvested < nslots && (len == 0 || start + len - a_tail <= arena_size)) break;
+    // Collect only when out of room: reading `done` on every submission would pull its cache
+    // line away from the worker each time.
+    const uint64_t before = harvested;
+    harvest(lk);
+    if (harvested != before) continue;
     if (!wait_progress(lk, limit)) {
       report(name() + ": no room for a request after " + std::to_string(proc->opts.timeout_ms) +
              " ms (ACCIO_OFFLOAD_TIMEOUT_MS)");
@@ -359,11 +365,12 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
   s.addr = p.addr;
   s.size = p.size;
   s.data_off = len ? start % arena_size : 0;
-  s.data_len = len;
+  s.data_len = in_slot ? p.data_len : len;
   s.status = kUnfinished;
   s.err = 0;
   s.result = 0;
-  char* data = arena + s.data_off;
+  char* data = in_slot ? slot_data(s) : arena + s.data_off;
+  if (in_slot) s.flags |= kDataInSlot;
   if (p.op == kCall) {
     if (!encode_call(p, s, sh, data)) return false;
   } else {
@@ -372,7 +379,7 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
       s.flags |= kDataIn;
     }
     if (p.out) {
-      sh.copy = Copy{p.out, s.data_off, len};
+      sh.copy = Copy{p.out, s.data_off, s.data_len};
       s.flags |= kDataBack;
     }
     if (p.op == kLoadLib || p.op == kGetSym) s.flags |= kDataBack;  // the worker's message
@@ -425,7 +432,8 @@ void Channel::finish(uint64_t i) {
   if (sh.reqid < res_base) return;  // dropped
   Result& r = results[sh.reqid - res_base];
   if (s.status == kOk) {
-    if (sh.copy.dst) std::memcpy(sh.copy.dst, arena + sh.copy.off, sh.copy.len);
+    if (sh.copy.dst)
+      std::memcpy(sh.copy.dst, (s.flags & kDataInSlot) ? slot_data(s) : arena + sh.copy.off, sh.copy.len);
     for (const Copy& c : sh.copies) std::memcpy(c.dst, arena + c.off, c.len);
   } else if (!r.failed) {
     r.failed = true;

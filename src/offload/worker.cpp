@@ -213,7 +213,7 @@ void do_copy(Slot& s, void* dst, const void* src, size_t n) {
 
 // Executes one request in place. Returns false for kExit.
 bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
-  char* data = c->arena + s.data_off;
+  char* data = (s.flags & kDataInSlot) ? slot_data(s) : c->arena + s.data_off;
   s.err = 0;
   switch (s.op) {
     case kCall:
@@ -310,8 +310,12 @@ void* serve(void* arg) {
   const uint32_t n = h->nslots;
   if (c->sock < 0) {
     const uint64_t spin = h->spin_us == UINT32_MAX ? kSpinForever : uint64_t(h->spin_us) * 1000;
+    uint64_t avail = 0;  // requests known to be published: head is re-read only past them
     for (uint64_t i = h->done.load(std::memory_order_relaxed);; ++i) {
-      wait_above(h->head, i, h->worker_sleeping, spin, -1, [] { return false; });
+      if (i >= avail) {
+        wait_above(h->head, i, h->worker_sleeping, spin, -1, [] { return false; });
+        avail = h->head.load(std::memory_order_acquire);
+      }
       Slot& s = c->slots[i % n];
       c->running.store(&s, std::memory_order_release);
       bool more = execute(c, s, i);
