@@ -143,6 +143,11 @@ int accio_offload_worker_pid(struct veo_proc_handle *proc);
 /* The last error of the calling thread ("" if none), e.g. "veo_load_library: libk.so: cannot open
  * shared object file" or "request 7 on context 1: the worker (pid 123) died of signal 9 (Killed)". */
 const char *accio_offload_last_error(void);
+/* The kernel's return type (VEO assumes a 64-bit integer, which on x86-64 loses float and double
+ * results: they come back in another register). With DOUBLE or FLOAT the result holds the value's
+ * bits (memcpy it into a double/float). Kept by veo_args_clear. Returns 0 or -1. */
+enum accio_offload_ret { ACCIO_OFFLOAD_RET_U64 = 0, ACCIO_OFFLOAD_RET_DOUBLE = 1, ACCIO_OFFLOAD_RET_FLOAT = 2 };
+int accio_offload_args_set_ret(struct veo_args *args, int ret);
 /* The worker program's entry point (a worker is `main` calling it) and a trivial kernel that
  * returns its argument (a health check; offload-bench calls it). */
 int accio_offload_worker_main(int argc, char **argv);

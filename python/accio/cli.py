@@ -54,6 +54,11 @@ def _cmd_run(args) -> int:
     return run.main(args)
 
 
+def _cmd_offload_bench(args) -> int:
+    from . import offload_bench
+    return offload_bench.main(args)
+
+
 def build_parser():
     import argparse
     p = argparse.ArgumentParser(prog="accio", description="Move file data between storage and memory "
@@ -102,6 +107,18 @@ def build_parser():
     s.set_defaults(func=_cmd_tune)
 
     _add_run_parser(sub)
+
+    from .offload_bench import add_arguments as offload_bench_arguments
+    s = sub.add_parser("offload-bench", help="call latency and transfer speed of the offload runtime (AVEO's tests)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="AVEO's latency tests for N = 1..100000 (1: submit N, wait N; 2: submit "
+                       "and wait, N times; 3: submit N, wait for the last; 4: N synchronous calls), 1-byte "
+                       "transfer latency and transfer bandwidth, over shared memory (spin then sleep, and "
+                       "pure spinning) and over a socket transport, with the ratio.",
+                       epilog="examples:\n  accio offload-bench --quick\n"
+                       "  accio offload-bench --json results/offload/offload_bench.json")
+    offload_bench_arguments(s)
+    s.set_defaults(func=_cmd_offload_bench)
     return p
 
 

@@ -26,7 +26,7 @@ inline constexpr int kInlineArgs = 20;  // arguments that fit in the slot itself
 inline constexpr int kMaxArgs = 256;    // VEO_MAX_NUM_ARGS
 
 enum Op : uint32_t {
-  kCall = 1,    // addr = function; arguments inline or in the arena
+  kCall = 1,    // addr = function, size = return type (0 u64, kDouble, kFloat); arguments inline or in the arena
   kLoadLib,     // data = path (NUL-terminated) followed by room for dlerror(); result = handle
   kUnloadLib,   // addr = handle
   kGetSym,      // addr = library handle (0: the worker program and everything it loaded); data = name

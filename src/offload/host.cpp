@@ -204,6 +204,7 @@ struct veo_args {
     size_t len = 0;
   };
   std::vector<Arg> a;
+  uint8_t ret = 0;  // 0: u64, kDouble, kFloat
 };
 
 struct veo_thr_ctxt_attr {
@@ -292,6 +293,7 @@ bool Channel::encode_call(const Piece& p, Slot& s, Shadow& sh, char* data) {
   const struct ::veo_args* a = p.args;
   size_t n = a ? a->a.size() : 0;
   s.nargs = uint16_t(n);
+  s.size = a ? a->ret : 0;
   uint8_t* types = s.types;
   uint64_t* vals = s.vals;
   if (s.data_len) {
@@ -787,7 +789,7 @@ int Proc::sync_op(const Piece& p, uint64_t* result, std::string* message) {
 int Proc::transfer(Channel* c, bool write, uint64_t addr, void* host, size_t n, uint64_t* reqid) {
   std::unique_lock<std::mutex> lk(c->mu);
   *reqid = c->new_request();
-  const size_t piece = std::max<size_t>(4096, std::min<size_t>(c->arena_size / 4, 4u << 20));
+  const size_t piece = std::max<size_t>(4096, std::min<size_t>(c->arena_size / 8, 1u << 20));
   if (n == 0) {
     if (c->put(lk, Piece{}, *reqid, true)) return 0;
     c->drop(*reqid);
@@ -1331,6 +1333,15 @@ int veo_args_set_i8(struct veo_args* a, int n, int8_t v) { return set_arg(a, n, 
 int veo_args_set_u8(struct veo_args* a, int n, uint8_t v) { return set_arg(a, n, kU8, v); }
 int veo_args_set_double(struct veo_args* a, int n, double v) { return set_arg(a, n, kDouble, v); }
 int veo_args_set_float(struct veo_args* a, int n, float v) { return set_arg(a, n, kFloat, v); }
+
+int accio_offload_args_set_ret(struct veo_args* a, int ret) {
+  if (!a || ret < ACCIO_OFFLOAD_RET_U64 || ret > ACCIO_OFFLOAD_RET_FLOAT) {
+    report("accio_offload_args_set_ret: no args or unknown return type " + std::to_string(ret));
+    return -1;
+  }
+  a->ret = ret == ACCIO_OFFLOAD_RET_DOUBLE ? kDouble : ret == ACCIO_OFFLOAD_RET_FLOAT ? kFloat : 0;
+  return 0;
+}
 
 int veo_args_set_stack(struct veo_args* a, enum veo_args_intent intent, int n, char* buff, size_t len) {
   if (intent != VEO_INTENT_IN && intent != VEO_INTENT_INOUT && intent != VEO_INTENT_OUT) {

@@ -185,14 +185,21 @@ void do_call(WorkerChannel* c, Slot& s) {
       avalues[i] = &vals[i];  // little-endian: the low bytes hold the narrower types
     }
   }
+  ffi_type* rtype = s.size == kDouble ? &ffi_type_double : s.size == kFloat ? &ffi_type_float : &ffi_type_uint64;
   ffi_cif cif;
-  if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, unsigned(n), &ffi_type_uint64, atypes) != FFI_OK)
-    return fail(s, EINVAL);
-  ffi_arg ret = 0;
+  if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, unsigned(n), rtype, atypes) != FFI_OK) return fail(s, EINVAL);
+  union {
+    ffi_arg i;
+    double d;
+    float f;
+  } ret{};
   ffi_call(&cif, reinterpret_cast<void (*)()>(s.addr), &ret, avalues);
   s.status = kOk;
   s.err = 0;
-  s.result = ret;
+  s.result = 0;
+  if (s.size == kFloat) std::memcpy(&s.result, &ret.f, sizeof ret.f);
+  else if (s.size == kDouble) std::memcpy(&s.result, &ret.d, sizeof ret.d);
+  else s.result = ret.i;
 }
 
 void do_copy(Slot& s, void* dst, const void* src, size_t n) {

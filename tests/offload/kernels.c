@@ -114,3 +114,6 @@ uint64_t k_omp_segv(void) {
 /* A counter that lives in the library: unload/reload resets it. */
 static uint64_t counter;
 uint64_t k_count(void) { return ++counter; }
+
+double k_ddiv(double a, double b) { return a / b; }
+float k_fmul(float a, float b) { return a * b; }

@@ -262,6 +262,27 @@ static void test_arg_types(void) {
   for (int i = 0; i < 256; ++i) veo_args_set_u64(a, i, 1);
   id = veo_call_async(c, sym(p, lib, "k_add"), a); /* extra arguments are ignored by the callee */
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 2);
+  /* float and double results (accio extension) */
+  veo_args_clear(a);
+  veo_args_set_double(a, 0, 1.0);
+  veo_args_set_double(a, 1, 8.0);
+  CHECK(accio_offload_args_set_ret(a, ACCIO_OFFLOAD_RET_DOUBLE) == 0);
+  id = veo_call_async(c, sym(p, lib, "k_ddiv"), a);
+  double dres = 0;
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK);
+  memcpy(&dres, &r, sizeof dres);
+  CHECK(dres == 0.125);
+  veo_args_clear(a);
+  veo_args_set_float(a, 0, 1.5f);
+  veo_args_set_float(a, 1, -3.0f);
+  CHECK(accio_offload_args_set_ret(a, ACCIO_OFFLOAD_RET_FLOAT) == 0);
+  id = veo_call_async(c, sym(p, lib, "k_fmul"), a);
+  float fres = 0;
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK);
+  memcpy(&fres, &r, sizeof fres);
+  CHECK(fres == -4.5f);
+  CHECK(accio_offload_args_set_ret(a, 9) == -1);
+  accio_offload_args_set_ret(a, ACCIO_OFFLOAD_RET_U64);
   /* no arguments at all, and NULL args */
   id = veo_call_async(c, sym(p, lib, "k_nop"), NULL);
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 0);
