@@ -26,7 +26,7 @@ import os
 import struct
 
 __all__ = ["Proc", "Library", "Function", "Context", "Request", "OnStack", "MemPtr", "OffloadError",
-           "KernelException", "INTENT_IN", "INTENT_INOUT", "INTENT_OUT", "COMMAND_OK",
+           "KernelException", "SymbolError", "INTENT_IN", "INTENT_INOUT", "INTENT_OUT", "COMMAND_OK",
            "COMMAND_EXCEPTION", "COMMAND_ERROR", "COMMAND_UNFINISHED"]
 
 INTENT_IN, INTENT_INOUT, INTENT_OUT = 0, 1, 2
@@ -41,6 +41,10 @@ class OffloadError(RuntimeError):
     def __init__(self, message: str, state: int = COMMAND_ERROR):
         super().__init__(message)
         self.state = state
+
+
+class SymbolError(OffloadError, AttributeError):
+    """veo_get_sym found no such symbol (or the worker is gone)."""
 
 
 class KernelException(OffloadError):
@@ -310,7 +314,7 @@ class Library:
         if f is None:
             addr = _c().veo_get_sym(self.proc._handle(), self.handle, name.encode())
             if not addr:
-                raise AttributeError(_error() or f"no symbol {name} in {self.path}")
+                raise SymbolError(_error() or f"no symbol {name} in {self.path}")
             f = self._funcs[name] = Function(self, name, addr)
         return f
 
