@@ -309,10 +309,13 @@ void* serve(void* arg) {
   auto* c = static_cast<WorkerChannel*>(arg);
   t_channel = c;
   // An alternate stack, so a kernel's stack overflow still reaches the fatal-signal handler.
-  stack_t ss{};
-  ss.ss_size = 64 * 1024;
-  ss.ss_sp = malloc(ss.ss_size);
-  if (ss.ss_sp) sigaltstack(&ss, nullptr);
+  // (Unless the thread has one already: a sanitizer runtime installs and later frees its own.)
+  stack_t ss{}, old{};
+  if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) {
+    ss.ss_size = 64 * 1024;
+    ss.ss_sp = malloc(ss.ss_size);
+    if (ss.ss_sp) sigaltstack(&ss, nullptr);
+  }
   ChannelHeader* h = c->h;
   const uint32_t n = h->nslots;
   if (c->sock < 0) {
