@@ -130,6 +130,7 @@ def main(args) -> int:
         print(f"accio offload-bench: unknown configuration(s) {', '.join(sorted(unknown)) or '(none)'}; "
               f"choose from {', '.join(c[0] for c in CONFIGS)}", file=sys.stderr)
         return 2
+    from .info import _cpu_model
     doc = {"schema": SCHEMA, "command": "accio offload-bench " + " ".join(sys.argv[2:]),
            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
@@ -161,13 +162,3 @@ def main(args) -> int:
         print(f"accio offload-bench: wrote {args.json}", file=sys.stderr)
     return 0
 
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()

@@ -2,6 +2,8 @@
 #include "offload/channel.hpp"
 
 #include <linux/futex.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -23,5 +25,34 @@ int futex_wait(uint32_t* word, uint32_t expected, int64_t timeout_ns) {
 }
 
 void futex_wake_all(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
+
+bool send_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n) {
+    ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+bool recv_all(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n) {
+    ssize_t r = ::recv(fd, c, n, MSG_WAITALL);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EAGAIN) {
+      pollfd pf{fd, POLLIN, 0};
+      if (poll(&pf, 1, 1000) == 0) return false;
+      continue;
+    }
+    if (r <= 0) return false;
+    c += r;
+    n -= size_t(r);
+  }
+  return true;
+}
 
 }  // namespace accio::offload

@@ -111,6 +111,12 @@ inline uint32_t* low_word(std::atomic<uint64_t>& c) { return reinterpret_cast<ui
 int futex_wait(uint32_t* word, uint32_t expected, int64_t timeout_ns);
 void futex_wake_all(uint32_t* word);
 
+// All of n bytes over a socket, through EINTR (and, for a non-blocking socket, EAGAIN: recv_all
+// waits up to a second for the rest of a frame). False at EOF or on an error. send_all is
+// async-signal-safe (the worker's fatal-signal handler uses it).
+bool send_all(int fd, const void* p, size_t n);
+bool recv_all(int fd, void* p, size_t n);
+
 inline void cpu_relax() { __builtin_ia32_pause(); }
 
 inline uint64_t now_ns() {

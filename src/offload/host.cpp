@@ -55,35 +55,6 @@ std::string signame(int sig) {
   return "signal " + std::to_string(sig) + " (" + (d ? d : "?") + ")";
 }
 
-bool send_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w;
-    n -= size_t(w);
-  }
-  return true;
-}
-
-bool recv_all(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n) {
-    ssize_t r = ::recv(fd, c, n, MSG_WAITALL);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && errno == EAGAIN) {
-      pollfd pf{fd, POLLIN, 0};
-      if (poll(&pf, 1, 1000) == 0) return false;
-      continue;
-    }
-    if (r <= 0) return false;
-    c += r;
-    n -= size_t(r);
-  }
-  return true;
-}
-
 }  // namespace
 
 struct Proc;

@@ -47,30 +47,6 @@ std::atomic<int> g_nchannels{0};
 thread_local WorkerChannel* t_channel = nullptr;
 thread_local sigjmp_buf* t_copy_jmp = nullptr;  // set while copying for read/write_mem
 
-bool send_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w;
-    n -= size_t(w);
-  }
-  return true;
-}
-
-bool recv_all(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n) {
-    ssize_t r = ::recv(fd, c, n, MSG_WAITALL);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= size_t(r);
-  }
-  return true;
-}
-
 void send_response(WorkerChannel* c, uint64_t index, const Slot& s) {
   SocketResponse r{index, s.status, s.err, s.result};
   send_all(c->sock, &r, sizeof r);
