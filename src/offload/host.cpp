@@ -416,7 +416,8 @@ void Channel::finish(uint64_t i) {
     if (s.op == kLoadLib || s.op == kGetSym) {  // name, NUL, then the worker's message
       const char* d = arena + s.data_off;
       size_t nlen = strnlen(d, s.data_len);
-      if (nlen + 1 < s.data_len) r.message.assign(d + nlen + 1, strnlen(d + nlen + 1, s.data_len - nlen - 1));
+      size_t mlen = nlen + 1 < s.data_len ? strnlen(d + nlen + 1, s.data_len - nlen - 1) : 0;
+      if (mlen) r.message.assign(d + nlen + 1, mlen);  // else keep the reason already there (a dead worker)
     }
   }
   if (sh.last) {
