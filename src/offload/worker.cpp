@@ -9,6 +9,7 @@
 // with the signal number) before the worker dies of them; a fault inside veo_read_mem/write_mem's
 // copy is an EFAULT error for that request only.
 #include <dlfcn.h>
+#include <link.h>
 #include <fcntl.h>
 #include <ffi.h>
 #include <pthread.h>
@@ -19,11 +20,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "offload/channel.hpp"
 
@@ -194,6 +198,30 @@ void do_copy(Slot& s, void* dst, const void* src, size_t n) {
   s.result = 0;
 }
 
+std::vector<std::string> loaded_objects() {
+  std::vector<std::string> names;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* v) {
+        if (info->dlpi_name && *info->dlpi_name) static_cast<std::vector<std::string>*>(v)->push_back(info->dlpi_name);
+        return 0;
+      },
+      &names);
+  return names;
+}
+
+// A kernel library's dependencies stay loaded for good (RTLD_NODELETE); only the library itself
+// goes with veo_unload_library. Unloading a runtime such as libgomp would pull the code from under
+// its pool threads, which outlive the kernel that started them, and crash the worker.
+void pin_new_dependencies(void* handle, const std::vector<std::string>& before) {
+  link_map* self = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &self) != 0) self = nullptr;
+  for (const std::string& name : loaded_objects()) {
+    if (std::find(before.begin(), before.end(), name) != before.end()) continue;
+    if (self && self->l_name && name == self->l_name) continue;
+    if (void* dep = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE)) dlclose(dep);
+  }
+}
+
 // Executes one request in place. Returns false for kExit.
 bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
   char* data = (s.flags & kDataInSlot) ? slot_data(s) : c->arena + s.data_off;
@@ -204,8 +232,10 @@ bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
       break;
     case kLoadLib: {
       dlerror();
+      const std::vector<std::string> before = loaded_objects();
       void* h = dlopen(data, RTLD_NOW);
       if (h) {
+        pin_new_dependencies(h, before);
         s.status = kOk;
         s.result = reinterpret_cast<uint64_t>(h);
       } else {

@@ -570,6 +570,12 @@ static void test_openmp(void) {
   veo_args_set_u64(a, 0, 1000000);
   id = veo_call_async(c, sym(p, lib, "k_omp_sum"), a);
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 500000500000ull);
+  /* unload and reload after OpenMP ran: its pool threads outlive the kernel, libgomp must stay */
+  CHECK(veo_unload_library(p, lib) == 0);
+  lib = veo_load_library(p, g_lib);
+  CHECK(lib);
+  id = veo_call_async(c, sym(p, lib, "k_omp_threads"), NULL);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 3);
   /* a fault in an OpenMP thread that is not the context's own */
   id = veo_call_async(c, sym(p, lib, "k_omp_segv"), NULL);
   int st = veo_call_wait_result(c, id, &r);

@@ -160,9 +160,6 @@ def test_kernel_exception_and_killed_worker(kernels):
             r.wait_result()
 
 
-@pytest.mark.xfail(strict=False, reason="open bug: under pytest the first veo_load_library of this test fails "
-                   "with 'Broken pipe' since the worker's sigaltstack change; passes outside pytest and in "
-                   "the C tests (tests/offload: openmp, libraries)")
 def test_openmp_and_unload(kernels, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     with offload.Proc() as p:
