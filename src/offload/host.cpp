@@ -114,7 +114,6 @@ class Channel {
   uint64_t arena_size = 0;
   int sock = -1;  // socket transport
   std::mutex mu;
-  bool closed = false;
 
   ~Channel() {
     if (base) munmap(base, map_len);
@@ -960,7 +959,7 @@ int set_arg(veo_args* a, int argnum, uint8_t type, T v) {
 }
 
 uint64_t call_async(veo_thr_ctxt* c, uint64_t addr, veo_args* args, const char* who) {
-  if (!c || c->closed) {
+  if (!c) {
     report(std::string(who) + ": no context");
     return VEO_REQUEST_ID_INVALID;
   }
