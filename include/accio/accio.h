@@ -136,6 +136,42 @@ int accio_residency(accio_file* f, int64_t offset, int64_t len, int64_t* cached,
 /* Warnings issued so far, '\n'-separated; returns the full length. */
 size_t accio_warnings(char* out, size_t len);
 
+/* ---- GPUs: the CUDA back end, loaded at run time (the same library runs without a GPU) ----
+ * Every transfer function above takes device, managed or pinned pointers as well as host memory:
+ * the driver's pointer attributes say where a buffer lives, and buffers in GPU memory run a device
+ * mechanism (naive, staged, gds; auto picks staged). */
+enum accio_mem_kind { ACCIO_MEM_HOST = 0, ACCIO_MEM_PINNED = 1, ACCIO_MEM_DEVICE = 2, ACCIO_MEM_MANAGED = 3 };
+
+typedef struct accio_gpu_info {
+  int ordinal;
+  char name[256];
+  char pci_bus_id[32]; /* "0000:17:00.0" */
+  uint64_t memory;     /* bytes */
+  int cc_major, cc_minor, multiprocessors, copy_engines;
+  int numa_node;       /* -1 unknown */
+  char link[64];       /* "32.0 GT/s PCIe x16", or "" */
+  char cpus[256];      /* the CPUs local to the GPU, "0-15,32-47", or "" */
+} accio_gpu_info;
+
+/* 1 when libcuda loads and reports a GPU; 0 otherwise, with why in `why`. */
+int accio_cuda_available(char* why, size_t len);
+int accio_gpu_count(void); /* 0 without a driver or GPU */
+int accio_gpu_info_get(int ordinal, accio_gpu_info* out);
+/* Where p lives (enum accio_mem_kind); *device gets the GPU ordinal or -1. Host when libcuda is not
+ * loaded in the process: accio never loads it to classify a pointer. */
+int accio_mem_kind(const void* p, int* device);
+/* GPU memory owned by the caller (cuMemAlloc / cuMemAllocManaged on the device's primary context). */
+int accio_device_alloc(int device, size_t size, int managed, void** out);
+int accio_device_free(void* p);
+int accio_device_copy(void* dst, const void* src, size_t size); /* any direction (unified addressing) */
+/* cuFile: 1 loaded (detail: whether the direct path is possible), 0 not (detail: why). */
+int accio_gds_info(char* detail, size_t len);
+/* For f: 1 when cuFile can take the direct path, 0 when it would run in compatibility mode; detail says why. */
+int accio_gds_mode(accio_file* f, char* detail, size_t len);
+/* The pinned-copy ceiling: seconds for `threads` threads to copy `bytes` in all between registered
+ * host buffers of `chunk` bytes and the device (to_device 1: host-to-device), asynchronously. */
+int accio_cuda_copy_seconds(int device, int to_device, size_t bytes, size_t chunk, int threads, double* seconds);
+
 #ifdef __cplusplus
 }
 #endif

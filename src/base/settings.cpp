@@ -15,14 +15,15 @@ namespace accio::base {
 
 const std::vector<Settings::Knob>& Settings::knobs() {
   static const std::vector<Knob> k = {
-      {"mechanism", "ACCIO_MECHANISM", "auto, posix, parallel, direct or uring"},
+      {"mechanism", "ACCIO_MECHANISM", "auto, posix, parallel, direct, uring; for GPU buffers naive, staged or gds"},
       {"threads", "ACCIO_THREADS", "worker threads per request (parallel, direct); 0 = online CPUs"},
       {"task_size", "ACCIO_TASK_SIZE", "bytes per task when a request is split; 0 = evenly over the threads"},
       {"buffer_size", "ACCIO_BUFFER_SIZE", "bytes per staging buffer"},
       {"buffer_count", "ACCIO_BUFFER_COUNT", "staging buffers in the shared pool"},
       {"queue_depth", "ACCIO_QUEUE_DEPTH", "io_uring requests in flight (uring)"},
+      {"ring_depth", "ACCIO_RING_DEPTH", "staging buffers per worker ring for GPU buffers (staged)"},
       {"huge_pages", "ACCIO_HUGE_PAGES", "back staging buffers with huge pages (on/off)"},
-      {"direct", "ACCIO_DIRECT", "open the file side with O_DIRECT (uring) (on/off)"},
+      {"direct", "ACCIO_DIRECT", "open the file side with O_DIRECT (uring, staged) (on/off)"},
       {"profile", "ACCIO_PROFILE", "auto: the accio tune profile of the file's filesystem; off: built-in model; or a file"},
       {"cache_probe", "ACCIO_CACHE_PROBE", "how auto sees page-cache residency: auto, cachestat, nowait, mincore or off"},
   };
@@ -105,6 +106,8 @@ void Settings::set(const std::string& name, const std::string& value) {
       buffer_count = parse_count(value, 1, 4096);
     } else if (name == "queue_depth") {
       queue_depth = parse_count(value, 1, 4096);
+    } else if (name == "ring_depth") {
+      ring_depth = parse_count(value, 1, 64);
     } else if (name == "huge_pages") {
       huge_pages = parse_bool(value);
     } else if (name == "direct") {
@@ -134,6 +137,7 @@ std::string Settings::get(const std::string& name) const {
   if (name == "buffer_size") return std::to_string(buffer_size);
   if (name == "buffer_count") return std::to_string(buffer_count);
   if (name == "queue_depth") return std::to_string(queue_depth);
+  if (name == "ring_depth") return std::to_string(ring_depth);
   if (name == "huge_pages") return huge_pages ? "on" : "off";
   if (name == "direct") return direct ? "on" : "off";
   if (name == "profile") return profile;

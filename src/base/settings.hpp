@@ -8,14 +8,15 @@
 namespace accio::base {
 
 struct Settings {
-  std::string mechanism = "auto";     // auto | posix | parallel | direct | uring
+  std::string mechanism = "auto";     // auto | posix | parallel | direct | uring | naive | staged | gds
   unsigned threads = 0;               // 0 = one per online CPU (resolved by defaults())
   size_t task_size = 4u << 20;        // bytes per task of a split request; 0 = split evenly
   size_t buffer_size = 4u << 20;      // bytes per staging buffer
   unsigned buffer_count = 8;          // staging buffers in the pool
   unsigned queue_depth = 16;          // io_uring requests in flight per request
+  unsigned ring_depth = 3;            // staging buffers per worker ring (staged)
   bool huge_pages = true;             // back staging buffers with huge pages
-  bool direct = false;                // uring: open the file side with O_DIRECT
+  bool direct = false;                // uring, staged: open the file side with O_DIRECT
   std::string profile = "auto";       // auto: accio tune's profile for the filesystem | off | FILE
   std::string cache_probe = "auto";   // auto | cachestat | nowait | mincore | off (planner signal)
 

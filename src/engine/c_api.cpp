@@ -16,6 +16,8 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "engine/file.hpp"
+#include "mem/cuda.hpp"
+#include "mem/cufile.hpp"
 #include "tune/profile.hpp"
 #include "tune/residency.hpp"
 
@@ -440,6 +442,103 @@ size_t accio_warnings(char* out, size_t len) {
   for (auto& w : accio::base::warnings()) all += w + "\n";
   copy_out(all, out, len);
   return all.size();
+}
+
+int accio_cuda_available(char* why, size_t len) {
+  std::string w;
+  if (accio::mem::cuda::load(&w)) {
+    copy_out("", why, len);
+    return 1;
+  }
+  copy_out(w, why, len);
+  return 0;
+}
+
+int accio_gpu_count(void) {
+  const accio::mem::cuda::Driver* d = accio::mem::cuda::load();
+  return d ? d->devices : 0;
+}
+
+int accio_gpu_info_get(int ordinal, accio_gpu_info* out) {
+  ACCIO_CHECK(out, "accio_gpu_info_get");
+  return guard([&] {
+    for (const auto& g : accio::mem::cuda::gpus()) {
+      if (g.ordinal != ordinal) continue;
+      *out = accio_gpu_info{};
+      out->ordinal = g.ordinal;
+      copy_out(g.name, out->name, sizeof out->name);
+      copy_out(g.pci_bus_id, out->pci_bus_id, sizeof out->pci_bus_id);
+      out->memory = g.memory;
+      out->cc_major = g.cc_major;
+      out->cc_minor = g.cc_minor;
+      out->multiprocessors = g.multiprocessors;
+      out->copy_engines = g.copy_engines;
+      out->numa_node = g.numa_node;
+      copy_out(g.link, out->link, sizeof out->link);
+      std::string cpus;
+      for (size_t i = 0; i < g.cpus.size(); ++i) {  // back to ranges: 0-3,8
+        size_t j = i;
+        while (j + 1 < g.cpus.size() && g.cpus[j + 1] == g.cpus[j] + 1) ++j;
+        cpus += (cpus.empty() ? "" : ",") + std::to_string(g.cpus[i]) + (j > i ? "-" + std::to_string(g.cpus[j]) : "");
+        i = j;
+      }
+      copy_out(cpus, out->cpus, sizeof out->cpus);
+      return 0;
+    }
+    return fail(ENODEV, "accio_gpu_info_get", "", -1, "no GPU cuda:" + std::to_string(ordinal));
+  });
+}
+
+int accio_mem_kind(const void* p, int* device) {
+  const accio::mem::cuda::Target t = accio::mem::cuda::classify(p);
+  if (device) *device = t.kind == accio::mem::cuda::MemKind::host ? -1 : t.device;
+  return static_cast<int>(t.kind);
+}
+
+int accio_device_alloc(int device, size_t size, int managed, void** out) {
+  ACCIO_CHECK(out, "accio_device_alloc");
+  return guard([&] {
+    *out = accio::mem::cuda::alloc(device, size, managed != 0);
+    return 0;
+  });
+}
+
+int accio_device_free(void* p) {
+  return guard([&] {
+    accio::mem::cuda::free(p);
+    return 0;
+  });
+}
+
+int accio_device_copy(void* dst, const void* src, size_t size) {
+  if ((!dst || !src) && size) return fail(EFAULT, "accio_device_copy", "", -1, "null pointer");
+  return guard([&] {
+    accio::mem::cuda::copy(dst, src, size);
+    return 0;
+  });
+}
+
+int accio_gds_info(char* detail, size_t len) {
+  std::string why;
+  const bool ok = accio::mem::cufile::load(&why) != nullptr;
+  copy_out(ok ? accio::mem::cufile::describe() : why, detail, len);
+  return ok;
+}
+
+int accio_gds_mode(accio_file* f, char* detail, size_t len) {
+  ACCIO_CHECK(f, "accio_gds_mode");
+  const accio::mem::cufile::Mode m = accio::mem::cufile::mode_for(f->f->ref().fd);
+  copy_out(m.why, detail, len);
+  return m.direct;
+}
+
+int accio_cuda_copy_seconds(int device, int to_device, size_t bytes, size_t chunk, int threads, double* seconds) {
+  ACCIO_CHECK(seconds, "accio_cuda_copy_seconds");
+  if (threads <= 0) return fail(EINVAL, "accio_cuda_copy_seconds", "", -1, "threads must be positive");
+  return guard([&] {
+    *seconds = accio::mem::cuda::measure_copy(device, to_device != 0, bytes, chunk, static_cast<unsigned>(threads));
+    return 0;
+  });
 }
 
 }  // extern "C"

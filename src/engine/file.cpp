@@ -13,6 +13,7 @@
 
 #include "base/error.hpp"
 #include "base/fork.hpp"
+#include "base/log.hpp"
 #include "engine/thread_pool.hpp"
 #include "tune/profile.hpp"
 
@@ -220,15 +221,44 @@ tune::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write, u
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
-  return *choose(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1).plan->mechanism;
+  const io::Mechanism& m = *choose(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1).plan->mechanism;
+  const io::Mechanism* other = for_target(m, mem::cuda::classify(buf), nullptr);
+  return other ? *other : m;
 }
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
   const tune::Choice c = choose(buf, n, off, write, g_inflight->load() + 1);
+  const mem::cuda::Target target = mem::cuda::classify(buf);
+  std::string target_why;
+  if (const io::Mechanism* m = for_target(*c.plan->mechanism, target, &target_why)) {
+    const std::string name = m->name();
+    return {name, name, target_why};
+  }
   // A fixed mechanism runs with the handle's settings: its name is the whole plan.
   Explanation e{c.plan->mechanism->name(), router_ ? c.plan->spec.label() : c.plan->mechanism->name(), ""};
   e.why = router_ ? router_->why(c.slot) : fixed_why();
   return e;
+}
+
+const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const {
+  if (t.on_device() == planned.device()) return nullptr;
+  const std::string was = fixed_ ? fixed_->name() : "auto";
+  if (t.on_device()) {
+    io::IoContext ctx{ref_, settings_, ThreadPool::shared(), t};
+    const io::Mechanism& m = io::find("staged")->resolve(ctx);
+    if (fixed_)
+      base::warn_once("device-buffer:" + was, "mechanism " + was + " cannot address GPU memory: requests with "
+                                                  "buffers on the GPU run " + m.name() + " (set mechanism to naive, staged or gds)");
+    if (why)
+      *why = "the buffer is in " + t.name() + " memory: " + m.name() +
+             (fixed_ ? " (mechanism=" + was + " serves host memory only)" : " (auto's choice for GPU buffers)");
+    return &m;
+  }
+  const io::Mechanism& m = *io::find("parallel");
+  base::warn_once("host-buffer:" + was, "mechanism " + was + " serves GPU memory: requests with host buffers run " +
+                                            m.name());
+  if (why) *why = "the buffer is in host memory: " + std::string(m.name()) + " (mechanism=" + was + " serves GPU memory only)";
+  return &m;
 }
 
 std::string File::fixed_why() const {
@@ -257,8 +287,10 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
   if (!buf && n) throw Error(EFAULT, op, ref_.path, static_cast<int64_t>(off), "null buffer");
   const Inflight inflight;
   const tune::Choice choice = choose(buf, n, off, write, inflight.n);
-  const io::Mechanism& m = *choice.plan->mechanism;
-  io::IoContext ctx{ref_, choice.plan->settings, ThreadPool::shared()};
+  const mem::cuda::Target target = mem::cuda::classify(buf);
+  const io::Mechanism* other = for_target(*choice.plan->mechanism, target, nullptr);
+  const io::Mechanism& m = other ? *other : *choice.plan->mechanism;
+  io::IoContext ctx{ref_, other ? settings_ : choice.plan->settings, ThreadPool::shared(), target};
   const uint64_t t0 = now_ns();
   size_t got;
   try {
@@ -276,7 +308,7 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
     throw;
   }
   const uint64_t dt = now_ns() - t0;
-  if (router_) router_->record(choice, got);
+  if (router_ && !other) router_->record(choice, got);
   stats_.record(write, m.id, got, dt);
   global_stats().record(write, m.id, got, dt);
   return got;

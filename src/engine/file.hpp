@@ -112,6 +112,10 @@ class File : public std::enable_shared_from_this<File> {
   // The plan for a request; `inflight` counts the engine requests in flight, this one included.
   tune::Choice choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
   std::string fixed_why() const;  // why a fixed mechanism's plan ran (and its fallback, if any)
+  // The mechanism that serves a buffer at `t` when the planned one cannot address that memory
+  // (staged for GPU buffers under a host mechanism or auto, parallel for host buffers under a
+  // device mechanism); nullptr when the planned one can. *why says so.
+  const io::Mechanism* for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const;
 
   io::FileRef ref_;
   base::Settings settings_;

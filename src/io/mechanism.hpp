@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/settings.hpp"
+#include "mem/cuda.hpp"
 
 namespace accio::io {
 
@@ -35,6 +36,7 @@ struct IoContext {
   const FileRef& file;
   const base::Settings& settings;
   TaskRunner& runner;
+  mem::cuda::Target target{};  // where the request's buffer lives (host unless a device mechanism runs)
 };
 
 class Mechanism {
@@ -42,6 +44,8 @@ class Mechanism {
   virtual ~Mechanism() = default;
   virtual const char* name() const = 0;
   virtual int rank() const = 0;  // display order
+  // Device mechanisms (naive, staged, gds) serve buffers in GPU memory; the others serve host memory.
+  virtual bool device() const { return false; }
   // Whether the mechanism can run on this machine at all; `why` says what is missing.
   virtual bool available(std::string* why) const {
     (void)why;

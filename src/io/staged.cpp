@@ -1,0 +1,173 @@
+// accio mechanism `staged`: device targets through reused staging rings. Each worker leases a ring
+// (k page-locked, huge-page-backed host buffers registered with the driver, one stream, one event
+// per buffer), created on first use and kept for the process. A request is split into tasks over
+// `threads` workers on disjoint ranges; inside a task the file side of chunk i+1 overlaps the copy
+// of chunk i (io/ring.hpp). `direct=on` reads and writes the file side with O_DIRECT.
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "base/fork.hpp"
+#include "base/log.hpp"
+#include "io/mechanism.hpp"
+#include "io/ring.hpp"
+#include "mem/cuda.hpp"
+#include "mem/staging.hpp"
+
+namespace accio::io {
+namespace {
+namespace cu = mem::cuda;
+
+class DeviceRing final : public CopyQueue {
+ public:
+  DeviceRing(int device, size_t size, unsigned depth, bool huge) : d_(*cu::load()), size_(size) {
+    cu::ContextGuard g(device);
+    cu::check(d_, d_.StreamCreate(&stream_, cu::kStreamNonBlocking), "cuStreamCreate");
+    for (unsigned i = 0; i < depth; ++i) {
+      bufs_.push_back(mem::map_host_buffer(size, huge, false));
+      registered_.push_back(cu::register_host(bufs_.back().ptr, bufs_.back().mapped));
+      ev_.emplace_back();
+      cu::check(d_, d_.EventCreate(&ev_.back(), cu::kEventDisableTiming), "cuEventCreate");
+    }
+    marked_.assign(depth, false);
+  }
+  // Rings live for the process (see pool()); nothing to free.
+
+  unsigned slots() const override { return static_cast<unsigned>(bufs_.size()); }
+  size_t slot_size() const override { return size_; }
+  char* slot(unsigned i) override { return static_cast<char*>(bufs_[i].ptr); }
+  void to_device(char* dev, unsigned s, size_t from, size_t n) override {
+    cu::check(d_, d_.MemcpyHtoDAsync(reinterpret_cast<cu::CUdeviceptr>(dev), slot(s) + from, n, stream_),
+              "cuMemcpyHtoDAsync");
+  }
+  void to_host(unsigned s, const char* dev, size_t n) override {
+    cu::check(d_, d_.MemcpyDtoHAsync(slot(s), reinterpret_cast<cu::CUdeviceptr>(dev), n, stream_),
+              "cuMemcpyDtoHAsync");
+  }
+  void mark(unsigned s) override {
+    cu::check(d_, d_.EventRecord(ev_[s], stream_), "cuEventRecord");
+    marked_[s] = true;
+  }
+  void wait(unsigned s) override {
+    if (!marked_[s]) return;
+    marked_[s] = false;
+    cu::check(d_, d_.EventSynchronize(ev_[s]), "cuEventSynchronize");
+  }
+  void drain() override {
+    std::fill(marked_.begin(), marked_.end(), false);
+    cu::check(d_, d_.StreamSynchronize(stream_), "cuStreamSynchronize");
+  }
+
+ private:
+  const cu::Driver& d_;
+  size_t size_;
+  cu::CUstream stream_ = nullptr;
+  std::vector<mem::HostBuffer> bufs_;
+  std::vector<bool> registered_;
+  std::vector<cu::CUevent> ev_;
+  std::vector<bool> marked_;
+};
+
+// Rings per (device, buffer size, depth, huge pages), leased one per task and created on demand, so
+// a set grows to the largest number of concurrent tasks. Kept for the process: the rings hold
+// pinned memory that is expensive to register, and reusing it is the point.
+struct RingSet {
+  std::vector<std::unique_ptr<DeviceRing>> all;
+  std::vector<DeviceRing*> free;
+};
+struct RingPools {
+  std::mutex mu;
+  std::map<std::tuple<int, size_t, unsigned, bool>, RingSet> sets;  // node-stable
+};
+base::PerProcess<RingPools> g_rings;
+
+class RingLease {
+ public:
+  RingLease(int device, const base::Settings& s) : pools_(g_rings.get()) {
+    {
+      std::lock_guard lk(pools_.mu);
+      set_ = &pools_.sets[{device, s.buffer_size, s.ring_depth, s.huge_pages}];
+      if (!set_->free.empty()) {
+        ring_ = set_->free.back();
+        set_->free.pop_back();
+        return;
+      }
+    }
+    auto r = std::make_unique<DeviceRing>(device, s.buffer_size, s.ring_depth, s.huge_pages);
+    std::lock_guard lk(pools_.mu);
+    ring_ = r.get();
+    set_->all.push_back(std::move(r));
+  }
+  ~RingLease() {
+    std::lock_guard lk(pools_.mu);
+    set_->free.push_back(ring_);
+  }
+  RingLease(const RingLease&) = delete;
+  RingLease& operator=(const RingLease&) = delete;
+  DeviceRing& operator*() const { return *ring_; }
+
+ private:
+  RingPools& pools_;
+  RingSet* set_ = nullptr;
+  DeviceRing* ring_ = nullptr;
+};
+
+class Staged final : public Mechanism {
+ public:
+  const char* name() const override { return "staged"; }
+  int rank() const override { return 11; }
+  bool device() const override { return true; }
+  bool available(std::string* why) const override { return cu::load(why) != nullptr; }
+
+  size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
+    const bool direct = use_direct(c);
+    const size_t A = direct ? c.file.off_align : 1;
+    const int fd = direct ? c.file.direct_fd : c.file.fd;
+    auto* dev = static_cast<char*>(buf);
+    return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, A),
+                     [&](uint64_t o, size_t len, size_t bo) {
+                       cu::ContextGuard g(c.target);
+                       RingLease ring(c.target.device, c.settings);
+                       return ring_read(*ring, dev + bo, len, o, A, [&](char* b, size_t l, uint64_t fo) {
+                         return read_full(fd, b, l, fo, c.file.path, A);
+                       });
+                     });
+  }
+
+  void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
+    const auto* dev = static_cast<const char*>(buf);
+    if (!use_direct(c)) return write_range(c, dev, n, off, c.file.fd, 1);
+    // O_DIRECT for the aligned middle; the unaligned head and tail through the buffered descriptor
+    // (as `direct` does: no read-modify-write, exact file size).
+    const size_t A = c.file.off_align;
+    const uint64_t mid0 = align_up(off, A), mid1 = align_down(off + n, A);
+    if (mid1 <= mid0) return write_range(c, dev, n, off, c.file.fd, 1);
+    if (mid0 > off) write_range(c, dev, static_cast<size_t>(mid0 - off), off, c.file.fd, 1);
+    if (off + n > mid1) write_range(c, dev + (mid1 - off), static_cast<size_t>(off + n - mid1), mid1, c.file.fd, 1);
+    write_range(c, dev + (mid0 - off), static_cast<size_t>(mid1 - mid0), mid0, c.file.direct_fd, A);
+  }
+
+ private:
+  static bool use_direct(const IoContext& c) {
+    if (!c.settings.direct) return false;
+    if (c.file.direct_fd >= 0 && c.settings.buffer_size >= c.file.off_align) return true;
+    const std::string why = c.file.direct_fd < 0 ? c.file.no_direct : "buffer_size is below the O_DIRECT alignment";
+    base::warn_once("staged-direct:" + why,
+                    "staged: O_DIRECT cannot be used for '" + c.file.path + "' (" + why + "): file side buffered");
+    return false;
+  }
+  static void write_range(const IoContext& c, const char* dev, size_t n, uint64_t off, int fd, size_t A) {
+    split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, A),
+              [&](uint64_t o, size_t len, size_t bo) {
+                cu::ContextGuard g(c.target);
+                RingLease ring(c.target.device, c.settings);
+                ring_write(*ring, dev + bo, len, o, A,
+                           [&](const char* b, size_t l, uint64_t fo) { write_full(fd, b, l, fo, c.file.path); });
+                return len;
+              });
+  }
+};
+
+ACCIO_REGISTER_MECHANISM(Staged);
+}  // namespace
+}  // namespace accio::io

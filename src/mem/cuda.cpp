@@ -1,0 +1,397 @@
+// accio memory: the CUDA driver loaded at run time (see cuda.hpp).
+#include "mem/cuda.hpp"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <thread>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "mem/staging.hpp"
+
+namespace accio::mem::cuda {
+using base::Error;
+
+std::string library_name() {
+  const char* e = std::getenv("ACCIO_LIBCUDA");
+  return e && *e ? e : "libcuda.so.1";
+}
+
+namespace {
+
+struct Loaded {
+  Driver d;
+  const Driver* ok = nullptr;
+  std::string why;
+};
+
+template <class F>
+bool sym(void* lib, const char* name, F& out, std::string& missing) {
+  out = reinterpret_cast<F>(dlsym(lib, name));
+  if (!out && missing.empty()) missing = name;
+  return out != nullptr;
+}
+
+Loaded& state() {
+  static Loaded s;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Driver& d = s.d;
+    d.path = library_name();
+    d.lib = dlopen(d.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!d.lib) {
+      const char* e = dlerror();
+      s.why = "cannot load " + d.path + " (" + (e ? e : "not found") + "): no NVIDIA driver on this machine";
+      return;
+    }
+    std::string miss;
+    void* l = d.lib;
+    sym(l, "cuInit", d.Init, miss);
+    sym(l, "cuDriverGetVersion", d.DriverGetVersion, miss);
+    sym(l, "cuGetErrorName", d.GetErrorName, miss);
+    sym(l, "cuGetErrorString", d.GetErrorString, miss);
+    sym(l, "cuDeviceGetCount", d.DeviceGetCount, miss);
+    sym(l, "cuDeviceGet", d.DeviceGet, miss);
+    sym(l, "cuDeviceGetName", d.DeviceGetName, miss);
+    sym(l, "cuDeviceGetAttribute", d.DeviceGetAttribute, miss);
+    sym(l, "cuDeviceTotalMem_v2", d.DeviceTotalMem, miss);
+    sym(l, "cuDevicePrimaryCtxRetain", d.DevicePrimaryCtxRetain, miss);
+    sym(l, "cuCtxPushCurrent_v2", d.CtxPushCurrent, miss);
+    sym(l, "cuCtxPopCurrent_v2", d.CtxPopCurrent, miss);
+    sym(l, "cuCtxGetCurrent", d.CtxGetCurrent, miss);
+    sym(l, "cuPointerGetAttributes", d.PointerGetAttributes, miss);
+    sym(l, "cuMemAlloc_v2", d.MemAlloc, miss);
+    sym(l, "cuMemAllocManaged", d.MemAllocManaged, miss);
+    sym(l, "cuMemFree_v2", d.MemFree, miss);
+    sym(l, "cuMemGetInfo_v2", d.MemGetInfo, miss);
+    sym(l, "cuMemHostRegister_v2", d.MemHostRegister, miss);
+    sym(l, "cuMemHostUnregister", d.MemHostUnregister, miss);
+    sym(l, "cuMemcpy", d.Memcpy, miss);
+    sym(l, "cuMemcpyHtoD_v2", d.MemcpyHtoD, miss);
+    sym(l, "cuMemcpyDtoH_v2", d.MemcpyDtoH, miss);
+    sym(l, "cuMemcpyHtoDAsync_v2", d.MemcpyHtoDAsync, miss);
+    sym(l, "cuMemcpyDtoHAsync_v2", d.MemcpyDtoHAsync, miss);
+    sym(l, "cuStreamCreate", d.StreamCreate, miss);
+    sym(l, "cuStreamDestroy_v2", d.StreamDestroy, miss);
+    sym(l, "cuStreamSynchronize", d.StreamSynchronize, miss);
+    sym(l, "cuEventCreate", d.EventCreate, miss);
+    sym(l, "cuEventDestroy_v2", d.EventDestroy, miss);
+    sym(l, "cuEventRecord", d.EventRecord, miss);
+    sym(l, "cuEventSynchronize", d.EventSynchronize, miss);
+    if (!miss.empty()) {
+      s.why = d.path + " lacks " + miss + " (driver too old?)";
+      return;
+    }
+    if (CUresult rc = d.Init(0); rc != kSuccess) {
+      s.why = error_text(d, rc, "cuInit") + ": the driver is installed but no GPU can be used";
+      return;
+    }
+    d.DriverGetVersion(&d.version);
+    if (d.DeviceGetCount(&d.devices) != kSuccess || d.devices <= 0) {
+      s.why = "the NVIDIA driver reports no GPU";
+      return;
+    }
+    s.ok = &s.d;
+  });
+  return s;
+}
+
+int objects_added() {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+        return 1;
+      },
+      &adds);
+  return static_cast<int>(adds);
+}
+}  // namespace
+
+const Driver* load(std::string* why) {
+  Loaded& s = state();
+  if (!s.ok && why) *why = s.why;
+  return s.ok;
+}
+
+const Driver* loaded() {
+  static std::atomic<const Driver*> found{nullptr};
+  static std::atomic<int> checked_at{-1};
+  if (const Driver* d = found.load(std::memory_order_acquire)) return d;
+  // Look again only when the process loaded a new object since the last look.
+  const int adds = objects_added();
+  if (checked_at.exchange(adds, std::memory_order_relaxed) == adds) return nullptr;
+  void* h = dlopen(library_name().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return nullptr;
+  dlclose(h);
+  const Driver* d = load();
+  if (d) found.store(d, std::memory_order_release);
+  return d;
+}
+
+std::string error_text(const Driver& d, CUresult rc, const char* call) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (d.GetErrorName) d.GetErrorName(rc, &name);
+  if (d.GetErrorString) d.GetErrorString(rc, &text);
+  std::string s = std::string(call) + ": " + (name ? name : "CUDA error " + std::to_string(rc));
+  if (text) s += std::string(" (") + text + ")";
+  return s;
+}
+
+void check(const Driver& d, CUresult rc, const char* call, const std::string& path, int64_t offset) {
+  if (rc == kSuccess) return;
+  throw Error(rc == kErrorOutOfMemory ? ENOMEM : EIO, call, path, offset, error_text(d, rc, call));
+}
+
+const char* kind_name(MemKind k) {
+  switch (k) {
+    case MemKind::pinned: return "pinned";
+    case MemKind::device: return "device";
+    case MemKind::managed: return "managed";
+    default: return "host";
+  }
+}
+
+std::string Target::name() const {
+  if (kind == MemKind::host) return "host";
+  if (kind == MemKind::pinned) return "host (pinned)";
+  return "cuda:" + std::to_string(device) + (kind == MemKind::managed ? " (managed)" : "");
+}
+
+Target classify(const void* p) {
+  const Driver* d = p ? loaded() : nullptr;
+  if (!d) return {};
+  int attrs[] = {kPtrMemoryType, kPtrIsManaged, kPtrDeviceOrdinal, kPtrContext};
+  unsigned type = 0, managed = 0;
+  int ordinal = -1;
+  CUcontext ctx = nullptr;
+  void* data[] = {&type, &managed, &ordinal, &ctx};
+  if (d->PointerGetAttributes(4, attrs, data, reinterpret_cast<CUdeviceptr>(p)) != kSuccess) return {};
+  Target t;
+  t.device = ordinal;
+  t.ctx = ctx;
+  if (managed) t.kind = MemKind::managed;
+  else if (type == kMemDevice) t.kind = MemKind::device;
+  else if (type == kMemHost) t.kind = MemKind::pinned;
+  else return {};
+  if (t.on_device() && t.device < 0) t.device = 0;
+  return t;
+}
+
+CUcontext primary_context(int device) {
+  const Driver* d = load();
+  if (!d) throw Error(ENODEV, "cuda context", "", base::kNoOffset, "no CUDA driver");
+  if (device < 0 || device >= d->devices)
+    throw Error(ENODEV, "cuda context", "", base::kNoOffset,
+                "no GPU cuda:" + std::to_string(device) + " (this machine has " + std::to_string(d->devices) + ")");
+  static std::mutex mu;
+  static std::map<int, CUcontext> ctxs;
+  std::lock_guard lk(mu);
+  CUcontext& c = ctxs[device];
+  if (!c) {
+    CUdevice dev;
+    check(*d, d->DeviceGet(&dev, device), "cuDeviceGet");
+    check(*d, d->DevicePrimaryCtxRetain(&c, dev), "cuDevicePrimaryCtxRetain");
+  }
+  return c;
+}
+
+ContextGuard::ContextGuard(const Target& t) : d_(load()) {
+  if (d_) push(t.ctx ? t.ctx : primary_context(t.device < 0 ? 0 : t.device));
+}
+ContextGuard::ContextGuard(int device) : d_(load()) {
+  if (d_) push(primary_context(device));
+}
+void ContextGuard::push(CUcontext c) {
+  CUcontext cur = nullptr;
+  if (d_->CtxGetCurrent(&cur) == kSuccess && cur == c) return;
+  check(*d_, d_->CtxPushCurrent(c), "cuCtxPushCurrent");
+  pushed_ = true;
+}
+ContextGuard::~ContextGuard() {
+  CUcontext old;
+  if (pushed_) d_->CtxPopCurrent(&old);
+}
+
+namespace {
+std::string read_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+std::vector<int> parse_cpulist(const std::string& s) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    char* end;
+    long a = std::strtol(s.c_str() + i, &end, 10);
+    if (end == s.c_str() + i) break;
+    long b = a;
+    i = static_cast<size_t>(end - s.c_str());
+    if (i < s.size() && s[i] == '-') {
+      b = std::strtol(s.c_str() + i + 1, &end, 10);
+      i = static_cast<size_t>(end - s.c_str());
+    }
+    for (long c = a; c <= b; ++c) out.push_back(static_cast<int>(c));
+    if (i < s.size() && s[i] == ',') ++i;
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<GpuInfo> gpus() {
+  std::vector<GpuInfo> out;
+  const Driver* d = load();
+  if (!d) return out;
+  for (int i = 0; i < d->devices; ++i) {
+    CUdevice dev;
+    if (d->DeviceGet(&dev, i) != kSuccess) continue;
+    GpuInfo g;
+    g.ordinal = i;
+    char name[256] = {};
+    d->DeviceGetName(name, sizeof name - 1, dev);
+    g.name = name;
+    d->DeviceTotalMem(&g.memory, dev);
+    auto attr = [&](int a) {
+      int v = 0;
+      d->DeviceGetAttribute(&v, a, dev);
+      return v;
+    };
+    g.cc_major = attr(kAttrCcMajor);
+    g.cc_minor = attr(kAttrCcMinor);
+    g.multiprocessors = attr(kAttrMultiprocessors);
+    g.copy_engines = attr(kAttrAsyncEngines);
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.0", attr(kAttrPciDomainId) & 0xffff, attr(kAttrPciBusId) & 0xff,
+                  attr(kAttrPciDeviceId) & 0xff);
+    g.pci_bus_id = bus;
+    const std::string sys = "/sys/bus/pci/devices/" + g.pci_bus_id + "/";
+    const std::string numa = read_line(sys + "numa_node");
+    if (!numa.empty()) g.numa_node = std::atoi(numa.c_str());
+    const std::string speed = read_line(sys + "current_link_speed"), width = read_line(sys + "current_link_width");
+    if (!speed.empty()) g.link = speed + (width.empty() ? "" : " x" + width);
+    g.cpus = parse_cpulist(read_line(sys + "local_cpulist"));
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+void* alloc(int device, size_t n, bool managed) {
+  std::string why;
+  const Driver* d = load(&why);
+  if (!d) throw Error(ENODEV, "allocate device memory", "", base::kNoOffset, why);
+  ContextGuard g(device);
+  CUdeviceptr p = 0;
+  const size_t len = n ? n : 1;
+  if (managed) check(*d, d->MemAllocManaged(&p, len, kMemAttachGlobal), "cuMemAllocManaged");
+  else check(*d, d->MemAlloc(&p, len), "cuMemAlloc");
+  return reinterpret_cast<void*>(p);
+}
+
+void free(void* p) {
+  const Driver* d = load();
+  if (!d || !p) return;
+  const Target t = classify(p);
+  ContextGuard g(t.on_device() ? t : Target{MemKind::device, 0, nullptr});
+  d->MemFree(reinterpret_cast<CUdeviceptr>(p));
+}
+
+void copy(void* dst, const void* src, size_t n) {
+  if (n == 0) return;
+  const Target td = classify(dst), ts = classify(src);
+  if (!td.on_device() && !ts.on_device()) {
+    std::memmove(dst, src, n);
+    return;
+  }
+  const Driver* d = load();
+  ContextGuard g(td.on_device() ? td : ts);
+  check(*d, d->Memcpy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n), "cuMemcpy");
+}
+
+bool register_host(void* p, size_t n) {
+  const Driver* d = load();
+  if (!d) return false;
+  ContextGuard g(0);
+  const CUresult rc = d->MemHostRegister(p, n, kHostRegisterPortable);
+  if (rc == kSuccess || rc == kErrorHostMemoryAlreadyRegistered) return true;
+  base::warn_once("cuda-register", error_text(*d, rc, "cuMemHostRegister") +
+                                       ": staging buffers stay pageable, so host-to-device copies cannot overlap file "
+                                       "reads; free host memory or lower buffer_size/ring_depth/threads");
+  return false;
+}
+
+double measure_copy(int device, bool to_device, size_t bytes, size_t chunk, unsigned threads) {
+  std::string why;
+  const Driver* d = load(&why);
+  if (!d) throw Error(ENODEV, "measure copy bandwidth", "", base::kNoOffset, why);
+  if (!chunk || !threads) throw Error(EINVAL, "measure copy bandwidth", "", base::kNoOffset, "chunk and threads must be positive");
+  using clock = std::chrono::steady_clock;
+  std::vector<clock::time_point> start(threads), end(threads);
+  std::vector<std::string> errors(threads);
+  std::barrier sync(static_cast<std::ptrdiff_t>(threads));
+  const size_t per = bytes / threads;
+  auto body = [&](unsigned t) {
+    HostBuffer hb;
+    void* dev = nullptr;
+    CUstream st = nullptr;
+    bool arrived = false;
+    try {
+      ContextGuard g(device);
+      hb = map_host_buffer(chunk, true, false);
+      const bool reg = register_host(hb.ptr, hb.mapped);
+      dev = alloc(device, chunk, false);
+      check(*d, d->StreamCreate(&st, kStreamNonBlocking), "cuStreamCreate");
+      sync.arrive_and_wait();
+      arrived = true;
+      start[t] = clock::now();
+      for (size_t done = 0; done < per;) {
+        const size_t n = std::min(chunk, per - done);
+        const auto dp = reinterpret_cast<CUdeviceptr>(dev);
+        check(*d, to_device ? d->MemcpyHtoDAsync(dp, hb.ptr, n, st) : d->MemcpyDtoHAsync(hb.ptr, dp, n, st),
+              to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync");
+        done += n;
+      }
+      check(*d, d->StreamSynchronize(st), "cuStreamSynchronize");
+      end[t] = clock::now();
+      if (reg) unregister_host(hb.ptr);
+    } catch (const std::exception& e) {
+      errors[t] = e.what();
+      if (!arrived) sync.arrive_and_drop();
+    }
+    if (st) d->StreamDestroy(st);
+    free(dev);
+    unmap_host_buffer(hb);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(body, t);
+  body(0);
+  for (auto& th : pool) th.join();
+  for (auto& e : errors)
+    if (!e.empty()) throw Error(EIO, "measure copy bandwidth", "", base::kNoOffset, e);
+  auto t0 = *std::min_element(start.begin(), start.end());
+  auto t1 = *std::max_element(end.begin(), end.end());
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+void unregister_host(void* p) {
+  if (const Driver* d = load()) {
+    ContextGuard g(0);
+    d->MemHostUnregister(p);
+  }
+}
+
+}  // namespace accio::mem::cuda

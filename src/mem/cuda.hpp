@@ -1,0 +1,154 @@
+// accio memory: the CUDA back end, loaded at run time. libcuda is opened with dlopen (never linked),
+// so one build runs with and without a GPU. Declares the few driver types and functions accio uses
+// (checked against the toolkit's cuda.h by tests/cpp/test_cuda_abi.cpp where the toolkit is present),
+// classifies buffers by driver pointer attributes, and owns contexts, device allocations and the
+// registration of host staging memory.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accio::mem::cuda {
+
+// ---- the driver ABI (values from cuda.h; see the ABI test) ----
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st*;
+using CUstream = struct CUstream_st*;
+using CUevent = struct CUevent_st*;
+inline constexpr CUresult kSuccess = 0;
+inline constexpr CUresult kErrorOutOfMemory = 2;
+inline constexpr CUresult kErrorNotReady = 600;
+inline constexpr CUresult kErrorHostMemoryAlreadyRegistered = 712;
+enum PointerAttribute : int {
+  kPtrContext = 1, kPtrMemoryType = 2, kPtrBufferId = 7, kPtrIsManaged = 8, kPtrDeviceOrdinal = 9,
+  kPtrRangeStart = 11, kPtrRangeSize = 12,
+};
+enum MemoryType : unsigned { kMemHost = 1, kMemDevice = 2, kMemArray = 3, kMemUnified = 4 };
+enum DeviceAttribute : int {
+  kAttrMultiprocessors = 16, kAttrPciBusId = 33, kAttrPciDeviceId = 34, kAttrAsyncEngines = 40,
+  kAttrUnifiedAddressing = 41, kAttrPciDomainId = 50, kAttrCcMajor = 75, kAttrCcMinor = 76,
+};
+inline constexpr unsigned kHostRegisterPortable = 0x01;
+inline constexpr unsigned kMemAttachGlobal = 0x1;
+inline constexpr unsigned kStreamNonBlocking = 0x1;
+inline constexpr unsigned kEventDisableTiming = 0x2;
+
+// The driver entry points accio calls, resolved once by dlsym (the _v2 names cuda.h maps to).
+struct Driver {
+  void* lib = nullptr;
+  std::string path;  // what was opened
+  int version = 0;   // cuDriverGetVersion: 12080 = 12.8
+  int devices = 0;
+  CUresult (*Init)(unsigned);
+  CUresult (*DriverGetVersion)(int*);
+  CUresult (*GetErrorName)(CUresult, const char**);
+  CUresult (*GetErrorString)(CUresult, const char**);
+  CUresult (*DeviceGetCount)(int*);
+  CUresult (*DeviceGet)(CUdevice*, int);
+  CUresult (*DeviceGetName)(char*, int, CUdevice);
+  CUresult (*DeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*DeviceTotalMem)(size_t*, CUdevice);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*CtxPushCurrent)(CUcontext);
+  CUresult (*CtxPopCurrent)(CUcontext*);
+  CUresult (*CtxGetCurrent)(CUcontext*);
+  CUresult (*PointerGetAttributes)(unsigned, int*, void**, CUdeviceptr);
+  CUresult (*MemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*MemAllocManaged)(CUdeviceptr*, size_t, unsigned);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemGetInfo)(size_t*, size_t*);
+  CUresult (*MemHostRegister)(void*, size_t, unsigned);
+  CUresult (*MemHostUnregister)(void*);
+  CUresult (*Memcpy)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*StreamCreate)(CUstream*, unsigned);
+  CUresult (*StreamDestroy)(CUstream);
+  CUresult (*StreamSynchronize)(CUstream);
+  CUresult (*EventCreate)(CUevent*, unsigned);
+  CUresult (*EventDestroy)(CUevent);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*EventSynchronize)(CUevent);
+};
+
+// The library that would be opened: $ACCIO_LIBCUDA, else libcuda.so.1.
+std::string library_name();
+// Opens libcuda (once per process), initializes it and counts devices. nullptr when the library is
+// missing, lacks a symbol, or cuInit fails; *why then says which.
+const Driver* load(std::string* why = nullptr);
+// The driver only if some code in this process already loaded libcuda (a framework, the CUDA
+// runtime, accio itself): a pointer can only be device memory then. Never loads it, so host-only
+// programs pay nothing and do not initialize CUDA (which would break CUDA in forked children).
+const Driver* loaded();
+
+// "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
+std::string error_text(const Driver& d, CUresult rc, const char* call);
+// Throws base::Error (ENOMEM for out of memory, else EIO) when rc is not success.
+void check(const Driver& d, CUresult rc, const char* call, const std::string& path = {}, int64_t offset = -1);
+
+// ---- buffers ----
+enum class MemKind { host, pinned, device, managed };
+const char* kind_name(MemKind k);
+
+// Where a buffer lives, from the driver's pointer attributes.
+struct Target {
+  MemKind kind = MemKind::host;
+  int device = -1;            // ordinal for device, managed and (if known) pinned memory
+  CUcontext ctx = nullptr;    // the allocation's context (null for VMM allocations)
+  bool on_device() const { return kind == MemKind::device || kind == MemKind::managed; }
+  std::string name() const;   // "host", "cuda:0", "cuda:0 (managed)"
+};
+// Host when libcuda is not loaded in the process or the driver does not know the pointer.
+Target classify(const void* p);
+
+// Makes the target's context current on this thread for the guard's life (the device's primary
+// context when the allocation has none).
+class ContextGuard {
+ public:
+  explicit ContextGuard(const Target& t);
+  explicit ContextGuard(int device);
+  ~ContextGuard();
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+
+ private:
+  void push(CUcontext c);
+  const Driver* d_;
+  bool pushed_ = false;
+};
+CUcontext primary_context(int device);  // retained once per device, kept
+
+// ---- device facts (accio info) ----
+struct GpuInfo {
+  int ordinal = 0;
+  std::string name, pci_bus_id;  // "0000:17:00.0"
+  size_t memory = 0;
+  int cc_major = 0, cc_minor = 0, multiprocessors = 0, copy_engines = 0;
+  int numa_node = -1;            // from sysfs; -1 unknown
+  std::string link;              // "16.0 GT/s PCIe x16" from sysfs, or ""
+  std::vector<int> cpus;         // local_cpulist
+};
+std::vector<GpuInfo> gpus();  // empty without a driver
+
+// ---- device memory owned by accio (Python's device arrays, the bench, tests) ----
+void* alloc(int device, size_t n, bool managed);  // throws base::Error (ENOMEM on GPU out of memory)
+void free(void* p);
+// Copies between any two pointers the driver knows (UVA): host<->device, device<->device.
+void copy(void* dst, const void* src, size_t n);
+
+// The pinned-copy ceiling: `threads` threads, each with its own registered staging buffer of `chunk`
+// bytes, a device buffer and a stream, copy `bytes` in all (host-to-device or device-to-host) with
+// asynchronous copies. Returns seconds from the common start to the last thread's end.
+double measure_copy(int device, bool to_device, size_t bytes, size_t chunk, unsigned threads);
+
+// Page-locks and registers host memory with the driver for every context (portable). Returns false
+// (after one warning naming the cause) when the driver refuses; the memory stays usable, unpinned.
+bool register_host(void* p, size_t n);
+void unregister_host(void* p);
+
+}  // namespace accio::mem::cuda

@@ -1,0 +1,89 @@
+// accio memory: cuFile (GPUDirect Storage), loaded at run time like libcuda. Declares the cuFile ABI
+// accio uses (layouts from cufile.h), opens the driver once, and says whether GDS can take the
+// direct path (the nvidia-fs driver or PCIe P2PDMA, on a filesystem GDS supports) or whether cuFile
+// would run in its compatibility mode (POSIX reads through cuFile's own bounce buffers).
+#pragma once
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+
+namespace accio::mem::cufile {
+
+struct Error {
+  int err;     // CUfileOpError: 0 success, 5000+ cuFile errors
+  int cu_err;  // CUresult when err is CU_FILE_CUDA_DRIVER_ERROR
+};
+struct Descr {
+  int type;  // 1 = CU_FILE_HANDLE_TYPE_OPAQUE_FD
+  union {
+    int fd;
+    void* handle;
+  } handle;
+  const void* fs_ops;
+};
+struct DrvProps {
+  struct {
+    unsigned major_version, minor_version;  // the nvidia-fs driver; both 0 when it is not loaded
+    size_t poll_thresh_size, max_direct_io_size;
+    unsigned dstatusflags, dcontrolflags;
+  } nvfs;
+  unsigned fflags, max_device_cache_size, per_buffer_cache_size, max_device_pinned_mem_size, max_batch_io_size,
+      max_batch_io_timeout_msecs;
+};
+struct IoParams {  // CUfileIOParams_t
+  int mode;        // 1 = CUFILE_BATCH
+  union {
+    struct {
+      void* devPtr_base;
+      off_t file_offset, devPtr_offset;
+      size_t size;
+    } batch;
+  } u;
+  void* fh;
+  int opcode;  // 0 read, 1 write
+  void* cookie;
+};
+struct IoEvent {  // CUfileIOEvents_t
+  void* cookie;
+  int status;  // 0x10 complete, 0x40 failed, 0x08 canceled, 0x20 timeout
+  size_t ret;
+};
+inline constexpr int kStatusComplete = 0x10;
+
+struct Api {
+  void* lib = nullptr;
+  std::string path;
+  Error (*DriverOpen)();
+  Error (*DriverGetProperties)(DrvProps*);
+  Error (*HandleRegister)(void**, Descr*);
+  void (*HandleDeregister)(void*);
+  Error (*BufRegister)(const void*, size_t, int);
+  Error (*BufDeregister)(const void*);
+  ssize_t (*Read)(void*, void*, size_t, off_t, off_t);
+  ssize_t (*Write)(void*, const void*, size_t, off_t, off_t);
+  // The batch API (cuFile 1.6+); null when the library lacks it.
+  Error (*BatchSetUp)(void**, unsigned);
+  Error (*BatchSubmit)(void*, unsigned, IoParams*, unsigned);
+  Error (*BatchGetStatus)(void*, unsigned, unsigned*, IoEvent*, void*);
+  void (*BatchDestroy)(void*);
+  DrvProps props{};
+  bool nvfs = false;            // the direct path's kernel driver is loaded
+  unsigned max_batch = 0;       // most requests per batch (0 = no batch API)
+};
+
+std::string library_name();  // $ACCIO_LIBCUFILE, else libcufile.so.0
+// Loads libcufile and opens the driver (once; needs libcuda). nullptr and *why when it cannot.
+const Api* load(std::string* why = nullptr);
+std::string error_text(Error e);
+
+// What cuFile would do for the file behind fd: "direct" or "compat", and why.
+struct Mode {
+  bool direct = false;
+  std::string why;
+};
+Mode mode_for(int fd);
+// Machine-wide facts for `accio info`: loaded or not, nvidia-fs version, compat mode allowed.
+std::string describe();
+
+}  // namespace accio::mem::cufile

@@ -1,0 +1,576 @@
+/* A fake NVIDIA driver (libcuda) and cuFile (libcufile) for testing accio's CUDA back end on
+ * machines without a GPU: ACCIO_LIBCUDA and ACCIO_LIBCUFILE point at this library.
+ *
+ * "Device" memory is a memfd mapped twice: PROT_NONE at the address handed out (so any host access
+ * by mistake, a pread into it included, faults or fails with EFAULT, as for real device memory) and
+ * read-write at a shadow address only this library uses. Managed memory is plain host memory.
+ * Streams are threads that run their copies in order, optionally slowed (FAKE_CUDA_COPY_US per
+ * copy), so overlap and ordering are real. Copies need a current context, as on a GPU.
+ *
+ * Knobs: FAKE_CUDA_DEVICES (default 1; 0 = cuInit fails with CUDA_ERROR_NO_DEVICE),
+ * FAKE_CUDA_DEVICE_MEM (bytes per device, default 1 GiB), FAKE_CUDA_COPY_US,
+ * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
+ * asynchronous copy fails), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path).
+ * fake_cuda_counters() tells tests what happened. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+enum { OK = 0, E_INVALID_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_INVALID_DEVICE = 101,
+       E_INVALID_CONTEXT = 201, E_ALREADY_REGISTERED = 712, E_NOT_REGISTERED = 713, E_ILLEGAL_ADDRESS = 700 };
+
+typedef struct fake_counters_t {
+  uint64_t async_copies, async_unpinned, sync_copies, events_recorded, event_waits;
+  uint64_t max_queued;  /* most copies queued on one stream and not yet run */
+  uint64_t registered, live_allocs, streams;
+  uint64_t cufile_reads, cufile_writes, cufile_buf_registers, cufile_batch_ios, cufile_handles;
+} fake_counters_t;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static fake_counters_t g_cnt;
+static int g_init, g_devices = 1;
+static long g_copy_us;
+static long g_fail_copy_after = -1;
+
+typedef struct Alloc {
+  char *dev, *shadow;
+  size_t size, mapped;
+  int device, managed;
+  unsigned long long id;
+  struct Alloc* next;
+} Alloc;
+typedef struct Reg {
+  char* p;
+  size_t n;
+  struct Reg* next;
+} Reg;
+static Alloc* g_allocs;
+static Reg* g_regs;
+static size_t g_used[16];
+static unsigned long long g_next_id = 1;
+
+struct CUctx_st { int device; };
+static struct CUctx_st g_ctx[16];
+static __thread struct CUctx_st* t_stack[16];
+static __thread int t_depth;
+
+static long env_long(const char* k, long dflt) {
+  const char* v = getenv(k);
+  return v && *v ? strtol(v, NULL, 10) : dflt;
+}
+
+/* The allocation holding [p, p+n), or NULL. Caller holds g_mu. */
+static Alloc* find_alloc(const char* p, size_t n) {
+  for (Alloc* a = g_allocs; a; a = a->next)
+    if (p >= a->dev && p < a->dev + a->size) return (n <= (size_t)(a->dev + a->size - p)) ? a : NULL;
+  return NULL;
+}
+static int is_registered(const char* p, size_t n) {
+  for (Reg* r = g_regs; r; r = r->next)
+    if (p >= r->p && p + n <= r->p + r->n) return 1;
+  return 0;
+}
+/* Host-usable address for p (device memory through its shadow); NULL if p is device memory but
+ * [p, p+n) leaves the allocation. */
+static char* resolve(const void* p, size_t n) {
+  pthread_mutex_lock(&g_mu);
+  char* out = (char*)p;
+  for (Alloc* a = g_allocs; a; a = a->next)
+    if ((const char*)p >= a->dev && (const char*)p < a->dev + a->size) {
+      out = n <= (size_t)(a->dev + a->size - (const char*)p) ? a->shadow + ((const char*)p - a->dev) : NULL;
+      break;
+    }
+  pthread_mutex_unlock(&g_mu);
+  return out;
+}
+
+EXPORT CUresult cuInit(unsigned flags) {
+  (void)flags;
+  g_devices = (int)env_long("FAKE_CUDA_DEVICES", 1);
+  if (g_devices > 16) g_devices = 16;
+  g_copy_us = env_long("FAKE_CUDA_COPY_US", 0);
+  g_fail_copy_after = env_long("FAKE_CUDA_FAIL_COPY_AFTER", -1);
+  for (int i = 0; i < 16; ++i) g_ctx[i].device = i;
+  if (g_devices <= 0) return E_NO_DEVICE;
+  g_init = 1;
+  return OK;
+}
+EXPORT CUresult cuDriverGetVersion(int* v) { *v = 12080; return OK; }
+EXPORT CUresult cuGetErrorName(CUresult rc, const char** s) {
+  switch (rc) {
+    case OK: *s = "CUDA_SUCCESS"; break;
+    case E_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case E_OOM: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case E_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; break;
+    case E_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case E_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    default: *s = "CUDA_ERROR_UNKNOWN"; return E_INVALID_VALUE;
+  }
+  return OK;
+}
+EXPORT CUresult cuGetErrorString(CUresult rc, const char** s) {
+  *s = rc == E_OOM ? "out of memory" : rc == E_INVALID_CONTEXT ? "invalid device context" : "fake driver error";
+  return OK;
+}
+EXPORT CUresult cuDeviceGetCount(int* n) { if (!g_init) return E_NOT_INIT; *n = g_devices; return OK; }
+EXPORT CUresult cuDeviceGet(int* d, int i) {
+  if (!g_init) return E_NOT_INIT;
+  if (i < 0 || i >= g_devices) return E_INVALID_DEVICE;
+  *d = i;
+  return OK;
+}
+EXPORT CUresult cuDeviceGetName(char* s, int len, int d) { snprintf(s, (size_t)len, "accio fake GPU %d", d); return OK; }
+EXPORT CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
+  switch (attr) {
+    case 16: *v = 4; break;           /* multiprocessors */
+    case 33: *v = 0x17 + d; break;    /* PCI bus */
+    case 34: *v = 0; break;           /* PCI device */
+    case 40: *v = 2; break;           /* copy engines */
+    case 41: *v = 1; break;           /* unified addressing */
+    case 50: *v = 0; break;           /* PCI domain */
+    case 75: *v = 9; break;
+    case 76: *v = 0; break;
+    default: *v = 0;
+  }
+  return OK;
+}
+EXPORT CUresult cuDeviceTotalMem_v2(size_t* b, int d) { (void)d; *b = (size_t)env_long("FAKE_CUDA_DEVICE_MEM", 1L << 30); return OK; }
+EXPORT CUresult cuDevicePrimaryCtxRetain(struct CUctx_st** c, int d) {
+  if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
+  *c = &g_ctx[d];
+  return OK;
+}
+EXPORT CUresult cuCtxPushCurrent_v2(struct CUctx_st* c) {
+  if (t_depth == 16) return E_INVALID_VALUE;
+  t_stack[t_depth++] = c;
+  return OK;
+}
+EXPORT CUresult cuCtxPopCurrent_v2(struct CUctx_st** c) {
+  if (!t_depth) return E_INVALID_CONTEXT;
+  struct CUctx_st* top = t_stack[--t_depth];
+  if (c) *c = top;
+  return OK;
+}
+EXPORT CUresult cuCtxGetCurrent(struct CUctx_st** c) { *c = t_depth ? t_stack[t_depth - 1] : NULL; return OK; }
+static int have_ctx(void) { return t_depth > 0; }
+
+EXPORT CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUdeviceptr ptr) {
+  if (!g_init) return E_NOT_INIT;
+  pthread_mutex_lock(&g_mu);
+  const char* p = (const char*)(uintptr_t)ptr;
+  Alloc* a = find_alloc(p, 1);
+  int reg = !a && is_registered(p, 1);
+  for (unsigned i = 0; i < n; ++i) {
+    switch (attrs[i]) {
+      case 1: *(struct CUctx_st**)data[i] = a ? &g_ctx[a->device] : NULL; break;
+      case 2: *(unsigned*)data[i] = a ? 2u : reg ? 1u : 0u; break;
+      case 7: *(unsigned long long*)data[i] = a ? a->id : 0; break;
+      case 8: *(unsigned char*)data[i] = (unsigned char)(a && a->managed); break;  /* a bool, as the driver writes */
+      case 9: *(int*)data[i] = a ? a->device : -2; break;
+      case 11: *(void**)data[i] = a ? a->dev : NULL; break;
+      case 12: *(size_t*)data[i] = a ? a->size : 0; break;
+      default: break;
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  return OK;
+}
+
+static CUresult alloc_impl(CUdeviceptr* out, size_t n, int managed) {
+  if (!have_ctx()) return E_INVALID_CONTEXT;
+  if (!n) return E_INVALID_VALUE;
+  int dev = t_stack[t_depth - 1]->device;
+  size_t mapped = (n + 4095) & ~(size_t)4095;
+  pthread_mutex_lock(&g_mu);
+  if (g_used[dev] + mapped > (size_t)env_long("FAKE_CUDA_DEVICE_MEM", 1L << 30)) {
+    pthread_mutex_unlock(&g_mu);
+    return E_OOM;
+  }
+  g_used[dev] += mapped;
+  pthread_mutex_unlock(&g_mu);
+  Alloc* a = calloc(1, sizeof *a);
+  a->size = n;
+  a->mapped = mapped;
+  a->device = dev;
+  a->managed = managed;
+  if (managed) {
+    a->dev = a->shadow = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  } else {
+    int fd = memfd_create("fake-device-memory", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)mapped) != 0) return E_OOM;
+    a->shadow = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    a->dev = mmap(NULL, mapped, PROT_NONE, MAP_SHARED, fd, 0);
+    close(fd);
+  }
+  if (a->dev == MAP_FAILED || a->shadow == MAP_FAILED) return E_OOM;
+  pthread_mutex_lock(&g_mu);
+  a->id = g_next_id++;
+  a->next = g_allocs;
+  g_allocs = a;
+  g_cnt.live_allocs++;
+  pthread_mutex_unlock(&g_mu);
+  *out = (CUdeviceptr)(uintptr_t)a->dev;
+  return OK;
+}
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { return alloc_impl(p, n, 0); }
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned flags) { (void)flags; return alloc_impl(p, n, 1); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+  pthread_mutex_lock(&g_mu);
+  for (Alloc** pa = &g_allocs; *pa; pa = &(*pa)->next) {
+    Alloc* a = *pa;
+    if (a->dev == (char*)(uintptr_t)p) {
+      *pa = a->next;
+      g_used[a->device] -= a->mapped;
+      g_cnt.live_allocs--;
+      pthread_mutex_unlock(&g_mu);
+      munmap(a->dev, a->mapped);
+      if (a->shadow != a->dev) munmap(a->shadow, a->mapped);
+      free(a);
+      return OK;
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  return E_INVALID_VALUE;
+}
+EXPORT CUresult cuMemGetInfo_v2(size_t* free_b, size_t* total) {
+  *total = (size_t)env_long("FAKE_CUDA_DEVICE_MEM", 1L << 30);
+  *free_b = *total - g_used[0];
+  return OK;
+}
+EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
+  (void)flags;
+  if (!have_ctx()) return E_INVALID_CONTEXT;
+  if (env_long("FAKE_CUDA_FAIL_REGISTER", 0)) return E_OOM;
+  pthread_mutex_lock(&g_mu);
+  if (is_registered(p, 1)) {
+    pthread_mutex_unlock(&g_mu);
+    return E_ALREADY_REGISTERED;
+  }
+  Reg* r = calloc(1, sizeof *r);
+  r->p = p;
+  r->n = n;
+  r->next = g_regs;
+  g_regs = r;
+  g_cnt.registered++;
+  pthread_mutex_unlock(&g_mu);
+  return OK;
+}
+EXPORT CUresult cuMemHostUnregister(void* p) {
+  pthread_mutex_lock(&g_mu);
+  for (Reg** pr = &g_regs; *pr; pr = &(*pr)->next)
+    if ((*pr)->p == p) {
+      Reg* r = *pr;
+      *pr = r->next;
+      free(r);
+      g_cnt.registered--;
+      pthread_mutex_unlock(&g_mu);
+      return OK;
+    }
+  pthread_mutex_unlock(&g_mu);
+  return E_NOT_REGISTERED;
+}
+
+static CUresult copy_now(void* dst, const void* src, size_t n) {
+  char* d = resolve(dst, n);
+  const char* s = resolve(src, n);
+  if (!d || !s) return E_ILLEGAL_ADDRESS;
+  memmove(d, s, n);
+  return OK;
+}
+EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  if (!have_ctx()) return E_INVALID_CONTEXT;
+  __atomic_add_fetch(&g_cnt.sync_copies, 1, __ATOMIC_RELAXED);
+  return copy_now((void*)(uintptr_t)dst, (void*)(uintptr_t)src, n);
+}
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { return cuMemcpy(dst, (CUdeviceptr)(uintptr_t)src, n); }
+EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { return cuMemcpy((CUdeviceptr)(uintptr_t)dst, src, n); }
+
+/* ---- streams and events ---- */
+typedef struct CUevent_st {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  unsigned long long recorded, done;
+} Event;
+typedef struct Op {
+  char *dst;
+  const char* src;
+  size_t n;
+  Event* ev;
+  unsigned long long seq;
+  struct Op* next;
+} Op;
+typedef struct CUstream_st {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  Op *head, *tail;
+  uint64_t queued, submitted, completed;
+  int stop;
+} Stream;
+
+static void* stream_main(void* arg) {
+  Stream* s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+    if (!s->head) break;
+    Op* op = s->head;
+    pthread_mutex_unlock(&s->mu);
+    if (op->ev) {
+      pthread_mutex_lock(&op->ev->mu);
+      if (op->seq > op->ev->done) op->ev->done = op->seq;
+      pthread_cond_broadcast(&op->ev->cv);
+      pthread_mutex_unlock(&op->ev->mu);
+    } else {
+      if (g_copy_us) usleep((useconds_t)g_copy_us);
+      memmove(op->dst, op->src, op->n);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->head = op->next;
+    if (!s->head) s->tail = NULL;
+    if (!op->ev) s->queued--;
+    s->completed++;
+    pthread_cond_broadcast(&s->cv);
+    free(op);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+static void push(Stream* s, Op* op) {
+  pthread_mutex_lock(&s->mu);
+  if (s->tail) s->tail->next = op;
+  else s->head = op;
+  s->tail = op;
+  s->submitted++;
+  if (!op->ev) {
+    s->queued++;
+    pthread_mutex_lock(&g_mu);
+    if (s->queued > g_cnt.max_queued) g_cnt.max_queued = s->queued;
+    pthread_mutex_unlock(&g_mu);
+  }
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+EXPORT CUresult cuStreamCreate(Stream** out, unsigned flags) {
+  (void)flags;
+  if (!have_ctx()) return E_INVALID_CONTEXT;
+  Stream* s = calloc(1, sizeof *s);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  pthread_create(&s->thread, NULL, stream_main, s);
+  __atomic_add_fetch(&g_cnt.streams, 1, __ATOMIC_RELAXED);
+  *out = s;
+  return OK;
+}
+EXPORT CUresult cuStreamSynchronize(Stream* s) {
+  pthread_mutex_lock(&s->mu);
+  while (s->completed < s->submitted) pthread_cond_wait(&s->cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  return OK;
+}
+EXPORT CUresult cuStreamDestroy_v2(Stream* s) {
+  cuStreamSynchronize(s);
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  free(s);
+  __atomic_sub_fetch(&g_cnt.streams, 1, __ATOMIC_RELAXED);
+  return OK;
+}
+static CUresult copy_async(void* dst, const void* src, size_t n, Stream* s, const void* host) {
+  if (!have_ctx()) return E_INVALID_CONTEXT;
+  uint64_t k = __atomic_fetch_add(&g_cnt.async_copies, 1, __ATOMIC_RELAXED);
+  if (g_fail_copy_after >= 0 && (long)k >= g_fail_copy_after) return E_ILLEGAL_ADDRESS;
+  pthread_mutex_lock(&g_mu);
+  if (!is_registered(host, n)) g_cnt.async_unpinned++;
+  pthread_mutex_unlock(&g_mu);
+  Op* op = calloc(1, sizeof *op);
+  op->dst = resolve(dst, n);
+  op->src = resolve(src, n);
+  op->n = n;
+  if (!op->dst || !op->src) {
+    free(op);
+    return E_ILLEGAL_ADDRESS;
+  }
+  push(s, op);
+  return OK;
+}
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, Stream* s) {
+  return copy_async((void*)(uintptr_t)dst, src, n, s, src);
+}
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, Stream* s) {
+  return copy_async(dst, (void*)(uintptr_t)src, n, s, dst);
+}
+EXPORT CUresult cuEventCreate(Event** out, unsigned flags) {
+  (void)flags;
+  Event* e = calloc(1, sizeof *e);
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  *out = e;
+  return OK;
+}
+EXPORT CUresult cuEventDestroy_v2(Event* e) { free(e); return OK; }
+EXPORT CUresult cuEventRecord(Event* e, Stream* s) {
+  Op* op = calloc(1, sizeof *op);
+  pthread_mutex_lock(&e->mu);
+  op->seq = ++e->recorded;
+  pthread_mutex_unlock(&e->mu);
+  op->ev = e;
+  __atomic_add_fetch(&g_cnt.events_recorded, 1, __ATOMIC_RELAXED);
+  push(s, op);
+  return OK;
+}
+EXPORT CUresult cuEventSynchronize(Event* e) {
+  __atomic_add_fetch(&g_cnt.event_waits, 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&e->mu);
+  while (e->done < e->recorded) pthread_cond_wait(&e->cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
+  return OK;
+}
+
+EXPORT void fake_cuda_counters(fake_counters_t* out) {
+  pthread_mutex_lock(&g_mu);
+  *out = g_cnt;
+  pthread_mutex_unlock(&g_mu);
+}
+EXPORT void fake_cuda_reset_counters(void) {
+  pthread_mutex_lock(&g_mu);
+  uint64_t reg = g_cnt.registered, live = g_cnt.live_allocs, streams = g_cnt.streams;
+  memset(&g_cnt, 0, sizeof g_cnt);
+  g_cnt.registered = reg;
+  g_cnt.live_allocs = live;
+  g_cnt.streams = streams;
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- cuFile ---- */
+typedef struct { int err; int cu_err; } CUfileError_t;
+typedef struct { int type; union { int fd; void* handle; } handle; const void* fs_ops; } CUfileDescr_t;
+typedef struct {
+  unsigned major_version, minor_version;
+  size_t poll_thresh_size, max_direct_io_size;
+  unsigned dstatusflags, dcontrolflags;
+} CUfileNvfs;
+typedef struct {
+  CUfileNvfs nvfs;
+  unsigned fflags, max_device_cache_size, per_buffer_cache_size, max_device_pinned_mem_size, max_batch_io_size,
+      max_batch_io_timeout_msecs;
+} CUfileDrvProps_t;
+typedef struct {
+  int mode;
+  union { struct { void* devPtr_base; off_t file_offset; off_t devPtr_offset; size_t size; } batch; } u;
+  void* fh;
+  int opcode;
+  void* cookie;
+} CUfileIOParams_t;
+typedef struct { void* cookie; int status; size_t ret; } CUfileIOEvents_t;
+typedef struct { int fd; } FileHandle;
+typedef struct { unsigned cap, n, taken; CUfileIOEvents_t* ev; } Batch;
+static int g_cufile_open;
+static const CUfileError_t CF_OK = {0, 0};
+
+EXPORT CUfileError_t cuFileDriverOpen(void) { g_cufile_open = 1; return CF_OK; }
+EXPORT CUfileError_t cuFileDriverClose_v2(void) { g_cufile_open = 0; return CF_OK; }
+EXPORT CUfileError_t cuFileDriverClose(void) { return cuFileDriverClose_v2(); }
+EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* p) {
+  memset(p, 0, sizeof *p);
+  if (env_long("FAKE_CUFILE_NVFS", 0)) { p->nvfs.major_version = 2; p->nvfs.minor_version = 17; }
+  p->nvfs.dcontrolflags = 1u << 1; /* compat mode allowed */
+  p->max_batch_io_size = 128;
+  return CF_OK;
+}
+EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
+  if (!g_cufile_open) return (CUfileError_t){5001, 0};
+  FileHandle* h = calloc(1, sizeof *h);
+  h->fd = d->handle.fd;
+  *fh = h;
+  __atomic_add_fetch(&g_cnt.cufile_handles, 1, __ATOMIC_RELAXED);
+  return CF_OK;
+}
+EXPORT void cuFileHandleDeregister(void* fh) {
+  free(fh);
+  __atomic_sub_fetch(&g_cnt.cufile_handles, 1, __ATOMIC_RELAXED);
+}
+EXPORT CUfileError_t cuFileBufRegister(const void* p, size_t n, int flags) {
+  (void)flags;
+  if (!resolve(p, n) || resolve(p, n) == p) return (CUfileError_t){5013, 0};  /* not device memory */
+  __atomic_add_fetch(&g_cnt.cufile_buf_registers, 1, __ATOMIC_RELAXED);
+  return CF_OK;
+}
+EXPORT CUfileError_t cuFileBufDeregister(const void* p) {
+  (void)p;
+  __atomic_sub_fetch(&g_cnt.cufile_buf_registers, 1, __ATOMIC_RELAXED);
+  return CF_OK;
+}
+static ssize_t file_io(FileHandle* h, const void* base, size_t n, off_t off, off_t boff, int write) {
+  char* p = resolve((const char*)base + boff, n);
+  if (!p || p == (const char*)base + boff) return -EINVAL;  /* only device memory here */
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = write ? pwrite(h->fd, p + done, n - done, off + (off_t)done) : pread(h->fd, p + done, n - done, off + (off_t)done);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    if (r == 0) break;
+    done += (size_t)r;
+  }
+  return (ssize_t)done;
+}
+EXPORT ssize_t cuFileRead(void* fh, void* base, size_t n, off_t off, off_t boff) {
+  __atomic_add_fetch(&g_cnt.cufile_reads, 1, __ATOMIC_RELAXED);
+  return file_io(fh, base, n, off, boff, 0);
+}
+EXPORT ssize_t cuFileWrite(void* fh, const void* base, size_t n, off_t off, off_t boff) {
+  __atomic_add_fetch(&g_cnt.cufile_writes, 1, __ATOMIC_RELAXED);
+  return file_io(fh, base, n, off, boff, 1);
+}
+EXPORT CUfileError_t cuFileBatchIOSetUp(void** id, unsigned nr) {
+  Batch* b = calloc(1, sizeof *b);
+  b->cap = nr;
+  b->ev = calloc(nr, sizeof *b->ev);
+  *id = b;
+  return CF_OK;
+}
+EXPORT CUfileError_t cuFileBatchIOSubmit(void* id, unsigned nr, CUfileIOParams_t* io, unsigned flags) {
+  (void)flags;
+  Batch* b = id;
+  if (b->n + nr > b->cap) return (CUfileError_t){5035, 0};
+  for (unsigned i = 0; i < nr; ++i) {
+    ssize_t r = file_io(io[i].fh, io[i].u.batch.devPtr_base, io[i].u.batch.size, io[i].u.batch.file_offset,
+                        io[i].u.batch.devPtr_offset, io[i].opcode == 1);
+    CUfileIOEvents_t* e = &b->ev[b->n++];
+    e->cookie = io[i].cookie;
+    e->status = r < 0 ? 0x40 : 0x10;  /* FAILED : COMPLETE */
+    e->ret = r < 0 ? (size_t)r : (size_t)r;
+    __atomic_add_fetch(&g_cnt.cufile_batch_ios, 1, __ATOMIC_RELAXED);
+  }
+  return CF_OK;
+}
+EXPORT CUfileError_t cuFileBatchIOGetStatus(void* id, unsigned min_nr, unsigned* nr, CUfileIOEvents_t* ev, void* timeout) {
+  (void)min_nr;
+  (void)timeout;
+  Batch* b = id;
+  unsigned k = 0;
+  while (k < *nr && b->taken < b->n) ev[k++] = b->ev[b->taken++];
+  *nr = k;
+  return CF_OK;
+}
+EXPORT CUfileError_t cuFileBatchIOCancel(void* id) { (void)id; return CF_OK; }
+EXPORT void cuFileBatchIODestroy(void* id) {
+  Batch* b = id;
+  free(b->ev);
+  free(b);
+}
