@@ -241,24 +241,21 @@ File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool wr
 }
 
 const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const {
-  if (t.on_device() == planned.device()) return nullptr;
+  if (planned.serves(t)) return nullptr;
   const std::string was = fixed_ ? fixed_->name() : "auto";
+  const io::Mechanism* m = io::find(t.on_device() ? "staged" : "parallel");
   if (t.on_device()) {
     io::IoContext ctx{ref_, settings_, ThreadPool::shared(), t};
-    const io::Mechanism& m = io::find("staged")->resolve(ctx);
-    if (fixed_)
-      base::warn_once("device-buffer:" + was, "mechanism " + was + " cannot address GPU memory: requests with "
-                                                  "buffers on the GPU run " + m.name() + " (set mechanism to naive, staged or gds)");
-    if (why)
-      *why = "the buffer is in " + t.name() + " memory: " + m.name() +
-             (fixed_ ? " (mechanism=" + was + " serves host memory only)" : " (auto's choice for GPU buffers)");
-    return &m;
+    m = &m->resolve(ctx);
   }
-  const io::Mechanism& m = *io::find("parallel");
-  base::warn_once("host-buffer:" + was, "mechanism " + was + " serves GPU memory: requests with host buffers run " +
-                                            m.name());
-  if (why) *why = "the buffer is in host memory: " + std::string(m.name()) + " (mechanism=" + was + " serves GPU memory only)";
-  return &m;
+  const std::string where = t.on_device() ? t.name() : "host";
+  if (fixed_)
+    base::warn_once("target:" + was + ":" + where, "mechanism " + was + " cannot serve " + where + " memory: those requests run " +
+                                                      m->name());
+  if (why)
+    *why = "the buffer is in " + where + " memory: " + m->name() +
+           (fixed_ ? " (mechanism=" + was + " cannot serve it)" : " (auto's choice for GPU buffers)");
+  return m;
 }
 
 std::string File::fixed_why() const {

@@ -38,12 +38,13 @@ class Gds final : public Mechanism {
     return find("staged")->resolve(c);
   }
 
+  // cuFile takes device memory only; the engine sends managed memory to staged.
+  bool serves(const cu::Target& t) const override { return t.kind == cu::MemKind::device; }
+
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
-    if (c.target.kind == cu::MemKind::managed) return managed_fallback(c).read(c, buf, n, off);
     return run(c, static_cast<char*>(buf), n, off, false);
   }
   void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
-    if (c.target.kind == cu::MemKind::managed) return managed_fallback(c).write(c, buf, n, off);
     const size_t got = run(c, static_cast<char*>(const_cast<void*>(buf)), n, off, true);
     if (got != n) throw Error(EIO, "cuFileWrite", c.file.path, static_cast<int64_t>(off + got), "write made no progress");
   }
@@ -57,11 +58,6 @@ class Gds final : public Mechanism {
   }
 
  private:
-  static const Mechanism& managed_fallback(const IoContext& c) {
-    base::warn_once("gds-managed", "cuFile does not take managed memory: those requests run staged");
-    return find("staged")->resolve(c);
-  }
-
   void* handle(const IoContext& c, const cf::Api& a) const {
     std::lock_guard lk(mu_);
     void*& h = handles_[c.file.id];

@@ -46,6 +46,8 @@ class Mechanism {
   virtual int rank() const = 0;  // display order
   // Device mechanisms (naive, staged, gds) serve buffers in GPU memory; the others serve host memory.
   virtual bool device() const { return false; }
+  // Whether this mechanism can move bytes to and from memory at `t` (gds: not managed memory).
+  virtual bool serves(const mem::cuda::Target& t) const { return t.on_device() == device(); }
   // Whether the mechanism can run on this machine at all; `why` says what is missing.
   virtual bool available(std::string* why) const {
     (void)why;

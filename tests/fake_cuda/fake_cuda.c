@@ -14,6 +14,7 @@
  * fake_cuda_counters() tells tests what happened. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -392,6 +393,8 @@ EXPORT CUresult cuStreamDestroy_v2(Stream* s) {
 static CUresult copy_async(void* dst, const void* src, size_t n, Stream* s, const void* host) {
   if (!have_ctx()) return E_INVALID_CONTEXT;
   uint64_t k = __atomic_fetch_add(&g_cnt.async_copies, 1, __ATOMIC_RELAXED);
+  g_fail_copy_after = env_long("FAKE_CUDA_FAIL_COPY_AFTER", -1);  /* read each time: tests change it */
+  g_copy_us = env_long("FAKE_CUDA_COPY_US", 0);
   if (g_fail_copy_after >= 0 && (long)k >= g_fail_copy_after) return E_ILLEGAL_ADDRESS;
   pthread_mutex_lock(&g_mu);
   if (!is_registered(host, n)) g_cnt.async_unpinned++;
@@ -494,12 +497,21 @@ EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* p) {
 EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
   if (!g_cufile_open) return (CUfileError_t){5001, 0};
   FileHandle* h = calloc(1, sizeof *h);
-  h->fd = d->handle.fd;
+  /* Real cuFile takes O_DIRECT descriptors and handles alignment itself; the fake reads through a
+   * buffered descriptor on the same file. */
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", d->handle.fd);
+  h->fd = open(proc, (fcntl(d->handle.fd, F_GETFL) & O_ACCMODE) | O_CLOEXEC);
+  if (h->fd < 0) {
+    free(h);
+    return (CUfileError_t){5026, 0};
+  }
   *fh = h;
   __atomic_add_fetch(&g_cnt.cufile_handles, 1, __ATOMIC_RELAXED);
   return CF_OK;
 }
 EXPORT void cuFileHandleDeregister(void* fh) {
+  close(((FileHandle*)fh)->fd);
   free(fh);
   __atomic_sub_fetch(&g_cnt.cufile_handles, 1, __ATOMIC_RELAXED);
 }

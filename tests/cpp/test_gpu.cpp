@@ -1,0 +1,370 @@
+// GPU targets through the C API: byte-identical round trips between files and device or managed
+// memory for every device mechanism, unaligned offsets and sizes, several threads, end of file,
+// the mechanism that ran, and error paths. Label `gpu`: runs on the real driver where there is a
+// GPU and skips cleanly where there is none; ctest also runs it as `test_gpu_fake` against
+// tests/fake_cuda (ACCIO_LIBCUDA), whose device memory faults on any host access, so CI without a
+// GPU exercises every device path. Fake-only tests (failure injection) check ACCIO_TEST_FAKE_GPU.
+#include <accio/accio.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "helpers.hpp"
+
+namespace {
+using testing_accio::TempDir;
+
+bool fake() { return std::getenv("ACCIO_TEST_FAKE_GPU") != nullptr; }
+
+#define REQUIRE_GPU()                                         \
+  do {                                                        \
+    char why_[512];                                           \
+    if (!accio_cuda_available(why_, sizeof why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+std::vector<char> pattern(size_t n, unsigned seed) {
+  std::vector<char> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& c : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return v;
+}
+
+void write_file(const std::string& path, const std::vector<char>& data, off_t off = 0) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, data.data(), data.size(), off), static_cast<ssize_t>(data.size()));
+  close(fd);
+}
+std::vector<char> read_file(const std::string& path) {
+  std::vector<char> v;
+  int fd = ::open(path.c_str(), O_RDONLY);
+  char buf[65536];
+  ssize_t r;
+  while ((r = read(fd, buf, sizeof buf)) > 0) v.insert(v.end(), buf, buf + r);
+  close(fd);
+  return v;
+}
+
+struct DeviceMem {
+  void* p = nullptr;
+  DeviceMem(size_t n, bool managed) { EXPECT_EQ(accio_device_alloc(0, n, managed, &p), 0) << accio_last_error(); }
+  ~DeviceMem() { accio_device_free(p); }
+  char* at(size_t off) const { return static_cast<char*>(p) + off; }
+};
+
+accio_settings* settings(const std::string& mech, std::initializer_list<std::pair<const char*, const char*>> kv = {}) {
+  accio_settings* s = accio_settings_new();
+  accio_settings_set(s, "mechanism", mech.c_str());
+  accio_settings_set(s, "profile", "off");
+  accio_settings_set(s, "threads", "4");
+  accio_settings_set(s, "task_size", "1MiB");
+  accio_settings_set(s, "buffer_size", "256KiB");  // several ring chunks per task
+  for (auto& [k, v] : kv) accio_settings_set(s, k, v);
+  return s;
+}
+
+std::string ran(accio_file* f) {
+  accio_stats st;
+  accio_file_stats(f, &st);
+  return st.last_mechanism >= 0 ? accio_mechanism_name(st.last_mechanism) : "none";
+}
+
+struct Case {
+  const char* mechanism;
+  bool managed;
+  const char* extra;  // "direct" for staged with O_DIRECT
+};
+std::string case_name(const testing::TestParamInfo<Case>& i) {
+  return std::string(i.param.mechanism) + (i.param.managed ? "_managed" : "_device") + (*i.param.extra ? "_" : "") + i.param.extra;
+}
+
+class GpuRoundTrip : public testing::TestWithParam<Case> {};
+
+TEST_P(GpuRoundTrip, ReadAndWriteAreByteIdentical) {
+  REQUIRE_GPU();
+  const Case c = GetParam();
+  if (std::string(c.mechanism) == "gds") {
+    char why[256];
+    if (!accio_gds_info(why, sizeof why)) GTEST_SKIP() << why;
+  }
+  TempDir dir;
+  std::vector<size_t> sizes = {0, 1, 4095, 4096, 4097, (1u << 20) + 13, (9u << 20) + 7};
+  if (!fake()) sizes.push_back(size_t{1} << 30);  // the real GPU also takes 1 GiB
+  // gds on managed memory runs staged (cuFile does not take managed memory).
+  const std::string expect = std::string(c.mechanism) == "gds" && c.managed ? "staged" : c.mechanism;
+  accio_settings* s = settings(c.mechanism, {{"direct", *c.extra ? "on" : "off"}});
+  unsigned seed = 1;
+  for (size_t n : sizes) {
+    for (size_t off : {size_t{0}, size_t{4093}}) {
+      SCOPED_TRACE("size " + std::to_string(n) + " offset " + std::to_string(off));
+      const std::vector<char> data = pattern(n, seed++);
+      const std::string path = dir.file("in");
+      write_file(path, data, static_cast<off_t>(off));
+      DeviceMem dev(n + 3, c.managed);
+      accio_file* f;
+      ASSERT_EQ(accio_open(&f, path.c_str(), "r", s), 0) << accio_last_error();
+      ASSERT_EQ(accio_pread(f, dev.at(3), n, static_cast<int64_t>(off)), static_cast<int64_t>(n)) << accio_last_error();
+      if (n) {
+        EXPECT_EQ(ran(f), expect);
+      }
+      accio_close(f);
+      std::vector<char> back(n);
+      ASSERT_EQ(accio_device_copy(back.data(), dev.at(3), n), 0);
+      ASSERT_TRUE(back == data) << "read differs";
+
+      // Write it back out from device memory; the file must equal what was read.
+      const std::string out = dir.file("out");
+      ASSERT_EQ(accio_open(&f, out.c_str(), "w", s), 0) << accio_last_error();
+      ASSERT_EQ(accio_pwrite(f, dev.at(3), n, static_cast<int64_t>(off)), static_cast<int64_t>(n)) << accio_last_error();
+      ASSERT_EQ(accio_fsync(f), 0);
+      accio_close(f);
+      std::vector<char> file = read_file(out);
+      ASSERT_EQ(file.size(), n ? off + n : 0) << "a write of 0 bytes does not extend the file";
+      ASSERT_TRUE(std::equal(data.begin(), data.end(), file.begin() + static_cast<long>(off))) << "write differs";
+    }
+  }
+  accio_settings_free(s);
+}
+
+TEST_P(GpuRoundTrip, ShortReadAtEndOfFileAndConcurrentRequests) {
+  REQUIRE_GPU();
+  const Case c = GetParam();
+  if (std::string(c.mechanism) == "gds") {
+    char why[256];
+    if (!accio_gds_info(why, sizeof why)) GTEST_SKIP() << why;
+  }
+  TempDir dir;
+  const size_t n = (6u << 20) + 555;
+  const std::vector<char> data = pattern(n, 99);
+  write_file(dir.file("f"), data);
+  accio_settings* s = settings(c.mechanism, {{"direct", *c.extra ? "on" : "off"}});
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  DeviceMem dev(n + 8192, c.managed);
+  // Past the end: the bytes that exist.
+  EXPECT_EQ(accio_pread(f, dev.at(0), 8192, static_cast<int64_t>(n - 100)), 100) << accio_last_error();
+  EXPECT_EQ(accio_pread(f, dev.at(0), 8192, static_cast<int64_t>(n + 10)), 0);
+  // Four threads, disjoint quarters into one device buffer.
+  std::vector<std::thread> ts;
+  const size_t q = n / 4;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      const size_t len = t == 3 ? n - 3 * q : q;
+      EXPECT_EQ(accio_pread(f, dev.at(t * q), len, static_cast<int64_t>(t * q)), static_cast<int64_t>(len));
+    });
+  for (auto& t : ts) t.join();
+  std::vector<char> back(n);
+  accio_device_copy(back.data(), dev.at(0), n);
+  EXPECT_TRUE(back == data);
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Mechanisms, GpuRoundTrip,
+                         testing::Values(Case{"naive", false, ""}, Case{"naive", true, ""}, Case{"staged", false, ""},
+                                         Case{"staged", true, ""}, Case{"staged", false, "direct"},
+                                         Case{"gds", false, ""}, Case{"gds", true, ""}),
+                         case_name);
+
+TEST(Gpu, PointerKindsAndDeviceFacts) {
+  REQUIRE_GPU();
+  EXPECT_GE(accio_gpu_count(), 1);
+  accio_gpu_info g;
+  ASSERT_EQ(accio_gpu_info_get(0, &g), 0);
+  EXPECT_GT(g.memory, 0u);
+  EXPECT_EQ(std::strlen(g.pci_bus_id), 12u) << g.pci_bus_id;
+  EXPECT_LT(accio_gpu_info_get(99, &g), 0);
+  EXPECT_EQ(accio_last_errno(), ENODEV);
+  DeviceMem d(4096, false), m(4096, true);
+  int dev = -5;
+  EXPECT_EQ(accio_mem_kind(d.p, &dev), ACCIO_MEM_DEVICE);
+  EXPECT_EQ(dev, 0);
+  EXPECT_EQ(accio_mem_kind(d.at(100), &dev), ACCIO_MEM_DEVICE) << "interior pointers are device memory too";
+  EXPECT_EQ(accio_mem_kind(m.p, &dev), ACCIO_MEM_MANAGED);
+  char host[16];
+  EXPECT_EQ(accio_mem_kind(host, &dev), ACCIO_MEM_HOST);
+  EXPECT_EQ(dev, -1);
+  void* p;
+  EXPECT_LT(accio_device_alloc(99, 16, 0, &p), 0);
+  EXPECT_EQ(accio_last_errno(), ENODEV);
+}
+
+TEST(Gpu, AutoAndHostMechanismsServeDeviceBuffersStaged) {
+  REQUIRE_GPU();
+  TempDir dir;
+  const std::vector<char> data = pattern(3u << 20, 5);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  for (const char* mech : {"auto", "posix", "parallel", "direct", "uring"}) {
+    accio_settings* s = settings(mech);
+    accio_file* f;
+    ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+    char plan[128], why[512];
+    ASSERT_EQ(accio_explain(f, dev.p, data.size(), 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why), 0);
+    EXPECT_STREQ(plan, "staged") << mech << ": " << why;
+    EXPECT_NE(std::string(why).find("cuda:0"), std::string::npos) << why;
+    ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+    EXPECT_EQ(ran(f), "staged") << mech;
+    accio_close(f);
+    accio_settings_free(s);
+  }
+  std::vector<char> back(data.size());
+  accio_device_copy(back.data(), dev.p, back.size());
+  EXPECT_TRUE(back == data);
+  // A device mechanism given host memory runs parallel.
+  accio_settings* s = settings("staged");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  std::vector<char> host(data.size());
+  EXPECT_EQ(accio_pread(f, host.data(), host.size(), 0), static_cast<int64_t>(host.size()));
+  EXPECT_EQ(ran(f), "parallel");
+  EXPECT_TRUE(host == data);
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+TEST(Gpu, ErrorsNameTheOperationAndLoseNothing) {
+  REQUIRE_GPU();
+  TempDir dir;
+  const std::vector<char> data = pattern(1u << 20, 8);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("staged");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "w", s), 0);  // truncates: now empty, write-only
+  EXPECT_EQ(accio_pread(f, dev.p, 4096, 0), -EBADF);
+  accio_close(f);
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  EXPECT_EQ(accio_pwrite(f, dev.p, 4096, 0), -EBADF);
+  EXPECT_EQ(accio_pread(f, dev.p, 4096, 0), 0) << "empty file: zero bytes, not an error";
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+// ---- fake driver only: failure injection ----
+struct FakeCounters {
+  uint64_t async_copies, async_unpinned, sync_copies, events_recorded, event_waits, max_queued;
+  uint64_t registered, live_allocs, streams;
+  uint64_t cufile_reads, cufile_writes, cufile_buf_registers, cufile_batch_ios, cufile_handles;
+};
+FakeCounters counters() {
+  FakeCounters c{};
+  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  if (auto fn = reinterpret_cast<void (*)(FakeCounters*)>(h ? dlsym(h, "fake_cuda_counters") : nullptr)) fn(&c);
+  return c;
+}
+
+TEST(FakeGpu, StagedCopiesFromRegisteredRingsThatAreReused) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(8u << 20, 11);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("staged", {{"buffer_size", "128KiB"}, {"ring_depth", "4"}});
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
+  const FakeCounters a = counters();
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
+  const FakeCounters b = counters();
+  EXPECT_EQ(b.streams, a.streams) << "rings (and their streams) must be reused, not created per request";
+  EXPECT_EQ(b.registered, a.registered) << "staging buffers registered once";
+  EXPECT_EQ(b.async_unpinned, a.async_unpinned) << "every copy from registered memory";
+  EXPECT_EQ(b.async_copies - a.async_copies, 5u * 64) << "8 MiB in 128 KiB chunks, five times";
+  EXPECT_EQ(b.sync_copies, a.sync_copies) << "staged never copies synchronously";
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+TEST(FakeGpu, RegistrationRefusedDegradesWithAWarning) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(2u << 20, 12);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  setenv("FAKE_CUDA_FAIL_REGISTER", "1", 1);
+  accio_settings* s = settings("staged", {{"buffer_size", "72KiB"}});  // a ring set of its own
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  EXPECT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  unsetenv("FAKE_CUDA_FAIL_REGISTER");
+  std::vector<char> back(data.size());
+  accio_device_copy(back.data(), dev.p, back.size());
+  EXPECT_TRUE(back == data);
+  char w[8192];
+  accio_warnings(w, sizeof w);
+  EXPECT_NE(std::string(w).find("cuMemHostRegister"), std::string::npos) << w;
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+TEST(FakeGpu, CopyFailureIsAnErrorAndTheNextRequestWorks) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(4u << 20, 13);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("staged");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  const FakeCounters c = counters();
+  setenv("FAKE_CUDA_FAIL_COPY_AFTER", std::to_string(c.async_copies + 5).c_str(), 1);
+  EXPECT_EQ(accio_pread(f, dev.p, data.size(), 0), -EIO);
+  EXPECT_NE(std::string(accio_last_error()).find("cuMemcpyHtoDAsync"), std::string::npos) << accio_last_error();
+  unsetenv("FAKE_CUDA_FAIL_COPY_AFTER");
+  EXPECT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  std::vector<char> back(data.size());
+  accio_device_copy(back.data(), dev.p, back.size());
+  EXPECT_TRUE(back == data);
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+TEST(FakeGpu, DeviceMemoryIsNeverTouchedByTheHost) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  // The fake maps device memory PROT_NONE: a pread straight into it fails with EFAULT. This is what
+  // would happen if a host mechanism were handed a device pointer.
+  DeviceMem dev(4096, false);
+  TempDir dir;
+  write_file(dir.file("f"), pattern(4096, 1));
+  int fd = ::open(dir.file("f").c_str(), O_RDONLY);
+  errno = 0;
+  EXPECT_EQ(pread(fd, dev.p, 4096, 0), -1);
+  EXPECT_EQ(errno, EFAULT);
+  close(fd);
+}
+
+TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(3u << 20, 14);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  char why[512];
+  const char* nvfs = std::getenv("FAKE_CUFILE_NVFS");
+  EXPECT_EQ(accio_gds_mode(f, why, sizeof why), nvfs && std::atoi(nvfs) ? 1 : 0) << why;
+  const FakeCounters a = counters();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
+  const FakeCounters b = counters();
+  EXPECT_EQ(b.cufile_reads - a.cufile_reads, 3u * 3) << "3 MiB in 1 MiB tasks, three times";
+  EXPECT_EQ(b.cufile_handles, a.cufile_handles + 1) << "one cuFile handle per open file";
+  EXPECT_EQ(ran(f), "gds");
+  accio_close(f);
+  EXPECT_EQ(counters().cufile_handles, a.cufile_handles) << "the handle is deregistered at close";
+  accio_settings_free(s);
+}
+
+}  // namespace
