@@ -8,7 +8,16 @@
     accio.write("copy.bin", arr)
 
 Any host buffer works: bytes-like objects (bytearray, memoryview, mmap), NumPy arrays, and
-DLPack arrays (e.g. PyTorch CPU tensors). Settings are the ACCIO_* knobs by lower-case name.
+DLPack arrays (e.g. PyTorch CPU tensors). So does GPU memory: CuPy arrays, PyTorch CUDA tensors,
+Numba and JAX arrays (``__cuda_array_interface__`` or DLPack) go through the device mechanisms
+(naive, staged, gds; auto picks staged):
+
+    t = torch.empty(n, dtype=torch.uint8, device="cuda")
+    with accio.open("weights.bin") as f:
+        f.read_into(t)
+    g = accio.read("weights.bin", device="cuda:0")   # a CuPy array, or an accio.DeviceArray
+
+Settings are the ACCIO_* knobs by lower-case name.
 """
 from __future__ import annotations
 
@@ -22,9 +31,37 @@ from . import _ext
 from ._errors import Error
 
 __all__ = ["open", "read", "write", "File", "Future", "Error", "settings", "mechanisms",
-           "global_stats", "reset_global_stats", "__version__"]
+           "global_stats", "reset_global_stats", "DeviceArray", "device_array", "gpus", "cuda_available",
+           "__version__"]
 __version__: str = _ext.version()
 Future = _ext.Future
+DeviceArray = _ext.DeviceArray
+
+
+def _ordinal(device: str | int) -> int:
+    """'cuda:1', 'cuda', 1 -> 1, 0, 1."""
+    if isinstance(device, int):
+        return device
+    name, _, num = str(device).partition(":")
+    if name != "cuda" or (num and not num.isdigit()):
+        raise ValueError(f"device {device!r}: expected 'cuda' or 'cuda:N'")
+    return int(num or 0)
+
+
+def cuda_available() -> tuple[bool, str]:
+    """(True, '') when the CUDA driver loads and reports a GPU, else (False, why)."""
+    return _ext.cuda_available()
+
+
+def gpus() -> list[dict]:
+    """The GPUs the driver reports: name, PCI bus id, memory, NUMA node, link, local CPUs."""
+    return _ext.gpus()
+
+
+def device_array(nbytes: int, device: str | int = "cuda:0", managed: bool = False) -> DeviceArray:
+    """nbytes of GPU memory owned by the returned DeviceArray (freed with it). It exposes
+    __cuda_array_interface__ and DLPack: cupy.asarray(a), torch.from_dlpack(a) take it without a copy."""
+    return _ext.DeviceArray(nbytes, _ordinal(device), managed)
 
 
 def _kv(settings: dict[str, Any]) -> list[tuple[str, str]]:
@@ -146,14 +183,32 @@ def open(path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
     return File(path, mode, mechanism, **settings)
 
 
-def read(path: str | os.PathLike, mechanism: str | None = None, **settings: Any):
-    """Read a whole file into a new numpy.ndarray of uint8."""
-    import numpy as np
+def read(path: str | os.PathLike, mechanism: str | None = None, device: str | int | None = None,
+         **settings: Any):
+    """Read a whole file into a new numpy.ndarray of uint8, or with device="cuda:N" into GPU memory:
+    a cupy.ndarray of uint8 when CuPy is installed, else an accio.DeviceArray (DLPack and
+    __cuda_array_interface__, so torch.from_dlpack() takes it)."""
     with File(path, "r", mechanism, **settings) as f:
         n = f.size
-        arr = np.empty(n, dtype=np.uint8)
+        if device is None:
+            import numpy as np
+            arr = np.empty(n, dtype=np.uint8)
+            return arr[:f.read_into(arr, 0)]
+        ordinal = _ordinal(device)
+        try:
+            import cupy
+        except ImportError:
+            cupy = None
+        if cupy is not None:
+            with cupy.cuda.Device(ordinal):
+                arr = cupy.empty(n, dtype=cupy.uint8)
+            got = f.read_into(arr, 0)
+            return arr if got == n else arr[:got]
+        arr = device_array(n, ordinal)
         got = f.read_into(arr, 0)
-    return arr[:got]
+        if got != n:  # the file shrank while being read
+            raise Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
+        return arr
 
 
 def write(path: str | os.PathLike, data, mechanism: str | None = None, fsync: bool = False,

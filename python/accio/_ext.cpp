@@ -22,7 +22,15 @@ using namespace nb::literals;
 
 namespace {
 
-// A contiguous host view of any Python buffer (buffer protocol or DLPack), kept alive while used.
+// Bytes per element of a __cuda_array_interface__ typestr ("<f4", "|u1", "<c16").
+size_t typestr_size(const std::string& t) {
+  if (t.size() < 3) throw nb::value_error("__cuda_array_interface__: bad typestr");
+  return std::stoul(t.substr(2));
+}
+
+// A contiguous view of any Python buffer, kept alive while used: host memory through the buffer
+// protocol or DLPack; GPU memory through __cuda_array_interface__ (CuPy, Numba, PyTorch) or DLPack
+// (PyTorch, JAX, CuPy). The engine sees where the pointer lives and picks a device mechanism.
 class View {
  public:
   View(nb::handle obj, bool writable) {
@@ -34,17 +42,42 @@ class View {
       size_ = static_cast<size_t>(view_.len);
       return;
     }
+    array_ = nb::borrow(obj);
+    if (nb::hasattr(obj, "__cuda_array_interface__")) {
+      nb::dict cai = obj.attr("__cuda_array_interface__");
+      nb::tuple data = cai["data"];
+      if (writable && nb::cast<bool>(data[1])) throw nb::value_error("the device array is read-only");
+      const size_t item = typestr_size(nb::cast<std::string>(cai["typestr"]));
+      nb::tuple shape = cai["shape"];
+      size_t n = 1;
+      for (nb::handle d : shape) n *= nb::cast<size_t>(d);
+      if (cai.contains("strides") && !cai["strides"].is_none()) {
+        nb::tuple strides = cai["strides"];
+        int64_t expect = static_cast<int64_t>(item);
+        for (size_t d = nb::len(shape); d-- > 0;) {
+          const auto ext = nb::cast<int64_t>(shape[d]);
+          if (ext != 1 && nb::cast<int64_t>(strides[d]) != expect)
+            throw nb::value_error("device array must be C-contiguous");
+          expect *= ext;
+        }
+      }
+      ptr_ = reinterpret_cast<void*>(nb::cast<uintptr_t>(data[0]));
+      size_ = n * item;
+      return;
+    }
     nb::ndarray<> a;
     if (!nb::try_cast(obj, a, false))
-      throw nb::type_error("expected a bytes-like object, a NumPy array or a DLPack array");
-    if (a.device_type() != nb::device::cpu::value)
-      throw nb::type_error("array lives on a device; device targets (cuda:N) are not supported yet, pass host memory");
+      throw nb::type_error("expected a bytes-like object, a NumPy array, a DLPack array or an object with "
+                           "__cuda_array_interface__ (CuPy, PyTorch, Numba)");
+    const int dt = a.device_type();
+    if (dt != nb::device::cpu::value && dt != nb::device::cuda::value && dt != nb::device::cuda_host::value &&
+        dt != nb::device::cuda_managed::value)
+      throw nb::type_error("array lives on a device accio cannot address (only host and CUDA memory)");
     int64_t expect = 1;
     for (size_t d = a.ndim(); d-- > 0;) {
       if (a.shape(d) != 1 && a.stride(d) != expect) throw nb::value_error("array must be C-contiguous");
       expect *= a.shape(d);
     }
-    array_ = nb::borrow(obj);
     ptr_ = a.data();
     size_ = a.nbytes();
   }
@@ -62,6 +95,50 @@ class View {
   nb::object array_;
   void* ptr_ = nullptr;
   size_t size_ = 0;
+};
+
+// GPU memory that accio allocated (cuMemAlloc, or cuMemAllocManaged): what accio.read(path,
+// device="cuda:N") returns when CuPy is not installed. Exposes __cuda_array_interface__ and DLPack,
+// so cupy.asarray(a), torch.from_dlpack(a) and numba take it without a copy.
+class DeviceArray {
+ public:
+  DeviceArray(size_t nbytes, int device, bool managed) : size_(nbytes), device_(device), managed_(managed) {
+    accio::detail::check(accio_device_alloc(device, nbytes, managed, &ptr_));
+  }
+  ~DeviceArray() { accio_device_free(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  uintptr_t ptr() const { return reinterpret_cast<uintptr_t>(ptr_); }
+  size_t nbytes() const { return size_; }
+  int device() const { return device_; }
+  bool managed() const { return managed_; }
+  nb::dict cai() const {
+    nb::dict d;
+    d["shape"] = nb::make_tuple(size_);
+    d["typestr"] = "|u1";
+    d["data"] = nb::make_tuple(ptr(), false);
+    d["strides"] = nb::none();
+    d["version"] = 3;
+    return d;
+  }
+  nb::bytes to_bytes() const {
+    std::string out(size_, '\0');
+    accio::detail::check(accio_device_copy(out.data(), ptr_, size_));
+    return nb::bytes(out.data(), out.size());
+  }
+  void copy_from(nb::handle src) {
+    View v(src, false);
+    if (v.size() != size_) throw nb::value_error("size mismatch");
+    nb::gil_scoped_release nogil;
+    accio::detail::check(accio_device_copy(ptr_, v.ptr(), size_));
+  }
+  void* raw() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_;
+  int device_;
+  bool managed_;
 };
 
 // The result of read_into_async / write_from_async; holds the buffer until the request is done.
@@ -272,7 +349,7 @@ NB_MODULE(_ext, m) {
 
   m.def("bench_phase", [](const std::vector<PyFile*>& files, const std::vector<int64_t>& offsets,
                           const std::vector<int64_t>& lengths, size_t record, bool write, bool random, bool fsync,
-                          bool verify, uint64_t seed) {
+                          bool verify, uint64_t seed, int device) {
     if (files.size() != offsets.size() || files.size() != lengths.size())
       throw nb::value_error("files, offsets and lengths must have the same length");
     std::vector<accio_bench::Job> jobs;
@@ -280,13 +357,91 @@ NB_MODULE(_ext, m) {
     std::vector<accio_bench::Interval> r;
     {
       nb::gil_scoped_release nogil;
-      r = accio_bench::run_phase(jobs, {record, write, random, fsync, verify, seed});
+      r = accio_bench::run_phase(jobs, {record, write, random, fsync, verify, seed, device});
     }
     std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
     for (auto& iv : r) out.emplace_back(iv.start_ns, iv.end_ns, iv.bytes);
     return out;
   }, "files"_a, "offsets"_a, "lengths"_a, "record"_a, "write"_a, "random"_a = false, "fsync"_a = false,
-     "verify"_a = false, "seed"_a = 1, "Run one timed bench phase (see bench_phase.hpp); (start_ns, end_ns, bytes) per job.");
+     "verify"_a = false, "seed"_a = 1, "device"_a = -1, "Run one timed bench phase (see bench_phase.hpp); (start_ns, end_ns, bytes) per job.");
+
+  nb::class_<DeviceArray>(m, "DeviceArray")
+      .def(nb::init<size_t, int, bool>(), "nbytes"_a, "device"_a = 0, "managed"_a = false)
+      .def_prop_ro("ptr", &DeviceArray::ptr)
+      .def_prop_ro("nbytes", &DeviceArray::nbytes)
+      .def_prop_ro("device", &DeviceArray::device)
+      .def_prop_ro("managed", &DeviceArray::managed)
+      .def_prop_ro("__cuda_array_interface__", &DeviceArray::cai)
+      .def("__len__", &DeviceArray::nbytes)
+      .def("to_bytes", &DeviceArray::to_bytes, "A host copy of the contents.")
+      .def("copy_from", &DeviceArray::copy_from, "src"_a, "Copies a host or device buffer of the same size in.")
+      .def("__dlpack_device__", [](const DeviceArray& a) {
+        return nb::make_tuple(a.managed() ? nb::device::cuda_managed::value : nb::device::cuda::value, a.device());
+      })
+      .def("__dlpack__", [](nb::handle self, nb::kwargs kw) {
+        DeviceArray& a = nb::cast<DeviceArray&>(self);
+        size_t shape[1] = {a.nbytes()};
+        nb::ndarray<uint8_t, nb::ndim<1>> view(a.raw(), 1, shape, self, nullptr, nb::dtype<uint8_t>(),
+                                                a.managed() ? nb::device::cuda_managed::value : nb::device::cuda::value,
+                                                a.device());
+        nb::object o = nb::cast(view);
+        return o.attr("__dlpack__")(**kw);
+      });
+
+  m.def("cuda_available", [] {
+    char why[512];
+    const bool ok = accio_cuda_available(why, sizeof why);
+    return std::make_pair(ok, std::string(why));
+  });
+  m.def("gpus", [] {
+    nb::list out;
+    for (int i = 0, n = accio_gpu_count(); i < n; ++i) {
+      accio_gpu_info g;
+      if (accio_gpu_info_get(i, &g) != 0) continue;
+      nb::dict d;
+      d["ordinal"] = g.ordinal;
+      d["name"] = std::string(g.name);
+      d["pci_bus_id"] = std::string(g.pci_bus_id);
+      d["memory"] = g.memory;
+      d["compute_capability"] = std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor);
+      d["multiprocessors"] = g.multiprocessors;
+      d["copy_engines"] = g.copy_engines;
+      d["numa_node"] = g.numa_node;
+      d["link"] = std::string(g.link);
+      d["cpus"] = std::string(g.cpus);
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("mem_kind", [](nb::handle obj) {
+    View v(obj, false);
+    int dev = -1;
+    static const char* names[] = {"host", "pinned", "device", "managed"};
+    return std::make_pair(std::string(names[accio_mem_kind(v.ptr(), &dev)]), dev);
+  });
+  m.def("gds_info", [] {
+    char d[1024];
+    const bool ok = accio_gds_info(d, sizeof d);
+    return std::make_pair(ok, std::string(d));
+  });
+  m.def("gds_mode", [](PyFile& f) {
+    char d[1024];
+    const bool direct = accio_gds_mode(f.handle(), d, sizeof d) == 1;
+    return std::make_pair(direct, std::string(d));
+  });
+  m.def("cuda_copy_seconds", [](int device, bool to_device, size_t nbytes, size_t chunk, int threads) {
+    double sec = 0;
+    {
+      nb::gil_scoped_release nogil;
+      accio::detail::check(accio_cuda_copy_seconds(device, to_device, nbytes, chunk, threads, &sec));
+    }
+    return sec;
+  }, "device"_a, "to_device"_a, "nbytes"_a, "chunk"_a, "threads"_a);
+  m.def("mechanism_is_device", [](const std::string& name) {
+    for (int i = 0; i < accio_mechanism_count(); ++i)
+      if (name == accio_mechanism_name(i)) return accio_mechanism_device(i) == 1;
+    throw nb::value_error(("unknown mechanism " + name).c_str());
+  });
 
   m.def("version", [] { return std::string(accio_version()); });
   m.def("profile_key", [](const std::string& path) {

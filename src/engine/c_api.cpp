@@ -444,6 +444,12 @@ size_t accio_warnings(char* out, size_t len) {
   return all.size();
 }
 
+int accio_mechanism_device(int id) {
+  if (id < 0 || id >= static_cast<int>(accio::io::all().size()))
+    return fail(EINVAL, "accio_mechanism_device", "", -1, "no mechanism " + std::to_string(id));
+  return accio::io::all()[static_cast<size_t>(id)]->device();
+}
+
 int accio_cuda_available(char* why, size_t len) {
   std::string w;
   if (accio::mem::cuda::load(&w)) {

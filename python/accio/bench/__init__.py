@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: all ranks)")
     g.add_argument("-i", "--iterations", type=int, help="repetitions of every test (default 3); "
                    "median, min, max and stddev are reported")
-    g.add_argument("--target", default="host", help="where the buffers live: host (cuda:N needs the CUDA back end)")
+    g.add_argument("--target", default="host", help="where the buffers live: host or cuda:N (GPU memory: the "
+                   "columns are naive, staged, gds plus the ceilings host and pinned-copy)")
     g.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="an engine setting for every mechanism, e.g. --set threads=2 (repeatable)")
     g = p.add_argument_group("files")
@@ -86,7 +87,8 @@ def build_spec(args, world: int) -> Spec:
     explicit = {{"layout": "layouts"}.get(k, k) for k in explicit}
     n = online_cpus()
     get = lambda k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS.get(k)  # noqa: E731
-    spec = Spec(tests=parse_tests(get("tests")), mechanisms=parse_mechanisms(get("mechanisms")),
+    _check_target(args.target)
+    spec = Spec(tests=parse_tests(get("tests")), mechanisms=parse_mechanisms(get("mechanisms"), args.target),
                 file_sizes=parse_sizes(get("file_sizes")), records=parse_sizes(get("records")),
                 threads=parse_counts(get("threads"), n),
                 processes=parse_counts(args.processes, world) if args.processes else [world],
@@ -116,11 +118,25 @@ def _kv(text: str) -> tuple[str, str]:
     return k.strip(), v.strip()
 
 
+def _check_target(target: str) -> None:
+    if target == "host":
+        return
+    name, _, num = target.partition(":")
+    if name != "cuda" or not num.isdigit():
+        raise ValueError(f"unknown target {target!r}; use host or cuda:N")
+    ok, why = _ext.cuda_available()
+    if not ok:
+        raise ValueError(f"target {target}: {why}")
+    if int(num) >= len(_ext.gpus()):
+        raise ValueError(f"target {target}: this machine has {len(_ext.gpus())} GPU(s)")
+
+
 def _check(spec: Spec, world: int) -> None:
     if spec.target != "host":
-        if spec.target.startswith("cuda:"):
-            raise ValueError(f"target {spec.target}: this build has no CUDA back end yet; use --target host")
-        raise ValueError(f"unknown target {spec.target!r}; use host (or cuda:N once the CUDA back end exists)")
+        if world > 1:
+            raise ValueError(f"--target {spec.target} runs in a single process; run it without mpirun")
+        if spec.vs_fio:
+            raise ValueError("--vs-fio compares host mechanisms; it does not apply to --target cuda:N")
     if spec.iterations < 1:
         raise ValueError("--iterations must be at least 1")
     if spec.drop_caches and os.geteuid() != 0:
@@ -137,7 +153,15 @@ def _check(spec: Spec, world: int) -> None:
         if not os.path.isdir(d) or not os.access(d, os.W_OK):
             raise ValueError(f"{d}: not a writable directory")
     # settings (with each mechanism's own) are checked by the engine now rather than in the middle of the run
+    names = {n for n, _ok, _why in _ext.mechanisms()}
     for m in spec.mechanisms:
+        if m.name in names and not m.host:
+            device = _ext.mechanism_is_device(m.name)
+            if device and spec.target == "host":
+                raise ValueError(f"mechanism {m.label} serves GPU memory: use it with --target cuda:N")
+            if not device and m.name != "auto" and spec.target != "host":
+                raise ValueError(f"mechanism {m.label} serves host memory: with --target {spec.target} use naive, "
+                                 "staged or gds (host and pinned-copy are added as ceilings)")
         _ext.settings(list({**spec.settings, **dict(m.settings)}.items()))
 
 
@@ -223,6 +247,8 @@ def main(args) -> int:
            "environment": environment(spec, world.size), "parameters": parameters(spec),
            "warnings": [w for w in _ext.warnings().splitlines() if w], "results": results}
     print(output.render_table(results, spec.table))
+    if spec.target != "host" and (ratios := output.device_ratios(results)):
+        print("\n" + ratios)
     fio_table = output.render_fio(results)
     if fio_table:
         print("\naccio vs fio (same files, same run)\n" + fio_table)

@@ -55,6 +55,33 @@ def _row_key(r: dict, dims: Iterable[str]):
     return tuple(TESTS.index(r[d]) if d == "test" else r[d] for d in dims)
 
 
+def device_ratios(results: list[dict]) -> str:
+    """For a device target: per row, staged against the lower of its two ceilings (host, pinned-copy),
+    against naive, and gds against staged, all from medians of the same run."""
+    rows: dict[tuple, dict] = {}
+    for r in results:
+        key = tuple(r[d] for d in ("directory", "layout", "processes", "threads", "file_size", "record_size", "test"))
+        rows.setdefault(key, {})[r["mechanism"]] = r["mib_s"]
+    lines = []
+    for key in sorted(rows, key=lambda k: k[:-1] + (TESTS.index(k[-1]),)):
+        m = rows[key]
+        if "staged" not in m:
+            continue
+        parts = []
+        ceil = [m[c] for c in ("host", "pinned-copy") if c in m]
+        if ceil:
+            parts.append(f"{m['staged'] / min(ceil) * 100:.0f}% of min(host {m.get('host', float('nan')):.0f}, "
+                         f"pinned-copy {m.get('pinned-copy', float('nan')):.0f})")
+        if m.get("naive"):
+            parts.append(f"{m['staged'] / m['naive']:.2f}x naive")
+        if m.get("gds"):
+            parts.append(f"gds {m['gds'] / m['staged']:.2f}x staged")
+        _d, _l, _p, t, fs, rec, test = key
+        lines.append(f"  {test} {fmt_size(fs)} record {fmt_size(rec)} x{t}: staged {m['staged']:.0f} MiB/s = " +
+                     ", ".join(parts))
+    return "staged against its ceilings (medians of this run)\n" + "\n".join(lines) if lines else ""
+
+
 def render_table(results: list[dict], kind: str = "generic") -> str:
     """The stdout table. Cells: median MiB/s and the spread (half of max - min, in % of the median).
     Marks: '!' a cold read that the residency check shows was not cold; '*' the mechanism fell back."""

@@ -144,6 +144,9 @@ class Runner:
         spec, comm = self.spec, self.comm
         jobs = self.jobs(c)
         write = test not in READ_TESTS
+        device = -1 if spec.target == "host" or mech.host else int(spec.target.split(":")[1])
+        if mech.name == "pinned-copy":
+            return self._copy_ceiling(jobs, write, device) if timed else None
         if test in ("write", "write+sync"):
             self._create(c, jobs)
         cached = total = 0
@@ -172,7 +175,7 @@ class Runner:
                 local = _ext.bench_phase([h._f for h in handles], [j.offset for j in jobs],
                                          [j.length for j in jobs], c.record, write, test.startswith("random"),
                                          test == "write+sync", (not write) and spec.verify and
-                                         self.data_key == c.data_key, seed)
+                                         self.data_key == c.data_key, seed, device)
             ran = sorted({h.stats()["last_mechanism"] or mech.name for h in handles})
             for h in handles:
                 h.close()
@@ -196,6 +199,19 @@ class Runner:
                   "bytes": nbytes, "ran": "/".join(sorted({m for r in ran for m in r}))}
         if not write:
             sample["residency"] = cached / total if total else 0.0
+        return sample
+
+    def _copy_ceiling(self, jobs, write: bool, device: int) -> dict:
+        """The pinned-copy ceiling of a device target: the jobs' bytes copied between registered host
+        buffers of buffer_size bytes and the GPU by as many threads (device-to-host for write tests)."""
+        effective = {n: v for n, _env, _doc, v in _ext.settings(list(self.spec.settings.items()))}
+        chunk = int(effective["buffer_size"])
+        nbytes = sum(j.length for j in jobs)
+        seconds = _ext.cuda_copy_seconds(device, not write, nbytes, chunk, len(jobs))
+        sample = {"mib_s": nbytes / MiB / seconds if seconds > 0 else float("inf"), "seconds": seconds,
+                  "bytes": nbytes, "ran": "pinned-copy"}
+        if not write:
+            sample["residency"] = 0.0  # no file: nothing is cached
         return sample
 
     def _raise_if_any(self, err: Exception | None, what: str) -> None:
@@ -233,7 +249,7 @@ class Runner:
         for it in range(spec.iterations):
             for test in spec.tests:
                 self._note(c, test, it)
-                if test in READ_TESTS:
+                if test in READ_TESTS and c.mechanism.name != "pinned-copy":
                     self._ensure_data(c, (c.data_key,))
                 s = self.phase(c, test, c.mechanism, seed=it + 1)
                 if s is not None:

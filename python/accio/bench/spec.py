@@ -90,18 +90,30 @@ class Mechanism:
     label: str
     name: str
     settings: tuple[tuple[str, str], ...] = ()
+    host: bool = False  # on a device target: this column reads into host memory (a ceiling)
 
     @property
     def o_direct(self) -> bool:
         return self.name == "direct" or dict(self.settings).get("direct") == "on"
 
 
-def parse_mechanisms(text: str) -> list[Mechanism]:
+# The two ceilings of a device target, measured in the same run as its mechanisms: column `host`, the
+# same test with host memory (parallel, same threads: on a re-read, the hot-file host read), and the pinned host-to-device copy (device-to-host
+# for write tests) with the same threads and chunk size, no file involved.
+HOST_CEILING = Mechanism("host", "parallel", host=True)
+COPY_CEILING = Mechanism("pinned-copy", "pinned-copy")
+
+
+def parse_mechanisms(text: str, target: str = "host") -> list[Mechanism]:
+    """Columns for `target`: 'all' means every mechanism that serves it (host: posix, parallel, direct,
+    uring; cuda:N: naive, staged, gds), device targets add the two ceilings."""
+    device = target != "host"
     known = {name for name, _ok, _why in _ext.mechanisms()} | {"auto"}
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
         if item == "all":
-            out.extend(Mechanism(m, m) for m, ok, _why in _ext.mechanisms())
+            out.extend(Mechanism(m, m) for m, ok, _why in _ext.mechanisms()
+                       if _ext.mechanism_is_device(m) == device and (ok or not device))
             continue
         name, *flags = item.split("+")
         if name not in known:
@@ -110,7 +122,9 @@ def parse_mechanisms(text: str) -> list[Mechanism]:
             raise ValueError(f"'{item}': the only suffix is +direct (O_DIRECT file side)")
         out.append(Mechanism(item, name, (("direct", "on"),) if flags else ()))
     if not out:
-        raise ValueError("no mechanisms given")
+        raise ValueError("no mechanisms given" if not device else "no device mechanism can run here")
+    if device:
+        out += [HOST_CEILING, COPY_CEILING]
     return list(dict.fromkeys(out))
 
 
@@ -164,7 +178,7 @@ def default_tmpfs() -> str:
 def apply_preset(spec: Spec, name: str, world: int, explicit: set[str]) -> Spec:
     """Fill in the preset's parameters, except those the user gave explicitly on the command line."""
     n = online_cpus()
-    mech = parse_mechanisms("all")
+    mech = parse_mechanisms("all", spec.target)
     doubling_to_n = parse_counts(f"1:{n}", n) if n & (n - 1) == 0 else sorted(set(parse_counts(f"1:{n}", n) + [n]))
     presets = {
         # SX-Aurora accelerated-I/O table: iozone -s 1g -r {1m,16m} -t {1..N} -i 0 -i 1 in /dev/shm.
