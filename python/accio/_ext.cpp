@@ -384,8 +384,8 @@ NB_MODULE(_ext, m) {
         nb::ndarray<uint8_t, nb::ndim<1>> view(a.raw(), 1, shape, self, nullptr, nb::dtype<uint8_t>(),
                                                 a.managed() ? nb::device::cuda_managed::value : nb::device::cuda::value,
                                                 a.device());
-        nb::object o = nb::cast(view);
-        return o.attr("__dlpack__")(**kw);
+        (void)kw;  // stream, max_version: the copy is synchronous, and a legacy capsule is what we make
+        return nb::cast(view);  // a DLPack capsule that keeps self alive
       });
 
   m.def("cuda_available", [] {

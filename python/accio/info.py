@@ -97,10 +97,31 @@ def gather(path: str = ".") -> dict:
                             "method": "cachestat" if cs_ok else ("mincore" if mc_ok else "none"),
                             "detail": cs_detail if cs_ok else mc_detail},
         "tuning_profile": _profile(path),
-        "gpus": {"devices": [], "detail": "no device back end in this build yet (CUDA back end: planned)"},
+        "gpus": _gpus(path),
         "mechanisms": [{"name": n, "available": ok, "detail": why} for n, ok, why in _ext.mechanisms()],
         "settings": [{"name": n, "env": e, "value": v, "doc": d} for n, e, d, v in _ext.settings([])],
     }
+
+
+def _gpus(path: str) -> dict:
+    """The CUDA back end: driver, GPUs with their PCIe/NUMA placement, and cuFile (GDS) for path."""
+    ok, why = _ext.cuda_available()
+    if not ok:
+        return {"available": False, "devices": [], "detail": why, "cufile": {"loaded": False, "detail": why}}
+    cf_ok, cf_detail = _ext.gds_info()
+    cufile = {"loaded": cf_ok, "detail": cf_detail}
+    if cf_ok:
+        probe = path if os.path.isfile(path) else None
+        try:
+            if probe is None:  # the mode depends on the filesystem: ask for a file under path
+                import tempfile
+                with tempfile.NamedTemporaryFile(dir=path if os.path.isdir(path) else None) as t:
+                    cufile["direct"], cufile["mode"] = _ext.gds_mode(_ext.File(t.name, "r", [("mechanism", "posix")]))
+            else:
+                cufile["direct"], cufile["mode"] = _ext.gds_mode(_ext.File(probe, "r", [("mechanism", "posix")]))
+        except OSError as e:
+            cufile["direct"], cufile["mode"] = False, str(e)
+    return {"available": True, "devices": _ext.gpus(), "detail": "", "cufile": cufile}
 
 
 def _profile(path: str) -> dict:
@@ -137,9 +158,22 @@ def render(info: dict) -> str:
         f"residency     {info['residency_query']['method']} ({info['residency_query']['detail']})",
         f"tune profile  " + (info["tuning_profile"]["file"] if info["tuning_profile"]["exists"] else
                              "none: auto uses the built-in model (run `accio tune PATH`)"),
-        f"gpus          none ({info['gpus']['detail']})",
-        "mechanisms",
     ]
+    g = info["gpus"]
+    if not g["available"]:
+        lines.append(f"gpus          none ({g['detail']})")
+    for d in g["devices"]:
+        where = ", ".join(x for x in (d["pci_bus_id"], d["link"],
+                                      f"NUMA node {d['numa_node']}" if d["numa_node"] >= 0 else "NUMA node unknown",
+                                      f"CPUs {d['cpus']}" if d["cpus"] else "") if x)
+        lines.append(f"gpu {d['ordinal']:<9} {d['name']}, {d['memory'] / 2**30:.0f} GiB, sm {d['compute_capability']}, "
+                     f"{d['copy_engines']} copy engines; {where}")
+    if g["available"]:
+        cf = g["cufile"]
+        lines.append(f"cufile        {cf['detail']}")
+        if cf.get("mode"):
+            lines.append(f"gds here      {cf['mode']}")
+    lines.append("mechanisms")
     for m in info["mechanisms"]:
         lines.append(f"  {m['name']:<10} {'available' if m['available'] else 'unavailable: ' + m['detail']}")
     lines.append("settings (ACCIO_<NAME> or the API, same names)")

@@ -128,7 +128,8 @@ std::string describe() {
   s += a->nvfs ? "nvidia-fs " + std::to_string(a->props.nvfs.major_version) + "." +
                      std::to_string(a->props.nvfs.minor_version) + " loaded: the direct path is possible on GDS filesystems"
                : "nvidia-fs driver not loaded: cuFile runs in compatibility mode (POSIX I/O through its bounce buffers)";
-  s += a->max_batch ? "; batch API up to " + std::to_string(a->max_batch) + " requests" : "; no batch API";
+  s += a->max_batch ? "; batch API present (up to " + std::to_string(a->max_batch) + " requests; accio does not use it yet)"
+                    : "; no batch API";
   return s;
 }
 

@@ -1,0 +1,221 @@
+"""The CUDA back end from Python.
+
+Tests marked `gpu` need a real GPU (CuPy or PyTorch) and skip cleanly without one. The others run
+everywhere: they build tests/fake_cuda (a stand-in libcuda and libcufile whose device memory faults
+on any host access) and run accio in a subprocess pointed at it with ACCIO_LIBCUDA, or at a missing
+library to check the fallbacks."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import accio
+
+ROOT = Path(__file__).resolve().parents[2]
+ACCIO = [sys.executable, "-m", "accio.cli"]
+
+
+@pytest.fixture(scope="module")
+def fake_lib(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler for the fake driver")
+    out = tmp_path_factory.mktemp("fake") / "libfakecuda.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-pthread", "-o", str(out),
+                    str(ROOT / "tests/fake_cuda/fake_cuda.c")], check=True)
+    return str(out)
+
+
+def run_py(code: str, lib: str | None, tmp_path, **env) -> subprocess.CompletedProcess:
+    e = dict(os.environ, ACCIO_QUIET="1", ACCIO_PROFILE="off", **env)
+    if lib is not None:
+        e["ACCIO_LIBCUDA"] = e["ACCIO_LIBCUFILE"] = lib
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def test_device_arrays_round_trip_through_every_device_mechanism(fake_lib, tmp_path):
+    run_py("""
+        import os, accio, numpy as np
+        class CAI:   # only __cuda_array_interface__ (as Numba or an old CuPy)
+            def __init__(self, a): self.a = a; self.__cuda_array_interface__ = a.__cuda_array_interface__
+        class DL:    # only DLPack (as JAX)
+            def __init__(self, a): self.a = a
+            def __dlpack__(self, **kw): return self.a.__dlpack__(**kw)
+            def __dlpack_device__(self): return self.a.__dlpack_device__()
+        rng = np.random.default_rng(1)
+        for n in (0, 1, 4097, (5 << 20) + 3):
+            data = rng.integers(0, 256, n, dtype=np.uint8)
+            data.tofile("in.bin")
+            for mech in ("naive", "staged", "gds", "auto"):
+                for wrap in (lambda a: a, CAI, DL):
+                    a = accio.device_array(n)
+                    assert accio._ext.mem_kind(a) == ("device", 0)
+                    with accio.open("in.bin", mechanism=mech, threads=3, task_size="1m", buffer_size="256k") as f:
+                        assert f.read_into(wrap(a)) == n
+                        ran = f.stats()["last_mechanism"]
+                    assert n == 0 or ran == ("staged" if mech == "auto" else mech), (mech, ran)
+                    assert a.to_bytes() == data.tobytes(), (n, mech)
+                    with accio.open("out.bin", "w", mechanism=mech) as f:
+                        assert f.write_from(wrap(a)) == n
+                    assert np.fromfile("out.bin", dtype=np.uint8).tobytes() == data.tobytes(), (n, mech)
+        print("ok")
+    """, fake_lib, tmp_path)
+
+
+def test_managed_memory_and_read_into_device(fake_lib, tmp_path):
+    r = run_py("""
+        import accio, numpy as np
+        data = np.arange(3 << 20, dtype=np.uint32).view(np.uint8)
+        data.tofile("in.bin")
+        a = accio.device_array(data.nbytes, managed=True)
+        assert accio._ext.mem_kind(a) == ("managed", 0)
+        for mech in ("naive", "staged", "gds"):
+            with accio.open("in.bin", mechanism=mech) as f:
+                assert f.read_into(a) == data.nbytes
+                print(mech, f.stats()["last_mechanism"])
+            assert a.to_bytes() == data.tobytes()
+        g = accio.read("in.bin", device="cuda:0")      # no CuPy here: an accio.DeviceArray
+        assert isinstance(g, accio.DeviceArray) and g.nbytes == data.nbytes and g.to_bytes() == data.tobytes()
+        assert g.__dlpack_device__() == (2, 0)
+        # read-only device memory cannot be read into
+        class RO:
+            __cuda_array_interface__ = dict(g.__cuda_array_interface__, data=(g.ptr, True))
+        try:
+            accio.open("in.bin").read_into(RO())
+        except ValueError as e:
+            print("refused:", e)
+    """, fake_lib, tmp_path)
+    assert "gds staged" in r.stdout, r.stdout  # cuFile does not take managed memory: staged ran
+    assert "refused: the device array is read-only" in r.stdout
+
+
+def test_host_buffers_under_a_device_mechanism_and_device_buffers_under_a_host_one(fake_lib, tmp_path):
+    r = run_py("""
+        import accio, numpy as np
+        data = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8); data.tofile("in.bin")
+        host = np.empty_like(data)
+        with accio.open("in.bin", mechanism="staged") as f:
+            f.read_into(host); print("host buffer ran", f.stats()["last_mechanism"])
+        dev = accio.device_array(data.nbytes)
+        with accio.open("in.bin", mechanism="posix") as f:
+            print("explain", f.explain(data.nbytes)["mechanism"])  # no buffer given: host
+            f.read_into(dev); print("device buffer ran", f.stats()["last_mechanism"])
+        assert host.tobytes() == data.tobytes() == dev.to_bytes()
+        print(accio._ext.warnings())
+    """, fake_lib, tmp_path)
+    assert "host buffer ran parallel" in r.stdout
+    assert "device buffer ran staged" in r.stdout
+    assert "mechanism posix cannot serve cuda:0 memory" in r.stdout
+
+
+def test_without_libcuda_everything_host_still_works(tmp_path):
+    r = run_py("""
+        import accio, errno, numpy as np
+        ok, why = accio.cuda_available()
+        print("available", ok, why)
+        assert accio.gpus() == []
+        try:
+            accio.device_array(16)
+        except OSError as e:
+            print("alloc errno", e.errno)
+        data = np.arange(1000, dtype=np.uint8); data.tofile("in.bin")
+        for mech in ("naive", "staged", "gds"):
+            assert accio.read("in.bin", mechanism=mech).tobytes() == data.tobytes()
+        print({n: ok for n, ok, _ in accio.mechanisms()})
+    """, None, tmp_path, ACCIO_LIBCUDA="/nonexistent/libcuda.so.1")
+    assert "available False cannot load /nonexistent/libcuda.so.1" in r.stdout
+    assert "alloc errno 19" in r.stdout  # ENODEV
+    assert "'naive': False, 'staged': False, 'gds': False" in r.stdout
+
+
+def test_driver_without_gpus(fake_lib, tmp_path):
+    r = run_py("import accio; print(accio.cuda_available())", fake_lib, tmp_path, FAKE_CUDA_DEVICES="0")
+    assert "False" in r.stdout and "no GPU" in r.stdout
+
+
+def test_info_lists_gpus_and_cufile_mode(fake_lib, tmp_path):
+    env = dict(os.environ, ACCIO_LIBCUDA=fake_lib, ACCIO_LIBCUFILE=fake_lib, ACCIO_QUIET="1")
+    out = subprocess.run([*ACCIO, "info", "--json"], env=env, capture_output=True, text=True, check=True).stdout
+    g = json.loads(out)["gpus"]
+    assert g["available"] and g["devices"][0]["pci_bus_id"] == "0000:17:00.0"
+    assert g["cufile"]["loaded"] and g["cufile"]["direct"] is False  # fake cuFile without nvidia-fs
+    assert "compat mode" in g["cufile"]["mode"]
+    text = subprocess.run([*ACCIO, "info"], env=dict(env, FAKE_CUFILE_NVFS="1"), capture_output=True, text=True,
+                          check=True).stdout
+    assert "gpu 0         accio fake GPU 0" in text and "gds here      direct path" in text
+    bare = subprocess.run([*ACCIO, "info"], env=dict(os.environ, ACCIO_LIBCUDA="/nonexistent.so"),
+                          capture_output=True, text=True, check=True).stdout
+    assert "gpus          none (cannot load /nonexistent.so" in bare
+
+
+def test_bench_target_cuda_has_device_columns_and_both_ceilings(fake_lib, tmp_path):
+    env = dict(os.environ, ACCIO_LIBCUDA=fake_lib, ACCIO_LIBCUFILE=fake_lib, ACCIO_QUIET="1", ACCIO_PROFILE="off")
+    r = subprocess.run([*ACCIO, "bench", "--target", "cuda:0", "-s", "8m", "-r", "1m", "-t", "2", "-T", "write,reread",
+                        "-i", "2", "-q", "-d", str(tmp_path), "--json", str(tmp_path / "b.json")],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(tmp_path / "b.json"))
+    cols = {x["mechanism"] for x in res["results"]}
+    assert cols == {"naive", "staged", "gds", "host", "pinned-copy"}, cols
+    assert all(x["target"] == "cuda:0" for x in res["results"])
+    assert "staged against its ceilings" in r.stdout and "x naive" in r.stdout
+    # Host mechanisms are refused on a device target; an unknown GPU is a clear error.
+    bad = subprocess.run([*ACCIO, "bench", "--target", "cuda:0", "-m", "posix", "-q"], env=env, capture_output=True,
+                         text=True)
+    assert bad.returncode != 0 and "serves host memory" in bad.stderr
+    bad = subprocess.run([*ACCIO, "bench", "--target", "cuda:3", "-q"], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "1 GPU(s)" in bad.stderr
+    none = subprocess.run([*ACCIO, "bench", "--target", "cuda:0", "-q"],
+                          env=dict(env, ACCIO_LIBCUDA="/nonexistent.so"), capture_output=True, text=True)
+    assert none.returncode != 0 and "no NVIDIA driver" in none.stderr
+
+
+# ---- a real GPU ----
+def _gpu_lib(name):
+    ok, why = accio.cuda_available()
+    if not ok:
+        pytest.skip(why)
+    return pytest.importorskip(name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mech", ["naive", "staged", "staged+direct", "gds", "auto"])
+@pytest.mark.parametrize("n", [0, 1, 4095, (16 << 20) + 5, 1 << 30])
+def test_cupy_round_trip(mech, n, tmp_path):
+    cp = _gpu_lib("cupy")
+    name, _, direct = mech.partition("+")
+    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    data.tofile(tmp_path / "in")
+    with accio.open(tmp_path / "in", mechanism=name, direct=bool(direct)) as f:
+        a = cp.empty(n + 3, dtype=cp.uint8)[3:]  # unaligned device address
+        assert f.read_into(a, 0) == n
+    assert cp.asnumpy(a).tobytes() == data.tobytes()
+    with accio.open(tmp_path / "out", "w", mechanism=name, direct=bool(direct)) as f:
+        assert f.write_from(a, 4093) == n
+    assert np.fromfile(tmp_path / "out", dtype=np.uint8)[4093:].tobytes() == data.tobytes()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mech", ["naive", "staged", "gds"])
+def test_torch_round_trip_and_read_to_device(mech, tmp_path):
+    torch = _gpu_lib("torch")
+    data = np.random.default_rng(3).integers(0, 256, (32 << 20) + 7, dtype=np.uint8)
+    data.tofile(tmp_path / "in")
+    t = torch.empty(data.size, dtype=torch.uint8, device="cuda")
+    with accio.open(tmp_path / "in", mechanism=mech, threads=4) as f:
+        assert f.read_into(t) == data.size
+    assert t.cpu().numpy().tobytes() == data.tobytes()
+    with accio.open(tmp_path / "out", "w", mechanism=mech) as f:
+        f.write_from(t)
+    assert np.fromfile(tmp_path / "out", dtype=np.uint8).tobytes() == data.tobytes()
+    g = accio.read(tmp_path / "in", device="cuda:0")
+    assert torch.as_tensor(g, device="cuda").cpu().numpy().tobytes() == data.tobytes()
