@@ -219,3 +219,25 @@ def test_torch_round_trip_and_read_to_device(mech, tmp_path):
     assert np.fromfile(tmp_path / "out", dtype=np.uint8).tobytes() == data.tobytes()
     g = accio.read(tmp_path / "in", device="cuda:0")
     assert torch.as_tensor(g, device="cuda").cpu().numpy().tobytes() == data.tobytes()
+
+
+def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path):
+    """An unmodified program's read(2) into GPU memory fails with EFAULT; under `accio run` the shim
+    hands it to the engine, which sees a device pointer and runs staged."""
+    data = os.urandom(3 << 20)
+    (tmp_path / "in").write_bytes(data)
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(f"""
+        import ctypes, os, accio
+        libc = ctypes.CDLL(None, use_errno=True)
+        a = accio.device_array({len(data)})
+        fd = os.open({str(tmp_path / 'in')!r}, os.O_RDONLY)
+        r = libc.read(fd, ctypes.c_void_p(a.ptr), ctypes.c_size_t({len(data)}))
+        print("read", r, ctypes.get_errno(), a.to_bytes() == open({str(tmp_path / 'in')!r}, "rb").read())
+    """))
+    env = dict(os.environ, ACCIO_LIBCUDA=fake_lib, ACCIO_QUIET="1", ACCIO_PROFILE="off")
+    plain = subprocess.run([sys.executable, str(prog)], env=env, capture_output=True, text=True, check=True).stdout
+    assert plain.startswith("read -1 14 ")  # EFAULT: the kernel cannot address device memory
+    shim = subprocess.run([*ACCIO, "run", "--", sys.executable, str(prog)], env=env, capture_output=True, text=True,
+                          check=True).stdout
+    assert f"read {len(data)} " in shim and shim.strip().endswith("True"), shim
