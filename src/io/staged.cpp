@@ -3,6 +3,7 @@
 // per buffer), created on first use and kept for the process. A request is split into tasks over
 // `threads` workers on disjoint ranges; inside a task the file side of chunk i+1 overlaps the copy
 // of chunk i (io/ring.hpp). `direct=on` reads and writes the file side with O_DIRECT.
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -25,13 +26,13 @@ class DeviceRing final : public CopyQueue {
     cu::check(d_, d_.StreamCreate(&stream_, cu::kStreamNonBlocking), "cuStreamCreate");
     for (unsigned i = 0; i < depth; ++i) {
       bufs_.push_back(mem::map_host_buffer(size, huge, false));
-      registered_.push_back(cu::register_host(bufs_.back().ptr, bufs_.back().mapped));
+      cu::register_host(bufs_.back().ptr, bufs_.back().mapped);  // refused: one warning, pageable slots
       ev_.emplace_back();
       cu::check(d_, d_.EventCreate(&ev_.back(), cu::kEventDisableTiming), "cuEventCreate");
     }
     marked_.assign(depth, false);
   }
-  // Rings live for the process (see pool()); nothing to free.
+  // Rings live for the process (see RingLease); nothing to free.
 
   unsigned slots() const override { return static_cast<unsigned>(bufs_.size()); }
   size_t slot_size() const override { return size_; }
@@ -63,7 +64,6 @@ class DeviceRing final : public CopyQueue {
   size_t size_;
   cu::CUstream stream_ = nullptr;
   std::vector<mem::HostBuffer> bufs_;
-  std::vector<bool> registered_;
   std::vector<cu::CUevent> ev_;
   std::vector<bool> marked_;
 };
