@@ -13,7 +13,8 @@ import accio
 def test_version_and_mechanisms():
     assert accio.__version__ == "0.1.0"
     names = [m[0] for m in accio.mechanisms()]
-    assert names == ["posix", "parallel", "direct", "uring"]
+    assert names == ["posix", "parallel", "direct", "uring", "naive", "staged", "gds"]
+    assert [accio._ext.mechanism_is_device(n) for n in names] == [False] * 4 + [True] * 3
 
 
 @pytest.mark.parametrize("kind", ["bytearray", "memoryview", "numpy", "numpy2d", "mmap", "dlpack"])
@@ -130,7 +131,7 @@ def test_append_mode(tmp_path):
 def test_settings_names_env_and_api(monkeypatch):
     s = accio.settings()
     assert set(s) == {"mechanism", "threads", "task_size", "buffer_size", "buffer_count",
-                      "queue_depth", "huge_pages", "direct", "profile", "cache_probe"}
+                      "queue_depth", "ring_depth", "huge_pages", "direct", "profile", "cache_probe"}
     monkeypatch.setenv("ACCIO_TASK_SIZE", "8m")
     assert accio.settings()["task_size"] == str(8 << 20)
     assert accio.settings(task_size="1m")["task_size"] == str(1 << 20)  # API wins over environment
