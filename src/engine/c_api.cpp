@@ -481,14 +481,7 @@ int accio_gpu_info_get(int ordinal, accio_gpu_info* out) {
       out->copy_engines = g.copy_engines;
       out->numa_node = g.numa_node;
       copy_out(g.link, out->link, sizeof out->link);
-      std::string cpus;
-      for (size_t i = 0; i < g.cpus.size(); ++i) {  // back to ranges: 0-3,8
-        size_t j = i;
-        while (j + 1 < g.cpus.size() && g.cpus[j + 1] == g.cpus[j] + 1) ++j;
-        cpus += (cpus.empty() ? "" : ",") + std::to_string(g.cpus[i]) + (j > i ? "-" + std::to_string(g.cpus[j]) : "");
-        i = j;
-      }
-      copy_out(cpus, out->cpus, sizeof out->cpus);
+      copy_out(g.cpus, out->cpus, sizeof out->cpus);
       return 0;
     }
     return fail(ENODEV, "accio_gpu_info_get", "", -1, "no GPU cuda:" + std::to_string(ordinal));

@@ -24,10 +24,12 @@
 namespace accio::mem::cuda {
 using base::Error;
 
-std::string library_name() {
-  const char* e = std::getenv("ACCIO_LIBCUDA");
-  return e && *e ? e : "libcuda.so.1";
+std::string library_from_env(const char* env, const char* fallback) {
+  const char* e = std::getenv(env);
+  return e && *e ? e : fallback;
 }
+
+std::string library_name() { return library_from_env("ACCIO_LIBCUDA", "libcuda.so.1"); }
 
 namespace {
 
@@ -36,13 +38,6 @@ struct Loaded {
   const Driver* ok = nullptr;
   std::string why;
 };
-
-template <class F>
-bool sym(void* lib, const char* name, F& out, std::string& missing) {
-  out = reinterpret_cast<F>(dlsym(lib, name));
-  if (!out && missing.empty()) missing = name;
-  return out != nullptr;
-}
 
 Loaded& state() {
   static Loaded s;
@@ -58,38 +53,38 @@ Loaded& state() {
     }
     std::string miss;
     void* l = d.lib;
-    sym(l, "cuInit", d.Init, miss);
-    sym(l, "cuDriverGetVersion", d.DriverGetVersion, miss);
-    sym(l, "cuGetErrorName", d.GetErrorName, miss);
-    sym(l, "cuGetErrorString", d.GetErrorString, miss);
-    sym(l, "cuDeviceGetCount", d.DeviceGetCount, miss);
-    sym(l, "cuDeviceGet", d.DeviceGet, miss);
-    sym(l, "cuDeviceGetName", d.DeviceGetName, miss);
-    sym(l, "cuDeviceGetAttribute", d.DeviceGetAttribute, miss);
-    sym(l, "cuDeviceTotalMem_v2", d.DeviceTotalMem, miss);
-    sym(l, "cuDevicePrimaryCtxRetain", d.DevicePrimaryCtxRetain, miss);
-    sym(l, "cuCtxPushCurrent_v2", d.CtxPushCurrent, miss);
-    sym(l, "cuCtxPopCurrent_v2", d.CtxPopCurrent, miss);
-    sym(l, "cuCtxGetCurrent", d.CtxGetCurrent, miss);
-    sym(l, "cuPointerGetAttributes", d.PointerGetAttributes, miss);
-    sym(l, "cuMemAlloc_v2", d.MemAlloc, miss);
-    sym(l, "cuMemAllocManaged", d.MemAllocManaged, miss);
-    sym(l, "cuMemFree_v2", d.MemFree, miss);
-    sym(l, "cuMemGetInfo_v2", d.MemGetInfo, miss);
-    sym(l, "cuMemHostRegister_v2", d.MemHostRegister, miss);
-    sym(l, "cuMemHostUnregister", d.MemHostUnregister, miss);
-    sym(l, "cuMemcpy", d.Memcpy, miss);
-    sym(l, "cuMemcpyHtoD_v2", d.MemcpyHtoD, miss);
-    sym(l, "cuMemcpyDtoH_v2", d.MemcpyDtoH, miss);
-    sym(l, "cuMemcpyHtoDAsync_v2", d.MemcpyHtoDAsync, miss);
-    sym(l, "cuMemcpyDtoHAsync_v2", d.MemcpyDtoHAsync, miss);
-    sym(l, "cuStreamCreate", d.StreamCreate, miss);
-    sym(l, "cuStreamDestroy_v2", d.StreamDestroy, miss);
-    sym(l, "cuStreamSynchronize", d.StreamSynchronize, miss);
-    sym(l, "cuEventCreate", d.EventCreate, miss);
-    sym(l, "cuEventDestroy_v2", d.EventDestroy, miss);
-    sym(l, "cuEventRecord", d.EventRecord, miss);
-    sym(l, "cuEventSynchronize", d.EventSynchronize, miss);
+    resolve_symbol(l, "cuInit", d.Init, &miss);
+    resolve_symbol(l, "cuDriverGetVersion", d.DriverGetVersion, &miss);
+    resolve_symbol(l, "cuGetErrorName", d.GetErrorName, &miss);
+    resolve_symbol(l, "cuGetErrorString", d.GetErrorString, &miss);
+    resolve_symbol(l, "cuDeviceGetCount", d.DeviceGetCount, &miss);
+    resolve_symbol(l, "cuDeviceGet", d.DeviceGet, &miss);
+    resolve_symbol(l, "cuDeviceGetName", d.DeviceGetName, &miss);
+    resolve_symbol(l, "cuDeviceGetAttribute", d.DeviceGetAttribute, &miss);
+    resolve_symbol(l, "cuDeviceTotalMem_v2", d.DeviceTotalMem, &miss);
+    resolve_symbol(l, "cuDevicePrimaryCtxRetain", d.DevicePrimaryCtxRetain, &miss);
+    resolve_symbol(l, "cuCtxPushCurrent_v2", d.CtxPushCurrent, &miss);
+    resolve_symbol(l, "cuCtxPopCurrent_v2", d.CtxPopCurrent, &miss);
+    resolve_symbol(l, "cuCtxGetCurrent", d.CtxGetCurrent, &miss);
+    resolve_symbol(l, "cuPointerGetAttributes", d.PointerGetAttributes, &miss);
+    resolve_symbol(l, "cuMemAlloc_v2", d.MemAlloc, &miss);
+    resolve_symbol(l, "cuMemAllocManaged", d.MemAllocManaged, &miss);
+    resolve_symbol(l, "cuMemFree_v2", d.MemFree, &miss);
+    resolve_symbol(l, "cuMemGetInfo_v2", d.MemGetInfo, &miss);
+    resolve_symbol(l, "cuMemHostRegister_v2", d.MemHostRegister, &miss);
+    resolve_symbol(l, "cuMemHostUnregister", d.MemHostUnregister, &miss);
+    resolve_symbol(l, "cuMemcpy", d.Memcpy, &miss);
+    resolve_symbol(l, "cuMemcpyHtoD_v2", d.MemcpyHtoD, &miss);
+    resolve_symbol(l, "cuMemcpyDtoH_v2", d.MemcpyDtoH, &miss);
+    resolve_symbol(l, "cuMemcpyHtoDAsync_v2", d.MemcpyHtoDAsync, &miss);
+    resolve_symbol(l, "cuMemcpyDtoHAsync_v2", d.MemcpyDtoHAsync, &miss);
+    resolve_symbol(l, "cuStreamCreate", d.StreamCreate, &miss);
+    resolve_symbol(l, "cuStreamDestroy_v2", d.StreamDestroy, &miss);
+    resolve_symbol(l, "cuStreamSynchronize", d.StreamSynchronize, &miss);
+    resolve_symbol(l, "cuEventCreate", d.EventCreate, &miss);
+    resolve_symbol(l, "cuEventDestroy_v2", d.EventDestroy, &miss);
+    resolve_symbol(l, "cuEventRecord", d.EventRecord, &miss);
+    resolve_symbol(l, "cuEventSynchronize", d.EventSynchronize, &miss);
     if (!miss.empty()) {
       s.why = d.path + " lacks " + miss + " (driver too old?)";
       return;
@@ -233,24 +228,6 @@ std::string read_line(const std::string& path) {
   std::getline(f, s);
   return s;
 }
-std::vector<int> parse_cpulist(const std::string& s) {
-  std::vector<int> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    char* end;
-    long a = std::strtol(s.c_str() + i, &end, 10);
-    if (end == s.c_str() + i) break;
-    long b = a;
-    i = static_cast<size_t>(end - s.c_str());
-    if (i < s.size() && s[i] == '-') {
-      b = std::strtol(s.c_str() + i + 1, &end, 10);
-      i = static_cast<size_t>(end - s.c_str());
-    }
-    for (long c = a; c <= b; ++c) out.push_back(static_cast<int>(c));
-    if (i < s.size() && s[i] == ',') ++i;
-  }
-  return out;
-}
 }  // namespace
 
 std::vector<GpuInfo> gpus() {
@@ -284,7 +261,7 @@ std::vector<GpuInfo> gpus() {
     if (!numa.empty()) g.numa_node = std::atoi(numa.c_str());
     const std::string speed = read_line(sys + "current_link_speed"), width = read_line(sys + "current_link_width");
     if (!speed.empty()) g.link = speed + (width.empty() ? "" : " x" + width);
-    g.cpus = parse_cpulist(read_line(sys + "local_cpulist"));
+    g.cpus = read_line(sys + "local_cpulist");
     out.push_back(std::move(g));
   }
   return out;

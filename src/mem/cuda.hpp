@@ -4,6 +4,8 @@
 // classifies buffers by driver pointer attributes, and owns contexts, device allocations and the
 // registration of host staging memory.
 #pragma once
+#include <dlfcn.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -76,6 +78,16 @@ struct Driver {
   CUresult (*EventSynchronize)(CUevent);
 };
 
+// ---- run-time loading, shared with cufile.cpp ----
+// $env when set and not empty, else `fallback`: which library to dlopen.
+std::string library_from_env(const char* env, const char* fallback);
+// out = dlsym(lib, name); the first missing name is kept in *missing (when given).
+template <class F>
+void resolve_symbol(void* lib, const char* name, F& out, std::string* missing) {
+  out = reinterpret_cast<F>(dlsym(lib, name));
+  if (!out && missing && missing->empty()) *missing = name;
+}
+
 // The library that would be opened: $ACCIO_LIBCUDA, else libcuda.so.1.
 std::string library_name();
 // Opens libcuda (once per process), initializes it and counts devices. nullptr when the library is
@@ -131,7 +143,7 @@ struct GpuInfo {
   int cc_major = 0, cc_minor = 0, multiprocessors = 0, copy_engines = 0;
   int numa_node = -1;            // from sysfs; -1 unknown
   std::string link;              // "16.0 GT/s PCIe x16" from sysfs, or ""
-  std::vector<int> cpus;         // local_cpulist
+  std::string cpus;              // local_cpulist from sysfs, "0-15,32-47"; "" unknown
 };
 std::vector<GpuInfo> gpus();  // empty without a driver
 

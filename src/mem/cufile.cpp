@@ -5,17 +5,13 @@
 #include <linux/magic.h>
 #include <sys/vfs.h>
 
-#include <cstdlib>
 #include <mutex>
 
 #include "mem/cuda.hpp"
 
 namespace accio::mem::cufile {
 
-std::string library_name() {
-  const char* e = std::getenv("ACCIO_LIBCUFILE");
-  return e && *e ? e : "libcufile.so.0";
-}
+std::string library_name() { return cuda::library_from_env("ACCIO_LIBCUFILE", "libcufile.so.0"); }
 
 namespace {
 struct State {
@@ -23,12 +19,6 @@ struct State {
   const Api* ok = nullptr;
   std::string why;
 };
-
-template <class F>
-void sym(void* lib, const char* name, F& out, std::string* missing) {
-  out = reinterpret_cast<F>(dlsym(lib, name));
-  if (!out && missing && missing->empty()) *missing = name;
-}
 
 State& state() {
   static State s;
@@ -48,22 +38,22 @@ State& state() {
       return;
     }
     std::string miss;
-    sym(a.lib, "cuFileDriverOpen", a.DriverOpen, &miss);
-    sym(a.lib, "cuFileDriverGetProperties", a.DriverGetProperties, &miss);
-    sym(a.lib, "cuFileHandleRegister", a.HandleRegister, &miss);
-    sym(a.lib, "cuFileHandleDeregister", a.HandleDeregister, &miss);
-    sym(a.lib, "cuFileBufRegister", a.BufRegister, &miss);
-    sym(a.lib, "cuFileBufDeregister", a.BufDeregister, &miss);
-    sym(a.lib, "cuFileRead", a.Read, &miss);
-    sym(a.lib, "cuFileWrite", a.Write, &miss);
+    cuda::resolve_symbol(a.lib, "cuFileDriverOpen", a.DriverOpen, &miss);
+    cuda::resolve_symbol(a.lib, "cuFileDriverGetProperties", a.DriverGetProperties, &miss);
+    cuda::resolve_symbol(a.lib, "cuFileHandleRegister", a.HandleRegister, &miss);
+    cuda::resolve_symbol(a.lib, "cuFileHandleDeregister", a.HandleDeregister, &miss);
+    cuda::resolve_symbol(a.lib, "cuFileBufRegister", a.BufRegister, &miss);
+    cuda::resolve_symbol(a.lib, "cuFileBufDeregister", a.BufDeregister, &miss);
+    cuda::resolve_symbol(a.lib, "cuFileRead", a.Read, &miss);
+    cuda::resolve_symbol(a.lib, "cuFileWrite", a.Write, &miss);
     if (!miss.empty()) {
       s.why = a.path + " lacks " + miss;
       return;
     }
-    sym(a.lib, "cuFileBatchIOSetUp", a.BatchSetUp, nullptr);
-    sym(a.lib, "cuFileBatchIOSubmit", a.BatchSubmit, nullptr);
-    sym(a.lib, "cuFileBatchIOGetStatus", a.BatchGetStatus, nullptr);
-    sym(a.lib, "cuFileBatchIODestroy", a.BatchDestroy, nullptr);
+    cuda::resolve_symbol(a.lib, "cuFileBatchIOSetUp", a.BatchSetUp, nullptr);
+    cuda::resolve_symbol(a.lib, "cuFileBatchIOSubmit", a.BatchSubmit, nullptr);
+    cuda::resolve_symbol(a.lib, "cuFileBatchIOGetStatus", a.BatchGetStatus, nullptr);
+    cuda::resolve_symbol(a.lib, "cuFileBatchIODestroy", a.BatchDestroy, nullptr);
     cuda::ContextGuard g(0);  // cuFile works in the calling thread's context
     if (Error e = a.DriverOpen(); e.err != 0) {
       s.why = "cuFileDriverOpen: " + error_text(e);
