@@ -73,6 +73,13 @@ accio_settings* settings(const std::string& mech, std::initializer_list<std::pai
   return s;
 }
 
+// A host copy of n bytes of device (or any) memory at p.
+std::vector<char> from_device(const void* p, size_t n) {
+  std::vector<char> v(n);
+  EXPECT_EQ(accio_device_copy(v.data(), p, n), 0) << accio_last_error();
+  return v;
+}
+
 std::string ran(accio_file* f) {
   accio_stats st;
   accio_file_stats(f, &st);
@@ -88,15 +95,17 @@ std::string case_name(const testing::TestParamInfo<Case>& i) {
   return std::string(i.param.mechanism) + (i.param.managed ? "_managed" : "_device") + (*i.param.extra ? "_" : "") + i.param.extra;
 }
 
-class GpuRoundTrip : public testing::TestWithParam<Case> {};
+class GpuRoundTrip : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    REQUIRE_GPU();
+    char why[256];
+    if (std::string(GetParam().mechanism) == "gds" && !accio_gds_info(why, sizeof why)) GTEST_SKIP() << why;
+  }
+};
 
 TEST_P(GpuRoundTrip, ReadAndWriteAreByteIdentical) {
-  REQUIRE_GPU();
   const Case c = GetParam();
-  if (std::string(c.mechanism) == "gds") {
-    char why[256];
-    if (!accio_gds_info(why, sizeof why)) GTEST_SKIP() << why;
-  }
   TempDir dir;
   std::vector<size_t> sizes = {0, 1, 4095, 4096, 4097, (1u << 20) + 13, (9u << 20) + 7};
   if (!fake()) sizes.push_back(size_t{1} << 30);  // the real GPU also takes 1 GiB
@@ -118,9 +127,7 @@ TEST_P(GpuRoundTrip, ReadAndWriteAreByteIdentical) {
         EXPECT_EQ(ran(f), expect);
       }
       accio_close(f);
-      std::vector<char> back(n);
-      ASSERT_EQ(accio_device_copy(back.data(), dev.at(3), n), 0);
-      ASSERT_TRUE(back == data) << "read differs";
+      ASSERT_TRUE(from_device(dev.at(3), n) == data) << "read differs";
 
       // Write it back out from device memory; the file must equal what was read.
       const std::string out = dir.file("out");
@@ -137,12 +144,7 @@ TEST_P(GpuRoundTrip, ReadAndWriteAreByteIdentical) {
 }
 
 TEST_P(GpuRoundTrip, ShortReadAtEndOfFileAndConcurrentRequests) {
-  REQUIRE_GPU();
   const Case c = GetParam();
-  if (std::string(c.mechanism) == "gds") {
-    char why[256];
-    if (!accio_gds_info(why, sizeof why)) GTEST_SKIP() << why;
-  }
   TempDir dir;
   const size_t n = (6u << 20) + 555;
   const std::vector<char> data = pattern(n, 99);
@@ -163,9 +165,7 @@ TEST_P(GpuRoundTrip, ShortReadAtEndOfFileAndConcurrentRequests) {
       EXPECT_EQ(accio_pread(f, dev.at(t * q), len, static_cast<int64_t>(t * q)), static_cast<int64_t>(len));
     });
   for (auto& t : ts) t.join();
-  std::vector<char> back(n);
-  accio_device_copy(back.data(), dev.at(0), n);
-  EXPECT_TRUE(back == data);
+  EXPECT_TRUE(from_device(dev.at(0), n) == data);
   accio_close(f);
   accio_settings_free(s);
 }
@@ -218,9 +218,7 @@ TEST(Gpu, AutoAndHostMechanismsServeDeviceBuffersStaged) {
     accio_close(f);
     accio_settings_free(s);
   }
-  std::vector<char> back(data.size());
-  accio_device_copy(back.data(), dev.p, back.size());
-  EXPECT_TRUE(back == data);
+  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
   // A device mechanism given host memory runs parallel.
   accio_settings* s = settings("staged");
   accio_file* f;
@@ -298,9 +296,7 @@ TEST(FakeGpu, RegistrationRefusedDegradesWithAWarning) {
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
   EXPECT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
   unsetenv("FAKE_CUDA_FAIL_REGISTER");
-  std::vector<char> back(data.size());
-  accio_device_copy(back.data(), dev.p, back.size());
-  EXPECT_TRUE(back == data);
+  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
   char w[8192];
   accio_warnings(w, sizeof w);
   EXPECT_NE(std::string(w).find("cuMemHostRegister"), std::string::npos) << w;
@@ -323,9 +319,7 @@ TEST(FakeGpu, CopyFailureIsAnErrorAndTheNextRequestWorks) {
   EXPECT_NE(std::string(accio_last_error()).find("cuMemcpyHtoDAsync"), std::string::npos) << accio_last_error();
   unsetenv("FAKE_CUDA_FAIL_COPY_AFTER");
   EXPECT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
-  std::vector<char> back(data.size());
-  accio_device_copy(back.data(), dev.p, back.size());
-  EXPECT_TRUE(back == data);
+  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
   accio_close(f);
   accio_settings_free(s);
 }

@@ -1,5 +1,8 @@
 import os
+import shutil
+import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -13,3 +16,16 @@ MECHANISMS = ["posix", "parallel", "direct", "uring", "auto"]
 @pytest.fixture(params=MECHANISMS)
 def mechanism(request):
     return request.param
+
+
+def compile_shared(tmp_path_factory, source: str, name: str, *flags: str) -> str:
+    """Builds tests/<source> into a shared library `name` in a fresh temporary directory (skips the
+    test when there is no C compiler); returns its path."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp(Path(name).stem) / name
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", *flags, "-o", str(out),
+                    str(Path(__file__).resolve().parents[1] / source)], check=True)
+    return str(out)
+

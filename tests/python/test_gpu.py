@@ -6,30 +6,22 @@ on any host access) and run accio in a subprocess pointed at it with ACCIO_LIBCU
 library to check the fallbacks."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import compile_shared
 
 import accio
 
-ROOT = Path(__file__).resolve().parents[2]
 ACCIO = [sys.executable, "-m", "accio.cli"]
 
 
 @pytest.fixture(scope="module")
 def fake_lib(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler for the fake driver")
-    out = tmp_path_factory.mktemp("fake") / "libfakecuda.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-pthread", "-o", str(out),
-                    str(ROOT / "tests/fake_cuda/fake_cuda.c")], check=True)
-    return str(out)
+    return compile_shared(tmp_path_factory, "fake_cuda/fake_cuda.c", "libfakecuda.so", "-pthread")
 
 
 def run_py(code: str, lib: str | None, tmp_path, **env) -> subprocess.CompletedProcess:

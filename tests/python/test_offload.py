@@ -2,7 +2,6 @@
 The kernels are tests/offload/kernels.c, compiled here with the system C compiler."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -10,21 +9,15 @@ import time
 
 import numpy as np
 import pytest
+from conftest import compile_shared
 
 from accio import offload
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler")
-    out = tmp_path_factory.mktemp("kernels") / "libkernels.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-fopenmp", "-o", str(out),
-                    os.path.join(ROOT, "tests", "offload", "kernels.c")], check=True)
-    return str(out)
+    return compile_shared(tmp_path_factory, "offload/kernels.c", "libkernels.so", "-fopenmp")
 
 
 @pytest.fixture(params=["shm", "socket"])
