@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -277,11 +278,19 @@ std::vector<tune::PlanStat> File::plan_stats() const {
   return {{fixed_plan_.mechanism->name(), fixed_why(), s.reads + s.writes, s.bytes_read + s.bytes_written}};
 }
 
-size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
+bool File::valid(const void* buf, size_t n, uint64_t off) {
+  return off <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - n && (buf || !n);
+}
+
+void File::check(const void* buf, size_t n, uint64_t off, bool write) const {
+  if (valid(buf, n, off)) return;
   const char* op = write ? "pwrite" : "pread";
-  if (off > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - n)
-    throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off), "offset + size overflows");
   if (!buf && n) throw Error(EFAULT, op, ref_.path, static_cast<int64_t>(off), "null buffer");
+  throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off), "offset + size overflows");
+}
+
+size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
+  check(buf, n, off, write);
   const Inflight inflight;
   const tune::Choice choice = choose(buf, n, off, write, inflight.n);
   const mem::cuda::Target target = mem::cuda::classify(buf);
@@ -348,10 +357,80 @@ std::future<size_t> File::pwrite_async(const void* buf, size_t n, uint64_t off) 
 }
 
 std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, bool write) {
-  std::vector<std::future<size_t>> out;
-  out.reserve(reqs.size());
-  for (const Request& r : reqs) out.push_back(async(r.buf, r.size, r.offset, write));
+  std::vector<std::future<size_t>> out(reqs.size());
+  // Requests the fixed mechanism runs together (gds: small requests into GPU memory, one cuFile
+  // batch), grouped by the memory they address; the others run one by one.
+  struct Group {
+    mem::cuda::Target target;
+    size_t limit;
+    std::vector<size_t> reqs;  // indexes into reqs
+  };
+  std::vector<Group> groups;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Request& r = reqs[i];
+    const io::Mechanism* m = fixed_ ? fixed_plan_.mechanism : nullptr;
+    if (m && r.size && valid(r.buf, r.size, r.offset)) {
+      const mem::cuda::Target t = mem::cuda::classify(r.buf);
+      const size_t limit = m->serves(t) ? m->batch_limit({ref_, fixed_plan_.settings, ThreadPool::shared(), t}, r.size) : 0;
+      if (limit > 1) {
+        auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
+          return x.target.device == t.device && x.target.ctx == t.ctx;
+        });
+        if (g == groups.end()) g = groups.insert(groups.end(), Group{t, limit, {}});
+        g->reqs.push_back(i);
+        continue;
+      }
+    }
+    out[i] = async(r.buf, r.size, r.offset, write);
+  }
+  for (const Group& g : groups)
+    for (size_t first = 0; first < g.reqs.size(); first += g.limit) {
+      const size_t count = std::min(g.limit, g.reqs.size() - first);
+      if (count == 1) {  // nothing to batch with
+        const Request& r = reqs[g.reqs[first]];
+        out[g.reqs[first]] = async(r.buf, r.size, r.offset, write);
+        continue;
+      }
+      begin(write ? "pwrite_async" : "pread_async", base::kNoOffset, write);
+      auto job = std::make_shared<BatchJob>();
+      job->target = g.target;
+      for (size_t k = first; k < first + count; ++k) {
+        const Request& r = reqs[g.reqs[k]];
+        job->items.push_back({r.buf, r.size, r.offset, 0, nullptr});
+        out[g.reqs[k]] = job->results.emplace_back().get_future();
+      }
+      ThreadPool::shared().submit([self = shared_from_this(), job, write] {
+        const Scope scope(self.get());
+        self->run_batch(*job, write);
+      });
+    }
   return out;
+}
+
+void File::run_batch(BatchJob& job, bool write) {
+  const io::Mechanism& m = *fixed_plan_.mechanism;
+  const io::IoContext ctx{ref_, fixed_plan_.settings, ThreadPool::shared(), job.target};
+  const Inflight inflight;
+  const uint64_t t0 = now_ns();
+  m.batch(ctx, job.items.data(), job.items.size(), write);
+  const uint64_t dt = now_ns() - t0;  // each request is charged the batch's time, as if run alone
+  for (size_t i = 0; i < job.items.size(); ++i) {
+    const io::BatchItem& it = job.items[i];
+    if (it.error) {
+      stats_.record_error();
+      global_stats().record_error();
+      job.results[i].set_exception(it.error);
+      continue;
+    }
+    if (write) {
+      uint64_t e = end_.load();
+      const uint64_t want = it.off + it.n;
+      while (want > e && !end_.compare_exchange_weak(e, want)) {}
+    }
+    stats_.record(write, m.id, it.done, dt);
+    global_stats().record(write, m.id, it.done, dt);
+    job.results[i].set_value(it.done);
+  }
 }
 
 void File::fsync() {

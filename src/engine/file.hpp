@@ -99,6 +99,16 @@ class File : public std::enable_shared_from_this<File> {
   static std::shared_ptr<File> open_as(const std::string& path, const std::string& shown, int flags,
                                        const base::Settings& s);
   size_t transfer(void* buf, size_t n, uint64_t off, bool write);
+  // Whether a request's offset, size and buffer can be served at all; check() throws why not.
+  static bool valid(const void* buf, size_t n, uint64_t off);
+  void check(const void* buf, size_t n, uint64_t off, bool write) const;
+  // Requests submit() hands the fixed mechanism as one batch (Mechanism::batch), with a result each.
+  struct BatchJob {
+    mem::cuda::Target target;
+    std::vector<io::BatchItem> items;
+    std::vector<std::promise<size_t>> results;
+  };
+  void run_batch(BatchJob& job, bool write);
   // Every request runs between begin() (checks the handle is open and, when `write` is given, its
   // access mode; counts the request in flight) and end(), which a Scope calls on every path.
   void begin(const char* op, int64_t off, std::optional<bool> write);

@@ -6,9 +6,12 @@
 // takes is reported by explain() and `accio info` (cufile::mode_for), never assumed.
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -114,23 +117,129 @@ class Gds final : public Mechanism {
     return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, 4096),
                      [&, base = base, boff = boff](uint64_t o, size_t len, size_t bo) {
                        cu::ContextGuard tg(c.target);
-                       size_t done = 0;
-                       while (done < len) {
-                         const off_t fo = static_cast<off_t>(o + done), po = static_cast<off_t>(boff + bo + done);
-                         const ssize_t r = write ? a.Write(fh, base, len - done, fo, po) : a.Read(fh, base, len - done, fo, po);
-                         if (r == -1 && errno == EINTR) continue;
-                         if (r < 0) {
-                           const char* op = write ? "cuFileWrite" : "cuFileRead";
-                           if (r == -1) throw Error(errno, op, c.file.path, fo);
-                           // cuFile returns -errno for system errors and -CUfileOpError (5000+) for its own.
-                           if (-r < 5000) throw Error(static_cast<int>(-r), op, c.file.path, fo);
-                           throw Error(EIO, op, c.file.path, fo, cf::error_text({static_cast<int>(-r), 0}));
-                         }
-                         if (r == 0) break;
-                         done += static_cast<size_t>(r);
-                       }
-                       return done;
+                       return call(c, a, fh, base, boff + bo, o, len, write);
                      });
+  }
+
+  // cuFileRead/cuFileWrite of len bytes at file offset off, from base + boff, until done or end of
+  // file; returns the bytes moved.
+  static size_t call(const IoContext& c, const cf::Api& a, void* fh, char* base, size_t boff, uint64_t off,
+                     size_t len, bool write) {
+    size_t done = 0;
+    while (done < len) {
+      const off_t fo = static_cast<off_t>(off + done), po = static_cast<off_t>(boff + done);
+      const ssize_t r = write ? a.Write(fh, base, len - done, fo, po) : a.Read(fh, base, len - done, fo, po);
+      if (r == -1 && errno == EINTR) continue;
+      if (r < 0) throw io_error(c, write ? "cuFileWrite" : "cuFileRead", r == -1 ? -errno : r, fo);
+      if (r == 0) break;
+      done += static_cast<size_t>(r);
+    }
+    return done;
+  }
+
+  // cuFile returns -errno for system errors and -CUfileOpError (5000+) for its own.
+  static Error io_error(const IoContext& c, const char* op, ssize_t r, off_t off) {
+    if (-r < 5000) return Error(static_cast<int>(-r), op, c.file.path, off);
+    return Error(EIO, op, c.file.path, off, cf::error_text({static_cast<int>(-r), 0}));
+  }
+
+ public:
+  // One cuFile batch for requests gds would run as one cuFile call each (not split over threads),
+  // up to the driver's batch size and a direct I/O's usual maximum.
+  size_t batch_limit(const IoContext& c, size_t n) const override {
+    const cf::Api* a = cf::load();
+    if (!a || !a->max_batch || n == 0 || n > kMaxBatchRequest) return 0;
+    return n <= task_bytes(c.settings, n, c.settings.threads, 4096) ? a->max_batch : 0;
+  }
+
+  void batch(const IoContext& c, BatchItem* items, size_t count, bool write) const override {
+    const cf::Api& a = *cf::load();
+    cu::ContextGuard g(c.target);
+    void* fh = nullptr;
+    std::vector<cf::IoParams> io(count);
+    try {
+      fh = handle(c, a);
+      for (size_t i = 0; i < count; ++i) {
+        const auto [base, boff] = registered(static_cast<char*>(items[i].buf), a);
+        io[i].mode = 1;  // CUFILE_BATCH
+        io[i].u.batch = {base, static_cast<off_t>(items[i].off), static_cast<off_t>(boff), items[i].n};
+        io[i].fh = fh;
+        io[i].opcode = write ? 1 : 0;
+        io[i].cookie = &items[i];
+      }
+    } catch (...) {
+      for (size_t i = 0; i < count; ++i) items[i].error = std::current_exception();
+      return;
+    }
+    if (std::string why = submit_batch(c, a, io.data(), static_cast<unsigned>(count), write); !why.empty()) {
+      base::warn_once("gds-batch", "cuFile batch I/O failed (" + why + "): those requests run one cuFile call each");
+      for (size_t i = 0; i < count; ++i) finish(c, a, io[i], items[i], write);
+      return;
+    }
+    // A short completion is finished with ordinary calls: a read short of end of file, or a write.
+    for (size_t i = 0; i < count; ++i)
+      if (!items[i].error && items[i].done < items[i].n && (write || items[i].done > 0)) finish(c, a, io[i], items[i], write);
+  }
+
+ private:
+  static constexpr size_t kMaxBatchRequest = 16u << 20;  // cuFile's default max_direct_io_size_kb
+
+  // Submits the batch and waits for every event; fills each item (the cookie) with its result.
+  // Returns why the batch could not run (nothing was transferred then), or "" once all completed.
+  static std::string submit_batch(const IoContext& c, const cf::Api& a, cf::IoParams* io, unsigned count, bool write) {
+    void* b = nullptr;
+    if (cf::Error e = a.BatchSetUp(&b, count); e.err != 0) return "cuFileBatchIOSetUp: " + cf::error_text(e);
+    if (cf::Error e = a.BatchSubmit(b, count, io, 0); e.err != 0) {
+      a.BatchDestroy(b);
+      return "cuFileBatchIOSubmit: " + cf::error_text(e);
+    }
+    const char* op = write ? "cuFileBatchIO write" : "cuFileBatchIO read";
+    std::vector<cf::IoEvent> ev(count);
+    std::vector<bool> reaped(count);
+    for (unsigned left = count; left;) {
+      unsigned nr = left;
+      timespec timeout{1, 0};
+      if (cf::Error e = a.BatchGetStatus(b, left, &nr, ev.data(), &timeout); e.err != 0) {
+        // The requests still in flight may yet move bytes: cancel them before the batch goes, and
+        // fail the ones without a result.
+        if (a.BatchCancel) a.BatchCancel(b);
+        a.BatchDestroy(b);
+        for (unsigned i = 0; i < count; ++i)
+          if (!reaped[i])
+            static_cast<BatchItem*>(io[i].cookie)->error = std::make_exception_ptr(
+                Error(EIO, op, c.file.path, io[i].u.batch.file_offset, "cuFileBatchIOGetStatus: " + cf::error_text(e)));
+        return "";
+      }
+      for (unsigned k = 0; k < nr; ++k) {
+        auto* item = static_cast<BatchItem*>(ev[k].cookie);
+        const ssize_t r = static_cast<ssize_t>(ev[k].ret);  // bytes, or -errno / -CUfileOpError
+        if (ev[k].status == cf::kStatusComplete && r >= 0) {
+          item->done = static_cast<size_t>(r);
+        } else {
+          char what[32];
+          snprintf(what, sizeof what, "request status 0x%x", static_cast<unsigned>(ev[k].status));
+          item->error = std::make_exception_ptr(r < 0 ? io_error(c, op, r, static_cast<off_t>(item->off))
+                                                      : Error(EIO, op, c.file.path, static_cast<int64_t>(item->off), what));
+        }
+        reaped[static_cast<size_t>(item - static_cast<BatchItem*>(io[0].cookie))] = true;  // cookies: &items[i]
+      }
+      left -= nr;
+    }
+    a.BatchDestroy(b);
+    return "";
+  }
+
+  // Moves what the batch left of item (all of it when the batch could not run) with cuFile calls.
+  void finish(const IoContext& c, const cf::Api& a, const cf::IoParams& p, BatchItem& item, bool write) const {
+    try {
+      char* base = static_cast<char*>(p.u.batch.devPtr_base);
+      const size_t boff = static_cast<size_t>(p.u.batch.devPtr_offset);
+      item.done += call(c, a, p.fh, base, boff + item.done, item.off + item.done, item.n - item.done, write);
+      if (write && item.done != item.n)
+        throw Error(EIO, "cuFileWrite", c.file.path, static_cast<int64_t>(item.off + item.done), "write made no progress");
+    } catch (...) {
+      item.error = std::current_exception();
+    }
   }
 
   mutable std::mutex mu_;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +33,16 @@ class TaskRunner {
   virtual void run(size_t ntasks, unsigned width, const std::function<void(size_t)>& fn) = 0;
 };
 
+// One request of a batch (File::submit): the mechanism sets `done` (bytes moved; short only at end
+// of file for reads) or `error`.
+struct BatchItem {
+  void* buf;
+  size_t n;
+  uint64_t off;
+  size_t done = 0;
+  std::exception_ptr error;
+};
+
 struct IoContext {
   const FileRef& file;
   const base::Settings& settings;
@@ -59,6 +70,16 @@ class Mechanism {
   virtual size_t read(const IoContext&, void* buf, size_t n, uint64_t off) const = 0;
   // Writes exactly n bytes at off or throws base::Error.
   virtual void write(const IoContext&, const void* buf, size_t n, uint64_t off) const = 0;
+  // How many requests of n bytes this mechanism runs together through batch() (gds: one cuFile
+  // batch); 0 when it has no batch path for them and File::submit runs them one by one.
+  virtual size_t batch_limit(const IoContext&, size_t n) const {
+    (void)n;
+    return 0;
+  }
+  // Runs items[0..count) together (count <= batch_limit); never throws: each item gets its result.
+  virtual void batch(const IoContext&, BatchItem* items, size_t count, bool write) const {
+    (void)items, (void)count, (void)write;
+  }
   // The handle `file_id` is closing: drop anything cached for it.
   virtual void forget(uint64_t file_id) const { (void)file_id; }
 

@@ -54,6 +54,7 @@ State& state() {
     cuda::resolve_symbol(a.lib, "cuFileBatchIOSubmit", a.BatchSubmit, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIOGetStatus", a.BatchGetStatus, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIODestroy", a.BatchDestroy, nullptr);
+    cuda::resolve_symbol(a.lib, "cuFileBatchIOCancel", a.BatchCancel, nullptr);
     cuda::ContextGuard g(0);  // cuFile works in the calling thread's context
     if (Error e = a.DriverOpen(); e.err != 0) {
       s.why = "cuFileDriverOpen: " + error_text(e);
@@ -118,7 +119,7 @@ std::string describe() {
   s += a->nvfs ? "nvidia-fs " + std::to_string(a->props.nvfs.major_version) + "." +
                      std::to_string(a->props.nvfs.minor_version) + " loaded: the direct path is possible on GDS filesystems"
                : "nvidia-fs driver not loaded: cuFile runs in compatibility mode (POSIX I/O through its bounce buffers)";
-  s += a->max_batch ? "; batch API present (up to " + std::to_string(a->max_batch) + " requests; accio does not use it yet)"
+  s += a->max_batch ? "; batch API present (submit() runs up to " + std::to_string(a->max_batch) + " small requests as one batch)"
                     : "; no batch API";
   return s;
 }

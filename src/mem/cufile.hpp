@@ -67,6 +67,7 @@ struct Api {
   Error (*BatchSubmit)(void*, unsigned, IoParams*, unsigned);
   Error (*BatchGetStatus)(void*, unsigned, unsigned*, IoEvent*, void*);
   void (*BatchDestroy)(void*);
+  Error (*BatchCancel)(void*);  // optional even with the batch API
   DrvProps props{};
   bool nvfs = false;            // the direct path's kernel driver is loaded
   unsigned max_batch = 0;       // most requests per batch (0 = no batch API)

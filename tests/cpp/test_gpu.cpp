@@ -262,6 +262,90 @@ FakeCounters counters() {
   return c;
 }
 
+// submit() under gds: small requests run as cuFile batches (up to the driver's batch size each),
+// each with its own result; a large request still runs split over the threads.
+struct Piece {
+  size_t off, n;
+};
+std::vector<Piece> pieces(size_t file_size) {
+  std::vector<Piece> v;
+  size_t off = 0;
+  for (unsigned i = 0; i < 300; ++i) {  // more than one batch of 128
+    const size_t n = 1 + (i * 7919u) % 65536;
+    v.push_back({off, n});
+    off += n + i % 3;  // gaps and unaligned offsets
+  }
+  v.push_back({file_size - 100, 4096});  // short at end of file
+  v.push_back({file_size + 10, 4096});   // past the end: 0 bytes
+  return v;
+}
+
+std::vector<int64_t> submit_all(accio_file* f, int op, const std::vector<accio_request>& rs) {
+  std::vector<accio_future*> futs(rs.size());
+  EXPECT_EQ(accio_submit(f, op, rs.data(), rs.size(), futs.data()), 0) << accio_last_error();
+  std::vector<int64_t> got;
+  for (accio_future* fu : futs) {
+    got.push_back(accio_future_wait(fu));
+    accio_future_free(fu);
+  }
+  return got;
+}
+
+TEST(Gpu, GdsSubmitBatchesSmallRequests) {
+  REQUIRE_GPU();
+  char why[512];
+  if (!accio_gds_info(why, sizeof why)) GTEST_SKIP() << why;
+  TempDir dir;
+  const size_t size = 24u << 20;
+  const std::vector<char> data = pattern(size, 21);
+  write_file(dir.file("f"), data);
+  const std::vector<Piece> ps = pieces(size);
+  DeviceMem dev(size + 8192, false);
+  const size_t big = 8u << 20;  // split over 4 threads in 1 MiB tasks: not batched
+  std::vector<accio_request> rs;
+  for (const Piece& p : ps) rs.push_back({dev.at(p.off % size), p.n, static_cast<int64_t>(p.off)});
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  // Reads go to disjoint device ranges: the small pieces at their file offsets, the big one after.
+  DeviceMem big_dev(big, false);
+  rs.push_back({big_dev.p, big, static_cast<int64_t>(size - big)});
+  const FakeCounters a = counters();
+  const std::vector<int64_t> got = submit_all(f, ACCIO_OP_READ, rs);
+  const FakeCounters b = counters();
+  for (size_t i = 0; i + 3 < rs.size(); ++i) ASSERT_EQ(got[i], static_cast<int64_t>(rs[i].size)) << "request " << i;
+  EXPECT_EQ(got[rs.size() - 3], 100) << "short at end of file";
+  EXPECT_EQ(got[rs.size() - 2], 0) << "past the end";
+  EXPECT_EQ(got.back(), static_cast<int64_t>(big));
+  for (size_t i = 0; i + 3 < rs.size(); ++i)
+    ASSERT_TRUE(from_device(rs[i].buf, rs[i].size) == std::vector<char>(data.begin() + rs[i].offset, data.begin() + rs[i].offset + rs[i].size))
+        << "request " << i;
+  EXPECT_TRUE(from_device(big_dev.p, big) == std::vector<char>(data.end() - big, data.end()));
+  if (fake()) {
+    EXPECT_EQ(b.cufile_batch_ios - a.cufile_batch_ios, ps.size()) << "every small request in a batch";
+    EXPECT_EQ(b.cufile_reads - a.cufile_reads, 8u + 1) << "the big request in 1 MiB tasks, and one call that "
+                                                          "finds the end of file after the short batch read";
+  }
+  accio_stats st;
+  accio_file_stats(f, &st);
+  EXPECT_EQ(st.reads, rs.size());
+  uint64_t total = 0;
+  for (int64_t g : got) total += static_cast<uint64_t>(g);
+  EXPECT_EQ(st.bytes_read, total) << "each batched request counted with its own bytes";
+  accio_close(f);
+
+  // The same pieces written back from device memory by batches land byte for byte.
+  rs.resize(ps.size() - 2);
+  ASSERT_EQ(accio_open(&f, dir.file("out").c_str(), "w", s), 0);
+  for (int64_t w : submit_all(f, ACCIO_OP_WRITE, rs)) ASSERT_GE(w, 0) << accio_last_error();
+  accio_close(f);
+  const std::vector<char> out = read_file(dir.file("out"));
+  for (size_t i = 0; i < rs.size(); ++i)
+    ASSERT_TRUE(std::equal(out.begin() + rs[i].offset, out.begin() + rs[i].offset + rs[i].size, data.begin() + rs[i].offset))
+        << "write " << i;
+  accio_settings_free(s);
+}
+
 TEST(FakeGpu, StagedCopiesFromRegisteredRingsThatAreReused) {
   if (!fake()) GTEST_SKIP() << "fake driver only";
   TempDir dir;
@@ -358,6 +442,75 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
   EXPECT_EQ(ran(f), "gds");
   accio_close(f);
   EXPECT_EQ(counters().cufile_handles, a.cufile_handles) << "the handle is deregistered at close";
+  accio_settings_free(s);
+}
+
+// 20 requests of 4 KiB at 8 KiB strides (every other block), into device memory at the same offsets.
+std::vector<accio_request> small_reads(const DeviceMem& dev) {
+  std::vector<accio_request> rs;
+  for (size_t i = 0; i < 20; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
+  return rs;
+}
+
+TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(1u << 20, 22);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  setenv("FAKE_CUFILE_BATCH_SETUP_FAIL", "1", 1);
+  const FakeCounters a = counters();
+  const std::vector<accio_request> rs = small_reads(dev);
+  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  const FakeCounters b = counters();
+  unsetenv("FAKE_CUFILE_BATCH_SETUP_FAIL");
+  EXPECT_EQ(b.cufile_batch_ios, a.cufile_batch_ios);
+  EXPECT_EQ(b.cufile_reads - a.cufile_reads, rs.size()) << "one cuFileRead per request instead";
+  for (const accio_request& r : rs)
+    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+  char w[8192];
+  accio_warnings(w, sizeof w);
+  EXPECT_NE(std::string(w).find("cuFileBatchIOSetUp"), std::string::npos) << w;
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+TEST(FakeGpu, GdsBatchRequestThatFailsFailsOnlyItsOwnFuture) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(1u << 20, 23);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  const std::vector<accio_request> rs = small_reads(dev);
+  std::vector<accio_future*> futs(rs.size());
+  setenv("FAKE_CUFILE_BATCH_FAIL_AT", "5", 1);
+  ASSERT_EQ(accio_submit(f, ACCIO_OP_READ, rs.data(), rs.size(), futs.data()), 0);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const int64_t got = accio_future_wait(futs[i]);
+    if (i == 5) {
+      EXPECT_EQ(got, -EIO);
+      const std::string e = accio_last_error();
+      EXPECT_NE(e.find("cuFileBatchIO read"), std::string::npos) << e;
+      EXPECT_NE(e.find(dir.file("f")), std::string::npos) << e;
+      EXPECT_NE(e.find("40960"), std::string::npos) << "the failing request's offset: " << e;
+    } else {
+      EXPECT_EQ(got, 4096) << "request " << i;
+      EXPECT_TRUE(from_device(rs[i].buf, 4096) == std::vector<char>(data.begin() + rs[i].offset, data.begin() + rs[i].offset + 4096));
+    }
+    accio_future_free(futs[i]);
+  }
+  unsetenv("FAKE_CUFILE_BATCH_FAIL_AT");
+  accio_stats st;
+  accio_file_stats(f, &st);
+  EXPECT_EQ(st.errors, 1u);
+  EXPECT_EQ(st.reads, rs.size() - 1);
+  accio_close(f);
   accio_settings_free(s);
 }
 

@@ -10,7 +10,10 @@
  * Knobs: FAKE_CUDA_DEVICES (default 1; 0 = cuInit fails with CUDA_ERROR_NO_DEVICE),
  * FAKE_CUDA_DEVICE_MEM (bytes per device, default 1 GiB), FAKE_CUDA_COPY_US,
  * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
- * asynchronous copy fails), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path).
+ * asynchronous copy fails), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path),
+ * FAKE_CUFILE_BATCH_SETUP_FAIL=1 (cuFileBatchIOSetUp fails), FAKE_CUFILE_BATCH_FAIL_AT=K (the K-th
+ * request of each batch submission fails with -EIO, moving nothing). Batch status comes back at
+ * most 16 events per cuFileBatchIOGetStatus, as if its timeout had passed.
  * fake_cuda_counters() tells tests what happened. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -550,6 +553,7 @@ EXPORT ssize_t cuFileWrite(void* fh, const void* base, size_t n, off_t off, off_
   return file_io(fh, base, n, off, boff, 1);
 }
 EXPORT CUfileError_t cuFileBatchIOSetUp(void** id, unsigned nr) {
+  if (env_long("FAKE_CUFILE_BATCH_SETUP_FAIL", 0)) return (CUfileError_t){5048, 0};
   Batch* b = calloc(1, sizeof *b);
   b->cap = nr;
   b->ev = calloc(nr, sizeof *b->ev);
@@ -560,13 +564,14 @@ EXPORT CUfileError_t cuFileBatchIOSubmit(void* id, unsigned nr, CUfileIOParams_t
   (void)flags;
   Batch* b = id;
   if (b->n + nr > b->cap) return (CUfileError_t){5035, 0};
+  const long fail_at = env_long("FAKE_CUFILE_BATCH_FAIL_AT", -1);
   for (unsigned i = 0; i < nr; ++i) {
-    ssize_t r = file_io(io[i].fh, io[i].u.batch.devPtr_base, io[i].u.batch.size, io[i].u.batch.file_offset,
+    ssize_t r = (long)i == fail_at ? -EIO : file_io(io[i].fh, io[i].u.batch.devPtr_base, io[i].u.batch.size, io[i].u.batch.file_offset,
                         io[i].u.batch.devPtr_offset, io[i].opcode == 1);
     CUfileIOEvents_t* e = &b->ev[b->n++];
     e->cookie = io[i].cookie;
     e->status = r < 0 ? 0x40 : 0x10;  /* FAILED : COMPLETE */
-    e->ret = r < 0 ? (size_t)r : (size_t)r;
+    e->ret = (size_t)r;  /* -errno on failure */
     __atomic_add_fetch(&g_cnt.cufile_batch_ios, 1, __ATOMIC_RELAXED);
   }
   return CF_OK;
@@ -576,7 +581,7 @@ EXPORT CUfileError_t cuFileBatchIOGetStatus(void* id, unsigned min_nr, unsigned*
   (void)timeout;
   Batch* b = id;
   unsigned k = 0;
-  while (k < *nr && b->taken < b->n) ev[k++] = b->ev[b->taken++];
+  while (k < *nr && k < 16 && b->taken < b->n) ev[k++] = b->ev[b->taken++];
   *nr = k;
   return CF_OK;
 }

@@ -63,6 +63,43 @@ def test_device_arrays_round_trip_through_every_device_mechanism(fake_lib, tmp_p
     """, fake_lib, tmp_path)
 
 
+def test_submit_many_small_device_requests_under_gds(fake_lib, tmp_path):
+    # gds runs them as cuFile batches; each future has its own result, errors included.
+    run_py("""
+        import os, accio, numpy as np
+        data = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8)
+        data.tofile("in.bin")
+        bufs = [accio.device_array(1000 + i) for i in range(200)]
+        offs = [i * 5000 + 3 for i in range(200)]
+        with accio.open("in.bin", mechanism="gds") as f:
+            got = [fu.result() for fu in f.submit(zip(bufs, offs))]
+            assert got == [1000 + i for i in range(200)], got
+            assert f.stats()["reads"] == 200
+            tail = accio.device_array(4096)
+            assert [fu.result() for fu in f.submit([(tail, (1 << 20) - 10), (bufs[0], 1 << 21)])] == [10, 0]
+        for b, o in zip(bufs, offs):
+            assert b.to_bytes() == data[o:o + b.nbytes].tobytes()
+        with accio.open("out.bin", "w", mechanism="gds") as f:
+            assert [fu.result() for fu in f.submit(zip(bufs, offs), write=True)] == [b.nbytes for b in bufs]
+        out = np.fromfile("out.bin", dtype=np.uint8)
+        for b, o in zip(bufs, offs):
+            assert out[o:o + b.nbytes].tobytes() == data[o:o + b.nbytes].tobytes()
+        os.environ["FAKE_CUFILE_BATCH_FAIL_AT"] = "3"  # the fake fails the 4th request of each batch
+        with accio.open("in.bin", mechanism="gds") as f:
+            futs = f.submit(zip(bufs[:10], offs))
+            for i, fu in enumerate(futs):
+                if i == 3:
+                    try:
+                        fu.result()
+                        raise SystemExit("the failed request must raise")
+                    except OSError as e:
+                        assert "cuFileBatchIO read" in str(e), e
+                else:
+                    assert fu.result() == 1000 + i
+        print("ok")
+    """, fake_lib, tmp_path)
+
+
 def test_managed_memory_and_read_into_device(fake_lib, tmp_path):
     r = run_py("""
         import accio, numpy as np
@@ -92,7 +129,7 @@ def test_managed_memory_and_read_into_device(fake_lib, tmp_path):
 
 def test_host_buffers_under_a_device_mechanism_and_device_buffers_under_a_host_one(fake_lib, tmp_path):
     r = run_py("""
-        import accio, numpy as np
+        import os, accio, numpy as np
         data = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8); data.tofile("in.bin")
         host = np.empty_like(data)
         with accio.open("in.bin", mechanism="staged") as f:
