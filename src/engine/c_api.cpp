@@ -489,7 +489,7 @@ int accio_gpu_info_get(int ordinal, accio_gpu_info* out) {
 }
 
 int accio_mem_kind(const void* p, int* device) {
-  const accio::mem::cuda::Target t = accio::mem::cuda::classify(p);
+  const accio::mem::cuda::Target t = accio::mem::cuda::classify(p, true);
   if (device) *device = t.kind == accio::mem::cuda::MemKind::host ? -1 : t.device;
   return static_cast<int>(t.kind);
 }

@@ -229,7 +229,7 @@ const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool wr
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
   const tune::Choice c = choose(buf, n, off, write, g_inflight->load() + 1);
-  const mem::cuda::Target target = mem::cuda::classify(buf);
+  const mem::cuda::Target target = mem::cuda::classify(buf, true);
   std::string target_why;
   if (const io::Mechanism* m = for_target(*c.plan->mechanism, target, &target_why)) {
     const std::string name = m->name();
@@ -293,20 +293,26 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
   check(buf, n, off, write);
   const Inflight inflight;
   const tune::Choice choice = choose(buf, n, off, write, inflight.n);
-  const mem::cuda::Target target = mem::cuda::classify(buf);
-  const io::Mechanism* other = for_target(*choice.plan->mechanism, target, nullptr);
-  const io::Mechanism& m = other ? *other : *choice.plan->mechanism;
-  io::IoContext ctx{ref_, other ? settings_ : choice.plan->settings, ThreadPool::shared(), target};
+  mem::cuda::Target target = mem::cuda::classify(buf, choice.plan->mechanism->cpu_touches_buffer());
+  const io::Mechanism* other = nullptr;
+  const io::Mechanism* m = nullptr;
   const uint64_t t0 = now_ns();
   size_t got;
   try {
-    if (write) {
-      m.write(ctx, buf, n, off);
-      got = n;
-      uint64_t e = end_.load(), want = off + n;
-      while (n && want > e && !end_.compare_exchange_weak(e, want)) {}
-    } else {
-      got = m.read(ctx, buf, n, off);
+    for (;;) {
+      other = for_target(*choice.plan->mechanism, target, nullptr);
+      m = other ? other : choice.plan->mechanism;
+      try {
+        got = move(*m, {ref_, other ? settings_ : choice.plan->settings, ThreadPool::shared(), target}, buf, n, off, write);
+        break;
+      } catch (const Error& e) {
+        // A GPU buffer taken for host memory because libcuda arrived after this thread last looked
+        // (mem::cuda::loaded): the kernel refused it, having moved nothing. Look again and serve
+        // it where it lives.
+        if (e.errnum() != EFAULT || target.on_device()) throw;
+        target = mem::cuda::classify(buf, true);
+        if (!target.on_device()) throw;
+      }
     }
   } catch (...) {
     stats_.record_error();
@@ -315,9 +321,17 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
   }
   const uint64_t dt = now_ns() - t0;
   if (router_ && !other) router_->record(choice, got);
-  stats_.record(write, m.id, got, dt);
-  global_stats().record(write, m.id, got, dt);
+  stats_.record(write, m->id, got, dt);
+  global_stats().record(write, m->id, got, dt);
   return got;
+}
+
+size_t File::move(const io::Mechanism& m, const io::IoContext& ctx, void* buf, size_t n, uint64_t off, bool write) {
+  if (!write) return m.read(ctx, buf, n, off);
+  m.write(ctx, buf, n, off);
+  uint64_t e = end_.load(), want = off + n;
+  while (n && want > e && !end_.compare_exchange_weak(e, want)) {}
+  return n;
 }
 
 size_t File::pread(void* buf, size_t n, uint64_t off) {

@@ -99,6 +99,8 @@ class File : public std::enable_shared_from_this<File> {
   static std::shared_ptr<File> open_as(const std::string& path, const std::string& shown, int flags,
                                        const base::Settings& s);
   size_t transfer(void* buf, size_t n, uint64_t off, bool write);
+  // Runs one read or write on m; a write moves end_. Returns the bytes moved.
+  size_t move(const io::Mechanism& m, const io::IoContext& ctx, void* buf, size_t n, uint64_t off, bool write);
   // Whether a request's offset, size and buffer can be served at all; check() throws why not.
   static bool valid(const void* buf, size_t n, uint64_t off);
   void check(const void* buf, size_t n, uint64_t off, bool write) const;

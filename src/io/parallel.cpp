@@ -8,6 +8,7 @@ namespace {
 class Parallel final : public Mechanism {
  public:
   const char* name() const override { return "parallel"; }
+  bool cpu_touches_buffer() const override { return false; }
   int rank() const override { return 1; }
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
     auto* p = static_cast<char*>(buf);

@@ -8,6 +8,7 @@ namespace {
 class Posix final : public Mechanism {
  public:
   const char* name() const override { return "posix"; }
+  bool cpu_touches_buffer() const override { return false; }
   int rank() const override { return 0; }
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
     return read_full(c.file.fd, buf, n, off, c.file.path);

@@ -96,7 +96,10 @@ const Driver* load(std::string* why = nullptr);
 // The driver only if some code in this process already loaded libcuda (a framework, the CUDA
 // runtime, accio itself): a pointer can only be device memory then. Never loads it, so host-only
 // programs pay nothing and do not initialize CUDA (which would break CUDA in forked children).
-const Driver* loaded();
+// Whether libcuda has arrived is a look at the loader's list under the loader's lock, so until it
+// has, each thread looks on its first call and then every kRecheckEvery-th call; `recheck` looks now.
+inline constexpr unsigned kRecheckEvery = 256;
+const Driver* loaded(bool recheck = false);
 
 // "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
 std::string error_text(const Driver& d, CUresult rc, const char* call);
@@ -115,8 +118,10 @@ struct Target {
   bool on_device() const { return kind == MemKind::device || kind == MemKind::managed; }
   std::string name() const;   // "host", "cuda:0", "cuda:0 (managed)"
 };
-// Host when libcuda is not loaded in the process or the driver does not know the pointer.
-Target classify(const void* p);
+// Host when libcuda is not loaded in the process (as far as loaded(recheck) knows) or the driver
+// does not know the pointer. A GPU buffer classified as host in the window before loaded() noticed
+// libcuda fails on the host path with EFAULT; the engine then classifies it again with recheck.
+Target classify(const void* p, bool recheck = false);
 
 // Makes the target's context current on this thread for the guard's life (the device's primary
 // context when the allocation has none).

@@ -146,6 +146,44 @@ def test_host_buffers_under_a_device_mechanism_and_device_buffers_under_a_host_o
     assert "mechanism posix cannot serve cuda:0 memory" in r.stdout
 
 
+def test_gpu_buffer_from_a_libcuda_loaded_after_accio_looked(fake_lib, tmp_path):
+    # posix and parallel look for libcuda only every 256th request per thread (the look takes the
+    # loader's lock). A GPU buffer in between reaches the kernel, which answers EFAULT; the engine
+    # then looks again and serves it staged. Here libcuda arrives behind accio's back (ctypes, as a
+    # framework would load it) right after this thread's first, libcuda-less request.
+    r = run_py(f"""
+        import ctypes, accio, numpy as np
+        data = np.random.default_rng(5).integers(0, 256, (3 << 20) + 5, dtype=np.uint8)
+        data.tofile("in.bin")
+        files = {{m: accio.open("in.bin", mechanism=m, threads=2, task_size="1m") for m in ("posix", "parallel", "auto", "direct")}}
+        for f in files.values():
+            f.read_into(bytearray(4096))  # this thread has looked: no libcuda
+        cu = ctypes.CDLL({fake_lib!r})
+        cu.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        cu.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+        cu.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+        ctx, ptr = ctypes.c_void_p(), ctypes.c_uint64()
+        assert cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+        assert cu.cuCtxPushCurrent_v2(ctx) == 0 and cu.cuMemAlloc_v2(ctypes.byref(ptr), data.nbytes) == 0
+        class Raw:
+            __cuda_array_interface__ = {{"data": (ptr.value, False), "shape": (data.nbytes,), "typestr": "|u1",
+                                         "version": 3}}
+        host, zeros = np.empty_like(data), np.zeros_like(data)
+        for m, f in files.items():
+            assert cu.cuMemcpyHtoD_v2(ptr.value, zeros.ctypes.data, data.nbytes) == 0
+            assert f.read_into(Raw()) == data.nbytes, m
+            assert cu.cuMemcpyDtoH_v2(host.ctypes.data, ptr.value, data.nbytes) == 0
+            assert host.tobytes() == data.tobytes(), m
+            print(m, "ran", f.stats()["last_mechanism"], "errors", f.stats()["errors"])
+            f.close()
+        with accio.open("out.bin", "w", mechanism="posix") as f:
+            assert f.write_from(Raw()) == data.nbytes
+        assert np.fromfile("out.bin", dtype=np.uint8).tobytes() == data.tobytes()
+    """, fake_lib, tmp_path)
+    for m in ("posix", "parallel", "auto", "direct"):
+        assert f"{m} ran staged errors 0" in r.stdout, r.stdout
+
+
 def test_without_libcuda_everything_host_still_works(tmp_path):
     r = run_py("""
         import accio, errno, numpy as np
