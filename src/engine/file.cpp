@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -329,9 +329,13 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
 size_t File::move(const io::Mechanism& m, const io::IoContext& ctx, void* buf, size_t n, uint64_t off, bool write) {
   if (!write) return m.read(ctx, buf, n, off);
   m.write(ctx, buf, n, off);
-  uint64_t e = end_.load(), want = off + n;
-  while (n && want > e && !end_.compare_exchange_weak(e, want)) {}
+  if (n) extend(off + n);
   return n;
+}
+
+void File::extend(uint64_t end) {
+  uint64_t e = end_.load();
+  while (end > e && !end_.compare_exchange_weak(e, end)) {}
 }
 
 size_t File::pread(void* buf, size_t n, uint64_t off) {
@@ -380,11 +384,11 @@ std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, 
     std::vector<size_t> reqs;  // indexes into reqs
   };
   std::vector<Group> groups;
+  const io::Mechanism* m = fixed_ ? fixed_plan_.mechanism : nullptr;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const Request& r = reqs[i];
-    const io::Mechanism* m = fixed_ ? fixed_plan_.mechanism : nullptr;
     if (m && r.size && valid(r.buf, r.size, r.offset)) {
-      const mem::cuda::Target t = mem::cuda::classify(r.buf);
+      const mem::cuda::Target t = mem::cuda::classify(r.buf, m->cpu_touches_buffer());
       const size_t limit = m->serves(t) ? m->batch_limit({ref_, fixed_plan_.settings, ThreadPool::shared(), t}, r.size) : 0;
       if (limit > 1) {
         auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
@@ -436,11 +440,7 @@ void File::run_batch(BatchJob& job, bool write) {
       job.results[i].set_exception(it.error);
       continue;
     }
-    if (write) {
-      uint64_t e = end_.load();
-      const uint64_t want = it.off + it.n;
-      while (want > e && !end_.compare_exchange_weak(e, want)) {}
-    }
+    if (write) extend(it.off + it.n);
     stats_.record(write, m.id, it.done, dt);
     global_stats().record(write, m.id, it.done, dt);
     job.results[i].set_value(it.done);

@@ -101,6 +101,7 @@ class File : public std::enable_shared_from_this<File> {
   size_t transfer(void* buf, size_t n, uint64_t off, bool write);
   // Runs one read or write on m; a write moves end_. Returns the bytes moved.
   size_t move(const io::Mechanism& m, const io::IoContext& ctx, void* buf, size_t n, uint64_t off, bool write);
+  void extend(uint64_t end);  // end_ = max(end_, end)
   // Whether a request's offset, size and buffer can be served at all; check() throws why not.
   static bool valid(const void* buf, size_t n, uint64_t off);
   void check(const void* buf, size_t n, uint64_t off, bool write) const;

@@ -176,9 +176,27 @@ class Gds final : public Mechanism {
       for (size_t i = 0; i < count; ++i) finish(c, a, io[i], items[i], write);
       return;
     }
-    // A short completion is finished with ordinary calls: a read short of end of file, or a write.
-    for (size_t i = 0; i < count; ++i)
-      if (!items[i].error && items[i].done < items[i].n && (write || items[i].done > 0)) finish(c, a, io[i], items[i], write);
+    // What the batch left undone, ordinary calls finish: a request that failed (retried whole:
+    // reads and writes of the same bytes at the same offset are idempotent, and cuFile may refuse
+    // in a batch what it takes alone), a read short of end of file, a short write.
+    for (size_t i = 0; i < count; ++i) {
+      BatchItem& it = items[i];
+      if (it.error) {
+        std::string what;
+        try {
+          std::rethrow_exception(it.error);
+        } catch (const std::exception& e) {
+          what = e.what();
+        }
+        base::warn_once("gds-batch-request",
+                        "a cuFile batch request failed (" + what + "): such requests are retried with one cuFile call each");
+        it.error = nullptr;
+        it.done = 0;
+        finish(c, a, io[i], it, write);
+      } else if (it.done < it.n && (write || it.done > 0)) {
+        finish(c, a, io[i], it, write);
+      }
+    }
   }
 
  private:
@@ -230,7 +248,7 @@ class Gds final : public Mechanism {
   }
 
   // Moves what the batch left of item (all of it when the batch could not run) with cuFile calls.
-  void finish(const IoContext& c, const cf::Api& a, const cf::IoParams& p, BatchItem& item, bool write) const {
+  static void finish(const IoContext& c, const cf::Api& a, const cf::IoParams& p, BatchItem& item, bool write) {
     try {
       char* base = static_cast<char*>(p.u.batch.devPtr_base);
       const size_t boff = static_cast<size_t>(p.u.batch.devPtr_offset);

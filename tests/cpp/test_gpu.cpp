@@ -478,7 +478,7 @@ TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
   accio_settings_free(s);
 }
 
-TEST(FakeGpu, GdsBatchRequestThatFailsFailsOnlyItsOwnFuture) {
+TEST(FakeGpu, GdsBatchRequestThatFailsIsRetriedAlone) {
   if (!fake()) GTEST_SKIP() << "fake driver only";
   TempDir dir;
   const std::vector<char> data = pattern(1u << 20, 23);
@@ -488,28 +488,40 @@ TEST(FakeGpu, GdsBatchRequestThatFailsFailsOnlyItsOwnFuture) {
   accio_file* f;
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
   const std::vector<accio_request> rs = small_reads(dev);
+  setenv("FAKE_CUFILE_BATCH_FAIL_AT", "5", 1);  // the batch fails request 5; cuFileRead alone takes it
+  const FakeCounters a = counters();
+  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  const FakeCounters b = counters();
+  unsetenv("FAKE_CUFILE_BATCH_FAIL_AT");
+  EXPECT_EQ(b.cufile_reads - a.cufile_reads, 1u) << "only the failed request is retried";
+  for (const accio_request& r : rs)
+    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+  char w[8192];
+  accio_warnings(w, sizeof w);
+  EXPECT_NE(std::string(w).find("a cuFile batch request failed"), std::string::npos) << w;
+
+  // A request that fails alone too fails only its own future, naming the call and the offset.
+  setenv("FAKE_CUFILE_EIO_AT", "40960", 1);
   std::vector<accio_future*> futs(rs.size());
-  setenv("FAKE_CUFILE_BATCH_FAIL_AT", "5", 1);
   ASSERT_EQ(accio_submit(f, ACCIO_OP_READ, rs.data(), rs.size(), futs.data()), 0);
   for (size_t i = 0; i < rs.size(); ++i) {
     const int64_t got = accio_future_wait(futs[i]);
     if (i == 5) {
       EXPECT_EQ(got, -EIO);
       const std::string e = accio_last_error();
-      EXPECT_NE(e.find("cuFileBatchIO read"), std::string::npos) << e;
+      EXPECT_NE(e.find("cuFileRead"), std::string::npos) << e;
       EXPECT_NE(e.find(dir.file("f")), std::string::npos) << e;
       EXPECT_NE(e.find("40960"), std::string::npos) << "the failing request's offset: " << e;
     } else {
       EXPECT_EQ(got, 4096) << "request " << i;
-      EXPECT_TRUE(from_device(rs[i].buf, 4096) == std::vector<char>(data.begin() + rs[i].offset, data.begin() + rs[i].offset + 4096));
     }
     accio_future_free(futs[i]);
   }
-  unsetenv("FAKE_CUFILE_BATCH_FAIL_AT");
+  unsetenv("FAKE_CUFILE_EIO_AT");
   accio_stats st;
   accio_file_stats(f, &st);
   EXPECT_EQ(st.errors, 1u);
-  EXPECT_EQ(st.reads, rs.size() - 1);
+  EXPECT_EQ(st.reads, 2 * rs.size() - 1);
   accio_close(f);
   accio_settings_free(s);
 }

@@ -12,7 +12,8 @@
  * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
  * asynchronous copy fails), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path),
  * FAKE_CUFILE_BATCH_SETUP_FAIL=1 (cuFileBatchIOSetUp fails), FAKE_CUFILE_BATCH_FAIL_AT=K (the K-th
- * request of each batch submission fails with -EIO, moving nothing). Batch status comes back at
+ * request of each batch submission fails with -EIO, moving nothing), FAKE_CUFILE_EIO_AT=OFF (every
+ * cuFile read or write, batched or not, that starts at file offset OFF fails with -EIO). Batch status comes back at
  * most 16 events per cuFileBatchIOGetStatus, as if its timeout had passed.
  * fake_cuda_counters() tells tests what happened. */
 #define _GNU_SOURCE
@@ -530,6 +531,7 @@ EXPORT CUfileError_t cuFileBufDeregister(const void* p) {
   return CF_OK;
 }
 static ssize_t file_io(FileHandle* h, const void* base, size_t n, off_t off, off_t boff, int write) {
+  if (off == env_long("FAKE_CUFILE_EIO_AT", -1)) return -EIO;
   char* p = resolve((const char*)base + boff, n);
   if (!p || p == (const char*)base + boff) return -EINVAL;  /* only device memory here */
   size_t done = 0;

@@ -84,7 +84,7 @@ def test_submit_many_small_device_requests_under_gds(fake_lib, tmp_path):
         out = np.fromfile("out.bin", dtype=np.uint8)
         for b, o in zip(bufs, offs):
             assert out[o:o + b.nbytes].tobytes() == data[o:o + b.nbytes].tobytes()
-        os.environ["FAKE_CUFILE_BATCH_FAIL_AT"] = "3"  # the fake fails the 4th request of each batch
+        os.environ["FAKE_CUFILE_EIO_AT"] = str(offs[3])  # the fake fails any cuFile I/O at this offset
         with accio.open("in.bin", mechanism="gds") as f:
             futs = f.submit(zip(bufs[:10], offs))
             for i, fu in enumerate(futs):
@@ -93,7 +93,7 @@ def test_submit_many_small_device_requests_under_gds(fake_lib, tmp_path):
                         fu.result()
                         raise SystemExit("the failed request must raise")
                     except OSError as e:
-                        assert "cuFileBatchIO read" in str(e), e
+                        assert "cuFileRead" in str(e) and str(offs[3]) in str(e), e
                 else:
                     assert fu.result() == 1000 + i
         print("ok")
