@@ -80,6 +80,12 @@ std::vector<char> from_device(const void* p, size_t n) {
   return v;
 }
 
+std::string warnings() {
+  char w[8192];
+  accio_warnings(w, sizeof w);
+  return w;
+}
+
 std::string ran(accio_file* f) {
   accio_stats st;
   accio_file_stats(f, &st);
@@ -381,9 +387,7 @@ TEST(FakeGpu, RegistrationRefusedDegradesWithAWarning) {
   EXPECT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
   unsetenv("FAKE_CUDA_FAIL_REGISTER");
   EXPECT_TRUE(from_device(dev.p, data.size()) == data);
-  char w[8192];
-  accio_warnings(w, sizeof w);
-  EXPECT_NE(std::string(w).find("cuMemHostRegister"), std::string::npos) << w;
+  EXPECT_NE(warnings().find("cuMemHostRegister"), std::string::npos) << warnings();
   accio_close(f);
   accio_settings_free(s);
 }
@@ -471,9 +475,7 @@ TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
   EXPECT_EQ(b.cufile_reads - a.cufile_reads, rs.size()) << "one cuFileRead per request instead";
   for (const accio_request& r : rs)
     EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
-  char w[8192];
-  accio_warnings(w, sizeof w);
-  EXPECT_NE(std::string(w).find("cuFileBatchIOSetUp"), std::string::npos) << w;
+  EXPECT_NE(warnings().find("cuFileBatchIOSetUp"), std::string::npos) << warnings();
   accio_close(f);
   accio_settings_free(s);
 }
@@ -496,9 +498,7 @@ TEST(FakeGpu, GdsBatchRequestThatFailsIsRetriedAlone) {
   EXPECT_EQ(b.cufile_reads - a.cufile_reads, 1u) << "only the failed request is retried";
   for (const accio_request& r : rs)
     EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
-  char w[8192];
-  accio_warnings(w, sizeof w);
-  EXPECT_NE(std::string(w).find("a cuFile batch request failed"), std::string::npos) << w;
+  EXPECT_NE(warnings().find("a cuFile batch request failed"), std::string::npos) << warnings();
 
   // A request that fails alone too fails only its own future, naming the call and the offset.
   setenv("FAKE_CUFILE_EIO_AT", "40960", 1);
