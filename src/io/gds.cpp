@@ -2,8 +2,9 @@
 // O_DIRECT descriptor where there is one), registered on first use and dropped at close. Device
 // buffers are registered with cuFile once per allocation (keyed by the driver's buffer id, so a
 // reused address is noticed) when the direct path is possible; in compatibility mode registration
-// buys nothing and is skipped. Requests are split over `threads` like `parallel`. Which path cuFile
-// takes is reported by explain() and `accio info` (cufile::mode_for), never assumed.
+// buys nothing and is skipped. Requests are split over `threads` like `parallel`; submit()'s small
+// requests go to cuFile as batches (batch_limit, batch). Which path cuFile takes is reported by
+// explain() and `accio info` (cufile::mode_for), never assumed.
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -58,6 +59,61 @@ class Gds final : public Mechanism {
     if (it == handles_.end()) return;
     if (const cf::Api* a = cf::load()) a->HandleDeregister(it->second);
     handles_.erase(it);
+  }
+
+  // One cuFile batch for requests gds would run as one cuFile call each (not split over threads),
+  // up to the driver's batch size and a direct I/O's usual maximum.
+  size_t batch_limit(const IoContext& c, size_t n) const override {
+    const cf::Api* a = cf::load();
+    if (!a || !a->max_batch || n == 0 || n > kMaxBatchRequest) return 0;
+    return n <= task_bytes(c.settings, n, c.settings.threads, 4096) ? a->max_batch : 0;
+  }
+
+  void batch(const IoContext& c, BatchItem* items, size_t count, bool write) const override {
+    const cf::Api& a = *cf::load();
+    cu::ContextGuard g(c.target);
+    void* fh = nullptr;
+    std::vector<cf::IoParams> io(count);
+    try {
+      fh = handle(c, a);
+      for (size_t i = 0; i < count; ++i) {
+        const auto [base, boff] = registered(static_cast<char*>(items[i].buf), a);
+        io[i].mode = 1;  // CUFILE_BATCH
+        io[i].u.batch = {base, static_cast<off_t>(items[i].off), static_cast<off_t>(boff), items[i].n};
+        io[i].fh = fh;
+        io[i].opcode = write ? 1 : 0;
+        io[i].cookie = &items[i];
+      }
+    } catch (...) {
+      for (size_t i = 0; i < count; ++i) items[i].error = std::current_exception();
+      return;
+    }
+    if (std::string why = submit_batch(c, a, io.data(), static_cast<unsigned>(count), write); !why.empty()) {
+      base::warn_once("gds-batch", "cuFile batch I/O failed (" + why + "): those requests run one cuFile call each");
+      for (size_t i = 0; i < count; ++i) finish(c, a, io[i], items[i], write);
+      return;
+    }
+    // What the batch left undone, ordinary calls finish: a request that failed (retried whole:
+    // reads and writes of the same bytes at the same offset are idempotent, and cuFile may refuse
+    // in a batch what it takes alone), a read short of end of file, a short write.
+    for (size_t i = 0; i < count; ++i) {
+      BatchItem& it = items[i];
+      if (it.error) {
+        std::string what;
+        try {
+          std::rethrow_exception(it.error);
+        } catch (const std::exception& e) {
+          what = e.what();
+        }
+        base::warn_once("gds-batch-request",
+                        "a cuFile batch request failed (" + what + "): such requests are retried with one cuFile call each");
+        it.error = nullptr;
+        it.done = 0;
+        finish(c, a, io[i], it, write);
+      } else if (it.done < it.n && (write || it.done > 0)) {
+        finish(c, a, io[i], it, write);
+      }
+    }
   }
 
  private:
@@ -143,63 +199,6 @@ class Gds final : public Mechanism {
     return Error(EIO, op, c.file.path, off, cf::error_text({static_cast<int>(-r), 0}));
   }
 
- public:
-  // One cuFile batch for requests gds would run as one cuFile call each (not split over threads),
-  // up to the driver's batch size and a direct I/O's usual maximum.
-  size_t batch_limit(const IoContext& c, size_t n) const override {
-    const cf::Api* a = cf::load();
-    if (!a || !a->max_batch || n == 0 || n > kMaxBatchRequest) return 0;
-    return n <= task_bytes(c.settings, n, c.settings.threads, 4096) ? a->max_batch : 0;
-  }
-
-  void batch(const IoContext& c, BatchItem* items, size_t count, bool write) const override {
-    const cf::Api& a = *cf::load();
-    cu::ContextGuard g(c.target);
-    void* fh = nullptr;
-    std::vector<cf::IoParams> io(count);
-    try {
-      fh = handle(c, a);
-      for (size_t i = 0; i < count; ++i) {
-        const auto [base, boff] = registered(static_cast<char*>(items[i].buf), a);
-        io[i].mode = 1;  // CUFILE_BATCH
-        io[i].u.batch = {base, static_cast<off_t>(items[i].off), static_cast<off_t>(boff), items[i].n};
-        io[i].fh = fh;
-        io[i].opcode = write ? 1 : 0;
-        io[i].cookie = &items[i];
-      }
-    } catch (...) {
-      for (size_t i = 0; i < count; ++i) items[i].error = std::current_exception();
-      return;
-    }
-    if (std::string why = submit_batch(c, a, io.data(), static_cast<unsigned>(count), write); !why.empty()) {
-      base::warn_once("gds-batch", "cuFile batch I/O failed (" + why + "): those requests run one cuFile call each");
-      for (size_t i = 0; i < count; ++i) finish(c, a, io[i], items[i], write);
-      return;
-    }
-    // What the batch left undone, ordinary calls finish: a request that failed (retried whole:
-    // reads and writes of the same bytes at the same offset are idempotent, and cuFile may refuse
-    // in a batch what it takes alone), a read short of end of file, a short write.
-    for (size_t i = 0; i < count; ++i) {
-      BatchItem& it = items[i];
-      if (it.error) {
-        std::string what;
-        try {
-          std::rethrow_exception(it.error);
-        } catch (const std::exception& e) {
-          what = e.what();
-        }
-        base::warn_once("gds-batch-request",
-                        "a cuFile batch request failed (" + what + "): such requests are retried with one cuFile call each");
-        it.error = nullptr;
-        it.done = 0;
-        finish(c, a, io[i], it, write);
-      } else if (it.done < it.n && (write || it.done > 0)) {
-        finish(c, a, io[i], it, write);
-      }
-    }
-  }
-
- private:
   static constexpr size_t kMaxBatchRequest = 16u << 20;  // cuFile's default max_direct_io_size_kb
 
   // Submits the batch and waits for every event; fills each item (the cookie) with its result.
