@@ -219,6 +219,7 @@ def test_info_lists_gpus_and_cufile_mode(fake_lib, tmp_path):
     text = subprocess.run([*ACCIO, "info"], env=dict(env, FAKE_CUFILE_NVFS="1"), capture_output=True, text=True,
                           check=True).stdout
     assert "gpu 0         accio fake GPU 0" in text and "gds here      direct path" in text
+    assert "batch API present (submit() runs up to 128 small requests as one batch)" in text
     bare = subprocess.run([*ACCIO, "info"], env=dict(os.environ, ACCIO_LIBCUDA="/nonexistent.so"),
                           capture_output=True, text=True, check=True).stdout
     assert "gpus          none (cannot load /nonexistent.so" in bare
