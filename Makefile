@@ -63,7 +63,7 @@ cpp-test-asan: deps
 
 cpp-test-tsan: deps
 	$(call cpp_build,$(BUILD)/tsan,-DACCIO_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-	TSAN_OPTIONS=halt_on_error=1 ACCIO_TEST_OPS=40 ctest --test-dir $(BUILD)/tsan --output-on-failure -j $(JOBS)
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ACCIO_TEST_OPS=40 ctest --test-dir $(BUILD)/tsan --output-on-failure -j $(JOBS)
 
 py-test: install
 	$(PY) -m pytest -q tests/python

@@ -433,11 +433,13 @@ void File::run_batch(BatchJob& job, bool write) {
   m.batch(ctx, job.items.data(), job.items.size(), write);
   const uint64_t dt = now_ns() - t0;  // each request is charged the batch's time, as if run alone
   for (size_t i = 0; i < job.items.size(); ++i) {
-    const io::BatchItem& it = job.items[i];
+    io::BatchItem& it = job.items[i];
     if (it.error) {
       stats_.record_error();
       global_stats().record_error();
-      job.results[i].set_exception(it.error);
+      // Moved, not copied: the future's state then holds the only reference, so the exception is
+      // freed by whoever drops that state last, never by this thread behind the reader's back.
+      job.results[i].set_exception(std::move(it.error));
       continue;
     }
     if (write) extend(it.off + it.n);
