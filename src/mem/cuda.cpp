@@ -29,6 +29,15 @@ std::string library_from_env(const char* env, const char* fallback) {
   return e && *e ? e : fallback;
 }
 
+void* open_library(const std::string& path, const char* consequence, std::string* why) {
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* e = dlerror();
+    *why = "cannot load " + path + " (" + (e ? e : "not found") + "): " + consequence;
+  }
+  return lib;
+}
+
 std::string library_name() { return library_from_env("ACCIO_LIBCUDA", "libcuda.so.1"); }
 
 namespace {
@@ -45,12 +54,8 @@ Loaded& state() {
   std::call_once(once, [] {
     Driver& d = s.d;
     d.path = library_name();
-    d.lib = dlopen(d.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!d.lib) {
-      const char* e = dlerror();
-      s.why = "cannot load " + d.path + " (" + (e ? e : "not found") + "): no NVIDIA driver on this machine";
-      return;
-    }
+    d.lib = open_library(d.path, "no NVIDIA driver on this machine", &s.why);
+    if (!d.lib) return;
     std::string miss;
     void* l = d.lib;
     resolve_symbol(l, "cuInit", d.Init, &miss);

@@ -81,6 +81,8 @@ struct Driver {
 // ---- run-time loading, shared with cufile.cpp ----
 // $env when set and not empty, else `fallback`: which library to dlopen.
 std::string library_from_env(const char* env, const char* fallback);
+// dlopen(path); nullptr with *why = "cannot load PATH (dlerror): <consequence>" when it fails.
+void* open_library(const std::string& path, const char* consequence, std::string* why);
 // out = dlsym(lib, name); the first missing name is kept in *missing (when given).
 template <class F>
 void resolve_symbol(void* lib, const char* name, F& out, std::string* missing) {

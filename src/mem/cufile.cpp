@@ -1,7 +1,6 @@
 // accio memory: cuFile loaded at run time (see cufile.hpp).
 #include "mem/cufile.hpp"
 
-#include <dlfcn.h>
 #include <linux/magic.h>
 #include <sys/vfs.h>
 
@@ -31,12 +30,8 @@ State& state() {
     }
     Api& a = s.api;
     a.path = library_name();
-    a.lib = dlopen(a.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!a.lib) {
-      const char* e = dlerror();
-      s.why = "cannot load " + a.path + " (" + (e ? e : "not found") + "): GPUDirect Storage (cuFile) is not installed";
-      return;
-    }
+    a.lib = cuda::open_library(a.path, "GPUDirect Storage (cuFile) is not installed", &s.why);
+    if (!a.lib) return;
     std::string miss;
     cuda::resolve_symbol(a.lib, "cuFileDriverOpen", a.DriverOpen, &miss);
     cuda::resolve_symbol(a.lib, "cuFileDriverGetProperties", a.DriverGetProperties, &miss);
