@@ -131,8 +131,8 @@ const Driver* load(std::string* why) {
 
 const Driver* loaded(bool recheck) {
   if (const Driver* d = g_found.load(std::memory_order_acquire)) return d;
-  // dl_iterate_phdr takes the loader's lock: about 25 ns alone, 230 ns per call with two threads
-  // contending (measured). Each thread looks on its first call and then every kRecheckEvery-th.
+  // dl_iterate_phdr takes the loader's lock: 25 ns alone, 50-260 ns with two threads contending
+  // (results/classify_cost.json). Each thread looks on its first call and then every kRecheckEvery-th.
   thread_local unsigned calls = 0;
   if (!recheck && calls++ % kRecheckEvery != 0) return nullptr;
   // Look again only when the process loaded a new object since the last look.
