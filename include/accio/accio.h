@@ -137,6 +137,15 @@ int accio_probe(const char* feature, const char* path, char* detail, size_t len)
 int accio_residency(accio_file* f, int64_t offset, int64_t len, int64_t* cached, int64_t* dirty, int64_t* total);
 /* Warnings issued so far, '\n'-separated; returns the full length. */
 size_t accio_warnings(char* out, size_t len);
+/* Every message accio issues (a fallback to a slower path, a resource shortage) goes to one place:
+ * by default "accio: warning: ..." on stderr (nothing with ACCIO_QUIET=1), or to fn once it is set.
+ * fn gets the level (ACCIO_LOG_INFO 20, ACCIO_LOG_WARNING 30: Python logging's numbers), a stable
+ * key naming the cause ("gds-register", "staging-memlock", ...) and the message, once per cause and
+ * process, on whichever thread issued it (a transfer's worker thread too) and with no accio lock
+ * held; the strings live until fn returns. fn must not call back into accio. NULL restores stderr. */
+enum accio_log_level { ACCIO_LOG_INFO = 20, ACCIO_LOG_WARNING = 30 };
+typedef void (*accio_log_fn)(int level, const char* key, const char* message, void* user);
+void accio_set_log_callback(accio_log_fn fn, void* user);
 
 /* ---- GPUs: the CUDA back end, loaded at run time (the same library runs without a GPU) ----
  * Every transfer function above takes device, managed or pinned pointers as well as host memory:
@@ -168,7 +177,9 @@ int accio_device_free(void* p);
 int accio_device_copy(void* dst, const void* src, size_t size); /* any direction (unified addressing) */
 /* cuFile: 1 loaded (detail: whether the direct path is possible), 0 not (detail: why). */
 int accio_gds_info(char* detail, size_t len);
-/* For f: 1 when cuFile can take the direct path, 0 when it would run in compatibility mode; detail says why. */
+/* For f (registering it with cuFile once to find out): 1 when cuFile can take the direct path, 0 when
+ * it would run in compatibility mode, 2 when cuFile refuses the file, so that mechanism gds serves its
+ * GPU requests with staged (after one warning); detail says why, naming the likely cause. */
 int accio_gds_mode(accio_file* f, char* detail, size_t len);
 /* The pinned-copy ceiling: seconds for `threads` threads to copy `bytes` in all between registered
  * host buffers of `chunk` bytes and the device (to_device 1: host-to-device), asynchronously. */

@@ -426,8 +426,9 @@ NB_MODULE(_ext, m) {
   });
   m.def("gds_mode", [](PyFile& f) {
     char d[1024];
-    const bool direct = accio_gds_mode(f.handle(), d, sizeof d) == 1;
-    return std::make_pair(direct, std::string(d));
+    static const char* paths[] = {"compat", "direct", "staged"};  // accio_gds_mode's 0, 1, 2
+    const int path = accio::detail::check(accio_gds_mode(f.handle(), d, sizeof d));
+    return std::make_pair(std::string(paths[path]), std::string(d));
   });
   m.def("cuda_copy_seconds", [](int device, bool to_device, size_t nbytes, size_t chunk, int threads) {
     double sec = 0;

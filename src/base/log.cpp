@@ -1,6 +1,7 @@
-// accio base: warn_once implementation.
+// accio base: warn_once and the log sink.
 #include "base/log.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,15 +18,36 @@ struct Log {
   std::vector<std::string> lines;
 };
 base::PerProcess<Log> g_log;  // a forked child starts a new log (the parent's lock may be held)
+
+// The sink and its argument, swapped as one pointer: no lock a fork could leave held. A replaced
+// pair is kept, chained to its successor (a few bytes per accio_set_log_callback): another thread
+// may still be calling through it.
+struct SinkPair {
+  Sink fn;
+  void* user;
+  const SinkPair* prev;
+};
+std::atomic<const SinkPair*> g_sink{nullptr};
+
+void emit(Level level, const std::string& key, const std::string& msg) {
+  const SinkPair* p = g_sink.load(std::memory_order_acquire);
+  if (p && p->fn) {
+    p->fn(static_cast<int>(level), key.c_str(), msg.c_str(), p->user);
+    return;
+  }
+  const char* q = std::getenv("ACCIO_QUIET");
+  if (!(q && *q && std::strcmp(q, "0") != 0)) std::fprintf(stderr, "accio: warning: %s\n", msg.c_str());
+}
 }  // namespace
 
 bool warn_once(const std::string& key, const std::string& msg) {
-  Log& l = g_log.get();
-  std::lock_guard lk(l.mu);
-  if (!l.keys.insert(key).second) return false;
-  l.lines.push_back(msg);
-  const char* q = std::getenv("ACCIO_QUIET");
-  if (!(q && *q && std::strcmp(q, "0") != 0)) std::fprintf(stderr, "accio: warning: %s\n", msg.c_str());
+  {
+    Log& l = g_log.get();
+    std::lock_guard lk(l.mu);
+    if (!l.keys.insert(key).second) return false;
+    l.lines.push_back(msg);
+  }
+  emit(Level::warning, key, msg);  // outside the lock: a sink may take its own (Python's GIL)
   return true;
 }
 
@@ -33,6 +55,12 @@ std::vector<std::string> warnings() {
   Log& l = g_log.get();
   std::lock_guard lk(l.mu);
   return l.lines;
+}
+
+void set_sink(Sink sink, void* user) {
+  static std::mutex mu;  // setters only; emit() never takes it
+  std::lock_guard lk(mu);
+  g_sink.store(new SinkPair{sink, user, g_sink.load()}, std::memory_order_release);
 }
 
 }  // namespace accio::base

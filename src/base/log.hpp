@@ -1,14 +1,23 @@
 // accio base: warnings. Resource shortages degrade to a slower path with ONE warning per cause
-// that says what to change. ACCIO_QUIET=1 silences stderr; warnings are still recorded.
+// that says what to change. Every warning goes through one channel: a sink set with set_sink (the
+// C API's accio_set_log_callback; the Python package routes it to `warnings` and `logging`), else
+// stderr unless ACCIO_QUIET=1. Warnings are recorded either way (warnings(), `accio info`).
 #pragma once
 #include <string>
 #include <vector>
 
 namespace accio::base {
 
-// Prints "accio: warning: <msg>" to stderr the first time `key` is seen. Returns true if printed.
+enum class Level { info = 20, warning = 30 };  // Python logging's numbers, so a sink can pass them on
+// Receives each message once; called without accio's locks held, on whichever thread issued it.
+using Sink = void (*)(int level, const char* key, const char* message, void* user);
+
+// Issues `msg` the first time `key` is seen (to the sink, or "accio: warning: <msg>" on stderr).
+// Returns true if issued.
 bool warn_once(const std::string& key, const std::string& msg);
 // Every warning issued so far (for `accio info` and tests).
 std::vector<std::string> warnings();
+// Replaces the sink (nullptr: back to stderr). Applies to messages issued after it returns.
+void set_sink(Sink sink, void* user);
 
 }  // namespace accio::base

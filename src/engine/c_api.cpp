@@ -444,6 +444,8 @@ size_t accio_warnings(char* out, size_t len) {
   return all.size();
 }
 
+void accio_set_log_callback(accio_log_fn fn, void* user) { accio::base::set_sink(fn, user); }
+
 int accio_mechanism_device(int id) {
   if (id < 0 || id >= static_cast<int>(accio::io::all().size()))
     return fail(EINVAL, "accio_mechanism_device", "", -1, "no mechanism " + std::to_string(id));
@@ -526,9 +528,10 @@ int accio_gds_info(char* detail, size_t len) {
 
 int accio_gds_mode(accio_file* f, char* detail, size_t len) {
   ACCIO_CHECK(f, "accio_gds_mode");
-  const accio::mem::cufile::Mode m = accio::mem::cufile::mode_for(f->f->ref().fd);
+  const accio::io::FileRef& r = f->f->ref();
+  const accio::mem::cufile::Mode m = accio::mem::cufile::mode_for(r.direct_fd, r.fd);
   copy_out(m.why, detail, len);
-  return m.direct;
+  return m.path;
 }
 
 int accio_cuda_copy_seconds(int device, int to_device, size_t bytes, size_t chunk, int threads, double* seconds) {

@@ -242,7 +242,14 @@ File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool wr
 }
 
 const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const {
-  if (planned.serves(t)) return nullptr;
+  if (planned.serves(t)) {
+    // A device mechanism may still be unable to serve this file (gds: cuFile refuses it).
+    if (!t.on_device()) return nullptr;
+    const io::Mechanism& r = planned.resolve({ref_, settings_, ThreadPool::shared(), t});
+    if (&r == &planned) return nullptr;
+    if (why) *why = std::string(planned.name()) + " cannot serve this file here (see the warning): it runs as " + r.name();
+    return &r;
+  }
   const std::string was = fixed_ ? fixed_->name() : "auto";
   const io::Mechanism* m = io::find(t.on_device() ? "staged" : "parallel");
   if (t.on_device()) {
@@ -389,7 +396,7 @@ std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, 
     const Request& r = reqs[i];
     if (m && r.size && valid(r.buf, r.size, r.offset)) {
       const mem::cuda::Target t = mem::cuda::classify(r.buf, m->cpu_touches_buffer());
-      const size_t limit = m->serves(t) ? m->batch_limit({ref_, fixed_plan_.settings, ThreadPool::shared(), t}, r.size) : 0;
+      const size_t limit = !for_target(*m, t, nullptr) ? m->batch_limit({ref_, fixed_plan_.settings, ThreadPool::shared(), t}, r.size) : 0;
       if (limit > 1) {
         auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
           return x.target.device == t.device && x.target.ctx == t.ctx;

@@ -127,7 +127,8 @@ class File : public std::enable_shared_from_this<File> {
   std::string fixed_why() const;  // why a fixed mechanism's plan ran (and its fallback, if any)
   // The mechanism that serves a buffer at `t` when the planned one cannot address that memory
   // (staged for GPU buffers under a host mechanism or auto, parallel for host buffers under a
-  // device mechanism); nullptr when the planned one can. *why says so.
+  // device mechanism), or the fallback of a device mechanism that cannot serve this file (gds when
+  // cuFile refuses it: Mechanism::resolve); nullptr when the planned one runs. *why says so.
   const io::Mechanism* for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const;
 
   io::FileRef ref_;

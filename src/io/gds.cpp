@@ -1,5 +1,6 @@
 // accio mechanism `gds`: GPUDirect Storage through cuFile. One cuFile handle per open file (the
-// O_DIRECT descriptor where there is one), registered on first use and dropped at close. Device
+// O_DIRECT descriptor where cuFile takes it, else the buffered one), registered on first use and
+// dropped at close; a file cuFile refuses to register runs staged (resolve, one warning). Device
 // buffers are registered with cuFile once per allocation (keyed by the driver's buffer id, so a
 // reused address is noticed) when the direct path is possible; in compatibility mode registration
 // buys nothing and is skipped. Requests are split over `threads` like `parallel`; submit()'s small
@@ -35,9 +36,17 @@ class Gds final : public Mechanism {
   bool device() const override { return true; }
   bool available(std::string* why) const override { return cf::load(why) != nullptr; }
 
+  // Where cuFile cannot serve this file (not loaded; or, for a request into GPU memory, it refuses
+  // to register the file), staged runs instead, after one warning that says why.
   const Mechanism& resolve(const IoContext& c) const override {
     std::string why;
-    if (cf::load(&why) || !cu::load()) return *this;  // without libcuda there is no GPU buffer to serve
+    if (cf::load(&why)) {
+      if (!c.target.on_device() || file_handle(c, &why)) return *this;
+      base::warn_once("gds-register", "mechanism gds cannot serve '" + c.file.path + "' (" + why +
+                                          "): its GPU requests, and those of other files cuFile refuses, run staged");
+      return find("staged")->resolve(c);
+    }
+    if (!cu::load()) return *this;  // without libcuda there is no GPU buffer to serve
     base::warn_once("gds-fallback", "mechanism gds cannot run (" + why + "): GPU buffers run staged");
     return find("staged")->resolve(c);
   }
@@ -57,7 +66,8 @@ class Gds final : public Mechanism {
     std::lock_guard lk(mu_);
     auto it = handles_.find(file_id);
     if (it == handles_.end()) return;
-    if (const cf::Api* a = cf::load()) a->HandleDeregister(it->second);
+    if (it->second.handle)
+      if (const cf::Api* a = cf::load()) a->HandleDeregister(it->second.handle);
     handles_.erase(it);
   }
 
@@ -75,7 +85,7 @@ class Gds final : public Mechanism {
     void* fh = nullptr;
     std::vector<cf::IoParams> io(count);
     try {
-      fh = handle(c, a);
+      fh = handle(c);
       for (size_t i = 0; i < count; ++i) {
         const auto [base, boff] = registered(static_cast<char*>(items[i].buf), a);
         io[i].mode = 1;  // CUFILE_BATCH
@@ -117,18 +127,22 @@ class Gds final : public Mechanism {
   }
 
  private:
-  void* handle(const IoContext& c, const cf::Api& a) const {
+  // The file's cuFile handle, registered on first use (in the request's context); nullptr and *why
+  // when cuFile refuses the file, which is remembered until it closes.
+  void* file_handle(const IoContext& c, std::string* why) const {
     std::lock_guard lk(mu_);
-    void*& h = handles_[c.file.id];
-    if (!h) {
-      cf::Descr d{};
-      d.type = 1;  // CU_FILE_HANDLE_TYPE_OPAQUE_FD
-      d.handle.fd = c.file.direct_fd >= 0 ? c.file.direct_fd : c.file.fd;
-      if (cf::Error e = a.HandleRegister(&h, &d); e.err != 0) {
-        handles_.erase(c.file.id);
-        throw Error(EIO, "cuFileHandleRegister", c.file.path, base::kNoOffset, cf::error_text(e));
-      }
+    auto [it, fresh] = handles_.try_emplace(c.file.id);
+    if (fresh) {
+      cu::ContextGuard g(c.target);
+      it->second.handle = cf::register_file(c.file.direct_fd, c.file.fd, &it->second.refused);
     }
+    if (!it->second.handle && why) *why = it->second.refused;
+    return it->second.handle;
+  }
+  void* handle(const IoContext& c) const {
+    std::string why;
+    void* h = file_handle(c, &why);
+    if (!h) throw Error(EIO, "cuFileHandleRegister", c.file.path, base::kNoOffset, why);
     return h;
   }
 
@@ -168,7 +182,7 @@ class Gds final : public Mechanism {
   size_t run(const IoContext& c, char* buf, size_t n, uint64_t off, bool write) const {
     const cf::Api& a = *cf::load();
     cu::ContextGuard g(c.target);
-    void* fh = handle(c, a);
+    void* fh = handle(c);
     const auto [base, boff] = registered(buf, a);
     return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, 4096),
                      [&, base = base, boff = boff](uint64_t o, size_t len, size_t bo) {
@@ -260,7 +274,11 @@ class Gds final : public Mechanism {
   }
 
   mutable std::mutex mu_;
-  mutable std::map<uint64_t, void*> handles_;  // file id -> cuFile handle
+  struct Handle {
+    void* handle = nullptr;
+    std::string refused;  // why cuFile refused the file (handle null)
+  };
+  mutable std::map<uint64_t, Handle> handles_;  // file id -> cuFile handle
   mutable std::map<unsigned long long, void*> regs_;  // driver buffer id -> registered base (null: refused)
   mutable std::deque<unsigned long long> order_;
 };

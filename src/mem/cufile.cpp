@@ -3,7 +3,9 @@
 
 #include <linux/magic.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <mutex>
 
 #include "mem/cuda.hpp"
@@ -56,6 +58,7 @@ State& state() {
       return;
     }
     if (a.DriverGetProperties(&a.props).err == 0) {
+      a.props_ok = true;
       a.nvfs = a.props.nvfs.major_version || a.props.nvfs.minor_version;  // KvikIO's test, too
       if (a.BatchSetUp && a.BatchSubmit && a.BatchGetStatus && a.BatchDestroy)
         a.max_batch = a.props.max_batch_io_size ? a.props.max_batch_io_size : 128;
@@ -73,19 +76,82 @@ const Api* load(std::string* why) {
 }
 
 std::string error_text(Error e) {
+  static const struct {
+    int err;
+    const char* name;
+  } names[] = {{5001, "DRIVER_NOT_INITIALIZED"}, {5007, "PLATFORM_NOT_SUPPORTED"}, {5008, "IO_NOT_SUPPORTED"},
+               {5009, "DEVICE_NOT_SUPPORTED"},  {5010, "NVFS_DRIVER_ERROR"},      {5011, "CUDA_DRIVER_ERROR"},
+               {5018, "INVALID_FILE_TYPE"},     {5019, "INVALID_FILE_OPEN_FLAG"}, {5020, "DIO_NOT_SET"},
+               {5022, "INVALID_VALUE"},         {5025, "PERMISSION_DENIED"},      {5027, "HANDLE_NOT_REGISTERED"},
+               {5029, "DEVICE_NOT_FOUND"},      {5030, "INTERNAL_ERROR"},         {5034, "IO_DISABLED"}};
   std::string s = "cuFile error " + std::to_string(e.err);
+  for (const auto& n : names)
+    if (n.err == e.err) s += std::string(" (CU_FILE_") + n.name + ")";
   if (e.err == 5011 /* CU_FILE_CUDA_DRIVER_ERROR */) s += " (CUDA error " + std::to_string(e.cu_err) + ")";
   return s;
 }
 
-Mode mode_for(int fd) {
-  Mode m;
+namespace {
+std::string config_path() {
+  const char* env = std::getenv("CUFILE_ENV_PATH_JSON");
+  return env && *env ? env : "/etc/cufile.json";
+}
+}  // namespace
+
+std::string register_hints() {
+  std::string h;
+  auto add = [&](const std::string& s) { h += (h.empty() ? "" : "; ") + s; };
+  const std::string json = config_path();
+  const bool have_json = access(json.c_str(), R_OK) == 0;
+  if (const Api* a = load(); a && a->props_ok && !a->nvfs && !(a->props.nvfs.dcontrolflags & (1u << 1)))
+    add("the nvidia-fs driver is not loaded and cuFile's compatibility mode is off (set \"allow_compat_mode\": true in " +
+        (have_json ? json : "a cufile.json named by CUFILE_ENV_PATH_JSON") + ")");
+  if (access("/run/udev", R_OK | X_OK) != 0)
+    add("/run/udev is not readable, and cuFile identifies a file's block device through udev (in a container, mount "
+        "it: --volume /run/udev:/run/udev:ro; KvikIO reads through POSIX instead on such machines)");
+  if (!have_json) add("no cufile.json at " + json + " (cuFile's built-in defaults apply)");
+  if (!h.empty()) add("cuFile's own log says more (cufile.log in the working directory, or $CUFILE_LOGFILE_PATH)");
+  return h;
+}
+
+void* register_file(int direct_fd, int fd, std::string* why) {
+  std::string why_not;
+  const Api* a = load(&why_not);
+  if (!a) {
+    if (why) *why = why_not;
+    return nullptr;
+  }
+  std::string tried;
+  for (const int f : {direct_fd, fd}) {
+    if (f < 0) continue;
+    Descr d{};
+    d.type = 1;  // CU_FILE_HANDLE_TYPE_OPAQUE_FD
+    d.handle.fd = f;
+    void* h = nullptr;
+    const Error e = a->HandleRegister(&h, &d);
+    if (e.err == 0 && h) return h;
+    tried += std::string(tried.empty() ? "" : ", ") + error_text(e) + " with the " + (f == direct_fd ? "O_DIRECT" : "buffered") +
+             " descriptor";
+  }
+  if (why) {
+    *why = "cuFileHandleRegister: " + tried;
+    if (std::string hints = register_hints(); !hints.empty()) *why += "; likely: " + hints;
+  }
+  return nullptr;
+}
+
+Mode mode_for(int direct_fd, int fd) {
   std::string why;
   const Api* a = load(&why);
-  if (!a) return {false, why};
-  if (!a->nvfs) return {false, "compat mode: the nvidia-fs driver is not loaded, so cuFile reads through its POSIX path"};
+  if (!a) return {Mode::compat, why};
+  cuda::ContextGuard g(0);  // cuFile works in the calling thread's context
+  void* h = register_file(direct_fd, fd, &why);
+  if (!h) return {Mode::refused, "cuFile refuses this file (" + why + "): gds requests for it run staged"};
+  a->HandleDeregister(h);
+  if (!a->nvfs) return {Mode::compat, "compat mode: the nvidia-fs driver is not loaded, so cuFile reads through its POSIX path"};
+  const int probe = direct_fd >= 0 ? direct_fd : fd;
   struct statfs sf {};
-  if (fstatfs(fd, &sf) != 0) return {false, "compat mode: cannot tell the filesystem"};
+  if (fstatfs(probe, &sf) != 0) return {Mode::compat, "compat mode: cannot tell the filesystem"};
   const char* fs = nullptr;
   switch (static_cast<unsigned long>(sf.f_type)) {
     case EXT4_SUPER_MAGIC: fs = "ext4"; break;
@@ -96,12 +162,12 @@ Mode mode_for(int fd) {
     case NFS_SUPER_MAGIC: fs = "nfs"; break;
     default: break;
   }
-  if (!fs) return {false, "compat mode: GPUDirect Storage does not support this filesystem (type 0x" + [&] {
+  if (!fs) return {Mode::compat, "compat mode: GPUDirect Storage does not support this filesystem (type 0x" + [&] {
                         char b[20];
                         snprintf(b, sizeof b, "%lx", static_cast<unsigned long>(sf.f_type));
                         return std::string(b);
                       }() + ")"};
-  return {true, std::string("direct path: nvidia-fs ") + std::to_string(a->props.nvfs.major_version) + "." +
+  return {Mode::direct, std::string("direct path: nvidia-fs ") + std::to_string(a->props.nvfs.major_version) + "." +
                     std::to_string(a->props.nvfs.minor_version) + " loaded, " + fs +
                     " is a GDS filesystem (cuFile may still fall back per request, e.g. on a non-NVMe device)"};
 }

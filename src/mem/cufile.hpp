@@ -69,6 +69,7 @@ struct Api {
   void (*BatchDestroy)(void*);
   Error (*BatchCancel)(void*);  // optional even with the batch API
   DrvProps props{};
+  bool props_ok = false;        // cuFileDriverGetProperties answered
   bool nvfs = false;            // the direct path's kernel driver is loaded
   unsigned max_batch = 0;       // most requests per batch (0 = no batch API)
 };
@@ -78,12 +79,23 @@ std::string library_name();  // $ACCIO_LIBCUFILE, else libcufile.so.0
 const Api* load(std::string* why = nullptr);
 std::string error_text(Error e);
 
-// What cuFile would do for the file behind fd: "direct" or "compat", and why.
+// Registers a file with cuFile (cuFileHandleRegister): the O_DIRECT descriptor first (the direct
+// path needs it), then the buffered one, since cuFile may refuse one and take the other. Returns
+// the handle, or nullptr with *why: each attempt's error by name and the likely causes that can be
+// seen from here (register_hints).
+void* register_file(int direct_fd, int fd, std::string* why);
+// What on this machine makes cuFile refuse files: compat mode disallowed by cufile.json while
+// nvidia-fs is absent, /run/udev unreadable (cuFile identifies a file's block device through udev),
+// where cufile.json and cufile.log are. "" when nothing suspicious is seen.
+std::string register_hints();
+
+// What cuFile would do for the file behind fd (registering it once to find out): the direct path,
+// compatibility mode, or neither (cuFile refuses the file, so gds requests for it run staged).
 struct Mode {
-  bool direct = false;
+  enum Path { compat = 0, direct = 1, refused = 2 } path = compat;
   std::string why;
 };
-Mode mode_for(int fd);
+Mode mode_for(int direct_fd, int fd);
 // Machine-wide facts for `accio info`: loaded or not, nvidia-fs version, compat mode allowed.
 std::string describe();
 

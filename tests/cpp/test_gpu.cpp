@@ -449,6 +449,106 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
   accio_settings_free(s);
 }
 
+// The log channel: what accio_set_log_callback receives (key, message), in order.
+std::vector<std::pair<std::string, std::string>>& logged() {
+  static std::vector<std::pair<std::string, std::string>> v;
+  return v;
+}
+void log_to_vector(int level, const char* key, const char* msg, void*) {
+  EXPECT_EQ(level, ACCIO_LOG_WARNING);
+  logged().emplace_back(key, msg);
+}
+int mechanism_id(const char* name) {
+  for (int i = 0; i < accio_mechanism_count(); ++i)
+    if (std::string(accio_mechanism_name(i)) == name) return i;
+  return -1;
+}
+
+// Real cuFile in compatibility mode refused the GPU machine's files (cuFileHandleRegister: 5027,
+// CU_FILE_HANDLE_NOT_REGISTERED). gds must then run staged: bytes right, one warning through the log
+// callback naming the cause, staged in the statistics, accio_gds_mode saying so beforehand.
+TEST(FakeGpu, GdsFileThatCuFileRefusesRunsStaged) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(3u << 20, 31);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  setenv("FAKE_CUFILE_REGISTER_ERR", "5027", 1);
+  accio_set_log_callback(log_to_vector, nullptr);
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r+", s), 0);
+  char why[2048];
+  EXPECT_EQ(accio_gds_mode(f, why, sizeof why), 2) << why;
+  EXPECT_NE(std::string(why).find("5027 (CU_FILE_HANDLE_NOT_REGISTERED)"), std::string::npos) << why;
+  EXPECT_NE(std::string(why).find("run staged"), std::string::npos) << why;
+
+  const FakeCounters a = counters();
+  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+  EXPECT_EQ(ran(f), "staged");
+  // A write and a batch of small requests fall back the same way (no cuFile batch is set up).
+  const std::vector<char> other = pattern(1u << 20, 32);
+  DeviceMem src(other.size(), false);
+  ASSERT_EQ(accio_device_copy(src.p, other.data(), other.size()), 0);
+  ASSERT_EQ(accio_pwrite(f, src.p, other.size(), 1u << 20), static_cast<int64_t>(other.size())) << accio_last_error();
+  std::vector<accio_request> rs;
+  for (size_t i = 0; i < 8; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
+  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  const FakeCounters b = counters();
+  EXPECT_EQ(b.cufile_reads + b.cufile_writes + b.cufile_batch_ios, a.cufile_reads + a.cufile_writes + a.cufile_batch_ios);
+  accio_stats st;
+  accio_file_stats(f, &st);
+  EXPECT_EQ(st.mechanism_calls[mechanism_id("gds")], 0u);
+  EXPECT_EQ(st.mechanism_calls[mechanism_id("staged")], 2u + rs.size());
+  EXPECT_EQ(st.errors, 0u);
+  accio_close(f);
+  std::vector<char> want = data;
+  std::copy(other.begin(), other.end(), want.begin() + (1u << 20));
+  EXPECT_TRUE(read_file(dir.file("f")) == want);
+
+  ASSERT_EQ(logged().size(), 1u) << "one warning for the cause, not one per request";
+  EXPECT_EQ(logged()[0].first, "gds-register");
+  EXPECT_NE(logged()[0].second.find(dir.file("f")), std::string::npos) << logged()[0].second;
+  EXPECT_NE(logged()[0].second.find("run staged"), std::string::npos) << logged()[0].second;
+  EXPECT_NE(warnings().find("mechanism gds cannot serve"), std::string::npos) << "recorded as well";
+  accio_set_log_callback(nullptr, nullptr);
+
+  // cuFile refusing only the O_DIRECT descriptor: the buffered one is registered and gds runs.
+  setenv("FAKE_CUFILE_REGISTER_ERR_DIRECT", "5027", 1);
+  unsetenv("FAKE_CUFILE_REGISTER_ERR");
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  EXPECT_NE(accio_gds_mode(f, why, sizeof why), 2) << why;
+  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  EXPECT_EQ(ran(f), "gds");
+  accio_close(f);
+  unsetenv("FAKE_CUFILE_REGISTER_ERR_DIRECT");
+  accio_settings_free(s);
+}
+
+// With nvidia-fs absent and compatibility mode switched off in cufile.json, cuFile refuses every
+// file; the reason says which setting to change.
+TEST(FakeGpu, GdsRefusalNamesCompatModeSetting) {
+  if (!fake() || (std::getenv("FAKE_CUFILE_NVFS") && std::atoi(std::getenv("FAKE_CUFILE_NVFS"))))
+    GTEST_SKIP() << "fake driver without nvidia-fs only";
+  TempDir dir;
+  write_file(dir.file("f"), pattern(4096, 33));
+  setenv("FAKE_CUFILE_REGISTER_ERR", "5027", 1);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  char why[2048];
+  EXPECT_EQ(accio_gds_mode(f, why, sizeof why), 2) << why;
+  // The driver's properties are read once per process: ctest runs this test once more with
+  // FAKE_CUFILE_NO_COMPAT=1 (test_gpu_fake_nocompat).
+  const bool no_compat = std::getenv("FAKE_CUFILE_NO_COMPAT") != nullptr;
+  EXPECT_EQ(std::string(why).find("\"allow_compat_mode\": true") != std::string::npos, no_compat) << why;
+  EXPECT_NE(std::string(why).find("cufile.log"), std::string::npos) << "points at cuFile's own log: " << why;
+  accio_close(f);
+  unsetenv("FAKE_CUFILE_REGISTER_ERR");
+  accio_settings_free(s);
+}
+
 // 20 requests of 4 KiB at 8 KiB strides (every other block), into device memory at the same offsets.
 std::vector<accio_request> small_reads(const DeviceMem& dev) {
   std::vector<accio_request> rs;

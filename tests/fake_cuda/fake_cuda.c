@@ -11,7 +11,9 @@
  * FAKE_CUDA_DEVICE_MEM (bytes per device, default 1 GiB), FAKE_CUDA_COPY_US,
  * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
  * asynchronous copy fails), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path),
- * FAKE_CUFILE_BATCH_SETUP_FAIL=1 (cuFileBatchIOSetUp fails), FAKE_CUFILE_BATCH_FAIL_AT=K (the K-th
+ * FAKE_CUFILE_REGISTER_ERR=E (cuFileHandleRegister refuses every descriptor with cuFile error E),
+ * FAKE_CUFILE_REGISTER_ERR_DIRECT=E (only O_DIRECT ones), FAKE_CUFILE_NO_COMPAT=1 (the driver
+ * properties say compatibility mode is off), FAKE_CUFILE_BATCH_SETUP_FAIL=1 (cuFileBatchIOSetUp fails), FAKE_CUFILE_BATCH_FAIL_AT=K (the K-th
  * request of each batch submission fails with -EIO, moving nothing), FAKE_CUFILE_EIO_AT=OFF (every
  * cuFile read or write, batched or not, that starts at file offset OFF fails with -EIO). Batch status comes back at
  * most 16 events per cuFileBatchIOGetStatus, as if its timeout had passed.
@@ -494,12 +496,16 @@ EXPORT CUfileError_t cuFileDriverClose(void) { return cuFileDriverClose_v2(); }
 EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* p) {
   memset(p, 0, sizeof *p);
   if (env_long("FAKE_CUFILE_NVFS", 0)) { p->nvfs.major_version = 2; p->nvfs.minor_version = 17; }
-  p->nvfs.dcontrolflags = 1u << 1; /* compat mode allowed */
+  if (!env_long("FAKE_CUFILE_NO_COMPAT", 0)) p->nvfs.dcontrolflags = 1u << 1; /* compat mode allowed */
   p->max_batch_io_size = 128;
   return CF_OK;
 }
 EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
   if (!g_cufile_open) return (CUfileError_t){5001, 0};
+  /* As real cuFile refuses a file it cannot identify (5027 in compat mode on the GPU machine). */
+  long refuse = env_long("FAKE_CUFILE_REGISTER_ERR", 0);
+  if (!refuse && (fcntl(d->handle.fd, F_GETFL) & O_DIRECT)) refuse = env_long("FAKE_CUFILE_REGISTER_ERR_DIRECT", 0);
+  if (refuse) return (CUfileError_t){(int)refuse, 0};
   FileHandle* h = calloc(1, sizeof *h);
   /* Real cuFile takes O_DIRECT descriptors and handles alignment itself; the fake reads through a
    * buffered descriptor on the same file. */
