@@ -29,8 +29,11 @@ if TYPE_CHECKING:
 
 from . import _ext
 from ._errors import Error
+from ._log import AccioWarning, install as _install_log
 
-__all__ = ["open", "read", "write", "File", "Future", "Error", "settings", "mechanisms",
+_install_log(_ext)
+
+__all__ = ["open", "read", "write", "File", "Future", "Error", "AccioWarning", "settings", "mechanisms",
            "global_stats", "reset_global_stats", "DeviceArray", "device_array", "gpus", "cuda_available",
            "__version__"]
 __version__: str = _ext.version()

@@ -182,6 +182,25 @@ class PyFuture {
   std::unique_ptr<View> view_;
 };
 
+// The Python end of accio_set_log_callback: accio._log._emit (warnings and logging), called with the
+// GIL taken on whichever thread issued the message. Leaked on purpose: never destroyed after the
+// interpreter; the package puts the C default back at exit (atexit).
+nb::object* g_log_sink = nullptr;
+
+void log_to_python(int level, const char* key, const char* msg, void*) {
+#if PY_VERSION_HEX >= 0x030D0000
+  if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+#else
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+#endif
+  nb::gil_scoped_acquire gil;
+  try {
+    (*g_log_sink)(level, key, msg);
+  } catch (nb::python_error& e) {  // e.g. a warnings filter set to "error": nowhere to raise it
+    e.discard_as_unraisable("accio log sink");
+  }
+}
+
 accio::Settings to_settings(const std::vector<std::pair<std::string, std::string>>& kv) {
   accio::Settings s;
   for (auto& [k, v] : kv) s.set(k, v);
@@ -487,6 +506,15 @@ NB_MODULE(_ext, m) {
     return stats_dict(s);
   });
   m.def("reset_global_stats", [] { accio_global_stats_reset(); });
+  m.def("set_log_sink", [](nb::object fn) {
+    if (fn.is_none()) {
+      accio_set_log_callback(nullptr, nullptr);
+      return;
+    }
+    if (!g_log_sink) g_log_sink = new nb::object();
+    *g_log_sink = fn;
+    accio_set_log_callback(log_to_python, nullptr);
+  }, "fn"_a.none(), "Route the engine's messages to fn(level, key, message), or back to stderr (None).");
   m.def("warnings", [] {
     std::string buf(accio_warnings(nullptr, 0) + 1, '\0');
     accio_warnings(buf.data(), buf.size());

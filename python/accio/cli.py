@@ -139,6 +139,8 @@ def _add_run_parser(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    from ._log import plain_stderr
+    plain_stderr()
     if argv[:2] == ["bench", "compare"]:
         from .bench import compare_main
         return compare_main(argv[2:])

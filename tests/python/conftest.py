@@ -29,3 +29,22 @@ def compile_shared(tmp_path_factory, source: str, name: str, *flags: str) -> str
                     str(Path(__file__).resolve().parents[1] / source)], check=True)
     return str(out)
 
+
+
+def fake_cuda(tmp_path_factory) -> str:
+    """Builds the fake CUDA driver and cuFile (tests/fake_cuda: its C, and the C++ that makes its
+    cuFile a C++ library on the shared libstdc++ like the real one) into a fresh temporary
+    directory; returns the library's path for ACCIO_LIBCUDA / ACCIO_LIBCUFILE."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        pytest.skip("no C++ compiler")
+    src = Path(__file__).resolve().parents[1] / "fake_cuda"
+    out = tmp_path_factory.mktemp("fakecuda") / "libfakecuda.so"
+    objs = []
+    for s in sorted(src.glob("*.c")) + sorted(src.glob("*.cpp")):
+        obj = out.parent / (s.name + ".o")
+        lang = ["-x", "c", "-std=gnu11"] if s.suffix == ".c" else ["-x", "c++", "-std=c++17"]
+        subprocess.run([cxx, *lang, "-c", "-fPIC", "-O2", "-fvisibility=hidden", "-o", str(obj), str(s)], check=True)
+        objs.append(str(obj))
+    subprocess.run([cxx, "-shared", "-o", str(out), *objs, "-pthread"], check=True)
+    return str(out)

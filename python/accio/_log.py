@@ -1,0 +1,61 @@
+"""accio's one message channel in Python.
+
+The engine issues each message once per cause and process (a fallback to a slower path, a resource
+shortage, a setting it cannot honour) through the C API's log callback. In Python each becomes an
+``accio.AccioWarning`` through :mod:`warnings` (filter it like any warning; ``ACCIO_QUIET=1``
+silences it) and a record of the ``accio`` logger (which has a NullHandler, as libraries do: configure
+logging to collect them). The record's ``accio_key`` names the cause, e.g. ``gds-register``.
+"""
+from __future__ import annotations
+
+import os
+
+
+class AccioWarning(UserWarning):
+    """A message from accio's engine: it ran a slower path than asked, or could not use a resource."""
+
+
+_logger = None
+
+
+def _quiet() -> bool:
+    q = os.environ.get("ACCIO_QUIET", "")
+    return bool(q) and q != "0"
+
+
+def _emit(level: int, key: str, message: str) -> None:
+    """Called by the extension (GIL held) on the thread that issued the message."""
+    global _logger
+    import logging
+    import warnings
+
+    if _logger is None:
+        _logger = logging.getLogger("accio")
+        _logger.addHandler(logging.NullHandler())
+    _logger.log(level, message, extra={"accio_key": key})
+    if not _quiet():
+        warnings.warn(message, AccioWarning, stacklevel=2)
+
+
+def install(ext) -> None:
+    """Routes the engine's messages here until the interpreter exits (then back to stderr)."""
+    import atexit
+
+    ext.set_log_sink(_emit)
+    atexit.register(ext.set_log_sink, None)
+
+
+def plain_stderr() -> None:
+    """For the command line: print AccioWarnings as `accio: warning: ...` lines, as the C library does."""
+    import sys
+    import warnings
+
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, AccioWarning):
+            print(f"accio: warning: {message}", file=file or sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show

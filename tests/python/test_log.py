@@ -1,0 +1,81 @@
+"""The one message channel: the engine's messages reach Python as accio.AccioWarning (warnings) and
+records of the `accio` logger, once per cause, from worker threads too; the CLI prints them as
+`accio: warning: ...` lines. Driven by the fake CUDA driver's cuFile refusing every file (5027, as
+real cuFile in compatibility mode did on the GPU machine), so that gds falls back to staged."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import fake_cuda
+
+CODE = """
+    import json, logging, warnings, accio, numpy as np
+    records = []
+    class Keep(logging.Handler):
+        def emit(self, r): records.append((r.levelname, getattr(r, "accio_key", None), r.getMessage()))
+    logging.getLogger("accio").addHandler(Keep())
+    data = np.random.default_rng(1).integers(0, 256, 3 << 20, dtype=np.uint8)
+    data.tofile("in.bin")
+    dev = accio.device_array(data.nbytes)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with accio.open("in.bin", mechanism="gds", threads=4, task_size="1m") as f:
+            n = f.read_into(dev)
+            n += f.read_into(dev)          # the same cause again: no second message
+            ran = f.stats()["last_mechanism"]
+    print(json.dumps({"n": n, "ran": ran, "same": dev.to_bytes() == data.tobytes(),
+                      "warnings": [(w.category.__name__, str(w.message)) for w in caught],
+                      "records": records}))
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_lib(tmp_path_factory):
+    return fake_cuda(tmp_path_factory)
+
+
+def run(code, fake_lib, tmp_path, quiet):
+    env = dict(os.environ, ACCIO_LIBCUDA=fake_lib, ACCIO_LIBCUFILE=fake_lib, ACCIO_PROFILE="off",
+               FAKE_CUFILE_REGISTER_ERR="5027", ACCIO_QUIET="1" if quiet else "0")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def test_fallback_message_reaches_warnings_and_logging_once(fake_lib, tmp_path):
+    r = run(CODE, fake_lib, tmp_path, quiet=False)
+    out = json.loads(r.stdout)
+    assert out["n"] == 2 * (3 << 20) and out["same"]
+    assert out["ran"] == "staged", "the statistics record the path that ran"
+    assert len(out["warnings"]) == 1, out["warnings"]
+    category, message = out["warnings"][0]
+    assert category == "AccioWarning"
+    assert "5027 (CU_FILE_HANDLE_NOT_REGISTERED)" in message and "run staged" in message, message
+    assert out["records"] == [["WARNING", "gds-register", message]]
+    assert "accio: warning:" not in r.stderr, "through warnings, not the C library's stderr line"
+
+
+def test_quiet_silences_warnings_but_not_logging(fake_lib, tmp_path):
+    out = json.loads(run(CODE, fake_lib, tmp_path, quiet=True).stdout)
+    assert out["warnings"] == [] and out["ran"] == "staged"
+    assert [k for _, k, _ in out["records"]] == ["gds-register"]
+
+
+def test_cli_prints_plain_warning_lines(fake_lib, tmp_path):
+    code = """
+        import sys, numpy as np, accio
+        from accio.cli import main
+        np.zeros(1 << 20, np.uint8).tofile("in.bin")
+        sys.exit(main(["bench", "--target", "cuda:0", "-m", "gds", "-s", "1m", "-r", "1m", "-t", "1", "-i", "1",
+                       "-T", "read", "--dir", "."]))
+    """
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, ACCIO_LIBCUDA=fake_lib, ACCIO_LIBCUFILE=fake_lib,
+                                             ACCIO_PROFILE="off", FAKE_CUFILE_REGISTER_ERR="5027", ACCIO_QUIET="0"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stderr.splitlines() if "gds cannot serve" in l]
+    assert len(lines) == 1 and lines[0].startswith("accio: warning: mechanism gds cannot serve"), r.stderr
