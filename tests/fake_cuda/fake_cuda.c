@@ -489,8 +489,13 @@ typedef struct { int fd; } FileHandle;
 typedef struct { unsigned cap, n, taken; CUfileIOEvents_t* ev; } Batch;
 static int g_cufile_open;
 static const CUfileError_t CF_OK = {0, 0};
+int fake_cufile_log(const char* what, long value); /* fake_cufile_log.cpp: C++ iostreams, as libcufile */
 
-EXPORT CUfileError_t cuFileDriverOpen(void) { g_cufile_open = 1; return CF_OK; }
+EXPORT CUfileError_t cuFileDriverOpen(void) {
+  if (fake_cufile_log("cuFileDriverOpen", (long)getpid()) != 0) return (CUfileError_t){5030, 0};
+  g_cufile_open = 1;
+  return CF_OK;
+}
 EXPORT CUfileError_t cuFileDriverClose_v2(void) { g_cufile_open = 0; return CF_OK; }
 EXPORT CUfileError_t cuFileDriverClose(void) { return cuFileDriverClose_v2(); }
 EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* p) {
@@ -502,6 +507,7 @@ EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* p) {
 }
 EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
   if (!g_cufile_open) return (CUfileError_t){5001, 0};
+  if (fake_cufile_log("cuFileHandleRegister fd", d->handle.fd) != 0) return (CUfileError_t){5030, 0};
   /* As real cuFile refuses a file it cannot identify (5027 in compat mode on the GPU machine). */
   long refuse = env_long("FAKE_CUFILE_REGISTER_ERR", 0);
   if (!refuse && (fcntl(d->handle.fd, F_GETFL) & O_DIRECT)) refuse = env_long("FAKE_CUFILE_REGISTER_ERR_DIRECT", 0);
