@@ -3,8 +3,11 @@
 // own wrappers, and the engine's tasks must never re-enter them.
 #include "base/sys.hpp"
 
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 namespace accio::base::sys {
 namespace {
@@ -15,4 +18,23 @@ Ops g_ops = kReal;
 }  // namespace
 Ops& ops() { return g_ops; }
 const Ops& real_ops() { return kReal; }
+
+bool read_file(const char* path, std::string& out, size_t max) {
+  out.clear();
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[16384];
+  int err = 0;
+  for (;;) {
+    const ssize_t n = syscall(SYS_read, fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    else if (out.size() + size_t(n) > max) err = EFBIG;
+    if (n <= 0 || err) break;
+    out.append(buf, size_t(n));
+  }
+  ::close(fd);
+  if (err) errno = err;
+  return err == 0;
+}
 }  // namespace accio::base::sys

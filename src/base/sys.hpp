@@ -1,10 +1,11 @@
 // accio base: the system calls that move bytes, behind a table of function pointers so tests can
 // inject EINTR, short transfers and errors deterministically (liburing's tests do the same with
-// their own wrappers). Production code never changes the table.
+// their own wrappers). Production code never changes the table. Also read_file, for the probes.
 #pragma once
 #include <sys/types.h>
 
 #include <cstddef>
+#include <string>
 
 namespace accio::base::sys {
 
@@ -15,5 +16,11 @@ struct Ops {
 
 Ops& ops();            // the live table
 const Ops& real_ops();  // the libc calls
+
+// Reads a whole small file (a /proc or /sys entry, a profile) into out with open(2) and read(2),
+// the latter straight to the kernel as above. No iostreams: the probes run on first use inside
+// users' processes and must not lean on the C++ runtime's locale machinery (issue 17). false, with
+// errno set, when the file cannot be opened or read or holds more than max bytes.
+bool read_file(const char* path, std::string& out, size_t max = size_t{64} << 20);
 
 }  // namespace accio::base::sys

@@ -13,12 +13,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "base/sys.hpp"
 #include "mem/staging.hpp"
 
 namespace accio::mem::cuda {
@@ -231,11 +231,11 @@ ContextGuard::~ContextGuard() {
 }
 
 namespace {
+// The first line of a sysfs file, "" when it cannot be read.
 std::string read_line(const std::string& path) {
-  std::ifstream f(path);
   std::string s;
-  std::getline(f, s);
-  return s;
+  if (!base::sys::read_file(path.c_str(), s, 65536)) return "";
+  return s.substr(0, s.find('\n'));
 }
 }  // namespace
 

@@ -4,9 +4,10 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <tuple>
 
@@ -14,6 +15,7 @@
 #include "base/fork.hpp"
 #include "base/log.hpp"
 #include "base/settings.hpp"
+#include "base/sys.hpp"
 
 namespace accio::mem {
 using namespace accio::base;
@@ -26,24 +28,33 @@ const char* backing_name(Backing b) {
   }
 }
 
+// /proc/meminfo's value for key ("HugePages_Total"), or -1. Plain C parsing (see base::sys::read_file).
+static long meminfo_value(const std::string& text, const char* key) {
+  const size_t n = std::strlen(key);
+  for (size_t at = 0; at < text.size();) {
+    const size_t eol = std::min(text.find('\n', at), text.size());
+    if (eol - at > n && text.compare(at, n, key) == 0 && text[at + n] == ':') {
+      char* end = nullptr;
+      const long v = std::strtol(text.c_str() + at + n + 1, &end, 10);
+      return end != text.c_str() + at + n + 1 ? v : -1;
+    }
+    at = eol + 1;
+  }
+  return -1;
+}
+
 HugePageInfo huge_page_info() {
   HugePageInfo h;
-  std::ifstream mi("/proc/meminfo");
-  std::string key;
-  long val;
-  std::string unit;
-  while (mi >> key >> val) {
-    if (key == "HugePages_Total:") h.total = val;
-    else if (key == "HugePages_Free:") h.free = val;
-    else if (key == "Hugepagesize:") h.size_kib = val;
-    std::getline(mi, unit);
+  std::string text;
+  if (sys::read_file("/proc/meminfo", text)) {
+    if (long v = meminfo_value(text, "HugePages_Total"); v >= 0) h.total = v;
+    if (long v = meminfo_value(text, "HugePages_Free"); v >= 0) h.free = v;
+    if (long v = meminfo_value(text, "Hugepagesize"); v >= 0) h.size_kib = v;
   }
-  std::ifstream t("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string line;
   h.thp_mode = "unknown";
-  if (std::getline(t, line)) {
-    auto a = line.find('['), b = line.find(']');
-    if (a != std::string::npos && b > a) h.thp_mode = line.substr(a + 1, b - a - 1);
+  if (sys::read_file("/sys/kernel/mm/transparent_hugepage/enabled", text)) {
+    auto a = text.find('['), b = text.find(']');
+    if (a != std::string::npos && b != std::string::npos && b > a) h.thp_mode = text.substr(a + 1, b - a - 1);
   }
   return h;
 }

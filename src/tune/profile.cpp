@@ -10,15 +10,15 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
+#include <string_view>
 
 #include "base/error.hpp"
 #include "base/fork.hpp"
 #include "base/json.hpp"
 #include "base/log.hpp"
+#include "base/sys.hpp"
 #include "io/mechanism.hpp"
 
 namespace accio::tune {
@@ -71,6 +71,17 @@ std::string kernel_release() {
   return uname(&u) == 0 ? u.release : "unknown";
 }
 
+// The fields of a line, split at spaces (mountinfo's separator).
+std::vector<std::string_view> words(std::string_view line) {
+  std::vector<std::string_view> out;
+  for (size_t at = 0; at < line.size();) {
+    const size_t sp = std::min(line.find(' ', at), line.size());
+    if (sp > at) out.push_back(line.substr(at, sp - at));
+    at = sp + 1;
+  }
+  return out;
+}
+
 FsKey key_for_dev(dev_t dev) {
   struct Cache {
     std::mutex mu;
@@ -83,16 +94,21 @@ FsKey key_for_dev(dev_t dev) {
   if (auto it = cache.find(dev); it != cache.end()) return it->second;
   FsKey k{"unknown", "dev-" + std::to_string(major(dev)) + "-" + std::to_string(minor(dev)), kernel_release(),
           ACCIO_VERSION_STRING};
-  std::ifstream in("/proc/self/mountinfo");
+  // mountinfo lines: "id parent major:minor root mountpoint options... - fstype source superopts"
+  // (fields split by single spaces; spaces inside names are escaped as \040).
   const std::string want = std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    std::string id, parent, majmin;
-    ls >> id >> parent >> majmin;
+  std::string text;
+  if (!base::sys::read_file("/proc/self/mountinfo", text)) text.clear();
+  for (size_t at = 0; at < text.size();) {
+    const size_t eol = std::min(text.find('\n', at), text.size());
+    const std::string_view line(text.data() + at, eol - at);
+    at = eol + 1;
+    const std::vector<std::string_view> f = words(line);
     const size_t dash = line.find(" - ");
-    if (majmin != want || dash == std::string::npos) continue;
-    std::istringstream rs(line.substr(dash + 3));
-    rs >> k.filesystem >> k.device;
+    if (f.size() < 3 || f[2] != want || dash == std::string_view::npos) continue;
+    const std::vector<std::string_view> rest = words(line.substr(dash + 3));
+    if (rest.size() >= 1) k.filesystem = std::string(rest[0]);
+    if (rest.size() >= 2) k.device = std::string(rest[1]);
     break;
   }
   cache.emplace(dev, k);
@@ -285,11 +301,9 @@ std::shared_ptr<const Profile> load(const std::string& path) {
   std::lock_guard lk(c.mu);
   Loaded& l = c.map[path];
   if (l.profile && l.mtime_ns == mt && l.size == st.st_size) return l.profile;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(errno ? errno : EIO, "load profile", path, base::kNoOffset);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  l = Loaded{mt, st.st_size, Profile::parse(ss.str(), path)};
+  std::string text;
+  if (!base::sys::read_file(path.c_str(), text)) throw Error(errno ? errno : EIO, "load profile", path, base::kNoOffset);
+  l = Loaded{mt, st.st_size, Profile::parse(text, path)};
   return l.profile;
 }
 }  // namespace

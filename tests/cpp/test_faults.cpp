@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <string>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -245,6 +247,35 @@ TEST(Faults, HugePagesOrDocumentedFallback) {
   else EXPECT_EQ(b.backing, mem::Backing::small_pages);
   mem::StagingPool small(1 << 20, 1, false);
   EXPECT_EQ(small.buffer(0).backing, mem::Backing::small_pages);
+}
+
+// The huge-page probe reads /proc/meminfo with plain C parsing (no iostreams, issue 17): the same
+// numbers as sscanf finds here, and the THP mode from sysfs.
+TEST(Faults, HugePageProbeReadsMeminfo) {
+  long total = -1, size_kib = -1;
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f)) {
+      std::sscanf(line, "HugePages_Total: %ld", &total);
+      std::sscanf(line, "Hugepagesize: %ld", &size_kib);
+    }
+    std::fclose(f);
+  }
+  ASSERT_GE(size_kib, 0) << "no Hugepagesize in /proc/meminfo";
+  const mem::HugePageInfo h = mem::huge_page_info();
+  EXPECT_EQ(h.total, total);
+  EXPECT_EQ(h.size_kib, size_kib);
+  EXPECT_GE(h.free, 0);  // free pages may change between the two reads: only bounds
+  EXPECT_LE(h.free, h.total);
+  EXPECT_TRUE(h.thp_mode == "always" || h.thp_mode == "madvise" || h.thp_mode == "never" || h.thp_mode == "unknown")
+      << h.thp_mode;
+  std::string text;
+  ASSERT_TRUE(base::sys::read_file("/proc/self/status", text));
+  EXPECT_NE(text.find("Pid:"), std::string::npos);
+  EXPECT_FALSE(base::sys::read_file("/proc/self/status", text, 16));  // larger than max
+  EXPECT_EQ(errno, EFBIG);
+  EXPECT_FALSE(base::sys::read_file("/nonexistent/accio", text));
+  EXPECT_EQ(errno, ENOENT);
 }
 
 TEST(Faults, BadSettingsAreClearErrors) {
