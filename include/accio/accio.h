@@ -175,6 +175,13 @@ int accio_mem_kind(const void* p, int* device);
 int accio_device_alloc(int device, size_t size, int managed, void** out);
 int accio_device_free(void* p);
 int accio_device_copy(void* dst, const void* src, size_t size); /* any direction (unified addressing) */
+/* Waits until the work queued on a CUDA stream of GPU `device` has finished (cuStreamSynchronize, with
+ * the device's primary context current): what a consumer of __cuda_array_interface__ or DLPack memory
+ * does before touching it. stream: 1 is the legacy default stream (CU_STREAM_LEGACY, (CUstream)0x1),
+ * 2 the calling thread's per-thread default stream (CU_STREAM_PER_THREAD, (CUstream)0x2), any other
+ * value a CUstream handle; 0 is refused with -EINVAL, as the CAI v3 and DLPack specifications refuse
+ * it (ambiguous). 0, or -ENODEV without a driver or with no such GPU, -EIO when the driver fails. */
+int accio_cuda_stream_sync(int device, uintptr_t stream);
 /* cuFile: 1 loaded (detail: whether the direct path is possible), 0 not (detail: why). */
 int accio_gds_info(char* detail, size_t len);
 /* For f (registering it with cuFile once to find out): 1 when cuFile can take the direct path, 0 when

@@ -519,6 +519,22 @@ int accio_device_copy(void* dst, const void* src, size_t size) {
   });
 }
 
+int accio_cuda_stream_sync(int device, uintptr_t stream) {
+  if (stream == 0)
+    return fail(EINVAL, "accio_cuda_stream_sync", "", -1,
+                "stream 0 is ambiguous (refused by the CAI v3 and DLPack specifications): pass 1 for the legacy "
+                "default stream, 2 for the per-thread default stream, or a CUstream handle");
+  return guard([&] {
+    namespace cu = accio::mem::cuda;
+    std::string why;
+    const cu::Driver* d = cu::load(&why);
+    if (!d) throw Error(ENODEV, "cuStreamSynchronize", "", accio::base::kNoOffset, why);
+    cu::ContextGuard g(device);
+    cu::check(*d, d->StreamSynchronize(reinterpret_cast<cu::CUstream>(stream)), "cuStreamSynchronize");
+    return 0;
+  });
+}
+
 int accio_gds_info(char* detail, size_t len) {
   std::string why;
   const bool ok = accio::mem::cufile::load(&why) != nullptr;

@@ -212,6 +212,30 @@ TEST(Gpu, PointerKindsAndDeviceFacts) {
   EXPECT_EQ(accio_last_errno(), ENODEV);
 }
 
+// What the Python extension does before touching a producer's __cuda_array_interface__ or DLPack
+// memory: the default streams (which need the device's context current: the fake refuses them
+// without one) and stream handles are waited for; 0 is refused, as both specifications refuse it.
+TEST(Gpu, StreamSyncTakesTheDefaultStreamsAndRefusesZero) {
+  REQUIRE_GPU();
+  EXPECT_EQ(accio_cuda_stream_sync(0, 0), -EINVAL);
+  EXPECT_NE(std::string(accio_last_error()).find("stream 0 is ambiguous"), std::string::npos) << accio_last_error();
+  std::thread([] {  // a thread with no current context, as a Python thread may be
+    EXPECT_EQ(accio_cuda_stream_sync(0, 1), 0) << accio_last_error();  // CU_STREAM_LEGACY
+    EXPECT_EQ(accio_cuda_stream_sync(0, 2), 0) << accio_last_error();  // CU_STREAM_PER_THREAD
+  }).join();
+  EXPECT_EQ(accio_cuda_stream_sync(99, 1), -ENODEV);
+  if (!fake()) return;
+  uint64_t handles[64], before[64];
+  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  auto log = reinterpret_cast<unsigned (*)(uint64_t*, uint64_t*, unsigned)>(h ? dlsym(h, "fake_cuda_stream_syncs") : nullptr);
+  auto reset = reinterpret_cast<void (*)()>(dlsym(h, "fake_cuda_reset_counters"));
+  ASSERT_NE(log, nullptr);
+  reset();  // the log keeps the first 64
+  EXPECT_EQ(accio_cuda_stream_sync(0, 7), 0) << accio_last_error();
+  ASSERT_EQ(log(handles, before, 64), 1u);
+  EXPECT_EQ(handles[0], 7u) << "the handle reaches cuStreamSynchronize as given";
+}
+
 TEST(Gpu, AutoAndHostMechanismsServeDeviceBuffersStaged) {
   REQUIRE_GPU();
   TempDir dir;

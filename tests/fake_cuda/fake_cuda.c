@@ -17,7 +17,8 @@
  * request of each batch submission fails with -EIO, moving nothing), FAKE_CUFILE_EIO_AT=OFF (every
  * cuFile read or write, batched or not, that starts at file offset OFF fails with -EIO). Batch status comes back at
  * most 16 events per cuFileBatchIOGetStatus, as if its timeout had passed.
- * fake_cuda_counters() tells tests what happened. */
+ * fake_cuda_counters() tells tests what happened; fake_cuda_stream_syncs() which streams were
+ * synchronized, in order. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -379,7 +380,32 @@ EXPORT CUresult cuStreamCreate(Stream** out, unsigned flags) {
   *out = s;
   return OK;
 }
+/* Every cuStreamSynchronize, in order (the first 64): the handle, and how many device transfers
+ * (copies and cuFile reads and writes) had been made by then, so that a test sees a producer's stream
+ * synchronized before the transfer that needed it. Handles below 4096 are not the fake's streams: 0
+ * and 1 (legacy) and 2 (per-thread) are the current context's default streams, which need a current
+ * context and have nothing queued; others are a producer's streams the test made up, taken as idle. */
+static uint64_t g_sync_handle[64], g_sync_transfers[64];
+static unsigned g_syncs;
+EXPORT unsigned fake_cuda_stream_syncs(uint64_t* handles, uint64_t* transfers_before, unsigned max) {
+  pthread_mutex_lock(&g_mu);
+  unsigned n = g_syncs < 64 ? g_syncs : 64;
+  for (unsigned i = 0; i < n && i < max; ++i) {
+    handles[i] = g_sync_handle[i];
+    transfers_before[i] = g_sync_transfers[i];
+  }
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
 EXPORT CUresult cuStreamSynchronize(Stream* s) {
+  pthread_mutex_lock(&g_mu);
+  if (g_syncs < 64) {
+    g_sync_handle[g_syncs] = (uint64_t)(uintptr_t)s;
+    g_sync_transfers[g_syncs] = g_cnt.async_copies + g_cnt.sync_copies + g_cnt.cufile_reads + g_cnt.cufile_writes;
+  }
+  g_syncs++;
+  pthread_mutex_unlock(&g_mu);
+  if ((uintptr_t)s < 4096) return (uintptr_t)s <= 2 && !have_ctx() ? E_INVALID_CONTEXT : OK;
   pthread_mutex_lock(&s->mu);
   while (s->completed < s->submitted) pthread_cond_wait(&s->cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
@@ -461,6 +487,7 @@ EXPORT void fake_cuda_reset_counters(void) {
   g_cnt.registered = reg;
   g_cnt.live_allocs = live;
   g_cnt.streams = streams;
+  g_syncs = 0;
   pthread_mutex_unlock(&g_mu);
 }
 
