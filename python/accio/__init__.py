@@ -9,19 +9,23 @@
 
 Any host buffer works: bytes-like objects (bytearray, memoryview, mmap), NumPy arrays, and
 DLPack arrays (e.g. PyTorch CPU tensors). So does GPU memory: CuPy arrays, PyTorch CUDA tensors,
-Numba and JAX arrays (``__cuda_array_interface__`` or DLPack) go through the device mechanisms
-(naive, staged, gds; auto picks staged):
+Numba and JAX arrays (DLPack or ``__cuda_array_interface__``, recognised before the buffer
+protocol, with the producer's stream waited for) go through the device mechanisms (naive, staged,
+gds; auto picks staged):
 
     t = torch.empty(n, dtype=torch.uint8, device="cuda")
     with accio.open("weights.bin") as f:
         f.read_into(t)
     g = accio.read("weights.bin", device="cuda:0")   # a CuPy array, or an accio.DeviceArray
+    w = accio.read("w.bin", device=0, framework="torch", dtype="bfloat16", shape=(4096, -1))
+    accio.read("weights.bin", out=t)                  # fill an existing array (host or GPU)
 
-Settings are the ACCIO_* knobs by lower-case name.
+Settings are the ACCIO_* knobs by lower-case name, as keywords (mechanism="staged", threads=8).
 """
 from __future__ import annotations
 
 import os
+import sys
 
 TYPE_CHECKING = False  # typing costs ~10 ms of start-up, which `accio run` pays per launch
 if TYPE_CHECKING:
@@ -186,40 +190,151 @@ def open(path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
     return File(path, mode, mechanism, **settings)
 
 
-def read(path: str | os.PathLike, mechanism: str | None = None, device: str | int | None = None,
-         **settings: Any):
-    """Read a whole file into a new numpy.ndarray of uint8, or with device="cuda:N" into GPU memory:
-    a cupy.ndarray of uint8 when CuPy is installed, else an accio.DeviceArray (DLPack and
-    __cuda_array_interface__, so torch.from_dlpack() takes it)."""
-    with File(path, "r", mechanism, **settings) as f:
-        n = f.size
-        if device is None:
-            import numpy as np
-            arr = np.empty(n, dtype=np.uint8)
-            return arr[:f.read_into(arr, 0)]
-        ordinal = _ordinal(device)
-        try:
-            import cupy
-        except ImportError:
-            cupy = None
-        if cupy is not None:
-            with cupy.cuda.Device(ordinal):
-                arr = cupy.empty(n, dtype=cupy.uint8)
-            got = f.read_into(arr, 0)
-            return arr if got == n else arr[:got]
-        arr = device_array(n, ordinal)
-        got = f.read_into(arr, 0)
-        if got != n:  # the file shrank while being read
+# framework -> (module, what to pip install)
+_FRAMEWORKS = {
+    "numpy": ("numpy", "numpy"),
+    "cupy": ("cupy", "cupy-cuda12x (or cupy-cuda13x, cupy-cuda11x: the one matching your CUDA driver)"),
+    "torch": ("torch", "torch (a CUDA build for device=)"),
+}
+
+
+def _framework(name: str):
+    """The module of a framework accio.read can return, or an ImportError naming the pip package."""
+    if name not in _FRAMEWORKS:
+        raise ValueError(f"framework {name!r}: expected 'numpy', 'cupy' or 'torch'")
+    module, package = _FRAMEWORKS[name]
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"accio.read(framework={name!r}) needs {module}, which does not import here ({e}): "
+                          f"pip install {package}", name=module) from e
+
+
+def _torch_dtype(torch, dtype):
+    """torch.float32, 'bfloat16', numpy.float32 or 'f4' -> a torch.dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    import numpy as np
+    name = dtype if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype) \
+        else np.dtype(dtype).name
+    t = getattr(torch, name, None)
+    if not isinstance(t, torch.dtype):
+        raise TypeError(f"dtype {dtype!r}: PyTorch has no {name} type")
+    return t
+
+
+def _layout(path: str, nbytes: int, dtype, itemsize: int, shape) -> tuple[int, ...]:
+    """The shape an nbytes file has as elements of itemsize bytes; ValueError when it does not fit."""
+    if shape is None:
+        if nbytes % itemsize:
+            raise ValueError(f"read '{path}': the file's {nbytes} bytes are not a whole number of {dtype} "
+                             f"elements ({itemsize} bytes each); pass a dtype that divides the size")
+        return (nbytes // itemsize,)
+    shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    known = 1
+    for d in shape:
+        known *= d if d != -1 else 1
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise ValueError(f"shape {shape}: extents must be >= 0, with at most one -1")
+    if -1 in shape:
+        if known == 0 or nbytes % (known * itemsize):
+            raise ValueError(f"read '{path}': the file's {nbytes} bytes do not fill shape {shape} of {dtype} "
+                             f"({itemsize} bytes each)")
+        shape = tuple(nbytes // (known * itemsize) if d == -1 else d for d in shape)
+    elif known * itemsize != nbytes:
+        raise ValueError(f"read '{path}': the file has {nbytes} bytes; shape {shape} of {dtype} needs "
+                         f"{known * itemsize}")
+    return shape
+
+
+def read(path: str | os.PathLike, *, device: str | int | None = None, framework: str | None = None,
+         dtype=None, shape=None, out=None, **settings: Any):
+    """Read a whole file into a new array, or into `out`.
+
+    device: None (host memory) or a GPU ("cuda:N", "cuda" or N).
+    framework: "numpy", "cupy" or "torch": what the array is. Default: numpy on the host; on a device
+      CuPy, or an accio.DeviceArray (DLPack and __cuda_array_interface__, so torch.from_dlpack() and
+      cupy.asarray() take it) when CuPy is not installed. "cupy" without device uses CuPy's current
+      device; "torch" without device makes a CPU tensor. A framework that is not installed raises
+      ImportError naming its pip package.
+    dtype, shape: read the bytes as this element type (numpy's names, or torch dtypes for "torch";
+      default uint8) and shape (default 1-D; one extent may be -1). ValueError if the file's size
+      does not fit.
+    out: an existing array or buffer to fill instead (host or GPU, any type read_into takes); it must
+      hold exactly the file's size, and is returned. device, framework, dtype and shape stay unset.
+    Other keyword arguments are settings: mechanism="staged", threads=8, ...
+
+    Without dtype and shape, a file that shrinks while being read gives a shorter array; otherwise
+    (and for a DeviceArray) that raises accio.Error (EIO)."""
+    path = os.fspath(path)
+    if out is not None:
+        if device is not None or framework is not None or dtype is not None or shape is not None:
+            raise TypeError("accio.read(out=...) fills out as it is: leave device, framework, dtype and shape "
+                            "unset (out's own type, place and size decide them)")
+        with File(path, "r", **settings) as f:
+            n, have = f.size, _ext.buffer_info(out, True)[1]
+            if have != n:
+                raise ValueError(f"read '{path}': the file has {n} bytes, out holds {have}; pass an out of the "
+                                 f"file's size, or use accio.open(path).read_into(out, offset) for part of a file")
+            got = f.read_into(out, 0)
+        if got != n:
             raise Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
+        return out
+
+    ordinal = None if device is None else _ordinal(device)
+    default = framework is None
+    if default:
+        framework = "numpy" if ordinal is None else "cupy"
+    elif framework == "numpy" and ordinal is not None:
+        raise ValueError(f"framework='numpy' holds host memory, not device={device!r}: use framework='cupy' "
+                         "or 'torch' for GPU memory, or leave device unset")
+    with File(path, "r", **settings) as f:
+        n = f.size
+        import importlib.util
+        if framework == "cupy" and default and "cupy" not in sys.modules and importlib.util.find_spec("cupy") is None:
+            # No CuPy (a broken one raises from _framework instead): accio's own device bytes.
+            if dtype is not None or shape is not None:
+                raise ImportError("accio.read(device=..., dtype/shape) returns a typed GPU array, which needs CuPy "
+                                  "(pip install cupy-cuda12x) or framework='torch'; without them accio.read "
+                                  "returns an accio.DeviceArray of bytes", name="cupy")
+            arr = device_array(n, ordinal)
+            got = f.read_into(arr, 0)
+            if got != n:  # the file shrank while being read
+                raise Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
+            return arr
+        mod = _framework(framework)
+        if framework == "torch":
+            dt = mod.uint8 if dtype is None else _torch_dtype(mod, dtype)
+            itemsize = getattr(dt, "itemsize", None) or mod.empty((), dtype=dt).element_size()  # torch < 2.1
+            where = "cpu" if ordinal is None else f"cuda:{ordinal}"
+            arr = mod.empty(_layout(path, n, dt, itemsize, shape), dtype=dt, device=where)
+        else:
+            import numpy as np
+            dt = np.dtype(np.uint8 if dtype is None else dtype)
+            if dt.itemsize == 0 or dt.hasobject:
+                raise TypeError(f"dtype {dt}: accio reads fixed-size plain elements")
+            layout = _layout(path, n, dt, dt.itemsize, shape)
+            if framework == "cupy":
+                with mod.cuda.Device(mod.cuda.runtime.getDevice() if ordinal is None else ordinal):
+                    arr = mod.empty(layout, dtype=dt)
+            else:
+                arr = mod.empty(layout, dtype=dt)
+        got = f.read_into(arr, 0)
+    if got == n:
         return arr
+    if dtype is None and shape is None:
+        return arr[:got]
+    raise Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
 
 
-def write(path: str | os.PathLike, data, mechanism: str | None = None, fsync: bool = False,
-          **settings: Any) -> int:
-    """Write data (any buffer or array) as the whole content of path; returns bytes written."""
-    with File(path, "w", mechanism, **settings) as f:
+def write(path: str | os.PathLike, data, *, fsync: bool = False, **settings: Any) -> int:
+    """Write data as the whole content of path; returns bytes written. data: any buffer or array
+    read_into takes, host or GPU (bytes, NumPy, CuPy, PyTorch, Numba, JAX, accio.DeviceArray, ...).
+    fsync=True flushes it to storage before returning. Other keyword arguments are settings
+    (mechanism="staged", threads=8, ...)."""
+    with File(path, "w", **settings) as f:
         n = f.write_from(data, 0)
         if fsync:
             f.fsync()
     return n
-

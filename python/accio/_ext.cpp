@@ -1,5 +1,6 @@
 // accio Python extension (nanobind): exposes the C++ API (include/accio/accio.hpp, itself over the
-// stable C API) to the Python package. Buffers come in through the buffer protocol or DLPack; the
+// stable C API) to the Python package. Buffers come in as GPU objects (DLPack, __cuda_array_interface__,
+// with the producer's stream honoured), through the buffer protocol, or as CPU DLPack (class View); the
 // GIL is released for every transfer; errors become OSError subclasses (accio._errors).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -22,64 +23,92 @@ using namespace nb::literals;
 
 namespace {
 
-// Bytes per element of a __cuda_array_interface__ typestr ("<f4", "|u1", "<c16").
-size_t typestr_size(const std::string& t) {
-  if (t.size() < 3) throw nb::value_error("__cuda_array_interface__: bad typestr");
-  return std::stoul(t.substr(2));
+// What View accepts, for its errors.
+constexpr const char* kAccepted =
+    "accio takes a contiguous buffer: a bytes-like object (bytes, bytearray, memoryview, mmap), a NumPy "
+    "array, a GPU array with DLPack (__dlpack__ and __dlpack_device__: CuPy, PyTorch, JAX) or "
+    "__cuda_array_interface__ (CuPy, Numba, PyTorch), or a CPU array with DLPack";
+
+// DLPack device types (dlpack.h's DLDeviceType) that name CUDA memory.
+bool dlpack_is_cuda(int type) {
+  return type == nb::device::cuda::value || type == nb::device::cuda_host::value ||
+         type == nb::device::cuda_managed::value;
 }
 
-// A contiguous view of any Python buffer, kept alive while used: host memory through the buffer
-// protocol or DLPack; GPU memory through __cuda_array_interface__ (CuPy, Numba, PyTorch) or DLPack
-// (PyTorch, JAX, CuPy). The engine sees where the pointer lives and picks a device mechanism.
+std::string what(nb::handle obj) { return nb::inst_name(obj).c_str(); }
+
+// Waits for the producer's work on a CUDA stream (accio_cuda_stream_sync), without the GIL.
+void sync_stream(int device, uintptr_t stream) {
+  int rc;
+  {
+    nb::gil_scoped_release nogil;
+    rc = accio_cuda_stream_sync(device, stream);
+  }
+  accio::detail::check(rc);
+}
+
+// A contiguous view of any Python buffer, kept alive while used. Device objects are recognised
+// first, before the buffer protocol (whose export CuPy makes raise), and their producer's stream is
+// honoured before accio touches the memory:
+//  1. __dlpack_device__ reporting CUDA, CUDA-host or CUDA-managed memory: DLPack. accio calls
+//     __dlpack__(stream=1, max_version=...) itself: the producer makes the legacy default stream wait
+//     for its work, and accio synchronizes that stream, so the memory is ready for any stream accio
+//     copies on. Producers that predate max_version or stream are asked again without them (stream
+//     None means the legacy default stream too).
+//  2. __cuda_array_interface__ (v3; v2 has no stream): its stream (1 legacy, 2 per-thread, else a
+//     CUstream handle) is synchronized; absent or None means the data is ready; 0 is refused.
+//  3. the buffer protocol (host memory).
+//  4. DLPack on the CPU (PyTorch CPU tensors).
+// The engine then sees where the pointer lives and picks a host or device mechanism.
 class View {
  public:
   View(nb::handle obj, bool writable) {
-    if (PyObject_CheckBuffer(obj.ptr())) {
-      int flags = PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-      if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw nb::python_error();
-      have_view_ = true;
-      ptr_ = view_.buf;
-      size_ = static_cast<size_t>(view_.len);
+    PyObject* o = obj.ptr();
+    if (PyBytes_CheckExact(o) || PyByteArray_CheckExact(o) || PyMemoryView_Check(o)) {
+      from_buffer(obj, writable);
       return;
     }
-    array_ = nb::borrow(obj);
-    if (nb::hasattr(obj, "__cuda_array_interface__")) {
-      nb::dict cai = obj.attr("__cuda_array_interface__");
-      nb::tuple data = cai["data"];
-      if (writable && nb::cast<bool>(data[1])) throw nb::value_error("the device array is read-only");
-      const size_t item = typestr_size(nb::cast<std::string>(cai["typestr"]));
-      nb::tuple shape = cai["shape"];
-      size_t n = 1;
-      for (nb::handle d : shape) n *= nb::cast<size_t>(d);
-      if (cai.contains("strides") && !cai["strides"].is_none()) {
-        nb::tuple strides = cai["strides"];
-        int64_t expect = static_cast<int64_t>(item);
-        for (size_t d = nb::len(shape); d-- > 0;) {
-          const auto ext = nb::cast<int64_t>(shape[d]);
-          if (ext != 1 && nb::cast<int64_t>(strides[d]) != expect)
-            throw nb::value_error("device array must be C-contiguous");
-          expect *= ext;
-        }
+    bool dlpack_cpu = false;
+    if (nb::hasattr(obj, "__dlpack_device__")) {
+      int type = 0, id = 0;
+      nb::object dev = obj.attr("__dlpack_device__")();
+      try {
+        type = nb::cast<int>(dev[0]);
+        id = nb::cast<int>(dev[1]);
+      } catch (const std::exception&) {
+        throw nb::type_error((what(obj) + ".__dlpack_device__() returned " + what(dev) +
+                              ", not a (device_type, device_id) pair").c_str());
       }
-      ptr_ = reinterpret_cast<void*>(nb::cast<uintptr_t>(data[0]));
-      size_ = n * item;
+      if (dlpack_is_cuda(type)) {
+        from_dlpack_cuda(obj, id, writable);
+        return;
+      }
+      if (type != nb::device::cpu::value && !nb::hasattr(obj, "__cuda_array_interface__"))
+        throw nb::type_error((what(obj) + " lives on DLPack device type " + std::to_string(type) +
+                              ", which accio cannot address (it takes host memory and CUDA memory: DLPack "
+                              "device types 1 CPU, 2 CUDA, 3 CUDA host, 13 CUDA managed)").c_str());
+      dlpack_cpu = type == nb::device::cpu::value;
+    }
+    if (nb::hasattr(obj, "__cuda_array_interface__")) {
+      from_cai(obj, writable);
       return;
     }
-    nb::ndarray<> a;
-    if (!nb::try_cast(obj, a, false))
-      throw nb::type_error("expected a bytes-like object, a NumPy array, a DLPack array or an object with "
-                           "__cuda_array_interface__ (CuPy, PyTorch, Numba)");
-    const int dt = a.device_type();
-    if (dt != nb::device::cpu::value && dt != nb::device::cuda::value && dt != nb::device::cuda_host::value &&
-        dt != nb::device::cuda_managed::value)
-      throw nb::type_error("array lives on a device accio cannot address (only host and CUDA memory)");
-    int64_t expect = 1;
-    for (size_t d = a.ndim(); d-- > 0;) {
-      if (a.shape(d) != 1 && a.stride(d) != expect) throw nb::value_error("array must be C-contiguous");
-      expect *= a.shape(d);
+    if (PyObject_CheckBuffer(o)) {
+      if (!dlpack_cpu || !nb::hasattr(obj, "__dlpack__")) {
+        from_buffer(obj, writable);
+        return;
+      }
+      try {  // a CPU DLPack array whose buffer export refuses: its DLPack export may not
+        from_buffer(obj, writable);
+        return;
+      } catch (nb::python_error&) {
+      }
     }
-    ptr_ = a.data();
-    size_ = a.nbytes();
+    if (dlpack_cpu || nb::hasattr(obj, "__dlpack__")) {
+      from_dlpack_host(obj, writable);
+      return;
+    }
+    throw nb::type_error(("expected a buffer, got " + what(obj) + ": " + kAccepted).c_str());
   }
   ~View() {
     if (have_view_) PyBuffer_Release(&view_);
@@ -88,13 +117,154 @@ class View {
   View& operator=(const View&) = delete;
   void* ptr() const { return ptr_; }
   size_t size() const { return size_; }
+  // The GPU ordinal for memory that came as a CUDA object (DLPack or __cuda_array_interface__), else -1.
+  int device() const { return device_; }
 
  private:
+  void from_buffer(nb::handle obj, bool writable) {
+    const int flags = PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw nb::python_error();
+    have_view_ = true;
+    ptr_ = view_.buf;
+    size_ = static_cast<size_t>(view_.len);
+  }
+
+  // Takes a DLPack capsule (or anything nanobind imports) as the array; checks writability and layout.
+  void take_dlpack(nb::handle obj, nb::handle cap, bool writable, bool cuda) {
+    nb::ndarray<> rw;
+    if (writable ? !nb::try_cast(cap, rw, false) : !nb::try_cast(cap, array_, false)) {
+      nb::ndarray<nb::ro> ro;
+      if (writable && nb::try_cast(cap, ro, false))
+        throw nb::value_error((what(obj) + " is read-only (its DLPack export says so): read into a writable "
+                               "array").c_str());
+      throw nb::type_error((what(obj) + ".__dlpack__() returned a " + what(cap) +
+                            " that is not a DLPack capsule accio can import: " + kAccepted).c_str());
+    }
+    if (writable) array_ = nb::ndarray<nb::ro>(rw);
+    const int dt = array_.device_type();
+    if (cuda != dlpack_is_cuda(dt) || (!cuda && dt != nb::device::cpu::value))
+      throw nb::type_error((what(obj) + "'s DLPack export lives on device type " + std::to_string(dt) +
+                            ", not what its __dlpack_device__() said").c_str());
+    int64_t expect = 1;
+    bool empty = false;
+    for (size_t d = 0; d < array_.ndim(); ++d) empty |= array_.shape(d) == 0;
+    for (size_t d = array_.ndim(); d-- > 0 && !empty;) {
+      if (array_.shape(d) != 1 && array_.stride(d) != expect)
+        throw nb::value_error((what(obj) + " is not C-contiguous: accio moves one contiguous range of "
+                               "bytes (make a contiguous copy first, e.g. .contiguous() or "
+                               "ascontiguousarray())").c_str());
+      expect *= array_.shape(d);
+    }
+    ptr_ = const_cast<void*>(static_cast<const void*>(array_.data()));
+    size_ = array_.nbytes();
+  }
+
+  void from_dlpack_cuda(nb::handle obj, int id, bool writable) {
+    if (!nb::hasattr(obj, "__dlpack__"))
+      throw nb::type_error((what(obj) + " has __dlpack_device__ but no __dlpack__: " + kAccepted).c_str());
+    nb::object fn = obj.attr("__dlpack__");
+    const nb::object version = nb::make_tuple(nb::dlpack::major_version, nb::dlpack::minor_version);
+    nb::object cap;
+    // stream=1: the legacy default stream, which accio synchronizes below.
+    for (int attempt = 0; attempt < 3 && !cap.is_valid(); ++attempt) {
+      try {
+        if (attempt == 0) cap = fn("stream"_a = 1, "max_version"_a = version);
+        else if (attempt == 1) cap = fn("stream"_a = 1);  // before DLPack 1.0 (array API 2023)
+        else cap = fn();  // no stream keyword: the producer assumes the legacy default stream
+      } catch (nb::python_error& e) {
+        if (attempt == 2 || !e.matches(PyExc_TypeError)) throw;
+      }
+    }
+    device_ = id;
+    take_dlpack(obj, cap, writable, true);
+    sync_stream(id, 1);
+  }
+
+  void from_dlpack_host(nb::handle obj, bool writable) {
+    // nanobind calls __dlpack__ (no stream: CPU memory has none) and falls back as the spec says.
+    take_dlpack(obj, obj, writable, false);
+  }
+
+  void from_cai(nb::handle obj, bool writable) {
+    nb::object iface = obj.attr("__cuda_array_interface__");
+    const std::string name = what(obj);
+    if (!PyDict_Check(iface.ptr()))
+      throw nb::type_error((name + ".__cuda_array_interface__ is a " + what(iface) + ", not a dict").c_str());
+    nb::dict cai = nb::borrow<nb::dict>(iface);
+    auto bad = [&](const std::string& why) {
+      return nb::type_error((name + ".__cuda_array_interface__: " + why).c_str());
+    };
+    for (const char* key : {"data", "shape", "typestr"})
+      if (!cai.contains(key)) throw bad(std::string("no '") + key + "' entry");
+    if (cai.contains("mask") && !cai["mask"].is_none())
+      throw nb::value_error((name + " is a masked array (__cuda_array_interface__ mask is set): accio moves "
+                             "plain bytes; pass the unmasked data").c_str());
+    uintptr_t ptr;
+    bool readonly;
+    std::vector<int64_t> shape;
+    size_t item;
+    std::optional<uintptr_t> stream;
+    try {
+      nb::object data = cai["data"];
+      ptr = nb::cast<uintptr_t>(data[0]);
+      readonly = nb::cast<bool>(data[1]);
+      for (nb::handle d : nb::borrow<nb::object>(cai["shape"])) shape.push_back(nb::cast<int64_t>(d));
+      const std::string t = nb::cast<std::string>(cai["typestr"]);
+      if (t.size() < 3 || t.find_first_not_of("0123456789", 2) != std::string::npos) throw bad("typestr " + t);
+      item = std::stoul(t.substr(2));
+      if (cai.contains("stream") && !cai["stream"].is_none()) {
+        nb::object s = cai["stream"];
+        if (PyBool_Check(s.ptr()) || !PyLong_Check(s.ptr())) throw bad("stream is a " + what(s) + ", not an int");
+        const auto v = nb::cast<int64_t>(s);
+        if (v == 0)
+          throw nb::value_error((name + ".__cuda_array_interface__ has stream 0, which CAI v3 disallows "
+                                 "(ambiguous): the producer should give 1 for the legacy default stream, 2 for "
+                                 "the per-thread default stream, a stream handle, or None").c_str());
+        if (v < 0) throw bad("stream " + std::to_string(v) + " is negative");
+        stream = static_cast<uintptr_t>(v);
+      }
+    } catch (const nb::builtin_exception&) {
+      throw;
+    } catch (const std::exception& e) {  // a failed cast, or a Python error indexing the entries
+      throw bad(std::string("malformed (") + e.what() + "); expected data=(pointer, read_only), shape=tuple, "
+                "typestr like '<f4'");
+    }
+    if (writable && readonly)
+      throw nb::value_error(("the device array is read-only (" + name +
+                             ".__cuda_array_interface__ data is (pointer, True)): read into a writable array").c_str());
+    size_t n = 1;
+    for (int64_t e : shape) {
+      if (e < 0) throw bad("negative extent in shape");
+      n *= static_cast<size_t>(e);
+    }
+    if (cai.contains("strides") && !cai["strides"].is_none() && n > 0) {
+      nb::object strides = cai["strides"];
+      if (nb::len(strides) != shape.size()) throw bad("strides and shape differ in length");
+      int64_t expect = static_cast<int64_t>(item);
+      for (size_t d = shape.size(); d-- > 0;) {
+        if (shape[d] != 1 && nb::cast<int64_t>(strides[d]) != expect)
+          throw nb::value_error((name + " is not C-contiguous (__cuda_array_interface__ strides): accio moves "
+                                 "one contiguous range of bytes; make a contiguous copy first").c_str());
+        expect *= shape[d];
+      }
+    }
+    array_keep_ = nb::borrow(obj);
+    ptr_ = reinterpret_cast<void*>(ptr);
+    size_ = n * item;
+    int dev = -1;
+    if (size_ > 0) accio_mem_kind(ptr_, &dev);
+    device_ = dev < 0 ? 0 : dev;
+    // Nothing to wait for without a stream (or without bytes to touch).
+    if (stream && size_ > 0) sync_stream(device_, *stream);
+  }
+
   Py_buffer view_{};
   bool have_view_ = false;
-  nb::object array_;
+  nb::ndarray<nb::ro> array_;  // a DLPack import: holds the producer's memory until released
+  nb::object array_keep_;      // a __cuda_array_interface__ object
   void* ptr_ = nullptr;
   size_t size_ = 0;
+  int device_ = -1;
 };
 
 // GPU memory that accio allocated (cuMemAlloc, or cuMemAllocManaged): what accio.read(path,
@@ -400,12 +570,16 @@ NB_MODULE(_ext, m) {
       .def("__dlpack__", [](nb::handle self, nb::kwargs kw) {
         DeviceArray& a = nb::cast<DeviceArray&>(self);
         size_t shape[1] = {a.nbytes()};
-        nb::ndarray<uint8_t, nb::ndim<1>> view(a.raw(), 1, shape, self, nullptr, nb::dtype<uint8_t>(),
+        nb::ndarray<nb::array_api, uint8_t, nb::ndim<1>> view(a.raw(), 1, shape, self, nullptr, nb::dtype<uint8_t>(),
                                                 a.managed() ? nb::device::cuda_managed::value : nb::device::cuda::value,
                                                 a.device());
-        (void)kw;  // stream, max_version: the copy is synchronous, and a legacy capsule is what we make
-        return nb::cast(view);  // a DLPack capsule that keeps self alive
-      });
+        // nanobind's exporter makes the capsule (versioned when max_version asks for it) and checks the
+        // keywords; stream needs nothing: accio's copies into a DeviceArray are synchronous.
+        nb::object exporter = nb::cast(view).attr("__dlpack__");
+        PyObject* cap = PyObject_Call(exporter.ptr(), nb::tuple().ptr(), kw.ptr());
+        if (!cap) throw nb::python_error();
+        return nb::steal(cap);  // a DLPack capsule that keeps self alive
+      }, "Exports the memory as a DLPack capsule (stream, max_version, dl_device, copy as the array API says).");
 
   m.def("cuda_available", [] {
     char why[512];
@@ -432,6 +606,28 @@ NB_MODULE(_ext, m) {
     }
     return out;
   });
+  m.def("buffer_info", [](nb::handle obj, bool writable) {
+    // (address, bytes, where, GPU ordinal or -1); where is host for buffer-protocol and CPU DLPack
+    // objects, else what the driver says (device, managed, pinned).
+    View v(obj, writable);
+    int dev = -1;
+    static const char* names[] = {"host", "pinned", "device", "managed"};
+    const int kind = v.device() < 0 ? ACCIO_MEM_HOST : accio_mem_kind(v.ptr(), &dev);
+    return std::make_tuple(reinterpret_cast<uintptr_t>(v.ptr()), v.size(), std::string(names[kind]), dev);
+  }, "obj"_a, "writable"_a = false);
+  m.def("copy", [](nb::handle dst, nb::handle src, std::optional<size_t> nbytes) {
+    View d(dst, true), s(src, false);
+    const size_t n = nbytes.value_or(d.size());
+    if (!nbytes && d.size() != s.size())
+      throw nb::value_error(("copy: destination holds " + std::to_string(d.size()) + " bytes, source " +
+                             std::to_string(s.size()) + "; pass nbytes to copy a prefix").c_str());
+    if (n > d.size() || n > s.size())
+      throw nb::value_error(("copy: " + std::to_string(n) + " bytes do not fit (destination " +
+                             std::to_string(d.size()) + ", source " + std::to_string(s.size()) + " bytes)").c_str());
+    nb::gil_scoped_release nogil;
+    accio::detail::check(accio_device_copy(d.ptr(), s.ptr(), n));
+  }, "dst"_a, "src"_a, "nbytes"_a = nb::none(),
+     "Copies nbytes (default: all; then the sizes must match) between any two buffers, host or device.");
   m.def("mem_kind", [](nb::handle obj) {
     View v(obj, false);
     int dev = -1;

@@ -16,6 +16,12 @@
         proc.write_mem(buf, x)
         proc.read_mem(x, buf)
 
+Buffers (OnStack, read_mem, write_mem and their async forms) are host memory (bytes-like objects,
+NumPy, CPU DLPack) or GPU arrays (CuPy, PyTorch, Numba, JAX, accio.DeviceArray: anything accio's
+read_into takes). The worker addresses host memory only, so GPU memory moves through a host copy:
+device-to-host when the call is made (after the producer's stream, as read_into honours it), and
+host-to-device when the request's result is picked up (wait_result, or the sync call's return).
+
 Calls go through libaccio's C API (include/accio/ve_offload.h) with ctypes; the timed paths are in
 C, so Python adds its own call overhead (about a microsecond) on top of the runtime's.
 """
@@ -24,6 +30,8 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+
+from . import _ext
 
 __all__ = ["Proc", "Library", "Function", "Context", "Request", "OnStack", "MemPtr", "OffloadError",
            "KernelException", "SymbolError", "INTENT_IN", "INTENT_INOUT", "INTENT_OUT", "COMMAND_OK",
@@ -149,42 +157,68 @@ def _kind(t: str) -> str:
 
 
 class OnStack:
-    """A host buffer passed by pointer to a copy in the worker (veo_args_set_stack). IN copies it
-    in; OUT and INOUT copy the worker's copy back into it when the result is picked up."""
+    """A buffer passed by pointer to a copy in the worker (veo_args_set_stack). IN copies it in;
+    OUT and INOUT copy the worker's copy back into it when the result is picked up. A GPU array
+    goes through a host copy (see the module's docstring)."""
 
     def __init__(self, buff, size: int | None = None, inout: int = INTENT_IN):
-        self._mv = memoryview(buff).cast("B")
-        if inout != INTENT_IN and self._mv.readonly:
-            raise ValueError("OnStack with OUT or INOUT needs a writable buffer")
-        self.size = len(self._mv) if size is None else int(size)
-        if self.size > len(self._mv):
-            raise ValueError(f"size {self.size} exceeds the buffer ({len(self._mv)} bytes)")
+        try:
+            self._addr, n, where, _dev = _ext.buffer_info(buff, inout != INTENT_IN)
+        except BufferError as e:
+            raise ValueError(f"OnStack with OUT or INOUT needs a writable buffer ({e})") from e
+        self._device = where == "device"
+        self.size = n if size is None else int(size)
+        if not 0 <= self.size <= n:
+            raise ValueError(f"size {self.size} exceeds the buffer ({n} bytes)")
         self.inout = inout
         self.buff = buff  # keeps the object alive while a request uses it
 
-    def _address(self) -> int:
+    def _bind(self) -> tuple[int, object, object]:
+        """(address for veo_args_set_stack, what to keep alive, what to run once the call is done).
+        GPU memory goes through a host copy: made now for IN and INOUT, copied back after OUT and INOUT."""
         if self.size == 0:
-            return 0
-        if self._mv.readonly:
-            self._copy = ctypes.create_string_buffer(self._mv.tobytes(), self.size)
-            return ctypes.addressof(self._copy)
-        return ctypes.addressof(ctypes.c_char.from_buffer(self._mv))
+            return 0, self, None
+        if not self._device:
+            return self._addr, self, None
+        stage = bytearray(self.size)
+        if self.inout != INTENT_OUT:
+            _ext.copy(stage, self.buff, self.size)
+        back = None if self.inout == INTENT_IN else (lambda: _ext.copy(self.buff, stage, self.size))
+        return _ext.buffer_info(stage, True)[0], (self, stage), back
 
 
-def _buffer_address(buf, writable: bool) -> tuple[int, int, object]:
-    """(address, nbytes, keep-alive) of a contiguous host buffer (bytes-like or NumPy)."""
-    mv = memoryview(buf)
-    if not mv.contiguous:
-        raise ValueError("the host buffer must be contiguous")
-    mv = mv.cast("B")
-    if mv.readonly:
-        if writable:
-            raise ValueError("the host buffer is read-only")
-        keep = ctypes.create_string_buffer(mv.tobytes(), len(mv))
-        return ctypes.addressof(keep), len(mv), keep
-    if len(mv) == 0:
-        return 0, 0, mv
-    return ctypes.addressof(ctypes.c_char.from_buffer(mv)), len(mv), mv
+def _buffer_address(buf, writable: bool, nbytes: int | None = None) -> tuple[int, int, object, bool]:
+    """(address, bytes to move, keep-alive, in GPU memory) of a contiguous buffer, host or GPU (see
+    the module's docstring); nbytes (default: all of it) must fit."""
+    try:
+        addr, n, where, _dev = _ext.buffer_info(buf, writable)
+    except BufferError as e:
+        raise ValueError(f"the buffer is read-only ({e}); read_mem needs a writable one") from e
+    if nbytes is not None:
+        if not 0 <= int(nbytes) <= n:
+            raise ValueError(f"nbytes {nbytes} does not fit the buffer ({n} bytes)")
+        n = int(nbytes)
+    return addr, n, buf, where == "device"
+
+
+def _source(buf, nbytes: int | None) -> tuple[int, int, object]:
+    """What write_mem sends: the buffer itself, or a host copy of a GPU buffer made now."""
+    addr, n, keep, device = _buffer_address(buf, False, nbytes)
+    if not device or n == 0:
+        return addr, n, keep
+    stage = bytearray(n)
+    _ext.copy(stage, buf, n)
+    return _ext.buffer_info(stage, True)[0], n, (stage, buf)
+
+
+def _destination(buf, nbytes: int | None) -> tuple[int, int, object, object]:
+    """Where read_mem lands: the buffer itself, or a host buffer copied into the GPU buffer by the
+    returned callable once the bytes are there (None for host memory)."""
+    addr, n, keep, device = _buffer_address(buf, True, nbytes)
+    if not device or n == 0:
+        return addr, n, keep, None
+    stage = bytearray(n)
+    return _ext.buffer_info(stage, True)[0], n, (stage, buf), lambda: _ext.copy(buf, stage, n)
 
 
 class MemPtr(int):
@@ -202,8 +236,9 @@ class MemPtr(int):
 class Request:
     """A submitted call or transfer; wait_result() blocks, peek_result() does not."""
 
-    def __init__(self, ctx: "Context", reqid: int, ret: str, keep=()):
+    def __init__(self, ctx: "Context", reqid: int, ret: str, keep=(), after=()):
         self.ctx, self.id, self._ret, self._keep = ctx, reqid, ret, keep
+        self._after = after  # callables run once it succeeded (GPU buffers' host-to-device copies)
         self._done, self._value = False, None
 
     def _convert(self, raw: int):
@@ -219,7 +254,12 @@ class Request:
 
     def _finish(self, state: int, raw: int):
         if state == COMMAND_OK:
-            self._done, self._value, self._keep = True, self._convert(raw), ()
+            after, self._after = self._after, ()
+            try:
+                for fn in after:
+                    fn()
+            finally:
+                self._done, self._value, self._keep = True, self._convert(raw), ()
             return self._value
         msg = _error() or f"request {self.id} failed"
         self._done, self._keep = True, ()
@@ -252,13 +292,17 @@ class _Args:
         c = _c()
         self.h = c.veo_args_alloc()
         self.keep = []
+        self.after = []  # OnStack GPU buffers' copies back, once the call is done
         if types is not None and len(types) != len(values):
             raise TypeError(f"the function takes {len(types)} arguments, {len(values)} given")
         try:
             for i, v in enumerate(values):
                 if isinstance(v, OnStack):
-                    rc = c.veo_args_set_stack(self.h, v.inout, i, v._address(), v.size)
-                    self.keep.append(v)
+                    addr, keep, back = v._bind()
+                    rc = c.veo_args_set_stack(self.h, v.inout, i, addr, v.size)
+                    self.keep.append(keep)
+                    if back:
+                        self.after.append(back)
                 else:
                     kind = _kind(types[i]) if types is not None else (
                         "double" if isinstance(v, float) else "i64" if int(v) < 0 else "u64")
@@ -348,19 +392,17 @@ class Context:
         reqid = _c().veo_call_async(self._h, addr, a.h)
         if reqid == _INVALID:
             raise OffloadError(_error())
-        return Request(self, reqid, ret or r, (a, args))
+        return Request(self, reqid, ret or r, (a, args), a.after)
 
     def async_read_mem(self, dst, src: int, nbytes: int | None = None) -> Request:
-        addr, n, keep = _buffer_address(dst, True)
-        n = n if nbytes is None else nbytes
+        addr, n, keep, after = _destination(dst, nbytes)
         reqid = _c().veo_async_read_mem(self._h, addr, int(src), n)
         if reqid == _INVALID:
             raise OffloadError(_error())
-        return Request(self, reqid, "void", (keep, dst))
+        return Request(self, reqid, "void", (keep, dst), (after,) if after else ())
 
     def async_write_mem(self, dst: int, src, nbytes: int | None = None) -> Request:
-        addr, n, keep = _buffer_address(src, False)
-        n = n if nbytes is None else nbytes
+        addr, n, keep = _source(src, nbytes)
         reqid = _c().veo_async_write_mem(self._h, int(dst), addr, n)
         if reqid == _INVALID:
             raise OffloadError(_error())
@@ -453,6 +495,8 @@ class Proc:
         raw = ctypes.c_uint64()
         if _c().veo_call_sync(self._handle(), addr, a.h, ctypes.byref(raw)) != 0:
             raise OffloadError(_error())
+        for fn in a.after:
+            fn()
         return Request(None, 0, r)._convert(raw.value)
 
     def alloc_mem(self, nbytes: int) -> MemPtr:
@@ -466,16 +510,16 @@ class Proc:
             raise OffloadError(_error())
 
     def write_mem(self, dst: int, src, nbytes: int | None = None) -> None:
-        addr, n, _keep = _buffer_address(src, False)
-        n = n if nbytes is None else nbytes
+        addr, n, _keep = _source(src, nbytes)
         if _c().veo_write_mem(self._handle(), int(dst), addr, n) != 0:
             raise OffloadError(_error() or f"veo_write_mem of {n} bytes to {int(dst):#x} failed")
 
     def read_mem(self, dst, src: int, nbytes: int | None = None) -> None:
-        addr, n, _keep = _buffer_address(dst, True)
-        n = n if nbytes is None else nbytes
+        addr, n, _keep, after = _destination(dst, nbytes)
         if _c().veo_read_mem(self._handle(), addr, int(src), n) != 0:
             raise OffloadError(_error() or f"veo_read_mem of {n} bytes from {int(src):#x} failed")
+        if after:
+            after()
 
     def destroy(self) -> None:
         if self._h:

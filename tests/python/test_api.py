@@ -90,6 +90,60 @@ def test_read_and_write_convenience(tmp_path, mechanism):
     assert np.array_equal(back.view(np.float64), arr)
 
 
+def test_read_with_dtype_shape_and_out(tmp_path):
+    # accio.read(path, *, device=None, framework=None, dtype=None, shape=None, out=None, **settings)
+    arr = np.arange(24, dtype=np.float32)
+    p = tmp_path / "f"
+    arr.tofile(p)
+    a = accio.read(p, dtype=np.float32)
+    assert a.dtype == np.float32 and np.array_equal(a, arr)
+    a = accio.read(p, dtype="<f4", shape=(2, -1), mechanism="parallel", threads=2)
+    assert a.shape == (2, 12) and np.array_equal(a.ravel(), arr)
+    a = accio.read(p, framework="numpy", shape=(4, 24))
+    assert a.dtype == np.uint8 and a.tobytes() == arr.tobytes()
+    for out in (bytearray(96), np.zeros((2, 12), np.float32), memoryview(bytearray(96))):
+        assert accio.read(p, out=out) is out and bytes(out) == arr.tobytes()
+    with pytest.raises(ValueError, match="not a whole number of .V7 elements .7 bytes each"):
+        accio.read(p, dtype="V7")
+    with pytest.raises(ValueError, match=r"shape \(5, 5\) of float32 needs 100"):
+        accio.read(p, dtype=np.float32, shape=(5, 5))
+    with pytest.raises(ValueError, match="at most one -1"):
+        accio.read(p, shape=(-1, -1))
+    with pytest.raises(ValueError, match="out holds 95"):
+        accio.read(p, out=bytearray(95))
+    with pytest.raises((BufferError, ValueError)):
+        accio.read(p, out=b"x" * 96)
+    with pytest.raises(TypeError, match="leave device, framework, dtype and shape unset"):
+        accio.read(p, out=bytearray(96), dtype=np.float32)
+    with pytest.raises(TypeError):
+        accio.read(p, "posix")  # mechanism is a keyword setting like the others
+    with pytest.raises(ValueError, match="framework 'jax'"):
+        accio.read(p, framework="jax")
+
+
+def test_write_takes_every_host_array_type(tmp_path):
+    data = np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8)
+    p = tmp_path / "w"
+
+    class CpuDLPack:  # DLPack only, no buffer protocol (as a PyTorch CPU tensor)
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    for src in (data.tobytes(), bytearray(data), memoryview(data), data, data.reshape(64, 64), CpuDLPack(data)):
+        assert accio.write(p, src, fsync=True) == data.nbytes
+        assert p.read_bytes() == data.tobytes()
+        back = np.zeros_like(data)
+        assert accio.read(p, out=CpuDLPack(back)).a is back and back.tobytes() == data.tobytes()
+    with pytest.raises(TypeError, match="expected a buffer, got dict"):
+        accio.write(p, {})
+
+
 def test_short_read_at_eof_is_a_count(tmp_path, mechanism):
     p = tmp_path / "s"
     p.write_bytes(b"x" * 10000)

@@ -8,11 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import numpy as np
 import pytest
-from conftest import compile_shared
+from conftest import compile_shared, fake_cuda
 
 import accio
 
@@ -21,7 +22,55 @@ ACCIO = [sys.executable, "-m", "accio.cli"]
 
 @pytest.fixture(scope="module")
 def fake_lib(tmp_path_factory):
-    return compile_shared(tmp_path_factory, "fake_cuda/fake_cuda.c", "libfakecuda.so", "-pthread")
+    return fake_cuda(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def no_host_buffer(tmp_path_factory):
+    """The directory of the compiled no_host_buffer module (tests/python/no_host_buffer.c): a type
+    whose buffer export raises TypeError as CuPy's does; run_py's code imports it via PYTHONPATH."""
+    so = compile_shared(tmp_path_factory, "python/no_host_buffer.c", "no_host_buffer.so",
+                        "-I" + sysconfig.get_paths()["include"])
+    return os.path.dirname(so)
+
+
+# Device objects for run_py code, on accio.DeviceArray memory from the fake driver. Their buffer
+# export raises as a CuPy array's does, so accio must recognise them before the buffer protocol.
+DEVICE_OBJECTS = '''
+import ctypes, os, sys, accio, numpy as np
+from no_host_buffer import NoHostBuffer
+fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
+
+class CuPyLike(NoHostBuffer):
+    """__cuda_array_interface__ only (as Numba); cai entries override the DeviceArray's."""
+    def __init__(self, a, **cai):
+        self.a, self.cai = a, dict(a.__cuda_array_interface__, **cai)
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.cai
+
+class DLPackOnly(NoHostBuffer):
+    """DLPack only (as JAX); records the stream of each __dlpack__ call."""
+    def __init__(self, a):
+        self.a, self.streams = a, []
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.streams.append(stream)
+        return self.a.__dlpack__(stream=stream, max_version=max_version)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+def syncs():
+    """(stream, device transfers made before it) for each cuStreamSynchronize since the last reset."""
+    h, t = (ctypes.c_uint64 * 64)(), (ctypes.c_uint64 * 64)()
+    return [(h[i], t[i]) for i in range(fake.fake_cuda_stream_syncs(h, t, 64))]
+
+def producer_syncs():
+    """The synchronizations of streams that are not the fake's own (accio's staging streams)."""
+    return [s for s in syncs() if s[0] < 4096]
+'''
 
 
 def run_py(code: str, lib: str | None, tmp_path, **env) -> subprocess.CompletedProcess:
@@ -264,6 +313,352 @@ def test_kvikio_comparison_script_runs_and_checks_bytes(fake_lib, tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.startswith("accio-vs-kvikio")], "temporary files left"
 
 
+def run_dev(code: str, lib: str, helper: str, tmp_path, **env) -> subprocess.CompletedProcess:
+    """run_py with DEVICE_OBJECTS defined first."""
+    return run_py(DEVICE_OBJECTS + textwrap.dedent(code), lib, tmp_path, PYTHONPATH=helper, **env)
+
+
+def test_device_objects_whose_buffer_export_raises_work_in_every_entry_point(fake_lib, no_host_buffer, tmp_path):
+    # issue 17: a CuPy array raised "Accessing a CuPy ndarray on CPU is not allowed" everywhere,
+    # because the buffer protocol was tried first.
+    run_dev("""
+        for make in (CuPyLike, DLPackOnly):
+            try:
+                memoryview(make(accio.device_array(1)))
+                raise SystemExit("the helper's buffer export must raise, as CuPy's does")
+            except TypeError as e:
+                assert "on CPU is not allowed" in str(e), e
+        n = (3 << 20) + 5
+        data = np.random.default_rng(7).integers(0, 256, n, dtype=np.uint8)
+        data.tofile("in.bin")
+        half = n // 2
+        def out_file():
+            return np.fromfile("out.bin", dtype=np.uint8).tobytes()
+        for make in (CuPyLike, DLPackOnly, lambda a: a):
+            for mech in ("naive", "staged", "gds", "auto"):
+                a = accio.device_array(n)
+                with accio.open("in.bin", mechanism=mech, threads=2, task_size="1m", buffer_size="512k") as f:
+                    assert f.read_into(make(a)) == n
+                assert a.to_bytes() == data.tobytes(), mech
+                with accio.open("out.bin", "w", mechanism=mech) as f:
+                    assert f.write_from(make(a)) == n
+                assert out_file() == data.tobytes(), mech
+            a = accio.device_array(n)
+            assert accio._ext.mem_kind(make(a)) == ("device", 0)
+            assert accio._ext.buffer_info(make(a))[1:] == (n, "device", 0)
+            with accio.open("in.bin") as f:
+                assert f.read_into_async(make(a)).result() == n
+                assert a.to_bytes() == data.tobytes()
+                lo, hi = accio.device_array(half), accio.device_array(n - half)
+                assert [fu.result() for fu in f.submit([(make(lo), 0), (make(hi), half)])] == [half, n - half]
+                assert lo.to_bytes() + hi.to_bytes() == data.tobytes()
+            with accio.open("out.bin", "w") as f:
+                assert f.write_from_async(make(a)).result() == n
+            assert out_file() == data.tobytes()
+            with accio.open("out.bin", "w") as f:
+                assert [fu.result() for fu in f.submit([(make(hi), half), (make(lo), 0)], write=True)] == [n - half, half]
+            assert out_file() == data.tobytes()
+            assert accio.write("out.bin", make(a), fsync=True) == n and out_file() == data.tobytes()
+            b = accio.device_array(n)
+            target = make(b)
+            assert accio.read("in.bin", out=target, mechanism="staged") is target
+            assert b.to_bytes() == data.tobytes()
+            c = accio.device_array(n)
+            c.copy_from(make(b))
+            assert c.to_bytes() == data.tobytes()
+            d = accio.device_array(n)
+            accio._ext.copy(make(d), make(c))
+            assert d.to_bytes() == data.tobytes()
+        print("ok")
+    """, fake_lib, no_host_buffer, tmp_path)
+
+
+def test_producer_streams_are_synchronized_before_the_transfer(fake_lib, no_host_buffer, tmp_path):
+    # CAI v3: stream absent or None = ready; 1 legacy, 2 per-thread, else a handle, synchronized
+    # before accio touches the memory. DLPack: accio passes stream=1 and synchronizes that stream.
+    # The fake logs each synchronization with the device transfers made before it.
+    r = run_dev("""
+        n = (1 << 20) + 7
+        np.random.default_rng(8).integers(0, 256, n, dtype=np.uint8).tofile("in.bin")
+        a = accio.device_array(n)
+        def read(obj, mech="staged"):
+            fake.fake_cuda_reset_counters()
+            with accio.open("in.bin", mechanism=mech) as f:
+                assert f.read_into(obj) == n
+            return producer_syncs()
+        for mech in ("naive", "staged", "gds"):
+            assert read(CuPyLike(a, stream=7), mech) == [(7, 0)], mech
+        # The default streams belong to the current context (the fake refuses them without one).
+        assert read(CuPyLike(a, stream=1)) == [(1, 0)]
+        assert read(CuPyLike(a, stream=2)) == [(2, 0)]
+        assert read(CuPyLike(a)) == []
+        assert read(CuPyLike(a, stream=None)) == []
+        v2 = {k: v for k, v in a.__cuda_array_interface__.items() if k != "stream"}
+        assert read(CuPyLike(a, **dict(v2, version=2))) == []
+        fake.fake_cuda_reset_counters()
+        assert accio.write("out.bin", CuPyLike(a, stream=9)) == n
+        assert producer_syncs() == [(9, 0)]
+        fake.fake_cuda_reset_counters()
+        with accio.open("out.bin", "w") as f:
+            assert f.write_from_async(CuPyLike(a, stream=11)).result() == n
+        assert producer_syncs() == [(11, 0)]
+        # DLPack: the producer gets stream=1 (the legacy default stream), which accio synchronizes.
+        d = DLPackOnly(a)
+        assert read(d) == [(1, 0)] and d.streams == [1]
+        class BeforeMaxVersion(DLPackOnly):  # DLPack 0.x producers: no max_version keyword
+            def __dlpack__(self, stream=None):
+                self.streams.append(stream)
+                return self.a.__dlpack__(stream=stream)
+        class NoKeywords(DLPackOnly):        # no stream keyword either: it assumes the legacy stream
+            def __dlpack__(self):
+                self.streams.append("called")
+                return self.a.__dlpack__()
+        for cls, seen in ((BeforeMaxVersion, [1]), (NoKeywords, ["called"])):
+            d = cls(a)
+            assert read(d) == [(1, 0)] and d.streams == seen, (cls, d.streams)
+        # An empty array has nothing to wait for.
+        e = accio.device_array(0)
+        fake.fake_cuda_reset_counters()
+        with accio.open("in.bin") as f:
+            assert f.read_into(CuPyLike(e, shape=(0,), stream=7)) == 0
+        assert producer_syncs() == []
+        print("ok")
+    """, fake_lib, no_host_buffer, tmp_path)
+    assert r.stdout.strip().endswith("ok")
+
+
+def test_cai_stream_orders_a_producers_pending_copy_before_accio_reads_the_array(fake_lib, no_host_buffer,
+                                                                                  tmp_path):
+    # A producer queued a slow copy into the array on its own non-blocking stream and exported the
+    # array with that stream. Without the stream, accio writes the old bytes (the control case, which
+    # shows the race is real in the fake: naive copies at once); with it, the new ones.
+    run_dev("""
+        fake.cuStreamCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+        fake.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
+        fake.cuMemcpyHtoDAsync_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        ctx, stream = ctypes.c_void_p(), ctypes.c_void_p()
+        n = 1 << 20
+        new = np.random.default_rng(3).integers(1, 256, n, dtype=np.uint8)
+        a = accio.device_array(n)
+        assert fake.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and fake.cuCtxPushCurrent_v2(ctx) == 0
+        assert fake.cuStreamCreate(ctypes.byref(stream), 1) == 0  # CU_STREAM_NON_BLOCKING
+        def write_after_pending_copy(mech, **cai):
+            a.copy_from(np.zeros(n, np.uint8))
+            os.environ["FAKE_CUDA_COPY_US"] = "400000"   # this copy sleeps 0.4 s on the producer's stream
+            assert fake.cuMemcpyHtoDAsync_v2(a.ptr, new.ctypes.data, n, stream) == 0
+            os.environ["FAKE_CUDA_COPY_US"] = "0"        # accio's own copies do not
+            accio.write("out.bin", CuPyLike(a, **cai), mechanism=mech, buffer_size="1m")
+            assert fake.cuStreamSynchronize(stream) == 0
+            return np.fromfile("out.bin", dtype=np.uint8)
+        assert not write_after_pending_copy("naive").any(), "control: without the stream accio must not wait"
+        for mech in ("naive", "staged"):
+            assert write_after_pending_copy(mech, stream=stream.value).tobytes() == new.tobytes(), mech
+        print("ok")
+    """, fake_lib, no_host_buffer, tmp_path)
+
+
+def test_bad_device_objects_get_errors_that_say_what_was_given(fake_lib, no_host_buffer, tmp_path):
+    r = run_dev("""
+        n = 4096
+        np.zeros(n, np.uint8).tofile("in.bin")
+        a = accio.device_array(n)
+        f = accio.open("in.bin")
+        def error(obj, write=False):
+            try:
+                f.write_from(obj) if write else f.read_into(obj)
+            except Exception as e:
+                return f"{type(e).__name__}: {e}"
+            raise SystemExit(f"accepted {obj!r}")
+        print(error(CuPyLike(a, mask=CuPyLike(a))))
+        print(error(CuPyLike(a, stream=0)))
+        print(error(CuPyLike(a, stream="7")))
+        print(error(CuPyLike(a, shape=(n // 2,), strides=(2,))))
+        print(error(CuPyLike(a, shape=(64, 64), strides=(1, 64))))    # Fortran order
+        print(error(CuPyLike(a, data=(a.ptr, True))))
+        print(error(CuPyLike(a, typestr="<f")))
+        cai = dict(a.__cuda_array_interface__); del cai["typestr"]
+        class NoTypestr(NoHostBuffer):
+            __cuda_array_interface__ = cai
+        print(error(NoTypestr()))
+        class Rocm(DLPackOnly):
+            def __dlpack_device__(self): return (10, 0)
+        print(error(Rocm(a)))
+        class Plain(NoHostBuffer): pass
+        print(error(Plain()))
+        print(error([1, 2, 3]))
+        # What is allowed: C-contiguous explicit strides, and writing from a read-only array.
+        assert f.read_into(CuPyLike(a, shape=(64, 64), strides=(64, 1))) == n
+        assert accio.write("out.bin", CuPyLike(a, data=(a.ptr, True))) == n
+        # A CPU DLPack array whose buffer export raises is taken through DLPack.
+        class CpuDLPack(NoHostBuffer):
+            def __init__(self, arr): self.arr = arr
+            def __dlpack__(self, **kw): return self.arr.__dlpack__(**kw)
+            def __dlpack_device__(self): return self.arr.__dlpack_device__()
+        host = np.ones(n, np.uint8)
+        assert f.read_into(CpuDLPack(host)) == n and not host.any()
+        print(error(CpuDLPack(np.zeros(n, np.uint8)[::2])))
+        ro = np.zeros(n, np.uint8)
+        ro.flags.writeable = False
+        print(error(CpuDLPack(ro)))
+        assert accio.write("out.bin", CpuDLPack(ro)) == n
+    """, fake_lib, no_host_buffer, tmp_path)
+    out = r.stdout
+    assert "ValueError: __main__.CuPyLike is a masked array" in out
+    assert "ValueError: __main__.CuPyLike.__cuda_array_interface__ has stream 0, which CAI v3 disallows" in out
+    assert "TypeError: __main__.CuPyLike.__cuda_array_interface__: stream is a str, not an int" in out
+    assert out.count("CuPyLike is not C-contiguous") == 2
+    assert "ValueError: the device array is read-only" in out
+    assert "TypeError: __main__.CuPyLike.__cuda_array_interface__: typestr <f" in out
+    assert "TypeError: __main__.NoTypestr.__cuda_array_interface__: no 'typestr' entry" in out
+    assert "TypeError: __main__.Rocm lives on DLPack device type 10, which accio cannot address" in out
+    assert "TypeError: Accessing a Plain on CPU is not allowed" in out  # the object's own refusal
+    assert "TypeError: expected a buffer, got list: accio takes a contiguous buffer" in out
+    assert "ValueError: __main__.CpuDLPack is not C-contiguous" in out
+    assert "ValueError: __main__.CpuDLPack is read-only (its DLPack export says so)" in out
+
+
+def test_read_returns_the_framework_asked_for(fake_lib, no_host_buffer, tmp_path):
+    # accio.read(path, *, device, framework, dtype, shape, out, **settings). CuPy and PyTorch are not
+    # installed here: first the errors that says so, then stand-ins with their allocation calls whose
+    # arrays, like theirs, refuse the buffer protocol (the `gpu` tests run the real ones).
+    r = run_dev("""
+        import importlib.util, types
+        n = 1 << 16
+        data = np.random.default_rng(9).integers(0, 256, n, dtype=np.uint8)
+        data.tofile("in.bin")
+        def error(**kw):
+            try:
+                accio.read("in.bin", **kw)
+            except Exception as e:
+                return f"{type(e).__name__}: {e}"
+            raise SystemExit(f"accepted {kw}")
+        if importlib.util.find_spec("cupy") is None:
+            print(error(framework="cupy", device=0))
+            print(error(device=0, dtype="float32"))
+            g = accio.read("in.bin", device=0)      # no CuPy: an accio.DeviceArray of bytes
+            assert isinstance(g, accio.DeviceArray) and g.to_bytes() == data.tobytes()
+        if importlib.util.find_spec("torch") is None:
+            print(error(framework="torch"))
+        print(error(framework="jax"))
+        print(error(framework="numpy", device="cuda:0"))
+        print(error(out=accio.device_array(n), device=0))
+        print(error(out=accio.device_array(n - 1)))
+
+        cupy = types.ModuleType("cupy")
+        cupy.devices = []
+        class CuArray(DLPackOnly):
+            def __init__(self, shape, dtype):
+                self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+                super().__init__(accio.device_array(int(np.prod(shape)) * self.dtype.itemsize, cupy.devices[-1]))
+            @property
+            def __cuda_array_interface__(self):   # CuPy has both; DLPack must be the one used
+                raise SystemExit("CAI used although DLPack is there")
+        class Device:
+            def __init__(self, i): cupy.devices.append(i)
+            def __enter__(self): return self
+            def __exit__(self, *e): pass
+        cupy.empty = lambda shape, dtype: CuArray(shape, dtype)
+        cupy.cuda = types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(getDevice=lambda: 0))
+        sys.modules["cupy"] = cupy
+        g = accio.read("in.bin", device=0)
+        assert isinstance(g, CuArray) and g.a.to_bytes() == data.tobytes() and g.streams == [1]
+        g = accio.read("in.bin", framework="cupy", dtype="<u4", shape=(-1, 4), mechanism="naive")
+        assert g.shape == (n // 16, 4) and g.dtype == np.uint32 and g.a.to_bytes() == data.tobytes()
+        assert cupy.devices == [0, 0]
+        print(error(framework="cupy", dtype="float64", shape=(3, -1)))
+        print(error(framework="cupy", shape=(n + 1,)))
+
+        torch = types.ModuleType("torch")
+        class dtype:
+            def __init__(self, name, size): self.name, self.size = name, size
+        torch.dtype = dtype
+        for name, size in (("uint8", 1), ("float32", 4), ("bfloat16", 2)):
+            setattr(torch, name, dtype(name, size))
+        class Tensor:   # PyTorch tensors: DLPack, no buffer protocol
+            def __init__(self, shape, dtype, device):
+                self.shape, self.dt, self.device, self.streams = tuple(shape), dtype, device, []
+                nbytes = int(np.prod(shape)) * dtype.size
+                self.mem = np.zeros(nbytes, np.uint8) if device == "cpu" else accio.device_array(nbytes, device)
+            def element_size(self): return self.dt.size
+            def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+                self.streams.append(stream)
+                return self.mem.__dlpack__(stream=stream, max_version=max_version)
+            def __dlpack_device__(self): return self.mem.__dlpack_device__()
+            def to_bytes(self): return self.mem.tobytes() if self.device == "cpu" else self.mem.to_bytes()
+        torch.empty = lambda shape, dtype, device="cpu": Tensor(shape, dtype, device)
+        sys.modules["torch"] = torch
+        t = accio.read("in.bin", framework="torch")   # a CPU tensor, through CPU DLPack
+        assert t.device == "cpu" and t.shape == (n,) and t.to_bytes() == data.tobytes()
+        t = accio.read("in.bin", device="cuda:0", framework="torch", dtype="bfloat16", shape=(2, -1))
+        assert t.device == "cuda:0" and t.shape == (2, n // 4) and t.dt is torch.bfloat16 and t.streams == [1]
+        assert t.to_bytes() == data.tobytes()
+        t = accio.read("in.bin", device=0, framework="torch", dtype=torch.float32)
+        assert t.shape == (n // 4,) and t.to_bytes() == data.tobytes()
+        t = accio.read("in.bin", device=0, framework="torch", dtype=np.float32)   # numpy names map over
+        assert t.dt is torch.float32
+        print(error(framework="torch", dtype="complex64"))
+        print("ok")
+    """, fake_lib, no_host_buffer, tmp_path)
+    out = r.stdout
+    assert out.strip().endswith("ok")
+    assert "ValueError: framework 'jax': expected 'numpy', 'cupy' or 'torch'" in out
+    assert "ValueError: framework='numpy' holds host memory, not device='cuda:0'" in out
+    assert "TypeError: accio.read(out=...) fills out as it is" in out
+    assert f"ValueError: read 'in.bin': the file has {1 << 16} bytes, out holds {(1 << 16) - 1}" in out
+    assert "do not fill shape (3, -1) of float64" in out
+    assert f"the file has {1 << 16} bytes; shape ({(1 << 16) + 1},) of uint8 needs {(1 << 16) + 1}" in out
+    assert "TypeError: dtype 'complex64': PyTorch has no complex64 type" in out
+    import importlib.util
+    if importlib.util.find_spec("cupy") is None:
+        assert "ImportError: accio.read(framework='cupy') needs cupy" in out and "pip install cupy-cuda12x" in out
+        assert "ImportError: accio.read(device=..., dtype/shape) returns a typed GPU array" in out
+    if importlib.util.find_spec("torch") is None:
+        assert "ImportError: accio.read(framework='torch') needs torch" in out and "pip install torch" in out
+
+
+def test_offload_memory_calls_take_device_arrays(fake_lib, no_host_buffer, tmp_path, tmp_path_factory):
+    # The worker addresses host memory: GPU arrays go through a host copy, in and out.
+    kernels = compile_shared(tmp_path_factory, "offload/kernels.c", "libkernels.so", "-fopenmp")
+    run_dev(f"""
+        from accio import offload
+        n = (1 << 20) + 3
+        src = np.random.default_rng(4).integers(0, 256, n, dtype=np.uint8)
+        plus = lambda k: ((np.arange(n) + k) % 256).astype(np.uint8).tobytes()
+        with offload.Proc() as proc:
+            lib = proc.load_library({kernels!r})
+            ctx = proc.open_context()
+            ptr = proc.alloc_mem(n)
+            sum_in = lib.k_sum_in.args_type("unsigned char *", "uint64_t")
+            fill = lib.k_fill_out.args_type("unsigned char *", "uint64_t", "uint64_t")
+            inc = lib.k_inc_inout.args_type("unsigned char *", "uint64_t")
+            for make in (CuPyLike, DLPackOnly, lambda a: a):
+                dev = accio.device_array(n)
+                dev.copy_from(src)
+                proc.write_mem(ptr, make(dev))
+                back = accio.device_array(n)
+                proc.read_mem(make(back), ptr)
+                assert back.to_bytes() == src.tobytes()
+                got = accio.device_array(n - 1)
+                ctx.async_write_mem(ptr + 1, make(dev), n - 1).wait_result()
+                ctx.async_read_mem(make(got), ptr + 1).wait_result()
+                assert got.to_bytes() == src[:-1].tobytes()
+                assert sum_in(ctx, offload.OnStack(make(dev)), n).wait_result() == int(src.sum())
+                out = accio.device_array(n)
+                assert fill(ctx, offload.OnStack(make(out), inout=offload.INTENT_OUT), n, 5).wait_result() == n
+                assert out.to_bytes() == plus(5)
+                inc(ctx, offload.OnStack(make(out), inout=offload.INTENT_INOUT), n).wait_result()
+                assert out.to_bytes() == plus(6)
+                proc.call_sync(inc, offload.OnStack(make(out), inout=offload.INTENT_INOUT), n)
+                assert out.to_bytes() == plus(7)
+                try:
+                    proc.read_mem(make(back), ptr, n + 1)
+                    raise SystemExit("nbytes larger than the buffer accepted")
+                except ValueError as e:
+                    assert f"nbytes {{n + 1}} does not fit the buffer ({{n}} bytes)" in str(e), e
+        print("ok")
+    """, fake_lib, no_host_buffer, tmp_path)
+
+
 # ---- a real GPU ----
 def _gpu_lib(name):
     ok, why = accio.cuda_available()
@@ -290,6 +685,56 @@ def test_cupy_round_trip(mech, n, tmp_path):
 
 
 @pytest.mark.gpu
+def test_cupy_through_read_write_and_every_entry_point(tmp_path):
+    cp = _gpu_lib("cupy")
+    n = (8 << 20) + 3
+    data = np.random.default_rng(5).integers(0, 256, n, dtype=np.uint8)
+    data.tofile(tmp_path / "in")
+    g = accio.read(tmp_path / "in", device=0)  # the default on a device with CuPy installed
+    assert isinstance(g, cp.ndarray) and g.dtype == cp.uint8 and cp.asnumpy(g).tobytes() == data.tobytes()
+    g = accio.read(tmp_path / "in", device="cuda:0", framework="cupy", mechanism="staged")
+    assert isinstance(g, cp.ndarray) and cp.asnumpy(g).tobytes() == data.tobytes()
+    (tmp_path / "f4").write_bytes(data[:n - 3].tobytes())
+    g = accio.read(tmp_path / "f4", device=0, framework="cupy", dtype="float32", shape=(-1, 2))
+    assert g.shape == ((n - 3) // 8, 2) and cp.asnumpy(g).tobytes() == data[:n - 3].tobytes()
+    out = cp.zeros(n, dtype=cp.uint8)
+    assert accio.read(tmp_path / "in", out=out) is out and cp.asnumpy(out).tobytes() == data.tobytes()
+    assert accio.write(tmp_path / "out", g) == n - 3
+    assert (tmp_path / "out").read_bytes() == data[:n - 3].tobytes()
+    half = n // 2
+    lo, hi = cp.empty(half, dtype=cp.uint8), cp.empty(n - half, dtype=cp.uint8)
+    with accio.open(tmp_path / "in") as f:
+        assert [x.result() for x in f.submit([(lo, 0), (hi, half)])] == [half, n - half]
+        assert f.read_into_async(out).result() == n
+    assert cp.asnumpy(cp.concatenate([lo, hi])).tobytes() == data.tobytes()
+    with accio.open(tmp_path / "out", "w") as f:
+        assert f.write_from_async(out).result() == n
+    assert (tmp_path / "out").read_bytes() == data.tobytes()
+    assert accio._ext.mem_kind(out) == ("device", 0)
+
+
+@pytest.mark.gpu
+def test_work_queued_on_a_side_stream_is_waited_for(tmp_path):
+    # The producer's kernel runs on a non-blocking stream when accio is called: CuPy's and PyTorch's
+    # DLPack exports make accio's stream wait for it, and accio synchronizes before copying.
+    cp = _gpu_lib("cupy")
+    n = 512 << 20
+    for rep in range(3):
+        with cp.cuda.Stream(non_blocking=True):
+            a = (cp.arange(n, dtype=cp.uint32) * 2654435761 % 251 + rep).astype(cp.uint8)
+            accio.write(tmp_path / "out", a, mechanism="staged")
+            want = cp.asnumpy(a)
+        assert np.fromfile(tmp_path / "out", dtype=np.uint8).tobytes() == want.tobytes(), rep
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        t = (torch.arange(n, device="cuda", dtype=torch.int64) * 2654435761 % 251).to(torch.uint8)
+        accio.write(tmp_path / "out", t, mechanism="naive")
+        want = t.cpu().numpy()
+    assert np.fromfile(tmp_path / "out", dtype=np.uint8).tobytes() == want.tobytes()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("mech", ["naive", "staged", "gds"])
 def test_torch_round_trip_and_read_to_device(mech, tmp_path):
     torch = _gpu_lib("torch")
@@ -302,8 +747,16 @@ def test_torch_round_trip_and_read_to_device(mech, tmp_path):
     with accio.open(tmp_path / "out", "w", mechanism=mech) as f:
         f.write_from(t)
     assert np.fromfile(tmp_path / "out", dtype=np.uint8).tobytes() == data.tobytes()
-    g = accio.read(tmp_path / "in", device="cuda:0")
-    assert torch.as_tensor(g, device="cuda").cpu().numpy().tobytes() == data.tobytes()
+    g = accio.read(tmp_path / "in", device="cuda:0", framework="torch", mechanism=mech)
+    assert isinstance(g, torch.Tensor) and g.is_cuda and g.cpu().numpy().tobytes() == data.tobytes()
+    g = accio.read(tmp_path / "in", device=0, framework="torch", dtype=torch.uint8, shape=(1, -1))
+    assert g.shape == (1, data.size) and g.cpu().numpy().tobytes() == data.tobytes()
+    out = torch.zeros(data.size, dtype=torch.uint8, device="cuda")
+    assert accio.read(tmp_path / "in", out=out) is out and out.cpu().numpy().tobytes() == data.tobytes()
+    assert accio.write(tmp_path / "out", out) == data.size
+    assert np.fromfile(tmp_path / "out", dtype=np.uint8).tobytes() == data.tobytes()
+    c = accio.read(tmp_path / "in", framework="torch")  # a CPU tensor
+    assert c.device.type == "cpu" and c.numpy().tobytes() == data.tobytes()
 
 
 def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path):
