@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 JOBS ?= $(shell nproc)
 BUILD := build
-# CI=true (set by CI) also runs the C++ tests under ASan+UBSan and TSan.
+# CI=true (set by CI) also runs the C++ tests under ASan+UBSan and TSan, and with the C++ runtime
+# linked statically (cpp-test-static-runtime).
 SANITIZERS ?= $(if $(filter true 1 yes,$(CI)),1,0)
 APT_PACKAGES := g++ cmake ninja-build pkg-config liburing-dev libgtest-dev fio python3-venv openmpi-bin libopenmpi-dev \
 	sqlite3 git libffi-dev
@@ -15,7 +16,7 @@ PY_PACKAGES := "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.22" "tqdm>=4.
 	"pytest>=7" pytest-timeout "jsonschema>=4" "mpi4py>=3.1"
 DEMO := $(BUILD)/demo
 
-.PHONY: demo test deps venv install cpp-test cpp-test-asan cpp-test-tsan py-test bench clean
+.PHONY: demo test deps venv install cpp-test cpp-test-asan cpp-test-tsan cpp-test-static-runtime py-test bench clean
 
 demo: install
 	$(VENV)/bin/accio info
@@ -24,7 +25,7 @@ demo: install
 
 test: install cpp-test py-test
 ifeq ($(SANITIZERS),1)
-test: cpp-test-asan cpp-test-tsan
+test: cpp-test-asan cpp-test-tsan cpp-test-static-runtime
 endif
 
 deps:
@@ -64,6 +65,15 @@ cpp-test-asan: deps
 cpp-test-tsan: deps
 	$(call cpp_build,$(BUILD)/tsan,-DACCIO_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 	TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ACCIO_TEST_OPS=40 ctest --test-dir $(BUILD)/tsan --output-on-failure -j $(JOBS)
+
+# Every test, the exports check (ctest -L exports) and the fake-GPU tests through libaccio.so among
+# them, in the configuration that crashed on a GPU machine (issue 17): libstdc++ and libgcc linked
+# statically into every library and program, as some compilers do by default.
+STATIC_RUNTIME := -static-libstdc++ -static-libgcc
+STATIC_RUNTIME_FLAGS := $(foreach k,SHARED MODULE EXE,"-DCMAKE_$(k)_LINKER_FLAGS=$(STATIC_RUNTIME)")
+cpp-test-static-runtime: deps
+	$(call cpp_build,$(BUILD)/static-runtime,$(STATIC_RUNTIME_FLAGS))
+	ctest --test-dir $(BUILD)/static-runtime --output-on-failure -j $(JOBS)
 
 py-test: install
 	$(PY) -m pytest -q tests/python

@@ -16,7 +16,9 @@ Reads `nm -D --defined-only OBJECT` and fails, printing them, on:
 With --none, OBJECT must export nothing at all (the worker programs). With --program, OBJECT is an
 executable, which the linker makes export a symbol that a shared library it links also defines
 (a copy-relocated variable such as stdout, an inline C++ function the shared libstdc++ also has) so
-that one definition serves the process: those are allowed, nothing else.
+that one definition serves the process: those are allowed, nothing else. With --static-runtime,
+OBJECT must also not need the shared libstdc++ or libgcc_s: the static-runtime build checks that it
+is one (make cpp-test-static-runtime), so that it cannot pass without testing what crashed.
 
 Also imported by tests/python/test_exports.py, which checks the installed package the same way.
 """
@@ -76,6 +78,14 @@ def from_needed_libraries(obj: str, nm: str = "nm") -> set[str]:
     for m in re.finditer(r"=>\s*(/\S+)", out.stdout):
         names.update(exported(m.group(1), nm))
     return names
+
+
+def needed(obj: str) -> list[str]:
+    """OBJECT's DT_NEEDED entries (readelf -d)."""
+    out = subprocess.run(["readelf", "-d", obj], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"readelf -d {obj} failed: {out.stderr.strip()}")
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out.stdout)
 
 
 def is_pattern(p: str) -> bool:
@@ -152,12 +162,18 @@ def main(argv=None) -> int:
     ap.add_argument("--exported-in", action="append", default=[], help="a C source marking its exports EXPORT")
     ap.add_argument("--program", action="store_true",
                     help="an executable: allow what a library it links defines too (copy relocations)")
+    ap.add_argument("--static-runtime", action="store_true",
+                    help="also fail if OBJECT needs the shared libstdc++ or libgcc_s")
     ap.add_argument("--nm", default=os.environ.get("NM", "nm"))
     a = ap.parse_args(argv)
     if bool(a.list) == a.none:
         ap.error("give a LIST, or --none")
     found, names = problems(a.object, None if a.none else a.list, a.header, a.exported_in, a.nm, a.program)
     name = os.path.basename(a.object)
+    if a.static_runtime:
+        shared = [n for n in needed(a.object) if n.startswith(("libstdc++", "libgcc_s"))]
+        if shared:
+            found.append(f"needs {', '.join(shared)}: not a static-runtime build (check the linker flags)")
     if found:
         for p in found:
             print(f"FAIL {name}: {p}")
