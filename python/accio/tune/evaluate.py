@@ -2,7 +2,7 @@
 
 A grid of cells (file size x transfer size x hot/cold x 1 and N threads x read/write). In every cell
 `auto` and every fixed mechanism (with default settings) are measured in the same run, interleaved
-in a rotating order, `reps` samples each. The oracle of a cell is its best median; a contender's
+in a rotating order (accio.stats.interleave), `reps` samples each. The oracle of a cell is its best median; a contender's
 ratio is its median over the oracle's (1.0 = as fast as the best), its regret 1 - ratio. The
 verdict compares auto's worst and geometric-mean ratio with those of the best single fixed
 mechanism (the one with the highest geometric mean).
@@ -10,9 +10,9 @@ mechanism (the one with the highest geometric mean).
 from __future__ import annotations
 
 import math
-import statistics
 import time
 
+from ..stats import interleave, median
 from .measure import MiB, Bench, fmt
 
 KiB = 1 << 10
@@ -46,19 +46,21 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=("auto",) + FIXED
     done = 0
     t0 = time.monotonic()
     for c in cells:
-        samples = {m: [] for m in contenders}
         used: set = set()
-        for rep in range(reps):
-            k = rep % len(contenders)
-            for m in contenders[k:] + contenders[:k]:
-                samples[m].append(bench.sample({"mechanism": m}, c["op"], c["cache"] == "cold", c["threads"],
-                                               c["transfer"], c["file_size"], used if m == "auto" else None,
-                                               min_seconds=SAMPLE_SECONDS))
-                done += 1
-                if progress:
-                    progress(f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",
-                             done / total)
-        med = {m: statistics.median(v) for m, v in samples.items()}
+
+        def sample(m: str, c=c, used=used) -> float:
+            return bench.sample({"mechanism": m}, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
+                                c["file_size"], used if m == "auto" else None, min_seconds=SAMPLE_SECONDS)
+
+        def note(m: str, _round: int, _value: float, c=c) -> None:
+            nonlocal done
+            done += 1
+            if progress:
+                progress(f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",
+                         done / total)
+
+        samples = interleave({m: (lambda m=m: sample(m)) for m in contenders}, reps, on_sample=note)
+        med = {m: median(v) for m, v in samples.items()}
         oracle = max(med.values())
         c.update({"samples": {m: [round(x, 1) for x in v] for m, v in samples.items()},
                   "median": {m: round(v, 1) for m, v in med.items()},

@@ -1,0 +1,155 @@
+"""Side-by-side measurement statistics, the project's one rule for claiming "faster" or "same".
+
+Contenders run interleaved (round r starts with contender r mod n, so none always goes first or
+last), at least MIN_SAMPLES samples each. A comparison is the ratio a/b of two contenders (or of a
+contender and a ceiling) with a 95% percentile-bootstrap interval:
+
+- paired (the default when both have one sample per round): the median of the per-round ratios
+  a_i/b_i, resampling rounds, so that drift shared by a round cancels out;
+- unpaired: median(a)/median(b), resampling a and b independently.
+
+Verdicts (values are rates, higher is better): "faster" when the whole interval is above 1,
+"slower" when it is below, "within noise" only when it contains 1.0 and lies inside
+[1 - NOISE, 1 + NOISE], otherwise "undecided" (too few or too noisy samples: measure more). A goal
+such as "staged >= 0.95 x the ceiling" is "met" when the interval's low end reaches it, "missed"
+when its high end does not, "undecided" in between.
+
+Used by bench/gpu_bench.py and `accio tune --evaluate` (interleaving); docs/methodology.md.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+MIN_SAMPLES = 7
+CONFIDENCE = 0.95
+NOISE = 0.05
+RESAMPLES = 10000
+
+
+def rotation(names: Sequence[str], round_index: int) -> list[str]:
+    """The order of one round: round r starts with names[r mod n] and keeps the cyclic order."""
+    k = round_index % len(names) if names else 0
+    return list(names[k:]) + list(names[:k])
+
+
+def interleave(contenders: Mapping[str, Callable[[], float]], rounds: int,
+               on_sample: Callable[[str, int, float], None] | None = None,
+               on_round: Callable[[int, dict[str, list[float]]], None] | None = None) -> dict[str, list[float]]:
+    """Runs every contender once per round in rotating order; returns each one's samples (what its
+    callable returned, e.g. MiB/s). on_sample(name, round, value) follows every sample and
+    on_round(round, samples so far) every round, so a caller can show progress and keep partial
+    results when a run is cut off."""
+    names = list(contenders)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in rotation(names, r):
+            v = contenders[n]()
+            samples[n].append(v)
+            if on_sample:
+                on_sample(n, r, v)
+        if on_round:
+            on_round(r, samples)
+    return samples
+
+
+def median(xs: Iterable[float]) -> float:
+    return statistics.median(list(xs))
+
+
+def summary(xs: Sequence[float]) -> dict:
+    """Median, min, max and the spread (half the range, in % of the median) of one contender."""
+    xs = list(xs)
+    if not xs:
+        return {"n": 0}
+    m = statistics.median(xs)
+    return {"n": len(xs), "median": m, "min": min(xs), "max": max(xs),
+            "spread_pct": (max(xs) - min(xs)) / 2 / m * 100 if m else float("nan")}
+
+
+@dataclass(frozen=True)
+class Ratio:
+    estimate: float
+    low: float
+    high: float
+    n_a: int
+    n_b: int
+    method: str  # "paired" or "unpaired"
+    confidence: float = CONFIDENCE
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _quantile(sorted_xs, q: float) -> float:
+    """The inverted-CDF quantile: the smallest value whose cumulative share reaches q."""
+    n = len(sorted_xs)
+    return float(sorted_xs[min(n - 1, max(0, math.ceil(q * n) - 1))])
+
+
+def _boot_medians(values, resamples: int, rng):
+    import numpy as np
+    idx = rng.integers(0, len(values), size=(resamples, len(values)))
+    return np.median(np.asarray(values, dtype=float)[idx], axis=1)
+
+
+def ratio(a: Sequence[float], b: Sequence[float], *, paired: bool | None = None, confidence: float = CONFIDENCE,
+          resamples: int = RESAMPLES, seed: int = 0) -> Ratio:
+    """a over b (rates: > 1 means a is faster) with a percentile-bootstrap interval. paired=None
+    pairs the samples when there are as many of a as of b (one each per interleaved round)."""
+    import numpy as np
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    if not a or not b:
+        raise ValueError("ratio needs at least one sample on each side")
+    if any(x <= 0 or not math.isfinite(x) for x in a + b):
+        raise ValueError("ratio needs positive, finite samples")
+    if paired is None:
+        paired = len(a) == len(b)
+    if paired and len(a) != len(b):
+        raise ValueError(f"paired ratio needs as many samples on each side ({len(a)} vs {len(b)})")
+    rng = np.random.default_rng(seed)
+    alpha = (1 - confidence) / 2
+    if paired:
+        per_round = [x / y for x, y in zip(a, b)]
+        est = statistics.median(per_round)
+        boot = np.sort(_boot_medians(per_round, resamples, rng))
+    else:
+        est = statistics.median(a) / statistics.median(b)
+        boot = np.sort(_boot_medians(a, resamples, rng) / _boot_medians(b, resamples, rng))
+    return Ratio(est, _quantile(boot, alpha), _quantile(boot, 1 - alpha), len(a), len(b),
+                 "paired" if paired else "unpaired", confidence)
+
+
+def verdict(r: Ratio, noise: float = NOISE) -> str:
+    """faster, slower, within noise, or undecided (see the module's docstring)."""
+    if r.low > 1.0:
+        return "faster"
+    if r.high < 1.0:
+        return "slower"
+    if 1.0 - noise <= r.low and r.high <= 1.0 + noise:
+        return "within noise"
+    return "undecided"
+
+
+def goal(r: Ratio, target: float) -> str:
+    """met, missed or undecided for a goal 'a >= target x b'."""
+    if r.low >= target:
+        return "met"
+    if r.high < target:
+        return "missed"
+    return "undecided"
+
+
+def describe(r: Ratio) -> str:
+    """'1.02x [0.99-1.05]' (the estimate and its interval)."""
+    return f"{r.estimate:.2f}x [{r.low:.2f}-{r.high:.2f}]"
+
+
+def enough(samples: Sequence[float]) -> bool:
+    return len(samples) >= MIN_SAMPLES
+
+
+__all__ = ["MIN_SAMPLES", "CONFIDENCE", "NOISE", "Ratio", "rotation", "interleave", "median", "summary", "ratio",
+           "verdict", "goal", "describe", "enough"]

@@ -1,0 +1,128 @@
+"""accio.stats: interleaving, medians, bootstrap ratio intervals and the verdict rules."""
+from math import comb
+
+import pytest
+
+from accio import stats
+
+
+def exact_median_interval(xs, confidence=0.95):
+    """The percentile-bootstrap interval of the median of xs (odd n, distinct values), computed
+    exactly: a resample's median is <= the k-th smallest value when at least (n+1)/2 of its n draws
+    are, which is binomial with p = k/n."""
+    s, n = sorted(xs), len(xs)
+    cdf = [sum(comb(n, j) * (k / n) ** j * (1 - k / n) ** (n - j) for j in range((n + 1) // 2, n + 1))
+           for k in range(1, n + 1)]
+    alpha = (1 - confidence) / 2
+    lo = next(s[k] for k in range(n) if cdf[k] >= alpha)
+    hi = next(s[k] for k in range(n) if cdf[k] >= 1 - alpha)
+    return lo, hi
+
+
+def test_rotation_starts_each_round_with_the_next_contender():
+    assert [stats.rotation("abc", r) for r in range(4)] == [list("abc"), list("bca"), list("cab"), list("abc")]
+    assert stats.rotation([], 3) == []
+
+
+def test_interleave_runs_in_rotating_order_and_reports_every_sample_and_round():
+    order, rounds = [], []
+    counter = {"n": 0}
+
+    def make(name):
+        def run():
+            order.append(name)
+            counter["n"] += 1
+            return float(counter["n"])
+        return run
+
+    got = stats.interleave({"a": make("a"), "b": make("b"), "c": make("c")}, 3,
+                           on_sample=lambda n, r, v: None,
+                           on_round=lambda r, s: rounds.append({k: list(v) for k, v in s.items()}))
+    assert order == list("abc" "bca" "cab")
+    assert got == {"a": [1.0, 6.0, 8.0], "b": [2.0, 4.0, 9.0], "c": [3.0, 5.0, 7.0]}
+    assert rounds[0] == {"a": [1.0], "b": [2.0], "c": [3.0]} and rounds[-1] == got  # partial results per round
+
+
+def test_summary_median_and_spread():
+    s = stats.summary([10, 12, 11, 9, 30, 10, 11])
+    assert s == {"n": 7, "median": 11, "min": 9, "max": 30, "spread_pct": pytest.approx(21 / 2 / 11 * 100)}
+    assert stats.summary([]) == {"n": 0}
+    assert stats.median([4, 1, 3, 2]) == 2.5
+
+
+@pytest.mark.parametrize("n", [7, 9, 11])
+def test_paired_interval_is_the_exact_bootstrap_interval_of_the_median_ratio(n):
+    # Per-round ratios 0.90, 0.93, ... (distinct): the estimate is their median, the interval the
+    # exact percentile-bootstrap one.
+    b = [1000.0 + 37 * i for i in range(n)]
+    r_true = [0.90 + 0.03 * ((i * 5) % n) for i in range(n)]
+    a = [x * y for x, y in zip(b, r_true)]
+    r = stats.ratio(a, b)
+    assert r.method == "paired" and (r.n_a, r.n_b) == (n, n)
+    assert r.estimate == pytest.approx(sorted(r_true)[n // 2])
+    lo, hi = exact_median_interval([x / y for x, y in zip(a, b)])
+    assert (r.low, r.high) == (pytest.approx(lo), pytest.approx(hi))
+
+
+def test_identical_ratios_give_a_point_interval_and_within_noise_at_one():
+    b = [100, 120, 90, 110, 105, 95, 130]
+    r = stats.ratio(b, b)
+    assert (r.estimate, r.low, r.high) == (1.0, 1.0, 1.0)
+    assert stats.verdict(r) == "within noise"
+    r = stats.ratio([2 * x for x in b], b)
+    assert (r.estimate, r.low, r.high) == (2.0, 2.0, 2.0) and stats.verdict(r) == "faster"
+    assert stats.describe(r) == "2.00x [2.00-2.00]"
+
+
+def test_unpaired_ratio_of_medians():
+    a = [10, 11, 12, 13, 14, 15, 16]
+    b = [20, 21, 22, 23, 24]
+    r = stats.ratio(a, b)
+    assert r.method == "unpaired" and r.estimate == pytest.approx(13 / 22)
+    assert r.low < r.estimate < r.high and r.high < 1 and stats.verdict(r) == "slower"
+    with pytest.raises(ValueError):
+        stats.ratio(a, b, paired=True)
+
+
+def test_seeded_and_reproducible():
+    a = [1.0, 1.3, 0.8, 1.1, 0.95, 1.2, 1.05]
+    b = [1.0] * 7
+    assert stats.ratio(a, b) == stats.ratio(a, b)
+    assert stats.ratio(a, b, paired=False, seed=1) == stats.ratio(a, b, paired=False, seed=1)
+
+
+@pytest.mark.parametrize("low, high, want", [
+    (1.01, 1.20, "faster"),
+    (0.80, 0.99, "slower"),
+    (0.96, 1.04, "within noise"),
+    (0.95, 1.05, "within noise"),
+    (0.94, 1.02, "undecided"),   # contains 1.0 but reaches past -5%: more samples needed
+    (0.99, 1.06, "undecided"),
+    (1.00, 1.00, "within noise"),
+])
+def test_verdict_rule(low, high, want):
+    r = stats.Ratio(estimate=(low + high) / 2, low=low, high=high, n_a=7, n_b=7, method="paired")
+    assert stats.verdict(r) == want
+
+
+@pytest.mark.parametrize("low, high, want", [(0.96, 1.1, "met"), (0.90, 0.94, "missed"), (0.93, 0.97, "undecided")])
+def test_goal_rule(low, high, want):
+    r = stats.Ratio(estimate=(low + high) / 2, low=low, high=high, n_a=7, n_b=7, method="paired")
+    assert stats.goal(r, 0.95) == want
+
+
+def test_noisy_but_centred_samples_are_undecided_not_within_noise():
+    b = [100.0] * 7
+    a = [80, 125, 90, 115, 100, 70, 130]
+    r = stats.ratio(a, b)
+    assert r.low < 1 < r.high and stats.verdict(r) == "undecided"
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError):
+        stats.ratio([], [1.0])
+    with pytest.raises(ValueError):
+        stats.ratio([1.0, 0.0], [1.0, 1.0])
+    with pytest.raises(ValueError):
+        stats.ratio([1.0, float("inf")], [1.0, 1.0])
+    assert stats.enough([1] * 7) and not stats.enough([1] * 6)
