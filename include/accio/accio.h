@@ -141,8 +141,10 @@ size_t accio_warnings(char* out, size_t len);
  * by default "accio: warning: ..." on stderr (nothing with ACCIO_QUIET=1), or to fn once it is set.
  * fn gets the level (ACCIO_LOG_INFO 20, ACCIO_LOG_WARNING 30: Python logging's numbers), a stable
  * key naming the cause ("gds-register", "staging-memlock", ...) and the message, once per cause and
- * process, on whichever thread issued it (a transfer's worker thread too) and with no accio lock
- * held; the strings live until fn returns. fn must not call back into accio. NULL restores stderr. */
+ * process, on whichever thread issued it (a transfer's worker thread too, possibly holding one of
+ * accio's internal locks); the strings live until fn returns. fn must return promptly: not call back
+ * into accio, not wait for another thread (queue the message instead, as the Python package does).
+ * NULL restores stderr. */
 enum accio_log_level { ACCIO_LOG_INFO = 20, ACCIO_LOG_WARNING = 30 };
 typedef void (*accio_log_fn)(int level, const char* key, const char* message, void* user);
 void accio_set_log_callback(accio_log_fn fn, void* user);

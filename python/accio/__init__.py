@@ -273,11 +273,11 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
             raise TypeError("accio.read(out=...) fills out as it is: leave device, framework, dtype and shape "
                             "unset (out's own type, place and size decide them)")
         with File(path, "r", **settings) as f:
-            n, have = f.size, _ext.buffer_info(out, True)[1]
-            if have != n:
-                raise ValueError(f"read '{path}': the file has {n} bytes, out holds {have}; pass an out of the "
-                                 f"file's size, or use accio.open(path).read_into(out, offset) for part of a file")
-            got = f.read_into(out, 0)
+            n = f.size
+            try:
+                got = f._f.read_into(out, 0, n)  # the size is checked on the view read into
+            except ValueError as e:
+                raise ValueError(f"read '{path}': {e}") from None
         if got != n:
             raise Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
         return out

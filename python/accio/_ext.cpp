@@ -11,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,8 @@ void sync_stream(int device, uintptr_t stream) {
 //  3. the buffer protocol (host memory).
 //  4. DLPack on the CPU (PyTorch CPU tensors).
 // The engine then sees where the pointer lives and picks a host or device mechanism.
+const char* const kMemKindNames[] = {"host", "pinned", "device", "managed"};  // enum accio_mem_kind
+
 class View {
  public:
   View(nb::handle obj, bool writable) {
@@ -311,6 +314,26 @@ class DeviceArray {
   bool managed_;
 };
 
+// A buffer held, export and all, for as long as this object lives: for callers that hand its address
+// to something that uses it later (the offload runtime), so that a bytearray cannot resize nor an
+// mmap close under it. where: host for buffer-protocol and CPU DLPack objects, else what the driver
+// says (pinned, device, managed).
+class HeldView {
+ public:
+  HeldView(nb::handle obj, bool writable) : v_(obj, writable) {
+    if (v_.device() >= 0) kind_ = accio_mem_kind(v_.ptr(), &dev_);
+  }
+  uintptr_t address() const { return reinterpret_cast<uintptr_t>(v_.ptr()); }
+  size_t nbytes() const { return v_.size(); }
+  std::string where() const { return kMemKindNames[kind_]; }
+  int device() const { return dev_; }
+
+ private:
+  View v_;
+  int kind_ = ACCIO_MEM_HOST;
+  int dev_ = -1;
+};
+
 // The result of read_into_async / write_from_async; holds the buffer until the request is done.
 class PyFuture {
  public:
@@ -352,22 +375,65 @@ class PyFuture {
   std::unique_ptr<View> view_;
 };
 
-// The Python end of accio_set_log_callback: accio._log._emit (warnings and logging), called with the
-// GIL taken on whichever thread issued the message. Leaked on purpose: never destroyed after the
-// interpreter; the package puts the C default back at exit (atexit).
+// The Python end of accio_set_log_callback: accio._log._emit (warnings and logging). It never
+// blocks: a message issued on a thread that holds the GIL goes out at once; one from any other
+// thread (an engine worker, while a Python thread may hold the GIL and wait for that worker) is
+// queued and delivered by a pending call on the main thread. The sink object is leaked on purpose
+// (never destroyed after the interpreter); the package puts the C default back at exit (atexit).
 nb::object* g_log_sink = nullptr;
+struct LogMessage {
+  int level;
+  std::string key, msg;
+};
+std::mutex g_log_mu;
+std::vector<LogMessage> g_log_queue;  // guarded by g_log_mu
+bool g_log_drain_pending = false;     // guarded by g_log_mu
 
-void log_to_python(int level, const char* key, const char* msg, void*) {
+bool finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
-  if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+  return !Py_IsInitialized() || Py_IsFinalizing();
 #else
-  if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+  return !Py_IsInitialized() || _Py_IsFinalizing();
 #endif
-  nb::gil_scoped_acquire gil;
+}
+
+void emit_python(const LogMessage& m) {  // GIL held
+  if (!g_log_sink || !g_log_sink->is_valid()) return;
   try {
-    (*g_log_sink)(level, key, msg);
+    (*g_log_sink)(m.level, m.key, m.msg);
   } catch (nb::python_error& e) {  // e.g. a warnings filter set to "error": nowhere to raise it
     e.discard_as_unraisable("accio log sink");
+  }
+}
+
+int drain_log(void*) {  // a pending call: the main thread, GIL held
+  std::vector<LogMessage> q;
+  {
+    std::lock_guard lk(g_log_mu);
+    q.swap(g_log_queue);
+    g_log_drain_pending = false;
+  }
+  for (const LogMessage& m : q) emit_python(m);
+  return 0;
+}
+
+void log_to_python(int level, const char* key, const char* msg, void*) {
+  if (finalizing()) return;
+  if (PyGILState_Check()) {
+    drain_log(nullptr);  // keep the order of messages queued before this one
+    emit_python({level, key, msg});
+    return;
+  }
+  bool schedule;
+  {
+    std::lock_guard lk(g_log_mu);
+    g_log_queue.push_back({level, key, msg});
+    schedule = !g_log_drain_pending;
+    g_log_drain_pending = true;
+  }
+  if (schedule && Py_AddPendingCall(drain_log, nullptr) != 0) {  // the pending-call queue is full
+    std::lock_guard lk(g_log_mu);
+    g_log_drain_pending = false;  // the next message (or accio._ext.drain_log()) tries again
   }
 }
 
@@ -404,9 +470,24 @@ class PyFile {
  public:
   PyFile(const std::string& path, const std::string& mode, const std::vector<std::pair<std::string, std::string>>& kv)
       : f_(path, mode, to_settings(kv)) {}
+  // Closing waits for the requests in flight, whose workers may need the GIL (the log sink).
+  ~PyFile() {
+    nb::gil_scoped_release nogil;
+    try {
+      f_.close();
+    } catch (...) {  // a close error has no one to go to here; close() reports it
+    }
+  }
+  PyFile(const PyFile&) = delete;
+  PyFile& operator=(const PyFile&) = delete;
 
-  size_t read_into(nb::handle buf, int64_t offset) {
+  // expect: the size the buffer must have (accio.read(out=...)), checked on the view that is read into.
+  size_t read_into(nb::handle buf, int64_t offset, std::optional<size_t> expect) {
     View v(buf, true);
+    if (expect && v.size() != *expect)
+      throw nb::value_error(("the file has " + std::to_string(*expect) + " bytes, out holds " +
+                             std::to_string(v.size()) + "; pass an out of the file's size, or use "
+                             "accio.open(path).read_into(out, offset) for part of a file").c_str());
     nb::gil_scoped_release nogil;
     return f_.pread(v.ptr(), v.size(), offset);
   }
@@ -422,7 +503,11 @@ class PyFile {
   }
   PyFuture* async(nb::handle buf, int64_t offset, bool write) {
     auto v = std::make_unique<View>(buf, !write);
-    accio::Future fut = write ? f_.pwrite_async(v->ptr(), v->size(), offset) : f_.pread_async(v->ptr(), v->size(), offset);
+    accio::Future fut;
+    {
+      nb::gil_scoped_release nogil;
+      fut = write ? f_.pwrite_async(v->ptr(), v->size(), offset) : f_.pread_async(v->ptr(), v->size(), offset);
+    }
     return new PyFuture(std::move(fut), std::move(v));
   }
   std::vector<PyFuture*> submit(const std::vector<std::pair<nb::handle, int64_t>>& reqs, bool write) {
@@ -432,7 +517,11 @@ class PyFile {
       views.push_back(std::make_unique<View>(obj, !write));
       rs.push_back({views.back()->ptr(), views.back()->size(), off});
     }
-    auto futs = f_.submit(rs, write ? ACCIO_OP_WRITE : ACCIO_OP_READ);
+    std::vector<accio::Future> futs;
+    {
+      nb::gil_scoped_release nogil;
+      futs = f_.submit(rs, write ? ACCIO_OP_WRITE : ACCIO_OP_READ);
+    }
     std::vector<PyFuture*> out;
     for (size_t i = 0; i < futs.size(); ++i) out.push_back(new PyFuture(std::move(futs[i]), std::move(views[i])));
     return out;
@@ -446,7 +535,10 @@ class PyFile {
     nb::gil_scoped_release nogil;
     f_.close();
   }
-  std::string plan(size_t n, bool write) { return f_.plan(n, write ? ACCIO_OP_WRITE : ACCIO_OP_READ); }
+  std::string plan(size_t n, bool write) {
+    nb::gil_scoped_release nogil;  // may register the file with cuFile
+    return f_.plan(n, write ? ACCIO_OP_WRITE : ACCIO_OP_READ);
+  }
   nb::dict stats() {
     nb::dict d = stats_dict(f_.stats());
     nb::list plans;
@@ -465,6 +557,7 @@ class PyFile {
     // An unaligned request is modelled by an odd buffer address; the planner never dereferences it.
     const void* buf = aligned ? nullptr : reinterpret_cast<const void*>(uintptr_t{1});
     const accio_op op = write ? ACCIO_OP_WRITE : ACCIO_OP_READ;
+    nb::gil_scoped_release nogil;
     const char* mech = accio_plan_at(f_.handle(), buf, n, offset, op);
     if (!mech) throw accio::Error::last();
     auto e = f_.explain(buf, n, offset, op);
@@ -521,7 +614,7 @@ NB_MODULE(_ext, m) {
 
   nb::class_<PyFile>(m, "File")
       .def(nb::init<const std::string&, const std::string&, const std::vector<std::pair<std::string, std::string>>&>())
-      .def("read_into", &PyFile::read_into)
+      .def("read_into", &PyFile::read_into, "buf"_a, "offset"_a, "expect"_a = nb::none())
       .def("write_from", &PyFile::write_from)
       .def("append", &PyFile::append)
       .def("async_", &PyFile::async, nb::rv_policy::take_ownership)
@@ -606,15 +699,12 @@ NB_MODULE(_ext, m) {
     }
     return out;
   });
-  m.def("buffer_info", [](nb::handle obj, bool writable) {
-    // (address, bytes, where, GPU ordinal or -1); where is host for buffer-protocol and CPU DLPack
-    // objects, else what the driver says (device, managed, pinned).
-    View v(obj, writable);
-    int dev = -1;
-    static const char* names[] = {"host", "pinned", "device", "managed"};
-    const int kind = v.device() < 0 ? ACCIO_MEM_HOST : accio_mem_kind(v.ptr(), &dev);
-    return std::make_tuple(reinterpret_cast<uintptr_t>(v.ptr()), v.size(), std::string(names[kind]), dev);
-  }, "obj"_a, "writable"_a = false);
+  nb::class_<HeldView>(m, "HeldView", "A buffer held (export and all) while this object lives.")
+      .def(nb::init<nb::handle, bool>(), "obj"_a, "writable"_a = false)
+      .def_prop_ro("address", &HeldView::address)
+      .def_prop_ro("nbytes", &HeldView::nbytes)
+      .def_prop_ro("where", &HeldView::where)
+      .def_prop_ro("device", &HeldView::device);
   m.def("copy", [](nb::handle dst, nb::handle src, std::optional<size_t> nbytes) {
     View d(dst, true), s(src, false);
     const size_t n = nbytes.value_or(d.size());
@@ -631,8 +721,7 @@ NB_MODULE(_ext, m) {
   m.def("mem_kind", [](nb::handle obj) {
     View v(obj, false);
     int dev = -1;
-    static const char* names[] = {"host", "pinned", "device", "managed"};
-    return std::make_pair(std::string(names[accio_mem_kind(v.ptr(), &dev)]), dev);
+    return std::make_pair(std::string(kMemKindNames[accio_mem_kind(v.ptr(), &dev)]), dev);
   });
   m.def("gds_info", [] {
     char d[1024];
@@ -711,6 +800,7 @@ NB_MODULE(_ext, m) {
     *g_log_sink = fn;
     accio_set_log_callback(log_to_python, nullptr);
   }, "fn"_a.none(), "Route the engine's messages to fn(level, key, message), or back to stderr (None).");
+  m.def("drain_log", [] { drain_log(nullptr); }, "Deliver the messages other threads queued now.");
   m.def("warnings", [] {
     std::string buf(accio_warnings(nullptr, 0) + 1, '\0');
     accio_warnings(buf.data(), buf.size());

@@ -162,63 +162,73 @@ class OnStack:
     goes through a host copy (see the module's docstring)."""
 
     def __init__(self, buff, size: int | None = None, inout: int = INTENT_IN):
-        try:
-            self._addr, n, where, _dev = _ext.buffer_info(buff, inout != INTENT_IN)
+        try:  # held until this OnStack goes: the address stays valid (no resize, no close)
+            self._view = _ext.HeldView(buff, inout != INTENT_IN)
         except BufferError as e:
             raise ValueError(f"OnStack with OUT or INOUT needs a writable buffer ({e})") from e
-        self._device = where == "device"
+        n = self._view.nbytes
         self.size = n if size is None else int(size)
         if not 0 <= self.size <= n:
             raise ValueError(f"size {self.size} exceeds the buffer ({n} bytes)")
         self.inout = inout
-        self.buff = buff  # keeps the object alive while a request uses it
+        self.buff = buff
 
     def _bind(self) -> tuple[int, object, object]:
         """(address for veo_args_set_stack, what to keep alive, what to run once the call is done).
         GPU memory goes through a host copy: made now for IN and INOUT, copied back after OUT and INOUT."""
         if self.size == 0:
             return 0, self, None
-        if not self._device:
-            return self._addr, self, None
-        stage = bytearray(self.size)
+        if self._view.where != "device":
+            return self._view.address, self, None
+        stage = _Staged(self.size)
         if self.inout != INTENT_OUT:
-            _ext.copy(stage, self.buff, self.size)
-        back = None if self.inout == INTENT_IN else (lambda: _ext.copy(self.buff, stage, self.size))
-        return _ext.buffer_info(stage, True)[0], (self, stage), back
+            _ext.copy(stage.buf, self.buff, self.size)
+        back = None if self.inout == INTENT_IN else (lambda: _ext.copy(self.buff, stage.buf, self.size))
+        return stage.view.address, (self, stage), back
 
 
-def _buffer_address(buf, writable: bool, nbytes: int | None = None) -> tuple[int, int, object, bool]:
-    """(address, bytes to move, keep-alive, in GPU memory) of a contiguous buffer, host or GPU (see
-    the module's docstring); nbytes (default: all of it) must fit."""
+class _Staged:
+    """A host bytearray held while the offload runtime uses its address (GPU memory's host copy)."""
+
+    def __init__(self, n: int):
+        self.buf = bytearray(n)
+        self.view = _ext.HeldView(self.buf, True)
+
+
+def _held(buf, writable: bool, nbytes: int | None) -> tuple[object, int]:
+    """(held view, bytes to move) of a contiguous buffer, host or GPU (see the module's docstring);
+    nbytes (default: all of it) must fit."""
     try:
-        addr, n, where, _dev = _ext.buffer_info(buf, writable)
+        view = _ext.HeldView(buf, writable)
     except BufferError as e:
         raise ValueError(f"the buffer is read-only ({e}); read_mem needs a writable one") from e
+    n = view.nbytes
     if nbytes is not None:
         if not 0 <= int(nbytes) <= n:
             raise ValueError(f"nbytes {nbytes} does not fit the buffer ({n} bytes)")
         n = int(nbytes)
-    return addr, n, buf, where == "device"
+    return view, n
 
 
 def _source(buf, nbytes: int | None) -> tuple[int, int, object]:
-    """What write_mem sends: the buffer itself, or a host copy of a GPU buffer made now."""
-    addr, n, keep, device = _buffer_address(buf, False, nbytes)
-    if not device or n == 0:
-        return addr, n, keep
-    stage = bytearray(n)
-    _ext.copy(stage, buf, n)
-    return _ext.buffer_info(stage, True)[0], n, (stage, buf)
+    """What write_mem sends: (address, bytes, keep-alive): the buffer itself, or a host copy of a GPU
+    buffer made now."""
+    view, n = _held(buf, False, nbytes)
+    if view.where != "device" or n == 0:
+        return view.address, n, view
+    stage = _Staged(n)
+    _ext.copy(stage.buf, buf, n)
+    return stage.view.address, n, (stage, view)
 
 
 def _destination(buf, nbytes: int | None) -> tuple[int, int, object, object]:
-    """Where read_mem lands: the buffer itself, or a host buffer copied into the GPU buffer by the
-    returned callable once the bytes are there (None for host memory)."""
-    addr, n, keep, device = _buffer_address(buf, True, nbytes)
-    if not device or n == 0:
-        return addr, n, keep, None
-    stage = bytearray(n)
-    return _ext.buffer_info(stage, True)[0], n, (stage, buf), lambda: _ext.copy(buf, stage, n)
+    """Where read_mem lands: (address, bytes, keep-alive, then): the buffer itself, or a host buffer
+    that the returned callable copies into the GPU buffer once the bytes are there (None for host)."""
+    view, n = _held(buf, True, nbytes)
+    if view.where != "device" or n == 0:
+        return view.address, n, view, None
+    stage = _Staged(n)
+    return stage.view.address, n, (stage, view), lambda: _ext.copy(buf, stage.buf, n)
 
 
 class MemPtr(int):

@@ -47,7 +47,7 @@ bool warn_once(const std::string& key, const std::string& msg) {
     if (!l.keys.insert(key).second) return false;
     l.lines.push_back(msg);
   }
-  emit(Level::warning, key, msg);  // outside the lock: a sink may take its own (Python's GIL)
+  emit(Level::warning, key, msg);  // outside the log's lock: two messages never wait on each other
   return true;
 }
 

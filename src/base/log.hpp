@@ -9,7 +9,8 @@
 namespace accio::base {
 
 enum class Level { info = 20, warning = 30 };  // Python logging's numbers, so a sink can pass them on
-// Receives each message once; called without accio's locks held, on whichever thread issued it.
+// Receives each message once, on whichever thread issued it (which may hold an accio lock): it must
+// return promptly, never call back into accio or wait for another thread.
 using Sink = void (*)(int level, const char* key, const char* message, void* user);
 
 // Issues `msg` the first time `key` is seen (to the sink, or "accio: warning: <msg>" on stderr).

@@ -544,10 +544,20 @@ int accio_gds_info(char* detail, size_t len) {
 
 int accio_gds_mode(accio_file* f, char* detail, size_t len) {
   ACCIO_CHECK(f, "accio_gds_mode");
-  const accio::io::FileRef& r = f->f->ref();
-  const accio::mem::cufile::Mode m = accio::mem::cufile::mode_for(r.direct_fd, r.fd);
-  copy_out(m.why, detail, len);
-  return m.path;
+  return guard([&] {
+    namespace cf = accio::mem::cufile;
+    namespace cu = accio::mem::cuda;
+    cf::Mode m = cf::mode_for(f->f->ref().direct_fd >= 0 ? f->f->ref().direct_fd : f->f->ref().fd);
+    if (cf::load()) {
+      cu::Target t;  // the gds mechanism's own answer (it holds the file's cuFile handle), on GPU 0
+      t.kind = cu::MemKind::device;
+      t.device = 0;
+      if (std::string why = f->f->refusal(*accio::io::find("gds"), t); !why.empty())
+        m = {cf::Mode::refused, "cuFile refuses this file (" + why + "): gds requests for it run staged"};
+    }
+    copy_out(m.why, detail, len);
+    return static_cast<int>(m.path);
+  });
 }
 
 int accio_cuda_copy_seconds(int device, int to_device, size_t bytes, size_t chunk, int threads, double* seconds) {

@@ -266,6 +266,10 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
   return m;
 }
 
+std::string File::refusal(const io::Mechanism& m, const mem::cuda::Target& t) const {
+  return m.refusal({ref_, settings_, ThreadPool::shared(), t});
+}
+
 std::string File::fixed_why() const {
   std::string why = "mechanism=" + settings_.mechanism + " is set";
   if (fixed_plan_.mechanism != fixed_)

@@ -77,6 +77,8 @@ class File : public std::enable_shared_from_this<File> {
   Stats stats() const { return stats_.snapshot(); }
   const base::Settings& settings() const { return settings_; }
   const io::FileRef& ref() const { return ref_; }
+  // Why mechanism m cannot serve this file for memory at t ("" when it can): Mechanism::refusal.
+  std::string refusal(const io::Mechanism& m, const mem::cuda::Target& t) const;
   bool readable() const { return readable_; }
   bool writable() const { return writable_; }
   // The mechanism a request of n bytes at offset 0 from an aligned buffer would run (after `auto`

@@ -41,14 +41,23 @@ class Gds final : public Mechanism {
   const Mechanism& resolve(const IoContext& c) const override {
     std::string why;
     if (cf::load(&why)) {
-      if (!c.target.on_device() || file_handle(c, &why)) return *this;
-      base::warn_once("gds-register", "mechanism gds cannot serve '" + c.file.path + "' (" + why +
-                                          "): its GPU requests, and those of other files cuFile refuses, run staged");
+      if (!c.target.on_device()) return *this;
+      why = refusal(c);
+      if (why.empty()) return *this;
+      // One warning per cause (the cuFile errors and hints), naming the first file refused for it.
+      base::warn_once("gds-register:" + why, "mechanism gds cannot serve '" + c.file.path + "' (" + why +
+                                                 "): its GPU requests, and those of other files cuFile refuses "
+                                                 "for this reason, run staged");
       return find("staged")->resolve(c);
     }
     if (!cu::load()) return *this;  // without libcuda there is no GPU buffer to serve
     base::warn_once("gds-fallback", "mechanism gds cannot run (" + why + "): GPU buffers run staged");
     return find("staged")->resolve(c);
+  }
+
+  std::string refusal(const IoContext& c) const override {
+    std::string why;
+    return file_handle(c, &why) ? std::string() : why;
   }
 
   // cuFile takes device memory only; the engine sends managed memory to staged.

@@ -70,6 +70,12 @@ class Mechanism {
   }
   // The mechanism that will really run for this file: itself, or a fallback after one warning.
   virtual const Mechanism& resolve(const IoContext&) const { return *this; }
+  // Why this mechanism cannot serve the file for memory at c.target, though it runs on this
+  // machine ("" when it can; gds: cuFile refuses to register the file). resolve() falls back then.
+  virtual std::string refusal(const IoContext& c) const {
+    (void)c;
+    return {};
+  }
   // Reads up to n bytes at off; returns the bytes read (short only at end of file).
   virtual size_t read(const IoContext&, void* buf, size_t n, uint64_t off) const = 0;
   // Writes exactly n bytes at off or throws base::Error.

@@ -135,23 +135,18 @@ void* register_file(int direct_fd, int fd, std::string* why) {
   }
   if (why) {
     *why = "cuFileHandleRegister: " + tried;
-    if (std::string hints = register_hints(); !hints.empty()) *why += "; likely: " + hints;
+    if (std::string hints = register_hints(); !hints.empty()) *why += "; possible causes seen here: " + hints;
   }
   return nullptr;
 }
 
-Mode mode_for(int direct_fd, int fd) {
+Mode mode_for(int fd) {
   std::string why;
   const Api* a = load(&why);
   if (!a) return {Mode::compat, why};
-  cuda::ContextGuard g(0);  // cuFile works in the calling thread's context
-  void* h = register_file(direct_fd, fd, &why);
-  if (!h) return {Mode::refused, "cuFile refuses this file (" + why + "): gds requests for it run staged"};
-  a->HandleDeregister(h);
   if (!a->nvfs) return {Mode::compat, "compat mode: the nvidia-fs driver is not loaded, so cuFile reads through its POSIX path"};
-  const int probe = direct_fd >= 0 ? direct_fd : fd;
   struct statfs sf {};
-  if (fstatfs(probe, &sf) != 0) return {Mode::compat, "compat mode: cannot tell the filesystem"};
+  if (fstatfs(fd, &sf) != 0) return {Mode::compat, "compat mode: cannot tell the filesystem"};
   const char* fs = nullptr;
   switch (static_cast<unsigned long>(sf.f_type)) {
     case EXT4_SUPER_MAGIC: fs = "ext4"; break;

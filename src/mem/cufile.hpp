@@ -89,13 +89,13 @@ void* register_file(int direct_fd, int fd, std::string* why);
 // where cufile.json and cufile.log are. "" when nothing suspicious is seen.
 std::string register_hints();
 
-// What cuFile would do for the file behind fd (registering it once to find out): the direct path,
-// compatibility mode, or neither (cuFile refuses the file, so gds requests for it run staged).
+// What cuFile would do for the file behind fd, once registered: the direct path or compatibility
+// mode (whether cuFile takes the file at all is the gds mechanism's to say: it holds the handle).
 struct Mode {
   enum Path { compat = 0, direct = 1, refused = 2 } path = compat;
   std::string why;
 };
-Mode mode_for(int direct_fd, int fd);
+Mode mode_for(int fd);
 // Machine-wide facts for `accio info`: loaded or not, nvidia-fs version, compat mode allowed.
 std::string describe();
 

@@ -392,12 +392,15 @@ TEST(FakeGpu, StagedCopiesFromRegisteredRingsThatAreReused) {
   accio_settings* s = settings("staged", {{"buffer_size", "128KiB"}, {"ring_depth", "4"}});
   accio_file* f;
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  const FakeCounters a0 = counters();
   ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
   const FakeCounters a = counters();
   for (int i = 0; i < 5; ++i) ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
   const FakeCounters b = counters();
-  EXPECT_EQ(b.streams, a.streams) << "rings (and their streams) must be reused, not created per request";
-  EXPECT_EQ(b.registered, a.registered) << "staging buffers registered once";
+  // A ring set grows to the most tasks that ran at once (at most threads=4), whichever read that
+  // was: six reads of 8 tasks each make at most 4 rings, not 48.
+  EXPECT_LE(b.streams - a0.streams, 4u) << "rings (and their streams) must be reused, not created per request";
+  EXPECT_LE(b.registered - a0.registered, 4u * 4) << "staging buffers registered once per ring";
   EXPECT_EQ(b.async_unpinned, a.async_unpinned) << "every copy from registered memory";
   EXPECT_EQ(b.async_copies - a.async_copies, 5u * 64) << "8 MiB in 128 KiB chunks, five times";
   EXPECT_EQ(b.sync_copies, a.sync_copies) << "staged never copies synchronously";
@@ -468,12 +471,12 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
   char why[512];
   const char* nvfs = std::getenv("FAKE_CUFILE_NVFS");
-  EXPECT_EQ(accio_gds_mode(f, why, sizeof why), nvfs && std::atoi(nvfs) ? 1 : 0) << why;
   const FakeCounters a = counters();
+  EXPECT_EQ(accio_gds_mode(f, why, sizeof why), nvfs && std::atoi(nvfs) ? 1 : 0) << why;
   for (int i = 0; i < 3; ++i) ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
   const FakeCounters b = counters();
   EXPECT_EQ(b.cufile_reads - a.cufile_reads, 3u * 3) << "3 MiB in 1 MiB tasks, three times";
-  EXPECT_EQ(b.cufile_handles, a.cufile_handles + 1) << "one cuFile handle per open file";
+  EXPECT_EQ(b.cufile_handles, a.cufile_handles + 1) << "one cuFile handle per open file (accio_gds_mode's too)";
   EXPECT_EQ(ran(f), "gds");
   accio_close(f);
   EXPECT_EQ(counters().cufile_handles, a.cufile_handles) << "the handle is deregistered at close";
@@ -567,7 +570,7 @@ TEST(FakeGpu, GdsFileThatCuFileRefusesRunsStaged) {
   EXPECT_TRUE(read_file(dir.file("f")) == want);
 
   ASSERT_EQ(logged().size(), 1u) << "one warning for the cause, not one per request";
-  EXPECT_EQ(logged()[0].first, "gds-register");
+  EXPECT_EQ(logged()[0].first.rfind("gds-register:", 0), 0u) << "one key per cause: " << logged()[0].first;
   EXPECT_NE(logged()[0].second.find(dir.file("f")), std::string::npos) << logged()[0].second;
   EXPECT_NE(logged()[0].second.find("run staged"), std::string::npos) << logged()[0].second;
   EXPECT_NE(warnings().find("mechanism gds cannot serve"), std::string::npos) << "recorded as well";

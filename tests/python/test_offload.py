@@ -88,6 +88,19 @@ def test_memory_round_trip(proc, kernels, n):
         r1.wait_result()
         r2.wait_result()
         assert np.array_equal(got, src[:-1])
+        # The buffer of a request in flight is held: it cannot move (resize) while the worker writes it.
+        held = bytearray(n - 1)
+        r3 = ctx.async_read_mem(held, ptr + 1)
+        with pytest.raises(BufferError):
+            held.extend(b"x" * (1 << 20))
+        r3.wait_result()
+        assert bytes(held) == src[:-1].tobytes()
+        stack = bytearray(n)
+        arg = offload.OnStack(stack, inout=offload.INTENT_OUT)
+        with pytest.raises(BufferError):
+            stack.extend(b"x")  # held from OnStack() to its use
+        del arg
+        stack.extend(b"x")
     s = lib.k_mem_sum.args_type("void *", "uint64_t")
     proc.write_mem(ptr, src)
     assert s(ctx, ptr, n).wait_result() == int(src.sum())
