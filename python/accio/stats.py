@@ -37,11 +37,12 @@ def rotation(names: Sequence[str], round_index: int) -> list[str]:
 
 def interleave(contenders: Mapping[str, Callable[[], float]], rounds: int,
                on_sample: Callable[[str, int, float], None] | None = None,
-               on_round: Callable[[int, dict[str, list[float]]], None] | None = None) -> dict[str, list[float]]:
+               on_round: Callable[[int, dict[str, list[float]]], bool | None] | None = None) -> dict[str, list[float]]:
     """Runs every contender once per round in rotating order; returns each one's samples (what its
     callable returned, e.g. MiB/s). on_sample(name, round, value) follows every sample and
     on_round(round, samples so far) every round, so a caller can show progress and keep partial
-    results when a run is cut off."""
+    results when a run is cut off; on_round returning True ends the run after that round (a time
+    budget)."""
     names = list(contenders)
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
@@ -50,8 +51,8 @@ def interleave(contenders: Mapping[str, Callable[[], float]], rounds: int,
             samples[n].append(v)
             if on_sample:
                 on_sample(n, r, v)
-        if on_round:
-            on_round(r, samples)
+        if on_round and on_round(r, samples):
+            break
     return samples
 
 

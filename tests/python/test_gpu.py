@@ -296,23 +296,6 @@ def test_bench_target_cuda_has_device_columns_and_both_ceilings(fake_lib, tmp_pa
     assert none.returncode != 0 and "no NVIDIA driver" in none.stderr
 
 
-def test_kvikio_comparison_script_runs_and_checks_bytes(fake_lib, tmp_path):
-    # bench/gpu_vs_kvikio.py measures on a GPU; here it runs accio's side against the fake driver so
-    # the script cannot rot between GPU sessions. Without KvikIO it says so and gives no ratio.
-    env = dict(os.environ, ACCIO_LIBCUDA=fake_lib, ACCIO_LIBCUFILE=fake_lib, ACCIO_QUIET="1", ACCIO_PROFILE="off")
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu_vs_kvikio.py")
-    r = subprocess.run([sys.executable, script, "--dir", str(tmp_path), "--size", "6m", "--task-size", "1m",
-                        "--threads", "2", "--rounds", "2", "--no-peer", "--json", str(tmp_path / "k.json")],
-                       env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    res = json.load(open(tmp_path / "k.json"))
-    assert res["checks"] == {"accio": {"read": True, "write": True}}
-    assert set(res["samples_mib_s"]["accio"]) == {"hot-read", "write", "write+sync"}
-    assert all(len(v) == 2 and min(v) > 0 for v in res["samples_mib_s"]["accio"].values())
-    assert res["accio_over_kvikio"] is None and "--no-peer" in res["peer"]
-    assert not [p for p in os.listdir(tmp_path) if p.startswith("accio-vs-kvikio")], "temporary files left"
-
-
 def run_dev(code: str, lib: str, helper: str, tmp_path, **env) -> subprocess.CompletedProcess:
     """run_py with DEVICE_OBJECTS defined first."""
     return run_py(DEVICE_OBJECTS + textwrap.dedent(code), lib, tmp_path, PYTHONPATH=helper, **env)

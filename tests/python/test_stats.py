@@ -41,6 +41,10 @@ def test_interleave_runs_in_rotating_order_and_reports_every_sample_and_round():
     assert order == list("abc" "bca" "cab")
     assert got == {"a": [1.0, 6.0, 8.0], "b": [2.0, 4.0, 9.0], "c": [3.0, 5.0, 7.0]}
     assert rounds[0] == {"a": [1.0], "b": [2.0], "c": [3.0]} and rounds[-1] == got  # partial results per round
+    # on_round returning True stops after that round
+    order.clear()
+    got = stats.interleave({"a": make("a"), "b": make("b")}, 10, on_round=lambda r, s: r == 2)
+    assert order == list("ab" "ba" "ab") and [len(v) for v in got.values()] == [3, 3]
 
 
 def test_summary_median_and_spread():

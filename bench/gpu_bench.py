@@ -1,0 +1,1164 @@
+#!/usr/bin/env python3
+"""The GPU benchmark: accio against KvikIO, what a PyTorch user writes, and safetensors (issue 17).
+
+One section per stage of `make gpu-check` (bench/gpu_check.py); each can run alone:
+
+  hot-read     a hot file (4 GiB) into GPU memory at 4/8/16/32 threads, same task size: accio staged vs
+               KvikIO in compatibility mode (and in GDS mode where nvidia-fs is loaded), with the two
+               ceilings in the same rounds: accio parallel into host memory, and the pinned host-to-device
+               copy. Staged is reported against KvikIO and against min(host, pinned) (goal 0.95).
+  naive        accio naive vs torch.from_numpy(np.fromfile(p, np.uint8)).cuda() + synchronize (goal 1.0),
+               and accio.read(p, device=..) as an accio user writes it.
+  write        GPU memory to a new file (2 GiB, 8 threads): accio staged vs KvikIO (its defaults, and with
+               buffered writes) vs the host's own write of the same bytes (accio parallel from host memory);
+               then each with fsync. Goals: staged >= 1.2x KvikIO, >= 0.9x host.
+  safetensors  a 4 GiB safetensors file (64 bf16 tensors): safetensors.torch.load_file(device="cuda") vs
+               fastsafetensors vs accio reading the whole file into GPU memory.
+  cold-read    the page cache dropped before every sample (drop_caches as root, else posix_fadvise, checked
+               with a residency query): staged, staged+direct, KvikIO.
+
+Statistics (accio.stats, docs/methodology.md): contenders interleaved in rotating order, >= 7 samples
+each after one untimed warm-up, median ratios with 95% bootstrap intervals, "within noise" only inside
++-5%. Every sample that lands in GPU memory is checked in full (the sum of its 32-bit words, and every
+4 KiB page's 8-byte stamp, which holds its file offset), after the buffer was zeroed; host reads check
+every page stamp per sample and the full sum at the end; written files are checked in full once per
+contender. A contender whose bytes differ gets no ratio. Peers that are missing are reported as skipped
+with the reason, never faked.
+
+    python bench/gpu_bench.py hot-read,naive --dir /data --json out.json [--size 4g] [--threads 4,8,16,32]
+
+The JSON (schema accio.gpu-bench/1) is rewritten after every round, so a run that is cut off keeps
+what it measured; bench/gpu_check.py merges the sections into results/gpu/<date>-<gpu>.json and .md.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+import accio
+from accio import stats
+
+MiB = 1 << 20
+PAGE = 4096
+SECTIONS = ("hot-read", "naive", "write", "safetensors", "cold-read")
+PEERS = ("kvikio", "torch", "safetensors", "fastsafetensors")
+DEFAULT_ROUNDS = {"hot-read": 11, "naive": 7, "write": 7, "safetensors": 7, "cold-read": 7}
+SCHEMA = "accio.gpu-bench/1"
+
+
+def log(msg: str) -> None:
+    print(f"[gpu_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """An error's first line, shortened: reasons go into tables."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= limit else first[:limit - 3] + "..."
+
+
+def parse_size(text: str) -> int:
+    return int(accio._ext.parse_size(text))
+
+
+def fmt_size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+# ---------------------------------------------------------------------------------------------
+# Test data: random bytes in which the first 8 bytes of every 4 KiB page hold the page's file offset,
+# so a misplaced page is caught; the sum of all 32-bit words catches wrong content.
+
+class DataFile:
+    """A generated file and what a correct copy of it sums to. Reused across runs when its sidecar
+    (PATH.json) matches the file's size and modification time."""
+
+    def __init__(self, path: str, size: int, data_start: int, data_sum: int, file_sum: int):
+        self.path, self.size, self.data_start, self.data_sum, self.file_sum = path, size, data_start, data_sum, file_sum
+
+    @classmethod
+    def load(cls, path: str):
+        try:
+            with open(path + ".json") as f:
+                d = json.load(f)
+            st = os.stat(path)
+            if st.st_size == d["size"] and st.st_mtime_ns == d["mtime_ns"]:
+                return cls(path, d["size"], d["data_start"], d["data_sum"], d["file_sum"])
+        except (OSError, ValueError, KeyError):
+            pass
+        return None
+
+    def save(self) -> None:
+        with open(self.path + ".json", "w") as f:
+            json.dump({"size": self.size, "data_start": self.data_start, "data_sum": self.data_sum,
+                       "file_sum": self.file_sum, "mtime_ns": os.stat(self.path).st_mtime_ns}, f)
+
+
+def word_sum(buf) -> int:
+    a = np.frombuffer(buf, dtype=np.int32) if not isinstance(buf, np.ndarray) else buf.view(np.int32)
+    return int(a.sum(dtype=np.int64))
+
+
+def write_stamped(f, start: int, nbytes: int, seed: int) -> int:
+    """Writes nbytes of stamped random data that begin at file offset start (page aligned);
+    returns their word sum."""
+    assert start % PAGE == 0 and nbytes % PAGE == 0
+    rng = np.random.default_rng(seed)
+    block = 64 * MiB
+    base = rng.integers(0, 2**63, block // 8, dtype=np.uint64)
+    buf = np.empty_like(base)
+    total, done = 0, 0
+    while done < nbytes:
+        n = min(block, nbytes - done)
+        words = buf[:n // 8]
+        np.bitwise_xor(base[:n // 8], np.uint64(rng.integers(0, 2**63)), out=words)
+        words[::PAGE // 8] = np.arange(start + done, start + done + n, PAGE, dtype=np.uint64)
+        f.write(memoryview(words).cast("B"))
+        total += word_sum(words)
+        done += n
+    return total
+
+
+def data_file(directory: str, size: int, seed: int = 1) -> DataFile:
+    path = os.path.join(directory, f"accio-gpu-bench.{size}.dat")
+    ref = DataFile.load(path)
+    if ref:
+        return ref
+    log(f"writing {fmt_size(size)} of test data to {path}")
+    with open(path, "wb") as f:
+        s = write_stamped(f, 0, size, seed)
+    ref = DataFile(path, size, 0, s, s)
+    ref.save()
+    return ref
+
+
+def safetensors_file(directory: str, size: int, tensors: int, seed: int = 2) -> tuple[DataFile, list[tuple[str, int, int]]]:
+    """A safetensors file of `tensors` bf16 tensors of size/tensors bytes each. The header is padded
+    with spaces so that the data starts page aligned. Returns the file and (name, start, end) in file
+    offsets for every tensor."""
+    per = size // tensors
+    if per % PAGE or per < PAGE:
+        raise ValueError(f"--st-size / --st-tensors must be a multiple of 4 KiB ({per} bytes per tensor)")
+    cols = 8192 if per % (2 * 8192) == 0 else per // 2
+    rows = per // 2 // cols
+    path = os.path.join(directory, f"accio-gpu-bench.{size}.{tensors}.safetensors")
+    header = {"__metadata__": {"format": "pt", "producer": "accio bench/gpu_bench.py"}}
+    for i in range(tensors):
+        header[f"layer.{i:03d}.weight"] = {"dtype": "BF16", "shape": [rows, cols], "data_offsets": [i * per, (i + 1) * per]}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    hlen = -(-(8 + len(text)) // PAGE) * PAGE - 8
+    text += b" " * (hlen - len(text))
+    start = 8 + hlen
+    spans = [(f"layer.{i:03d}.weight", start + i * per, start + (i + 1) * per) for i in range(tensors)]
+    ref = DataFile.load(path)
+    if ref:
+        return ref, spans
+    log(f"writing a {fmt_size(size)} safetensors file ({tensors} bf16 tensors) to {path}")
+    head = hlen.to_bytes(8, "little") + text
+    with open(path, "wb") as f:
+        f.write(head)
+        s = write_stamped(f, start, per * tensors, seed)
+    ref = DataFile(path, start + per * tensors, start, s, s + word_sum(head))
+    ref.save()
+    return ref, spans
+
+
+def cached_fraction(path: str) -> float:
+    with accio.open(path, mechanism="posix") as f:
+        r = f.residency()
+    return r["cached"] / r["total"] if r["total"] else 1.0
+
+
+def warm(path: str) -> float:
+    """Reads the file once (untimed) unless it is already in the page cache; returns the cached share."""
+    if cached_fraction(path) < 0.999:
+        with open(path, "rb", buffering=0) as f:
+            while f.read(64 * MiB):
+                pass
+    return cached_fraction(path)
+
+
+def drop_cache(path: str, method: str) -> None:
+    if method == "drop_caches":
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    else:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def check_file(path: str, start: int, nbytes: int, want_sum: int) -> str | None:
+    """None when the file's bytes [start, start+nbytes) sum and stamp as written, else what differs."""
+    if os.path.getsize(path) < start + nbytes:
+        return f"{path}: {os.path.getsize(path)} bytes, expected {start + nbytes}"
+    m = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(nbytes,))
+    try:
+        return check_host(m, start, want_sum)
+    finally:
+        del m
+
+
+def check_stamps_host(a: np.ndarray, start: int) -> str | None:
+    st = a[:a.size - a.size % PAGE].view(np.uint64)[::PAGE // 8]
+    want = np.arange(start, start + st.size * PAGE, PAGE, dtype=np.uint64)
+    bad = int(np.count_nonzero(st != want))
+    return f"{bad} of {st.size} pages misplaced or missing" if bad else None
+
+
+def check_host(a: np.ndarray, start: int, want_sum: int) -> str | None:
+    bad = check_stamps_host(a, start)
+    if bad:
+        return bad
+    s = word_sum(a)
+    return None if s == want_sum else f"word sum {s} != {want_sum}"
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU memory through whichever array library is here: PyTorch, else CuPy, else accio.DeviceArray.
+
+class Gpu:
+    def __init__(self, device: int, torch_mod=None):
+        self.device = device
+        self.torch = torch_mod
+        self.cupy = None
+        if torch_mod is None:
+            try:
+                import cupy
+                cupy.cuda.runtime.getDeviceCount()
+                self.cupy = cupy
+            except Exception:  # noqa: BLE001 - no CuPy or no usable GPU for it: accio's own arrays
+                self.cupy = None
+        self.kind = "torch" if self.torch else ("cupy" if self.cupy else "accio.DeviceArray")
+
+    def empty(self, n: int):
+        if self.torch:
+            return self.torch.empty(n, dtype=self.torch.uint8, device=f"cuda:{self.device}")
+        if self.cupy:
+            with self.cupy.cuda.Device(self.device):
+                return self.cupy.empty(n, dtype=self.cupy.uint8)
+        return accio.device_array(n, device=self.device)
+
+    def zero(self, a) -> None:
+        if self.torch:
+            a.zero_()
+        elif self.cupy:
+            a.fill(0)
+        else:
+            a.copy_from(np.zeros(a.nbytes, np.uint8))
+        self.sync()
+
+    def sync(self) -> None:
+        if self.torch:
+            self.torch.cuda.synchronize(self.device)
+        elif self.cupy:
+            self.cupy.cuda.Device(self.device).synchronize()
+
+    def view(self, a):
+        """a flat uint8 view that can be sliced (a host copy for accio.DeviceArray)."""
+        if self.torch:
+            return a.reshape(-1).view(self.torch.uint8)
+        if self.cupy:
+            return a.ravel().view(self.cupy.uint8)
+        if isinstance(a, np.ndarray):
+            return a.reshape(-1).view(np.uint8)
+        return np.frombuffer(a.to_bytes(), np.uint8)
+
+    def measure(self, b, start: int) -> tuple[int, int, int]:
+        """For a flat uint8 view b of bytes that begin at file offset start: (pages whose stamp is
+        wrong, pages, sum of b's 32-bit words)."""
+        pages = len(b) // PAGE if not self.torch else b.numel() // PAGE
+        if self.torch:
+            t = self.torch
+            st = b[:pages * PAGE].view(t.int64)[::PAGE // 8]
+            want = t.arange(start, start + pages * PAGE, PAGE, dtype=t.int64, device=b.device)
+            return int((st != want).sum().item()), pages, int(b.view(t.int32).sum(dtype=t.int64).item())
+        if self.cupy and not isinstance(b, np.ndarray):
+            cp = self.cupy
+            st = b[:pages * PAGE].view(cp.int64)[::PAGE // 8]
+            want = cp.arange(start, start + pages * PAGE, PAGE, dtype=cp.int64)
+            return int(cp.count_nonzero(st != want)), pages, int(b.view(cp.int32).sum(dtype=cp.int64))
+        st = b[:pages * PAGE].view(np.uint64)[::PAGE // 8]
+        want = np.arange(start, start + pages * PAGE, PAGE, dtype=np.uint64)
+        return int(np.count_nonzero(st != want)), pages, word_sum(b)
+
+    def check(self, a, start: int, want_sum: int) -> str | None:
+        """None when a holds the stamped bytes that begin at file offset start and sum to want_sum."""
+        bad, pages, s = self.measure(self.view(a), start)
+        if bad:
+            return f"{bad} of {pages} pages misplaced or missing"
+        return None if s == want_sum else f"word sum {s} != {want_sum}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Peers: each loaded once; a missing or unusable one is a reason, not an error.
+
+class Peers:
+    def __init__(self, wanted: set[str], device: int):
+        self.mods: dict[str, object] = {}
+        self.info: dict[str, dict] = {}
+        self.device = device
+        for name in PEERS:
+            if name not in wanted:
+                self.info[name] = {"available": False, "reason": "not asked for (--peers)"}
+                continue
+            try:
+                mod, info = getattr(self, "_load_" + name)()
+                self.mods[name] = mod
+                self.info[name] = {"available": True, **info}
+            except Exception as e:  # noqa: BLE001 - reported per peer
+                self.info[name] = {"available": False, "reason": one_line(f"{type(e).__name__}: {e}")}
+
+    def get(self, name: str):
+        return self.mods.get(name)
+
+    def reason(self, name: str) -> str:
+        return self.info[name].get("reason", "")
+
+    def _load_torch(self):
+        import torch
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"torch {torch.__version__} sees no CUDA device")
+        return torch, {"version": torch.__version__, "cuda": torch.version.cuda}
+
+    def _load_safetensors(self):
+        if "torch" not in self.mods:
+            raise RuntimeError("needs torch with CUDA: " + self.info["torch"].get("reason", ""))
+        import safetensors
+        import safetensors.torch
+        return safetensors.torch, {"version": getattr(safetensors, "__version__", "?")}
+
+    def _load_fastsafetensors(self):
+        if "torch" not in self.mods:
+            raise RuntimeError("needs torch with CUDA: " + self.info["torch"].get("reason", ""))
+        import fastsafetensors
+        return fastsafetensors, {"version": getattr(fastsafetensors, "__version__", "?")}
+
+    def _load_kvikio(self):
+        k = Kvikio()
+        return k, {"version": k.version, "api": k.api, "compat_mode_preferred": k.compat_preferred(),
+                   "defaults": k.effective()}
+
+
+def nvidia_fs_loaded() -> bool:
+    return os.path.exists("/proc/driver/nvidia-fs/stats") or os.path.isdir("/sys/module/nvidia_fs")
+
+
+class Kvikio:
+    """KvikIO's settings across versions: 25.x and later have kvikio.defaults.set({...})/get(name)
+    (compat_mode is a kvikio.CompatMode); older ones had compat_mode_reset(), num_threads_reset()
+    and task_size_reset()."""
+
+    def __init__(self):
+        import kvikio
+        import kvikio.defaults as d
+        self.k, self.d = kvikio, d
+        self.version = getattr(kvikio, "__version__", "?")
+        self.api = "set/get" if hasattr(d, "set") and hasattr(d, "get") else "reset"
+
+    def _mode(self, gds: bool):
+        cm = getattr(self.k, "CompatMode", None)
+        return (cm.OFF if gds else cm.ON) if cm is not None else (not gds)
+
+    def set_mode(self, gds: bool) -> None:
+        """Only the mode (cheap: the thread pool is left alone)."""
+        if self.api == "set/get":
+            self.d.set("compat_mode", self._mode(gds))
+        else:
+            self.d.compat_mode_reset(self._mode(gds))
+
+    def configure(self, *, gds: bool, threads: int, task_size: int, **extra) -> None:
+        if self.api == "set/get":
+            self.d.set({"compat_mode": self._mode(gds), "num_threads": threads, "task_size": task_size, **extra})
+            return
+        if extra:
+            raise RuntimeError(f"KvikIO {self.version} has no setting {', '.join(extra)}")
+        self.d.compat_mode_reset(self._mode(gds))
+        (getattr(self.d, "num_threads_reset", None) or self.d.thread_pool_nthreads_reset)(threads)
+        self.d.task_size_reset(task_size)
+
+    def has(self, name: str) -> bool:
+        if self.api != "set/get":
+            return False
+        try:
+            self.d.get(name)
+            return True
+        except Exception:  # noqa: BLE001 - an unknown name raises KeyError or similar
+            return False
+
+    def effective(self) -> dict:
+        out = {}
+        names = ("compat_mode", "num_threads", "task_size", "bounce_buffer_size", "gds_threshold",
+                 "auto_direct_io_read", "auto_direct_io_write")
+        for n in names:
+            try:
+                v = self.d.get(n) if self.api == "set/get" else getattr(self.d, {"num_threads": "get_num_threads"}.get(n, n))()
+            except Exception:  # noqa: BLE001 - not in this version
+                continue
+            out[n] = getattr(v, "name", v)
+        return out
+
+    def compat_preferred(self):
+        f = getattr(self.d, "is_compat_mode_preferred", None)
+        try:
+            return bool(f()) if f else None
+        except Exception:  # noqa: BLE001
+            return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Contenders: run() does one timed transfer and returns seconds; check() says what differs (None: ok).
+
+class Contender:
+    name = "?"
+    nbytes = 0
+    checks = "none"      # what check() and final_check() verify
+    ran = ""             # the path that really ran (accio: the engine's last mechanism)
+
+    def before(self) -> None:
+        """Untimed, before every sample (zero the output, drop the cache, remove the old file)."""
+
+    def run(self) -> float:
+        raise NotImplementedError
+
+    def check(self) -> str | None:
+        """Untimed, after every sample: None when the sample's bytes are right, else what differs."""
+        return None
+
+    def final_check(self) -> str | None:
+        """After the warm-up and after the last sample: the checks too slow for every sample."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def timed(fn, sync=None) -> float:
+    t0 = time.perf_counter()
+    fn()
+    if sync:
+        sync()
+    return time.perf_counter() - t0
+
+
+class GpuRead(Contender):
+    """A read of ref's data region into one GPU buffer, zeroed before every sample."""
+    checks = "every sample: word sum and page stamps on the GPU"
+
+    def __init__(self, name, gpu: Gpu, buf, ref: DataFile, reader, ran_of=None, setup=None):
+        self.name, self.gpu, self.buf, self.ref, self.reader, self.ran_of = name, gpu, buf, ref, reader, ran_of
+        self.setup = setup
+        self.nbytes = ref.size
+
+    def before(self):
+        self.gpu.zero(self.buf)
+        if self.setup:
+            self.setup()
+
+    def run(self):
+        t = timed(self.reader, self.gpu.sync)
+        if self.ran_of:
+            self.ran = self.ran_of()
+        return t
+
+    def check(self):
+        return self.gpu.check(self.buf, 0, self.ref.file_sum)
+
+
+def accio_reader(path: str, buf, **settings):
+    f = accio.open(path, **settings)
+    size = f.size
+
+    def read():
+        got = f.read_into(buf)
+        if got != size:
+            raise RuntimeError(f"accio read {got} of {size} bytes")
+    return f, read, lambda: f.stats()["last_mechanism"] or settings.get("mechanism", "")
+
+
+def accio_last() -> str:
+    """The mechanism of the process's last accio request (for calls that open their own file)."""
+    return accio.global_stats()["last_mechanism"]
+
+
+def kvikio_reader(kv: Kvikio, path: str, buf, size: int):
+    f = kv.k.CuFile(path, "r")
+
+    def read():
+        got = f.read(buf)
+        if got != size:
+            raise RuntimeError(f"KvikIO read {got} of {size} bytes")
+    return f, read
+
+
+class HostRead(Contender):
+    """accio parallel into host memory: the host read ceiling. Page stamps poisoned and checked per
+    sample, the full word sum after the last."""
+    checks = "every sample: page stamps; last sample: word sum"
+
+    def __init__(self, ref: DataFile, host: np.ndarray, threads: int, task_size: int):
+        self.name, self.ref, self.host = "host (accio parallel)", ref, host
+        self.nbytes = ref.size
+        self.f, self.read, self.ran_of = accio_reader(ref.path, host, mechanism="parallel", threads=threads,
+                                                      task_size=task_size)
+
+    def before(self):
+        self.host.view(np.uint64)[::PAGE // 8] = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+    def run(self):
+        t = timed(self.read)
+        self.ran = self.ran_of()
+        return t
+
+    def check(self):
+        return check_stamps_host(self.host, 0)
+
+    def final_check(self):
+        return check_host(self.host, 0, self.ref.file_sum)
+
+    def close(self):
+        self.f.close()
+
+
+class PinnedCopy(Contender):
+    """The pinned host-to-device copy ceiling (accio_cuda_copy_seconds): no file, nothing to check."""
+    checks = "none (no data: a copy ceiling)"
+
+    def __init__(self, device: int, nbytes: int, chunk: int, threads: int, to_device: bool = True):
+        self.name = "pinned h2d" if to_device else "pinned d2h"
+        self.device, self.nbytes, self.chunk, self.threads, self.to_device = device, nbytes, chunk, threads, to_device
+        self.ran = "pinned-copy"
+
+    def run(self):
+        return accio._ext.cuda_copy_seconds(self.device, self.to_device, self.nbytes, self.chunk, self.threads)
+
+
+class NewTensor(Contender):
+    """A read that makes its own GPU tensor(s) (what a user's code gets), checked and dropped per sample."""
+    checks = "every sample: word sum and page stamps on the GPU"
+
+    def __init__(self, name, gpu: Gpu, nbytes: int, make, verify, ran_of=None):
+        self.name, self.gpu, self.nbytes, self.make, self.verify, self.ran_of = name, gpu, nbytes, make, verify, ran_of
+        self.result = None
+
+    def before(self):
+        self.result = None
+
+    def run(self):
+        holder = {}
+        t = timed(lambda: holder.setdefault("r", self.make()), self.gpu.sync)
+        self.result = holder["r"]
+        if self.ran_of:
+            self.ran = self.ran_of()
+        return t
+
+    def check(self):
+        try:
+            return self.verify(self.result)
+        finally:
+            self.result = None
+
+
+class FileWrite(Contender):
+    """GPU (or host) memory to a new file; the timed part opens, writes, (fsyncs) and closes. The file
+    of the last sample is checked in full."""
+    checks = "warm-up and last sample: the written file's word sum and page stamps"
+
+    def __init__(self, name, path: str, nbytes: int, want_sum: int, write, sync: bool, setup=None):
+        self.name, self.path, self.nbytes, self.want_sum, self.write, self.sync = name, path, nbytes, want_sum, write, sync
+        self.setup = setup
+
+    def before(self):
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        os.sync()  # every sample starts with no dirty data of earlier ones
+        if self.setup:
+            self.setup()
+
+    def run(self):
+        t0 = time.perf_counter()
+        self.ran = self.write(self.path, self.sync) or self.ran
+        return time.perf_counter() - t0
+
+    def final_check(self):
+        return check_file(self.path, 0, self.nbytes, self.want_sum)
+
+    def close(self):
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+# ---------------------------------------------------------------------------------------------
+# One group: contenders measured side by side, with comparisons.
+
+class Section:
+    """A section's JSON, saved after every round by the Recorder."""
+
+    def __init__(self, rec: "Recorder", name: str, params: dict, budget_s: float):
+        self.rec, self.name = rec, name
+        self.t0 = time.monotonic()
+        self.budget_s = budget_s
+        self.doc = {"status": "running", "params": params, "groups": [], "notes": []}
+        rec.doc["sections"][name] = self.doc
+        rec.save()
+
+    def note(self, text: str) -> None:
+        log(f"{self.name}: {text}")
+        self.doc["notes"].append(text)
+        self.rec.save()
+
+    def group(self, label: str, params: dict, contenders: list[Contender], skipped: dict[str, str],
+              comparisons: list[tuple], rounds: int, groups_left: int = 1) -> dict:
+        """Warm-up (untimed, checked), then `rounds` interleaved rounds; comparisons are
+        (a, b, goal) with b a contender name or ('min', x, y) for the per-round lower of two."""
+        g = {"label": label, "params": params, "rounds_asked": rounds, "contenders": {}, "comparisons": []}
+        for name, why in skipped.items():
+            g["contenders"][name] = {"skipped": why}
+        self.doc["groups"].append(g)
+        live: dict[str, Contender] = {}
+        for c in contenders:
+            entry = g["contenders"][c.name] = {"samples_mib_s": [], "checks": c.checks}
+            try:
+                c.before()
+                c.run()
+                bad = c.check() or c.final_check()
+            except Exception as e:  # noqa: BLE001 - a contender that fails is reported, the others go on
+                entry["failed"] = one_line(f"{type(e).__name__}: {e}")
+                log(f"{self.name} {label}: {c.name} failed in its warm-up: {entry['failed']}")
+                traceback.print_exc(file=sys.stderr)
+                continue
+            if bad:
+                entry["check"] = f"DIFFERS (warm-up): {bad}"
+                log(f"{self.name} {label}: {c.name}: bytes differ in the warm-up: {bad}")
+                continue
+            entry["ran"] = c.ran
+            live[c.name] = c
+        self.rec.save()
+
+        failed_checks: dict[str, str] = {}
+        round_started = [time.monotonic()]
+
+        def sample_of(c: Contender):
+            def one() -> float:
+                if c.name in failed_checks:
+                    return float("nan")
+                c.before()
+                try:
+                    sec = c.run()
+                    bad = c.check()
+                except Exception as e:  # noqa: BLE001
+                    failed_checks[c.name] = one_line(f"failed: {type(e).__name__}: {e}")
+                    return float("nan")
+                if bad:
+                    failed_checks[c.name] = f"DIFFERS: {bad}"
+                return c.nbytes / MiB / sec if sec > 0 else float("inf")
+            return one
+
+        def after_round(r: int, samples: dict[str, list[float]]) -> bool:
+            for n, v in samples.items():
+                g["contenders"][n]["samples_mib_s"] = list(v)
+            g["rounds"] = r + 1
+            took = time.monotonic() - round_started[0]
+            round_started[0] = time.monotonic()
+            self.rec.save()  # before saying so: what a line reports is on disk
+            log(f"{self.name} {label} round {r + 1}/{rounds} ({took:.1f} s): " +
+                ", ".join(f"{n} {v[-1]:.0f}" for n, v in samples.items()) + " MiB/s")
+            left = self.budget_s - (time.monotonic() - self.t0)
+            if r + 1 >= stats.MIN_SAMPLES and r + 1 < rounds and took * (rounds - r - 1) > left / groups_left:
+                self.note(f"{label}: stopped after {r + 1} of {rounds} rounds to stay within the "
+                          f"section's {self.budget_s:.0f} s budget")
+                return True
+            return False
+
+        stats.interleave({n: sample_of(c) for n, c in live.items()}, rounds, on_round=after_round)
+
+        for n, c in live.items():
+            e = g["contenders"][n]
+            if n in failed_checks:
+                e["check"] = failed_checks[n]
+            else:
+                try:
+                    bad = c.final_check()
+                except Exception as ex:  # noqa: BLE001
+                    bad = f"check failed: {type(ex).__name__}: {ex}"
+                e["check"] = f"DIFFERS: {bad}" if bad else "ok"
+            e["ran"] = c.ran
+            e.update(stats.summary([x for x in e["samples_mib_s"] if x == x]))
+            c.close()
+        ok = {n for n, e in g["contenders"].items() if e.get("check") == "ok" and e.get("n", 0) > 0}
+        for a, b, target in comparisons:
+            g["comparisons"].append(compare(g, ok, a, b, target))
+        self.rec.save()
+        return g
+
+    def finish(self, status: str = "done") -> None:
+        self.doc["status"] = status
+        self.doc["duration_s"] = round(time.monotonic() - self.t0, 1)
+        checks = [e.get("check") for g in self.doc["groups"] for e in g["contenders"].values() if "check" in e]
+        self.doc["checks_ok"] = all(c == "ok" for c in checks)
+        self.rec.save()
+
+
+def compare(g: dict, ok: set[str], a: str, b, target: float | None) -> dict:
+    label_b = b if isinstance(b, str) else f"min({b[1]}, {b[2]})"
+    out = {"a": a, "b": label_b, "goal": target}
+    names = [a] + ([b] if isinstance(b, str) else [b[1], b[2]])
+    missing = [n for n in names if n not in ok]
+    if missing:
+        why = []
+        for n in missing:
+            e = g["contenders"].get(n, {})
+            why.append(f"{n}: " + (e.get("skipped") or e.get("failed") or e.get("check") or "no samples"))
+        out["withheld"] = "; ".join(why)
+        # skipped: a peer is not here (said in the contender's row); otherwise something failed or differs
+        out["withheld_because"] = ("skipped" if all("skipped" in g["contenders"].get(n, {}) for n in missing)
+                                   else "failed")
+        return out
+    sa = g["contenders"][a]["samples_mib_s"]
+    if isinstance(b, str):
+        sb = g["contenders"][b]["samples_mib_s"]
+    else:
+        sb = [min(x, y) for x, y in zip(g["contenders"][b[1]]["samples_mib_s"], g["contenders"][b[2]]["samples_mib_s"])]
+    r = stats.ratio(sa, sb)
+    out.update(r.as_dict())
+    out["verdict"] = stats.verdict(r)
+    if target is not None:
+        out["goal_verdict"] = stats.goal(r, target)
+    if not stats.enough(sa) or not stats.enough(sb):
+        out["note"] = f"fewer than {stats.MIN_SAMPLES} samples: not a result"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+class Recorder:
+    def __init__(self, path: str | None, doc: dict):
+        self.path, self.doc = path, doc
+
+    def save(self) -> None:
+        if not self.path:
+            return
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.doc, f, indent=1, default=str)
+            f.write("\n")
+        os.replace(tmp, self.path)
+
+
+def cuda_driver_version() -> str | None:
+    try:
+        lib = ctypes.CDLL(os.environ.get("ACCIO_LIBCUDA") or "libcuda.so.1")
+        v = ctypes.c_int()
+        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0:
+            return f"{v.value // 1000}.{v.value % 1000 // 10}"
+    except OSError:
+        pass
+    return None
+
+
+def nvidia_driver_version() -> str | None:
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            line = f.readline()
+        for tok in line.split():
+            if tok[:1].isdigit() and "." in tok:
+                return tok
+    except OSError:
+        pass
+    return None
+
+
+def machine(directory: str, peers: Peers, gpu: Gpu | None) -> dict:
+    from accio.info import gather
+    info = gather(directory)
+    g = info["gpus"]
+    return {"gpus": [{k: d[k] for k in ("name", "memory", "compute_capability", "pci_bus_id", "link", "numa_node")}
+                     for d in g["devices"]],
+            "nvidia_driver": nvidia_driver_version(), "cuda_driver_api": cuda_driver_version(),
+            "cufile": g.get("cufile"), "nvidia_fs_loaded": nvidia_fs_loaded(),
+            "cpu": info["cpu"], "memory_kib": info["memory"]["total_kib"], "kernel": info["kernel"],
+            "filesystem": info["path"], "huge_pages": info["huge_pages"], "root": os.geteuid() == 0,
+            "python": platform.python_version(), "numpy": np.__version__,
+            "gpu_arrays": gpu.kind if gpu else None, "peers": peers.info,
+            "accio_settings": {s["name"]: s["value"] for s in info["settings"]}}
+
+
+# ---------------------------------------------------------------------------------------------
+# The sections.
+
+
+def sec_hot_read(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
+    s = Section(rec, "hot-read", {"size": a.size, "threads": a.threads, "task_size": a.task_size,
+                                  "rounds": a.rounds_of("hot-read")}, a.budget_s)
+    ref = data_file(a.dir, a.size)
+    s.doc["params"]["cached_before"] = warm(ref.path)
+    buf = gpu.empty(ref.size)
+    host = np.empty(ref.size, np.uint8)
+    host[::PAGE] = 0  # fault the pages in before anything is timed
+    chunk = int(accio.settings()["buffer_size"])
+    s.doc["params"]["pinned_copy_chunk"] = chunk
+    ceiling = ("min", "host (accio parallel)", "pinned h2d")
+    for i, t in enumerate(a.threads):
+        cs, skipped, handles = [], {}, []
+        f, read, ran = accio_reader(ref.path, buf, mechanism="staged", threads=t, task_size=a.task_size)
+        handles.append(f)
+        cs.append(GpuRead("accio staged", gpu, buf, ref, read, ran))
+        for c, h in kvikio_reads(a, peers, gpu, buf, ref, t, skipped):
+            cs.append(c)
+            handles.append(h)
+        cs.append(HostRead(ref, host, t, a.task_size))
+        cs.append(PinnedCopy(a.device, ref.size, chunk, t))
+        comps = [("accio staged", "kvikio compat", None), ("accio staged", "kvikio gds", None),
+                 ("accio staged", ceiling, 0.95), ("kvikio compat", ceiling, None)]
+        try:
+            s.group(f"{t} threads", {"threads": t, "task_size": a.task_size, "size": ref.size}, cs, skipped, comps,
+                    a.rounds_of("hot-read"), len(a.threads) - i)
+        finally:
+            for h in handles:
+                h.close()
+    s.finish()
+
+
+def kvikio_reads(a, peers: Peers, gpu: Gpu, buf, ref: DataFile, threads: int, skipped: dict, setup=None):
+    """KvikIO in compatibility mode, and in GDS mode where nvidia-fs is loaded: (contender, handle)."""
+    kv = peers.get("kvikio")
+    out = []
+    for mode in ("compat", "gds"):
+        name = f"kvikio {mode}"
+        if not kv:
+            skipped[name] = peers.reason("kvikio")
+            continue
+        if mode == "gds" and not nvidia_fs_loaded():
+            skipped[name] = ("nvidia-fs is not loaded: KvikIO's GDS mode would only reach cuFile's own "
+                             "compatibility mode")
+            continue
+        try:
+            kv.configure(gds=mode == "gds", threads=threads, task_size=a.task_size)
+            kf, kread = kvikio_reader(kv, ref.path, buf, ref.size)
+        except Exception as e:  # noqa: BLE001 - reported as skipped with the reason
+            skipped[name] = one_line(f"{type(e).__name__}: {e}")
+            continue
+
+        def prep(gds=mode == "gds"):
+            kv.set_mode(gds)
+            if setup:
+                setup()
+        out.append((GpuRead(name, gpu, buf, ref, kread, lambda m=mode: f"kvikio {m}", prep), kf))
+    return out
+
+
+def sec_naive(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
+    s = Section(rec, "naive", {"size": a.size, "rounds": a.rounds_of("naive")}, a.budget_s)
+    ref = data_file(a.dir, a.size)
+    s.doc["params"]["cached_before"] = warm(ref.path)
+    buf = gpu.empty(ref.size)
+    f, read, ran = accio_reader(ref.path, buf, mechanism="naive")
+    cs: list[Contender] = [GpuRead("accio naive", gpu, buf, ref, read, ran)]
+    skipped = {}
+    torch = peers.get("torch")
+    user = "torch from_numpy(np.fromfile()).cuda()"
+    verify = lambda t: gpu.check(t, 0, ref.file_sum)  # noqa: E731
+    if torch:
+        dev = a.device
+        cs.append(NewTensor(user, gpu, ref.size,
+                            lambda: torch.from_numpy(np.fromfile(ref.path, np.uint8)).cuda(dev), verify))
+    else:
+        skipped[user] = peers.reason("torch")
+    fw = "torch" if torch else None
+    cs.append(NewTensor("accio.read(device)", gpu, ref.size,
+                        lambda: accio.read(ref.path, device=a.device, framework=fw), verify, accio_last))
+    comps = [("accio naive", user, 1.0), ("accio.read(device)", user, None),
+             ("accio.read(device)", "accio naive", None)]
+    try:
+        s.group("hot file", {"size": ref.size, "accio.read framework": fw or "default"}, cs, skipped, comps,
+                a.rounds_of("naive"))
+    finally:
+        f.close()
+    s.finish()
+
+
+def sec_write(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
+    t, size = a.write_threads, a.write_size
+    s = Section(rec, "write", {"size": size, "threads": t, "task_size": a.task_size,
+                               "rounds": a.rounds_of("write")}, a.budget_s)
+    ref = data_file(a.dir, size, seed=3)
+    warm(ref.path)
+    src = gpu.empty(size)
+    with accio.open(ref.path, mechanism="staged") as f:
+        f.read_into(src)
+    bad = gpu.check(src, 0, ref.file_sum)
+    if bad:
+        raise RuntimeError(f"the GPU source buffer differs from {ref.path}: {bad}")
+    host = np.empty(size, np.uint8)
+    with accio.open(ref.path, mechanism="parallel") as f:
+        f.read_into(host)
+    bad = check_host(host, 0, ref.file_sum)
+    if bad:
+        raise RuntimeError(f"the host source buffer differs from {ref.path}: {bad}")
+    kv = peers.get("kvikio")
+    out = lambda tag: os.path.join(a.dir, f"accio-gpu-bench.{os.getpid()}.out.{tag}")  # noqa: E731
+
+    def accio_write(buf, mech):
+        def w(path, sync):
+            with accio.open(path, "w", mechanism=mech, threads=t, task_size=a.task_size) as f:
+                n = f.write_from(buf)
+                if n != size:
+                    raise RuntimeError(f"accio wrote {n} of {size} bytes")
+                if sync:
+                    f.fsync()
+                return f.stats()["last_mechanism"] or mech
+        return w
+
+    def kvikio_write(path, sync):
+        f = kv.k.CuFile(path, "w")
+        try:
+            n = f.write(src)
+        finally:
+            f.close()
+        if n != size:
+            raise RuntimeError(f"KvikIO wrote {n} of {size} bytes")
+        if sync:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return "kvikio compat"
+
+    if kv:
+        s.doc["params"]["kvikio_defaults"] = kv.effective()
+    for test, sync in (("write", False), ("write+sync", True)):
+        cs: list[Contender] = [FileWrite("accio staged", out("staged"), size, ref.file_sum, accio_write(src, "staged"), sync)]
+        skipped = {}
+        for name, extra in (("kvikio", {}), ("kvikio buffered", {"auto_direct_io_write": False})):
+            if not kv:
+                skipped[name] = peers.reason("kvikio")
+            elif extra and not all(kv.has(k) for k in extra):
+                skipped[name] = f"KvikIO {kv.version} has no auto_direct_io_write setting (its writes are buffered)"
+            else:
+                cs.append(FileWrite(name, out(name.replace(" ", "-")), size, ref.file_sum, kvikio_write, sync,
+                                    lambda extra=extra: kv.configure(gds=False, threads=t, task_size=a.task_size,
+                                                                     **extra)))
+        cs.append(FileWrite("host (accio parallel)", out("host"), size, ref.file_sum, accio_write(host, "parallel"), sync))
+        comps = [("accio staged", "kvikio", 1.2), ("accio staged", "host (accio parallel)", 0.9),
+                 ("accio staged", "kvikio buffered", None), ("kvikio", "host (accio parallel)", None)]
+        s.group(test, {"test": test, "threads": t, "size": size, "file": "new, page cache" + (", fsync timed" if sync else "")},
+                cs, skipped, comps, a.rounds_of("write"), 2 - (test == "write+sync"))
+    s.finish()
+
+
+def sec_safetensors(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
+    s = Section(rec, "safetensors", {"size": a.st_size, "tensors": a.st_tensors, "dtype": "BF16",
+                                     "rounds": a.rounds_of("safetensors")}, a.budget_s)
+    ref, spans = safetensors_file(a.dir, a.st_size, a.st_tensors)
+    s.doc["params"]["file_size"] = ref.size
+    s.doc["params"]["cached_before"] = warm(ref.path)
+    torch = peers.get("torch")
+    dev = f"cuda:{a.device}"
+    names = {n for n, _, _ in spans}
+
+    def verify_tensors(d) -> str | None:
+        if set(d) != names:
+            return f"{len(set(d) ^ names)} tensor names differ"
+        total = 0
+        for name, start, end in spans:
+            v = gpu.view(d[name])
+            if v.numel() != end - start:
+                return f"{name}: {v.numel()} bytes, expected {end - start}"
+            bad, pages, w = gpu.measure(v, start)
+            if bad:
+                return f"{name}: {bad} of {pages} pages misplaced or missing"
+            total += w
+        return None if total == ref.data_sum else f"word sum {total} != {ref.data_sum}"
+
+    def verify_file(arr) -> str | None:
+        v = gpu.view(arr)
+        bad, pages, w = gpu.measure(v[ref.data_start:], ref.data_start)
+        if bad:
+            return f"{bad} of {pages} pages misplaced or missing"
+        w += gpu.measure(v[:ref.data_start], 0)[2]
+        return None if w == ref.file_sum else f"word sum {w} != {ref.file_sum}"
+
+    cs: list[Contender] = []
+    skipped = {}
+    st = peers.get("safetensors")
+    if st:
+        cs.append(NewTensor("safetensors load_file", gpu, ref.size, lambda: st.load_file(ref.path, device=dev),
+                            verify_tensors))
+    else:
+        skipped["safetensors load_file"] = peers.reason("safetensors")
+    fst = peers.get("fastsafetensors")
+    nogds = not nvidia_fs_loaded()
+    fst_name = f"fastsafetensors ({'nogds' if nogds else 'gds'})"
+    if fst:
+        def fst_load():
+            with fst.fastsafe_open(filenames=[ref.path], framework="pt", device=dev, nogds=nogds) as fo:
+                return {k: fo.get_tensor(k) for k in fo.keys()}
+        cs.append(NewTensor(fst_name, gpu, ref.size, fst_load, verify_tensors))
+    else:
+        skipped[fst_name] = peers.reason("fastsafetensors")
+    fw = "torch" if torch else None
+    cs.append(NewTensor("accio.read(device) whole file", gpu, ref.size,
+                        lambda: accio.read(ref.path, device=a.device, framework=fw), verify_file, accio_last))
+    comps = [("accio.read(device) whole file", "safetensors load_file", None),
+             ("accio.read(device) whole file", fst_name, None), (fst_name, "safetensors load_file", None)]
+    s.group("hot file", {"file_size": ref.size}, cs, skipped, comps, a.rounds_of("safetensors"))
+    s.finish()
+
+
+def sec_cold_read(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
+    method = a.cold_method
+    if method == "auto":
+        method = "drop_caches" if os.geteuid() == 0 else "fadvise"
+    t = a.cold_threads
+    s = Section(rec, "cold-read", {"size": a.size, "threads": t, "task_size": a.task_size, "drop": method,
+                                   "rounds": a.rounds_of("cold-read")}, a.budget_s)
+    ref = data_file(a.dir, a.size)
+    drop_cache(ref.path, method)
+    left = cached_fraction(ref.path)
+    if left > 0.01:
+        s.doc["reason"] = (f"the page cache cannot be dropped here: {left:.0%} of the file stays cached after "
+                           f"{method} (a tmpfs, or no permission)")
+        s.finish("skipped")
+        return
+    residency: list[float] = []
+
+    def drop():
+        drop_cache(ref.path, method)
+        residency.append(cached_fraction(ref.path))
+
+    buf = gpu.empty(ref.size)
+    cs: list[Contender] = []
+    skipped: dict[str, str] = {}
+    handles = []
+    for name, extra in (("accio staged", {}), ("accio staged+direct", {"direct": True})):
+        f, read, ran = accio_reader(ref.path, buf, mechanism="staged", threads=t, task_size=a.task_size, **extra)
+        handles.append(f)
+        cs.append(GpuRead(name, gpu, buf, ref, read, ran, drop))
+    for c, h in kvikio_reads(a, peers, gpu, buf, ref, t, skipped, drop):
+        cs.append(c)
+        handles.append(h)
+    comps = [("accio staged+direct", "kvikio compat", None), ("accio staged", "kvikio compat", None),
+             ("accio staged+direct", "accio staged", None), ("accio staged+direct", "kvikio gds", None)]
+    try:
+        g = s.group(f"{t} threads", {"threads": t, "size": ref.size}, cs, skipped, comps, a.rounds_of("cold-read"))
+    finally:
+        for h in handles:
+            h.close()
+    g["params"]["residency_max"] = max(residency, default=None)
+    if residency and max(residency) > 0.01:
+        s.note(f"some samples were not cold: up to {max(residency):.1%} of the file was cached after the drop")
+    s.finish()
+
+
+SECTION_RUN = {"hot-read": sec_hot_read, "naive": sec_naive, "write": sec_write, "safetensors": sec_safetensors,
+               "cold-read": sec_cold_read}
+
+
+def wanted_peers(text: str) -> set[str]:
+    return set() if text == "none" else {x.strip() for x in text.split(",") if x.strip()}
+
+
+def page_size(text: str) -> int:
+    n = parse_size(text)
+    if n <= 0 or n % PAGE:
+        raise argparse.ArgumentTypeError(f"{text}: must be a positive multiple of 4 KiB")
+    return n
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sections", nargs="?", default="all", help=f"comma-separated: {', '.join(SECTIONS)}, or all (all)")
+    ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the test files go (kept for the next run)")
+    ap.add_argument("--json", help="write results here (rewritten after every round)")
+    ap.add_argument("--size", type=page_size, default=4 << 30, help="file size for hot-read, naive, cold-read (4g)")
+    ap.add_argument("--threads", default="4,8,16,32", help="hot-read thread counts (4,8,16,32)")
+    ap.add_argument("--task-size", type=parse_size, default=4 << 20, help="task size for accio and KvikIO (4m)")
+    ap.add_argument("--write-size", type=page_size, default=2 << 30, help="bytes per write sample (2g)")
+    ap.add_argument("--write-threads", type=int, default=8)
+    ap.add_argument("--cold-threads", type=int, default=8)
+    ap.add_argument("--cold-method", choices=("auto", "drop_caches", "fadvise"), default="auto",
+                    help="auto: drop_caches as root, else posix_fadvise(DONTNEED)")
+    ap.add_argument("--st-size", type=page_size, default=4 << 30, help="safetensors data bytes (4g)")
+    ap.add_argument("--st-tensors", type=int, default=64)
+    ap.add_argument("--rounds", type=int, help="interleaved rounds per group (default: hot-read 11, others 7)")
+    ap.add_argument("--budget-s", type=float, default=420, help="a section stops adding rounds past the minimum "
+                    "of 7 when more would not fit in this many seconds (420)")
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--peers", default=",".join(PEERS), help=f"peers to try: {','.join(PEERS)} or none")
+    ap.add_argument("--machine-json", metavar="FILE", help="only write the machine's description (GPU, driver, "
+                    "CUDA, CPUs, kernel, filesystem of --dir, cuFile mode, peers) to FILE")
+    a = ap.parse_args(argv)
+    names = list(SECTIONS) if a.sections == "all" else [x.strip() for x in a.sections.split(",") if x.strip()]
+    bad = [n for n in names if n not in SECTIONS]
+    if bad or not names:
+        ap.error(f"unknown section(s) {', '.join(bad) or a.sections!r}; choose from {', '.join(SECTIONS)} or all")
+    if a.machine_json:
+        os.makedirs(a.dir, exist_ok=True)
+        peers = Peers(wanted_peers(a.peers), a.device)
+        ok, _why = accio.cuda_available()
+        gpu = Gpu(a.device, peers.get("torch")) if ok else None
+        Recorder(a.machine_json, machine(a.dir, peers, gpu)).save()
+        return 0
+    a.threads = sorted({int(x) for x in a.threads.split(",")})
+    a.rounds_of = lambda name: a.rounds or DEFAULT_ROUNDS[name]
+    wanted = wanted_peers(a.peers)
+    os.makedirs(a.dir, exist_ok=True)
+
+    doc = {"schema": SCHEMA, "command": " ".join(["python3", *sys.argv]) if argv is None else " ".join(argv),
+           "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+           "accio": {"version": accio.__version__, "git_commit": accio._ext.git_commit()},
+           "sections": {}}
+    rec = Recorder(a.json, doc)
+    ok, why = accio.cuda_available()
+    if not ok:
+        for n in names:
+            doc["sections"][n] = {"status": "skipped", "reason": f"no GPU: {why}"}
+        rec.save()
+        log(f"no GPU: {why}")
+        return 3
+    peers = Peers(wanted, a.device)
+    gpu = Gpu(a.device, peers.get("torch"))
+    doc["machine"] = machine(a.dir, peers, gpu)
+    rec.save()
+    log(f"GPU arrays: {gpu.kind}; peers: " + ", ".join(
+        f"{n} {p.get('version', '')}".strip() if p["available"] else f"{n} skipped ({p['reason']})"
+        for n, p in peers.info.items()))
+    status = 0
+    for n in names:
+        log(f"section {n}")
+        try:
+            SECTION_RUN[n](a, rec, peers, gpu)
+        except Exception as e:  # noqa: BLE001 - the section fails, the next one runs
+            traceback.print_exc(file=sys.stderr)
+            sec = doc["sections"].setdefault(n, {})
+            sec.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+            rec.save()
+            status = 1
+            continue
+        sec = doc["sections"][n]
+        if sec.get("status") == "done" and not sec.get("checks_ok", True):
+            status = 1
+    doc["finished"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    rec.save()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

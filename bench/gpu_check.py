@@ -1,0 +1,792 @@
+#!/usr/bin/env python3
+"""`make gpu-check`: build accio on a GPU machine, check it there and measure it, in short resumable stages.
+
+Made for a machine lent for a few minutes per command and no network (issue 17). Stages, in priority
+order, each a subprocess with its own time limit (default 480 s), each writing its result as it ends:
+
+  build              packages missing from the system come from .gpu-deps/ (Debian .debs unpacked into a
+                     prefix, wheels installed with --no-index into a private directory); accio is built with
+                     the machine's default compiler by `pip install --no-build-isolation` with the C++ tests
+                     on; `accio info` and the machine's description are recorded
+  correctness        ctest -L '^gpu$' (the real-GPU C++ tests), ctest -L exports, pytest -m gpu
+  bench-hot          bench/gpu_bench.py hot-read   (accio staged vs KvikIO, ceilings)
+  bench-naive        bench/gpu_bench.py naive      (accio naive vs the PyTorch user's read)
+  bench-write        bench/gpu_bench.py write      (GPU -> new file vs KvikIO and the host's own write)
+  bench-safetensors  bench/gpu_bench.py safetensors
+  bench-cold         bench/gpu_bench.py cold-read
+  bench-cli          `accio bench --target cuda:0 --preset quick`, timed (goal: under 2 minutes)
+
+Resuming: state lives in build/gpu-check/ (stages/<name>.json, logs/, bench/). A run skips the stages
+that already finished for the same sources (a hash of src/, include/, python/, bench/, tests/, CMake
+files) and stops before a stage that would not fit in --deadline-s (default 540 s, under a 10-minute
+command limit): run the same command again to continue. --stage NAME[,NAME] runs those stages (again).
+After every stage the report is rewritten: results/gpu/<date>-<gpu>.json and .md; --copy-to DIR also
+copies the report, the stage results and the logs there (give the device tool's $OUT).
+
+    make gpu-check [STAGE=bench-hot] [COPY_TO=$OUT] [COMMIT=<sha>]      # here: python3 bench/gpu_check.py
+    make gpu-deps                                                          # on a machine with network
+
+`prepare-deps` (make gpu-deps) downloads the packages into .gpu-deps/ for the GPU machine (Ubuntu 24.04,
+Python 3.12, CUDA 13): see DEBS and WHEELS below; .gpu-deps/MANIFEST.json lists what is there.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = "accio.gpu-check/1"
+
+# What the GPU machine lacks (gpu-machine.md), as files: Debian 12 .debs (unpacked into a prefix, not
+# installed: their static libraries and headers are all the build uses) and wheels for CPython 3.12 on
+# manylinux x86_64 (installed only where the system does not have the distribution already).
+DEBS = ("liburing-dev", "liburing2", "libffi-dev", "libgtest-dev")
+WHEELS = ("kvikio-cu13==26.10.0", "libkvikio-cu13==26.10.0", "rapids-logger==0.3.0", "cuda-pathfinder==1.9.0",
+          "fastsafetensors==0.5.0", "safetensors==0.8.0",
+          # accio's own needs, in case the machine's Python lacks them: build backend, tests, progress bars
+          "scikit-build-core==1.1.2", "pathspec==1.1.1", "packaging==26.3", "nanobind==3.1.0",
+          "pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "pygments==2.21.0", "tqdm==4.70.1")
+WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
+                   "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")
+CARRY_LIMIT = 64 << 20  # what the device tool carries with a command
+
+
+@dataclass
+class Stage:
+    name: str
+    estimate_s: int  # used until this machine has timed the stage once
+    what: str
+
+
+STAGES = (
+    Stage("build", 180, "build accio and its C++ tests with the machine's compiler"),
+    Stage("correctness", 300, "ctest -L '^gpu$', ctest -L exports, pytest -m gpu"),
+    Stage("bench-hot", 150, "hot reads into GPU memory: accio staged vs KvikIO, host and pinned-copy ceilings"),
+    Stage("bench-naive", 90, "accio naive vs torch.from_numpy(np.fromfile()).cuda()"),
+    Stage("bench-write", 240, "GPU -> new file: accio staged vs KvikIO vs the host's own write, then with fsync"),
+    Stage("bench-safetensors", 150, "safetensors.torch.load_file vs fastsafetensors vs accio"),
+    Stage("bench-cold", 150, "cold reads: staged, staged+direct, KvikIO"),
+    Stage("bench-cli", 150, "accio bench --target cuda:0 --preset quick, timed"),
+)
+BENCH_SECTION = {"bench-hot": "hot-read", "bench-naive": "naive", "bench-write": "write",
+                 "bench-safetensors": "safetensors", "bench-cold": "cold-read"}
+NAMES = [s.name for s in STAGES]
+
+
+def now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def say(msg: str) -> None:
+    print(f"gpu-check: {msg}", flush=True)
+
+
+def read_json(path: Path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, doc) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def source_id(root: Path = ROOT) -> str:
+    """A hash of everything that goes into the build and the checks: results of one build are reused
+    only with the same sources."""
+    h = hashlib.sha256()
+    parts = ["CMakeLists.txt", "pyproject.toml", "Makefile", "cmake", "src", "include", "python", "bench", "tests"]
+    for part in parts:
+        p = root / part
+        files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else []
+        for f in files:
+            if "__pycache__" in f.parts or f.suffix == ".pyc":
+                continue
+            h.update(str(f.relative_to(root)).encode() + b"\0")
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class Run:
+    """One invocation: options, paths, and the environment the stages run in."""
+
+    def __init__(self, a):
+        self.a = a
+        self.state = Path(a.state).resolve()
+        self.results = Path(a.results).resolve()
+        self.deps = Path(a.deps).resolve()
+        self.site_accio = self.state / "site-accio"
+        self.site_deps = self.state / "site-deps"
+        self.prefix = self.state / "prefix"
+        self.build_dir = self.state / "build"
+        self.data = Path(a.data).resolve() if a.data else self.state / "data"
+        self.t0 = time.monotonic()
+        self.sid = a.source_id or source_id()
+        self.python = a.python or sys.executable
+
+    # -- environment --
+    def env(self) -> dict:
+        e = dict(os.environ)
+        e.setdefault("ACCIO_QUIET", "1")
+        e["ACCIO_PROFILE"] = "off"  # measurements of fixed mechanisms and defaults, not of a tuned profile
+        if not self.a.installed:
+            paths = [str(self.site_accio), str(self.site_deps)]
+            e["PYTHONPATH"] = os.pathsep.join(paths + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+        if (self.prefix / "usr").is_dir():
+            pre = str(self.prefix / "usr")
+            e["CMAKE_PREFIX_PATH"] = os.pathsep.join([pre] + ([e["CMAKE_PREFIX_PATH"]] if e.get("CMAKE_PREFIX_PATH") else []))
+        return e
+
+    def stage_file(self, name: str) -> Path:
+        return self.state / "stages" / f"{name}.json"
+
+    def log_file(self, name: str) -> Path:
+        return self.state / "logs" / f"{name}.log"
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a command: output to the stage's log and to stdout; a time limit that ends the command's own
+# process group (and nothing else).
+
+class StageTimeout(Exception):
+    pass
+
+
+def run_cmd(cmd: list[str], log, env: dict, deadline: float, cwd: Path = ROOT) -> int:
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True, text=True, errors="replace")
+    import threading
+
+    def pump():
+        for line in p.stdout:
+            log.write(line)
+            log.flush()
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+    th = threading.Thread(target=pump, daemon=True)
+    th.start()
+    try:
+        p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                p.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        th.join(5)
+        log.write(f"\n[gpu-check] stopped: past the stage's time limit\n")
+        raise StageTimeout(" ".join(cmd[:4]))
+    th.join(5)
+    log.write(f"[exit {p.returncode}]\n")
+    return p.returncode
+
+
+# ---------------------------------------------------------------------------------------------
+# Dependencies: what the system lacks comes from .gpu-deps/.
+
+def system_has(dep: str) -> bool:
+    inc = [Path("/usr/include"), Path("/usr/local/include")]
+    arch = [Path("/usr/include/x86_64-linux-gnu"), Path("/usr/include/aarch64-linux-gnu")]
+    if dep == "liburing":
+        return any((d / "liburing.h").is_file() for d in inc)
+    if dep == "libffi":
+        return any((d / "ffi.h").is_file() for d in inc + arch)
+    if dep == "gtest":
+        has_h = any((d / "gtest" / "gtest.h").is_file() for d in inc)
+        cfg = [Path(p) for p in ("/usr/lib/x86_64-linux-gnu/cmake/GTest", "/usr/lib/cmake/GTest",
+                                 "/usr/local/lib/cmake/GTest", "/usr/lib64/cmake/GTest", "/usr/share/cmake/GTest")]
+        return has_h and any(c.is_dir() for c in cfg)
+    raise ValueError(dep)
+
+
+def unpack_deb(deb: Path, dest: Path, dpkg: bool | None = None) -> None:
+    """dpkg -x, or (where there is no dpkg) the ar archive's data.tar.* through tarfile."""
+    if dpkg is None:
+        dpkg = shutil.which("dpkg") is not None
+    if dpkg:
+        subprocess.run(["dpkg", "-x", str(deb), str(dest)], check=True)
+        return
+    import io
+    import tarfile
+    blob = deb.read_bytes()
+    if not blob.startswith(b"!<arch>\n"):
+        raise ValueError(f"{deb}: not a .deb (ar) archive")
+    pos = 8
+    while pos + 60 <= len(blob):
+        name = blob[pos:pos + 16].decode().strip().rstrip("/")
+        size = int(blob[pos + 48:pos + 58].decode().strip())
+        body = blob[pos + 60:pos + 60 + size]
+        pos += 60 + size + (size & 1)
+        if name.startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(body)) as t:
+                if hasattr(tarfile, "data_filter"):
+                    t.extractall(dest, filter="data")
+                else:
+                    t.extractall(dest)
+            return
+    raise ValueError(f"{deb}: no data.tar member")
+
+
+def dist_name(wheel: Path) -> tuple[str, str]:
+    """(normalized distribution name, version) from a wheel's file name."""
+    name, version = wheel.name.split("-")[:2]
+    return re.sub(r"[-_.]+", "-", name).lower(), version
+
+
+def installed_version(python: str, dist: str, env: dict) -> str | None:
+    code = ("import importlib.metadata as m, sys\n"
+            "try: print(m.version(sys.argv[1]))\n"
+            "except m.PackageNotFoundError: pass\n")
+    r = subprocess.run([python, "-c", code, dist], env=env, capture_output=True, text=True)
+    return r.stdout.strip() or None
+
+
+def prepare_build_env(run: Run, log) -> dict:
+    """Unpacks the .debs when the system lacks a library, installs the wheels the system lacks;
+    returns what was used."""
+    used = {"system": [], "prefix": [], "wheels_installed": [], "wheels_from_system": {}}
+    missing = [d for d in ("liburing", "libffi", "gtest") if not system_has(d)]
+    if run.a.force_prefix:
+        missing = missing or ["(forced)"]
+    used["system"] = [d for d in ("liburing", "libffi", "gtest") if d not in missing]
+    debs = sorted((run.deps / "deb").glob("*.deb"))
+    if missing:
+        if not debs:
+            raise RuntimeError(f"the system lacks {', '.join(missing)} and {run.deps / 'deb'} has no .debs: "
+                               f"run `make gpu-deps` on a machine with network and carry .gpu-deps/ here")
+        shutil.rmtree(run.prefix, ignore_errors=True)
+        run.prefix.mkdir(parents=True)
+        for deb in debs:
+            unpack_deb(deb, run.prefix)
+        used["prefix"] = [d.name for d in debs]
+        log.write(f"system lacks {', '.join(missing)}: unpacked {', '.join(d.name for d in debs)} into {run.prefix}\n")
+    else:
+        shutil.rmtree(run.prefix, ignore_errors=True)
+    wheels = sorted((run.deps / "whl").glob("*.whl"))
+    base_env = dict(os.environ)
+    base_env.pop("PYTHONPATH", None)
+    todo = []
+    for w in wheels:
+        dist, ver = dist_name(w)
+        have = installed_version(run.python, dist, base_env)
+        if have:
+            used["wheels_from_system"][dist] = have
+        else:
+            todo.append(w)
+    shutil.rmtree(run.site_deps, ignore_errors=True)
+    run.site_deps.mkdir(parents=True)
+    pip = [run.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(run.site_deps)]
+    if todo and run_cmd(pip + [str(w) for w in todo], log, base_env, time.monotonic() + 300):
+        # One at a time, so that one wheel this Python cannot take (another CPython's) costs only itself:
+        # its peer is then reported as skipped by the benchmark, and a missing build need fails the build.
+        used["wheels_failed"] = [w.name for w in todo
+                                 if run_cmd(pip + ["--upgrade", str(w)], log, base_env, time.monotonic() + 120)]
+    used["wheels_installed"] = [w.name for w in todo if w.name not in used.get("wheels_failed", [])]
+    return used
+
+
+def cmake_cache(build: Path) -> dict:
+    out = {}
+    try:
+        for line in (build / "CMakeCache.txt").read_text().splitlines():
+            m = re.match(r"^(URING_LIBRARY|FFI_LIBRARY|GTest_DIR|CMAKE_CXX_COMPILER|CMAKE_CXX_COMPILER_VERSION)"
+                         r"(:[A-Z]+)?=(.*)$", line)
+            if m:
+                out[m.group(1)] = m.group(3)
+    except OSError:
+        pass
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The stages. Each returns (status, summary); status ok, failed, or skipped.
+
+def stage_build(run: Run, log, deadline: float):
+    if run.a.installed:
+        return "skipped", {"reason": "--installed: the accio importable by this Python is used"}
+    used = prepare_build_env(run, log)
+    env = run.env()
+    shutil.rmtree(run.site_accio, ignore_errors=True)
+    cmd = [run.python, "-m", "pip", "install", "--no-index", "--no-deps", "--no-build-isolation", "--target",
+           str(run.site_accio), ".", f"--config-settings=build-dir={run.build_dir}",
+           "--config-settings=cmake.define.ACCIO_BUILD_TESTS=ON"]
+    if run_cmd(cmd, log, env, deadline):
+        return "failed", {"deps": used, "error": "pip install (build) failed: see the log"}
+    summary = {"deps": used, "cmake": cmake_cache(run.build_dir)}
+    info = subprocess.run([run.python, "-m", "accio.cli", "info", str(run.data.parent)], env=env, capture_output=True,
+                          text=True, cwd="/")
+    (run.state / "accio-info.txt").write_text(info.stdout + info.stderr)
+    summary["accio_info_exit"] = info.returncode
+    log.write(info.stdout + info.stderr)
+    run.data.mkdir(parents=True, exist_ok=True)
+    rc = run_cmd([run.python, str(ROOT / "bench" / "gpu_bench.py"), "--dir", str(run.data), "--machine-json",
+                  str(run.state / "machine.json")], log, env, deadline)
+    summary["machine"] = "machine.json" if rc == 0 else f"gpu_bench --machine-json exited {rc}"
+    return ("ok" if info.returncode == 0 else "failed"), summary
+
+
+def ctest_summary(text: str) -> dict:
+    m = re.search(r"(\d+)% tests passed, (\d+) tests? failed out of (\d+)", text)
+    if not m:
+        return {"ran": 0 if "No tests were found" in text else None}
+    failed = re.findall(r"^\s*\d+ - (\S+) \(", text.split("The following tests FAILED:")[-1], re.M) if int(m.group(2)) else []
+    return {"ran": int(m.group(3)), "failed": int(m.group(2)), "failed_names": failed}
+
+
+def junit_summary(path: Path) -> dict:
+    import xml.etree.ElementTree as ET
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    suites = [root] if root.tag == "testsuite" else list(root)
+    out = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    out["failed_names"] = [f"{c.get('classname')}::{c.get('name')}" for s in suites for c in s.iter("testcase")
+                           if c.find("failure") is not None or c.find("error") is not None]
+    return out
+
+
+def stage_correctness(run: Run, log, deadline: float):
+    env = run.env()
+    summary, ok = {}, True
+    if not run.a.installed:
+        for label in ("^gpu$", "exports"):
+            start = log.tell()
+            rc = run_cmd(["ctest", "--test-dir", str(run.build_dir), "-L", label, "--output-on-failure"], log, env,
+                         deadline)
+            log.flush()
+            with open(log.name) as f:
+                f.seek(start)
+                s = ctest_summary(f.read())
+            s["exit"] = rc
+            summary[f"ctest -L {label}"] = s
+            ok &= rc == 0 and bool(s.get("ran"))
+    xml = run.state / "pytest-gpu.xml"
+    rc = run_cmd([run.python, "-m", "pytest", "-m", "gpu", "tests/python", "-q", "-p", "no:cacheprovider",
+                  f"--junitxml={xml}"], log, env, deadline)
+    s = junit_summary(xml)
+    s["exit"] = rc
+    summary["pytest -m gpu"] = s
+    ok &= rc == 0
+    return ("ok" if ok else "failed"), summary
+
+
+def stage_bench(run: Run, log, deadline: float, section: str):
+    out = run.state / "bench" / f"{section}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    budget = max(60, int(deadline - time.monotonic()) - 45)
+    cmd = [run.python, "bench/gpu_bench.py", section, "--dir", str(run.data), "--json", str(out),
+           "--budget-s", str(budget), *run.a.bench_args.split()]
+    rc = run_cmd(cmd, log, run.env(), deadline)
+    doc = read_json(out) or {}
+    sec = doc.get("sections", {}).get(section, {})
+    summary = {"json": str(out.relative_to(run.state)), "exit": rc, "section_status": sec.get("status"),
+               "checks_ok": sec.get("checks_ok"), "reason": sec.get("reason") or sec.get("error")}
+    if rc == 3 or sec.get("status") == "skipped":
+        return "skipped", summary
+    return ("ok" if rc == 0 and sec.get("status") == "done" else "failed"), summary
+
+
+def stage_cli(run: Run, log, deadline: float):
+    out = run.state / "bench" / "cli-quick.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [run.python, "-m", "accio.cli", "bench", "--target", "cuda:0", "--preset", "quick", "-d", str(run.data),
+           "--json", str(out)]
+    start = log.tell()
+    t0 = time.monotonic()
+    rc = run_cmd(cmd, log, run.env(), deadline)
+    took = time.monotonic() - t0
+    log.flush()
+    with open(log.name) as f:
+        f.seek(start)
+        text = f.read()
+    progress = [ln for ln in text.splitlines() if ln.startswith("accio bench: ") and "/" in ln]
+    summary = {"command": " ".join(["accio", *cmd[3:]]), "exit": rc, "wall_s": round(took, 1),
+               "goal_s": 120, "within_goal": rc == 0 and took < 120, "progress_lines": len(progress),
+               "first_progress": progress[:2], "json": str(out.relative_to(run.state))}
+    return ("ok" if rc == 0 else "failed"), summary
+
+
+def run_stage(run: Run, st: Stage, deadline: float) -> dict:
+    log_path = run.log_file(st.name)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    rec = {"stage": st.name, "what": st.what, "source_id": run.sid, "started": now(), "status": "running",
+           "log": str(log_path.relative_to(run.state))}
+    write_json(run.stage_file(st.name), rec)
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        try:
+            if st.name == "build":
+                status, summary = stage_build(run, log, deadline)
+            elif st.name == "correctness":
+                status, summary = stage_correctness(run, log, deadline)
+            elif st.name == "bench-cli":
+                status, summary = stage_cli(run, log, deadline)
+            else:
+                status, summary = stage_bench(run, log, deadline, BENCH_SECTION[st.name])
+        except StageTimeout as e:
+            status, summary = "timeout", {"error": f"past the time limit in: {e}"}
+        except Exception as e:  # noqa: BLE001 - recorded; the next stage runs
+            import traceback
+            log.write(traceback.format_exc())
+            status, summary = "failed", {"error": f"{type(e).__name__}: {e}"}
+    rec.update(status=status, summary=summary, duration_s=round(time.monotonic() - t0, 1), finished=now())
+    write_json(run.stage_file(st.name), rec)
+    return rec
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing stages.
+
+def finished(rec: dict | None, sid: str) -> bool:
+    """A stage is done for these sources when it ran to its end (ok, failed or skipped), not when it
+    was cut off (timeout, running)."""
+    return bool(rec) and rec.get("source_id") == sid and rec.get("status") in ("ok", "failed", "skipped")
+
+
+def plan(run: Run, asked: list[str] | None) -> list[Stage]:
+    if asked:
+        return [s for s in STAGES if s.name in asked]
+    return [s for s in STAGES if not finished(read_json(run.stage_file(s.name)), run.sid)]
+
+
+def estimate(run: Run, st: Stage) -> float:
+    rec = read_json(run.stage_file(st.name))
+    if rec and rec.get("status") == "ok" and rec.get("duration_s"):
+        return float(rec["duration_s"])
+    return float(st.estimate_s)
+
+
+def needs_build(run: Run, st: Stage) -> str | None:
+    """Why st cannot run now (the build it needs has not succeeded for these sources), or None."""
+    if st.name == "build" or run.a.installed:
+        return None
+    b = read_json(run.stage_file("build"))
+    if not (b and b.get("status") == "ok" and b.get("source_id") == run.sid):
+        return "no successful build of these sources yet"
+    return None
+
+
+def execute(run: Run, asked: list[str] | None) -> int:
+    todo = plan(run, asked)
+    if not todo:
+        say(f"every stage has finished for sources {run.sid}; `--stage NAME` (make gpu-check STAGE=NAME) "
+            "runs one again, --force all")
+    ran, blocked = [], []
+    for st in todo:
+        why = needs_build(run, st)
+        if why:
+            say(f"skipping {st.name}: {why}")
+            blocked.append(st.name)
+            continue
+        left = run.a.deadline_s - run.elapsed()
+        est = estimate(run, st)
+        if ran and est > left:
+            say(f"stopping before {st.name} (about {est:.0f} s; {left:.0f} s left of the {run.a.deadline_s:.0f} s "
+                "deadline): run the same command again to continue")
+            break
+        limit = min(run.a.stage_timeout_s, max(30.0, left))
+        say(f"stage {st.name}: {st.what} (limit {limit:.0f} s)")
+        rec = run_stage(run, st, time.monotonic() + limit)
+        ran.append(rec)
+        say(f"stage {st.name}: {rec['status']} in {rec['duration_s']} s")
+        report(run)
+    report(run)
+    rest = [s.name for s in STAGES if not finished(read_json(run.stage_file(s.name)), run.sid)]
+    say("not finished yet: " + (", ".join(rest) if rest else "nothing: all stages done"))
+    bad = [r["stage"] for r in ran if r["status"] in ("failed", "timeout")]
+    return 1 if bad or blocked else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The report: results/gpu/<date>-<gpu>.json and .md, from the state directory.
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def cell(text) -> str:
+    """Text for a markdown table cell: one line, no column separators."""
+    return " ".join(str(text).split()).replace("|", "/")
+
+
+def param(key: str, v) -> str:
+    """A group parameter for people: sizes in binary units, shares in %."""
+    if isinstance(v, int) and (key.endswith("size") or key == "size"):
+        for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+            if v >= 1 << shift and v % (1 << shift) == 0:
+                return f"{v >> shift} {unit}"
+        return f"{v} B"
+    if isinstance(v, float) and (key.startswith("cached") or key.startswith("residency")):
+        return f"{v:.1%}"
+    return str(v)
+
+
+def fmt_mib(v) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def gather_report(run: Run) -> dict:
+    stages = {s.name: read_json(run.stage_file(s.name)) for s in STAGES}
+    machine = read_json(run.state / "machine.json") or {}
+    sections = {}
+    bench_started = None
+    for st_name, section in BENCH_SECTION.items():
+        d = read_json(run.state / "bench" / f"{section}.json")
+        if not d:
+            continue
+        machine = d.get("machine") or machine
+        bench_started = min(filter(None, [bench_started, d.get("started")]), default=None)
+        sec = d.get("sections", {}).get(section)
+        if sec is not None:
+            sections[section] = {**sec, "command": d.get("command"), "accio": d.get("accio")}
+    cli = read_json(run.state / "bench" / "cli-quick.json")
+    commit = run.a.commit or git_commit()
+    return {"schema": SCHEMA, "generated": now(), "accio_commit": commit, "source_id": run.sid,
+            "command": run.a.command or "make gpu-check", "machine": machine,
+            "stages": {k: ({kk: v[kk] for kk in ("status", "duration_s", "started", "summary", "source_id") if kk in v}
+                           if v else {"status": "not run"}) for k, v in stages.items()},
+            "sections": sections, "cli_quick": (stages.get("bench-cli") or {}).get("summary"),
+            "cli_quick_results": cli.get("results") if cli else None, "bench_started": bench_started}
+
+
+def git_commit() -> str | None:
+    try:
+        r = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12"],
+                           capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def render_md(doc: dict) -> str:
+    m = doc.get("machine") or {}
+    gpus = m.get("gpus") or []
+    gpu = gpus[0]["name"] if gpus else "unknown GPU"
+    fs = m.get("filesystem") or {}
+    cpu = m.get("cpu") or {}
+    cf = m.get("cufile") or {}
+    lines = [f"# accio GPU check: {gpu}", "",
+             f"Commit `{doc.get('accio_commit') or 'unknown'}` (sources {doc['source_id']}), generated {doc['generated']}.",
+             f"Command: `{doc['command']}` (stages: `python3 bench/gpu_check.py`; each section's own command below).", "",
+             "| machine | |", "|---|---|",
+             f"| GPU | {gpu}" + (f", {gpus[0]['memory'] / 2**30:.0f} GiB, {gpus[0].get('link') or 'link unknown'}" if gpus else "") + " |",
+             f"| driver / CUDA | {m.get('nvidia_driver') or 'unknown'} / CUDA {m.get('cuda_driver_api') or 'unknown'} (driver API) |",
+             f"| CPU | {cpu.get('model', 'unknown')}, {cpu.get('usable', '?')} of {cpu.get('count', '?')} usable |",
+             f"| memory | {m.get('memory_kib', 0) / 2**20:.0f} GiB |",
+             f"| kernel | {m.get('kernel', 'unknown')} |",
+             f"| filesystem | {fs.get('fstype', '?')} on {fs.get('device', '?')} ({fs.get('path', '?')}) |",
+             f"| cuFile | {cf.get('mode') or cf.get('detail') or 'unknown'}; nvidia-fs {'loaded' if m.get('nvidia_fs_loaded') else 'not loaded'} |",
+             f"| GPU arrays | {m.get('gpu_arrays') or '?'}; Python {m.get('python', '?')} |"]
+    peers = m.get("peers") or {}
+    if peers:
+        lines.append("| peers | " + "; ".join(
+            f"{n} {p.get('version', '')}".strip() if p.get("available") else f"{n}: skipped ({cell(p.get('reason'))})"
+            for n, p in peers.items()) + " |")
+    lines += ["", "| stage | status | seconds | |", "|---|---|---|---|"]
+    for name, st in doc["stages"].items():
+        s = st.get("summary") or {}
+        note = s.get("reason") or s.get("error") or ""
+        if name == "correctness" and s:
+            note = "; ".join(f"{k}: " + (f"{v.get('ran', v.get('tests', '?'))} run, "
+                                         f"{v.get('failed', v.get('failures', 0)) + v.get('errors', 0)} failed"
+                                         + (f" ({', '.join(v.get('failed_names', [])[:5])})" if v.get('failed_names') else ""))
+                             for k, v in s.items() if isinstance(v, dict))
+        if name == "bench-cli" and s.get("wall_s") is not None:
+            note = f"{s['wall_s']} s (goal < {s['goal_s']} s), {s['progress_lines']} progress lines"
+        lines.append(f"| {name} | {st.get('status')} | {st.get('duration_s', '')} | {cell(note)} |")
+    for name, sec in doc["sections"].items():
+        lines += ["", f"## {name}", ""]
+        if sec.get("command"):
+            lines.append(f"`{sec['command']}`")
+            lines.append("")
+        if sec.get("status") != "done":
+            lines.append(f"Status: **{sec.get('status')}**" + (f": {sec.get('reason') or sec.get('error')}"
+                                                               if sec.get("reason") or sec.get("error") else "") +
+                         (" (partial: the rounds measured before it stopped)" if sec.get("status") == "running" else ""))
+            lines.append("")
+        for g in sec.get("groups", []):
+            lines.append(f"**{g['label']}** ({', '.join(f'{k} {param(k, v)}' for k, v in g['params'].items())}; "
+                         f"{g.get('rounds', 0)} rounds)")
+            lines.append("")
+            lines += ["| contender | median MiB/s | min-max | spread | ran | bytes |", "|---|---|---|---|---|---|"]
+            for n, c in g["contenders"].items():
+                if "skipped" in c:
+                    lines.append(f"| {n} | skipped | | | | {cell(c['skipped'])} |")
+                elif "failed" in c:
+                    lines.append(f"| {n} | failed | | | | {cell(c['failed'])} |")
+                else:
+                    lines.append(f"| {n} | {fmt_mib(c.get('median'))} | {fmt_mib(c.get('min'))}-{fmt_mib(c.get('max'))} "
+                                 f"| ±{c.get('spread_pct', float('nan')):.0f}% | {c.get('ran', '')} | {cell(c.get('check', '?'))} |")
+            lines.append("")
+            for cmp in g.get("comparisons", []):
+                head = f"- {cmp['a']} / {cmp['b']}: "
+                if "withheld" in cmp:
+                    if cmp.get("withheld_because") != "skipped":  # a skipped peer is said in its row
+                        lines.append(head + f"withheld ({cell(cmp['withheld'])})")
+                    continue
+                goal = f"; goal {cmp['goal']:.2f}: {cmp['goal_verdict']}" if cmp.get("goal") is not None else ""
+                lines.append(head + f"{cmp['estimate']:.2f}x [{cmp['low']:.2f}-{cmp['high']:.2f}] {cmp['verdict']}{goal}"
+                             + (f" ({cmp['note']})" if cmp.get("note") else ""))
+            lines.append("")
+        for note in sec.get("notes", []):
+            lines.append(f"Note: {note}")
+    lines += ["", "Ratios: median of the per-round ratios with a 95% bootstrap interval (accio.stats); "
+              "'within noise' only when the interval contains 1.0 and lies inside ±5%. Every contender's bytes are "
+              "checked (column bytes); a contender whose bytes differ gets no ratio.", ""]
+    return "\n".join(lines)
+
+
+def report(run: Run) -> Path | None:
+    doc = gather_report(run)
+    gpus = (doc.get("machine") or {}).get("gpus") or []
+    date = (doc.get("bench_started") or doc["generated"])[:10]
+    base = f"{date}-{slug(gpus[0]['name']) if gpus else 'no-gpu'}"
+    run.results.mkdir(parents=True, exist_ok=True)
+    jpath = run.results / f"{base}.json"
+    write_json(jpath, doc)
+    (run.results / f"{base}.md").write_text(render_md(doc))
+    if run.a.copy_to:
+        dest = Path(run.a.copy_to)
+        for sub in ("stages", "logs", "bench"):
+            src = run.state / sub
+            if src.is_dir():
+                shutil.copytree(src, dest / "gpu-check" / sub, dirs_exist_ok=True)
+        for f in ("machine.json", "accio-info.txt", "pytest-gpu.xml"):
+            if (run.state / f).exists():
+                (dest / "gpu-check").mkdir(parents=True, exist_ok=True)
+                shutil.copy2(run.state / f, dest / "gpu-check" / f)
+        (dest / "results-gpu").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(jpath, dest / "results-gpu" / jpath.name)
+        shutil.copy2(jpath.with_suffix(".md"), dest / "results-gpu" / f"{base}.md")
+    return jpath
+
+
+# ---------------------------------------------------------------------------------------------
+# make gpu-deps: the files for a machine without network.
+
+def prepare_deps(a) -> int:
+    deps = Path(a.deps).resolve()
+    (deps / "deb").mkdir(parents=True, exist_ok=True)
+    (deps / "whl").mkdir(parents=True, exist_ok=True)
+    if not shutil.which("apt-get"):
+        print("gpu-deps: apt-get not found: fetch " + ", ".join(DEBS) + " (Debian 12 or Ubuntu 24.04 .debs) into "
+              f"{deps / 'deb'} by hand", file=sys.stderr)
+        return 2
+    r = subprocess.run(["apt-get", "download", *DEBS], cwd=deps / "deb")
+    if r.returncode and os.geteuid() == 0:
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        r = subprocess.run(["apt-get", "download", *DEBS], cwd=deps / "deb")
+    if r.returncode:
+        print("gpu-deps: apt-get download failed", file=sys.stderr)
+        return 1
+    plat = [x for p in WHEEL_PLATFORMS for x in ("--platform", p)]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+           a.python_version, "--implementation", "cp", *plat, "-d", str(deps / "whl"), *WHEELS]
+    r = subprocess.run(cmd)
+    if r.returncode:
+        print("gpu-deps: pip download failed (a pinned version may be gone: see WHEELS in bench/gpu_check.py)",
+              file=sys.stderr)
+        return 1
+    files = sorted(p for p in deps.rglob("*") if p.is_file() and p.name != "MANIFEST.json")
+    total = sum(p.stat().st_size for p in files)
+    manifest = {"prepared": now(), "for": f"CPython {a.python_version}, manylinux x86_64; Debian .debs",
+                "debs": list(DEBS), "wheels": list(WHEELS), "total_bytes": total,
+                "files": [{"path": str(p.relative_to(deps)), "bytes": p.stat().st_size,
+                           "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in files]}
+    write_json(deps / "MANIFEST.json", manifest)
+    print(f"gpu-deps: {len(files)} files, {total / 2**20:.1f} MiB in {deps} (the device tool carries up to "
+          f"{CARRY_LIMIT >> 20} MiB: carry=['{deps.relative_to(ROOT) if deps.is_relative_to(ROOT) else deps}'])")
+    if total > CARRY_LIMIT:
+        print("gpu-deps: too large to carry with a command", file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", nargs="?", default="run", choices=("run", "prepare-deps", "report", "status"))
+    ap.add_argument("--stage", help=f"comma-separated stages to run (again): {', '.join(NAMES)}")
+    ap.add_argument("--force", action="store_true", help="run every stage again")
+    ap.add_argument("--state", default=str(ROOT / "build" / "gpu-check"))
+    ap.add_argument("--results", default=str(ROOT / "results" / "gpu"))
+    ap.add_argument("--deps", default=str(ROOT / ".gpu-deps"))
+    ap.add_argument("--data", help="directory for the benchmark files (default STATE/data)")
+    ap.add_argument("--copy-to", help="also copy the report, stage results and logs here (the device tool's $OUT)")
+    ap.add_argument("--deadline-s", type=float, default=540, help="start no stage that would end after this (540)")
+    ap.add_argument("--stage-timeout-s", type=float, default=480, help="a stage's time limit (480)")
+    ap.add_argument("--commit", help="the commit being checked (when the tree has no .git)")
+    ap.add_argument("--command", help="the command to record in the report")
+    ap.add_argument("--bench-args", default="", help="extra arguments for bench/gpu_bench.py (e.g. '--size 1g')")
+    ap.add_argument("--installed", action="store_true", help="use the accio this Python imports; no build stage")
+    ap.add_argument("--force-prefix", action="store_true", help="use .gpu-deps/deb even where the system has the "
+                    "libraries (to check the prefix build)")
+    ap.add_argument("--python", help="the Python to build for and run with (default: this one)")
+    ap.add_argument("--python-version", default="3.12", help="prepare-deps: the GPU machine's Python (3.12)")
+    ap.add_argument("--source-id", help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = parser()
+    a = ap.parse_args(argv)
+    if a.action == "prepare-deps":
+        return prepare_deps(a)
+    run = Run(a)
+    if a.action == "report":
+        say(f"wrote {report(run)}")
+        return 0
+    if a.action == "status":
+        for s in STAGES:
+            rec = read_json(run.stage_file(s.name)) or {}
+            mark = "" if rec.get("source_id") in (None, run.sid) else " (other sources)"
+            print(f"{s.name:<18} {rec.get('status', 'not run'):<8} {rec.get('duration_s', ''):>7} {mark}")
+        return 0
+    asked = None
+    if a.stage:
+        asked = [x.strip() for x in a.stage.split(",") if x.strip()]
+        bad = [x for x in asked if x not in NAMES]
+        if bad:
+            ap.error(f"unknown stage(s) {', '.join(bad)}; choose from {', '.join(NAMES)}")
+    elif a.force:
+        asked = list(NAMES)
+    if a.installed:
+        asked = [x for x in (asked or [s.name for s in plan(run, None)]) if x != "build"] or None
+        if asked is None:
+            say("nothing to run")
+            return 0
+    say(f"sources {run.sid}; state {run.state}; deadline {a.deadline_s:.0f} s")
+    return execute(run, asked)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,425 @@
+"""`make gpu-check` (bench/gpu_check.py) and the GPU benchmark (bench/gpu_bench.py) without a GPU.
+
+The driver's stage logic (order, resuming, the deadline, time limits, the build's dependencies from
+.gpu-deps) runs with stand-in stages; the benchmark runs its accio side against the fake CUDA driver
+at tiny sizes, with the peers (KvikIO, PyTorch, safetensors) reported as skipped, never faked; a
+contender that returns wrong bytes fast gets no ratio; a run cut off keeps the rounds it measured."""
+import importlib.util
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import fake_cuda
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECK = ROOT / "bench" / "gpu_check.py"
+BENCH = ROOT / "bench" / "gpu_bench.py"
+TINY = ["--size", "8m", "--threads", "2,4", "--write-size", "4m", "--st-size", "8m", "--st-tensors", "8",
+        "--cold-method", "fadvise"]
+
+
+def load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gc = load(CHECK, "gpu_check")
+
+
+@pytest.fixture(scope="module")
+def fake_lib(tmp_path_factory):
+    return fake_cuda(tmp_path_factory)
+
+
+def fake_env(lib: str, **extra) -> dict:
+    return dict(os.environ, ACCIO_LIBCUDA=lib, ACCIO_LIBCUFILE=lib, ACCIO_QUIET="1", ACCIO_PROFILE="off", **extra)
+
+
+def make_run(tmp_path, *args):
+    a = gc.parser().parse_args(["--state", str(tmp_path / "state"), "--results", str(tmp_path / "results"),
+                                "--deps", str(tmp_path / "deps"), "--source-id", "S1", *args])
+    return gc.Run(a)
+
+
+def record(run, name, status, sid="S1", duration=1.0):
+    gc.write_json(run.stage_file(name), {"stage": name, "status": status, "source_id": sid, "duration_s": duration})
+
+
+# ---- the driver's stage logic ----
+
+def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
+    run = make_run(tmp_path)
+    assert [s.name for s in gc.plan(run, None)] == gc.NAMES  # nothing ran yet
+    record(run, "build", "ok")
+    record(run, "correctness", "failed")          # finished: not repeated by itself
+    record(run, "bench-hot", "timeout")           # cut off: runs again
+    record(run, "bench-naive", "ok", sid="OTHER")  # other sources: runs again
+    record(run, "bench-write", "running")         # the command was killed mid-stage: runs again
+    record(run, "bench-cold", "skipped")
+    assert [s.name for s in gc.plan(run, None)] == ["bench-hot", "bench-naive", "bench-write", "bench-safetensors",
+                                                    "bench-cli"]
+    assert [s.name for s in gc.plan(run, ["bench-cli", "build"])] == ["build", "bench-cli"]  # asked: in stage order
+    assert gc.needs_build(run, gc.STAGES[2]) is None
+    record(run, "build", "failed")
+    assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
+
+
+class FakeStages:
+    """Stand-ins for the stage functions that record their calls."""
+
+    def __init__(self, monkeypatch, statuses=None):
+        self.calls = []
+        self.statuses = statuses or {}
+        monkeypatch.setattr(gc, "stage_build", lambda run, log, dl: self.one("build"))
+        monkeypatch.setattr(gc, "stage_correctness", lambda run, log, dl: self.one("correctness"))
+        monkeypatch.setattr(gc, "stage_cli", lambda run, log, dl: self.one("bench-cli"))
+        monkeypatch.setattr(gc, "stage_bench", lambda run, log, dl, section: self.one(section))
+
+    def one(self, name):
+        self.calls.append(name)
+        return self.statuses.get(name, "ok"), {"note": f"stand-in for {name}"}
+
+
+def test_execute_stops_before_a_stage_that_would_pass_the_deadline_and_resumes(tmp_path, monkeypatch, capsys):
+    stages = FakeStages(monkeypatch, {"correctness": "failed"})
+    # 100 s deadline: the build (about 180 s) starts anyway as the run's first stage, correctness
+    # (about 300 s) does not fit after it.
+    assert gc.execute(make_run(tmp_path, "--deadline-s", "100"), None) == 0
+    out = capsys.readouterr().out
+    assert stages.calls == ["build"] and "stopping before correctness" in out and "run the same command again" in out
+    # The next run starts where that one stopped; correctness fails and the run says so.
+    assert gc.execute(make_run(tmp_path, "--deadline-s", "100"), None) == 1
+    assert stages.calls == ["build", "correctness"]
+    # A stage this machine has already timed is planned with its own duration (5 s fits).
+    run = make_run(tmp_path, "--deadline-s", "100")
+    record(run, "bench-hot", "timeout", duration=5.0)
+    assert gc.estimate(run, gc.STAGES[2]) == 150  # a cut-off run says nothing about the stage's length
+    gc.write_json(run.stage_file("bench-naive"), {"stage": "bench-naive", "status": "ok", "source_id": "OTHER",
+                                                  "duration_s": 5.0})
+    assert gc.estimate(run, gc.STAGES[3]) == 5.0
+    assert gc.execute(make_run(tmp_path, "--deadline-s", "100000"), None) == 0
+    assert stages.calls == ["build", "correctness", "hot-read", "naive", "write", "safetensors", "cold-read",
+                            "bench-cli"]
+    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 8  # all done: nothing runs
+    assert "every stage has finished" in capsys.readouterr().out
+    # Asked for by name, a finished stage runs again.
+    gc.execute(make_run(tmp_path), ["bench-naive"])
+    assert stages.calls[-1] == "naive"
+    # One result file per stage, and the report after every stage.
+    for s in gc.NAMES:
+        rec = json.loads(Path(run.stage_file(s)).read_text())
+        assert rec["status"] == ("failed" if s == "correctness" else "ok") and rec["source_id"] == "S1"
+        assert rec["summary"] == {"note": f"stand-in for {gc.BENCH_SECTION.get(s, s)}"} and rec["duration_s"] >= 0
+    reports = list((tmp_path / "results").glob("*-no-gpu.json"))
+    assert len(reports) == 1
+    doc = json.loads(reports[0].read_text())
+    assert doc["schema"] == "accio.gpu-check/1" and doc["stages"]["correctness"]["status"] == "failed"
+    assert "| correctness | failed |" in reports[0].with_suffix(".md").read_text()
+
+
+def test_bench_stages_wait_for_a_build_of_the_same_sources(tmp_path, monkeypatch, capsys):
+    stages = FakeStages(monkeypatch, {"build": "failed"})
+    assert gc.execute(make_run(tmp_path, "--deadline-s", "100000"), None) == 1
+    assert stages.calls == ["build"]
+    out = capsys.readouterr().out
+    assert "skipping correctness: no successful build of these sources yet" in out
+
+
+def test_a_stage_past_its_time_limit_is_stopped_with_its_children(tmp_path, monkeypatch):
+    stages = FakeStages(monkeypatch)
+    child = ("import subprocess, sys, time\n"
+             "p = subprocess.Popen(['sleep', '60'])\n"
+             "print('grandchild', p.pid, flush=True)\n"
+             "time.sleep(60)\n")
+
+    def slow(run, log, deadline, section):
+        stages.calls.append(section)
+        gc.run_cmd([sys.executable, "-c", child], log, dict(os.environ), deadline)
+        return "ok", {}
+
+    monkeypatch.setattr(gc, "stage_bench", slow)
+    record_run = make_run(tmp_path, "--stage-timeout-s", "3", "--deadline-s", "100000")
+    record(record_run, "build", "ok")
+    t0 = time.monotonic()
+    assert gc.execute(record_run, ["bench-hot", "bench-cli"]) == 1
+    assert time.monotonic() - t0 < 40
+    rec = json.loads(record_run.stage_file("bench-hot").read_text())
+    assert rec["status"] == "timeout" and "time limit" in rec["summary"]["error"]
+    assert json.loads(record_run.stage_file("bench-cli").read_text())["status"] == "ok"  # the next stage ran
+    log = record_run.log_file("bench-hot").read_text()
+    assert "past the stage's time limit" in log
+    pid = int(log.split("grandchild ")[1].split()[0])
+    for _ in range(50):  # the whole process group went, the grandchild too (reaped by init, or a zombie)
+        try:
+            state = Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"grandchild {pid} still running")
+
+
+def make_deb(path: Path, files: dict[str, bytes]) -> None:
+    """A minimal .deb: ar archive of debian-binary, control.tar.xz, data.tar.xz."""
+    def tar_xz(entries):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:xz") as t:
+            for name, data in entries.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    members = [("debian-binary", b"2.0\n"),
+               ("control.tar.xz", tar_xz({"./control": b"Package: fake\nVersion: 1\nArchitecture: amd64\n"
+                                                       b"Maintainer: x\nDescription: x\n"})),
+               ("data.tar.xz", tar_xz(files))]
+    out = b"!<arch>\n"
+    for name, data in members:
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(data):<10}`\n".encode() + data
+        if len(data) % 2:
+            out += b"\n"
+    path.write_bytes(out)
+
+
+@pytest.mark.parametrize("dpkg", [False, True])
+def test_debs_unpack_into_the_prefix_the_build_uses(tmp_path, dpkg):
+    if dpkg and not shutil.which("dpkg"):
+        pytest.skip("no dpkg")
+    (tmp_path / "deps" / "deb").mkdir(parents=True)
+    (tmp_path / "deps" / "whl").mkdir()
+    make_deb(tmp_path / "deps" / "deb" / "liburing-dev_9_amd64.deb",
+             {"./usr/include/liburing.h": b"/* fake */\n", "./usr/lib/x86_64-linux-gnu/liburing.a": b"!<arch>\n"})
+    dest = tmp_path / "unpacked"
+    gc.unpack_deb(tmp_path / "deps" / "deb" / "liburing-dev_9_amd64.deb", dest, dpkg=dpkg)
+    assert (dest / "usr/include/liburing.h").read_bytes() == b"/* fake */\n"
+    # --force-prefix: the prefix is used even where the system has the libraries (as CI's does).
+    run = make_run(tmp_path, "--force-prefix")
+    with open(tmp_path / "log", "w") as log:
+        used = gc.prepare_build_env(run, log)
+    assert used["prefix"] == ["liburing-dev_9_amd64.deb"] and used["wheels_installed"] == []
+    assert (run.prefix / "usr/lib/x86_64-linux-gnu/liburing.a").is_file()
+    assert run.env()["CMAKE_PREFIX_PATH"].split(os.pathsep)[0] == str(run.prefix / "usr")
+    assert run.env()["PYTHONPATH"].split(os.pathsep)[:2] == [str(run.site_accio), str(run.site_deps)]
+
+
+def test_missing_libraries_without_debs_say_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(gc, "system_has", lambda dep: dep != "gtest")
+    run = make_run(tmp_path)
+    with open(tmp_path / "log", "w") as log, pytest.raises(RuntimeError, match=r"lacks gtest and .*`make gpu-deps`"):
+        gc.prepare_build_env(run, log)
+
+
+def test_parsers_for_wheels_ctest_and_junit(tmp_path):
+    assert gc.dist_name(Path("kvikio_cu13-26.10.0-cp311-abi3-manylinux_2_28_x86_64.whl")) == ("kvikio-cu13", "26.10.0")
+    assert gc.dist_name(Path("scikit_build_core-1.1.2-py3-none-any.whl")) == ("scikit-build-core", "1.1.2")
+    out = textwrap.dedent("""\
+        1/2 Test #1: test_gpu .........***Failed    3.02 sec
+        50% tests passed, 1 tests failed out of 2
+
+        The following tests FAILED:
+        \t  1 - test_gpu (Failed)
+        Errors while running CTest
+        """)
+    assert gc.ctest_summary(out) == {"ran": 2, "failed": 1, "failed_names": ["test_gpu"]}
+    assert gc.ctest_summary("100% tests passed, 0 tests failed out of 7\n") == {"ran": 7, "failed": 0, "failed_names": []}
+    assert gc.ctest_summary("No tests were found!!!\n") == {"ran": 0}
+    (tmp_path / "j.xml").write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
+        '<testcase classname="t.a" name="x"/><testcase classname="t.a" name="y"><failure/></testcase>'
+        '<testcase classname="t.a" name="z"><skipped/></testcase></testsuite></testsuites>')
+    assert gc.junit_summary(tmp_path / "j.xml") == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1,
+                                                     "failed_names": ["t.a::y"]}
+
+
+def test_source_id_follows_the_sources(tmp_path):
+    for d in ("src", "bench"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "src" / "a.cpp").write_text("int a;")
+    first = gc.source_id(tmp_path)
+    (tmp_path / "bench" / "__pycache__").mkdir()
+    (tmp_path / "bench" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    assert gc.source_id(tmp_path) == first  # byte code is not a source
+    (tmp_path / "src" / "a.cpp").write_text("int b;")
+    assert gc.source_id(tmp_path) != first
+
+
+# ---- the benchmark's checks ----
+
+def test_byte_checks_catch_wrong_content_and_misplaced_pages(tmp_path):
+    gb = load(BENCH, "gpu_bench")
+    ref = gb.data_file(str(tmp_path), 1 << 20, seed=5)
+    data = np.fromfile(ref.path, np.uint8)
+    assert gb.check_host(data, 0, ref.file_sum) is None
+    assert gb.DataFile.load(ref.path).file_sum == ref.file_sum  # reused next time
+    bad = data.copy()
+    bad[4096 * 3 + 100] ^= 1  # one bit, not in a stamp
+    assert "word sum" in gb.check_host(bad, 0, ref.file_sum)
+    swapped = data.copy()
+    swapped[:4096], swapped[4096:8192] = data[4096:8192], data[:4096]  # same bytes, two pages exchanged
+    assert gb.check_host(swapped, 0, ref.file_sum) == "2 of 256 pages misplaced or missing"
+    assert gb.check_file(ref.path, 0, 1 << 20, ref.file_sum) is None
+    assert "bytes, expected" in gb.check_file(ref.path, 0, 2 << 20, ref.file_sum)
+    st, spans = gb.safetensors_file(str(tmp_path), 1 << 20, 4)
+    from_file = np.fromfile(st.path, np.uint8)
+    n = int.from_bytes(from_file[:8].tobytes(), "little")
+    header = json.loads(from_file[8:8 + n].tobytes())
+    assert st.data_start % 4096 == 0 and st.data_start == 8 + n
+    assert [(k, v["data_offsets"]) for k, v in header.items() if k != "__metadata__"] == \
+        [(name, [a - st.data_start, b - st.data_start]) for name, a, b in spans]
+    assert gb.check_host(from_file[st.data_start:], st.data_start, st.data_sum) is None
+    assert gb.word_sum(from_file) == st.file_sum
+
+
+def run_bench(lib, tmp_path, *args, check=True, **env) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, str(BENCH), *args], env=fake_env(lib, **env), capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    if check:
+        assert r.returncode == 0, r.stderr[-4000:]
+    return r
+
+
+def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fake_lib, tmp_path):
+    r = run_bench(fake_lib, tmp_path, "all", "--dir", str(tmp_path / "d"), "--json", str(tmp_path / "b.json"),
+                  "--peers", "none", *TINY)
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert doc["schema"] == "accio.gpu-bench/1" and doc["machine"]["gpus"][0]["name"] == "accio fake GPU 0"
+    assert doc["machine"]["peers"]["kvikio"] == {"available": False, "reason": "not asked for (--peers)"}
+    assert set(doc["sections"]) == {"hot-read", "naive", "write", "safetensors", "cold-read"}
+    for name, sec in doc["sections"].items():
+        assert sec["status"] == "done" and sec["checks_ok"], (name, sec)
+        for g in sec["groups"]:
+            for cname, c in g["contenders"].items():
+                if "skipped" in c:
+                    assert c["skipped"] == "not asked for (--peers)", (name, cname)
+                    continue
+                assert c["check"] == "ok" and c["n"] == (11 if name == "hot-read" else 7), (name, cname, c)
+                assert len(c["samples_mib_s"]) == c["n"] and min(c["samples_mib_s"]) > 0
+    hot = doc["sections"]["hot-read"]
+    assert [g["params"]["threads"] for g in hot["groups"]] == [2, 4]
+    g = hot["groups"][0]
+    assert g["contenders"]["accio staged"]["ran"] == "staged"
+    assert g["contenders"]["host (accio parallel)"]["ran"] == "parallel"
+    ceiling = next(c for c in g["comparisons"] if c["b"] == "min(host (accio parallel), pinned h2d)"
+                   and c["a"] == "accio staged")
+    assert ceiling["goal"] == 0.95 and ceiling["goal_verdict"] in ("met", "missed", "undecided")
+    assert ceiling["low"] <= ceiling["estimate"] <= ceiling["high"] and ceiling["method"] == "paired"
+    assert ceiling["verdict"] in ("faster", "slower", "within noise", "undecided")
+    peer = next(c for c in g["comparisons"] if c["b"] == "kvikio compat")
+    assert peer["withheld_because"] == "skipped" and "estimate" not in peer
+    naive = doc["sections"]["naive"]["groups"][0]
+    assert naive["contenders"]["accio naive"]["ran"] == "naive"
+    assert naive["contenders"]["accio.read(device)"]["ran"] == "staged"
+    assert "skipped" in naive["contenders"]["torch from_numpy(np.fromfile()).cuda()"]
+    w = doc["sections"]["write"]["groups"]
+    assert [x["label"] for x in w] == ["write", "write+sync"]
+    assert w[0]["contenders"]["accio staged"]["checks"].startswith("warm-up and last sample")
+    st = doc["sections"]["safetensors"]["groups"][0]["contenders"]
+    assert st["accio.read(device) whole file"]["check"] == "ok"
+    assert doc["sections"]["cold-read"]["groups"][0]["params"]["residency_max"] <= 0.01
+    # Written files are gone, the generated inputs stay for the next run (and are reused).
+    left = sorted(os.listdir(tmp_path / "d"))
+    assert not [f for f in left if ".out." in f], left
+    mtimes = {f: os.stat(tmp_path / "d" / f).st_mtime_ns for f in left}
+    r = run_bench(fake_lib, tmp_path, "naive", "--dir", str(tmp_path / "d"), "--json", str(tmp_path / "n.json"),
+                  "--peers", "none", "--rounds", "2", *TINY)
+    assert "writing" not in r.stderr and mtimes == {f: os.stat(tmp_path / "d" / f).st_mtime_ns for f in left}
+    n = json.loads((tmp_path / "n.json").read_text())["sections"]["naive"]["groups"][0]
+    assert all(c.get("note", "").startswith("fewer than 7") for c in n["comparisons"] if "estimate" in c)
+
+
+def test_a_fast_wrong_answer_gets_no_ratio(fake_lib, tmp_path):
+    # accio staged reads the file one page off (fast, every byte wrong): its check fails and nothing is
+    # compared with it; the ceilings still measure.
+    code = textwrap.dedent(f"""
+        import importlib.util, sys
+        spec = importlib.util.spec_from_file_location("gpu_bench", {str(BENCH)!r})
+        gb = importlib.util.module_from_spec(spec); spec.loader.exec_module(gb)
+        real = gb.accio_reader
+        def off_by_a_page(path, buf, **settings):
+            f, read, ran = real(path, buf, **settings)
+            if settings.get("mechanism") == "staged":
+                return f, (lambda: f.read_into(buf, 4096)), ran
+            return f, read, ran
+        gb.accio_reader = off_by_a_page
+        sys.exit(gb.main(sys.argv[1:]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, "hot-read", "--dir", str(tmp_path / "d"), "--json",
+                        str(tmp_path / "b.json"), "--peers", "none", *TINY], env=fake_env(fake_lib), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 1, r.stderr[-3000:]
+    sec = json.loads((tmp_path / "b.json").read_text())["sections"]["hot-read"]
+    assert sec["status"] == "done" and sec["checks_ok"] is False
+    g = sec["groups"][0]
+    assert g["contenders"]["accio staged"]["check"].startswith("DIFFERS (warm-up): "), g["contenders"]["accio staged"]
+    assert "pages misplaced or missing" in g["contenders"]["accio staged"]["check"]
+    assert g["contenders"]["host (accio parallel)"]["check"] == "ok"
+    for c in g["comparisons"]:
+        if c["a"] == "accio staged":
+            assert c["withheld_because"] == "failed" and "DIFFERS" in c["withheld"] and "estimate" not in c
+
+
+def test_a_run_cut_off_keeps_the_rounds_it_measured(fake_lib, tmp_path):
+    p = subprocess.Popen([sys.executable, str(BENCH), "hot-read", "--dir", str(tmp_path / "d"), "--json",
+                          str(tmp_path / "b.json"), "--peers", "none", "--rounds", "100000", *TINY],
+                         env=fake_env(fake_lib), stderr=subprocess.PIPE, text=True)
+    try:
+        for line in p.stderr:
+            if "round 3/100000" in line:
+                break
+        p.send_signal(signal.SIGKILL)
+    finally:
+        p.wait(60)
+    doc = json.loads((tmp_path / "b.json").read_text())
+    sec = doc["sections"]["hot-read"]
+    assert sec["status"] == "running"
+    samples = sec["groups"][0]["contenders"]["accio staged"]["samples_mib_s"]
+    assert len(samples) >= 3 and min(samples) > 0
+
+
+def test_without_a_gpu_every_section_is_skipped_with_the_reason(tmp_path):
+    r = subprocess.run([sys.executable, str(BENCH), "hot-read,write", "--json", str(tmp_path / "b.json")],
+                       env=dict(os.environ, ACCIO_LIBCUDA=str(tmp_path / "none.so")), capture_output=True, text=True)
+    assert r.returncode == 3
+    secs = json.loads((tmp_path / "b.json").read_text())["sections"]
+    assert set(secs) == {"hot-read", "write"} and all(s["status"] == "skipped" and "no GPU" in s["reason"]
+                                                      for s in secs.values())
+
+
+def test_gpu_check_runs_the_benchmark_stages_and_writes_the_report(fake_lib, tmp_path):
+    cmd = [sys.executable, str(CHECK), "--installed", "--state", str(tmp_path / "state"), "--results",
+           str(tmp_path / "results"), "--copy-to", str(tmp_path / "out"), "--commit", "abc123",
+           "--stage", "bench-hot,bench-write", "--bench-args", " ".join(TINY + ["--peers", "none"])]
+    r = subprocess.run(cmd, env=fake_env(fake_lib), capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    for st in ("bench-hot", "bench-write"):
+        rec = json.loads((tmp_path / "state" / "stages" / f"{st}.json").read_text())
+        assert rec["status"] == "ok" and rec["summary"]["checks_ok"] is True, rec
+    (rep,) = (tmp_path / "results").glob("*-accio-fake-gpu-0.json")
+    doc = json.loads(rep.read_text())
+    assert doc["accio_commit"] == "abc123" and set(doc["sections"]) == {"hot-read", "write"}
+    assert doc["stages"]["bench-naive"] == {"status": "not run"}
+    md = rep.with_suffix(".md").read_text()
+    assert "## hot-read" in md and "| accio staged |" in md and "goal 0.95:" in md and "| filesystem |" in md
+    assert "kvikio compat | skipped |" in md
+    assert (tmp_path / "out" / "results-gpu" / rep.name).is_file()
+    assert (tmp_path / "out" / "gpu-check" / "bench" / "hot-read.json").is_file()
+    assert (tmp_path / "out" / "gpu-check" / "logs" / "bench-hot.log").is_file()
+    status = subprocess.run([sys.executable, str(CHECK), "status", "--state", str(tmp_path / "state")],
+                            capture_output=True, text=True, cwd=ROOT).stdout
+    assert "bench-hot" in status and "not run" in status
