@@ -274,3 +274,30 @@ def test_heat_map_when_file_and_transfer_sizes_both_vary(tmp_path):
     names = sorted(p.name for p in plots.iterdir())
     assert any(n.startswith("heatmap-write-fpp-p1-t1-") for n in names), names
     assert "bw-vs-record-write.png" in names
+
+
+def test_progress_prints_lines_when_stderr_is_not_a_terminal(capsys):
+    # A run on a GPU machine printed nothing for 110 s (issue 17): without a terminal, a line every
+    # `every` seconds with the phases done, the time so far and an estimate of the rest.
+    from accio.bench import Progress
+    now = [0.0]
+    p = Progress(10, True, tty=False, every=10, clock=lambda: now[0])
+    for i in range(10):
+        now[0] = i * 4.0  # each phase takes 4 s
+        p.step(f"staged write it{i + 1}")
+    p.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["accio bench: 3/10 phases done, 12 s, about 28 s left; now staged write it4",
+                     "accio bench: 6/10 phases done, 24 s, about 16 s left; now staged write it7",
+                     "accio bench: 9/10 phases done, 36 s, about 4 s left; now staged write it10"]
+    quiet = Progress(10, False, tty=False, every=0, clock=lambda: now[0])
+    quiet.step("x")
+    assert capsys.readouterr().err == ""
+    bar = Progress(10, True, tty=True, every=0)  # a terminal gets the tqdm bar instead of lines
+    assert bar.bar is not None and not bar.lines
+    bar.close()
+
+
+def test_bench_without_a_terminal_says_what_it_runs(tmp_path):
+    r = bench("-T", "write", "-m", "posix", "-s", "1m", "-i", "1", "-d", str(tmp_path))
+    assert r.stderr.startswith("accio bench: 1 timed phases, 1 mechanism(s)"), r.stderr

@@ -166,22 +166,40 @@ def _check(spec: Spec, world: int) -> None:
 
 
 class Progress:
-    """A tqdm bar on stderr (after 2 s, only on a terminal), one step per timed phase."""
+    """Progress on stderr, one step per timed phase: a tqdm bar on a terminal (after 2 s), otherwise
+    (a pipe, a log file, a batch job) a line every `every` seconds with the phase count, the time
+    so far and an estimate of the rest, so that a long run is never silent."""
 
-    def __init__(self, total: int, enabled: bool):
+    def __init__(self, total: int, enabled: bool, tty: bool | None = None, every: float = 10.0,
+                 clock=time.monotonic):
         self.bar = None
-        if enabled:
+        self.total, self.done, self.every, self.clock = total, 0, every, clock
+        self.lines = enabled and not (sys.stderr.isatty() if tty is None else tty)
+        self.t0 = self.last = clock()
+        if enabled and not self.lines:
             try:
                 from tqdm import tqdm
                 self.bar = tqdm(total=total, file=sys.stderr, delay=2, unit="phase", leave=False,
                                 bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}]")
             except ImportError:
-                pass
+                self.lines = True
 
     def step(self, desc: str) -> None:
+        """Called as a phase starts; desc names it."""
         if self.bar:
             self.bar.set_description_str(desc, refresh=False)
             self.bar.update(1)
+            return
+        if self.lines:
+            t = self.clock()
+            if t - self.last >= self.every:
+                self.last = t
+                spent = t - self.t0
+                left = spent / self.done * (self.total - self.done) if self.done else float("nan")
+                print(f"accio bench: {self.done}/{self.total} phases done, {spent:.0f} s"
+                      + (f", about {left:.0f} s left" if self.done else "") + f"; now {desc}",
+                      file=sys.stderr, flush=True)
+        self.done += 1
 
     def close(self) -> None:
         if self.bar:
@@ -230,11 +248,11 @@ def main(args) -> int:
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
     phases = count_phases(spec)
-    progress = Progress(phases, world.rank == 0 and not args.quiet and sys.stderr.isatty())
+    progress = Progress(phases, world.rank == 0 and not args.quiet)
     if world.rank == 0 and not args.quiet:
         print(f"accio bench{' --preset ' + spec.preset if spec.preset else ''}: {phases} timed phases, "
               f"{len(spec.mechanisms)} mechanism(s), {world.size} process(es), in {', '.join(spec.files or spec.dirs)}",
-              file=sys.stderr)
+              file=sys.stderr, flush=True)
     try:
         results = Runner(spec, world, progress).run()
     finally:
