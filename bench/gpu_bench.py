@@ -376,10 +376,10 @@ class Kvikio:
         cm = getattr(self.k, "CompatMode", None)
         return (cm.OFF if gds else cm.ON) if cm is not None else (not gds)
 
-    def set_mode(self, gds: bool) -> None:
-        """Only the mode (cheap: the thread pool is left alone)."""
+    def set_mode(self, gds: bool, **extra) -> None:
+        """The mode and per-variant settings, before every sample (cheap: the thread pool is left alone)."""
         if self.api == "set/get":
-            self.d.set("compat_mode", self._mode(gds))
+            self.d.set({"compat_mode": self._mode(gds), **extra})
         else:
             self.d.compat_mode_reset(self._mode(gds))
 
@@ -712,6 +712,8 @@ class Section:
         self.doc["duration_s"] = round(time.monotonic() - self.t0, 1)
         checks = [e.get("check") for g in self.doc["groups"] for e in g["contenders"].values() if "check" in e]
         self.doc["checks_ok"] = all(c == "ok" for c in checks)
+        self.doc["contenders_failed"] = sorted({f"{n}: {e['failed']}" for g in self.doc["groups"]
+                                                for n, e in g["contenders"].items() if "failed" in e})
         self.rec.save()
 
 
@@ -835,31 +837,44 @@ def sec_hot_read(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
     s.finish()
 
 
-def kvikio_reads(a, peers: Peers, gpu: Gpu, buf, ref: DataFile, threads: int, skipped: dict, setup=None):
-    """KvikIO in compatibility mode, and in GDS mode where nvidia-fs is loaded: (contender, handle)."""
+def kvikio_reads(a, peers: Peers, gpu: Gpu, buf, ref: DataFile, threads: int, skipped: dict, setup=None,
+                 direct_variant: bool = False):
+    """KvikIO in compatibility mode (its defaults; with direct_variant also with auto_direct_io_read
+    on), and in GDS mode where nvidia-fs is loaded: [(contender, handle)]. Every sample sets its
+    variant's settings first, since the variants take turns."""
     kv = peers.get("kvikio")
+    variants = [("kvikio compat", False, {})]
+    if direct_variant:
+        variants.append(("kvikio compat+direct", False, {"auto_direct_io_read": True}))
+    variants.append(("kvikio gds", True, {}))
+    base = {}
+    if kv and kv.has("auto_direct_io_read"):
+        base = {"auto_direct_io_read": kv.effective()["auto_direct_io_read"]}  # KvikIO's own default
     out = []
-    for mode in ("compat", "gds"):
-        name = f"kvikio {mode}"
+    for name, gds, extra in variants:
         if not kv:
             skipped[name] = peers.reason("kvikio")
             continue
-        if mode == "gds" and not nvidia_fs_loaded():
+        if gds and not nvidia_fs_loaded():
             skipped[name] = ("nvidia-fs is not loaded: KvikIO's GDS mode would only reach cuFile's own "
                              "compatibility mode")
             continue
+        if extra and not all(kv.has(k) for k in extra):
+            skipped[name] = f"KvikIO {kv.version} has no {', '.join(extra)} setting"
+            continue
+        settings = {**base, **extra}
         try:
-            kv.configure(gds=mode == "gds", threads=threads, task_size=a.task_size)
+            kv.configure(gds=gds, threads=threads, task_size=a.task_size, **settings)
             kf, kread = kvikio_reader(kv, ref.path, buf, ref.size)
         except Exception as e:  # noqa: BLE001 - reported as skipped with the reason
             skipped[name] = one_line(f"{type(e).__name__}: {e}")
             continue
 
-        def prep(gds=mode == "gds"):
-            kv.set_mode(gds)
+        def prep(gds=gds, settings=settings):
+            kv.set_mode(gds, **settings)
             if setup:
                 setup()
-        out.append((GpuRead(name, gpu, buf, ref, kread, lambda m=mode: f"kvikio {m}", prep), kf))
+        out.append((GpuRead(name, gpu, buf, ref, kread, lambda n=name: n, prep), kf))
     return out
 
 
@@ -941,20 +956,23 @@ def sec_write(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
                 os.close(fd)
         return "kvikio compat"
 
+    own = {}
     if kv:
         s.doc["params"]["kvikio_defaults"] = kv.effective()
+        if kv.has("auto_direct_io_write"):  # KvikIO's default, set again before each of its samples
+            own = {"auto_direct_io_write": s.doc["params"]["kvikio_defaults"]["auto_direct_io_write"]}
+        kv.configure(gds=False, threads=t, task_size=a.task_size)
     for test, sync in (("write", False), ("write+sync", True)):
         cs: list[Contender] = [FileWrite("accio staged", out("staged"), size, ref.file_sum, accio_write(src, "staged"), sync)]
         skipped = {}
-        for name, extra in (("kvikio", {}), ("kvikio buffered", {"auto_direct_io_write": False})):
+        for name, extra in (("kvikio", own), ("kvikio buffered", {"auto_direct_io_write": False})):
             if not kv:
                 skipped[name] = peers.reason("kvikio")
-            elif extra and not all(kv.has(k) for k in extra):
+            elif name == "kvikio buffered" and not own:
                 skipped[name] = f"KvikIO {kv.version} has no auto_direct_io_write setting (its writes are buffered)"
             else:
                 cs.append(FileWrite(name, out(name.replace(" ", "-")), size, ref.file_sum, kvikio_write, sync,
-                                    lambda extra=extra: kv.configure(gds=False, threads=t, task_size=a.task_size,
-                                                                     **extra)))
+                                    lambda extra=extra: kv.set_mode(False, **extra)))
         cs.append(FileWrite("host (accio parallel)", out("host"), size, ref.file_sum, accio_write(host, "parallel"), sync))
         comps = [("accio staged", "kvikio", 1.2), ("accio staged", "host (accio parallel)", 0.9),
                  ("accio staged", "kvikio buffered", None), ("kvikio", "host (accio parallel)", None)]
@@ -1051,11 +1069,12 @@ def sec_cold_read(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
         f, read, ran = accio_reader(ref.path, buf, mechanism="staged", threads=t, task_size=a.task_size, **extra)
         handles.append(f)
         cs.append(GpuRead(name, gpu, buf, ref, read, ran, drop))
-    for c, h in kvikio_reads(a, peers, gpu, buf, ref, t, skipped, drop):
+    for c, h in kvikio_reads(a, peers, gpu, buf, ref, t, skipped, drop, direct_variant=True):
         cs.append(c)
         handles.append(h)
     comps = [("accio staged+direct", "kvikio compat", None), ("accio staged", "kvikio compat", None),
-             ("accio staged+direct", "accio staged", None), ("accio staged+direct", "kvikio gds", None)]
+             ("accio staged+direct", "kvikio compat+direct", None), ("accio staged+direct", "accio staged", None),
+             ("accio staged+direct", "kvikio gds", None)]
     try:
         g = s.group(f"{t} threads", {"threads": t, "size": ref.size}, cs, skipped, comps, a.rounds_of("cold-read"))
     finally:
@@ -1153,8 +1172,8 @@ def main(argv=None) -> int:
             status = 1
             continue
         sec = doc["sections"][n]
-        if sec.get("status") == "done" and not sec.get("checks_ok", True):
-            status = 1
+        if sec.get("status") == "done" and (not sec.get("checks_ok", True) or sec.get("contenders_failed")):
+            status = 1  # bytes differ, or a contender (accio's or a peer's) failed: see the section
     doc["finished"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     rec.save()
     return status

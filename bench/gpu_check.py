@@ -410,7 +410,8 @@ def stage_bench(run: Run, log, deadline: float, section: str):
     doc = read_json(out) or {}
     sec = doc.get("sections", {}).get(section, {})
     summary = {"json": str(out.relative_to(run.state)), "exit": rc, "section_status": sec.get("status"),
-               "checks_ok": sec.get("checks_ok"), "reason": sec.get("reason") or sec.get("error")}
+               "checks_ok": sec.get("checks_ok"), "contenders_failed": sec.get("contenders_failed"),
+               "reason": sec.get("reason") or sec.get("error")}
     if rc == 3 or sec.get("status") == "skipped":
         return "skipped", summary
     return ("ok" if rc == 0 and sec.get("status") == "done" else "failed"), summary
@@ -616,6 +617,10 @@ def render_md(doc: dict) -> str:
     for name, st in doc["stages"].items():
         s = st.get("summary") or {}
         note = s.get("reason") or s.get("error") or ""
+        if s.get("checks_ok") is False:
+            note = "bytes differ: see the section below"
+        if s.get("contenders_failed"):
+            note = (note + "; " if note else "") + "failed: " + "; ".join(s["contenders_failed"])
         if name == "correctness" and s:
             note = "; ".join(f"{k}: " + (f"{v.get('ran', v.get('tests', '?'))} run, "
                                          f"{v.get('failed', v.get('failures', 0)) + v.get('errors', 0)} failed"

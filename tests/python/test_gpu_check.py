@@ -423,3 +423,62 @@ def test_gpu_check_runs_the_benchmark_stages_and_writes_the_report(fake_lib, tmp
     status = subprocess.run([sys.executable, str(CHECK), "status", "--state", str(tmp_path / "state")],
                             capture_output=True, text=True, cwd=ROOT).stdout
     assert "bench-hot" in status and "not run" in status
+
+
+def test_kvikio_settings_through_set_get_and_through_the_older_reset_calls(monkeypatch):
+    # issue 17: KvikIO 26.x has no kvikio.defaults.compat_mode() setter any more; its settings are
+    # kvikio.defaults.set({...})/get(name), compat_mode a kvikio.CompatMode. Older KvikIO had *_reset().
+    import enum
+    import types
+    gb = load(BENCH, "gpu_bench")
+
+    class CompatMode(enum.IntEnum):
+        OFF = 0
+        ON = 1
+        AUTO = 2
+
+    store = {"compat_mode": CompatMode.AUTO, "num_threads": 1, "task_size": 4 << 20, "bounce_buffer_size": 16 << 20,
+             "gds_threshold": 16384, "auto_direct_io_read": False, "auto_direct_io_write": True}
+
+    def set_(*cfg):
+        d = cfg[0] if len(cfg) == 1 else {cfg[0]: cfg[1]}
+        unknown = set(d) - set(store)
+        if unknown:
+            raise KeyError(unknown.pop())
+        store.update(d)
+
+    new = types.ModuleType("kvikio")
+    new.__version__, new.CompatMode = "26.10.00", CompatMode
+    new.defaults = types.SimpleNamespace(set=set_, get=lambda n: store[n], is_compat_mode_preferred=lambda: True)
+    monkeypatch.setitem(sys.modules, "kvikio", new)
+    monkeypatch.setitem(sys.modules, "kvikio.defaults", new.defaults)
+    k = gb.Kvikio()
+    assert k.api == "set/get" and k.has("auto_direct_io_write") and not k.has("no_such_setting")
+    k.configure(gds=False, threads=8, task_size=1 << 20)
+    assert (store["compat_mode"], store["num_threads"], store["task_size"]) == (CompatMode.ON, 8, 1 << 20)
+    k.set_mode(True, auto_direct_io_read=True)  # per sample: mode and variant, the pool left alone
+    assert (store["compat_mode"], store["auto_direct_io_read"], store["num_threads"]) == (CompatMode.OFF, True, 8)
+    assert k.effective() == {"compat_mode": "OFF", "num_threads": 8, "task_size": 1 << 20, "bounce_buffer_size": 16 << 20,
+                             "gds_threshold": 16384, "auto_direct_io_read": True, "auto_direct_io_write": True}
+    assert k.compat_preferred() is True
+
+    state = {}
+    old = types.ModuleType("kvikio")
+    old.__version__ = "24.08.00"
+    old.defaults = types.SimpleNamespace(
+        compat_mode_reset=lambda v: state.__setitem__("compat_mode", v),
+        num_threads_reset=lambda n: state.__setitem__("num_threads", n),
+        task_size_reset=lambda n: state.__setitem__("task_size", n),
+        compat_mode=lambda: state["compat_mode"], get_num_threads=lambda: state["num_threads"],
+        task_size=lambda: state["task_size"])
+    monkeypatch.setitem(sys.modules, "kvikio", old)
+    monkeypatch.setitem(sys.modules, "kvikio.defaults", old.defaults)
+    k = gb.Kvikio()
+    assert k.api == "reset" and not k.has("auto_direct_io_write") and k.compat_preferred() is None
+    k.configure(gds=False, threads=4, task_size=2 << 20)
+    assert state == {"compat_mode": True, "num_threads": 4, "task_size": 2 << 20}
+    k.set_mode(True)
+    assert state["compat_mode"] is False
+    assert k.effective() == {"compat_mode": False, "num_threads": 4, "task_size": 2 << 20}
+    with pytest.raises(RuntimeError, match="no setting auto_direct_io_write"):
+        k.configure(gds=False, threads=4, task_size=1, auto_direct_io_write=False)
