@@ -328,7 +328,7 @@ def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fak
     assert "skipped" in naive["contenders"]["torch from_numpy(np.fromfile()).cuda()"]
     w = doc["sections"]["write"]["groups"]
     assert [x["label"] for x in w] == ["write", "write+sync"]
-    assert w[0]["contenders"]["accio staged"]["checks"].startswith("warm-up and last sample")
+    assert w[0]["contenders"]["accio staged"]["checks"].startswith("every sample: the written file")
     st = doc["sections"]["safetensors"]["groups"][0]["contenders"]
     assert st["accio.read(device) whole file"]["check"] == "ok"
     assert doc["sections"]["cold-read"]["groups"][0]["params"]["residency_max"] <= 0.01
@@ -344,8 +344,8 @@ def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fak
 
 
 def test_a_fast_wrong_answer_gets_no_ratio(fake_lib, tmp_path):
-    # accio staged reads the file one page off (fast, every byte wrong): its check fails and nothing is
-    # compared with it; the ceilings still measure.
+    # accio staged reads the file one page off (fast, every byte wrong), and its writes have one bit
+    # flipped: its checks fail and nothing is compared with it; the others still measure.
     code = textwrap.dedent(f"""
         import importlib.util, sys
         spec = importlib.util.spec_from_file_location("gpu_bench", {str(BENCH)!r})
@@ -357,9 +357,17 @@ def test_a_fast_wrong_answer_gets_no_ratio(fake_lib, tmp_path):
                 return f, (lambda: f.read_into(buf, 4096)), ran
             return f, read, ran
         gb.accio_reader = off_by_a_page
+        real_write = gb.accio.File.write_from
+        def one_bit_off(self, buf, offset=None):   # staged writes: one bit flipped in the file
+            n = real_write(self, buf, offset)
+            if self.setting("mechanism") == "staged":
+                with open(self.path, "r+b") as f:
+                    f.seek(5000); b = f.read(1); f.seek(5000); f.write(bytes([b[0] ^ 1]))
+            return n
+        gb.accio.File.write_from = one_bit_off
         sys.exit(gb.main(sys.argv[1:]))
     """)
-    r = subprocess.run([sys.executable, "-c", code, "hot-read", "--dir", str(tmp_path / "d"), "--json",
+    r = subprocess.run([sys.executable, "-c", code, "hot-read,write", "--dir", str(tmp_path / "d"), "--json",
                         str(tmp_path / "b.json"), "--peers", "none", *TINY], env=fake_env(fake_lib), capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 1, r.stderr[-3000:]
@@ -372,6 +380,9 @@ def test_a_fast_wrong_answer_gets_no_ratio(fake_lib, tmp_path):
     for c in g["comparisons"]:
         if c["a"] == "accio staged":
             assert c["withheld_because"] == "failed" and "DIFFERS" in c["withheld"] and "estimate" not in c
+    for g in json.loads((tmp_path / "b.json").read_text())["sections"]["write"]["groups"]:
+        assert g["contenders"]["accio staged"]["check"].startswith("DIFFERS (warm-up): word sum"), g["label"]
+        assert g["contenders"]["host (accio parallel)"]["check"] == "ok"
 
 
 def test_a_run_cut_off_keeps_the_rounds_it_measured(fake_lib, tmp_path):
