@@ -742,7 +742,11 @@ def compare(g: dict, ok: set[str], a: str, b, target: float | None) -> dict:
         sb = g["contenders"][b]["samples_mib_s"]
     else:
         sb = [min(x, y) for x, y in zip(g["contenders"][b[1]]["samples_mib_s"], g["contenders"][b[2]]["samples_mib_s"])]
-    r = stats.ratio(sa, sb)
+    try:
+        r = stats.ratio(sa, sb)
+    except ValueError as e:  # e.g. a sample timed at zero: reported, the section goes on
+        out["withheld"], out["withheld_because"] = f"no ratio: {e}", "failed"
+        return out
     out.update(r.as_dict())
     out["verdict"] = stats.verdict(r)
     if target is not None:
