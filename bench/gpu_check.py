@@ -474,10 +474,18 @@ def finished(rec: dict | None, sid: str) -> bool:
     return bool(rec) and rec.get("source_id") == sid and rec.get("status") in ("ok", "failed", "skipped")
 
 
+def stage_done(run: Run, name: str) -> bool:
+    """Finished for these sources; for the build, its outputs must be here too (a state directory
+    brought back from a machine that was given back has the stage files but no build)."""
+    if not finished(read_json(run.stage_file(name)), run.sid):
+        return False
+    return name != "build" or run.a.installed or (run.site_accio / "accio" / "__init__.py").is_file()
+
+
 def plan(run: Run, asked: list[str] | None) -> list[Stage]:
     if asked:
         return [s for s in STAGES if s.name in asked]
-    return [s for s in STAGES if not finished(read_json(run.stage_file(s.name)), run.sid)]
+    return [s for s in STAGES if not stage_done(run, s.name)]
 
 
 def estimate(run: Run, st: Stage) -> float:
@@ -492,7 +500,7 @@ def needs_build(run: Run, st: Stage) -> str | None:
     if st.name == "build" or run.a.installed:
         return None
     b = read_json(run.stage_file("build"))
-    if not (b and b.get("status") == "ok" and b.get("source_id") == run.sid):
+    if not (b and b.get("status") == "ok" and b.get("source_id") == run.sid and stage_done(run, "build")):
         return "no successful build of these sources yet"
     return None
 
@@ -522,7 +530,7 @@ def execute(run: Run, asked: list[str] | None) -> int:
         say(f"stage {st.name}: {rec['status']} in {rec['duration_s']} s")
         report(run)
     report(run)
-    rest = [s.name for s in STAGES if not finished(read_json(run.stage_file(s.name)), run.sid)]
+    rest = [s.name for s in STAGES if not stage_done(run, s.name)]
     say("not finished yet: " + (", ".join(rest) if rest else "nothing: all stages done"))
     bad = [r["stage"] for r in ran if r["status"] in ("failed", "timeout")]
     return 1 if bad or blocked else 0

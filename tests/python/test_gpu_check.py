@@ -64,6 +64,8 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     run = make_run(tmp_path)
     assert [s.name for s in gc.plan(run, None)] == gc.NAMES  # nothing ran yet
     record(run, "build", "ok")
+    (run.site_accio / "accio").mkdir(parents=True)
+    (run.site_accio / "accio" / "__init__.py").write_text("")  # what the build leaves
     record(run, "correctness", "failed")          # finished: not repeated by itself
     record(run, "bench-hot", "timeout")           # cut off: runs again
     record(run, "bench-naive", "ok", sid="OTHER")  # other sources: runs again
@@ -73,6 +75,12 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
                                                     "bench-cli"]
     assert [s.name for s in gc.plan(run, ["bench-cli", "build"])] == ["build", "bench-cli"]  # asked: in stage order
     assert gc.needs_build(run, gc.STAGES[2]) is None
+    # The build's record without its outputs (state brought back from a machine that was given
+    # back): the build runs again, the stages that finished do not.
+    shutil.rmtree(run.site_accio)
+    assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
+    assert [s.name for s in gc.plan(run, None)] == ["build", "bench-hot", "bench-naive", "bench-write",
+                                                    "bench-safetensors", "bench-cli"]
     record(run, "build", "failed")
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
 
@@ -83,13 +91,16 @@ class FakeStages:
     def __init__(self, monkeypatch, statuses=None):
         self.calls = []
         self.statuses = statuses or {}
-        monkeypatch.setattr(gc, "stage_build", lambda run, log, dl: self.one("build"))
+        monkeypatch.setattr(gc, "stage_build", lambda run, log, dl: self.one("build", run))
         monkeypatch.setattr(gc, "stage_correctness", lambda run, log, dl: self.one("correctness"))
         monkeypatch.setattr(gc, "stage_cli", lambda run, log, dl: self.one("bench-cli"))
         monkeypatch.setattr(gc, "stage_bench", lambda run, log, dl, section: self.one(section))
 
-    def one(self, name):
+    def one(self, name, run=None):
         self.calls.append(name)
+        if name == "build" and run is not None and self.statuses.get(name, "ok") == "ok":
+            (run.site_accio / "accio").mkdir(parents=True, exist_ok=True)
+            (run.site_accio / "accio" / "__init__.py").write_text("")
         return self.statuses.get(name, "ok"), {"note": f"stand-in for {name}"}
 
 
@@ -153,6 +164,8 @@ def test_a_stage_past_its_time_limit_is_stopped_with_its_children(tmp_path, monk
     monkeypatch.setattr(gc, "stage_bench", slow)
     record_run = make_run(tmp_path, "--stage-timeout-s", "3", "--deadline-s", "100000")
     record(record_run, "build", "ok")
+    (record_run.site_accio / "accio").mkdir(parents=True)
+    (record_run.site_accio / "accio" / "__init__.py").write_text("")
     t0 = time.monotonic()
     assert gc.execute(record_run, ["bench-hot", "bench-cli"]) == 1
     assert time.monotonic() - t0 < 40
