@@ -663,8 +663,8 @@ class Section:
             def one() -> float:
                 if c.name in failed_checks:
                     return float("nan")
-                c.before()
                 try:
+                    c.before()
                     sec = c.run()
                     bad = c.check()
                 except Exception as e:  # noqa: BLE001
@@ -672,12 +672,15 @@ class Section:
                     return float("nan")
                 if bad:
                     failed_checks[c.name] = f"DIFFERS: {bad}"
-                return c.nbytes / MiB / sec if sec > 0 else float("inf")
+                if sec <= 0:
+                    failed_checks[c.name] = f"failed: a sample timed at {sec} s"
+                    return float("nan")
+                return c.nbytes / MiB / sec
             return one
 
         def after_round(r: int, samples: dict[str, list[float]]) -> bool:
-            for n, v in samples.items():
-                g["contenders"][n]["samples_mib_s"] = list(v)
+            for n, v in samples.items():  # JSON has no NaN: a sample after a failure is null
+                g["contenders"][n]["samples_mib_s"] = [x if x == x else None for x in v]
             g["rounds"] = r + 1
             took = time.monotonic() - round_started[0]
             round_started[0] = time.monotonic()
@@ -704,7 +707,7 @@ class Section:
                     bad = f"check failed: {type(ex).__name__}: {ex}"
                 e["check"] = f"DIFFERS: {bad}" if bad else "ok"
             e["ran"] = c.ran
-            e.update(stats.summary([x for x in e["samples_mib_s"] if x == x]))
+            e.update(stats.summary([x for x in e["samples_mib_s"] if x is not None]))
             c.close()
         ok = {n for n, e in g["contenders"].items() if e.get("check") == "ok" and e.get("n", 0) > 0}
         for a, b, target in comparisons:
