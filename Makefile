@@ -12,7 +12,7 @@ BUILD := build
 SANITIZERS ?= $(if $(filter true 1 yes,$(CI)),1,0)
 APT_PACKAGES := g++ cmake ninja-build pkg-config liburing-dev libgtest-dev fio python3-venv openmpi-bin libopenmpi-dev \
 	sqlite3 git libffi-dev
-PY_PACKAGES := "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.22" "tqdm>=4.60" "matplotlib>=3.5" \
+PY_PACKAGES := "scikit-build-core>=0.10" "nanobind>=2.10.1" "numpy>=1.22" "tqdm>=4.60" "matplotlib>=3.5" \
 	"pytest>=7" pytest-timeout "jsonschema>=4" "mpi4py>=3.1"
 DEMO := $(BUILD)/demo
 

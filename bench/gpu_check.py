@@ -262,6 +262,30 @@ def dist_name(wheel: Path) -> tuple[str, str]:
     return re.sub(r"[-_.]+", "-", name).lower(), version
 
 
+def _build_minimums() -> dict:
+    """The build requirements' lower bounds, from pyproject.toml (their one owner): {dist: version}."""
+    import re
+    text = (ROOT / "pyproject.toml").read_text()
+    reqs = re.search(r"^requires\s*=\s*\[(.*?)\]", text, re.M | re.S).group(1)
+    return {re.sub(r"[-_.]+", "-", m.group(1)).lower(): m.group(2) for m in re.finditer(r'"([A-Za-z0-9_.-]+)\s*>=\s*([0-9.]+)"', reqs)}
+
+
+def _older(have: str, want: str | None) -> bool:
+    """Whether version `have` is below `want` (numeric parts; None: no bound)."""
+    def parts(v):
+        out = []
+        for p in v.split("."):
+            digits = "".join(c for c in p if c.isdigit()) if p[:1].isdigit() else ""
+            if not digits:
+                break
+            out.append(int(digits))
+        return tuple(out)
+    return want is not None and parts(have) < parts(want)
+
+
+BUILD_MINIMUMS = _build_minimums()  # a system nanobind older than accio builds with is replaced
+
+
 def installed_version(python: str, dist: str, env: dict) -> str | None:
     code = ("import importlib.metadata as m, sys\n"
             "try: print(m.version(sys.argv[1]))\n"
@@ -298,7 +322,7 @@ def prepare_build_env(run: Run, log) -> dict:
     for w in wheels:
         dist, ver = dist_name(w)
         have = installed_version(run.python, dist, base_env)
-        if have:
+        if have and not _older(have, BUILD_MINIMUMS.get(dist)):
             used["wheels_from_system"][dist] = have
         else:
             todo.append(w)
