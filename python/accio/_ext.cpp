@@ -61,6 +61,19 @@ void sync_stream(int device, uintptr_t stream) {
 //  3. the buffer protocol (host memory).
 //  4. DLPack on the CPU (PyTorch CPU tensors).
 // The engine then sees where the pointer lives and picks a host or device mechanism.
+// Whether extents and strides (dim(d) -> {extent, stride}, strides in units of `unit`: 1 for DLPack's
+// elements, the item size for __cuda_array_interface__'s bytes) describe one C-contiguous range.
+template <class Dim>
+bool c_contiguous(size_t ndim, int64_t unit, Dim dim) {
+  int64_t expect = unit;
+  for (size_t d = ndim; d-- > 0;) {
+    const auto [extent, stride] = dim(d);
+    if (extent != 1 && stride != expect) return false;
+    expect *= extent;
+  }
+  return true;
+}
+
 const char* const kMemKindNames[] = {"host", "pinned", "device", "managed"};  // enum accio_mem_kind
 
 class View {
@@ -148,16 +161,12 @@ class View {
     if (cuda != dlpack_is_cuda(dt) || (!cuda && dt != nb::device::cpu::value))
       throw nb::type_error((what(obj) + "'s DLPack export lives on device type " + std::to_string(dt) +
                             ", not what its __dlpack_device__() said").c_str());
-    int64_t expect = 1;
     bool empty = false;
     for (size_t d = 0; d < array_.ndim(); ++d) empty |= array_.shape(d) == 0;
-    for (size_t d = array_.ndim(); d-- > 0 && !empty;) {
-      if (array_.shape(d) != 1 && array_.stride(d) != expect)
-        throw nb::value_error((what(obj) + " is not C-contiguous: accio moves one contiguous range of "
-                               "bytes (make a contiguous copy first, e.g. .contiguous() or "
-                               "ascontiguousarray())").c_str());
-      expect *= array_.shape(d);
-    }
+    if (!empty && !c_contiguous(array_.ndim(), 1, [&](size_t d) { return std::pair(static_cast<int64_t>(array_.shape(d)), array_.stride(d)); }))
+      throw nb::value_error((what(obj) + " is not C-contiguous: accio moves one contiguous range of "
+                             "bytes (make a contiguous copy first, e.g. .contiguous() or "
+                             "ascontiguousarray())").c_str());
     ptr_ = const_cast<void*>(static_cast<const void*>(array_.data()));
     size_ = array_.nbytes();
   }
@@ -243,13 +252,10 @@ class View {
     if (cai.contains("strides") && !cai["strides"].is_none() && n > 0) {
       nb::object strides = cai["strides"];
       if (nb::len(strides) != shape.size()) throw bad("strides and shape differ in length");
-      int64_t expect = static_cast<int64_t>(item);
-      for (size_t d = shape.size(); d-- > 0;) {
-        if (shape[d] != 1 && nb::cast<int64_t>(strides[d]) != expect)
-          throw nb::value_error((name + " is not C-contiguous (__cuda_array_interface__ strides): accio moves "
-                                 "one contiguous range of bytes; make a contiguous copy first").c_str());
-        expect *= shape[d];
-      }
+      if (!c_contiguous(shape.size(), static_cast<int64_t>(item),
+                        [&](size_t d) { return std::pair(shape[d], nb::cast<int64_t>(strides[d])); }))
+        throw nb::value_error((name + " is not C-contiguous (__cuda_array_interface__ strides): accio moves "
+                               "one contiguous range of bytes; make a contiguous copy first").c_str());
     }
     array_keep_ = nb::borrow(obj);
     ptr_ = reinterpret_cast<void*>(ptr);

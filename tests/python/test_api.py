@@ -125,21 +125,11 @@ def test_write_takes_every_host_array_type(tmp_path):
     data = np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8)
     p = tmp_path / "w"
 
-    class CpuDLPack:  # DLPack only, no buffer protocol (as a PyTorch CPU tensor)
-        def __init__(self, a):
-            self.a = a
-
-        def __dlpack__(self, **kw):
-            return self.a.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            return self.a.__dlpack_device__()
-
-    for src in (data.tobytes(), bytearray(data), memoryview(data), data, data.reshape(64, 64), CpuDLPack(data)):
+    for src in (data.tobytes(), bytearray(data), memoryview(data), data, data.reshape(64, 64), _DLPackOnly(data)):
         assert accio.write(p, src, fsync=True) == data.nbytes
         assert p.read_bytes() == data.tobytes()
         back = np.zeros_like(data)
-        assert accio.read(p, out=CpuDLPack(back)).a is back and back.tobytes() == data.tobytes()
+        assert accio.read(p, out=_DLPackOnly(back)).arr is back and back.tobytes() == data.tobytes()
     with pytest.raises(TypeError, match="expected a buffer, got dict"):
         accio.write(p, {})
 
