@@ -47,6 +47,7 @@ import numpy as np
 
 import accio
 from accio import stats
+from accio.bench.runner import drop_pages, fsync_path
 
 MiB = 1 << 20
 PAGE = 4096
@@ -196,12 +197,7 @@ def drop_cache(path: str, method: str) -> None:
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3\n")
     else:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        drop_pages(path, 0, 0)
 
 
 def check_file(path: str, start: int, nbytes: int, want_sum: int) -> str | None:
@@ -961,11 +957,7 @@ def sec_write(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
         if n != size:
             raise RuntimeError(f"KvikIO wrote {n} of {size} bytes")
         if sync:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(path)
         return "kvikio compat"
 
     own = {}

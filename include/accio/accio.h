@@ -188,7 +188,7 @@ int accio_cuda_stream_sync(int device, uintptr_t stream);
 int accio_gds_info(char* detail, size_t len);
 /* For f (registering it with cuFile once to find out): 1 when cuFile can take the direct path, 0 when
  * it would run in compatibility mode, 2 when cuFile refuses the file, so that mechanism gds serves its
- * GPU requests with staged (after one warning); detail says why, naming the likely cause. */
+ * GPU requests with staged (after one warning); detail says why, with the possible causes accio can see. */
 int accio_gds_mode(accio_file* f, char* detail, size_t len);
 /* The pinned-copy ceiling: seconds for `threads` threads to copy `bytes` in all between registered
  * host buffers of `chunk` bytes and the device (to_device 1: host-to-device), asynchronously. */

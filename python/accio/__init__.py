@@ -248,6 +248,10 @@ def _layout(path: str, nbytes: int, dtype, itemsize: int, shape) -> tuple[int, .
     return shape
 
 
+def _shrank(path: str, got: int, n: int) -> Error:
+    return Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
+
+
 def read(path: str | os.PathLike, *, device: str | int | None = None, framework: str | None = None,
          dtype=None, shape=None, out=None, **settings: Any):
     """Read a whole file into a new array, or into `out`.
@@ -279,7 +283,7 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
             except ValueError as e:
                 raise ValueError(f"read '{path}': {e}") from None
         if got != n:
-            raise Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
+            raise _shrank(path, got, n)
         return out
 
     ordinal = None if device is None else _ordinal(device)
@@ -301,7 +305,7 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
             arr = device_array(n, ordinal)
             got = f.read_into(arr, 0)
             if got != n:  # the file shrank while being read
-                raise Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
+                raise _shrank(path, got, n)
             return arr
         mod = _framework(framework)
         if framework == "torch":
@@ -325,7 +329,7 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
         return arr
     if dtype is None and shape is None:
         return arr[:got]
-    raise Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
+    raise _shrank(path, got, n)
 
 
 def write(path: str | os.PathLike, data, *, fsync: bool = False, **settings: Any) -> int:

@@ -48,19 +48,6 @@ void sync_stream(int device, uintptr_t stream) {
   accio::detail::check(rc);
 }
 
-// A contiguous view of any Python buffer, kept alive while used. Device objects are recognised
-// first, before the buffer protocol (whose export CuPy makes raise), and their producer's stream is
-// honoured before accio touches the memory:
-//  1. __dlpack_device__ reporting CUDA, CUDA-host or CUDA-managed memory: DLPack. accio calls
-//     __dlpack__(stream=1, max_version=...) itself: the producer makes the legacy default stream wait
-//     for its work, and accio synchronizes that stream, so the memory is ready for any stream accio
-//     copies on. Producers that predate max_version or stream are asked again without them (stream
-//     None means the legacy default stream too).
-//  2. __cuda_array_interface__ (v3; v2 has no stream): its stream (1 legacy, 2 per-thread, else a
-//     CUstream handle) is synchronized; absent or None means the data is ready; 0 is refused.
-//  3. the buffer protocol (host memory).
-//  4. DLPack on the CPU (PyTorch CPU tensors).
-// The engine then sees where the pointer lives and picks a host or device mechanism.
 // Whether extents and strides (dim(d) -> {extent, stride}, strides in units of `unit`: 1 for DLPack's
 // elements, the item size for __cuda_array_interface__'s bytes) describe one C-contiguous range.
 template <class Dim>
@@ -76,6 +63,19 @@ bool c_contiguous(size_t ndim, int64_t unit, Dim dim) {
 
 const char* const kMemKindNames[] = {"host", "pinned", "device", "managed"};  // enum accio_mem_kind
 
+// A contiguous view of any Python buffer, kept alive while used. Device objects are recognised
+// first, before the buffer protocol (whose export CuPy makes raise), and their producer's stream is
+// honoured before accio touches the memory:
+//  1. __dlpack_device__ reporting CUDA, CUDA-host or CUDA-managed memory: DLPack. accio calls
+//     __dlpack__(stream=1, max_version=...) itself: the producer makes the legacy default stream wait
+//     for its work, and accio synchronizes that stream, so the memory is ready for any stream accio
+//     copies on. Producers that predate max_version or stream are asked again without them (stream
+//     None means the legacy default stream too).
+//  2. __cuda_array_interface__ (v3; v2 has no stream): its stream (1 legacy, 2 per-thread, else a
+//     CUstream handle) is synchronized; absent or None means the data is ready; 0 is refused.
+//  3. the buffer protocol (host memory).
+//  4. DLPack on the CPU (PyTorch CPU tensors).
+// The engine then sees where the pointer lives and picks a host or device mechanism.
 class View {
  public:
   View(nb::handle obj, bool writable) {
@@ -163,7 +163,8 @@ class View {
                             ", not what its __dlpack_device__() said").c_str());
     bool empty = false;
     for (size_t d = 0; d < array_.ndim(); ++d) empty |= array_.shape(d) == 0;
-    if (!empty && !c_contiguous(array_.ndim(), 1, [&](size_t d) { return std::pair(static_cast<int64_t>(array_.shape(d)), array_.stride(d)); }))
+    const auto dim = [&](size_t d) { return std::pair(static_cast<int64_t>(array_.shape(d)), array_.stride(d)); };
+    if (!empty && !c_contiguous(array_.ndim(), 1, dim))
       throw nb::value_error((what(obj) + " is not C-contiguous: accio moves one contiguous range of "
                              "bytes (make a contiguous copy first, e.g. .contiguous() or "
                              "ascontiguousarray())").c_str());

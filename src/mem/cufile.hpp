@@ -81,7 +81,7 @@ std::string error_text(Error e);
 
 // Registers a file with cuFile (cuFileHandleRegister): the O_DIRECT descriptor first (the direct
 // path needs it), then the buffered one, since cuFile may refuse one and take the other. Returns
-// the handle, or nullptr with *why: each attempt's error by name and the likely causes that can be
+// the handle, or nullptr with *why: each attempt's error by name and the possible causes that can be
 // seen from here (register_hints).
 void* register_file(int direct_fd, int fd, std::string* why);
 // What on this machine makes cuFile refuse files: compat mode disallowed by cufile.json while

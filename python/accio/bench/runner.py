@@ -48,6 +48,15 @@ class BenchError(RuntimeError):
     pass
 
 
+def fsync_path(path: str) -> None:
+    """fsync the file at path (written through another descriptor, or by another library)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def drop_pages(path: str, offset: int, length: int) -> None:
     """fsync the file, then drop the range's pages from the page cache (posix_fadvise DONTNEED)."""
     fd = os.open(path, os.O_RDONLY)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from .. import File, _ext
 from ..bench.output import fmt_size
-from ..bench.runner import COLD_MAX_RESIDENCY, drop_pages
+from ..bench.runner import COLD_MAX_RESIDENCY, drop_pages, fsync_path
 
 MiB = 1 << 20
 
@@ -161,11 +161,7 @@ class Bench:
             for h in handles:
                 h.close()
         if write:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(path)
         span = max(e for _, e, _ in iv) - min(s for s, _, _ in iv)
         moved = sum(b for _, _, b in iv)
         if moved != total:
