@@ -801,6 +801,7 @@ NB_MODULE(_ext, m) {
   m.def("set_log_sink", [](nb::object fn) {
     if (fn.is_none()) {
       accio_set_log_callback(nullptr, nullptr);
+      drain_log(nullptr);  // what workers queued before still goes to the old sink
       return;
     }
     if (!g_log_sink) g_log_sink = new nb::object();
