@@ -80,21 +80,21 @@ py-test: install
 	$(PY) -m pytest -q tests/python
 
 bench: install
-	$(PY) bench/engine_vs_fio.py --json results/engine_vs_fio.json
+	$(PY) benchmarks/engine_vs_fio.py --json results/engine_vs_fio.json
 
 # On a GPU machine (docs/gpu.md, "Measuring on a GPU machine"): build with the machine's compiler, check,
-# and measure, in resumable stages of under 8 minutes (bench/gpu_check.py). STAGE=name[,name] runs those
+# and measure, in resumable stages of under 8 minutes (benchmarks/gpu_check.py). STAGE=name[,name] runs those
 # stages (again); COPY_TO=dir also copies the report and logs there; COMMIT=sha names the commit when
 # the tree has no .git. It uses the system's python3 (torch, CuPy), never $(VENV).
 GPU_CHECK_ARGS ?=
 gpu-check:
-	$(PYTHON) bench/gpu_check.py --command "make gpu-check$(if $(STAGE), STAGE=$(STAGE))" \
+	$(PYTHON) benchmarks/gpu_check.py --command "make gpu-check$(if $(STAGE), STAGE=$(STAGE))" \
 	  $(if $(STAGE),--stage $(STAGE)) $(if $(COPY_TO),--copy-to $(COPY_TO)) $(if $(COMMIT),--commit $(COMMIT)) \
 	  $(GPU_CHECK_ARGS)
 
 # Where there is network: the packages the GPU machine lacks, as files in .gpu-deps/ (carried there).
 gpu-deps:
-	$(PYTHON) bench/gpu_check.py prepare-deps
+	$(PYTHON) benchmarks/gpu_check.py prepare-deps
 
 clean:
 	rm -rf $(BUILD) $(VENV)

@@ -18,8 +18,8 @@
 #include "engine/file.hpp"
 #include "mem/cuda.hpp"
 #include "mem/cufile.hpp"
-#include "tune/profile.hpp"
-#include "tune/residency.hpp"
+#include "planner/profile.hpp"
+#include "planner/residency.hpp"
 
 struct accio_file {
   std::shared_ptr<accio::engine::File> f;
@@ -278,13 +278,13 @@ int accio_file_plans(accio_file* f, accio_plan_stat* out, int max) {
 int accio_profile_key_of(const char* path, accio_profile_key* out) {
   ACCIO_CHECK(path && out, "accio_profile_key_of");
   return guard([&] {
-    const accio::tune::FsKey k = accio::tune::fs_key(std::string(path));
+    const accio::planner::FsKey k = accio::planner::fs_key(std::string(path));
     *out = accio_profile_key{};
     copy_out(k.filesystem, out->filesystem, sizeof out->filesystem);
     copy_out(k.device, out->device, sizeof out->device);
     copy_out(k.kernel, out->kernel, sizeof out->kernel);
     copy_out(k.version, out->version, sizeof out->version);
-    copy_out(accio::tune::profile_dir() + "/" + k.file_name(), out->file, sizeof out->file);
+    copy_out(accio::planner::profile_dir() + "/" + k.file_name(), out->file, sizeof out->file);
     return 0;
   });
 }
@@ -393,7 +393,7 @@ int accio_probe(const char* feature, const char* path, char* detail, size_t len)
   std::string f = feature;
   if (f == "io_uring") return accio_mechanism_available(accio::io::find("uring")->id, detail, len);
   if (f == "cachestat") {
-    bool ok = accio::tune::cachestat_available();
+    bool ok = accio::planner::cachestat_available();
     copy_out(ok ? "cachestat(2) present" : "cachestat(2) missing (Linux < 6.5)", detail, len);
     return ok;
   }
@@ -428,8 +428,8 @@ int accio_probe(const char* feature, const char* path, char* detail, size_t len)
 int accio_residency(accio_file* f, int64_t offset, int64_t len, int64_t* cached, int64_t* dirty, int64_t* total) {
   ACCIO_CHECK(f, "accio_residency");
   if (offset < 0 || len < 0) return fail(EINVAL, "residency", f->f->ref().path, offset, "negative offset or length");
-  accio::tune::Residency r;
-  if (!accio::tune::residency(f->f->ref().fd, static_cast<uint64_t>(offset), static_cast<uint64_t>(len), &r))
+  accio::planner::Residency r;
+  if (!accio::planner::residency(f->f->ref().fd, static_cast<uint64_t>(offset), static_cast<uint64_t>(len), &r))
     return fail(errno, "residency", f->f->ref().path, offset, std::strerror(errno));
   if (cached) *cached = static_cast<int64_t>(r.cached);
   if (dirty) *dirty = static_cast<int64_t>(r.dirty);

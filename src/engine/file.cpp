@@ -16,7 +16,7 @@
 #include "base/fork.hpp"
 #include "base/log.hpp"
 #include "engine/thread_pool.hpp"
-#include "tune/profile.hpp"
+#include "planner/profile.hpp"
 
 namespace accio::engine {
 using base::Error;
@@ -144,8 +144,8 @@ std::shared_ptr<File> File::open_as(const std::string& path, const std::string& 
 
   // A profile named by the settings is loaded before the file is touched (a bad one fails the open
   // before O_TRUNC can empty anything); `auto` finds the filesystem's profile once fd is open.
-  std::shared_ptr<const tune::Profile> profile;
-  if (!fixed && s.profile != "auto") profile = tune::profile_for(-1, s.profile);
+  std::shared_ptr<const planner::Profile> profile;
+  if (!fixed && s.profile != "auto") profile = planner::profile_for(-1, s.profile);
 
   int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0666);
   if (fd < 0) throw Error(errno, "open", shown, base::kNoOffset);
@@ -176,9 +176,9 @@ std::shared_ptr<File> File::open_as(const std::string& path, const std::string& 
   }
   if (fixed) {
     io::IoContext ctx{f->ref_, s, ThreadPool::shared()};
-    f->fixed_plan_ = tune::Plan{tune::PlanSpec{fixed->name()}, &fixed->resolve(ctx), s};
+    f->fixed_plan_ = planner::Plan{planner::PlanSpec{fixed->name()}, &fixed->resolve(ctx), s};
   } else {
-    f->router_ = std::make_unique<tune::Router>(profile ? profile : tune::profile_for(fd, "auto"), f->ref_, s);
+    f->planner_ = std::make_unique<planner::Planner>(profile ? profile : planner::profile_for(fd, "auto"), f->ref_, s);
   }
   ThreadPool::shared().ensure(s.threads);
   return f;
@@ -216,9 +216,9 @@ void File::end() {
   if (--inflight_ == 0) idle_.notify_all();
 }
 
-tune::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const {
-  if (!router_) return {&fixed_plan_, 0};
-  return router_->choose({buf, n, off, write, inflight, end_.load(std::memory_order_relaxed)});
+planner::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const {
+  if (!planner_) return {&fixed_plan_, 0};
+  return planner_->choose({buf, n, off, write, inflight, end_.load(std::memory_order_relaxed)});
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
@@ -228,7 +228,7 @@ const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool wr
 }
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
-  const tune::Choice c = choose(buf, n, off, write, g_inflight->load() + 1);
+  const planner::Choice c = choose(buf, n, off, write, g_inflight->load() + 1);
   const mem::cuda::Target target = mem::cuda::classify(buf, true);
   std::string target_why;
   if (const io::Mechanism* m = for_target(*c.plan->mechanism, target, &target_why)) {
@@ -236,8 +236,8 @@ File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool wr
     return {name, name, target_why};
   }
   // A fixed mechanism runs with the handle's settings: its name is the whole plan.
-  Explanation e{c.plan->mechanism->name(), router_ ? c.plan->spec.label() : c.plan->mechanism->name(), ""};
-  e.why = router_ ? router_->why(c.slot) : fixed_why();
+  Explanation e{c.plan->mechanism->name(), planner_ ? c.plan->spec.label() : c.plan->mechanism->name(), ""};
+  e.why = planner_ ? planner_->why(c.slot) : fixed_why();
   return e;
 }
 
@@ -278,12 +278,12 @@ std::string File::fixed_why() const {
 }
 
 uint64_t File::min_accelerated(bool write) const {
-  if (router_) return router_->min_accelerated(write);
+  if (planner_) return planner_->min_accelerated(write);
   return std::string_view(fixed_plan_.mechanism->name()) == "posix" ? UINT64_MAX : 0;
 }
 
-std::vector<tune::PlanStat> File::plan_stats() const {
-  if (router_) return router_->stats();
+std::vector<planner::PlanStat> File::plan_stats() const {
+  if (planner_) return planner_->stats();
   const Stats s = stats_.snapshot();
   if (!s.reads && !s.writes) return {};
   return {{fixed_plan_.mechanism->name(), fixed_why(), s.reads + s.writes, s.bytes_read + s.bytes_written}};
@@ -303,7 +303,7 @@ void File::check(const void* buf, size_t n, uint64_t off, bool write) const {
 size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
   check(buf, n, off, write);
   const Inflight inflight;
-  const tune::Choice choice = choose(buf, n, off, write, inflight.n);
+  const planner::Choice choice = choose(buf, n, off, write, inflight.n);
   mem::cuda::Target target = mem::cuda::classify(buf, choice.plan->mechanism->cpu_touches_buffer());
   const io::Mechanism* other = nullptr;
   const io::Mechanism* m = nullptr;
@@ -331,7 +331,7 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
     throw;
   }
   const uint64_t dt = now_ns() - t0;
-  if (router_ && !other) router_->record(choice, got);
+  if (planner_ && !other) planner_->record(choice, got);
   stats_.record(write, m->id, got, dt);
   global_stats().record(write, m->id, got, dt);
   return got;

@@ -14,7 +14,7 @@
 
 #include "base/settings.hpp"
 #include "io/mechanism.hpp"
-#include "tune/planner.hpp"
+#include "planner/planner.hpp"
 
 namespace accio::engine {
 
@@ -90,7 +90,7 @@ class File : public std::enable_shared_from_this<File> {
   };
   Explanation explain(const void* buf, size_t n, uint64_t off, bool write);
   // Which plans served this handle's requests, and why (auto); one entry for a fixed mechanism.
-  std::vector<tune::PlanStat> plan_stats() const;
+  std::vector<planner::PlanStat> plan_stats() const;
   // The smallest request at which this handle runs something other than posix (one request in
   // flight): the profile's crossing under auto, 0 for a fixed mechanism, UINT64_MAX for posix.
   uint64_t min_accelerated(bool write) const;
@@ -125,7 +125,7 @@ class File : public std::enable_shared_from_this<File> {
   };
   std::future<size_t> async(void* buf, size_t n, uint64_t off, bool write);
   // The plan for a request; `inflight` counts the engine requests in flight, this one included.
-  tune::Choice choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
+  planner::Choice choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
   std::string fixed_why() const;  // why a fixed mechanism's plan ran (and its fallback, if any)
   // The mechanism that serves a buffer at `t` when the planned one cannot address that memory
   // (staged for GPU buffers under a host mechanism or auto, parallel for host buffers under a
@@ -136,8 +136,8 @@ class File : public std::enable_shared_from_this<File> {
   io::FileRef ref_;
   base::Settings settings_;
   const io::Mechanism* fixed_ = nullptr;   // the mechanism setting, or nullptr for auto
-  tune::Plan fixed_plan_;                   // fixed_ resolved for this file, with the handle's settings
-  std::unique_ptr<tune::Router> router_;   // auto
+  planner::Plan fixed_plan_;                   // fixed_ resolved for this file, with the handle's settings
+  std::unique_ptr<planner::Planner> planner_;   // auto
   bool readable_ = false, writable_ = false;
   std::atomic<uint64_t> end_{0};  // highest byte written by this handle or the size at open
   StatCounters stats_;

@@ -2,7 +2,7 @@
 // (k page-locked, huge-page-backed host buffers registered with the driver, one stream, one event
 // per buffer), created on first use and kept for the process. A request is split into tasks over
 // `threads` workers on disjoint ranges; inside a task the file side of chunk i+1 overlaps the copy
-// of chunk i (io/ring.hpp). `direct=on` reads and writes the file side with O_DIRECT.
+// of chunk i (io/pipeline.hpp). `direct=on` reads and writes the file side with O_DIRECT.
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -11,7 +11,7 @@
 #include "base/fork.hpp"
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
-#include "io/ring.hpp"
+#include "io/pipeline.hpp"
 #include "mem/cuda.hpp"
 #include "mem/staging.hpp"
 

@@ -1,9 +1,9 @@
-// The native timed loop of `accio bench` (python/accio/bench_phase.hpp): many threads started at a
+// The native timed loop of `accio bench` (src/python/bench_phase.hpp): many threads started at a
 // barrier, each on its own handle and range; stamps written and verified; errors from any thread
 // stop the others and reach the caller. Runs under ASan and TSan in CI like every C++ test.
 #include <gtest/gtest.h>
 
-#include "../../python/accio/bench_phase.hpp"
+#include "python/bench_phase.hpp"
 #include "helpers.hpp"
 
 namespace {

@@ -1,5 +1,5 @@
 // Planner tests: the JSON reader, profile parsing (and every way a profile can be malformed), the
-// per-file Router (size cells, concurrency, hot/cold by residency, alignment fallback, plans the
+// per-file Planner (size cells, concurrency, hot/cold by residency, alignment fallback, plans the
 // file cannot run), even task splitting, and the engine running what the planner chose.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include "engine/file.hpp"
 #include "helpers.hpp"
 #include "io/mechanism.hpp"
-#include "tune/planner.hpp"
-#include "tune/profile.hpp"
+#include "planner/planner.hpp"
+#include "planner/profile.hpp"
 
 using namespace accio;
 using namespace testing_accio;
@@ -42,7 +42,7 @@ std::string write_text(const TempDir& d, const std::string& name, const std::str
 
 void expect_bad(const std::string& text, const std::string& what) {
   try {
-    tune::Profile::parse(text, "p.json");
+    planner::Profile::parse(text, "p.json");
     ADD_FAILURE() << "accepted: " << text;
   } catch (const base::Error& e) {
     EXPECT_EQ(e.errnum(), EINVAL);
@@ -74,7 +74,7 @@ TEST(Json, RejectsMalformed) {
 }
 
 TEST(Profile, ParsesAndMergesHotAndColdBoundaries) {
-  auto p = tune::Profile::parse(kProfile, "p.json");
+  auto p = planner::Profile::parse(kProfile, "p.json");
   EXPECT_EQ(p->name, "testfs on /dev/test");
   ASSERT_EQ(p->plans.size(), 4u);
   EXPECT_EQ(p->plans[3].label(), "uring(even, qd=4)");
@@ -112,7 +112,7 @@ TEST(Profile, RejectsEveryMalformedShape) {
 
 TEST(Profile, FsKeyNamesTheFilesystem) {
   TempDir d;
-  auto k = tune::fs_key(d.path());
+  auto k = planner::fs_key(d.path());
   EXPECT_NE(k.filesystem, "");
   EXPECT_NE(k.kernel, "");
   EXPECT_NE(k.version, "");
@@ -122,7 +122,7 @@ TEST(Profile, FsKeyNamesTheFilesystem) {
 }
 
 TEST(Profile, BuiltinModel) {
-  auto b = tune::Profile::builtin_model();
+  auto b = planner::Profile::builtin_model();
   EXPECT_TRUE(b->builtin);
   EXPECT_EQ(b->plans[b->cell(false, false, 4096).hot[0]].mechanism, "posix");
   EXPECT_EQ(b->plans[b->cell(false, false, 1 << 20).hot[0]].mechanism, "parallel");
@@ -130,7 +130,7 @@ TEST(Profile, BuiltinModel) {
   EXPECT_EQ(b->plans[b->cell(true, true, 4 << 20).hot[0]].mechanism, "parallel");
 }
 
-TEST(Router, FollowsSizeConcurrencyCacheAndAlignment) {
+TEST(Planner, FollowsSizeConcurrencyCacheAndAlignment) {
   TempDir d;
   const std::string prof = write_text(d, "p.json", kProfile);
   auto s = base::Settings::defaults();
@@ -145,7 +145,7 @@ TEST(Router, FollowsSizeConcurrencyCacheAndAlignment) {
   }
   auto f = engine::File::open(path, "r+", s);
   if (f->ref().direct_fd < 0) GTEST_SKIP() << "no O_DIRECT here: " << f->ref().no_direct;
-  tune::Router r(tune::Profile::parse(kProfile, prof), f->ref(), s);
+  planner::Planner r(planner::Profile::parse(kProfile, prof), f->ref(), s);
   Buffer b(1 << 20);
   auto plan = [&](uint64_t n, uint64_t off, unsigned inflight, const void* buf, bool write = false) {
     return r.choose({buf, n, off, write, inflight, 8 << 20}).plan->spec.label();
@@ -156,8 +156,8 @@ TEST(Router, FollowsSizeConcurrencyCacheAndAlignment) {
   EXPECT_EQ(plan(1 << 20, 0, 2, b.data()), "posix");  // several in flight
   // Dropped from the cache: cold -> direct when aligned, parallel otherwise.
   ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-  tune::Residency res;
-  ASSERT_TRUE(tune::residency(f->ref().fd, 0, 1 << 20, &res));
+  planner::Residency res;
+  ASSERT_TRUE(planner::residency(f->ref().fd, 0, 1 << 20, &res));
   if (res.cached * 100 > res.total) GTEST_SKIP() << "this filesystem keeps pages cached (tmpfs?)";
   EXPECT_EQ(plan(1 << 20, 0, 1, b.data()), "direct(even)");
   EXPECT_EQ(plan(1 << 20, 512, 1, b.data()), "parallel(even)");     // unaligned offset
@@ -169,7 +169,7 @@ TEST(Router, FollowsSizeConcurrencyCacheAndAlignment) {
 
   // Below 1 MiB a verdict is reused until 1 MiB of requests has gone by, then probed again.
   {
-    tune::Router ra(tune::Profile::parse(kProfile, prof), f->ref(), s);
+    planner::Planner ra(planner::Profile::parse(kProfile, prof), f->ref(), s);
     auto quarter = [&] { return ra.choose({b.data(), 256 << 10, 0, false, 1, 8 << 20}).plan->spec.label(); };
     EXPECT_EQ(quarter(), "direct(even)");  // probed: cold
     std::vector<char> all(8 << 20);
@@ -183,12 +183,12 @@ TEST(Router, FollowsSizeConcurrencyCacheAndAlignment) {
   for (const char* m : {"cachestat", "nowait", "mincore"}) {
     auto s2 = s;
     s2.set("cache_probe", m);
-    tune::Router r2(tune::Profile::parse(kProfile, prof), f->ref(), s2);
+    planner::Planner r2(planner::Profile::parse(kProfile, prof), f->ref(), s2);
     EXPECT_EQ(r2.choose({b.data(), 1 << 20, 0, false, 1, 8 << 20}).plan->spec.label(), "direct(even)") << m;
   }
   auto s3 = s;
   s3.set("cache_probe", "off");  // never probes: counts as hot
-  tune::Router r3(tune::Profile::parse(kProfile, prof), f->ref(), s3);
+  planner::Planner r3(planner::Profile::parse(kProfile, prof), f->ref(), s3);
   EXPECT_EQ(r3.choose({b.data(), 1 << 20, 0, false, 1, 8 << 20}).plan->spec.label(), "parallel(even)");
 
   // Statistics name the plan and why.
@@ -204,7 +204,7 @@ TEST(Router, FollowsSizeConcurrencyCacheAndAlignment) {
   EXPECT_NE(st[0].why.find("range cold"), std::string::npos) << st[0].why;
 }
 
-TEST(Router, SkipsPlansTheFileCannotRun) {
+TEST(Planner, SkipsPlansTheFileCannotRun) {
   TempDir d;
   const std::string prof = write_text(d, "p.json", kProfile);
   auto s = base::Settings::defaults();
@@ -212,7 +212,7 @@ TEST(Router, SkipsPlansTheFileCannotRun) {
   io::FileRef ref = f->ref();
   ref.direct_fd = -1;  // as on a filesystem without O_DIRECT
   ref.no_direct = "test";
-  tune::Router r(tune::Profile::parse(kProfile, prof), ref, s);
+  planner::Planner r(planner::Profile::parse(kProfile, prof), ref, s);
   Buffer b(4096);
   // Cold (past the end), aligned: direct is ranked first but cannot run -> parallel.
   EXPECT_EQ(r.choose({b.data(), 1 << 20, 0, false, 1, 0}).plan->spec.label(), "parallel(even)");

@@ -1,4 +1,4 @@
-"""`make gpu-check` (bench/gpu_check.py) and the GPU benchmark (bench/gpu_bench.py) without a GPU.
+"""`make gpu-check` (benchmarks/gpu_check.py) and the GPU benchmark (benchmarks/gpu_bench.py) without a GPU.
 
 The driver's stage logic (order, resuming, the deadline, time limits, the build's dependencies from
 .gpu-deps) runs with stand-in stages; the benchmark runs its accio side against the fake CUDA driver
@@ -22,8 +22,8 @@ import pytest
 from conftest import fake_cuda
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECK = ROOT / "bench" / "gpu_check.py"
-BENCH = ROOT / "bench" / "gpu_bench.py"
+CHECK = ROOT / "benchmarks" / "gpu_check.py"
+BENCH = ROOT / "benchmarks" / "gpu_bench.py"
 TINY = ["--size", "8m", "--threads", "2,4", "--write-size", "4m", "--st-size", "8m", "--st-tensors", "8",
         "--cold-method", "fadvise"]
 
@@ -261,12 +261,12 @@ def test_parsers_for_wheels_ctest_and_junit(tmp_path):
 
 
 def test_source_id_follows_the_sources(tmp_path):
-    for d in ("src", "bench"):
+    for d in ("src", "benchmarks"):
         (tmp_path / d).mkdir()
     (tmp_path / "src" / "a.cpp").write_text("int a;")
     first = gc.source_id(tmp_path)
-    (tmp_path / "bench" / "__pycache__").mkdir()
-    (tmp_path / "bench" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    (tmp_path / "benchmarks" / "__pycache__").mkdir()
+    (tmp_path / "benchmarks" / "__pycache__" / "x.pyc").write_bytes(b"\0")
     assert gc.source_id(tmp_path) == first  # byte code is not a source
     (tmp_path / "src" / "a.cpp").write_text("int b;")
     assert gc.source_id(tmp_path) != first

@@ -1,5 +1,5 @@
 """Profiles: what a search measured, turned into the decision table the engine's `auto` reads
-(src/tune/profile.cpp parses the same format), saved under the key of the filesystem, and shown
+(src/planner/profile.cpp parses the same format), saved under the key of the filesystem, and shown
 as a readable table. Format: docs/tuning.md.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-namespace accio::tune {
+namespace accio::planner {
 
 struct Residency {
   uint64_t cached = 0;  // bytes of the range in the page cache
@@ -28,4 +28,4 @@ Probe parse_probe(const std::string& s);  // throws std::invalid_argument
 // off) counts as cached: the hot plan is the safer guess.
 bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method);
 
-}  // namespace accio::tune
+}  // namespace accio::planner

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What classifying buffers (host or GPU memory?) costs small host requests, side by side (issue 4).
 
-Builds bench/classify_cost.c against each libaccio given (label=DIR, DIR holding libaccio.so),
+Builds benchmarks/classify_cost.c against each libaccio given (label=DIR, DIR holding libaccio.so),
 then runs the builds alternately, --repeat times per thread count, and reports medians and spreads
 of: plain pread(2) of 4 KiB from a cached file, the same through the engine (mechanism posix), and
 the exact look (accio_mem_kind), per call per thread. Compare a build before and after a change:
@@ -9,7 +9,7 @@ the exact look (accio_mem_kind), per call per thread. Compare a build before and
     git worktree add /tmp/base BASE_COMMIT && cmake -S /tmp/base -B /tmp/base/b -DCMAKE_BUILD_TYPE=Release \\
         && cmake --build /tmp/base/b --target accio
     cmake -S . -B build/rel -DCMAKE_BUILD_TYPE=Release && cmake --build build/rel --target accio
-    python bench/classify_cost.py before=/tmp/base/b after=build/rel --json results/classify_cost.json
+    python benchmarks/classify_cost.py before=/tmp/base/b after=build/rel --json results/classify_cost.json
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def main() -> None:
     for label, d in builds.items():
         lib = Path(d).resolve()
         exe = work / f"classify_cost_{label}"
-        subprocess.run(["cc", "-O2", f"-I{ROOT / 'include'}", str(ROOT / "bench/classify_cost.c"), f"-L{lib}",
+        subprocess.run(["cc", "-O2", f"-I{ROOT / 'include'}", str(ROOT / "benchmarks/classify_cost.c"), f"-L{lib}",
                         "-laccio", "-lpthread", f"-Wl,-rpath,{lib}", "-o", str(exe)], check=True)
         exes[label] = exe
     rows = []
@@ -67,7 +67,7 @@ def main() -> None:
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps({
-            "command": "python bench/classify_cost.py " + " ".join(a.builds) + f" --threads {a.threads} "
+            "command": "python benchmarks/classify_cost.py " + " ".join(a.builds) + f" --threads {a.threads} "
                        f"--requests {a.requests} --repeat {a.repeat}",
             "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
             "request": "4 KiB pread of a cached file, mechanism posix", "rows": rows}, indent=1) + "\n")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The GPU benchmark: accio against KvikIO, what a PyTorch user writes, and safetensors (issue 17).
 
-One section per stage of `make gpu-check` (bench/gpu_check.py); each can run alone:
+One section per stage of `make gpu-check` (benchmarks/gpu_check.py); each can run alone:
 
   hot-read     a hot file (4 GiB) into GPU memory at 4/8/16/32 threads, same task size: accio staged vs
                KvikIO in compatibility mode (and in GDS mode where nvidia-fs is loaded), with the two
@@ -25,10 +25,10 @@ every page stamp per sample and the full sum at the end; written files are check
 contender. A contender whose bytes differ gets no ratio. Peers that are missing are reported as skipped
 with the reason, never faked.
 
-    python bench/gpu_bench.py hot-read,naive --dir /data --json out.json [--size 4g] [--threads 4,8,16,32]
+    python benchmarks/gpu_bench.py hot-read,naive --dir /data --json out.json [--size 4g] [--threads 4,8,16,32]
 
 The JSON (schema accio.gpu-bench/1) is rewritten after every round, so a run that is cut off keeps
-what it measured; bench/gpu_check.py merges the sections into results/gpu/<date>-<gpu>.json and .md.
+what it measured; benchmarks/gpu_check.py merges the sections into results/gpu/<date>-<gpu>.json and .md.
 """
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def safetensors_file(directory: str, size: int, tensors: int, seed: int = 2) -> 
     cols = 8192 if per % (2 * 8192) == 0 else per // 2
     rows = per // 2 // cols
     path = os.path.join(directory, f"accio-gpu-bench.{size}.{tensors}.safetensors")
-    header = {"__metadata__": {"format": "pt", "producer": "accio bench/gpu_bench.py"}}
+    header = {"__metadata__": {"format": "pt", "producer": "accio benchmarks/gpu_bench.py"}}
     for i in range(tensors):
         header[f"layer.{i:03d}.weight"] = {"dtype": "BF16", "shape": [rows, cols], "data_offsets": [i * per, (i + 1) * per]}
     text = json.dumps(header, separators=(",", ":")).encode()

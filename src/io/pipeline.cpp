@@ -1,5 +1,5 @@
 // accio mechanisms: the staging ring pipeline (see ring.hpp).
-#include "io/ring.hpp"
+#include "io/pipeline.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -12,7 +12,7 @@ Cases, each run alternately with and without the shim, `--repeat` times, medians
 For the small-I/O cases the shim is set with LD_PRELOAD directly (what a program pays), and the
 `accio run` launcher (a Python start-up) is reported on its own line.
 
-    python bench/preload_bench.py [--dir /tmp] [--size 2g] [--repeat 5] [--json results/preload.json]
+    python benchmarks/preload_bench.py [--dir /tmp] [--size 2g] [--repeat 5] [--json results/preload.json]
 """
 from __future__ import annotations
 

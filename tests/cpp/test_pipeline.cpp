@@ -1,4 +1,4 @@
-// The staging ring pipeline of `staged` (src/io/ring.cpp), without a GPU: a fake copy queue runs
+// The staging ring pipeline of `staged` (src/io/pipeline.cpp), without a GPU: a fake copy queue runs
 // its copies on a thread, slowed when a test wants overlap, and records which slot is busy. The
 // tests check the schedule: data arrives in the right place, no slot is refilled while its copy is
 // in flight, the file side overlaps the copy side, end of file and errors drain the queue.
@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "io/ring.hpp"
+#include "io/pipeline.hpp"
 
 namespace {
 using accio::io::CopyQueue;

@@ -1,5 +1,5 @@
 // accio planner: profile keys, lookup, parsing and the built-in model.
-#include "tune/profile.hpp"
+#include "planner/profile.hpp"
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -21,7 +21,7 @@
 #include "base/sys.hpp"
 #include "io/mechanism.hpp"
 
-namespace accio::tune {
+namespace accio::planner {
 using base::Error;
 using base::json::Value;
 
@@ -329,4 +329,4 @@ std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting) {
   return Profile::builtin_model();
 }
 
-}  // namespace accio::tune
+}  // namespace accio::planner

@@ -1,9 +1,9 @@
 /* What GPU-buffer classification costs small host requests (issue 4): 4 KiB cached preads through
  * the engine (mechanism posix) against plain pread(2), and the exact look (accio_mem_kind: the
  * loader-lock look the engine took on every request before it was throttled), from 1 to T threads.
- * Prints one JSON object; bench/classify_cost.py runs it against one or more builds of libaccio.
+ * Prints one JSON object; benchmarks/classify_cost.py runs it against one or more builds of libaccio.
  *
- *   cc -O2 -Iinclude bench/classify_cost.c -Lbuild/DIR -laccio -lpthread -o classify_cost
+ *   cc -O2 -Iinclude benchmarks/classify_cost.c -Lbuild/DIR -laccio -lpthread -o classify_cost
  *   ./classify_cost FILE THREADS REQUESTS */
 #define _GNU_SOURCE
 #include <accio/accio.h>

@@ -9,21 +9,21 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
                      the machine's default compiler by `pip install --no-build-isolation` with the C++ tests
                      on; `accio info` and the machine's description are recorded
   correctness        ctest -L '^gpu$' (the real-GPU C++ tests), ctest -L exports, pytest -m gpu
-  bench-hot          bench/gpu_bench.py hot-read   (accio staged vs KvikIO, ceilings)
-  bench-naive        bench/gpu_bench.py naive      (accio naive vs the PyTorch user's read)
-  bench-write        bench/gpu_bench.py write      (GPU -> new file vs KvikIO and the host's own write)
-  bench-safetensors  bench/gpu_bench.py safetensors
-  bench-cold         bench/gpu_bench.py cold-read
+  bench-hot          benchmarks/gpu_bench.py hot-read   (accio staged vs KvikIO, ceilings)
+  bench-naive        benchmarks/gpu_bench.py naive      (accio naive vs the PyTorch user's read)
+  bench-write        benchmarks/gpu_bench.py write      (GPU -> new file vs KvikIO and the host's own write)
+  bench-safetensors  benchmarks/gpu_bench.py safetensors
+  bench-cold         benchmarks/gpu_bench.py cold-read
   bench-cli          `accio bench --target cuda:0 --preset quick`, timed (goal: under 2 minutes)
 
 Resuming: state lives in build/gpu-check/ (stages/<name>.json, logs/, bench/). A run skips the stages
-that already finished for the same sources (a hash of src/, include/, python/, bench/, tests/, CMake
+that already finished for the same sources (a hash of src/, include/, python/, benchmarks/, tests/, CMake
 files) and stops before a stage that would not fit in --deadline-s (default 540 s, under a 10-minute
 command limit): run the same command again to continue. --stage NAME[,NAME] runs those stages (again).
 After every stage the report is rewritten: results/gpu/<date>-<gpu>.json and .md; --copy-to DIR also
 copies the report, the stage results and the logs there (give the device tool's $OUT).
 
-    make gpu-check [STAGE=bench-hot] [COPY_TO=$OUT] [COMMIT=<sha>]      # here: python3 bench/gpu_check.py
+    make gpu-check [STAGE=bench-hot] [COPY_TO=$OUT] [COMMIT=<sha>]      # here: python3 benchmarks/gpu_check.py
     make gpu-deps                                                          # on a machine with network
 
 `prepare-deps` (make gpu-deps) downloads the packages into .gpu-deps/ for the GPU machine (Ubuntu 24.04,
@@ -113,7 +113,7 @@ def source_id(root: Path = ROOT) -> str:
     """A hash of everything that goes into the build and the checks: results of one build are reused
     only with the same sources."""
     h = hashlib.sha256()
-    parts = ["CMakeLists.txt", "pyproject.toml", "Makefile", "cmake", "src", "include", "python", "bench", "tests"]
+    parts = ["CMakeLists.txt", "pyproject.toml", "Makefile", "cmake", "src", "include", "python", "benchmarks", "tests"]
     for part in parts:
         p = root / part
         files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else []
@@ -372,7 +372,7 @@ def stage_build(run: Run, log, deadline: float):
     summary["accio_info_exit"] = info.returncode
     log.write(info.stdout + info.stderr)
     run.data.mkdir(parents=True, exist_ok=True)
-    rc = run_cmd([run.python, str(ROOT / "bench" / "gpu_bench.py"), "--dir", str(run.data), "--machine-json",
+    rc = run_cmd([run.python, str(ROOT / "benchmarks" / "gpu_bench.py"), "--dir", str(run.data), "--machine-json",
                   str(run.state / "machine.json")], log, env, deadline)
     summary["machine"] = "machine.json" if rc == 0 else f"gpu_bench --machine-json exited {rc}"
     return ("ok" if info.returncode == 0 else "failed"), summary
@@ -428,7 +428,7 @@ def stage_bench(run: Run, log, deadline: float, section: str):
     out = run.state / "bench" / f"{section}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     budget = max(60, int(deadline - time.monotonic()) - 45)
-    cmd = [run.python, "bench/gpu_bench.py", section, "--dir", str(run.data), "--json", str(out),
+    cmd = [run.python, "benchmarks/gpu_bench.py", section, "--dir", str(run.data), "--json", str(out),
            "--budget-s", str(budget), *run.a.bench_args.split()]
     rc = run_cmd(cmd, log, run.env(), deadline)
     doc = read_json(out) or {}
@@ -630,7 +630,7 @@ def render_md(doc: dict) -> str:
     cf = m.get("cufile") or {}
     lines = [f"# accio GPU check: {gpu}", "",
              f"Commit `{doc.get('accio_commit') or 'unknown'}` (sources {doc['source_id']}), generated {doc['generated']}.",
-             f"Command: `{doc['command']}` (stages: `python3 bench/gpu_check.py`; each section's own command below).", "",
+             f"Command: `{doc['command']}` (stages: `python3 benchmarks/gpu_check.py`; each section's own command below).", "",
              "| machine | |", "|---|---|",
              f"| GPU | {gpu}" + (f", {gpus[0]['memory'] / 2**30:.0f} GiB, {gpus[0].get('link') or 'link unknown'}" if gpus else "") + " |",
              f"| driver / CUDA | {m.get('nvidia_driver') or 'unknown'} / CUDA {m.get('cuda_driver_api') or 'unknown'} (driver API) |",
@@ -751,7 +751,7 @@ def prepare_deps(a) -> int:
            a.python_version, "--implementation", "cp", *plat, "-d", str(deps / "whl"), *WHEELS]
     r = subprocess.run(cmd)
     if r.returncode:
-        print("gpu-deps: pip download failed (a pinned version may be gone: see WHEELS in bench/gpu_check.py)",
+        print("gpu-deps: pip download failed (a pinned version may be gone: see WHEELS in benchmarks/gpu_check.py)",
               file=sys.stderr)
         return 1
     files = sorted(p for p in deps.rglob("*") if p.is_file() and p.name != "MANIFEST.json")
@@ -783,7 +783,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--stage-timeout-s", type=float, default=480, help="a stage's time limit (480)")
     ap.add_argument("--commit", help="the commit being checked (when the tree has no .git)")
     ap.add_argument("--command", help="the command to record in the report")
-    ap.add_argument("--bench-args", default="", help="extra arguments for bench/gpu_bench.py (e.g. '--size 1g')")
+    ap.add_argument("--bench-args", default="", help="extra arguments for benchmarks/gpu_bench.py (e.g. '--size 1g')")
     ap.add_argument("--installed", action="store_true", help="use the accio this Python imports; no build stage")
     ap.add_argument("--force-prefix", action="store_true", help="use .gpu-deps/deb even where the system has the "
                     "libraries (to check the prefix build)")

@@ -13,10 +13,10 @@
 
 #include "base/settings.hpp"
 #include "io/mechanism.hpp"
-#include "tune/profile.hpp"
-#include "tune/residency.hpp"
+#include "planner/profile.hpp"
+#include "planner/residency.hpp"
 
-namespace accio::tune {
+namespace accio::planner {
 
 // What a request looks like to the planner.
 struct Request {
@@ -44,9 +44,9 @@ struct PlanStat {
   uint64_t calls, bytes;
 };
 
-class Router {
+class Planner {
  public:
-  Router(std::shared_ptr<const Profile> profile, const io::FileRef& file, const base::Settings& handle);
+  Planner(std::shared_ptr<const Profile> profile, const io::FileRef& file, const base::Settings& handle);
   Choice choose(const Request& r) const;
   void record(const Choice& c, uint64_t bytes) const;
   std::vector<PlanStat> stats() const;  // slots that served at least one request
@@ -81,4 +81,4 @@ class Router {
   mutable std::atomic<bool> last_cold_{false};
 };
 
-}  // namespace accio::tune
+}  // namespace accio::planner

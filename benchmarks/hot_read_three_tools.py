@@ -3,7 +3,7 @@
 round: a third tool to tell which of accio and fio is off when `accio bench --vs-fio` disagrees
 on cached reads (docs/methodology.md). Prints medians and spreads; --json stores every sample.
 
-    python bench/hot_read_three_tools.py [--dir /dev/shm] [--size 1g] [--rounds 9] [--json FILE]
+    python benchmarks/hot_read_three_tools.py [--dir /dev/shm] [--size 1g] [--rounds 9] [--json FILE]
 """
 from __future__ import annotations
 

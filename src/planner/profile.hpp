@@ -12,7 +12,7 @@
 
 #include "base/settings.hpp"
 
-namespace accio::tune {
+namespace accio::planner {
 
 // One plan: a mechanism and the parameters it runs with. 0 means "the handle's setting", except
 // task_size where 0 means "split evenly" (see io::task_bytes).
@@ -73,4 +73,4 @@ std::string profile_dir();
 // Parsed profiles are cached by path and modification time.
 std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting);
 
-}  // namespace accio::tune
+}  // namespace accio::planner

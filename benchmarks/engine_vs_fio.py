@@ -10,7 +10,7 @@ Measures, in one run, on one file (default 2 GiB):
 Each cell is the median of --repeat runs; the spread (min..max) is printed and stored.
 Speed goals are ratios measured here, never asserted: see docs/performance.md.
 
-    python bench/engine_vs_fio.py [--size 2g] [--dir DIR] [--repeat 3] [--json results/engine_vs_fio.json]
+    python benchmarks/engine_vs_fio.py [--size 2g] [--dir DIR] [--repeat 3] [--json results/engine_vs_fio.json]
 """
 from __future__ import annotations
 

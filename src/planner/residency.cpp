@@ -1,5 +1,5 @@
 // accio planner: page-cache residency via cachestat(2) or mincore(2).
-#include "tune/residency.hpp"
+#include "planner/residency.hpp"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #define __NR_cachestat 451
 #endif
 
-namespace accio::tune {
+namespace accio::planner {
 namespace {
 struct CachestatRange {
   uint64_t off, len;
@@ -135,4 +135,4 @@ bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method) {
   return res.cached * 2 >= res.total;
 }
 
-}  // namespace accio::tune
+}  // namespace accio::planner

@@ -1,13 +1,13 @@
-// accio planner: Router, the per-file `auto` decision.
-#include "tune/planner.hpp"
+// accio planner: Planner, the per-file `auto` decision.
+#include "planner/planner.hpp"
 
 #include <string_view>
 
 #include "base/settings.hpp"
 
-namespace accio::tune {
+namespace accio::planner {
 
-Router::Router(std::shared_ptr<const Profile> profile, const io::FileRef& file, const base::Settings& handle)
+Planner::Planner(std::shared_ptr<const Profile> profile, const io::FileRef& file, const base::Settings& handle)
     : profile_(std::move(profile)), file_(file), probe_(parse_probe(handle.cache_probe)) {
   for (const PlanSpec& spec : profile_->plans) {
     Plan p{spec, io::find(spec.mechanism), spec.apply(handle)};
@@ -38,7 +38,7 @@ Router::Router(std::shared_ptr<const Profile> profile, const io::FileRef& file, 
   counters_ = std::make_unique<Counter[]>(nslots_);
 }
 
-uint64_t Router::min_accelerated(bool write) const {
+uint64_t Planner::min_accelerated(bool write) const {
   const std::vector<Cell>& cells = profile_->table[write][0];
   for (size_t i = 0; i < cells.size(); ++i)
     for (const auto& by_cache : routes_[write][0][i].plan)
@@ -47,11 +47,11 @@ uint64_t Router::min_accelerated(bool write) const {
   return UINT64_MAX;
 }
 
-unsigned Router::slot_of(int w, int c, size_t cell, int cold, int aligned) const {
+unsigned Planner::slot_of(int w, int c, size_t cell, int cold, int aligned) const {
   return static_cast<unsigned>(base_[w][c] + cell * 4 + static_cast<size_t>(cold * 2 + aligned));
 }
 
-bool Router::cold(const Request& r) const {
+bool Planner::cold(const Request& r) const {
   if (r.offset >= r.known_end) return true;  // nothing there yet (writes that extend the file)
   if (since_probe_.fetch_add(r.size, std::memory_order_relaxed) + r.size < kReprobeBytes)
     return last_cold_.load(std::memory_order_relaxed);
@@ -62,7 +62,7 @@ bool Router::cold(const Request& r) const {
   return c;
 }
 
-Choice Router::choose(const Request& r) const {
+Choice Planner::choose(const Request& r) const {
   const int w = r.write, c = r.inflight > 1;
   const size_t cell = profile_->cell_index(r.write, c, r.size);
   const Route& route = routes_[w][c][cell];
@@ -71,12 +71,12 @@ Choice Router::choose(const Request& r) const {
   return Choice{&plans_[route.plan[is_cold][aligned]], slot_of(w, c, cell, is_cold, aligned)};
 }
 
-void Router::record(const Choice& ch, uint64_t bytes) const {
+void Planner::record(const Choice& ch, uint64_t bytes) const {
   counters_[ch.slot].calls.fetch_add(1, std::memory_order_relaxed);
   counters_[ch.slot].bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
-std::string Router::why(unsigned slot) const {
+std::string Planner::why(unsigned slot) const {
   for (int w = 0; w < 2; ++w)
     for (int c = 0; c < 2; ++c) {
       const size_t b = base_[w][c], n = routes_[w][c].size() * 4;
@@ -99,7 +99,7 @@ std::string Router::why(unsigned slot) const {
   return "unknown";
 }
 
-std::vector<PlanStat> Router::stats() const {
+std::vector<PlanStat> Planner::stats() const {
   std::vector<PlanStat> out;
   for (int w = 0; w < 2; ++w)
     for (int c = 0; c < 2; ++c)
@@ -115,4 +115,4 @@ std::vector<PlanStat> Router::stats() const {
   return out;
 }
 
-}  // namespace accio::tune
+}  // namespace accio::planner
