@@ -21,7 +21,7 @@ def _plt():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise RuntimeError("plots need matplotlib: pip install 'accio[plot]' (or pip install matplotlib)") from None
+        raise RuntimeError("plots need matplotlib: pip install 'accio-io[plot]' (or pip install matplotlib)") from None
     return plt
 
 
