@@ -225,8 +225,8 @@ def interpret(path: str, value, header_len: int, file_size: int) -> Header:
     pos = 0
     for info in infos:
         if info.begin != pos or info.end < info.begin:
-            what = ("overlaps the tensor before it" if info.begin < pos else
-                    "leaves a gap after the tensor before it" if info.begin > pos else "ends before it begins")
+            what = ("ends before it begins" if info.end < info.begin else
+                    "overlaps the tensor before it" if info.begin < pos else "leaves a gap after the tensor before it")
             raise HeaderError(path, f"data_offsets [{info.begin}, {info.end}) {what} (the tensors must tile the "
                               f"data section from 0 in order; the one before ends at {pos})", info.name)
         pos = info.end
