@@ -7,10 +7,12 @@ dtypes, shapes and bytes; where all dtypes are NumPy's own, `safetensors.numpy.l
 with `accio.safetensors.load_file` too. Anything but a HeaderError from accio on a refused file (a
 crash, another exception, a hang caught by the test timeout) fails.
 
-Three generators: Hypothesis-built valid files (every dtype, unicode names, metadata, whitespace
+Four generators: Hypothesis-built valid files (every dtype, unicode names, metadata, whitespace
 padding, key order, serde's map form of a dtype) with Hypothesis-chosen mutations (bytes, the length
-prefix, truncation, numbers, keys, JSON punctuation); Hypothesis-built arbitrary JSON headers; and a
-seeded byte-mutation loop over valid files. Sizes are kept so that the module runs in well under 30
+prefix, truncation, numbers, keys, JSON punctuation); the same files with one structural edit (a value
+replaced by an edge-case token: -0, 2^64, 1.0, 1e400, lone surrogates, nesting at serde's depth
+limit, enum map forms; a gap or an overlap in the offsets; an entry twice); Hypothesis-built
+arbitrary JSON headers; and a seeded byte-mutation loop over valid files. Sizes are kept so that the module runs in well under 30
 seconds (ACCIO_FUZZ_SCALE multiplies the example counts for a longer local run)."""
 import json
 import os
@@ -188,6 +190,77 @@ def mutated_files(draw):
     return bytes(b)
 
 
+# Raw JSON put in place of one value of a valid header: the edge cases where Python's json and
+# serde_json differ, or where safetensors' rules bite (integers, floats, surrogates, depth, enums).
+TOKENS = [b"-0", b"0", b"-1", b"1.0", b"1e0", b"0e0", b"18446744073709551615", b"18446744073709551616",
+          b"9223372036854775808", b"1e400", b"-1e400", b"true", b"false", b"null", b"[]", b"{}", b'"\\ud800"',
+          b'"\\udc00\\ud800"', b'"\\ud83d\\ude00"', b'"\\u0000"', b'"F32"', b'"U8"', b'"f32"', b'{"U8":null}',
+          b'{"U8":null,"I8":null}', b'{"U8":1}', b'{"U8":{}}', b"[" * 124 + b"]" * 124, b"[" * 125 + b"]" * 125,
+          b"[" * 126 + b"]" * 126, b'{"a":' * 124 + b"1" + b"}" * 124, b'{"a":' * 126 + b"1" + b"}" * 126,
+          b"[0,1]", b"[1,0]", b"[0]", b"[0,0,0]", b"[4294967296,4294967296,0]", b"[0,4294967296,4294967296]",
+          b"[9223372036854775808,2]", b'"x\\ty"', b"NaN", b"Infinity"]
+NUMBER_TOKENS = [t for t in TOKENS if t[:1] in b"-0123456789"]
+FIELD_TOKENS = {  # the tokens that can matter for a field (any token still goes anywhere else)
+    "shape": [b"[4294967296,4294967296,0]", b"[0,4294967296,4294967296]", b"[9223372036854775808,2]",
+              b"[-0]", b"[1.0]", b"[18446744073709551615,0]", b"[0,18446744073709551616]", b"[true]", b"[]"],
+    "data_offsets": [b"[0,1]", b"[1,0]", b"[0]", b"[0,0,0]", b"[-0,0]", b"[0,1e0]", b"[0,18446744073709551616]"],
+    "dtype": [b'"F32"', b'"U8"', b'"f32"', b'{"U8":null}', b'{"U8":null,"I8":null}', b'{"U8":1}', b'{"U8":{}}',
+              b'{"BF16":null}', b'"F4"', b'"F6_E2M3"', b'"C128"', b'"\\u0055\\u0038"'],
+    # an extra field: ignored by safetensors, but serde_json still checks its depth, strings and numbers
+    "x": [b"[" * 125 + b"]" * 125, b"[" * 126 + b"]" * 126, b'{"a":' * 124 + b"1" + b"}" * 124,
+          b'{"a":' * 125 + b"1" + b"}" * 125, b'"\\ud800"', b'"\\ud83d\\ude00"', b"1e400", b"-0", b"NaN",
+          b"18446744073709551616", b"[1,{}]"],
+}
+SENTINEL = "@@accio-token@@"
+
+
+@s.composite
+def edited_files(draw):
+    """A valid file with one structural edit: a value replaced by a raw token, a gap or an overlap
+    made in the data offsets (the data resized to match), or an entry given twice."""
+    header, data = draw(valid_files())
+    tensors = [k for k in header if k != "__metadata__"]
+    kind = draw(s.sampled_from(["token", "token", "token", "meta", "gap", "overlap", "dup"]))
+    if kind == "token" and tensors:
+        name = draw(s.sampled_from(tensors))
+        e = dict(header[name])
+        field = draw(s.sampled_from(["shape", "data_offsets", "dtype", "x", "whole"]))
+        pool = FIELD_TOKENS.get(field, TOKENS)
+        if field == "whole":
+            header[name] = SENTINEL
+        elif field in ("shape", "data_offsets") and e[field] and draw(s.booleans()):
+            lst = list(e[field])
+            lst[draw(s.integers(0, len(lst) - 1))] = SENTINEL
+            e[field] = lst
+            pool = NUMBER_TOKENS
+            header[name] = e
+        else:
+            e[field] = SENTINEL
+            header[name] = e
+    elif kind == "meta":
+        pool = TOKENS
+        key = draw(names)
+        header["__metadata__"] = SENTINEL if draw(s.booleans()) else {key: SENTINEL}
+    elif kind in ("gap", "overlap") and tensors:
+        k = draw(s.integers(1, 3))
+        order = sorted(tensors, key=lambda t: header[t]["data_offsets"])
+        i = draw(s.integers(0, len(order) - 1))
+        cut = header[order[i]]["data_offsets"][0]
+        d = k if kind == "gap" else -min(k, cut)
+        for t in order[i:]:
+            header[t] = dict(header[t], data_offsets=[o + d for o in header[t]["data_offsets"]])
+        data = data[:cut] + b"\x5a" * d + data[cut:] if d > 0 else data[:cut + d] + data[cut:]
+    elif kind == "dup" and tensors:
+        name = draw(s.sampled_from(tensors))
+        text = json.dumps(header)
+        entry = json.dumps({name: header[name]})[1:-1]
+        b = (text[:-1] + ", " + entry + "}").encode()
+        return struct.pack("<Q", len(b)) + b + data
+    token = draw(s.sampled_from(pool)) if kind in ("token", "meta") and tensors or kind == "meta" else b"0"
+    text = json.dumps(header).encode().replace(json.dumps(SENTINEL).encode(), token)
+    return struct.pack("<Q", len(text)) + text + data
+
+
 json_scalars = s.one_of(s.none(), s.booleans(), s.integers(-2**65, 2**65), s.floats(allow_nan=False, allow_infinity=False),
                         s.text(max_size=4))
 json_values = s.recursive(json_scalars, lambda kids: s.one_of(s.lists(kids, max_size=3),
@@ -232,9 +305,39 @@ def test_mutated_files_agree(checker, b):
 
 
 @FUZZ
+@given(edited_files())
+def test_edited_files_agree(checker, b):
+    checker(b)
+
+
+@FUZZ
 @given(arbitrary_headers())
 def test_arbitrary_json_headers_agree(checker, b):
     checker(b)
+
+
+def test_every_edge_token_in_every_field_agrees(checker):
+    """Exhaustive, not sampled: each token in each field of each tensor of a few small files (a
+    zero-size tensor among them: where an overflowing shape can hide), and as the metadata."""
+    bases = [({"z": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]},
+               "a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}}, b"ab"),
+             ({"__metadata__": {"k": "v"}, "w": {"dtype": "BF16", "shape": [1, 2], "data_offsets": [0, 4]}}, b"wxyz")]
+    n = 0
+    for header, data in bases:
+        for name in [k for k in header if k != "__metadata__"]:
+            for field in ("shape", "data_offsets", "dtype", "x", "whole"):
+                for token in dict.fromkeys(FIELD_TOKENS.get(field, []) + TOKENS):
+                    h = dict(header)
+                    h[name] = SENTINEL if field == "whole" else dict(h[name], **{field: SENTINEL})
+                    text = json.dumps(h).encode().replace(json.dumps(SENTINEL).encode(), token)
+                    checker(struct.pack("<Q", len(text)) + text + data)
+                    n += 1
+        for token in TOKENS:
+            for meta in (SENTINEL, {"m": SENTINEL}):
+                text = json.dumps(dict(header, __metadata__=meta)).encode().replace(json.dumps(SENTINEL).encode(), token)
+                checker(struct.pack("<Q", len(text)) + text + data)
+                n += 1
+    assert n > 500
 
 
 def test_seeded_byte_mutations_of_real_files_agree(checker):
