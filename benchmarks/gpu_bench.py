@@ -1216,7 +1216,8 @@ def sec_safetensors(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
                shard_bytes, 3, False)
 
     # 4. saving the loaded tensors from GPU memory
-    src = ast.load_file(ref.path, device=a.device, framework=fw)
+    # copies: safetensors.torch.save_file refuses views of one storage (accio's default load)
+    src = ast.load_file(ref.path, device=a.device, framework=fw, copy=True)
     names = {n for n, _, _ in spans}
     out = lambda tag: os.path.join(a.dir, f"accio-gpu-bench.{os.getpid()}.out.{tag}.safetensors")  # noqa: E731
     meta = {"format": "pt"}

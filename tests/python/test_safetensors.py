@@ -475,6 +475,15 @@ def test_torch_cuda_matches_safetensors_torch(tmp_path):
     assert open(p, "rb").read() == open(q, "rb").read()
     from accio.safetensors.torch import load_file
     assert load_file(p, device="cuda:0")["bf"].is_cuda
+    views = st.load_file(p, device="cuda:0", framework="torch")  # disjoint views of one storage: written
+    st.save_file(views, q, metadata={"format": "pt"})
+    assert open(p, "rb").read() == open(q, "rb").read()
+    with pytest.raises(RuntimeError):  # which safetensors refuses; copy=True is what it takes
+        stt.save_file(views, q)
+    stt.save_file(st.load_file(p, device="cuda:0", framework="torch", copy=True), q, metadata={"format": "pt"})
+    x = torch.arange(8.0, device="cuda:0")
+    with pytest.raises(ValueError, match="overlap"):
+        st.save_file({"a": x, "b": x[2:]}, q)
 
 
 @pytest.mark.gpu

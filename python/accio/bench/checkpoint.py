@@ -219,6 +219,7 @@ def run(args) -> int:
             with open(f, "rb", buffering=0) as fh:
                 while fh.read(64 << 20):
                     pass
+    load_before = os.getloadavg()
     samples = stats.interleave({n: sample(fn) for n, fn in loads.items()}, args.rounds,
                                on_round=lambda r, s: log(f"round {r + 1}: " + ", ".join(
                                    f"{n} {v[-1]:.2f}" for n, v in s.items()) + " GB/s") and False)
@@ -240,6 +241,7 @@ def run(args) -> int:
            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
            "accio": {"version": accio.__version__, "git_commit": accio._ext.git_commit()},
            "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+                       "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                        "gpus": [g.get("name") for g in accio.gpus()] if args.device != "cpu" else []},
            "params": {"files": files, "bytes": total, "device": args.device, "framework": framework,
                       "rounds": args.rounds, "cache": "cold" if args.cold else "hot", "settings": settings,
