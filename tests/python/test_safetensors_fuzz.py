@@ -84,8 +84,8 @@ class Checker:
         try:
             got = st.load_file(self.path)
         except ValueError as e:  # a shape NumPy cannot hold (e.g. a zero-size 2^63 x 2^63)
-            assert "cannot hold" in str(e)
-            with pytest.raises(ValueError):
+            assert "cannot hold" in str(e) and self.path in str(e)
+            with pytest.raises(Exception):  # noqa: B017 - ValueError, or its own errors for F4/F6/BF16
                 sn.load_file(self.path)
             return
         assert list(got) == list(header.tensors)

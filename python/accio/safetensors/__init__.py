@@ -10,10 +10,10 @@
         emb = f.get_tensor("embed.weight")
     st.save_file(weights, "copy.safetensors", metadata={"format": "pt"}, fsync=True)
 
-load_file reads the file's whole data section with one accio read straight into the target memory
-(GPU memory through the staged pipeline: no host copy of the file), and returns the tensors as views
-of that one allocation (copy=False, the default) or each in its own allocation (copy=True: one batch
-of reads, one per tensor, still no second copy of the data). The header is untrusted: it is checked
+load_file reads the whole file with one accio read straight into the target memory (GPU memory
+through the staged pipeline: no host copy of the file), and returns the tensors as views of that one
+allocation (copy=False, the default) or each in its own allocation (copy=True: one batch of reads,
+one per tensor, still no second copy of the data). The header is untrusted: it is checked
 completely, as safetensors checks it, before anything is allocated or read (HeaderError, a ValueError
 naming the file and the tensor).
 """
@@ -348,8 +348,8 @@ def load_file(filename, device="cpu", framework: str | None = None, *, copy: boo
     device: "cpu" (default) or a GPU: "cuda", "cuda:N", N (or a torch.device).
     framework: "torch" ("pt"), "numpy" ("np"), "cupy" or "accio" (DeviceTensor, GPU only). Default:
       numpy on the host; on a GPU CuPy when it is installed, else accio.
-    copy: False (default): one allocation holds the file's whole data section and every tensor is a
-      view of it, so memory is freed when the last of them is dropped. True: every tensor owns its
+    copy: False (default): one allocation holds the whole file and every tensor is a view of it, so
+      memory is freed when the last of them is dropped. True: every tensor owns its
       own allocation. Either way the data is read once, straight into the target memory.
     Other keyword arguments are accio settings (mechanism="staged", threads=16, ...).
 
