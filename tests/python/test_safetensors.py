@@ -505,3 +505,41 @@ def test_cupy_results_match_the_torch_bytes(tmp_path):
     else:
         for k, v in t.items():
             assert got[k].shape == v.shape and cp.asnumpy(got[k]).tobytes() == v.tobytes()
+
+
+# --- accio bench safetensors ---------------------------------------------------------------------
+
+def test_bench_safetensors_cli_table_and_json(tmp_path):
+    import subprocess
+    import sys
+    p = str(tmp_path / "b.safetensors")
+    sn.save_file({f"w{i}": np.full((64, 64), i, np.float32) for i in range(4)}, p)
+    out = tmp_path / "st.json"
+    env = dict(os.environ, ACCIO_QUIET="1", ACCIO_PROFILE="off")
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", p, "--rounds", "2", "--json",
+                        str(out), "--set", "threads=2"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "accio.safetensors / safetensors:" in r.stdout and "fewer than 7 samples" in r.stdout
+    assert "fastsafetensors" in r.stdout and "measured with --framework torch only" in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "accio.safetensors-bench/1" and doc["params"]["cache"] == "hot"
+    assert doc["params"]["settings"] == {"threads": "2"} and doc["params"]["framework"] == "numpy"
+    assert set(doc["contenders"]) == {"accio.safetensors", "accio raw read", "safetensors"}
+    assert all(c["n"] == 2 and min(c["samples_gb_s"]) > 0 for c in doc["contenders"].values())
+    assert {c["b"] for c in doc["comparisons"]} == {"safetensors", "accio raw read"}
+    assert doc["failed"] == {} and doc["peers"]["safetensors"] == safetensors.__version__
+    # cold, on shards by index, peers off
+    t, idx, _files = make_shards(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", idx, "--rounds", "1", "--cold",
+                        "--peers", "none", "--json", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["params"]["files"]) == 3 and doc["params"]["cache"] == "cold"
+    assert doc["skipped"]["safetensors"] == "not asked for (--peers)"
+    cold = next(c for c in doc["comparisons"] if c["b"] == "accio raw read")
+    assert cold["goal"] == 0.95 and cold["goal_verdict"] in ("met", "missed")
+    # a hostile file: accio's own contender fails, with the file named, and the exit status says so
+    bad = raw_file(tmp_path / "bad.safetensors", {"w": T("F32", [4], 0, 8)}, b"\0" * 8)
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", bad, "--rounds", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 1 and "bad.safetensors" in r.stderr and "'w'" in r.stderr
