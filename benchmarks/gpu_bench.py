@@ -16,7 +16,9 @@ One section per stage of `make gpu-check` (benchmarks/gpu_check.py); each can ru
                GPU memory: accio.safetensors.load_file vs safetensors.torch.load_file(device="cuda") (goal 5x)
                vs fastsafetensors with its defaults and with the best of a sweep of its settings (goal 1.5x),
                and accio.read of the whole file; save_file from GPU memory vs safetensors.torch.save_file
-               (goal 1.5x); VmHWM's rise over one GPU load in a fresh process (goal: <= the staging pool).
+               (goal 1.5x); the file as F16 into host memory: accio.safetensors (NumPy) vs
+               safetensors.numpy.load_file (goal 2x); VmHWM's rise over one GPU load in a fresh process
+               (goal: <= the staging pool).
   cold-read    the page cache dropped before every sample (drop_caches as root, else posix_fadvise, checked
                with a residency query): staged, staged+direct, KvikIO.
 
@@ -148,8 +150,8 @@ def data_file(directory: str, size: int, seed: int = 1) -> DataFile:
     return ref
 
 
-def safetensors_file(directory: str, size: int, tensors: int, seed: int = 2,
-                     tag: str = "") -> tuple[DataFile, list[tuple[str, int, int]]]:
+def safetensors_file(directory: str, size: int, tensors: int, seed: int = 2, tag: str = "",
+                     dtype: str = "BF16") -> tuple[DataFile, list[tuple[str, int, int]]]:
     """A safetensors file of `tensors` bf16 tensors of size/tensors bytes each, named TAG + layer.NNN.weight
     (a tag makes the file and its names distinct: shards). The header is padded with spaces so that the
     data starts page aligned. Returns the file and (name, start, end) in file offsets for every tensor."""
@@ -158,10 +160,11 @@ def safetensors_file(directory: str, size: int, tensors: int, seed: int = 2,
         raise ValueError(f"--st-size / --st-tensors must be a multiple of 4 KiB ({per} bytes per tensor)")
     cols = 8192 if per % (2 * 8192) == 0 else per // 2
     rows = per // 2 // cols
-    path = os.path.join(directory, f"accio-gpu-bench.{tag}{size}.{tensors}.safetensors")
+    path = os.path.join(directory, f"accio-gpu-bench.{tag}{size}.{tensors}{'' if dtype == 'BF16' else '.' + dtype}"
+                               ".safetensors")
     header = {"__metadata__": {"format": "pt", "producer": "accio benchmarks/gpu_bench.py"}}
     for i in range(tensors):
-        header[f"{tag}layer.{i:03d}.weight"] = {"dtype": "BF16", "shape": [rows, cols], "data_offsets": [i * per, (i + 1) * per]}
+        header[f"{tag}layer.{i:03d}.weight"] = {"dtype": dtype, "shape": [rows, cols], "data_offsets": [i * per, (i + 1) * per]}
     text = json.dumps(header, separators=(",", ":")).encode()
     hlen = -(-(8 + len(text)) // PAGE) * PAGE - 8
     text += b" " * (hlen - len(text))
@@ -170,7 +173,7 @@ def safetensors_file(directory: str, size: int, tensors: int, seed: int = 2,
     ref = DataFile.load(path)
     if ref:
         return ref, spans
-    log(f"writing a {fmt_size(size)} safetensors file ({tensors} bf16 tensors) to {path}")
+    log(f"writing a {fmt_size(size)} safetensors file ({tensors} {dtype} tensors) to {path}")
     head = hlen.to_bytes(8, "little") + text
     with open(path, "wb") as f:
         f.write(head)
@@ -991,7 +994,7 @@ def sec_write(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
 
 FST_SWEEP = [(t, kb) for t in (8, 16, 32) for kb in (16 * 1024, 64 * 1024)]  # max_threads x bbuf_size_kb
 HWM_ALLOWANCE = 16 << 20
-ST_GOALS = {"safetensors load_file": 5.0, "fastsafetensors (best of sweep)": 1.5, "safetensors save_file": 1.5}
+ST_GOALS = {"safetensors.numpy": 2.0, "safetensors load_file": 5.0, "fastsafetensors (best of sweep)": 1.5, "safetensors save_file": 1.5}
 
 
 def fst_loader(fst, files: list[str], dev: str, nogds: bool, threads: int | None = None, bbuf_kb: int | None = None):
@@ -1238,7 +1241,45 @@ def sec_safetensors(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
             [("accio.safetensors save_file", "safetensors save_file", ST_GOALS["safetensors save_file"])], rounds, 2)
     del src
 
-    # 5. host memory a GPU load takes: VmHWM's rise in a fresh process (goal: no more than the staging pool)
+    # 5. into host memory (NumPy): the same bytes as F16, which safetensors.numpy can load (not BF16)
+    href, hspans = safetensors_file(a.dir, a.st_size, a.st_tensors, dtype="F16")
+    warm(href.path)
+
+    def host_verify(d) -> str | None:
+        if set(d) != {n for n, _, _ in hspans}:
+            return "tensor names differ"
+        total = 0
+        for name, start, end in hspans:
+            v = d[name].reshape(-1).view(np.uint8)
+            if v.size != end - start:
+                return f"{name}: {v.size} bytes, expected {end - start}"
+            bad = check_stamps_host(v, start)
+            if bad:
+                return f"{name}: {bad}"
+            total += word_sum(v)
+        return None if total == href.data_sum else f"word sum {total} != {href.data_sum}"
+
+    import types
+    host = types.SimpleNamespace(sync=lambda: None)  # NewTensor's "gpu": host results need no sync
+    cs = [NewTensor("accio.safetensors load_file (numpy)", host, href.size,
+                    lambda: ast.load_file(href.path, framework="numpy"), host_verify, accio_last),
+          NewTensor("accio.read whole file (host)", host, href.size, lambda: accio.read(href.path),
+                    lambda arr: check_host(arr[href.data_start:], href.data_start, href.data_sum), accio_last)]
+    skipped = {}
+    if "safetensors" in a.peers_wanted:
+        try:
+            import safetensors.numpy as stn
+            cs.append(NewTensor("safetensors.numpy load_file", host, href.size, lambda: stn.load_file(href.path),
+                                host_verify))
+        except ImportError as e:
+            skipped["safetensors.numpy load_file"] = one_line(f"ImportError: {e}")
+    else:
+        skipped["safetensors.numpy load_file"] = "not asked for (--peers)"
+    s.group("host memory, NumPy", {"file_size": href.size, "dtype": "F16", "cpus": os.cpu_count()}, cs, skipped,
+            [("accio.safetensors load_file (numpy)", "safetensors.numpy load_file", ST_GOALS["safetensors.numpy"]),
+             ("accio.safetensors load_file (numpy)", "accio.read whole file (host)", None)], rounds, 1)
+
+    # 6. host memory a GPU load takes: VmHWM's rise in a fresh process (goal: no more than the staging pool)
     cfg = accio.settings()
     pool = int(cfg["threads"]) * int(cfg["ring_depth"]) * int(cfg["buffer_size"])
     mem = {"staging_pool_bytes": pool, "pool": f"threads {cfg['threads']} x ring_depth {cfg['ring_depth']} x "
@@ -1364,6 +1405,7 @@ def main(argv=None) -> int:
     a.threads = sorted({int(x) for x in a.threads.split(",")})
     a.rounds_of = lambda name: a.rounds or DEFAULT_ROUNDS[name]
     wanted = wanted_peers(a.peers)
+    a.peers_wanted = wanted
     os.makedirs(a.dir, exist_ok=True)
 
     doc = {"schema": SCHEMA, "command": " ".join(["python3", *sys.argv]) if argv is None else " ".join(argv),

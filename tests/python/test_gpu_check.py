@@ -343,7 +343,12 @@ def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fak
     assert [x["label"] for x in w] == ["write", "write+sync"]
     assert w[0]["contenders"]["accio staged"]["checks"].startswith("every sample: the written file")
     sec = doc["sections"]["safetensors"]
-    assert [g["label"] for g in sec["groups"]] == ["hot file", "hot sharded 4 x 2 MiB", "save from GPU"]
+    assert [g["label"] for g in sec["groups"]] == ["hot file", "hot sharded 4 x 2 MiB", "save from GPU",
+                                                   "host memory, NumPy"]
+    host = sec["groups"][3]
+    assert host["contenders"]["accio.safetensors load_file (numpy)"]["ran"] == "parallel"
+    assert host["contenders"]["safetensors.numpy load_file"] == {"skipped": "not asked for (--peers)"}
+    assert host["params"]["dtype"] == "F16" and host["comparisons"][0]["goal"] == 2.0
     assert sec["notes"] == ["fastsafetensors sweep skipped: not asked for (--peers)"]
     st = sec["groups"][0]["contenders"]
     assert st["accio.read(device) whole file"]["check"] == "ok" and st["accio.safetensors load_file"]["ran"] == "staged"
