@@ -12,8 +12,13 @@ One section per stage of `make gpu-check` (benchmarks/gpu_check.py); each can ru
   write        GPU memory to a new file (2 GiB, 8 threads): accio staged vs KvikIO (its defaults, and with
                buffered writes) vs the host's own write of the same bytes (accio parallel from host memory);
                then each with fsync. Goals: staged >= 1.2x KvikIO, >= 0.9x host.
-  safetensors  a 4 GiB safetensors file (64 bf16 tensors): safetensors.torch.load_file(device="cuda") vs
-               fastsafetensors vs accio reading the whole file into GPU memory.
+  safetensors  a 4 GiB safetensors file (64 bf16 tensors) and a sharded 4 x 2 GiB checkpoint (index.json) into
+               GPU memory: accio.safetensors.load_file vs safetensors.torch.load_file(device="cuda") (goal 5x)
+               vs fastsafetensors with its defaults and with the best of a sweep of its settings (goal 1.5x),
+               and accio.read of the whole file; save_file from GPU memory vs safetensors.torch.save_file
+               (goal 1.5x); the file as F16 into host memory: accio.safetensors (NumPy) vs
+               safetensors.numpy.load_file (goal 2x); VmHWM's rise over one GPU load in a fresh process
+               (goal: <= the staging pool).
   cold-read    the page cache dropped before every sample (drop_caches as root, else posix_fadvise, checked
                with a residency query): staged, staged+direct, KvikIO.
 
@@ -145,28 +150,30 @@ def data_file(directory: str, size: int, seed: int = 1) -> DataFile:
     return ref
 
 
-def safetensors_file(directory: str, size: int, tensors: int, seed: int = 2) -> tuple[DataFile, list[tuple[str, int, int]]]:
-    """A safetensors file of `tensors` bf16 tensors of size/tensors bytes each. The header is padded
-    with spaces so that the data starts page aligned. Returns the file and (name, start, end) in file
-    offsets for every tensor."""
+def safetensors_file(directory: str, size: int, tensors: int, seed: int = 2, tag: str = "",
+                     dtype: str = "BF16") -> tuple[DataFile, list[tuple[str, int, int]]]:
+    """A safetensors file of `tensors` bf16 tensors of size/tensors bytes each, named TAG + layer.NNN.weight
+    (a tag makes the file and its names distinct: shards). The header is padded with spaces so that the
+    data starts page aligned. Returns the file and (name, start, end) in file offsets for every tensor."""
     per = size // tensors
     if per % PAGE or per < PAGE:
         raise ValueError(f"--st-size / --st-tensors must be a multiple of 4 KiB ({per} bytes per tensor)")
     cols = 8192 if per % (2 * 8192) == 0 else per // 2
     rows = per // 2 // cols
-    path = os.path.join(directory, f"accio-gpu-bench.{size}.{tensors}.safetensors")
+    path = os.path.join(directory, f"accio-gpu-bench.{tag}{size}.{tensors}{'' if dtype == 'BF16' else '.' + dtype}"
+                               ".safetensors")
     header = {"__metadata__": {"format": "pt", "producer": "accio benchmarks/gpu_bench.py"}}
     for i in range(tensors):
-        header[f"layer.{i:03d}.weight"] = {"dtype": "BF16", "shape": [rows, cols], "data_offsets": [i * per, (i + 1) * per]}
+        header[f"{tag}layer.{i:03d}.weight"] = {"dtype": dtype, "shape": [rows, cols], "data_offsets": [i * per, (i + 1) * per]}
     text = json.dumps(header, separators=(",", ":")).encode()
     hlen = -(-(8 + len(text)) // PAGE) * PAGE - 8
     text += b" " * (hlen - len(text))
     start = 8 + hlen
-    spans = [(f"layer.{i:03d}.weight", start + i * per, start + (i + 1) * per) for i in range(tensors)]
+    spans = [(f"{tag}layer.{i:03d}.weight", start + i * per, start + (i + 1) * per) for i in range(tensors)]
     ref = DataFile.load(path)
     if ref:
         return ref, spans
-    log(f"writing a {fmt_size(size)} safetensors file ({tensors} bf16 tensors) to {path}")
+    log(f"writing a {fmt_size(size)} safetensors file ({tensors} {dtype} tensors) to {path}")
     head = hlen.to_bytes(8, "little") + text
     with open(path, "wb") as f:
         f.write(head)
@@ -985,29 +992,172 @@ def sec_write(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
     s.finish()
 
 
+# fastsafetensors' settings swept (max_threads, bbuf_size_kb): its defaults (16, 16 MiB) first
+FST_SWEEP = [(16, 16 * 1024), (8, 16 * 1024), (32, 16 * 1024), (16, 64 * 1024), (32, 64 * 1024)]
+HWM_ALLOWANCE = 16 << 20
+ST_GOALS = {"safetensors.numpy": 2.0, "safetensors load_file": 5.0, "fastsafetensors (best of sweep)": 1.5, "safetensors save_file": 1.5}
+
+
+def fst_loader(fst, files: list[str], dev: str, nogds: bool, threads: int | None = None, bbuf_kb: int | None = None):
+    """fastsafetensors loading files into GPU memory: its fastsafe_open (what its README shows) with
+    no settings, or its SafeTensorsFileLoader with max_threads and bbuf_size_kb (what fastsafe_open
+    does not expose)."""
+    if threads is None:
+        def load():
+            with fst.fastsafe_open(filenames=files, framework="pt", device=dev, nogds=nogds) as fo:
+                return {k: fo.get_tensor(k) for k in fo.keys()}
+        return load
+
+    def load_with():
+        loader = fst.SafeTensorsFileLoader(None, dev, bbuf_size_kb=bbuf_kb, max_threads=threads, nogds=nogds,
+                                           framework="pytorch")
+        try:
+            loader.add_filenames({0: files})
+            fb = loader.copy_files_to_device()
+            try:  # the tensors keep their memory after close() (fastsafetensors' owning mode)
+                return {k: fb.get_tensor(k) for k in fb.key_to_rank_lidx}
+            finally:
+                fb.close()
+        finally:
+            loader.close()
+    return load_with
+
+
+def vmhwm_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+HWM_PROBE = r"""
+import json, os, sys, time
+import accio
+dev, path, who, fw = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+torch = None
+if fw == "torch":
+    import torch
+    torch.empty(1, device=f"cuda:{dev}"); torch.cuda.synchronize(dev)
+else:
+    accio.device_array(1, dev)
+import accio.safetensors
+def hwm():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) * 1024
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")   # VmHWM := VmRSS now (Linux 4.0+)
+    reset = True
+except OSError:
+    reset = False
+before = hwm()
+t0 = time.perf_counter()
+if who == "accio":
+    out = accio.safetensors.load_file(path, device=dev, framework=fw)
+elif who == "safetensors":
+    import safetensors.torch
+    out = safetensors.torch.load_file(path, device=f"cuda:{dev}")
+else:
+    import fastsafetensors
+    nogds = not (os.path.exists("/proc/driver/nvidia-fs/stats") or os.path.isdir("/sys/module/nvidia_fs"))
+    with fastsafetensors.fastsafe_open(filenames=[path], framework="pt", device=f"cuda:{dev}", nogds=nogds) as fo:
+        out = {k: fo.get_tensor(k) for k in fo.keys()}
+if torch is not None:
+    torch.cuda.synchronize(dev)
+print(json.dumps({"hwm_before": before, "hwm_after": hwm(), "rise": hwm() - before, "reset": reset,
+                  "seconds": time.perf_counter() - t0, "tensors": len(out)}))
+"""
+
+
+def hwm_rise(a, path: str, who: str, fw: str) -> dict:
+    """The rise of VmHWM over one load in a fresh process, from after CUDA start-up to the end of the load."""
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", HWM_PROBE, str(a.device), path, who, fw], capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode:
+        return {"failed": one_line(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}")}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+class SafetensorsWrite(FileWrite):
+    """A save of the loaded tensors: the written file must parse with the same tensors, and its data
+    section must hold the source file's data section (same order: all BF16, sorted names)."""
+
+    def __init__(self, name, path, ref: DataFile, names: set, write):
+        super().__init__(name, path, ref.size - ref.data_start, ref.data_sum, write, False)
+        self.ref, self.names = ref, names
+
+    def check(self):
+        try:
+            import accio.safetensors as ast
+            with accio.open(self.path) as f:
+                h = ast.read_header(f)
+            if set(h.tensors) != self.names:
+                return f"{len(set(h.tensors) ^ self.names)} tensor names differ"
+            m = np.memmap(self.path, dtype=np.uint8, mode="r", offset=h.data_start, shape=(h.data_len,))
+            try:
+                bad = check_stamps_host(m, self.ref.data_start)
+                return bad or (None if word_sum(m) == self.ref.data_sum else "word sum differs")
+            finally:
+                del m
+        except ValueError as e:
+            return one_line(str(e))
+        finally:
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+
+
 def sec_safetensors(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
-    s = Section(rec, "safetensors", {"size": a.st_size, "tensors": a.st_tensors, "dtype": "BF16",
-                                     "rounds": a.rounds_of("safetensors")}, a.budget_s)
+    import accio.safetensors as ast
+    rounds = a.rounds_of("safetensors")
+    s = Section(rec, "safetensors", {"size": a.st_size, "tensors": a.st_tensors, "dtype": "BF16", "rounds": rounds,
+                                     "shards": a.st_shards, "shard_size": a.st_shard_size,
+                                     "fastsafetensors_sweep": FST_SWEEP}, a.budget_s)
     ref, spans = safetensors_file(a.dir, a.st_size, a.st_tensors)
+    shard_refs = [safetensors_file(a.dir, a.st_shard_size, a.st_tensors, seed=10 + k, tag=f"shard{k}.")
+                  for k in range(a.st_shards)]
+    index = os.path.join(a.dir, f"accio-gpu-bench.{a.st_shard_size}x{a.st_shards}.safetensors.index.json")
+    with open(index, "w") as f:
+        json.dump({"metadata": {"total_size": sum(r.size - r.data_start for r, _ in shard_refs)},
+                   "weight_map": {n: os.path.basename(r.path) for r, sp in shard_refs for n, _, _ in sp}}, f)
+    shard_files = [r.path for r, _ in shard_refs]
+    shard_bytes = sum(r.size for r, _ in shard_refs)
     s.doc["params"]["file_size"] = ref.size
-    s.doc["params"]["cached_before"] = warm(ref.path)
+    s.doc["params"]["cached_before"] = min(warm(p) for p in [ref.path, *shard_files])
     torch = peers.get("torch")
     dev = f"cuda:{a.device}"
-    names = {n for n, _, _ in spans}
+    fw = "torch" if torch else "accio"  # accio.safetensors' own DeviceTensor without PyTorch
+    s.doc["params"]["accio_framework"] = fw
+    nogds = not nvidia_fs_loaded()
+    st, fst = peers.get("safetensors"), peers.get("fastsafetensors")
+    fst_tag = "nogds" if nogds else "gds"
 
-    def verify_tensors(d) -> str | None:
-        if set(d) != names:
-            return f"{len(set(d) ^ names)} tensor names differ"
-        total = 0
-        for name, start, end in spans:
-            v = gpu.view(d[name])
-            if v.numel() != end - start:
-                return f"{name}: {v.numel()} bytes, expected {end - start}"
-            bad, pages, w = gpu.measure(v, start)
-            if bad:
-                return f"{name}: {bad} of {pages} pages misplaced or missing"
-            total += w
-        return None if total == ref.data_sum else f"word sum {total} != {ref.data_sum}"
+    def flat(t):
+        if isinstance(t, ast.DeviceTensor):
+            return gpu.cupy.asarray(t) if gpu.cupy else np.frombuffer(t.to_bytes(), np.uint8)
+        return gpu.view(t)
+
+    def verifier(parts: list[tuple[DataFile, list]]):
+        names = {n for _, sp in parts for n, _, _ in sp}
+        want = sum(r.data_sum for r, _ in parts)
+
+        def verify(d) -> str | None:
+            if set(d) != names:
+                return f"{len(set(d) ^ names)} tensor names differ"
+            total = 0
+            for _, sp in parts:
+                for name, start, end in sp:
+                    v = flat(d[name])
+                    n = v.numel() if torch else len(v)
+                    if n != end - start:
+                        return f"{name}: {n} bytes, expected {end - start}"
+                    bad, pages, w = gpu.measure(v, start)
+                    if bad:
+                        return f"{name}: {bad} of {pages} pages misplaced or missing"
+                    total += w
+            return None if total == want else f"word sum {total} != {want}"
+        return verify
 
     def verify_file(arr) -> str | None:
         v = gpu.view(arr)
@@ -1017,30 +1167,136 @@ def sec_safetensors(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
         w += gpu.measure(v[:ref.data_start], 0)[2]
         return None if w == ref.file_sum else f"word sum {w} != {ref.file_sum}"
 
-    cs: list[Contender] = []
-    skipped = {}
-    st = peers.get("safetensors")
-    if st:
-        cs.append(NewTensor("safetensors load_file", gpu, ref.size, lambda: st.load_file(ref.path, device=dev),
-                            verify_tensors))
-    else:
-        skipped["safetensors load_file"] = peers.reason("safetensors")
-    fst = peers.get("fastsafetensors")
-    nogds = not nvidia_fs_loaded()
-    fst_name = f"fastsafetensors ({'nogds' if nogds else 'gds'})"
+    # 1. fastsafetensors' settings: a short sweep (not a claim: 2 rounds) whose best median is then measured.
+    best = None
     if fst:
-        def fst_load():
-            with fst.fastsafe_open(filenames=[ref.path], framework="pt", device=dev, nogds=nogds) as fo:
-                return {k: fo.get_tensor(k) for k in fo.keys()}
-        cs.append(NewTensor(fst_name, gpu, ref.size, fst_load, verify_tensors))
+        cs = [NewTensor(f"fastsafetensors ({fst_tag}, max_threads={t}, bbuf_size_kb={kb})", gpu, ref.size,
+                        fst_loader(fst, [ref.path], dev, nogds, t, kb), verifier([(ref, spans)]))
+              for t, kb in FST_SWEEP]
+        g = s.group("fastsafetensors sweep", {"file_size": ref.size, "note": "picks the settings for the groups below"},
+                    cs, {}, [], a.st_sweep_rounds, 5)
+        ok = [(e["median"], n) for n, e in g["contenders"].items() if e.get("check") == "ok" and e.get("n")]
+        if ok:
+            best = FST_SWEEP[[c.name for c in cs].index(max(ok)[1])]
+            s.doc["params"]["fastsafetensors_best"] = {"max_threads": best[0], "bbuf_size_kb": best[1]}
     else:
-        skipped[fst_name] = peers.reason("fastsafetensors")
-    fw = "torch" if torch else None
-    cs.append(NewTensor("accio.read(device) whole file", gpu, ref.size,
-                        lambda: accio.read(ref.path, device=a.device, framework=fw), verify_file, accio_last))
-    comps = [("accio.read(device) whole file", "safetensors load_file", None),
-             ("accio.read(device) whole file", fst_name, None), (fst_name, "safetensors load_file", None)]
-    s.group("hot file", {"file_size": ref.size}, cs, skipped, comps, a.rounds_of("safetensors"))
+        s.note("fastsafetensors sweep skipped: " + peers.reason("fastsafetensors"))
+
+    def load_group(label, target, files, parts, nbytes, groups_left, raw: bool):
+        # raw: also fastsafetensors with its defaults and accio's raw read (the single file only: the
+        # sharded group, 8 GiB a sample, would not fit in the stage's time with them)
+        cs: list[Contender] = [NewTensor("accio.safetensors load_file", gpu, nbytes,
+                                         lambda: ast.load_file(target, device=a.device, framework=fw),
+                                         verifier(parts), accio_last)]
+        skipped = {}
+        if st:
+            cs.append(NewTensor("safetensors load_file", gpu, nbytes,   # shard after shard, as transformers does
+                                lambda: {k: v for p in files for k, v in st.load_file(p, device=dev).items()},
+                                verifier(parts)))
+        else:
+            skipped["safetensors load_file"] = peers.reason("safetensors")
+        for name, settings in ((f"fastsafetensors ({fst_tag}, defaults)", None), ("fastsafetensors (best of sweep)", best)):
+            if name.endswith("defaults)") and not raw:
+                continue
+            if not fst:
+                skipped[name] = peers.reason("fastsafetensors")
+            elif name.endswith("sweep)") and not settings:
+                skipped[name] = "the sweep found no working settings"
+            else:
+                cs.append(NewTensor(name, gpu, nbytes, fst_loader(fst, files, dev, nogds, *(settings or ())),
+                                    verifier(parts)))
+        if raw:
+            cs.append(NewTensor("accio.read(device) whole file", gpu, nbytes,
+                                lambda: accio.read(ref.path, device=a.device, framework="torch" if torch else None),
+                                verify_file, accio_last))
+        a_ = "accio.safetensors load_file"
+        comps = [(a_, "safetensors load_file", ST_GOALS["safetensors load_file"]),
+                 (a_, "fastsafetensors (best of sweep)", ST_GOALS["fastsafetensors (best of sweep)"]),
+                 ("fastsafetensors (best of sweep)", "safetensors load_file", None)]
+        if raw:
+            comps += [(a_, f"fastsafetensors ({fst_tag}, defaults)", None), (a_, "accio.read(device) whole file", None)]
+        s.group(label, {"file_size": nbytes, "files": len(files)}, cs, skipped, comps, rounds, groups_left)
+
+    # 2. one 4 GiB file; 3. the sharded checkpoint through its index (accio reads the shards in parallel)
+    load_group("hot file", ref.path, [ref.path], [(ref, spans)], ref.size, 4, True)
+    load_group(f"hot sharded {a.st_shards} x {fmt_size(a.st_shard_size)}", index, shard_files, shard_refs,
+               shard_bytes, 3, False)
+
+    # 4. saving the loaded tensors from GPU memory
+    # copies: safetensors.torch.save_file refuses views of one storage (accio's default load)
+    src = ast.load_file(ref.path, device=a.device, framework=fw, copy=True)
+    names = {n for n, _, _ in spans}
+    out = lambda tag: os.path.join(a.dir, f"accio-gpu-bench.{os.getpid()}.out.{tag}.safetensors")  # noqa: E731
+    meta = {"format": "pt"}
+
+    def accio_save(path, sync):
+        ast.save_file(src, path, metadata=meta)
+        return accio_last()
+    cs = [SafetensorsWrite("accio.safetensors save_file", out("accio"), ref, names, accio_save)]
+    skipped = {}
+    if st and torch:
+        def st_save(path, sync):
+            st.save_file(src, path, metadata=meta)
+            return "safetensors"
+        cs.append(SafetensorsWrite("safetensors save_file", out("st"), ref, names, st_save))
+    else:
+        skipped["safetensors save_file"] = peers.reason("safetensors")
+    s.group("save from GPU", {"file_size": ref.size, "file": "new, page cache, no fsync"}, cs, skipped,
+            [("accio.safetensors save_file", "safetensors save_file", ST_GOALS["safetensors save_file"])], rounds, 2)
+    del src
+
+    # 5. into host memory (NumPy): the same bytes as F16, which safetensors.numpy can load (not BF16)
+    href, hspans = safetensors_file(a.dir, a.st_size, a.st_tensors, dtype="F16")
+    warm(href.path)
+
+    def host_verify(d) -> str | None:
+        if set(d) != {n for n, _, _ in hspans}:
+            return "tensor names differ"
+        total = 0
+        for name, start, end in hspans:
+            v = d[name].reshape(-1).view(np.uint8)
+            if v.size != end - start:
+                return f"{name}: {v.size} bytes, expected {end - start}"
+            bad = check_stamps_host(v, start)
+            if bad:
+                return f"{name}: {bad}"
+            total += word_sum(v)
+        return None if total == href.data_sum else f"word sum {total} != {href.data_sum}"
+
+    import types
+    host = types.SimpleNamespace(sync=lambda: None)  # NewTensor's "gpu": host results need no sync
+    cs = [NewTensor("accio.safetensors load_file (numpy)", host, href.size,
+                    lambda: ast.load_file(href.path, framework="numpy"), host_verify, accio_last),
+          NewTensor("accio.read whole file (host)", host, href.size, lambda: accio.read(href.path),
+                    lambda arr: check_host(arr[href.data_start:], href.data_start, href.data_sum), accio_last)]
+    skipped = {}
+    if "safetensors" in a.peers_wanted:
+        try:
+            import safetensors.numpy as stn
+            cs.append(NewTensor("safetensors.numpy load_file", host, href.size, lambda: stn.load_file(href.path),
+                                host_verify))
+        except ImportError as e:
+            skipped["safetensors.numpy load_file"] = one_line(f"ImportError: {e}")
+    else:
+        skipped["safetensors.numpy load_file"] = "not asked for (--peers)"
+    s.group("host memory, NumPy", {"file_size": href.size, "dtype": "F16", "cpus": os.cpu_count()}, cs, skipped,
+            [("accio.safetensors load_file (numpy)", "safetensors.numpy load_file", ST_GOALS["safetensors.numpy"]),
+             ("accio.safetensors load_file (numpy)", "accio.read whole file (host)", None)], rounds, 1)
+
+    # 6. host memory a GPU load takes: VmHWM's rise in a fresh process (goal: no more than the staging pool)
+    cfg = accio.settings()
+    pool = int(cfg["threads"]) * int(cfg["ring_depth"]) * int(cfg["buffer_size"])
+    mem = {"staging_pool_bytes": pool, "pool": f"threads {cfg['threads']} x ring_depth {cfg['ring_depth']} x "
+           f"buffer_size {cfg['buffer_size']}", "file_size": ref.size, "loads": {}}
+    for who, ok in (("accio", True), ("safetensors", bool(st)), ("fastsafetensors", bool(fst))):
+        mem["loads"][who] = hwm_rise(a, ref.path, who, fw) if ok else {"skipped": peers.reason(who)}
+    r = mem["loads"]["accio"]
+    if "rise" in r:  # the allowance: the header, the tensors' Python objects, the interpreter's own arenas
+        mem["goal"] = f"accio's VmHWM rise <= the staging pool + {HWM_ALLOWANCE >> 20} MiB (no copy of the file)"
+        mem["goal_verdict"] = "met" if r["rise"] <= pool + HWM_ALLOWANCE else "missed"
+        if gpu.kind == "accio.DeviceArray" and "fake" in str(accio.gpus()[a.device].get("name", "")):
+            mem["note"] = "a fake driver's device memory is host memory: it counts in VmHWM here"
+    s.doc["host_memory"] = mem
     s.finish()
 
 
@@ -1126,7 +1382,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cold-method", choices=("auto", "drop_caches", "fadvise"), default="auto",
                     help="auto: drop_caches as root, else posix_fadvise(DONTNEED)")
     ap.add_argument("--st-size", type=page_size, default=4 << 30, help="safetensors data bytes (4g)")
-    ap.add_argument("--st-tensors", type=int, default=64)
+    ap.add_argument("--st-tensors", type=int, default=64, help="tensors per safetensors file, shards too (64)")
+    ap.add_argument("--st-shards", type=int, default=4, help="shards of the sharded checkpoint (4)")
+    ap.add_argument("--st-shard-size", type=page_size, default=2 << 30, help="data bytes per shard (2g)")
+    ap.add_argument("--st-sweep-rounds", type=int, default=2, help="rounds per fastsafetensors setting in its "
+                    "sweep (2: a sweep picks settings, it claims nothing)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds per group (default: hot-read 11, others 7)")
     ap.add_argument("--budget-s", type=float, default=420, help="a section stops adding rounds past the minimum "
                     "of 7 when more would not fit in this many seconds (420)")
@@ -1149,6 +1409,7 @@ def main(argv=None) -> int:
     a.threads = sorted({int(x) for x in a.threads.split(",")})
     a.rounds_of = lambda name: a.rounds or DEFAULT_ROUNDS[name]
     wanted = wanted_peers(a.peers)
+    a.peers_wanted = wanted
     os.makedirs(a.dir, exist_ok=True)
 
     doc = {"schema": SCHEMA, "command": " ".join(["python3", *sys.argv]) if argv is None else " ".join(argv),

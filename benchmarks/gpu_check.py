@@ -75,7 +75,9 @@ STAGES = (
     Stage("bench-hot", 150, "hot reads into GPU memory: accio staged vs KvikIO, host and pinned-copy ceilings"),
     Stage("bench-naive", 90, "accio naive vs torch.from_numpy(np.fromfile()).cuda()"),
     Stage("bench-write", 240, "GPU -> new file: accio staged vs KvikIO vs the host's own write, then with fsync"),
-    Stage("bench-safetensors", 150, "safetensors.torch.load_file vs fastsafetensors vs accio"),
+    Stage("bench-safetensors", 420, "accio.safetensors load (4 GiB file; 4 x 2 GiB shards) vs safetensors.torch "
+          "and fastsafetensors (defaults and the best of a settings sweep); save vs safetensors; host memory vs "
+          "safetensors.numpy; VmHWM rise"),
     Stage("bench-cold", 150, "cold reads: staged, staged+direct, KvikIO"),
     Stage("bench-cli", 150, "accio bench --target cuda:0 --preset quick, timed"),
 )

@@ -90,7 +90,9 @@ def build_parser():
                        epilog="examples:\n  accio bench --preset quick --report report.html\n"
                        "  accio bench -T write+sync,cold-read -s 1g -r 1m,16m -t 1,2 --json out.json\n"
                        "  mpirun -np 4 accio bench --preset ior --layout fpp,shared\n"
-                       "  accio bench compare A.json B.json")
+                       "  accio bench compare A.json B.json\n"
+                       "  accio bench safetensors model.safetensors --device cuda:0 --json st.json"
+                       "   (checkpoint loading vs safetensors, fastsafetensors; --help for its options)")
     add_arguments(s)
     s.set_defaults(func=_cmd_bench)
 
@@ -144,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:2] == ["bench", "compare"]:
         from .bench import compare_main
         return compare_main(argv[2:])
+    if argv[:2] == ["bench", "safetensors"]:
+        from .bench.checkpoint import main as safetensors_main
+        return _guarded(safetensors_main, argv[2:])
     if argv[:1] == ["run"]:  # a launcher: skip argparse and the other commands when it can
         from . import run
         if (quick := run.quick_parse(argv[1:])) is not None:

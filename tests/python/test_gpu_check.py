@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "benchmarks" / "gpu_check.py"
 BENCH = ROOT / "benchmarks" / "gpu_bench.py"
 TINY = ["--size", "8m", "--threads", "2,4", "--write-size", "4m", "--st-size", "8m", "--st-tensors", "8",
-        "--cold-method", "fadvise"]
+        "--st-shard-size", "2m", "--cold-method", "fadvise"]
 
 
 def load(path: Path, name: str):
@@ -342,8 +342,25 @@ def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fak
     w = doc["sections"]["write"]["groups"]
     assert [x["label"] for x in w] == ["write", "write+sync"]
     assert w[0]["contenders"]["accio staged"]["checks"].startswith("every sample: the written file")
-    st = doc["sections"]["safetensors"]["groups"][0]["contenders"]
-    assert st["accio.read(device) whole file"]["check"] == "ok"
+    sec = doc["sections"]["safetensors"]
+    assert [g["label"] for g in sec["groups"]] == ["hot file", "hot sharded 4 x 2 MiB", "save from GPU",
+                                                   "host memory, NumPy"]
+    host = sec["groups"][3]
+    assert host["contenders"]["accio.safetensors load_file (numpy)"]["ran"] == "parallel"
+    assert host["contenders"]["safetensors.numpy load_file"] == {"skipped": "not asked for (--peers)"}
+    assert host["params"]["dtype"] == "F16" and host["comparisons"][0]["goal"] == 2.0
+    assert sec["notes"] == ["fastsafetensors sweep skipped: not asked for (--peers)"]
+    st = sec["groups"][0]["contenders"]
+    assert st["accio.read(device) whole file"]["check"] == "ok" and st["accio.safetensors load_file"]["ran"] == "staged"
+    goals = {(c["a"], c["b"]): c["goal"] for g in sec["groups"] for c in g["comparisons"]}
+    assert goals[("accio.safetensors load_file", "safetensors load_file")] == 5.0
+    assert goals[("accio.safetensors load_file", "fastsafetensors (best of sweep)")] == 1.5
+    assert goals[("accio.safetensors save_file", "safetensors save_file")] == 1.5
+    assert sec["groups"][1]["params"]["files"] == 4 and sec["groups"][2]["contenders"]["accio.safetensors save_file"]["ran"] == "staged"
+    mem = sec["host_memory"]
+    assert mem["loads"]["accio"]["reset"] in (True, False) and mem["loads"]["accio"]["tensors"] == 8
+    assert mem["loads"]["accio"]["rise"] > 0 and mem["goal_verdict"] in ("met", "missed") and "fake driver" in mem["note"]
+    assert mem["loads"]["safetensors"] == {"skipped": "not asked for (--peers)"}
     assert doc["sections"]["cold-read"]["groups"][0]["params"]["residency_max"] <= 0.01
     # Written files are gone, the generated inputs stay for the next run (and are reused).
     left = sorted(os.listdir(tmp_path / "d"))
@@ -506,3 +523,58 @@ def test_kvikio_settings_through_set_get_and_through_the_older_reset_calls(monke
     assert k.effective() == {"compat_mode": False, "num_threads": 4, "task_size": 2 << 20}
     with pytest.raises(RuntimeError, match="no setting auto_direct_io_write"):
         k.configure(gds=False, threads=4, task_size=1, auto_direct_io_write=False)
+
+
+def test_fastsafetensors_defaults_and_swept_settings_reach_its_api():
+    # A stand-in with fastsafetensors 0.5's surface: fastsafe_open (no settings) for the defaults, and
+    # SafeTensorsFileLoader (max_threads, bbuf_size_kb) for the sweep; both closed after the load.
+    gb = load(BENCH, "gpu_bench")
+    calls = []
+
+    class FB:
+        key_to_rank_lidx = {"a": 0, "b": 1}
+
+        def get_tensor(self, k):
+            return f"t:{k}"
+
+        def close(self):
+            calls.append("fb.close")
+
+    class Loader:
+        def __init__(self, pg, device, **kw):
+            calls.append(("loader", pg, device, kw))
+
+        def add_filenames(self, d):
+            calls.append(("files", d))
+
+        def copy_files_to_device(self):
+            return FB()
+
+        def close(self):
+            calls.append("loader.close")
+
+    class Open:
+        def __init__(self, **kw):
+            calls.append(("open", kw))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            calls.append("open.exit")
+
+        def keys(self):
+            return ["a"]
+
+        def get_tensor(self, k):
+            return f"o:{k}"
+
+    fst = type("fastsafetensors", (), {"SafeTensorsFileLoader": Loader, "fastsafe_open": Open})
+    assert gb.fst_loader(fst, ["x.st"], "cuda:0", True)() == {"a": "o:a"}
+    assert calls == [("open", {"filenames": ["x.st"], "framework": "pt", "device": "cuda:0", "nogds": True}), "open.exit"]
+    calls.clear()
+    assert gb.fst_loader(fst, ["x.st", "y.st"], "cuda:1", False, 32, 65536)() == {"a": "t:a", "b": "t:b"}
+    assert calls == [("loader", None, "cuda:1", {"bbuf_size_kb": 65536, "max_threads": 32, "nogds": False,
+                                                 "framework": "pytorch"}),
+                     ("files", {0: ["x.st", "y.st"]}), "fb.close", "loader.close"]
+    assert len(gb.FST_SWEEP) == len(set(gb.FST_SWEEP)) >= 4 and (16, 16 * 1024) in gb.FST_SWEEP  # its defaults

@@ -1,0 +1,585 @@
+"""safetensors checkpoints at storage speed, into host or GPU memory (docs/safetensors.md).
+
+    from accio.safetensors.torch import load_file          # drop-in for safetensors.torch
+    weights = load_file("model.safetensors", device="cuda:0")
+
+    import accio.safetensors as st
+    w = st.load_file("model.safetensors")                   # NumPy (BF16/F8 as ml_dtypes)
+    w = st.load_file("model.safetensors.index.json", device="cuda", framework="torch")  # shards in parallel
+    with st.safe_open("model.safetensors", framework="numpy") as f:   # reads only what is asked
+        emb = f.get_tensor("embed.weight")
+    st.save_file(weights, "copy.safetensors", metadata={"format": "pt"}, fsync=True)
+
+load_file reads the whole file with one accio read straight into the target memory (GPU memory
+through the staged pipeline: no host copy of the file), and returns the tensors as views of that one
+allocation (copy=False, the default) or each in its own allocation (copy=True: one batch of reads,
+one per tensor, still no second copy of the data). The header is untrusted: it is checked
+completely, as safetensors checks it, before anything is allocated or read (HeaderError, a ValueError
+naming the file and the tensor).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import accio
+
+from ._format import DTYPE_BITS, SUBBYTE, Header, HeaderError, TensorInfo, MAX_HEADER
+from . import _format
+
+__all__ = ["load_file", "save_file", "safe_open", "read_header", "DeviceTensor", "HeaderError", "TensorInfo",
+           "Header", "DTYPES"]
+
+DTYPES = tuple(DTYPE_BITS)
+
+# safetensors dtype -> the NumPy (ml_dtypes for the ones NumPy lacks) and PyTorch type names
+_NP = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "F16": "float16",
+       "I32": "int32", "U32": "uint32", "F32": "float32", "C64": "complex64", "F64": "float64", "I64": "int64",
+       "U64": "uint64"}
+_ML = {"BF16": "bfloat16", "F8_E5M2": "float8_e5m2", "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu",
+       "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz"}
+_TORCH = {**_NP, **_ML, "F4": "float4_e2m1fn_x2"}
+# and back, for save_file: a framework's dtype name -> safetensors'
+_FROM_NAME = {v: k for k, v in _TORCH.items()}
+
+
+def _ordinal(device) -> int | None:
+    """None for the host ('cpu', None), else the GPU's ordinal ('cuda', 'cuda:N', N)."""
+    if device is None or device == "cpu":
+        return None
+    if type(device).__name__ == "device" and hasattr(device, "type"):  # a torch.device
+        if device.type == "cpu":
+            return None
+        device = f"{device.type}:{device.index or 0}"
+    return accio._ordinal(device)
+
+
+def _framework_name(framework, ordinal) -> str:
+    aliases = {"pt": "torch", "np": "numpy", "numpy": "numpy", "torch": "torch", "cupy": "cupy", "accio": "accio"}
+    if framework is None:
+        if ordinal is None:
+            return "numpy"
+        import importlib.util
+        return "cupy" if "cupy" in sys.modules or importlib.util.find_spec("cupy") is not None else "accio"
+    if framework not in aliases:
+        raise ValueError(f"framework {framework!r}: expected 'torch' ('pt'), 'numpy' ('np'), 'cupy' or 'accio'")
+    name = aliases[framework]
+    if name == "numpy" and ordinal is not None:
+        raise ValueError("framework='numpy' holds host memory: use framework='torch', 'cupy' or 'accio' for a GPU, "
+                         "or device='cpu'")
+    if name == "accio" and ordinal is None:
+        raise ValueError("framework='accio' (DeviceTensor) is GPU memory: give device='cuda:N', or use numpy")
+    return name
+
+
+# --- frameworks: a flat byte buffer of the target memory, and typed tensors on it -----------------
+
+def _storage(info: TensorInfo) -> tuple[str, tuple]:
+    """(safetensors dtype to give the framework, shape) for a tensor: sub-byte types travel as their
+    packed bytes, the last dimension packed (F4: float4_e2m1fn_x2 for torch, uint8 elsewhere; F6:
+    uint8), or as a flat byte vector when the last dimension does not pack into whole bytes."""
+    if info.dtype not in SUBBYTE:
+        return info.dtype, info.shape
+    bits = DTYPE_BITS[info.dtype]
+    last = info.shape[-1] if info.shape else 1
+    if info.shape and (last * bits) % 8 == 0:
+        return ("F4" if info.dtype == "F4" else "U8"), info.shape[:-1] + (last * bits // 8,)
+    return "U8", (info.nbytes,)
+
+
+class _Numpy:
+    name = "numpy"
+
+    def __init__(self, ordinal):
+        import numpy
+        self.np = numpy
+
+    def dtype(self, st: str):
+        if st in _NP:
+            return self.np.dtype(_NP[st])
+        if st == "F4":
+            return self.np.dtype("uint8")
+        try:
+            import ml_dtypes
+        except ImportError as e:
+            raise ImportError(f"{st} tensors as NumPy arrays need ml_dtypes (pip install ml_dtypes): {e}",
+                              name="ml_dtypes") from e
+        return self.np.dtype(getattr(ml_dtypes, _ML[st]))
+
+    def alloc(self, n: int):
+        return self.np.empty(n, self.np.uint8)
+
+    def typed(self, flat, st: str, shape):
+        return flat.view(self.dtype(st)).reshape(shape)
+
+    def empty(self, st: str, shape):
+        return self.np.empty(shape, self.dtype(st))
+
+    def copy(self, flat):
+        return flat.copy()
+
+
+class _Cupy(_Numpy):
+    name = "cupy"
+
+    def __init__(self, ordinal):
+        super().__init__(ordinal)
+        self.cp = accio._framework("cupy")
+        self.device = self.cp.cuda.Device(self.cp.cuda.runtime.getDevice() if ordinal is None else ordinal)
+
+    def alloc(self, n: int):
+        with self.device:
+            return self.cp.empty(n, self.cp.uint8)
+
+    def typed(self, flat, st: str, shape):
+        return flat.view(self.dtype(st)).reshape(shape)
+
+    def empty(self, st: str, shape):
+        with self.device:
+            return self.cp.empty(shape, self.dtype(st))
+
+
+class _Torch:
+    name = "torch"
+
+    def __init__(self, ordinal):
+        self.torch = accio._framework("torch")
+        self.where = "cpu" if ordinal is None else f"cuda:{ordinal}"
+
+    def dtype(self, st: str):
+        t = getattr(self.torch, _TORCH.get(st, ""), None)
+        if not isinstance(t, self.torch.dtype):
+            raise ValueError(f"PyTorch {self.torch.__version__} has no type for {st} "
+                             f"(torch.{_TORCH.get(st, '?')})")
+        return t
+
+    def alloc(self, n: int):
+        return self.torch.empty(n, dtype=self.torch.uint8, device=self.where)
+
+    def typed(self, flat, st: str, shape):
+        return flat.view(self.dtype(st)).reshape(shape)
+
+    def empty(self, st: str, shape):
+        return self.torch.empty(shape, dtype=self.dtype(st), device=self.where)
+
+    def copy(self, flat):
+        return flat.clone()
+
+
+class DeviceTensor:
+    """One tensor's bytes in GPU memory, for framework='accio' (no CuPy or PyTorch needed).
+    dtype (safetensors' name) and shape describe the tensor; __cuda_array_interface__ exposes its
+    bytes as a flat uint8 vector (cupy.asarray(t).view(...) types it); to_bytes() copies them to the
+    host. Views of one load share, and keep alive, one accio.DeviceArray (`base`)."""
+
+    def __init__(self, base, offset: int, nbytes: int, dtype: str, shape: tuple, device: int):
+        self.base, self.offset, self.nbytes, self.dtype, self.shape, self.device = base, offset, nbytes, dtype, shape, device
+
+    @property
+    def ptr(self) -> int:
+        return self.base.ptr + self.offset if self.base is not None else 0
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False), "strides": None, "version": 3}
+
+    def to_bytes(self) -> bytes:
+        out = bytearray(self.nbytes)
+        if self.nbytes:
+            accio._ext.copy(out, self)
+        return bytes(out)
+
+    def __repr__(self) -> str:
+        return f"<accio.safetensors.DeviceTensor {self.dtype} {list(self.shape)} cuda:{self.device} {self.nbytes} bytes>"
+
+
+class _Accio:
+    name = "accio"
+
+    def __init__(self, ordinal):
+        self.ordinal = ordinal
+
+    def alloc(self, n: int):
+        return _Flat(accio.device_array(n, self.ordinal) if n else None, 0, n)
+
+    def typed(self, flat, st: str, shape):
+        return DeviceTensor(flat.base, flat.offset, flat.n, st, shape, self.ordinal)
+
+    def empty(self, st: str, shape):
+        return DeviceTensor(None, 0, 0, st, shape, self.ordinal)
+
+    def copy(self, flat):
+        out = self.alloc(flat.n)
+        accio._ext.copy(out, flat)
+        return out
+
+
+class _Flat:
+    """A byte range of a DeviceArray that slices and reads like the frameworks' flat buffers."""
+
+    def __init__(self, base, offset: int, n: int):
+        self.base, self.offset, self.n = base, offset, n
+
+    def __getitem__(self, s: slice):
+        return _Flat(self.base, self.offset + s.start, s.stop - s.start)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        ptr = self.base.ptr + self.offset if self.base is not None else 0
+        return {"shape": (self.n,), "typestr": "|u1", "data": (ptr, False), "strides": None, "version": 3}
+
+
+_FRAMEWORKS = {"numpy": _Numpy, "cupy": _Cupy, "torch": _Torch, "accio": _Accio}
+
+
+def _itemsize(st: str) -> int:
+    return max(1, DTYPE_BITS[st] // 8)
+
+
+def _tensor(fw, path: str, flat, info: TensorInfo):
+    """The typed tensor for info on flat (exactly its bytes); ValueError naming the tensor when the
+    framework cannot hold it (a dtype it lacks, more dimensions than it allows)."""
+    st, shape = _storage(info)
+    try:
+        if info.nbytes == 0:
+            return fw.empty(st, shape)
+        return fw.typed(flat, st, shape)
+    except (ValueError, TypeError, RuntimeError, OverflowError) as e:
+        raise ValueError(f"safetensors file '{path}', tensor {info.name!r}: {fw.name} cannot hold "
+                         f"{info.dtype} {list(info.shape)}: {e}") from None
+
+
+def _shrank(path: str, got: int, n: int) -> accio.Error:
+    return accio.Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+def read_header(f: "accio.File", path: str | None = None) -> Header:
+    """The validated header of an open accio.File (HeaderError when the file is malformed)."""
+    path = path or f.path
+    size = f.size
+    first = bytearray(8)
+    got = f.read_into(first, 0) if size >= 8 else 0
+    n = _format.header_length(path, bytes(first[:got]), size)
+    raw = bytearray(n)
+    if n and f.read_into(raw, 8) != n:
+        raise _shrank(path, 8, 8 + n)
+    return _format.interpret(path, _format.loads(path, bytes(raw)), n, size)
+
+
+def _load_one(path: str, fw, copy: bool, settings: dict) -> tuple[dict, Header]:
+    with accio.File(path, "r", **settings) as f:
+        h = read_header(f, path)
+        infos = list(h.tensors.values())
+        out = {}
+        if copy:
+            flats = [fw.alloc(i.nbytes) for i in infos]
+            _read_ranges(f, path, [(b, h.data_start + i.begin, i.nbytes) for b, i in zip(flats, infos)])
+            for flat, info in zip(flats, infos):
+                out[info.name] = _tensor(fw, path, flat, info)
+            return out, h
+        # The whole file, header included, in one read from offset 0: file offsets and buffer offsets
+        # then agree, so the engine's tasks fill whole (huge) pages of the new buffer each, as for
+        # accio.read; reading the data section alone into a fresh buffer ran up to 2x slower (pages
+        # shared by two tasks at every task boundary). The header's bytes are the whole cost.
+        size = h.data_start + h.data_len
+        buf = fw.alloc(size)
+        got = f.read_into(buf, 0)
+        if got != size:
+            raise _shrank(path, got, size)
+        for info in infos:
+            begin, end = h.data_start + info.begin, h.data_start + info.end
+            flat = buf[begin:end]
+            if info.nbytes and begin % _itemsize(_storage(info)[0]) and fw.name != "accio":
+                flat = fw.copy(flat)  # a view would be misaligned for its type: this one gets its own memory
+            out[info.name] = _tensor(fw, path, flat, info)
+    return out, h
+
+
+def _read_ranges(f, path: str, reqs: list) -> None:
+    """Reads (buffer, file offset, bytes) requests as one batch; short reads raise."""
+    reqs = [r for r in reqs if r[2]]
+    futs = f.submit([(b, off) for b, off, _ in reqs])
+    for fut, (_, off, n) in zip(futs, reqs):
+        got = fut.result()
+        if got != n:
+            raise _shrank(path, off + got, off + n)
+
+
+def _index_files(index_path: str) -> tuple[list[str], dict[str, str]]:
+    """The shard files of a model.safetensors.index.json (in the order first named) and its weight_map.
+    The index is untrusted: its size is bounded, and a shard must be a plain relative path inside
+    the index's directory."""
+    import json
+    try:
+        size = os.path.getsize(index_path)
+        if size > MAX_HEADER:
+            raise HeaderError(index_path, f"the index has {size} bytes, beyond the {MAX_HEADER}-byte bound")
+        with open(index_path, "rb") as fh:
+            doc = json.loads(fh.read().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        if isinstance(e, HeaderError):
+            raise
+        raise HeaderError(index_path, f"the index is not valid JSON: {e}") from None
+    wm = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+        raise HeaderError(index_path, "the index has no weight_map object of tensor name -> file name")
+    base = os.path.dirname(os.path.abspath(index_path))
+    files, seen = [], {}
+    for name, shard in wm.items():
+        if shard not in seen:
+            parts = shard.replace("\\", "/").split("/")
+            if not shard or os.path.isabs(shard) or ".." in parts or "\0" in shard:
+                raise HeaderError(index_path, f"shard file {shard!r} is not a relative path inside the index's "
+                                  "directory", name)
+            seen[shard] = os.path.join(base, shard)
+            files.append(seen[shard])
+    return files, {name: seen[shard] for name, shard in wm.items()}
+
+
+def load_file(filename, device="cpu", framework: str | None = None, *, copy: bool = False,
+              max_workers: int | None = None, **settings):
+    """Load every tensor of a safetensors file, or of a sharded checkpoint, into a dict.
+
+    filename: a .safetensors file; a model.safetensors.index.json (its weight_map's shards, checked
+      against what the shards hold); or a list of shard files. Shards are read in parallel
+      (max_workers threads, default one per shard up to 8).
+    device: "cpu" (default) or a GPU: "cuda", "cuda:N", N (or a torch.device).
+    framework: "torch" ("pt"), "numpy" ("np"), "cupy" or "accio" (DeviceTensor, GPU only). Default:
+      numpy on the host; on a GPU CuPy when it is installed, else accio.
+    copy: False (default): one allocation holds the whole file and every tensor is a view of it, so
+      memory is freed when the last of them is dropped. True: every tensor owns its
+      own allocation. Either way the data is read once, straight into the target memory.
+    Other keyword arguments are accio settings (mechanism="staged", threads=16, ...).
+
+    The result equals safetensors.torch.load_file / safetensors.numpy.load_file: same names (in the
+    file's order), dtypes, shapes and bytes. Sub-byte types come as packed bytes (see the guide).
+    Raises HeaderError (a ValueError) for a malformed file, accio.Error (an OSError) for I/O errors."""
+    ordinal = _ordinal(device)
+    fw = _FRAMEWORKS[_framework_name(framework, ordinal)](ordinal)
+    wanted = None
+    if isinstance(filename, (list, tuple)):
+        files = [os.fspath(p) for p in filename]
+    else:
+        path = os.fspath(filename)
+        if not path.endswith(".json"):
+            return _load_one(path, fw, copy, settings)[0]
+        files, wanted = _index_files(path)
+    if len(files) == 1:
+        results = [_load_one(files[0], fw, copy, settings)]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=max_workers or min(8, len(files))) as pool:
+            results = list(pool.map(lambda p: _load_one(p, fw, copy, settings), files))
+    out, where = {}, {}
+    for path, (tensors, _h) in zip(files, results):
+        for name, t in tensors.items():
+            if name in out:
+                raise HeaderError(path, f"the tensor is also in '{where[name]}'", name)
+            out[name], where[name] = t, path
+    if wanted is not None:
+        index = os.fspath(filename)
+        for name, path in wanted.items():
+            if where.get(name) != path:
+                raise HeaderError(index, f"the index places the tensor in '{path}', but "
+                                  + (f"it is in '{where[name]}'" if name in where else "no shard holds it"), name)
+        extra = sorted(set(out) - set(wanted))
+        if extra:
+            raise HeaderError(index, f"'{where[extra[0]]}' holds a tensor the index does not name", extra[0])
+    return out
+
+
+class _Slice:
+    """get_slice's result: get_shape(), get_dtype(), and indexing that reads only the rows asked for
+    (the first index; the rest is applied to those rows)."""
+
+    def __init__(self, owner: "safe_open", info: TensorInfo):
+        self.owner, self.info = owner, info
+
+    def get_shape(self) -> list:
+        return list(self.info.shape)
+
+    def get_dtype(self) -> str:
+        return self.info.dtype
+
+    def __getitem__(self, idx):
+        info = self.info
+        first, rest = (idx[0], idx[1:]) if isinstance(idx, tuple) and idx else (idx, ())
+        rows = info.shape[0] if info.shape else 0
+        if info.dtype in SUBBYTE or not info.shape or rows == 0 or isinstance(idx, tuple) and not idx:
+            return self.owner.get_tensor(info.name)[idx]
+        row = info.nbytes // rows
+        if isinstance(first, int) and not isinstance(first, bool):
+            i = first + rows if first < 0 else first
+            if not 0 <= i < rows:
+                raise IndexError(f"index {first} is out of bounds for dimension 0 of {info.name!r} ({rows} rows)")
+            part = self.owner._read(info, i * row, row, (1,) + info.shape[1:])
+            return part[(0,) + rest]
+        if isinstance(first, slice):
+            start, stop, step = first.indices(rows)
+            if step > 0:
+                stop = max(stop, start)
+                part = self.owner._read(info, start * row, (stop - start) * row, (stop - start,) + info.shape[1:])
+                return part[(slice(None, None, step),) + rest]
+        return self.owner.get_tensor(info.name)[idx]
+
+
+class safe_open:
+    """Lazy access to one safetensors file: the header is read and checked at open; get_tensor reads
+    only that tensor's byte range into a new tensor of its own (framework and device as load_file).
+
+        with accio.safetensors.safe_open("model.safetensors", framework="pt", device="cuda:0") as f:
+            w = {k: f.get_tensor(k) for k in f.keys() if k.startswith("layers.0.")}
+    """
+
+    def __init__(self, filename, framework: str | None = None, device="cpu", **settings):
+        self.path = os.fspath(filename)
+        ordinal = _ordinal(device)
+        self._fw = _FRAMEWORKS[_framework_name(framework, ordinal)](ordinal)
+        self._f = accio.File(self.path, "r", **settings)
+        try:
+            self.header = read_header(self._f, self.path)
+        except BaseException:
+            self._f.close()
+            raise
+
+    def __enter__(self) -> "safe_open":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted (as safetensors' safe_open.keys())."""
+        return sorted(self.header.tensors)
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in the order of their data in the file."""
+        return list(self.header.tensors)
+
+    def metadata(self) -> dict | None:
+        return None if self.header.metadata is None else dict(self.header.metadata)
+
+    def _info(self, name: str) -> TensorInfo:
+        try:
+            return self.header.tensors[name]
+        except KeyError:
+            raise KeyError(f"safetensors file '{self.path}' has no tensor {name!r}") from None
+
+    def _read(self, info: TensorInfo, offset: int, n: int, shape: tuple):
+        flat = self._fw.alloc(n)
+        if n:
+            _read_ranges(self._f, self.path, [(flat, self.header.data_start + info.begin + offset, n)])
+        part = TensorInfo(info.name, info.dtype, shape, 0, n)
+        return _tensor(self._fw, self.path, flat, part)
+
+    def get_tensor(self, name: str):
+        info = self._info(name)
+        return self._read(info, 0, info.nbytes, info.shape)
+
+    def get_tensors(self, names=None) -> dict:
+        """Several tensors (default: all) read as one batch of requests, each into its own memory."""
+        infos = [self._info(n) for n in (self.offset_keys() if names is None else names)]
+        flats = [self._fw.alloc(i.nbytes) for i in infos]
+        _read_ranges(self._f, self.path, [(b, self.header.data_start + i.begin, i.nbytes) for b, i in zip(flats, infos)])
+        return {i.name: _tensor(self._fw, self.path, b, i) for b, i in zip(flats, infos)}
+
+    def get_slice(self, name: str) -> _Slice:
+        if self._fw.name == "accio":
+            raise TypeError("get_slice indexes tensors: open with framework 'torch', 'numpy' or 'cupy'")
+        return _Slice(self, self._info(name))
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+def _describe(name: str, t):
+    """(safetensors dtype, header shape, flat byte buffer accio can write from, or None when empty)."""
+    mod = type(t).__module__.split(".")[0]
+    if isinstance(t, DeviceTensor):
+        return t.dtype, tuple(t.shape), (t if t.nbytes else None)
+    if mod == "torch":
+        torch = sys.modules["torch"]
+        if t.layout != torch.strided:
+            raise ValueError(f"tensor {name!r} is sparse ({t.layout}): save t.to_dense()")
+        if not t.is_contiguous():
+            raise ValueError(f"tensor {name!r} is not contiguous: save t.contiguous()")
+        dname = str(t.dtype).split(".")[-1]
+        shape = tuple(t.shape)
+        if dname == "float4_e2m1fn_x2" and shape:
+            shape = shape[:-1] + (shape[-1] * 2,)  # safetensors records F4 elements, two per byte
+        flat = t.detach().reshape(-1).view(torch.uint8) if t.numel() else None
+        return _st_dtype(name, dname), shape, flat
+    import numpy as np
+    if mod == "cupy" or isinstance(t, np.ndarray):
+        if not t.flags.c_contiguous:
+            raise ValueError(f"tensor {name!r} is not C-contiguous: save an ascontiguousarray() copy")
+        if t.dtype.byteorder == ">":
+            t = t.byteswap().view(t.dtype.newbyteorder("<"))  # safetensors stores little-endian
+        flat = t.reshape(-1).view(np.uint8) if t.size else None
+        return _st_dtype(name, t.dtype.name), tuple(t.shape), flat
+    raise TypeError(f"tensor {name!r} is a {type(t).__module__}.{type(t).__name__}: expected a torch.Tensor, "
+                    "numpy.ndarray, cupy.ndarray or accio.safetensors.DeviceTensor")
+
+
+def _st_dtype(name: str, dname: str) -> str:
+    if dname not in _FROM_NAME:
+        raise ValueError(f"tensor {name!r}: safetensors has no type for {dname} "
+                         f"(it stores {', '.join(sorted(_FROM_NAME))})")
+    return _FROM_NAME[dname]
+
+
+def save_file(tensors: dict, filename, metadata: dict | None = None, *, fsync: bool = False, **settings) -> None:
+    """Write tensors (torch, NumPy, CuPy arrays or DeviceTensors, host or GPU, mixed) to a
+    safetensors file: the same bytes as safetensors.torch/numpy.save_file for the same input
+    (metadata with several keys is written sorted: safetensors' own order varies between runs).
+    GPU tensors are written straight from GPU memory through the staged pipeline, all tensors as
+    one batch of requests. fsync=True makes the file durable before returning. Other keyword
+    arguments are accio settings."""
+    if not isinstance(tensors, dict):
+        raise ValueError(f"expected a dict of name -> tensor, got {type(tensors).__name__}")
+    if metadata is not None and (not isinstance(metadata, dict) or
+                                 not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+        raise ValueError("metadata must be a dict of str -> str")
+    items = []
+    for name, t in tensors.items():
+        if not isinstance(name, str):
+            raise ValueError(f"tensor name {name!r} is not a str")
+        dtype, shape, flat = _describe(name, t)
+        items.append((name, dtype, shape, flat))
+    _shared_check(items)
+    items.sort(key=lambda x: (-_format.DTYPE_RANK[x[1]], x[0]))
+    entries, reqs, pos = [], [], 0
+    for name, dtype, shape, flat in items:
+        n = 0 if flat is None else flat.numel() if hasattr(flat, "element_size") else flat.nbytes  # torch: numel
+        entries.append((name, dtype, shape, pos, pos + n))
+        if n:
+            reqs.append((flat, pos))
+        pos += n
+    head = _format.serialize_header(entries, metadata)
+    path = os.fspath(filename)
+    with accio.File(path, "w", **settings) as f:
+        todo = [(head, 0)] + [(b, len(head) + off) for b, off in reqs]
+        for fut in f.submit(todo, write=True):
+            fut.result()
+        if fsync:
+            f.fsync()
+
+
+def _shared_check(items) -> None:
+    """torch tensors whose bytes overlap are refused, as safetensors.torch refuses tensors that share
+    storage (their bytes would be saved twice and loaded as separate tensors). Disjoint views of one
+    storage (what load_file returns by default) are written: safetensors.torch refuses those too."""
+    spans = []
+    for name, _dtype, _shape, flat in items:
+        if flat is not None and type(flat).__module__.split(".")[0] == "torch":
+            p = flat.data_ptr()
+            spans.append((str(flat.device), p, p + flat.numel(), name))
+    spans.sort()
+    for (d0, _b0, e0, n0), (d1, b1, _e1, n1) in zip(spans, spans[1:]):
+        if d0 == d1 and b1 < e0:
+            raise ValueError(f"tensors {n0!r} and {n1!r} share memory (their bytes overlap); safetensors refuses "
+                             "them too: save clones, or see safetensors.torch.save_model")

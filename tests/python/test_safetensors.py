@@ -1,0 +1,545 @@
+"""accio.safetensors: loading, lazy access, sharded checkpoints and saving, against the safetensors
+package (pinned in pyproject's test extra) where it is installed; hostile headers, each with the
+error that names the file and the tensor; the GPU path through the fake CUDA driver (framework
+'accio'), and for real with torch or CuPy on a GPU (marked gpu). The fuzzing is in
+test_safetensors_fuzz.py."""
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+import accio
+import accio.safetensors as st
+from accio.safetensors import HeaderError
+
+sn = pytest.importorskip("safetensors.numpy")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+import safetensors  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::accio.AccioWarning")
+
+
+def raw_file(path, header, data=b"", raw=None, pad=b""):
+    text = (raw if raw is not None else json.dumps(header).encode()) + pad
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+    return str(path)
+
+
+def T(dtype, shape, begin, end):
+    return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+
+
+def sample_tensors(rng=None):
+    rng = rng or np.random.default_rng(0)
+    return {
+        "w.f64": rng.standard_normal((3, 5)),
+        "w.f32": rng.standard_normal((7,)).astype(np.float32),
+        "w.bf16": rng.standard_normal((4, 4)).astype(ml_dtypes.bfloat16),
+        "w.f16": rng.standard_normal((2, 3, 2)).astype(np.float16),
+        "w.f8e4m3": rng.standard_normal(9).astype(ml_dtypes.float8_e4m3fn),
+        "w.f8e5m2": rng.standard_normal(3).astype(ml_dtypes.float8_e5m2),
+        "w.f8e8m0": np.ones(2, ml_dtypes.float8_e8m0fnu),
+        "w.f8e4m3fnuz": np.ones(2, ml_dtypes.float8_e4m3fnuz),
+        "w.f8e5m2fnuz": np.ones(2, ml_dtypes.float8_e5m2fnuz),
+        "i64": rng.integers(-9, 9, (2, 2)), "u64": np.arange(3, dtype=np.uint64),
+        "i32": np.arange(5, dtype=np.int32), "u32": np.arange(5, dtype=np.uint32),
+        "i16": np.arange(3, dtype=np.int16), "u16": np.arange(3, dtype=np.uint16),
+        "i8": np.arange(3, dtype=np.int8), "u8": np.arange(11, dtype=np.uint8),
+        "mask": np.array([True, False, True]), "c64": np.array([1 + 2j, 3j], np.complex64),
+        "scalar": np.array(2.5, np.float32), "empty": np.zeros((0, 4), np.float32), "empty2": np.zeros(0, np.int8),
+        "ünï\"cøde\n": np.ones(1, np.int16),
+    }
+
+
+def same(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+# --- load_file against safetensors ------------------------------------------------------------------
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_load_file_equals_safetensors_numpy_with_every_dtype(tmp_path, copy):
+    t = sample_tensors()
+    p = str(tmp_path / "m.safetensors")
+    sn.save_file(t, p, metadata={"format": "np"})
+    got = st.load_file(p, copy=copy)
+    with st.safe_open(p) as f:
+        assert list(got) == f.offset_keys()  # the file's order, as safetensors.numpy.load_file
+    assert set(got) == set(t)
+    for k, v in t.items():
+        same(got[k], v)
+    # safetensors.numpy itself cannot load BF16/F8 (no ml_dtypes): compare the rest with it
+    plain = {k: v for k, v in t.items() if not k.startswith("w.") or k in ("w.f64", "w.f32", "w.f16")}
+    sn.save_file(plain, p)
+    ref = sn.load_file(p)
+    got = st.load_file(p, copy=copy)
+    assert list(got) == list(ref)
+    for k in ref:
+        same(got[k], ref[k])
+
+
+def test_views_share_one_allocation_copies_own_theirs(tmp_path):
+    p = str(tmp_path / "m.safetensors")
+    sn.save_file({"a": np.arange(8, dtype=np.float64), "b": np.arange(4, dtype=np.float32)}, p)
+    v = st.load_file(p)
+    assert v["a"].base is not None and np.shares_memory(v["a"].base, v["b"].base)
+    c = st.load_file(p, copy=True)
+    assert not np.shares_memory(c["a"], c["b"])
+    c["a"][0] = 7  # writable, and independent of the file
+    assert st.load_file(p)["a"][0] == 0
+
+
+def test_misaligned_tensor_gets_its_own_aligned_memory(tmp_path):
+    # A writer that does not align: U8 (3 bytes) then F32 at data offset 3.
+    p = raw_file(tmp_path / "m.st", {"a": T("U8", [3], 0, 3), "b": T("F32", [2], 3, 11)},
+                 b"\1\2\3" + np.array([1.5, -2], np.float32).tobytes())
+    got = st.load_file(p)
+    assert got["b"].tolist() == [1.5, -2.0] and got["b"].flags.aligned
+    assert got["a"].tolist() == [1, 2, 3]
+
+
+def test_header_padding_and_key_order_and_metadata(tmp_path):
+    p = raw_file(tmp_path / "m.st", {"b": T("U8", [1], 1, 2), "__metadata__": {"x": "y"}, "a": T("U8", [1], 0, 1)},
+                 b"AB", pad=b" \t\r\n")
+    got = st.load_file(p)
+    assert list(got) == ["a", "b"] and bytes(got["a"]) == b"A" and bytes(got["b"]) == b"B"
+    with st.safe_open(p) as f:
+        assert f.metadata() == {"x": "y"} and f.keys() == ["a", "b"]
+    with safetensors.safe_open(p, "np") as f:
+        assert f.metadata() == {"x": "y"}
+    p2 = raw_file(tmp_path / "n.st", {"a": T({"U8": None}, [1], 0, 1)}, b"Z")  # serde's map form of a dtype
+    assert bytes(st.load_file(p2)["a"]) == b"Z" and bytes(sn.load_file(p2)["a"]) == b"Z"
+
+
+def test_subbyte_types_come_as_packed_bytes(tmp_path):
+    p = raw_file(tmp_path / "m.st", {"f4": T("F4", [2, 4], 0, 4), "f6": T("F6_E2M3", [4], 4, 7),
+                                      "f6odd": T("F6_E3M2", [2, 2], 7, 10)}, bytes(range(10)))
+    got = st.load_file(p)
+    assert got["f4"].dtype == np.uint8 and got["f4"].shape == (2, 2) and got["f4"].tobytes() == bytes(range(4))
+    assert got["f6"].shape == (3,) and got["f6"].tobytes() == bytes([4, 5, 6])
+    assert got["f6odd"].shape == (3,) and got["f6odd"].tobytes() == bytes([7, 8, 9])
+    ref = dict(safetensors.deserialize(open(p, "rb").read()))
+    assert all(ref[k]["data"] == got[k].tobytes() for k in got)
+
+
+def test_zero_size_and_scalar_tensors(tmp_path):
+    p = raw_file(tmp_path / "m.st", {"e": T("F32", [0, 3], 0, 0), "s": T("F64", [], 0, 8), "z": T("U8", [0], 8, 8)},
+                 struct.pack("<d", 3.25))
+    got = st.load_file(p)
+    ref = sn.load_file(p)
+    for k in ref:
+        same(got[k], ref[k])
+    assert got["s"].shape == () and float(got["s"]) == 3.25
+
+
+# --- hostile and malformed files ---------------------------------------------------------------------
+
+HOSTILE = [
+    # (what, header or None, data, raw JSON, file bytes, the tensor blamed, words in the message)
+    ("short file", None, None, None, b"\1\0\0", None, "fewer than the 8"),
+    ("header length past the file", None, None, None, struct.pack("<Q", 64) + b"{}", None, "beyond the end"),
+    ("header length past 100 MB", None, None, None, struct.pack("<Q", 100_000_001) + b"{}", None, "bound"),
+    ("header length 2^64-1", None, None, None, b"\xff" * 8 + b"{}", None, "bound"),
+    ("not JSON", None, b"", b"{nope", None, None, "not valid JSON"),
+    ("not UTF-8", None, b"", b'{"\xff":1}', None, None, "UTF-8"),
+    ("NaN", None, b"", b'{"__metadata__":{"a":NaN}}', None, None, "JSON"),
+    ("a JSON list", None, b"", b"[]", None, None, "not an object"),
+    ("trailing NUL padding", {}, b"", None, None, None, "JSON"),
+    ("unknown dtype", {"w": T("F31", [1], 0, 4)}, b"\0" * 4, None, None, "w", "unknown dtype"),
+    ("lower-case dtype", {"w": T("f32", [1], 0, 4)}, b"\0" * 4, None, None, "w", "unknown dtype"),
+    ("shape x dtype != range", {"w": T("F32", [2], 0, 4)}, b"\0" * 4, None, None, "w", "8 bytes"),
+    ("range past the data", {"w": T("U8", [8], 0, 8)}, b"\0" * 4, None, None, None, "cover 8 bytes"),
+    ("data past the ranges", {"w": T("U8", [4], 0, 4)}, b"\0" * 8, None, None, None, "cover 4 bytes"),
+    ("gap", {"w": T("U8", [4], 4, 8)}, b"\0" * 8, None, None, "w", "gap"),
+    ("overlap", {"a": T("U8", [4], 0, 4), "b": T("U8", [4], 2, 6)}, b"\0" * 6, None, None, "b", "overlaps"),
+    ("reversed range", {"w": T("U8", [0], 4, 0)}, b"\0" * 4, None, None, "w", "ends before"),
+    ("shape overflow", {"w": T("F32", [2**32, 2**32], 0, 4)}, b"\0" * 4, None, None, "w", "overflows"),
+    ("bits overflow", {"w": T("F32", [2**62], 0, 4)}, b"\0" * 4, None, None, "w", "overflows"),
+    ("negative extent", {"w": T("F32", [-1], 0, 4)}, b"\0" * 4, None, None, "w", "shape"),
+    ("float extent", {"w": T("F32", [1.0], 0, 4)}, b"\0" * 4, None, None, "w", "shape"),
+    ("bool extent", {"w": T("U8", [True], 0, 1)}, b"\0", None, None, "w", "shape"),
+    ("2^64 offset", {"w": T("U8", [0], 2**64, 2**64)}, b"", None, None, "w", "data_offsets"),
+    ("three offsets", {"w": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1, 1]}}, b"\0", None, None, "w",
+     "data_offsets"),
+    ("no shape", {"w": {"dtype": "U8", "data_offsets": [0, 1]}}, b"\0", None, None, "w", "no shape"),
+    ("entry not an object", {"w": 3}, b"", None, None, "w", "not a JSON object"),
+    ("metadata not strings", {"__metadata__": {"a": 1}}, b"", None, None, None, "__metadata__"),
+    ("metadata a list", {"__metadata__": []}, b"", None, None, None, "__metadata__"),
+    ("half an F4 byte", {"w": T("F4", [1], 0, 1)}, b"\0", None, None, "w", "whole number of bytes"),
+    ("duplicate field", None, b"\0", b'{"w":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}}', None,
+     "w", "twice"),
+    ("nested too deep", None, b"\0", b'{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":' + b"[" * 126
+     + b"]" * 126 + b"}}", None, None, "deeper"),
+    ("very deep", None, b"", b"[" * 100000 + b"]" * 100000, None, None, "deeper"),
+    ("lone surrogate", None, b"", b'{"__metadata__":{"a":"\\udc00"}}', None, None, "surrogate"),
+    ("-0 extent", None, b"", b'{"w":{"dtype":"U8","shape":[-0],"data_offsets":[0,0]}}', None, "w", "shape"),
+]
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[c[0] for c in HOSTILE])
+def test_hostile_header_is_a_value_error_naming_file_and_tensor(tmp_path, case):
+    what, header, data, raw, whole, tensor, words = case
+    p = str(tmp_path / "bad.safetensors")
+    if whole is not None:
+        open(p, "wb").write(whole)
+    else:
+        raw_file(p, header, data, raw, pad=b"\0\0" if what == "trailing NUL padding" else b"")
+    with pytest.raises(HeaderError) as e:
+        st.load_file(p)
+    assert isinstance(e.value, ValueError) and p in str(e.value) and words in str(e.value), str(e.value)
+    assert e.value.tensor == tensor and e.value.path == p
+    if tensor is not None:
+        assert repr(tensor) in str(e.value)
+    with pytest.raises(HeaderError):
+        st.safe_open(p)
+    with pytest.raises(Exception):  # safetensors refuses every one of them too
+        safetensors.deserialize(open(p, "rb").read())
+
+
+def test_duplicate_names_are_refused_where_safetensors_keeps_one(tmp_path):
+    raw = b'{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+    p = raw_file(tmp_path / "dup.st", None, b"\7", raw)
+    assert [k for k, _ in safetensors.deserialize(open(p, "rb").read())] == ["w"]  # the exception we make
+    with pytest.raises(HeaderError, match="more than once") as e:
+        st.load_file(p)
+    assert e.value.tensor == "w"
+
+
+def test_no_allocation_or_read_beyond_the_file_for_a_huge_claimed_shape(tmp_path):
+    # 2^40 bytes claimed for a 16-byte data section: refused before any allocation (this would
+    # otherwise need a terabyte).
+    p = raw_file(tmp_path / "huge.st", {"w": T("U8", [2**40], 0, 2**40)}, b"\0" * 16)
+    with pytest.raises(HeaderError, match="cover"):
+        st.load_file(p)
+
+
+def test_unrepresentable_zero_size_tensor_is_a_value_error(tmp_path):
+    p = raw_file(tmp_path / "z.st", {"w": T("F32", [0, 2**63, 2**63], 0, 0)})
+    assert safetensors.deserialize(open(p, "rb").read())  # valid for safetensors, but numpy cannot hold it
+    with pytest.raises(ValueError, match="'w'"):
+        st.load_file(p)
+    with pytest.raises(ValueError):
+        sn.load_file(p)
+    with st.safe_open(p) as f:  # the header itself is fine
+        assert f.keys() == ["w"]
+
+
+def test_file_that_shrinks_is_an_error_not_a_short_result(tmp_path):
+    p = str(tmp_path / "m.st")
+    sn.save_file({"a": np.arange(1000, dtype=np.float32)}, p)
+    with open(p, "r+b") as f:
+        f.truncate(os.path.getsize(p) - 4)
+    with pytest.raises(HeaderError, match="cover"):
+        st.load_file(p)
+
+
+def test_missing_file_is_a_file_not_found_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        st.load_file(tmp_path / "nope.safetensors")
+
+
+# --- safe_open -----------------------------------------------------------------------------------
+
+def test_safe_open_reads_only_the_ranges_asked_for(tmp_path):
+    p = str(tmp_path / "m.st")
+    t = {f"l{i}": np.full((64, 256), i, np.float32) for i in range(8)}
+    sn.save_file(t, p)
+    accio.reset_global_stats()
+    with st.safe_open(p, framework="np") as f:
+        head = accio.global_stats()["bytes_read"]
+        assert head == 8 + f.header.data_start - 8
+        x = f.get_tensor("l3")
+        assert accio.global_stats()["bytes_read"] - head == 64 * 256 * 4
+        same(x, t["l3"])
+        rows = f.get_slice("l5")[2:5, 7:9]
+        assert accio.global_stats()["bytes_read"] - head == 64 * 256 * 4 + 3 * 256 * 4
+        same(rows, t["l5"][2:5, 7:9])
+        same(f.get_slice("l6")[-1], t["l6"][-1])
+        same(f.get_slice("l6")[::7, 3], t["l6"][::7, 3])
+        same(f.get_slice("l6")[..., 1], t["l6"][..., 1])
+        assert f.get_slice("l1").get_shape() == [64, 256] and f.get_slice("l1").get_dtype() == "F32"
+        with pytest.raises(IndexError):
+            f.get_slice("l1")[64]
+        with pytest.raises(KeyError, match="nope"):
+            f.get_tensor("nope")
+        many = f.get_tensors(["l0", "l7"])
+        same(many["l7"], t["l7"])
+    with safetensors.safe_open(p, "np") as ref, st.safe_open(p) as f:
+        assert f.keys() == list(ref.keys()) and f.offset_keys() == list(ref.offset_keys())
+        assert f.metadata() == ref.metadata()
+        same(f.get_slice("l2")[1:3], ref.get_slice("l2")[1:3])
+
+
+# --- sharded checkpoints --------------------------------------------------------------------------
+
+def make_shards(tmp_path, n=3):
+    t = sample_tensors()
+    names = sorted(t)
+    parts = [names[i::n] for i in range(n)]
+    wm = {}
+    for i, part in enumerate(parts):
+        fn = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        sn.save_file({k: t[k] for k in part}, str(tmp_path / fn))
+        wm.update({k: fn for k in part})
+    idx = tmp_path / "model.safetensors.index.json"
+    idx.write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": wm}))
+    return t, str(idx), [str(tmp_path / f) for f in dict.fromkeys(wm.values())]
+
+
+def test_sharded_by_index_and_by_list(tmp_path):
+    t, idx, files = make_shards(tmp_path)
+    for src in (idx, files, tuple(files)):
+        got = st.load_file(src)
+        assert set(got) == set(t)
+        for k in t:
+            same(got[k], t[k])
+
+
+def test_index_inconsistent_or_hostile(tmp_path):
+    t, idx, files = make_shards(tmp_path)
+    doc = json.loads(open(idx).read())
+    wm = doc["weight_map"]
+    name = sorted(wm)[0]
+    bad = dict(wm, **{name: os.path.basename(files[-1]) if wm[name] != os.path.basename(files[-1])
+                      else os.path.basename(files[0])})
+    for weight_map, words in ((bad, "places the tensor"), ({k: v for k, v in wm.items() if k != name}, "does not name"),
+                              (dict(wm, ghost=os.path.basename(files[0])), "no shard holds it"),
+                              (dict(wm, x="../evil.safetensors"), "relative path"),
+                              (dict(wm, x="/etc/passwd"), "relative path"), ([1, 2], "weight_map")):
+        p = tmp_path / "bad.index.json"
+        p.write_text(json.dumps({"weight_map": weight_map}))
+        with pytest.raises(HeaderError, match=words):
+            st.load_file(str(p))
+    p.write_text("{not json")
+    with pytest.raises(HeaderError, match="not valid JSON"):
+        st.load_file(str(p))
+    with pytest.raises(HeaderError, match="also in"):
+        st.load_file([files[0], files[0]])
+
+
+# --- save_file -----------------------------------------------------------------------------------
+
+def test_save_file_writes_the_bytes_safetensors_writes(tmp_path):
+    t = sample_tensors()
+    t["big_endian"] = np.arange(3, dtype=">f4")
+    for meta in (None, {}, {"format": "pt"}):
+        a, b = str(tmp_path / "a.st"), str(tmp_path / "b.st")
+        st.save_file(t, a, metadata=meta)
+        sn.save_file(t, b, metadata=meta)
+        assert open(a, "rb").read() == open(b, "rb").read(), meta
+    st.save_file(t, a, metadata={"z": "1", "a": "2"}, fsync=True)
+    sn.save_file(t, b, metadata={"z": "1", "a": "2"})
+    fa, fb = open(a, "rb").read(), open(b, "rb").read()  # several metadata keys: sorted here, hash order there
+    n = int.from_bytes(fa[:8], "little")
+    assert fa[:8] == fb[:8] and fa[8 + n:] == fb[8 + n:]
+    assert json.loads(fa[8:8 + n]) == json.loads(fb[8:8 + n])
+    with safetensors.safe_open(a, "np") as f:
+        assert f.metadata() == {"z": "1", "a": "2"}
+    for meta in (None, {"k": "v"}):  # no tensors
+        st.save_file({}, a, metadata=meta)
+        sn.save_file({}, b, metadata=meta)
+        assert open(a, "rb").read() == open(b, "rb").read()
+
+
+def test_save_file_refuses_what_it_cannot_write(tmp_path):
+    p = str(tmp_path / "x.st")
+    with pytest.raises(ValueError, match="C-contiguous"):
+        st.save_file({"a": np.ones((4, 4))[:, 0]}, p)
+    with pytest.raises(ValueError, match="no type for complex128"):
+        st.save_file({"a": np.ones(2, np.complex128)}, p)
+    with pytest.raises(ValueError, match="metadata"):
+        st.save_file({"a": np.ones(2)}, p, metadata={"a": 1})
+    with pytest.raises(ValueError, match="dict"):
+        st.save_file([np.ones(2)], p)
+    with pytest.raises(TypeError, match="list"):
+        st.save_file({"a": [1, 2]}, p)
+    with pytest.raises(ValueError, match="surrogate"):
+        st.save_file({"\udc00": np.ones(2)}, p)
+
+
+def test_round_trip_through_accio_and_safetensors(tmp_path):
+    t = sample_tensors()
+    p = str(tmp_path / "r.st")
+    st.save_file(t, p)
+    back = st.load_file(p)
+    for k in t:
+        same(back[k], t[k])
+    ref = dict(safetensors.deserialize(open(p, "rb").read()))
+    for k in t:
+        assert ref[k]["data"] == t[k].tobytes() and tuple(ref[k]["shape"]) == t[k].shape
+
+
+def test_drop_in_modules(tmp_path):
+    from accio.safetensors import numpy as asn
+    t = {"a": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    p = str(tmp_path / "d.st")
+    asn.save_file(t, p, metadata={"k": "v"})
+    same(asn.load_file(p)["a"], sn.load_file(p)["a"])
+    with asn.safe_open(p) as f:
+        assert f.metadata() == {"k": "v"}
+    import accio.safetensors.torch as ast  # importable without torch; using it needs torch
+    assert callable(ast.load_file)
+
+
+def test_arguments_are_checked(tmp_path):
+    p = str(tmp_path / "a.st")
+    sn.save_file({"a": np.ones(2)}, p)
+    with pytest.raises(ValueError, match="framework"):
+        st.load_file(p, framework="jax")
+    with pytest.raises(ValueError, match="host memory"):
+        st.load_file(p, device="cuda:0", framework="numpy")
+    with pytest.raises(ValueError, match="GPU memory"):
+        st.load_file(p, framework="accio")
+    with pytest.raises(ValueError, match="cuda"):
+        st.load_file(p, device="tpu")
+
+
+# --- GPU: the fake driver everywhere, real GPUs where present ------------------------------------
+
+def test_device_load_save_and_safe_open_with_the_fake_driver(tmp_path):
+    from conftest import fake_cuda
+    from test_gpu import run_py
+
+    class F:  # fake_cuda takes a tmp_path_factory
+        def mktemp(self, name):
+            d = tmp_path / name
+            d.mkdir()
+            return d
+    lib = fake_cuda(F())
+    run_py(f"""
+        import numpy as np, ml_dtypes, safetensors, accio, accio.safetensors as st
+        rng = np.random.default_rng(3)
+        t = {{"a": rng.standard_normal((64, 33)).astype(ml_dtypes.bfloat16), "b": rng.integers(0, 9, 1000),
+              "c": np.ones(3, np.uint8), "e": np.zeros((0, 2), np.float32), "s": np.array(1.5, np.float64)}}
+        st.save_file(t, "h.st", metadata={{"m": "1"}})
+        ref = dict(safetensors.deserialize(open("h.st", "rb").read()))
+        for copy in (False, True):
+            for mech in ("staged", "naive", "auto"):
+                g = st.load_file("h.st", device="cuda:0", framework="accio", copy=copy, mechanism=mech)
+                assert list(g) == ["b", "s", "e", "a", "c"], list(g)  # the file order
+                for k, v in g.items():
+                    assert isinstance(v, st.DeviceTensor) and v.device == 0
+                    assert v.nbytes == 0 or accio._ext.mem_kind(v) == ("device", 0)
+                    assert v.to_bytes() == ref[k]["data"] and list(v.shape) == ref[k]["shape"], k
+                    assert v.dtype == ref[k]["dtype"]
+                if not copy:
+                    assert g["a"].base is g["b"].base
+        g = st.load_file("h.st", device="cuda")  # no CuPy here: accio's own device tensors
+        assert isinstance(g["a"], st.DeviceTensor)
+        st.save_file(g, "d.st", metadata={{"m": "1"}}, fsync=True)   # from GPU memory, staged
+        assert open("d.st", "rb").read() == open("h.st", "rb").read()
+        with st.safe_open("h.st", framework="accio", device=0) as f:
+            accio.reset_global_stats()
+            x = f.get_tensor("a")
+            assert accio.global_stats()["bytes_read"] == 64 * 33 * 2 and x.to_bytes() == ref["a"]["data"]
+            assert f.get_tensors(["c"])["c"].to_bytes() == b"\\1\\1\\1"
+        sh = st.load_file(["h.st", "d.st"][:1], device=0, framework="accio")
+        assert sh["b"].to_bytes() == ref["b"]["data"]
+        print("ok")
+    """, lib, tmp_path)
+
+
+def _gpu_framework(name):
+    mod = pytest.importorskip(name)
+    ok, why = accio.cuda_available()
+    if not ok:
+        pytest.skip(f"no GPU: {why}")
+    if name == "torch" and not mod.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    return mod
+
+
+@pytest.mark.gpu
+def test_torch_cuda_matches_safetensors_torch(tmp_path):
+    torch = _gpu_framework("torch")
+    import safetensors.torch as stt
+    t = {"bf": torch.randn(33, 17, dtype=torch.bfloat16), "f32": torch.randn(5), "i64": torch.arange(7),
+         "f8": torch.randn(9).to(torch.float8_e4m3fn), "e": torch.zeros(0, 3), "s": torch.tensor(2.0)}
+    p, q = str(tmp_path / "t.st"), str(tmp_path / "u.st")
+    stt.save_file(t, p, metadata={"format": "pt"})
+    for dev in ("cpu", "cuda", "cuda:0"):
+        ref = stt.load_file(p, device=dev)
+        for copy in (False, True):
+            got = st.load_file(p, device=dev, framework="torch", copy=copy)
+            assert list(got) == list(ref)
+            for k in ref:
+                assert got[k].dtype == ref[k].dtype and got[k].shape == ref[k].shape and got[k].device == ref[k].device
+                assert torch.equal(got[k].view(torch.uint8) if got[k].numel() else got[k],
+                                   ref[k].view(torch.uint8) if ref[k].numel() else ref[k])
+    gpu = {k: v.cuda() for k, v in t.items()}
+    st.save_file(gpu, q, metadata={"format": "pt"})
+    stt.save_file(t, p, metadata={"format": "pt"})
+    assert open(p, "rb").read() == open(q, "rb").read()
+    from accio.safetensors.torch import load_file
+    assert load_file(p, device="cuda:0")["bf"].is_cuda
+    views = st.load_file(p, device="cuda:0", framework="torch")  # disjoint views of one storage: written
+    st.save_file(views, q, metadata={"format": "pt"})
+    assert open(p, "rb").read() == open(q, "rb").read()
+    with pytest.raises(RuntimeError):  # which safetensors refuses; copy=True is what it takes
+        stt.save_file(views, q)
+    stt.save_file(st.load_file(p, device="cuda:0", framework="torch", copy=True), q, metadata={"format": "pt"})
+    x = torch.arange(8.0, device="cuda:0")
+    with pytest.raises(ValueError, match="overlap"):
+        st.save_file({"a": x, "b": x[2:]}, q)
+
+
+@pytest.mark.gpu
+def test_cupy_results_match_the_torch_bytes(tmp_path):
+    cp = _gpu_framework("cupy")
+    t = sample_tensors()
+    p = str(tmp_path / "c.st")
+    st.save_file(t, p)
+    native = {k: v for k, v in t.items() if not k.startswith("w.") or k in ("w.f64", "w.f32", "w.f16")}
+    st.save_file(native, p)
+    got = st.load_file(p, device="cuda:0", framework="cupy")
+    for k, v in native.items():
+        assert got[k].shape == v.shape and got[k].dtype == v.dtype and cp.asnumpy(got[k]).tobytes() == v.tobytes()
+    st.save_file(t, p)  # BF16/F8: CuPy takes ml_dtypes types, or the error names the tensor
+    try:
+        got = st.load_file(p, device="cuda:0", framework="cupy")
+    except ValueError as e:
+        assert "tensor 'w." in str(e)
+    else:
+        for k, v in t.items():
+            assert got[k].shape == v.shape and cp.asnumpy(got[k]).tobytes() == v.tobytes()
+
+
+# --- accio bench safetensors ---------------------------------------------------------------------
+
+def test_bench_safetensors_cli_table_and_json(tmp_path):
+    import subprocess
+    import sys
+    p = str(tmp_path / "b.safetensors")
+    sn.save_file({f"w{i}": np.full((64, 64), i, np.float32) for i in range(4)}, p)
+    out = tmp_path / "st.json"
+    env = dict(os.environ, ACCIO_QUIET="1", ACCIO_PROFILE="off")
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", p, "--rounds", "2", "--json",
+                        str(out), "--set", "threads=2"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "accio.safetensors / safetensors:" in r.stdout and "fewer than 7 samples" in r.stdout
+    assert "fastsafetensors" in r.stdout and "measured with --framework torch only" in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "accio.safetensors-bench/1" and doc["params"]["cache"] == "hot"
+    assert doc["params"]["settings"] == {"threads": "2"} and doc["params"]["framework"] == "numpy"
+    assert set(doc["contenders"]) == {"accio.safetensors", "accio raw read", "safetensors"}
+    assert all(c["n"] == 2 and min(c["samples_gb_s"]) > 0 for c in doc["contenders"].values())
+    assert {c["b"] for c in doc["comparisons"]} == {"safetensors", "accio raw read"}
+    assert doc["failed"] == {} and doc["peers"]["safetensors"] == safetensors.__version__
+    # cold, on shards by index, peers off
+    t, idx, _files = make_shards(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", idx, "--rounds", "1", "--cold",
+                        "--peers", "none", "--json", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["params"]["files"]) == 3 and doc["params"]["cache"] == "cold"
+    assert doc["skipped"]["safetensors"] == "not asked for (--peers)"
+    cold = next(c for c in doc["comparisons"] if c["b"] == "accio raw read")
+    assert cold["goal"] == 0.95 and cold["goal_verdict"] in ("met", "missed")
+    # a hostile file: accio's own contender fails, with the file named, and the exit status says so
+    bad = raw_file(tmp_path / "bad.safetensors", {"w": T("F32", [4], 0, 8)}, b"\0" * 8)
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", bad, "--rounds", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 1 and "bad.safetensors" in r.stderr and "'w'" in r.stderr
