@@ -19,13 +19,14 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from .. import _ext
 from .measure import MiB, Bench, Plan
 
 KiB = 1 << 10
 COARSE_SIZES = (4 * KiB, 64 * KiB, MiB, 8 * MiB, 64 * MiB)
 TIE = 0.03            # within 3%: prefer the simpler plan
 CONFIRM_WITHIN = 0.50  # plans this close to the best get more samples (one sample can be far off)
-MIN_EVEN_TASK = 128 * KiB  # io::kMinEvenTask: parallel(even) of at most this many bytes is posix
+MIN_EVEN_TASK = _ext.MIN_EVEN_TASK  # parallel(even) of at most this many bytes runs as one task: posix
 SAMPLE_SECONDS = 0.04  # aim of one sample's timed part
 SIMPLICITY = {"posix": 0, "parallel": 1, "uring": 2, "direct": 3}
 
