@@ -157,3 +157,17 @@ def test_info_shows_the_table(tmp_path):
 def test_long_setting_values_are_not_cut(tmp_path):
     long = str(tmp_path / ("p" * 1000 + ".json"))
     assert accio.settings(profile=long)["profile"] == long
+
+
+def test_tuner_varies_what_each_mechanism_reads():
+    """search.variants takes its parameters from the mechanisms' knobs (the engine's registry)."""
+    assert search.variants(Plan("posix"), 64 * MiB) == []
+    assert search.variants(Plan("parallel"), 64 * MiB) == [Plan("parallel", task_size=MiB),
+                                                           Plan("parallel", task_size=4 * MiB)]
+    assert search.variants(Plan("direct"), 2 * MiB) == [Plan("direct", task_size=MiB)]
+    u = Plan("uring", queue_depth=16, direct=True)
+    assert search.variants(u, 64 * MiB) == [
+        Plan("uring", queue_depth=4, direct=True), Plan("uring", queue_depth=64, direct=True),
+        Plan("uring", task_size=MiB, queue_depth=16, direct=True),
+        Plan("uring", task_size=4 * MiB, queue_depth=16, direct=True)]
+    assert "direct" in Plan("uring").settings() and "direct" not in Plan("parallel").settings()

@@ -37,7 +37,7 @@ class Plan:
             s["threads"] = self.threads
         if self.queue_depth:
             s["queue_depth"] = self.queue_depth
-        if self.mechanism == "uring":
+        if "direct" in knobs(self.mechanism):
             s["direct"] = self.direct
         return s
 
@@ -58,6 +58,12 @@ class Plan:
     def from_json(d: dict) -> "Plan":
         return Plan(d["mechanism"], int(d.get("task_size", 0)), int(d.get("threads", 0)),
                     int(d.get("queue_depth", 0)), bool(d.get("direct", False)))
+
+
+@functools.lru_cache(maxsize=None)
+def knobs(mechanism: str) -> tuple[str, ...]:
+    """The settings a mechanism reads (its registration in the engine names them)."""
+    return tuple(next(m["knobs"] for m in _ext.mechanisms() if m["name"] == mechanism))
 
 
 @functools.lru_cache(maxsize=None)
