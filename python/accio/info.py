@@ -215,7 +215,8 @@ def render(info: dict) -> str:
             lines.append(f"gds here      {cf['mode']}")
     lines.append("mechanisms")
     for m in info["mechanisms"]:
-        lines.append(f"  {m['name']:<10} {'available' if m['available'] else 'unavailable: ' + m['detail']}")
+        serves = "GPU memory " if m["device"] else "host memory"
+        lines.append(f"  {m['name']:<10} {serves}  {'available' if m['available'] else 'unavailable: ' + m['detail']}")
     lines.append("settings (ACCIO_<NAME> or the API, same names)")
     for s in info["settings"]:
         doc = s["doc"] + (f" ({', '.join(s['read_by'])})" if s["read_by"] else "")
