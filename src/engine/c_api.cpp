@@ -172,7 +172,7 @@ int accio_setting_spec_of(int i, accio_setting_spec* out) {
   if (i < 0 || i >= accio_setting_count())
     return fail(EINVAL, "accio_setting_spec_of", "", -1, "no setting " + std::to_string(i));
   const accio::base::SettingSpec& s = accio::base::setting_row(size_t(i)).spec;
-  *out = accio_setting_spec{s.name.c_str(), s.env.c_str(),           s.doc.c_str(), s.kind.c_str(),
+  *out = accio_setting_spec{s.name.c_str(), s.env.c_str(), s.doc.c_str(), s.kind.c_str(),
                             s.default_value.c_str(), s.min, s.max, s.choices.c_str()};
   return 0;
 }
