@@ -134,7 +134,7 @@ SETTINGS_END = "<!-- end of settings table -->"
 
 
 def settings_markdown() -> str:
-    """The settings table as docs/api.md shows it (tests/python/test_docs_settings.py compares)."""
+    """The settings table as docs/api.md shows it (tests/python/test_vocabulary.py compares)."""
     out = [SETTINGS_BEGIN, "", "| setting | environment | values | default | read by | meaning |", "|---|---|---|---|---|---|"]
     for r in settings_table():
         out.append(f"| `{r['name']}` | `{r['env']}` | {_values(r)} | `{r['default']}` | "

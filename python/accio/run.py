@@ -18,7 +18,7 @@ STATS_SCHEMA = "accio.run-stats/1"
 
 def mechanisms() -> tuple[str, ...]:
     """What --mechanism takes: auto and the engine's mechanisms for host memory (the shim sees host
-    buffers). Imports the extension: only called when --mechanism is given, or for --help."""
+    buffers). The launcher's quick path asks only when --mechanism is given."""
     from . import _ext
     return ("auto", *(m["name"] for m in _ext.mechanisms() if not m["device"]))
 

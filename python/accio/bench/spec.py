@@ -7,6 +7,7 @@ every iteration's sample. Tests run in IOzone's order within a configuration, so
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -84,6 +85,7 @@ def parse_tests(text: str) -> list[str]:
     return [t for t in TESTS if t in names]
 
 
+@functools.lru_cache(maxsize=None)
 def host_mechanisms() -> tuple[str, ...]:
     """The engine's mechanisms for host memory, in display order (the engine's registry says which)."""
     return tuple(m["name"] for m in _ext.mechanisms() if not m["device"])
@@ -102,9 +104,10 @@ class Column:
     def o_direct(self) -> bool:
         """Whether the file side is O_DIRECT: the planner says for a mechanism (accio._ext.plan_describe)."""
         direct = dict(self.settings).get("direct") == "on"
-        if self.name in {m["name"] for m in _ext.mechanisms()}:
+        try:
             return _ext.plan_describe(json.dumps({"mechanism": self.name, "direct": direct}))[1]
-        return direct
+        except OSError:  # not a mechanism a plan can name: auto, the ceilings
+            return direct
 
 
 # The two ceilings of a device target, measured in the same run as its mechanisms: column `host`, the
