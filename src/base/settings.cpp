@@ -156,10 +156,12 @@ size_t Table::add(const SettingSpec& spec, std::function<void(SettingValue&)> ad
   for (size_t i = 0; i < n; ++i) {
     const SettingSpec& o = rows[i]->spec;
     if (o.name == spec.name && o == spec) return i;
-    if (o.name == spec.name || o.env == spec.env)
+    if (o.name == spec.name)
       throw Error(EEXIST, "register setting", "", kNoOffset,
-                  what + (o.name == spec.name ? "the name" : "the environment variable " + spec.env) +
-                      " is taken by setting '" + o.name + "' with a different spec");
+                  "setting '" + spec.name + "' is already registered with a different spec");
+    if (o.env == spec.env)
+      throw Error(EEXIST, "register setting", "", kNoOffset,
+                  what + "the environment variable " + spec.env + " belongs to setting '" + o.name + "'");
   }
   if (n == kMaxRows) throw Error(ENOSPC, "register setting", "", kNoOffset, what + "the table is full");
   auto row = std::make_unique<SettingRow>();

@@ -181,9 +181,11 @@ TEST(SettingsRegister, ConflictsAndBadSpecs) {
   EXPECT_EQ(accio_setting_count(), n);
   auto b = spec("reg_conflict", "ACCIO_REG_CONFLICT", "count", "2", 0, 10);
   EXPECT_EQ(accio_setting_register(&b), -EEXIST);
-  EXPECT_NE(std::string(accio_last_error()).find("taken by setting 'reg_conflict'"), std::string::npos);
+  EXPECT_NE(std::string(accio_last_error()).find("setting 'reg_conflict' is already registered with a different spec"),
+            std::string::npos);
   auto env_taken = spec("reg_other", "ACCIO_THREADS", "count", "1", 0, 10);
   EXPECT_EQ(accio_setting_register(&env_taken), -EEXIST);
+  EXPECT_NE(std::string(accio_last_error()).find("ACCIO_THREADS belongs to setting 'threads'"), std::string::npos);
   auto core = spec("threads", "ACCIO_THREADS", "count", "1", 0, 10);
   EXPECT_EQ(accio_setting_register(&core), -EEXIST);
 
