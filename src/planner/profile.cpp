@@ -30,7 +30,8 @@ bool PlanSpec::needs_alignment() const {
   return direct || (m && m->always_direct());
 }
 
-// Only the parameters the mechanism reads (its registration names them) appear.
+// Only the parameters the mechanism reads (its registration names them) appear; sizes as 4MiB,
+// queue_depth as qd.
 std::string PlanSpec::label() const {
   const io::Mechanism* m = io::find(mechanism);
   auto reads = [&](const char* k) { return m && m->reads(k); };
@@ -39,7 +40,12 @@ std::string PlanSpec::label() const {
   auto add = [&](const std::string& a) { args += (args.empty() ? "" : ", ") + a; };
   if (reads("task_size")) add(task_size ? "task=" + base::format_size(task_size) : std::string("even"));
   if (threads && reads("threads")) add("threads=" + std::to_string(threads));
-  if (queue_depth && reads("queue_depth")) add("qd=" + std::to_string(queue_depth));
+  for (const auto& [name, value] : knobs) {
+    const base::SettingRow* row = base::find_setting(name);
+    const bool size = row && row->spec.kind == "size";
+    add((name == "queue_depth" ? std::string("qd") : name) + "=" +
+        (size ? base::format_size(static_cast<size_t>(std::stoull(value))) : value));
+  }
   return args.empty() ? out : out + "(" + args + ")";
 }
 
@@ -48,7 +54,7 @@ base::Settings PlanSpec::apply(const base::Settings& handle) const {
   s.mechanism = mechanism;
   s.task_size = task_size;
   if (threads) s.threads = std::min(threads, handle.threads);
-  if (queue_depth) s.set("queue_depth", std::to_string(queue_depth));
+  for (const auto& [name, value] : knobs) s.set(name, value);
   s.direct = direct;
   return s;
 }
@@ -187,8 +193,30 @@ PlanSpec parse_plan(const Value& v, const std::string& source) {
   p.mechanism = m->str;
   if (const Value* x = v.get("task_size")) p.task_size = to_u64(*x, source, "task_size");
   if (const Value* x = v.get("threads")) p.threads = static_cast<unsigned>(std::min<uint64_t>(to_u64(*x, source, "threads"), 1024));
-  if (const Value* x = v.get("queue_depth"))
-    p.queue_depth = static_cast<unsigned>(std::min<uint64_t>(to_u64(*x, source, "queue_depth"), 1024));
+  // The mechanism's own knobs: any member naming a setting the mechanism reads, other than the
+  // parameters above, checked as the settings table checks it. Other members ("label",
+  // "needs_alignment", notes) are not the engine's.
+  const io::Mechanism* mech = io::find(p.mechanism);
+  for (const auto& [name, x] : v.members) {
+    if (name == "mechanism" || name == "task_size" || name == "threads" || name == "direct" || !mech->reads(name))
+      continue;
+    const base::SettingRow* row = base::find_setting(name);
+    if (!row) continue;
+    std::string text;
+    if (x.is(Value::boolean)) text = x.b ? "on" : "off";
+    else if (x.is(Value::string)) text = x.str;
+    else if (x.is(Value::number) && x.num == 0) continue;  // 0: the handle's setting
+    else if (x.is(Value::number) && x.num > 0 && x.num < 9.2e18 && std::floor(x.num) == x.num)
+      text = std::to_string(static_cast<uint64_t>(x.num));
+    else bad(source, "plan " + name + " must be a non-negative integer, true/false or a string");
+    try {
+      p.knobs.emplace_back(name, row->print(row->parse(text)));
+    } catch (const std::exception& e) {
+      bad(source, "plan " + name + " '" + text + "' is not valid (" + e.what() + ")");
+    }
+  }
+  auto order = [&](const auto& k) { return std::find(mech->knobs.begin(), mech->knobs.end(), k.first); };
+  std::stable_sort(p.knobs.begin(), p.knobs.end(), [&](const auto& a, const auto& b) { return order(a) < order(b); });
   if (const Value* x = v.get("direct")) {
     if (!x->is(Value::boolean)) bad(source, "plan direct must be true or false");
     p.direct = x->b;
@@ -282,7 +310,16 @@ std::string Profile::to_json() const {
     json_string(o, p.mechanism);
     if (p.task_size) o += ", \"task_size\": " + std::to_string(p.task_size);
     if (p.threads) o += ", \"threads\": " + std::to_string(p.threads);
-    if (p.queue_depth) o += ", \"queue_depth\": " + std::to_string(p.queue_depth);
+    for (const auto& [knob, value] : p.knobs) {
+      const base::SettingRow* row = base::find_setting(knob);
+      const std::string kind = row ? row->spec.kind : std::string();
+      o += ", ";
+      json_string(o, knob);
+      o += ": ";
+      if (kind == "count" || kind == "size") o += value;
+      else if (kind == "bool") o += value == "on" ? "true" : "false";
+      else json_string(o, value);
+    }
     if (p.direct) o += ", \"direct\": true";
     o += ", \"label\": ";
     json_string(o, p.label());

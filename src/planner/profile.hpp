@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/settings.hpp"
@@ -20,8 +21,11 @@ struct PlanSpec {
   std::string mechanism = "posix";
   uint64_t task_size = 0;
   unsigned threads = 0;
-  unsigned queue_depth = 0;
   bool direct = false;  // uring with an O_DIRECT file side (mechanism direct is always direct)
+  // The mechanism's own knobs the plan sets (uring's queue_depth), by name, value as the settings
+  // table prints it. A profile's plan may set any knob its mechanism reads (its registration names
+  // them): a new knob needs no change here.
+  std::vector<std::pair<std::string, std::string>> knobs = {};
 
   // Requests need O_DIRECT alignment: direct set, or a mechanism that is always direct.
   bool needs_alignment() const;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
 
 #include "base/error.hpp"
 #include "base/sys.hpp"
@@ -94,6 +95,20 @@ TEST(ExampleMechanism, OneFileAddsTheMechanismAndItsKnob) {
   EXPECT_EQ(back, data);
   EXPECT_EQ(g_preads.load(), 16);
 
-  // Plans of a profile may name it; their labels show what it reads.
+  // Profiles may name it and set its knob: auto runs the plan with the profile's chunk_size.
   EXPECT_EQ(planner::PlanSpec::parse(R"({"mechanism": "chunked", "threads": 4})", "plan").label(), "chunked");
+  const std::string profile = d.file("profile.json");
+  std::ofstream(profile) << R"({"schema": "accio.profile/1", "plans": [{"mechanism": "chunked", "chunk_size": 32768}],
+    "decisions": {"read": {"1": {"hot": [{"max_size": null, "plans": [0]}]}, "N": {"hot": [{"max_size": null, "plans": [0]}]}},
+                  "write": {"1": {"hot": [{"max_size": null, "plans": [0]}]}, "N": {"hot": [{"max_size": null, "plans": [0]}]}}}})";
+  s.set("mechanism", "auto");
+  s.set("profile", profile);
+  s.set("cache_probe", "off");
+  auto a = engine::File::open(d.file("x"), "r", s);
+  EXPECT_EQ(a->explain(back.data(), back.size(), 0, false).plan, "chunked(chunk_size=32KiB)");
+  g_preads = 0;
+  base::sys::ops().pread = counting_pread;
+  EXPECT_EQ(a->pread(back.data(), back.size(), 0), data.size());
+  base::sys::ops() = base::sys::real_ops();
+  EXPECT_EQ(g_preads.load(), 8);  // 256 KiB in 32 KiB calls
 }

@@ -327,3 +327,19 @@ TEST(Profile, DescribeRoundTrips) {
   EXPECT_EQ(accio_profile_describe("{\"schema\": 1}", "bad.json", nullptr, 0), -EINVAL);
   EXPECT_NE(std::string(accio_last_error()).find("bad.json"), std::string::npos);
 }
+
+// A plan sets a mechanism's own knobs by name, checked as the settings table checks them.
+TEST(Profile, PlansSetTheMechanismsKnobs) {
+  auto p = planner::PlanSpec::parse(R"({"mechanism": "uring", "queue_depth": 4, "label": "ignored"})", "plan");
+  ASSERT_EQ(p.knobs.size(), 1u);
+  EXPECT_EQ(p.apply(base::Settings::defaults()).get("queue_depth"), "4");
+  EXPECT_EQ(planner::PlanSpec::parse(R"({"mechanism": "uring", "queue_depth": 0})", "plan").knobs.size(), 0u);
+  // A knob the mechanism does not read is not the plan's (parallel has no queue depth).
+  EXPECT_TRUE(planner::PlanSpec::parse(R"({"mechanism": "parallel", "queue_depth": 4})", "plan").knobs.empty());
+  expect_bad(R"({"schema": "accio.profile/1", "plans": [{"mechanism": "uring", "queue_depth": 5000}]})",
+             "plan queue_depth '5000' is not valid (not in 1..4096)");
+  expect_bad(R"({"schema": "accio.profile/1", "plans": [{"mechanism": "uring", "queue_depth": "deep"}]})",
+             "plan queue_depth 'deep' is not valid (not an integer)");
+  expect_bad(R"({"schema": "accio.profile/1", "plans": [{"mechanism": "uring", "queue_depth": [1]}]})",
+             "plan queue_depth must be a non-negative integer");
+}
