@@ -17,6 +17,8 @@
 
 // BEGIN example: src/io/chunked.cpp
 // accio mechanism `chunked`: plain pread/pwrite, one call per `chunk_size` bytes.
+#include <algorithm>
+
 #include "io/mechanism.hpp"
 
 namespace accio::io {
