@@ -583,9 +583,13 @@ class PyFile {
   }
   accio_file* handle() const { return f_.handle(); }
   std::string setting(const std::string& name) {
-    char buf[256];
-    accio::detail::check(accio_file_setting(f_.handle(), name.c_str(), buf, sizeof buf));
-    return buf;
+    std::string out(256, '\0');
+    for (;;) {  // the length is known after the first call: a long profile path is not cut
+      const auto n = static_cast<size_t>(
+          accio::detail::check(accio_file_setting(f_.handle(), name.c_str(), out.data(), out.size())));
+      if (n < out.size()) return out.substr(0, n);
+      out.assign(n + 1, '\0');
+    }
   }
   nb::dict residency(int64_t off, int64_t len) {
     int64_t cached, dirty, total;

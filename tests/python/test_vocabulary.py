@@ -157,6 +157,10 @@ def test_info_shows_the_table(tmp_path):
 def test_long_setting_values_are_not_cut(tmp_path):
     long = str(tmp_path / ("p" * 1000 + ".json"))
     assert accio.settings(profile=long)["profile"] == long
+    data = tmp_path / "d"
+    data.write_bytes(b"x")
+    with accio.open(str(data), "r", mechanism="posix", profile=long) as f:  # a fixed mechanism reads no profile
+        assert f.setting("profile") == long
 
 
 def test_tuner_varies_what_each_mechanism_reads():
