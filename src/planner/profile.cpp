@@ -25,14 +25,26 @@ namespace accio::planner {
 using base::Error;
 using base::json::Value;
 
+bool PlanSpec::needs_alignment() const {
+  const io::Mechanism* m = io::find(mechanism);
+  return direct || (m && m->always_direct());
+}
+
+// Only the parameters the mechanism reads (its registration names them) appear; sizes as 4MiB,
+// queue_depth as qd.
 std::string PlanSpec::label() const {
-  std::string out = mechanism == "uring" && direct ? "uring+direct" : mechanism;
+  const io::Mechanism* m = io::find(mechanism);
+  auto reads = [&](const char* k) { return m && m->reads(k); };
+  std::string out = direct && reads("direct") ? mechanism + "+direct" : mechanism;
   std::string args;
   auto add = [&](const std::string& a) { args += (args.empty() ? "" : ", ") + a; };
-  if (mechanism != "posix") {
-    add(task_size ? "task=" + base::format_size(task_size) : std::string("even"));
-    if (threads && mechanism != "uring") add("threads=" + std::to_string(threads));
-    if (queue_depth && mechanism == "uring") add("qd=" + std::to_string(queue_depth));
+  if (reads("task_size")) add(task_size ? "task=" + base::format_size(task_size) : std::string("even"));
+  if (threads && reads("threads")) add("threads=" + std::to_string(threads));
+  for (const auto& [name, value] : knobs) {
+    const base::SettingRow* row = base::find_setting(name);
+    const bool size = row && row->spec.kind == "size";
+    add((name == "queue_depth" ? std::string("qd") : name) + "=" +
+        (size ? base::format_size(static_cast<size_t>(std::stoull(value))) : value));
   }
   return args.empty() ? out : out + "(" + args + ")";
 }
@@ -42,7 +54,7 @@ base::Settings PlanSpec::apply(const base::Settings& handle) const {
   s.mechanism = mechanism;
   s.task_size = task_size;
   if (threads) s.threads = std::min(threads, handle.threads);
-  if (queue_depth) s.queue_depth = queue_depth;
+  for (const auto& [name, value] : knobs) s.set(name, value);
   s.direct = direct;
   return s;
 }
@@ -181,14 +193,54 @@ PlanSpec parse_plan(const Value& v, const std::string& source) {
   p.mechanism = m->str;
   if (const Value* x = v.get("task_size")) p.task_size = to_u64(*x, source, "task_size");
   if (const Value* x = v.get("threads")) p.threads = static_cast<unsigned>(std::min<uint64_t>(to_u64(*x, source, "threads"), 1024));
-  if (const Value* x = v.get("queue_depth"))
-    p.queue_depth = static_cast<unsigned>(std::min<uint64_t>(to_u64(*x, source, "queue_depth"), 1024));
+  // The mechanism's own knobs: any member naming a setting the mechanism reads, other than the
+  // parameters above, checked as the settings table checks it. Other members ("label",
+  // "needs_alignment", notes) are not the engine's.
+  const io::Mechanism* mech = io::find(p.mechanism);
+  for (const auto& [name, x] : v.members) {
+    if (name == "mechanism" || name == "task_size" || name == "threads" || name == "direct" || !mech->reads(name))
+      continue;
+    const base::SettingRow* row = base::find_setting(name);
+    if (!row) continue;
+    std::string text;
+    if (x.is(Value::boolean)) text = x.b ? "on" : "off";
+    else if (x.is(Value::string)) text = x.str;
+    else if (x.is(Value::number) && x.num == 0) continue;  // 0: the handle's setting
+    else if (x.is(Value::number) && x.num > 0 && x.num < 9.2e18 && std::floor(x.num) == x.num)
+      text = std::to_string(static_cast<uint64_t>(x.num));
+    else bad(source, "plan " + name + " must be a non-negative integer, true/false or a string");
+    try {
+      p.knobs.emplace_back(name, row->print(row->parse(text)));
+    } catch (const std::exception& e) {
+      bad(source, "plan " + name + " '" + text + "' is not valid (" + e.what() + ")");
+    }
+  }
+  auto order = [&](const auto& k) { return std::find(mech->knobs.begin(), mech->knobs.end(), k.first); };
+  std::stable_sort(p.knobs.begin(), p.knobs.end(), [&](const auto& a, const auto& b) { return order(a) < order(b); });
   if (const Value* x = v.get("direct")) {
     if (!x->is(Value::boolean)) bad(source, "plan direct must be true or false");
     p.direct = x->b;
   }
   if (p.task_size && p.task_size < 4096) bad(source, "task_size must be 0 (even split) or at least 4096");
   return p;
+}
+
+void json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      static const char hex[] = "0123456789abcdef";
+      out += "\\u00";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
 }
 
 // One group ("hot" or "cold" of one operation and concurrency): [{"max_size": n|null, "plans": [i...]}]
@@ -235,6 +287,81 @@ std::vector<Cell> merge(const std::vector<std::pair<uint64_t, std::vector<int>>>
   return out;
 }
 }  // namespace
+
+PlanSpec PlanSpec::parse(const std::string& json, const std::string& source) {
+  Value v;
+  try {
+    v = base::json::parse(json);
+  } catch (const std::exception& e) {
+    bad(source, e.what());
+  }
+  return parse_plan(v, source);
+}
+
+std::string Profile::to_json() const {
+  std::string o = "{\"schema\": \"accio.profile/1\", \"source\": ";
+  json_string(o, source);
+  o += ", \"name\": ";
+  json_string(o, name);
+  o += std::string(", \"builtin\": ") + (builtin ? "true" : "false") + ", \"plans\": [";
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const PlanSpec& p = plans[i];
+    o += i ? ", {\"mechanism\": " : "{\"mechanism\": ";
+    json_string(o, p.mechanism);
+    if (p.task_size) o += ", \"task_size\": " + std::to_string(p.task_size);
+    if (p.threads) o += ", \"threads\": " + std::to_string(p.threads);
+    for (const auto& [knob, value] : p.knobs) {
+      const base::SettingRow* row = base::find_setting(knob);
+      const std::string kind = row ? row->spec.kind : std::string();
+      o += ", ";
+      json_string(o, knob);
+      o += ": ";
+      if (kind == "count" || kind == "size") o += value;
+      else if (kind == "bool") o += value == "on" ? "true" : "false";
+      else json_string(o, value);
+    }
+    if (p.direct) o += ", \"direct\": true";
+    o += ", \"label\": ";
+    json_string(o, p.label());
+    o += std::string(", \"needs_alignment\": ") + (p.needs_alignment() ? "true" : "false") + "}";
+  }
+  o += "], \"decisions\": {";
+  for (int w = 0; w < 2; ++w) {
+    o += w ? ", \"write\": {" : "\"read\": {";
+    for (int c = 0; c < 2; ++c) {
+      const std::vector<Cell>& cells = table[w][c];
+      o += c ? ", \"N\": {" : "\"1\": {";
+      bool any_cold = false;
+      for (const Cell& cell : cells) any_cold |= !cell.cold.empty();
+      for (int cold = 0; cold < 2; ++cold) {
+        o += cold ? ", \"cold\": " : "\"hot\": ";
+        if (cold && !any_cold) {
+          o += "null";
+          continue;
+        }
+        // Consecutive cells that decide the same for this cache state are one cell here.
+        std::vector<std::pair<uint64_t, const std::vector<int>*>> out;
+        for (const Cell& cell : cells) {
+          const std::vector<int>* pl = cold ? &cell.cold : &cell.hot;
+          if (!out.empty() && *out.back().second == *pl) out.back().first = cell.max_size;
+          else out.emplace_back(cell.max_size, pl);
+        }
+        o += "[";
+        for (size_t k = 0; k < out.size(); ++k) {
+          o += k ? ", {\"max_size\": " : "{\"max_size\": ";
+          o += out[k].first == UINT64_MAX ? std::string("null") : std::to_string(out[k].first);
+          o += ", \"plans\": [";
+          for (size_t j = 0; j < out[k].second->size(); ++j) o += (j ? ", " : "") + std::to_string((*out[k].second)[j]);
+          o += "]}";
+        }
+        o += "]";
+      }
+      o += "}";
+    }
+    o += "}";
+  }
+  return o + "}}";
+}
 
 std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std::string& source) {
   Value doc;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/settings.hpp"
@@ -20,13 +21,20 @@ struct PlanSpec {
   std::string mechanism = "posix";
   uint64_t task_size = 0;
   unsigned threads = 0;
-  unsigned queue_depth = 0;
   bool direct = false;  // uring with an O_DIRECT file side (mechanism direct is always direct)
+  // The mechanism's own knobs the plan sets (uring's queue_depth), by name, value as the settings
+  // table prints it. A profile's plan may set any knob its mechanism reads (its registration names
+  // them): a new knob needs no change here.
+  std::vector<std::pair<std::string, std::string>> knobs = {};
 
-  bool needs_alignment() const { return direct || mechanism == "direct"; }
+  // Requests need O_DIRECT alignment: direct set, or a mechanism that is always direct.
+  bool needs_alignment() const;
   std::string label() const;  // "parallel(even)", "parallel(task=1MiB, threads=2)", "uring+direct(even, qd=16)"
   // The handle's settings with this plan's parameters applied (threads capped by the handle's).
   base::Settings apply(const base::Settings& handle) const;
+  // One plan object of a profile document ({"mechanism": "uring", "queue_depth": 16, ...}); throws
+  // base::Error(EINVAL) naming `source` on anything malformed.
+  static PlanSpec parse(const std::string& json, const std::string& source);
 };
 
 // Requests of at most max_size bytes (and more than the previous cell's) use these plans, best
@@ -58,6 +66,10 @@ struct Profile {
   static std::shared_ptr<const Profile> builtin_model();
   // Parses a profile document; throws base::Error(EINVAL) naming `source` on anything malformed.
   static std::shared_ptr<const Profile> parse(const std::string& text, const std::string& source);
+  // The profile as the planner reads it, as a profile document (docs/tuning.md) that parse()
+  // accepts: every plan with its "label" and "needs_alignment" added, the decisions over the merged
+  // cells. How the Python tuner and `accio tune --show` see the built-in model and parsed profiles.
+  std::string to_json() const;
 };
 
 // The key of the filesystem holding fd (or path): filesystem type and mount source from
