@@ -33,7 +33,7 @@ def _emit(level: int, key: str, message: str) -> None:
         _logger = logging.getLogger("accio")
         _logger.addHandler(logging.NullHandler())
     _logger.log(level, message, extra={"accio_key": key})
-    if not _quiet():
+    if level <= logging.WARNING and not _quiet():  # errors (the offload runtime's) raise where they occur
         warnings.warn(message, AccioWarning, stacklevel=2)
 
 

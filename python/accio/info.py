@@ -73,7 +73,18 @@ def path_info(path: str) -> dict:
     return {"path": os.path.realpath(path), **filesystem(path), "o_direct": {"supported": od_ok, "detail": od_detail}}
 
 
+def _load_offload_settings() -> None:
+    """libaccio_offload adds its rows (offload_*) to the settings table when it is loaded: load it,
+    so that the table below has them. A package without it lists the I/O settings only."""
+    try:
+        from . import offload
+        offload.load()
+    except OSError:
+        pass
+
+
 def gather(path: str = ".") -> dict:
+    _load_offload_settings()
     mi = _meminfo()
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     uring_ok, uring_detail = _ext.probe("io_uring")
