@@ -78,6 +78,21 @@ int accio_setting_count(void);
 const char* accio_setting_name(int i);   /* "threads" */
 const char* accio_setting_env(int i);    /* "ACCIO_THREADS" */
 const char* accio_setting_doc(int i);
+/* A new row of the settings table (a library adding a knob; a library's constructor may call it, from
+ * any thread). Afterwards the row is part of every listing above, accio_settings_new() reads its
+ * ACCIO_* variable, and accio_settings_set/get/copy know it (the value is validated by kind, stored
+ * as text, and read back with accio_settings_get). */
+typedef struct accio_setting_spec {
+  const char* name;          /* "offload_timeout_ms": lower-case letters, digits, _ */
+  const char* env;           /* "ACCIO_OFFLOAD_TIMEOUT_MS": upper-case letters, digits, _ */
+  const char* doc;
+  const char* kind;          /* "count" | "size" | "bool" | "choice" | "text" */
+  const char* default_value; /* parsed like a value */
+  int64_t min, max;          /* bounds for count and size */
+  const char* choices;       /* "shm|socket" for kind "choice" */
+} accio_setting_spec;
+/* 0; -EEXIST when the name is taken by a different spec (the same spec again is 0); -EINVAL bad spec */
+int accio_setting_register(const accio_setting_spec* spec);
 /* "4096", "4k", "16MiB", "1g" -> bytes (binary units); -EINVAL (with a last error) if not a size. */
 int64_t accio_parse_size(const char* text);
 

@@ -60,9 +60,12 @@ class Settings {
     return *this;
   }
   std::string get(const std::string& name) const {
-    char buf[256];
-    detail::check(accio_settings_get(s_, name.c_str(), buf, sizeof buf));
-    return buf;
+    std::string out(256, '\0');
+    for (;;) {  // the value's length is known after the first call: a long profile path is not cut
+      const int n = static_cast<int>(detail::check(accio_settings_get(s_, name.c_str(), out.data(), out.size())));
+      if (static_cast<size_t>(n) < out.size()) return out.substr(0, static_cast<size_t>(n));
+      out.assign(static_cast<size_t>(n) + 1, '\0');
+    }
   }
   const accio_settings* get() const { return s_; }
 

@@ -1,34 +1,23 @@
-// accio base: Settings parsing, printing and environment overrides.
+// accio base: the settings table (the core rows, registration), parsing and printing by kind,
+// and environment overrides. Every per-name decision is a row here, or in the file of the
+// mechanism that reads it.
 #include "base/settings.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <type_traits>
 
 #include "base/error.hpp"
 
 namespace accio::base {
-
-const std::vector<Settings::Knob>& Settings::knobs() {
-  static const std::vector<Knob> k = {
-      {"mechanism", "ACCIO_MECHANISM", "auto, posix, parallel, direct, uring; for GPU buffers naive, staged or gds"},
-      {"threads", "ACCIO_THREADS", "worker threads per request (parallel, direct); 0 = online CPUs"},
-      {"task_size", "ACCIO_TASK_SIZE", "bytes per task when a request is split; 0 = evenly over the threads"},
-      {"buffer_size", "ACCIO_BUFFER_SIZE", "bytes per staging buffer"},
-      {"buffer_count", "ACCIO_BUFFER_COUNT", "staging buffers in the shared pool"},
-      {"queue_depth", "ACCIO_QUEUE_DEPTH", "io_uring requests in flight (uring)"},
-      {"ring_depth", "ACCIO_RING_DEPTH", "staging buffers per worker ring for GPU buffers (staged)"},
-      {"huge_pages", "ACCIO_HUGE_PAGES", "back staging buffers with huge pages (on/off)"},
-      {"direct", "ACCIO_DIRECT", "open the file side with O_DIRECT (uring, staged) (on/off)"},
-      {"profile", "ACCIO_PROFILE", "auto: the accio tune profile of the file's filesystem; off: built-in model; or a file"},
-      {"cache_probe", "ACCIO_CACHE_PROBE", "how auto sees page-cache residency: auto, cachestat, nowait, mincore or off"},
-  };
-  return k;
-}
 
 size_t parse_size(const std::string& s) {
   std::string t;
@@ -64,97 +53,276 @@ std::string format_size(size_t b) {
 namespace {
 bool parse_bool(const std::string& v) {
   std::string t;
-  for (char c : v) t += static_cast<char>(std::tolower(c));
+  for (char c : v) t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (t == "1" || t == "on" || t == "true" || t == "yes") return true;
   if (t == "0" || t == "off" || t == "false" || t == "no") return false;
   throw std::invalid_argument("not on/off");
 }
-unsigned parse_count(const std::string& v, unsigned lo, unsigned hi) {
-  size_t pos = 0;
-  unsigned long x = std::stoul(v, &pos);
-  if (pos != v.size() || x < lo || x > hi) throw std::invalid_argument("out of range");
-  return static_cast<unsigned>(x);
+
+int64_t parse_integer(const std::string& v) {
+  const size_t digits = v.size() - (!v.empty() && v[0] == '-');
+  if (digits == 0 || digits > 18 || !std::all_of(v.end() - static_cast<long>(digits), v.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      }))
+    throw std::invalid_argument("not an integer");
+  return std::stoll(v);
 }
+
+std::vector<std::string> split_choices(const std::string& c) {
+  std::vector<std::string> out;
+  for (size_t at = 0;;) {
+    const size_t bar = c.find('|', at);
+    out.push_back(c.substr(at, bar == std::string::npos ? std::string::npos : bar - at));
+    if (bar == std::string::npos) return out;
+    at = bar + 1;
+  }
+}
+
+std::string bound(const SettingSpec& s, int64_t v) {
+  return s.kind == "size" ? format_size(static_cast<size_t>(v)) : std::to_string(v);
+}
+
 unsigned online_cpus() {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<unsigned>(n) : 1u;
 }
+
+bool name_ok(const std::string& s, bool upper) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
+    return c == '_' || (c >= '0' && c <= '9') || (upper ? (c >= 'A' && c <= 'Z') : (c >= 'a' && c <= 'z'));
+  });
+}
+
+// A member of Settings bound to a row: T is the member's type (unsigned, size_t, bool, std::string).
+template <class T>
+void bind(SettingRow& r, T Settings::*m) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    r.store = [m](Settings& s, const SettingValue& v) { s.*m = v.text; };
+    r.load = [m](const Settings& s) { return SettingValue{0, s.*m}; };
+  } else {
+    r.store = [m](Settings& s, const SettingValue& v) { s.*m = static_cast<T>(v.num); };
+    r.load = [m](const Settings& s) { return SettingValue{static_cast<int64_t>(s.*m), {}}; };
+  }
+}
+
+// The table: rows are appended under a mutex and published by count (release), so readers never
+// lock. A fixed capacity keeps row addresses stable without a lock on the read side.
+constexpr size_t kMaxRows = 256;
+struct Table {
+  std::mutex mu;
+  std::unique_ptr<SettingRow> rows[kMaxRows];
+  std::atomic<size_t> count{0};
+
+  Table();
+  SettingRow* find(const std::string& name) const {
+    const size_t n = count.load(std::memory_order_acquire);
+    for (size_t i = 0; i < n; ++i)
+      if (rows[i]->spec.name == name) return rows[i].get();
+    return nullptr;
+  }
+  // With mu held.
+  size_t add(const SettingSpec& spec, std::function<void(SettingValue&)> adjust);
+  template <class T>
+  void core(const SettingSpec& spec, T Settings::*m, std::function<void(SettingValue&)> adjust = {}) {
+    SettingRow& r = *rows[add(spec, std::move(adjust))];
+    bind(r, m);
+  }
+};
+
+Table& table() {
+  static Table* t = new Table;  // never destroyed: rows are referenced by static handles and C callers
+  return *t;
+}
+
+size_t Table::add(const SettingSpec& spec, std::function<void(SettingValue&)> adjust) {
+  const std::string what = "setting '" + spec.name + "': ";
+  if (!name_ok(spec.name, false))
+    throw Error(EINVAL, "register setting", "", kNoOffset, what + "the name must be lower-case letters, digits and _");
+  if (!name_ok(spec.env, true))
+    throw Error(EINVAL, "register setting", "", kNoOffset, what + "the environment variable must be upper-case letters, digits and _");
+  if (spec.doc.empty()) throw Error(EINVAL, "register setting", "", kNoOffset, what + "the doc is empty");
+  const std::string& k = spec.kind;
+  if (k != "count" && k != "size" && k != "bool" && k != "choice" && k != "text")
+    throw Error(EINVAL, "register setting", "", kNoOffset, what + "kind '" + k + "' is not count, size, bool, choice or text");
+  if ((k == "count" || k == "size") && (spec.min > spec.max || (k == "size" && spec.min < 0)))
+    throw Error(EINVAL, "register setting", "", kNoOffset, what + "min must not exceed max (and not be negative for a size)");
+  if (k == "choice") {
+    for (const std::string& c : split_choices(spec.choices))
+      if (c.empty())
+        throw Error(EINVAL, "register setting", "", kNoOffset, what + "choices must be values separated by '|' ('" + spec.choices + "')");
+  }
+  const size_t n = count.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i) {
+    const SettingSpec& o = rows[i]->spec;
+    if (o.name == spec.name && o == spec) return i;
+    if (o.name == spec.name || o.env == spec.env)
+      throw Error(EEXIST, "register setting", "", kNoOffset,
+                  what + (o.name == spec.name ? "the name" : "the environment variable " + spec.env) +
+                      " is taken by setting '" + o.name + "' with a different spec");
+  }
+  if (n == kMaxRows) throw Error(ENOSPC, "register setting", "", kNoOffset, what + "the table is full");
+  auto row = std::make_unique<SettingRow>();
+  row->spec = spec;
+  row->index = n;
+  row->adjust = std::move(adjust);
+  try {
+    (void)row->parse(spec.default_value);
+  } catch (const std::exception& e) {
+    throw Error(EINVAL, "register setting", "", kNoOffset,
+                what + "the default '" + spec.default_value + "' is not a valid value (" + e.what() + ")");
+  }
+  rows[n] = std::move(row);
+  count.store(n + 1, std::memory_order_release);
+  return n;
+}
+
+// The core rows: the engine's, the staging pool's and the planner's knobs. A mechanism's own knobs
+// are registered in its file (queue_depth in uring.cpp, ring_depth in staged.cpp).
+Table::Table() {
+  std::lock_guard lk(mu);
+  core({"mechanism", "ACCIO_MECHANISM",
+        "auto (the planner chooses a plan per request) or the name of one mechanism; `accio info` lists them", "text",
+        "auto"},
+       &Settings::mechanism);
+  core({"threads", "ACCIO_THREADS",
+        "threads a split request runs on, and the size of the shared thread pool; 0 = one per online CPU", "count", "0",
+        0, 1024},
+       &Settings::threads, [](SettingValue& v) {
+         if (v.num == 0) v.num = online_cpus();
+       });
+  core({"task_size", "ACCIO_TASK_SIZE", "bytes per task when a request is split; 0 = evenly over the threads",
+        "size", "4MiB", 0, INT64_MAX},
+       &Settings::task_size, [](SettingValue& v) {
+         if (v.num && v.num < 4096) throw std::invalid_argument("below 4KiB (0 splits evenly)");
+       });
+  core({"buffer_size", "ACCIO_BUFFER_SIZE", "bytes per staging buffer (rounded up to 4KiB)", "size", "4MiB", 4096,
+        int64_t{1} << 30},
+       &Settings::buffer_size, [](SettingValue& v) { v.num = (v.num + 4095) & ~int64_t{4095}; });
+  core({"buffer_count", "ACCIO_BUFFER_COUNT", "staging buffers in the shared pool", "count", "8", 1, 4096},
+       &Settings::buffer_count);
+  core({"huge_pages", "ACCIO_HUGE_PAGES", "back staging buffers with huge pages", "bool", "on"}, &Settings::huge_pages);
+  core({"direct", "ACCIO_DIRECT", "open the file side with O_DIRECT where a mechanism offers both", "bool", "off"},
+       &Settings::direct);
+  core({"profile", "ACCIO_PROFILE",
+        "auto: the accio tune profile of the file's filesystem; off: the built-in model; or a profile file", "text",
+        "auto"},
+       &Settings::profile);
+  core({"cache_probe", "ACCIO_CACHE_PROBE", "how auto sees page-cache residency", "choice", "auto", 0, 0,
+        "auto|cachestat|nowait|mincore|off"},
+       &Settings::cache_probe);
+}
 }  // namespace
+
+SettingValue SettingRow::parse(const std::string& text) const {
+  SettingValue v;
+  const std::string& k = spec.kind;
+  if (k == "count" || k == "size") {
+    if (k == "count") {
+      v.num = parse_integer(text);
+    } else {
+      const size_t b = parse_size(text);
+      if (b > size_t(INT64_MAX)) throw std::invalid_argument("too large");
+      v.num = static_cast<int64_t>(b);
+    }
+    if (v.num < spec.min || v.num > spec.max)
+      throw std::invalid_argument("not in " + bound(spec, spec.min) + ".." + bound(spec, spec.max));
+  } else if (k == "bool") {
+    v.num = parse_bool(text);
+  } else if (k == "choice") {
+    const std::vector<std::string> c = split_choices(spec.choices);
+    if (std::find(c.begin(), c.end(), text) == c.end()) {
+      std::string list;
+      for (size_t i = 0; i < c.size(); ++i) list += (i ? (i + 1 == c.size() ? " or " : ", ") : "") + c[i];
+      throw std::invalid_argument("not " + list);
+    }
+    v.text = text;
+  } else {
+    if (text.empty()) throw std::invalid_argument("empty");
+    v.text = text;
+  }
+  if (adjust) adjust(v);
+  return v;
+}
+
+std::string SettingRow::print(const SettingValue& v) const {
+  if (spec.kind == "bool") return v.num ? "on" : "off";
+  if (spec.kind == "count" || spec.kind == "size") return std::to_string(v.num);
+  return v.text;
+}
+
+size_t setting_count() { return table().count.load(std::memory_order_acquire); }
+
+const SettingRow& setting_row(size_t i) { return *table().rows[i]; }
+
+const SettingRow* find_setting(const std::string& name) { return table().find(name); }
+
+size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue&)> adjust) {
+  Table& t = table();
+  std::lock_guard lk(t.mu);
+  return t.add(spec, std::move(adjust));
+}
+
+Knob::Knob(const SettingSpec& spec, std::function<void(SettingValue&)> adjust)
+    : index_(register_setting(spec, std::move(adjust))), default_(row().parse(spec.default_value)) {}
 
 Settings Settings::defaults() {
   Settings s;
-  s.threads = online_cpus();
+  const size_t n = setting_count();
+  s.values.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const SettingRow& r = setting_row(i);
+    const SettingValue v = r.parse(r.spec.default_value);
+    if (r.store) r.store(s, v);
+    else s.values[i] = v;
+  }
   return s;
 }
 
 void Settings::set(const std::string& name, const std::string& value) {
+  const SettingRow* r = find_setting(name);
+  if (!r) throw Error(EINVAL, "set setting", "", kNoOffset, "unknown setting '" + name + "'");
+  SettingValue v;
   try {
-    if (name == "mechanism") {
-      if (value.empty()) throw std::invalid_argument("empty");
-      mechanism = value;
-    } else if (name == "threads") {
-      threads = parse_count(value, 0, 1024);
-      if (threads == 0) threads = online_cpus();
-    } else if (name == "task_size") {
-      task_size = parse_size(value);
-      if (task_size && task_size < 4096) throw std::invalid_argument("below 4KiB (0 splits evenly)");
-    } else if (name == "buffer_size") {
-      buffer_size = parse_size(value);
-      if (buffer_size < 4096 || buffer_size > (size_t{1} << 30)) throw std::invalid_argument("not in 4KiB..1GiB");
-      buffer_size = (buffer_size + 4095) & ~size_t{4095};
-    } else if (name == "buffer_count") {
-      buffer_count = parse_count(value, 1, 4096);
-    } else if (name == "queue_depth") {
-      queue_depth = parse_count(value, 1, 4096);
-    } else if (name == "ring_depth") {
-      ring_depth = parse_count(value, 1, 64);
-    } else if (name == "huge_pages") {
-      huge_pages = parse_bool(value);
-    } else if (name == "direct") {
-      direct = parse_bool(value);
-    } else if (name == "profile") {
-      if (value.empty()) throw std::invalid_argument("empty");
-      profile = value;
-    } else if (name == "cache_probe") {
-      if (value != "auto" && value != "cachestat" && value != "nowait" && value != "mincore" && value != "off")
-        throw std::invalid_argument("not auto, cachestat, nowait, mincore or off");
-      cache_probe = value;
-    } else {
-      throw Error(EINVAL, "set setting", "", kNoOffset, "unknown setting '" + name + "'");
-    }
+    v = r->parse(value);
   } catch (const std::invalid_argument& e) {
     throw Error(EINVAL, "set setting", "", kNoOffset,
                 "invalid value '" + value + "' for setting '" + name + "' (" + e.what() + ")");
   } catch (const std::out_of_range&) {
     throw Error(EINVAL, "set setting", "", kNoOffset, "value '" + value + "' out of range for '" + name + "'");
   }
+  if (r->store) {
+    r->store(*this, v);
+    return;
+  }
+  if (values.size() <= r->index) {  // a row registered after this object was made
+    const size_t from = values.size();
+    values.resize(r->index + 1);
+    for (size_t i = from; i < values.size(); ++i) {
+      const SettingRow& o = setting_row(i);
+      if (!o.store) values[i] = o.parse(o.spec.default_value);
+    }
+  }
+  values[r->index] = std::move(v);
 }
 
 std::string Settings::get(const std::string& name) const {
-  if (name == "mechanism") return mechanism;
-  if (name == "threads") return std::to_string(threads);
-  if (name == "task_size") return std::to_string(task_size);
-  if (name == "buffer_size") return std::to_string(buffer_size);
-  if (name == "buffer_count") return std::to_string(buffer_count);
-  if (name == "queue_depth") return std::to_string(queue_depth);
-  if (name == "ring_depth") return std::to_string(ring_depth);
-  if (name == "huge_pages") return huge_pages ? "on" : "off";
-  if (name == "direct") return direct ? "on" : "off";
-  if (name == "profile") return profile;
-  if (name == "cache_probe") return cache_probe;
-  throw Error(EINVAL, "get setting", "", kNoOffset, "unknown setting '" + name + "'");
+  const SettingRow* r = find_setting(name);
+  if (!r) throw Error(EINVAL, "get setting", "", kNoOffset, "unknown setting '" + name + "'");
+  if (r->load) return r->print(r->load(*this));
+  return r->print(r->index < values.size() ? values[r->index] : r->parse(r->spec.default_value));
 }
 
 Settings Settings::from_env() {
   Settings s = defaults();
-  for (const Knob& k : knobs()) {
-    const char* v = std::getenv(k.env);
+  const size_t n = setting_count();
+  for (size_t i = 0; i < n; ++i) {
+    const SettingSpec& k = setting_row(i).spec;
+    const char* v = std::getenv(k.env.c_str());
     if (!v || !*v) continue;
     try {
       s.set(k.name, v);
     } catch (const Error& e) {
-      throw Error(EINVAL, "read environment", "", kNoOffset,
-                  std::string(k.env) + "='" + v + "' is not valid: " + e.what());
+      throw Error(EINVAL, "read environment", "", kNoOffset, k.env + "='" + v + "' is not valid: " + e.what());
     }
   }
   return s;

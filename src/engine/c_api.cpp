@@ -157,15 +157,24 @@ int64_t accio_parse_size(const char* text) {
     return fail(EINVAL, "parse size", "", -1, std::string("not a size: '") + text + "' (use e.g. 4096, 4k, 16m, 1g)");
   }
 }
-int accio_setting_count(void) { return static_cast<int>(accio::base::Settings::knobs().size()); }
+int accio_setting_count(void) { return static_cast<int>(accio::base::setting_count()); }
 const char* accio_setting_name(int i) {
-  return i >= 0 && i < accio_setting_count() ? accio::base::Settings::knobs()[i].name : nullptr;
+  return i >= 0 && i < accio_setting_count() ? accio::base::setting_row(size_t(i)).spec.name.c_str() : nullptr;
 }
 const char* accio_setting_env(int i) {
-  return i >= 0 && i < accio_setting_count() ? accio::base::Settings::knobs()[i].env : nullptr;
+  return i >= 0 && i < accio_setting_count() ? accio::base::setting_row(size_t(i)).spec.env.c_str() : nullptr;
 }
 const char* accio_setting_doc(int i) {
-  return i >= 0 && i < accio_setting_count() ? accio::base::Settings::knobs()[i].doc : nullptr;
+  return i >= 0 && i < accio_setting_count() ? accio::base::setting_row(size_t(i)).spec.doc.c_str() : nullptr;
+}
+int accio_setting_register(const accio_setting_spec* spec) {
+  ACCIO_CHECK(spec && spec->name && spec->env && spec->doc && spec->kind && spec->default_value,
+              "accio_setting_register");
+  return guard([&] {
+    accio::base::register_setting({spec->name, spec->env, spec->doc, spec->kind, spec->default_value, spec->min,
+                                   spec->max, spec->choices ? spec->choices : ""});
+    return 0;
+  });
 }
 
 int accio_open(accio_file** out, const char* path, const char* mode, const accio_settings* settings) {

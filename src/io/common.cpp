@@ -19,7 +19,14 @@ std::vector<std::unique_ptr<Mechanism>>& owned() {
 }
 }  // namespace
 
-Registrar::Registrar(std::unique_ptr<Mechanism> m) { owned().push_back(std::move(m)); }
+Registrar::Registrar(std::unique_ptr<Mechanism> m, std::vector<std::string> knobs) {
+  m->knobs = std::move(knobs);
+  owned().push_back(std::move(m));
+}
+
+bool Mechanism::reads(const std::string& knob) const {
+  return std::find(knobs.begin(), knobs.end(), knob) != knobs.end();
+}
 
 const std::vector<const Mechanism*>& all() {
   static const std::vector<const Mechanism*> list = [] {

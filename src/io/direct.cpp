@@ -70,6 +70,7 @@ class Direct final : public Mechanism {
  public:
   const char* name() const override { return "direct"; }
   int rank() const override { return 2; }
+  bool always_direct() const override { return true; }
 
   const Mechanism& resolve(const IoContext& c) const override {
     if (c.file.direct_fd >= 0 && c.settings.buffer_size >= c.file.off_align) return *this;
@@ -102,6 +103,6 @@ class Direct final : public Mechanism {
   }
 };
 
-ACCIO_REGISTER_MECHANISM(Direct);
+ACCIO_REGISTER_MECHANISM(Direct, "threads", "task_size", "buffer_size", "buffer_count", "huge_pages");
 }  // namespace
 }  // namespace accio::io

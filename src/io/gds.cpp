@@ -292,6 +292,6 @@ class Gds final : public Mechanism {
   mutable std::deque<unsigned long long> order_;
 };
 
-ACCIO_REGISTER_MECHANISM(Gds);
+ACCIO_REGISTER_MECHANISM(Gds, "threads", "task_size");
 }  // namespace
 }  // namespace accio::io

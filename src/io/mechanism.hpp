@@ -1,5 +1,6 @@
 // accio mechanisms: the one interface every way of moving bytes implements (fio ioengines and
-// IOR aiori style). A new mechanism is one file in src/io plus one ACCIO_REGISTER_MECHANISM line.
+// IOR aiori style). A new mechanism is one file in src/io plus one ACCIO_REGISTER_MECHANISM line,
+// which names the settings it reads; a knob of its own is a base::Knob in the same file.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -93,7 +94,14 @@ class Mechanism {
   // The handle `file_id` is closing: drop anything cached for it.
   virtual void forget(uint64_t file_id) const { (void)file_id; }
 
-  int id = -1;  // index in all(), assigned by the registry
+  // Whether a request to this mechanism needs its buffer, offset and length aligned (always
+  // O_DIRECT: direct); with `direct`, the settings say (uring, staged).
+  virtual bool always_direct() const { return false; }
+  // Whether the mechanism reads `knob` (one of knobs).
+  bool reads(const std::string& knob) const;
+
+  int id = -1;                     // index in all(), assigned by the registry
+  std::vector<std::string> knobs;  // the settings it reads (its registration line names them)
 };
 
 // Every registered mechanism, ordered by rank; ids are indexes into this list.
@@ -101,10 +109,12 @@ const std::vector<const Mechanism*>& all();
 const Mechanism* find(const std::string& name);  // nullptr if unknown
 
 struct Registrar {
-  explicit Registrar(std::unique_ptr<Mechanism> m);
+  Registrar(std::unique_ptr<Mechanism> m, std::vector<std::string> knobs);
 };
-#define ACCIO_REGISTER_MECHANISM(Class) \
-  static const ::accio::io::Registrar accio_registrar_##Class{std::make_unique<Class>()}
+// ACCIO_REGISTER_MECHANISM(Class, "knob", ...): the settings this mechanism reads (rows of the
+// settings table: the planner shows them in plan labels, the docs list who reads what).
+#define ACCIO_REGISTER_MECHANISM(Class, ...) \
+  static const ::accio::io::Registrar accio_registrar_##Class{std::make_unique<Class>(), {__VA_ARGS__}}
 
 // ---- helpers shared by mechanisms (src/io/common.cpp) ----
 

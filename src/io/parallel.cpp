@@ -24,6 +24,6 @@ class Parallel final : public Mechanism {
   }
 };
 
-ACCIO_REGISTER_MECHANISM(Parallel);
+ACCIO_REGISTER_MECHANISM(Parallel, "threads", "task_size");
 }  // namespace
 }  // namespace accio::io

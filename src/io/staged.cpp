@@ -19,6 +19,10 @@ namespace accio::io {
 namespace {
 namespace cu = mem::cuda;
 
+// staged's own knob (a row of the settings table; docs/api.md lists it).
+const base::Knob kRingDepth{{"ring_depth", "ACCIO_RING_DEPTH", "staging buffers per worker ring for GPU buffers",
+                             "count", "3", 1, 64}};
+
 class DeviceRing final : public CopyQueue {
  public:
   DeviceRing(int device, size_t size, unsigned depth, bool huge) : d_(*cu::load()), size_(size) {
@@ -86,14 +90,14 @@ class RingLease {
   RingLease(int device, const base::Settings& s) : pools_(g_rings.get()) {
     {
       std::lock_guard lk(pools_.mu);
-      set_ = &pools_.sets[{device, s.buffer_size, s.ring_depth, s.huge_pages}];
+      set_ = &pools_.sets[{device, s.buffer_size, static_cast<unsigned>(kRingDepth.num(s)), s.huge_pages}];
       if (!set_->free.empty()) {
         ring_ = set_->free.back();
         set_->free.pop_back();
         return;
       }
     }
-    auto r = std::make_unique<DeviceRing>(device, s.buffer_size, s.ring_depth, s.huge_pages);
+    auto r = std::make_unique<DeviceRing>(device, s.buffer_size, static_cast<unsigned>(kRingDepth.num(s)), s.huge_pages);
     std::lock_guard lk(pools_.mu);
     ring_ = r.get();
     set_->all.push_back(std::move(r));
@@ -168,6 +172,6 @@ class Staged final : public Mechanism {
   }
 };
 
-ACCIO_REGISTER_MECHANISM(Staged);
+ACCIO_REGISTER_MECHANISM(Staged, "threads", "task_size", "ring_depth", "direct", "buffer_size", "huge_pages");
 }  // namespace
 }  // namespace accio::io

@@ -21,6 +21,10 @@ namespace {
 using base::Error;
 
 constexpr unsigned kRingEntries = 1024;  // upper bound of queue_depth
+
+// uring's own knob (a row of the settings table; docs/api.md lists it).
+const base::Knob kQueueDepth{{"queue_depth", "ACCIO_QUEUE_DEPTH", "io_uring requests in flight per request", "count",
+                              "16", 1, 4096}};
 constexpr unsigned kFileSlots = 64;
 
 struct Ring {
@@ -205,7 +209,7 @@ class Uring final : public Mechanism {
     const uint64_t key = c.file.id * 2 + (direct ? 1 : 0);
     mem::StagingPool& pool = mem::StagingPool::shared(c.settings.buffer_size, c.settings.buffer_count, c.settings.huge_pages);
     const size_t chunk = std::max<size_t>(align_down(pool.buffer_size(), A), A);
-    const unsigned qd = std::min(c.settings.queue_depth, kRingEntries);
+    const unsigned qd = std::min(static_cast<unsigned>(kQueueDepth.num(c.settings)), kRingEntries);
     const size_t step = task_bytes(c.settings, hi - lo, qd, A);
     const bool user_aligned_mode = direct && is_aligned(user + (align_up(off, A) - off), c.file.mem_align);
 
@@ -328,6 +332,6 @@ class Uring final : public Mechanism {
   }
 };
 
-ACCIO_REGISTER_MECHANISM(Uring);
+ACCIO_REGISTER_MECHANISM(Uring, "queue_depth", "task_size", "direct", "buffer_size", "buffer_count", "huge_pages");
 }  // namespace
 }  // namespace accio::io

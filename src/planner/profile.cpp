@@ -25,15 +25,21 @@ namespace accio::planner {
 using base::Error;
 using base::json::Value;
 
+bool PlanSpec::needs_alignment() const {
+  const io::Mechanism* m = io::find(mechanism);
+  return direct || (m && m->always_direct());
+}
+
+// Only the parameters the mechanism reads (its registration names them) appear.
 std::string PlanSpec::label() const {
-  std::string out = mechanism == "uring" && direct ? "uring+direct" : mechanism;
+  const io::Mechanism* m = io::find(mechanism);
+  auto reads = [&](const char* k) { return m && m->reads(k); };
+  std::string out = direct && reads("direct") ? mechanism + "+direct" : mechanism;
   std::string args;
   auto add = [&](const std::string& a) { args += (args.empty() ? "" : ", ") + a; };
-  if (mechanism != "posix") {
-    add(task_size ? "task=" + base::format_size(task_size) : std::string("even"));
-    if (threads && mechanism != "uring") add("threads=" + std::to_string(threads));
-    if (queue_depth && mechanism == "uring") add("qd=" + std::to_string(queue_depth));
-  }
+  if (reads("task_size")) add(task_size ? "task=" + base::format_size(task_size) : std::string("even"));
+  if (threads && reads("threads")) add("threads=" + std::to_string(threads));
+  if (queue_depth && reads("queue_depth")) add("qd=" + std::to_string(queue_depth));
   return args.empty() ? out : out + "(" + args + ")";
 }
 
@@ -42,7 +48,7 @@ base::Settings PlanSpec::apply(const base::Settings& handle) const {
   s.mechanism = mechanism;
   s.task_size = task_size;
   if (threads) s.threads = std::min(threads, handle.threads);
-  if (queue_depth) s.queue_depth = queue_depth;
+  if (queue_depth) s.set("queue_depth", std::to_string(queue_depth));
   s.direct = direct;
   return s;
 }

@@ -23,7 +23,8 @@ struct PlanSpec {
   unsigned queue_depth = 0;
   bool direct = false;  // uring with an O_DIRECT file side (mechanism direct is always direct)
 
-  bool needs_alignment() const { return direct || mechanism == "direct"; }
+  // Requests need O_DIRECT alignment: direct set, or a mechanism that is always direct.
+  bool needs_alignment() const;
   std::string label() const;  // "parallel(even)", "parallel(task=1MiB, threads=2)", "uring+direct(even, qd=16)"
   // The handle's settings with this plan's parameters applied (threads capped by the handle's).
   base::Settings apply(const base::Settings& handle) const;

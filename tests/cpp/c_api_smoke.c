@@ -35,6 +35,15 @@ int main(void) {
   CHECK(accio_parse_size("1g") == (int64_t)1 << 30);
   CHECK(accio_parse_size("12q") == -EINVAL && strstr(accio_last_error(), "not a size") != NULL);
   CHECK(accio_parse_size("99999999999t") == -EINVAL);
+  /* A library's own knob: a row of the table from then on, through the shared library's exports. */
+  accio_setting_spec knob = {"smoke_transport", "ACCIO_SMOKE_TRANSPORT", "a test knob", "choice", "shm", 0, 0, "shm|socket"};
+  CHECK(accio_setting_register(&knob) == 0 && accio_setting_register(&knob) == 0);
+  CHECK(strcmp(accio_setting_name(accio_setting_count() - 1), "smoke_transport") == 0);
+  CHECK(accio_settings_set(s, "smoke_transport", "socket") == 0);
+  CHECK(accio_settings_get(s, "smoke_transport", val, sizeof val) == 6 && strcmp(val, "socket") == 0);
+  CHECK(accio_settings_set(s, "smoke_transport", "pigeon") == -EINVAL);
+  knob.default_value = "socket";
+  CHECK(accio_setting_register(&knob) == -EEXIST);
 
   accio_file* f;
   CHECK(accio_open(&f, path, "w+", s) == 0);
