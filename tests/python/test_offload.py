@@ -212,19 +212,44 @@ def test_offload_bench_quick(tmp_path):
 
 
 @pytest.mark.parametrize("env, value, why", [
-    ("ACCIO_OFFLOAD_TRANSPORT", "pigeon", "is not shm|socket"),
-    ("ACCIO_OFFLOAD_SPIN_US", "soon", "is not a non-negative integer or forever"),
-    ("ACCIO_OFFLOAD_TIMEOUT_MS", "-5", "is not a non-negative integer"),
-    ("ACCIO_OFFLOAD_SLOTS", "1", "out of range"),
-    ("ACCIO_OFFLOAD_ARENA", "12q", "is not a size"),
-    ("ACCIO_OFFLOAD_ARENA", "4k", "out of range"),
+    ("ACCIO_OFFLOAD_TRANSPORT", "pigeon", "not shm or socket"),
+    ("ACCIO_OFFLOAD_SPIN_US", "soon", "microseconds, or forever"),
+    ("ACCIO_OFFLOAD_TIMEOUT_MS", "-5", "not in 0.."),
+    ("ACCIO_OFFLOAD_SLOTS", "1", "not in 2.."),
+    ("ACCIO_OFFLOAD_ARENA", "12q", "unknown unit"),
+    ("ACCIO_OFFLOAD_ARENA", "4k", "not in 64KiB.."),
 ])
 def test_bad_option_values_are_refused_by_name(monkeypatch, env, value, why):
-    """A bad ACCIO_OFFLOAD_* value fails the proc's creation with a message that names it."""
+    """A bad ACCIO_OFFLOAD_* value fails the proc's creation with a message that names it (libaccio's
+    settings table validates the rows; offload_spin_us, a count or "forever", is checked by the runtime)."""
     monkeypatch.setenv(env, value)
     with pytest.raises(offload.OffloadError) as e:
         offload.Proc()
-    assert f"{env}={value}" in str(e.value) and why in str(e.value)
+    assert f"{env}='{value}' is not valid" in str(e.value) and why in str(e.value)
+
+
+def test_offload_settings_are_rows_of_the_table():
+    """libaccio_offload registers its options in libaccio's settings table when it is loaded: the
+    C listing (what `accio info` shows) has them, with their variables and defaults."""
+    import accio
+    offload.load()
+    rows = {n: (e, v) for n, e, d, v in accio._ext.settings([])}
+    assert rows["offload_transport"] == ("ACCIO_OFFLOAD_TRANSPORT", "shm")
+    assert rows["offload_spin_us"] == ("ACCIO_OFFLOAD_SPIN_US", "100")
+    assert rows["offload_timeout_ms"] == ("ACCIO_OFFLOAD_TIMEOUT_MS", "0")
+    assert rows["offload_slots"] == ("ACCIO_OFFLOAD_SLOTS", "256")
+    assert rows["offload_arena"] == ("ACCIO_OFFLOAD_ARENA", str(16 << 20))
+    assert rows["offload_worker"] == ("ACCIO_OFFLOAD_WORKER", "auto") or os.environ.get("ACCIO_OFFLOAD_WORKER")
+
+
+def test_accio_info_lists_the_offload_settings():
+    out = subprocess.run([sys.executable, "-m", "accio.cli", "info", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    settings = {s["name"]: s for s in json.loads(out)["settings"]}
+    assert settings["offload_spin_us"]["env"] == "ACCIO_OFFLOAD_SPIN_US"
+    assert {"offload_transport", "offload_timeout_ms", "offload_slots", "offload_arena", "offload_worker"} <= set(settings)
+    text = subprocess.run([sys.executable, "-m", "accio.cli", "info"], capture_output=True, text=True, check=True).stdout
+    assert "ACCIO_OFFLOAD_TRANSPORT" in text
 
 
 def test_option_values_from_the_environment(monkeypatch, kernels):
