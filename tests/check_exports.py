@@ -17,7 +17,8 @@ Reads `nm -D --defined-only OBJECT` and fails, printing them, on:
   - with --forbid PAT: a symbol matching PAT that OBJECT exports or defines at all (its full symbol
     table, where not stripped: a static archive linked in hidden still shows there), e.g. libaccio
     and "ffi_*" or "veo_*" (the offload runtime and libffi are libaccio_offload's);
-  - with --not-needed PAT: a DT_NEEDED entry matching PAT (e.g. "libffi*").
+  - with --not-needed PAT: a DT_NEEDED entry matching PAT (e.g. "libffi*");
+  - with --soname NAME: a DT_SONAME other than NAME (docs/abi.md: libaccio.so.0, libaccio_offload.so.0).
 With --none, OBJECT must export nothing at all (the worker programs). With --program, OBJECT is an
 executable, which the linker makes export a symbol that a shared library it links also defines
 (a copy-relocated variable such as stdout, an inline C++ function the shared libstdc++ also has) so
@@ -120,6 +121,15 @@ def forbidden(obj: str, forbid=(), not_needed=(), nm: str = "nm") -> list[str]:
     return out
 
 
+def soname(obj: str) -> str | None:
+    """OBJECT's DT_SONAME (readelf -d), or None."""
+    out = subprocess.run(["readelf", "-d", obj], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"readelf -d {obj} failed: {out.stderr.strip()}")
+    m = re.search(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", out.stdout)
+    return m.group(1) if m else None
+
+
 def is_pattern(p: str) -> bool:
     return any(c in p for c in "*?[")
 
@@ -198,6 +208,7 @@ def main(argv=None) -> int:
                     help="a symbol pattern OBJECT must neither export nor define")
     ap.add_argument("--not-needed", action="append", default=[],
                     help="a library name pattern OBJECT must not need (DT_NEEDED)")
+    ap.add_argument("--soname", help="the DT_SONAME OBJECT must have")
     ap.add_argument("--static-runtime", action="store_true",
                     help="also fail if OBJECT needs the shared libstdc++ or libgcc_s")
     ap.add_argument("--nm", default=os.environ.get("NM", "nm"))
@@ -207,6 +218,8 @@ def main(argv=None) -> int:
     found, names = problems(a.object, None if a.none else a.list, a.header, a.exported_in, a.nm, a.program)
     name = os.path.basename(a.object)
     found += forbidden(a.object, a.forbid, a.not_needed, a.nm)
+    if a.soname and soname(a.object) != a.soname:
+        found.append(f"has soname {soname(a.object)}, not {a.soname}")
     if a.static_runtime:
         shared = [n for n in needed(a.object) if n.startswith(("libstdc++", "libgcc_s"))]
         if shared:

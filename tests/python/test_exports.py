@@ -65,6 +65,16 @@ def test_libaccio_offload_exports_its_header():
     assert [n for n in check_exports.needed(str(lib)) if n.startswith("libaccio")] == ["libaccio.so"]
 
 
+def test_wheel_sonames_are_the_file_names():
+    """The wheel holds no symlinks (docs/abi.md): each library's soname is its file name, so that
+    what links it (the extension, libaccio_offload, the programs) finds it in lib/."""
+    for name in ("libaccio.so", "libaccio_offload.so"):
+        assert check_exports.soname(str(PKG / "lib" / name)) == name
+    for obj in [*PKG.glob("_ext*.so"), PKG / "lib" / "libaccio_offload.so", PKG / "lib" / "accio-offload-worker"]:
+        libs = [n for n in check_exports.needed(str(obj)) if n.startswith("libaccio")]
+        assert libs and all((PKG / "lib" / n).exists() for n in libs), (obj, libs)
+
+
 def test_preload_shim_exports_what_it_interposes():
     assert_exports(PKG / "lib" / "libaccio_preload.so", str(ROOT / "cmake" / "accio_preload.map"),
                    sources=[str(ROOT / "src" / "preload" / "preload.c")])
