@@ -19,7 +19,7 @@ import tempfile
 from accio import _ext
 from accio.bench.fio import run as fio_run
 from accio.bench.runner import Job
-from accio.bench.spec import Mechanism, parse_size
+from accio.bench.spec import Column, parse_size
 
 MiB = 1 << 20
 
@@ -60,7 +60,7 @@ def main() -> int:
             s = {"accio": [], "fio": [], "dd": []}
             for _ in range(a.rounds):
                 s["accio"].append(accio_once(path, size, rec))
-                s["fio"].append(fio_run([Job(path, 0, size)], "reread", Mechanism("posix", "posix"), rec, {})["mib_s"])
+                s["fio"].append(fio_run([Job(path, 0, size)], "reread", Column("posix", "posix"), rec, {})["mib_s"])
                 s["dd"].append(dd_once(path, rec))
             out["records"][rec] = s
             med = {k: statistics.median(v) for k, v in s.items()}

@@ -18,6 +18,12 @@ extern "C" {
 #define ACCIO_VERSION_MINOR 1
 #define ACCIO_VERSION_PATCH 0
 #define ACCIO_MAX_MECHANISMS 16
+/* The smallest request the preload shim (`accio run`) takes unless ACCIO_PRELOAD_THRESHOLD says
+ * otherwise (a tuning profile may raise it per file). */
+#define ACCIO_PRELOAD_THRESHOLD_DEFAULT (1u << 20)
+/* With task_size 0 a request is split evenly over the threads, into tasks of at least this many
+ * bytes: a request of at most this size runs as one task. */
+#define ACCIO_MIN_EVEN_TASK (128u << 10)
 
 typedef struct accio_file accio_file;
 typedef struct accio_settings accio_settings;
@@ -93,6 +99,9 @@ typedef struct accio_setting_spec {
 } accio_setting_spec;
 /* 0; -EEXIST when the name is taken by a different spec (the same spec again is 0); -EINVAL bad spec */
 int accio_setting_register(const accio_setting_spec* spec);
+/* The whole row i (kind, default, bounds, choices: "" when none); its strings live for the process.
+ * 0, or -EINVAL for no such row. */
+int accio_setting_spec_of(int i, accio_setting_spec* out);
 /* "4096", "4k", "16MiB", "1g" -> bytes (binary units); -EINVAL (with a last error) if not a size. */
 int64_t accio_parse_size(const char* text);
 
@@ -145,6 +154,18 @@ const char* accio_mechanism_name(int id);
 int accio_mechanism_device(int id);
 /* 1 available, 0 not (why says what is missing). */
 int accio_mechanism_available(int id, char* why, size_t len);
+/* The k-th setting mechanism `id` reads ("threads", "queue_depth"; what its plans may set), NULL
+ * past the last one or for an unknown id. */
+const char* accio_mechanism_knob(int id, int k);
+/* A plan, as a profile document writes it ({"mechanism": "uring", "queue_depth": 16, "direct": true};
+ * docs/tuning.md), as the planner shows it: its label ("uring+direct(even, qd=16)") in `label`.
+ * Returns 1 when the plan's requests need O_DIRECT alignment, 0 when not, -EINVAL for a bad plan. */
+int accio_plan_describe(const char* plan_json, char* label, size_t len);
+/* A profile document (text; NULL: the built-in model) as the planner reads it, written into out as a
+ * profile document with every plan's "label" and "needs_alignment" added and the decisions over the
+ * planner's cells. Returns the full length (call again with a larger buffer when it is >= len), or
+ * -EINVAL with the parser's error naming `source`. */
+int64_t accio_profile_describe(const char* text, const char* source, char* out, size_t len);
 /* Feature probes: "io_uring", "cachestat", "mincore", "o_direct" (needs path: a file or directory).
  * Returns 1 yes, 0 no, negative errno on a bad request; detail describes the result. */
 int accio_probe(const char* feature, const char* path, char* detail, size_t len);

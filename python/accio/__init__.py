@@ -89,7 +89,7 @@ def settings(**overrides: Any) -> dict[str, str]:
 
 def mechanisms() -> list[tuple[str, bool, str]]:
     """(name, available, why not) for every mechanism, in display order."""
-    return _ext.mechanisms()
+    return [(m["name"], m["available"], m["detail"]) for m in _ext.mechanisms()]
 
 
 def global_stats() -> dict:

@@ -14,17 +14,31 @@ import sys
 # The exec path (no statistics) imports nothing else: each millisecond here is paid per launch.
 
 STATS_SCHEMA = "accio.run-stats/1"
-MECHANISMS = ("auto", "posix", "parallel", "direct", "uring")
-DEFAULT_THRESHOLD = 1 << 20  # the shim's default; a tuning profile may raise it per file
+
+
+def mechanisms() -> tuple[str, ...]:
+    """What --mechanism takes: auto and the engine's mechanisms for host memory (the shim sees host
+    buffers). Imports the extension: only called when --mechanism is given, or for --help."""
+    from . import _ext
+    return ("auto", *(m["name"] for m in _ext.mechanisms() if not m["device"]))
+
+
+def default_threshold() -> int:
+    """The shim's threshold without ACCIO_PRELOAD_THRESHOLD (a tuning profile may raise it per file)."""
+    from . import _ext
+    return _ext.PRELOAD_THRESHOLD_DEFAULT
 
 
 def add_arguments(p) -> None:
     import argparse
-    p.add_argument("--mechanism", "-m", choices=MECHANISMS,
+
+    from .bench.output import fmt_size
+    p.add_argument("--mechanism", "-m", choices=mechanisms(),
                    help="mechanism for the requests the shim takes (default: ACCIO_MECHANISM or auto)")
     p.add_argument("--threshold", "-t", metavar="BYTES",
                    help="smallest request the shim takes, e.g. 64k (default: ACCIO_PRELOAD_THRESHOLD, "
-                   "else 1MiB raised to the tuning profile's crossing point)")
+                   f"else {fmt_size(default_threshold()).replace(' ', '')} raised to the tuning profile's "
+                   "crossing point)")
     p.add_argument("--stats", action="store_true", help="print per-file counters to stderr when the program ends")
     p.add_argument("--stats-json", metavar="FILE", help="write the per-file counters as JSON ('-' for stdout)")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- program [args...]")
@@ -60,7 +74,7 @@ def quick_parse(argv: list[str]):
         else:
             break
         i += 1
-    if a.mechanism is not None and a.mechanism not in MECHANISMS:
+    if a.mechanism is not None and a.mechanism not in mechanisms():
         return None
     a.program = argv[i:]
     return a
@@ -205,7 +219,7 @@ def collect(stats_dir: str, prog: list[str], status: int, env: dict[str, str]) -
         "schema": STATS_SCHEMA,
         "command": prog,
         "exit_status": status,
-        "threshold": int(env.get("ACCIO_PRELOAD_THRESHOLD", DEFAULT_THRESHOLD)),
+        "threshold": int(env.get("ACCIO_PRELOAD_THRESHOLD", default_threshold())),
         "threshold_given": "ACCIO_PRELOAD_THRESHOLD" in env,
         "mechanism": env.get("ACCIO_MECHANISM", "auto"),
         "size_buckets": buckets or [],

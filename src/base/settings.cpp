@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "accio/accio.h"  // ACCIO_MIN_EVEN_TASK
 #include "base/error.hpp"
 
 namespace accio::base {
@@ -181,16 +182,22 @@ size_t Table::add(const SettingSpec& spec, std::function<void(SettingValue&)> ad
 Table::Table() {
   std::lock_guard lk(mu);
   core({"mechanism", "ACCIO_MECHANISM",
-        "auto (the planner chooses a plan per request) or the name of one mechanism; `accio info` lists them", "text",
+        "auto (a plan per request from the tuning profile) or one mechanism by name; `accio info` lists them and "
+        "the memory each serves",
+        "text",
         "auto"},
        &Settings::mechanism);
   core({"threads", "ACCIO_THREADS",
-        "threads a split request runs on, and the size of the shared thread pool; 0 = one per online CPU", "count", "0",
+        "tasks of one split request that run at once (the shared thread pool grows to the largest); 0 = one per "
+        "online CPU",
+        "count", "0",
         0, 1024},
        &Settings::threads, [](SettingValue& v) {
          if (v.num == 0) v.num = online_cpus();
        });
-  core({"task_size", "ACCIO_TASK_SIZE", "bytes per task when a request is split; 0 = evenly over the threads",
+  core({"task_size", "ACCIO_TASK_SIZE",
+        "bytes per task when a request is split, also the io_uring piece size; 0 = split evenly over threads "
+        "(io_uring: over queue_depth), at least " + format_size(ACCIO_MIN_EVEN_TASK) + " per task",
         "size", "4MiB", 0, INT64_MAX},
        &Settings::task_size, [](SettingValue& v) {
          if (v.num && v.num < 4096) throw std::invalid_argument("below 4KiB (0 splits evenly)");
@@ -201,13 +208,18 @@ Table::Table() {
   core({"buffer_count", "ACCIO_BUFFER_COUNT", "staging buffers in the shared pool", "count", "8", 1, 4096},
        &Settings::buffer_count);
   core({"huge_pages", "ACCIO_HUGE_PAGES", "back staging buffers with huge pages", "bool", "on"}, &Settings::huge_pages);
-  core({"direct", "ACCIO_DIRECT", "open the file side with O_DIRECT where a mechanism offers both", "bool", "off"},
+  core({"direct", "ACCIO_DIRECT", "open the file side with O_DIRECT", "bool", "off"},
        &Settings::direct);
   core({"profile", "ACCIO_PROFILE",
-        "auto: the accio tune profile of the file's filesystem; off: the built-in model; or a profile file", "text",
+        "auto: the `accio tune` profile of the file's filesystem (else the built-in model); off: the built-in "
+        "model; or a profile file",
+        "text",
         "auto"},
        &Settings::profile);
-  core({"cache_probe", "ACCIO_CACHE_PROBE", "how auto sees page-cache residency", "choice", "auto", 0, 0,
+  core({"cache_probe", "ACCIO_CACHE_PROBE",
+        "how auto sees page-cache residency: auto (cachestat, else RWF_NOWAIT), cachestat, nowait, mincore, off "
+        "(ranges count as cached)",
+        "choice", "auto", 0, 0,
         "auto|cachestat|nowait|mincore|off"},
        &Settings::cache_probe);
 }

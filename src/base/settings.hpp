@@ -64,6 +64,8 @@ const SettingRow* find_setting(const std::string& name);  // nullptr if unknown
 // for a bad spec (the message says what is wrong).
 size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue&)> adjust = {});
 
+// Made by defaults() or from_env() (a default-constructed Settings holds no values: the table's
+// defaults are the only ones).
 struct Settings {
   // The core rows' values, typed: the engine and mechanisms read them directly.
   std::string mechanism;    // auto | the name of a registered mechanism

@@ -167,6 +167,15 @@ const char* accio_setting_env(int i) {
 const char* accio_setting_doc(int i) {
   return i >= 0 && i < accio_setting_count() ? accio::base::setting_row(size_t(i)).spec.doc.c_str() : nullptr;
 }
+int accio_setting_spec_of(int i, accio_setting_spec* out) {
+  ACCIO_CHECK(out, "accio_setting_spec_of");
+  if (i < 0 || i >= accio_setting_count())
+    return fail(EINVAL, "accio_setting_spec_of", "", -1, "no setting " + std::to_string(i));
+  const accio::base::SettingSpec& s = accio::base::setting_row(size_t(i)).spec;
+  *out = accio_setting_spec{s.name.c_str(), s.env.c_str(),           s.doc.c_str(), s.kind.c_str(),
+                            s.default_value.c_str(), s.min, s.max, s.choices.c_str()};
+  return 0;
+}
 int accio_setting_register(const accio_setting_spec* spec) {
   ACCIO_CHECK(spec && spec->name && spec->env && spec->doc && spec->kind && spec->default_value,
               "accio_setting_register");
@@ -395,6 +404,28 @@ int accio_mechanism_available(int id, char* why, size_t len) {
   bool ok = accio::io::all()[id]->available(&w);
   copy_out(w, why, len);
   return ok ? 1 : 0;
+}
+const char* accio_mechanism_knob(int id, int k) {
+  if (id < 0 || id >= accio_mechanism_count() || k < 0) return nullptr;
+  const auto& knobs = accio::io::all()[id]->knobs;
+  return size_t(k) < knobs.size() ? knobs[size_t(k)].c_str() : nullptr;
+}
+int accio_plan_describe(const char* plan_json, char* label, size_t len) {
+  ACCIO_CHECK(plan_json, "accio_plan_describe");
+  return guard([&] {
+    const accio::planner::PlanSpec p = accio::planner::PlanSpec::parse(plan_json, "plan");
+    copy_out(p.label(), label, len);
+    return p.needs_alignment() ? 1 : 0;
+  });
+}
+int64_t accio_profile_describe(const char* text, const char* source, char* out, size_t len) {
+  return guard([&]() -> int64_t {
+    const auto p = text ? accio::planner::Profile::parse(text, source ? source : "profile")
+                        : accio::planner::Profile::builtin_model();
+    const std::string doc = p->to_json();
+    copy_out(doc, out, len);
+    return static_cast<int64_t>(doc.size());
+  });
 }
 
 int accio_probe(const char* feature, const char* path, char* detail, size_t len) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "accio/accio.h"  // ACCIO_MIN_EVEN_TASK
 #include "base/settings.hpp"
 #include "mem/cuda.hpp"
 
@@ -133,7 +134,7 @@ size_t split_run(TaskRunner& runner, unsigned width, uint64_t off, size_t n, siz
 
 // Bytes per task for a request of n bytes: the task_size setting, or with task_size 0 an even split
 // into `width` tasks of at least kMinEvenTask; rounded up to a multiple of `align`.
-inline constexpr size_t kMinEvenTask = 128u << 10;
+inline constexpr size_t kMinEvenTask = ACCIO_MIN_EVEN_TASK;
 size_t task_bytes(const base::Settings& s, uint64_t n, unsigned width, size_t align);
 
 inline uint64_t align_down(uint64_t v, uint64_t a) { return v / a * a; }

@@ -20,7 +20,8 @@ namespace {
 namespace cu = mem::cuda;
 
 // staged's own knob (a row of the settings table; docs/api.md lists it).
-const base::Knob kRingDepth{{"ring_depth", "ACCIO_RING_DEPTH", "staging buffers per worker ring for GPU buffers",
+const base::Knob kRingDepth{{"ring_depth", "ACCIO_RING_DEPTH",
+                             "staging buffers per worker ring for GPU buffers (1 = no overlap of file side and copy)",
                              "count", "3", 1, 64}};
 
 class DeviceRing final : public CopyQueue {

@@ -23,8 +23,9 @@ using base::Error;
 constexpr unsigned kRingEntries = 1024;  // upper bound of queue_depth
 
 // uring's own knob (a row of the settings table; docs/api.md lists it).
-const base::Knob kQueueDepth{{"queue_depth", "ACCIO_QUEUE_DEPTH", "io_uring requests in flight per request", "count",
-                              "16", 1, 4096}};
+const base::Knob kQueueDepth{{"queue_depth", "ACCIO_QUEUE_DEPTH",
+                              "io_uring requests in flight per request (at most 1024 run at once)", "count", "16", 1,
+                              4096}};
 constexpr unsigned kFileSlots = 64;
 
 struct Ring {

@@ -197,6 +197,24 @@ PlanSpec parse_plan(const Value& v, const std::string& source) {
   return p;
 }
 
+void json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      static const char hex[] = "0123456789abcdef";
+      out += "\\u00";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+
 // One group ("hot" or "cold" of one operation and concurrency): [{"max_size": n|null, "plans": [i...]}]
 std::vector<std::pair<uint64_t, std::vector<int>>> parse_group(const Value& v, size_t nplans, const std::string& source) {
   if (!v.is(Value::array) || v.items.empty()) bad(source, "every decision group must be a non-empty array");
@@ -241,6 +259,72 @@ std::vector<Cell> merge(const std::vector<std::pair<uint64_t, std::vector<int>>>
   return out;
 }
 }  // namespace
+
+PlanSpec PlanSpec::parse(const std::string& json, const std::string& source) {
+  Value v;
+  try {
+    v = base::json::parse(json);
+  } catch (const std::exception& e) {
+    bad(source, e.what());
+  }
+  return parse_plan(v, source);
+}
+
+std::string Profile::to_json() const {
+  std::string o = "{\"schema\": \"accio.profile/1\", \"source\": ";
+  json_string(o, source);
+  o += ", \"name\": ";
+  json_string(o, name);
+  o += std::string(", \"builtin\": ") + (builtin ? "true" : "false") + ", \"plans\": [";
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const PlanSpec& p = plans[i];
+    o += i ? ", {\"mechanism\": " : "{\"mechanism\": ";
+    json_string(o, p.mechanism);
+    if (p.task_size) o += ", \"task_size\": " + std::to_string(p.task_size);
+    if (p.threads) o += ", \"threads\": " + std::to_string(p.threads);
+    if (p.queue_depth) o += ", \"queue_depth\": " + std::to_string(p.queue_depth);
+    if (p.direct) o += ", \"direct\": true";
+    o += ", \"label\": ";
+    json_string(o, p.label());
+    o += std::string(", \"needs_alignment\": ") + (p.needs_alignment() ? "true" : "false") + "}";
+  }
+  o += "], \"decisions\": {";
+  for (int w = 0; w < 2; ++w) {
+    o += w ? ", \"write\": {" : "\"read\": {";
+    for (int c = 0; c < 2; ++c) {
+      const std::vector<Cell>& cells = table[w][c];
+      o += c ? ", \"N\": {" : "\"1\": {";
+      bool any_cold = false;
+      for (const Cell& cell : cells) any_cold |= !cell.cold.empty();
+      for (int cold = 0; cold < 2; ++cold) {
+        o += cold ? ", \"cold\": " : "\"hot\": ";
+        if (cold && !any_cold) {
+          o += "null";
+          continue;
+        }
+        // Consecutive cells that decide the same for this cache state are one cell here.
+        std::vector<std::pair<uint64_t, const std::vector<int>*>> out;
+        for (const Cell& cell : cells) {
+          const std::vector<int>* pl = cold ? &cell.cold : &cell.hot;
+          if (!out.empty() && *out.back().second == *pl) out.back().first = cell.max_size;
+          else out.emplace_back(cell.max_size, pl);
+        }
+        o += "[";
+        for (size_t k = 0; k < out.size(); ++k) {
+          o += k ? ", {\"max_size\": " : "{\"max_size\": ";
+          o += out[k].first == UINT64_MAX ? std::string("null") : std::to_string(out[k].first);
+          o += ", \"plans\": [";
+          for (size_t j = 0; j < out[k].second->size(); ++j) o += (j ? ", " : "") + std::to_string((*out[k].second)[j]);
+          o += "]}";
+        }
+        o += "]";
+      }
+      o += "}";
+    }
+    o += "}";
+  }
+  return o + "}}";
+}
 
 std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std::string& source) {
   Value doc;

@@ -28,6 +28,9 @@ struct PlanSpec {
   std::string label() const;  // "parallel(even)", "parallel(task=1MiB, threads=2)", "uring+direct(even, qd=16)"
   // The handle's settings with this plan's parameters applied (threads capped by the handle's).
   base::Settings apply(const base::Settings& handle) const;
+  // One plan object of a profile document ({"mechanism": "uring", "queue_depth": 16, ...}); throws
+  // base::Error(EINVAL) naming `source` on anything malformed.
+  static PlanSpec parse(const std::string& json, const std::string& source);
 };
 
 // Requests of at most max_size bytes (and more than the previous cell's) use these plans, best
@@ -59,6 +62,10 @@ struct Profile {
   static std::shared_ptr<const Profile> builtin_model();
   // Parses a profile document; throws base::Error(EINVAL) naming `source` on anything malformed.
   static std::shared_ptr<const Profile> parse(const std::string& text, const std::string& source);
+  // The profile as the planner reads it, as a profile document (docs/tuning.md) that parse()
+  // accepts: every plan with its "label" and "needs_alignment" added, the decisions over the merged
+  // cells. How the Python tuner and `accio tune --show` see the built-in model and parsed profiles.
+  std::string to_json() const;
 };
 
 // The key of the filesystem holding fd (or path): filesystem type and mount source from

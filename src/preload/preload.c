@@ -96,7 +96,7 @@ enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_write
 
 /* ---------------------------------------------------------------------------------------------
  * Configuration (read once at start-up). */
-static size_t g_gate = 1u << 20;  /* ACCIO_PRELOAD_THRESHOLD; below it nothing is even looked at */
+static size_t g_gate = ACCIO_PRELOAD_THRESHOLD_DEFAULT; /* ACCIO_PRELOAD_THRESHOLD; below it nothing is even looked at */
 static int g_gate_set = 0;         /* the threshold was given: it rules over the profile's */
 static int g_mechanism_set = 0;    /* ACCIO_MECHANISM was given */
 static int g_quiet = 0;

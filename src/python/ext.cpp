@@ -777,15 +777,54 @@ NB_MODULE(_ext, m) {
       out.emplace_back(accio_setting_name(i), accio_setting_env(i), accio_setting_doc(i), s.get(accio_setting_name(i)));
     return out;
   });
-  m.def("mechanisms", [] {
-    std::vector<std::tuple<std::string, bool, std::string>> out;
-    for (int i = 0; i < accio_mechanism_count(); ++i) {
-      char why[512];
-      int ok = accio_mechanism_available(i, why, sizeof why);
-      out.emplace_back(accio_mechanism_name(i), ok == 1, why);
+  m.def("setting_specs", [] {
+    nb::list out;
+    for (int i = 0; i < accio_setting_count(); ++i) {
+      accio_setting_spec s;
+      accio::detail::check(accio_setting_spec_of(i, &s));
+      nb::dict d;
+      d["name"] = s.name, d["env"] = s.env, d["doc"] = s.doc, d["kind"] = s.kind, d["default"] = s.default_value;
+      d["min"] = s.min, d["max"] = s.max, d["choices"] = s.choices;
+      out.append(d);
     }
     return out;
-  });
+  }, "The settings table: every row's name, env, doc, kind, default, min, max (count, size) and choices.");
+  m.def("mechanisms", [] {
+    nb::list out;
+    for (int i = 0; i < accio_mechanism_count(); ++i) {
+      char why[512];
+      nb::dict d;
+      d["name"] = accio_mechanism_name(i);
+      d["available"] = accio_mechanism_available(i, why, sizeof why) == 1;
+      d["detail"] = std::string(why);
+      d["device"] = accio_mechanism_device(i) == 1;
+      nb::list knobs;
+      for (int k = 0; accio_mechanism_knob(i, k); ++k) knobs.append(accio_mechanism_knob(i, k));
+      d["knobs"] = knobs;
+      out.append(d);
+    }
+    return out;
+  }, "Every mechanism in display order: name, available and detail (why not), device (serves GPU memory), "
+     "knobs (the settings it reads).");
+  m.def("plan_describe", [](const std::string& plan_json) {
+    char label[256];
+    const int rc = accio_plan_describe(plan_json.c_str(), label, sizeof label);
+    accio::detail::check(rc);
+    return std::make_pair(std::string(label), rc == 1);
+  }, "plan_json"_a, "A profile's plan object (JSON) as the planner shows it: (label, needs_alignment).");
+  m.def("profile_describe", [](std::optional<std::string> text, const std::string& source) {
+    const char* t = text ? text->c_str() : nullptr;
+    std::string out(4096, '\0');
+    for (;;) {
+      const int64_t n = accio::detail::check(accio_profile_describe(t, source.c_str(), out.data(), out.size()));
+      if (static_cast<size_t>(n) < out.size()) return out.substr(0, static_cast<size_t>(n));
+      out.assign(static_cast<size_t>(n) + 1, '\0');
+    }
+  }, "text"_a.none(), "source"_a = "profile",
+     "A profile document (None: the built-in model) as the planner reads it, as a profile document (JSON) "
+     "with every plan's label and needs_alignment.");
+  m.attr("MIN_EVEN_TASK") = ACCIO_MIN_EVEN_TASK;
+  m.attr("PRELOAD_THRESHOLD_DEFAULT") = ACCIO_PRELOAD_THRESHOLD_DEFAULT;
   m.def("probe", [](const std::string& feature, std::optional<std::string> path) {
     char detail[512] = "";
     int rc = accio_probe(feature.c_str(), path ? path->c_str() : nullptr, detail, sizeof detail);

@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "accio/accio.h"
 #include "base/error.hpp"
 #include "base/json.hpp"
 #include "engine/file.hpp"
@@ -268,4 +269,61 @@ TEST(Mechanisms, EvenTaskSplit) {
   EXPECT_EQ(io::task_bytes(s, (8 << 20) + 1, 2, 4096) % 4096, 0u);
   s.set("task_size", "1m");
   EXPECT_EQ(io::task_bytes(s, 64 << 20, 4, 1), 1u << 20);
+}
+
+// Labels and alignment needs come from the mechanisms' registrations (the settings they read).
+TEST(Profile, LabelsShowWhatTheMechanismReads) {
+  auto label = [](const char* json) { return planner::PlanSpec::parse(json, "plan").label(); };
+  EXPECT_EQ(label(R"j({"mechanism": "posix", "task_size": 65536, "threads": 2})j"), "posix");
+  EXPECT_EQ(label(R"j({"mechanism": "parallel"})j"), "parallel(even)");
+  EXPECT_EQ(label(R"j({"mechanism": "parallel", "task_size": 1048576, "threads": 2, "queue_depth": 8})j"),
+            "parallel(task=1MiB, threads=2)");
+  EXPECT_EQ(label(R"j({"mechanism": "uring", "queue_depth": 16, "threads": 4, "direct": true})j"),
+            "uring+direct(even, qd=16)");
+  EXPECT_EQ(label(R"j({"mechanism": "direct", "task_size": 4194304})j"), "direct(task=4MiB)");
+  EXPECT_TRUE(planner::PlanSpec::parse(R"j({"mechanism": "direct"})j", "plan").needs_alignment());
+  EXPECT_TRUE(planner::PlanSpec::parse(R"j({"mechanism": "uring", "direct": true})j", "plan").needs_alignment());
+  EXPECT_FALSE(planner::PlanSpec::parse(R"j({"mechanism": "parallel"})j", "plan").needs_alignment());
+  char buf[64];
+  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "direct", "threads": 2})j", buf, sizeof buf), 1);
+  EXPECT_STREQ(buf, "direct(even, threads=2)");
+  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "posix"})j", buf, sizeof buf), 0);
+  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "warp"})j", buf, sizeof buf), -EINVAL);
+  EXPECT_NE(std::string(accio_last_error()).find("plan mechanism must name a mechanism (warp)"), std::string::npos);
+  EXPECT_EQ(accio_plan_describe("{", buf, sizeof buf), -EINVAL);
+}
+
+// What accio_profile_describe writes is a profile the parser reads back to the same decisions.
+TEST(Profile, DescribeRoundTrips) {
+  auto describe = [](const char* text) {
+    const int64_t n = accio_profile_describe(text, "p.json", nullptr, 0);
+    EXPECT_GT(n, 0) << accio_last_error();
+    std::string out(size_t(n) + 1, '\0');
+    EXPECT_EQ(accio_profile_describe(text, "p.json", out.data(), out.size()), n);
+    out.resize(size_t(n));
+    return out;
+  };
+  const std::string once = describe(kProfile);
+  EXPECT_NE(once.find(R"j("label": "uring(even, qd=4)", "needs_alignment": false)j"), std::string::npos) << once;
+  EXPECT_NE(once.find(R"j("label": "direct(even)", "needs_alignment": true)j"), std::string::npos) << once;
+  auto a = planner::Profile::parse(kProfile, "a"), b = planner::Profile::parse(once, "b");
+  ASSERT_EQ(a->plans.size(), b->plans.size());
+  for (size_t i = 0; i < a->plans.size(); ++i) EXPECT_EQ(a->plans[i].label(), b->plans[i].label());
+  for (int w = 0; w < 2; ++w)
+    for (int c = 0; c < 2; ++c) {
+      ASSERT_EQ(a->table[w][c].size(), b->table[w][c].size());
+      for (size_t k = 0; k < a->table[w][c].size(); ++k) {
+        EXPECT_EQ(a->table[w][c][k].max_size, b->table[w][c][k].max_size);
+        EXPECT_EQ(a->table[w][c][k].hot, b->table[w][c][k].hot);
+        EXPECT_EQ(a->table[w][c][k].cold, b->table[w][c][k].cold);
+      }
+    }
+  auto from_plans = [](const std::string& doc) { return doc.substr(doc.find("\"plans\"")); };
+  EXPECT_EQ(from_plans(describe(once.c_str())), from_plans(once));  // a fixed point
+  const std::string builtin = describe(nullptr);
+  EXPECT_NE(builtin.find(R"j("builtin": true)j"), std::string::npos);
+  EXPECT_NE(builtin.find(R"j({"max_size": 1048575, "plans": [0]})j"), std::string::npos) << builtin;
+  EXPECT_NO_THROW(planner::Profile::parse(builtin, "builtin"));
+  EXPECT_EQ(accio_profile_describe("{\"schema\": 1}", "bad.json", nullptr, 0), -EINVAL);
+  EXPECT_NE(std::string(accio_last_error()).find("bad.json"), std::string::npos);
 }

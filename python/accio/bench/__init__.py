@@ -153,7 +153,7 @@ def _check(spec: Spec, world: int) -> None:
         if not os.path.isdir(d) or not os.access(d, os.W_OK):
             raise ValueError(f"{d}: not a writable directory")
     # settings (with each mechanism's own) are checked by the engine now rather than in the middle of the run
-    names = {n for n, _ok, _why in _ext.mechanisms()}
+    names = {m["name"] for m in _ext.mechanisms()}
     for m in spec.mechanisms:
         if m.name in names and not m.host:
             device = _ext.mechanism_is_device(m.name)

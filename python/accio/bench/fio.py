@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 
 from .. import settings as effective_settings
-from .spec import HOST_MECHANISMS, Mechanism, parse_size
+from .spec import Column, host_mechanisms, parse_size
 
 MiB = 1 << 20
 RW = {"write": "write", "write+sync": "write", "rewrite": "write", "read": "read", "reread": "read",
@@ -32,11 +32,11 @@ def available() -> bool:
     return shutil.which("fio") is not None
 
 
-def comparable(mech: Mechanism) -> bool:
-    return mech.name in HOST_MECHANISMS
+def comparable(mech: Column) -> bool:
+    return mech.name in host_mechanisms()
 
 
-def sections(jobs, test: str, mech: Mechanism, record: int, settings: dict) -> tuple[list[dict], str]:
+def sections(jobs, test: str, mech: Column, record: int, settings: dict) -> tuple[list[dict], str]:
     """fio job sections for the phase, and a one-line description of the equivalent job."""
     eff = effective_settings(**settings, **dict(mech.settings))
     threads, task, qd = int(eff["threads"]), parse_size(eff["task_size"]), int(eff["queue_depth"])
@@ -69,7 +69,7 @@ def sections(jobs, test: str, mech: Mechanism, record: int, settings: dict) -> t
     return out, f"psync bs={task} direct={direct} x{len(out)} ({width} per thread, strided)"
 
 
-def run(jobs, test: str, mech: Mechanism, record: int, settings: dict) -> dict:
+def run(jobs, test: str, mech: Column, record: int, settings: dict) -> dict:
     """Runs the equivalent fio job once on files the caller prepared (truncated for write tests,
     dropped for cold reads); returns a sample like accio's."""
     if not jobs:

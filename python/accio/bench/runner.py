@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .. import File, _ext
 from . import fio
 from .output import fmt_size
-from .spec import READ_TESTS, Mechanism, Spec
+from .spec import READ_TESTS, Column, Spec
 
 MiB = 1 << 20
 COLD_MAX_RESIDENCY = 0.01  # a read is called cold only if at most 1% of its range is cached
@@ -29,7 +29,7 @@ class Config:
     threads: int
     file_size: int
     record: int
-    mechanism: Mechanism
+    mechanism: Column
 
     @property
     def data_key(self):
@@ -146,10 +146,10 @@ class Runner:
         """Before a read test: if the files do not hold data of this configuration, write it untimed
         with plain calls."""
         if self.data_key not in usable:
-            self.phase(c, "write", Mechanism("posix", "posix"), timed=False)
+            self.phase(c, "write", Column("posix", "posix"), timed=False)
 
     # -- one timed phase --
-    def phase(self, c: Config, test: str, mech: Mechanism, *, seed: int = 1, timed: bool = True) -> dict | None:
+    def phase(self, c: Config, test: str, mech: Column, *, seed: int = 1, timed: bool = True) -> dict | None:
         spec, comm = self.spec, self.comm
         jobs = self.jobs(c)
         write = test not in READ_TESTS
@@ -285,7 +285,7 @@ class Runner:
                           f"{'' if c.processes == 1 else f' p{c.processes}'} it{it + 1}")
 
 
-def cache_summary(test: str, mech: Mechanism, samples: list[dict], drop_caches: bool) -> dict | None:
+def cache_summary(test: str, mech: Column, samples: list[dict], drop_caches: bool) -> dict | None:
     if test not in READ_TESTS:
         return None
     worst = max((s["residency"] for s in samples), default=None)

@@ -7,6 +7,7 @@ every iteration's sample. Tests run in IOzone's order within a configuration, so
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -17,7 +18,6 @@ from .. import _ext
 TESTS = ("write", "write+sync", "rewrite", "read", "reread", "cold-read", "random-read", "random-write")
 WRITE_TESTS = frozenset({"write", "write+sync", "rewrite", "random-write"})
 READ_TESTS = frozenset(TESTS) - WRITE_TESTS
-HOST_MECHANISMS = ("posix", "parallel", "direct", "uring")
 LAYOUTS = ("fpp", "shared")
 
 
@@ -84,9 +84,15 @@ def parse_tests(text: str) -> list[str]:
     return [t for t in TESTS if t in names]
 
 
+def host_mechanisms() -> tuple[str, ...]:
+    """The engine's mechanisms for host memory, in display order (the engine's registry says which)."""
+    return tuple(m["name"] for m in _ext.mechanisms() if not m["device"])
+
+
 @dataclass(frozen=True)
-class Mechanism:
-    """A column: an engine mechanism plus settings, e.g. 'uring+direct' is uring with direct=on."""
+class Column:
+    """A column of the results: an engine mechanism plus settings, e.g. 'uring+direct' is uring with
+    direct=on (or a ceiling: host, pinned-copy)."""
     label: str
     name: str
     settings: tuple[tuple[str, str], ...] = ()
@@ -94,33 +100,37 @@ class Mechanism:
 
     @property
     def o_direct(self) -> bool:
-        return self.name == "direct" or dict(self.settings).get("direct") == "on"
+        """Whether the file side is O_DIRECT: the planner says for a mechanism (accio._ext.plan_describe)."""
+        direct = dict(self.settings).get("direct") == "on"
+        if self.name in {m["name"] for m in _ext.mechanisms()}:
+            return _ext.plan_describe(json.dumps({"mechanism": self.name, "direct": direct}))[1]
+        return direct
 
 
 # The two ceilings of a device target, measured in the same run as its mechanisms: column `host`, the
 # same test with host memory (parallel, same threads: on a re-read, the hot-file host read), and the pinned host-to-device copy (device-to-host
 # for write tests) with the same threads and chunk size, no file involved.
-HOST_CEILING = Mechanism("host", "parallel", host=True)
-COPY_CEILING = Mechanism("pinned-copy", "pinned-copy")
+HOST_CEILING = Column("host", "parallel", host=True)
+COPY_CEILING = Column("pinned-copy", "pinned-copy")
 
 
-def parse_mechanisms(text: str, target: str = "host") -> list[Mechanism]:
-    """Columns for `target`: 'all' means every mechanism that serves it (host: posix, parallel, direct,
-    uring; cuda:N: naive, staged, gds), device targets add the two ceilings."""
+def parse_mechanisms(text: str, target: str = "host") -> list[Column]:
+    """Columns for `target`: 'all' means every mechanism that serves it (the engine's registry says
+    which serve host and which GPU memory), device targets add the two ceilings."""
     device = target != "host"
-    known = {name for name, _ok, _why in _ext.mechanisms()} | {"auto"}
+    known = {m["name"] for m in _ext.mechanisms()} | {"auto"}
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
         if item == "all":
-            out.extend(Mechanism(m, m) for m, ok, _why in _ext.mechanisms()
-                       if _ext.mechanism_is_device(m) == device and (ok or not device))
+            out.extend(Column(m["name"], m["name"]) for m in _ext.mechanisms()
+                       if m["device"] == device and (m["available"] or not device))
             continue
         name, *flags = item.split("+")
         if name not in known:
             raise ValueError(f"unknown mechanism '{name}'; choose from {', '.join(sorted(known))}, all")
         if any(f != "direct" for f in flags):
             raise ValueError(f"'{item}': the only suffix is +direct (O_DIRECT file side)")
-        out.append(Mechanism(item, name, (("direct", "on"),) if flags else ()))
+        out.append(Column(item, name, (("direct", "on"),) if flags else ()))
     if not out:
         raise ValueError("no mechanisms given" if not device else "no device mechanism can run here")
     if device:
@@ -132,7 +142,7 @@ def parse_mechanisms(text: str, target: str = "host") -> list[Mechanism]:
 class Spec:
     """Everything one `accio bench` run measures."""
     tests: list[str]
-    mechanisms: list[Mechanism]
+    mechanisms: list[Column]
     file_sizes: list[int]
     records: list[int]
     threads: list[int]

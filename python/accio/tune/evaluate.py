@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 import time
 
+from ..bench.spec import host_mechanisms
 from ..stats import interleave, median
 from .measure import MiB, Bench, fmt
 
 KiB = 1 << 10
 FILE_SIZES = (8 * MiB, 128 * MiB)
 TRANSFERS = (4 * KiB, 256 * KiB, 8 * MiB)
-FIXED = ("posix", "parallel", "direct", "uring")
 SAMPLE_SECONDS = 0.05  # timed transfer per sample: short phases are repeated (see Bench.sample)
 
 
@@ -41,7 +41,9 @@ def geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def run(bench: Bench, cells: list[dict], reps: int, contenders=("auto",) + FIXED, progress=None) -> dict:
+def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=None) -> dict:
+    """contenders: auto and every host mechanism (the engine's registry) unless given."""
+    contenders = contenders or ("auto", *host_mechanisms())
     total = len(cells) * reps * len(contenders)
     done = 0
     t0 = time.monotonic()

@@ -10,6 +10,8 @@ start). Writes are followed by an untimed fsync, so every sample starts with a c
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 from dataclasses import asdict, dataclass
 
@@ -35,26 +37,19 @@ class Plan:
             s["threads"] = self.threads
         if self.queue_depth:
             s["queue_depth"] = self.queue_depth
-        if self.mechanism == "uring":
+        if "direct" in knobs(self.mechanism):
             s["direct"] = self.direct
         return s
 
     @property
     def needs_alignment(self) -> bool:
-        return self.direct or self.mechanism == "direct"
+        """Whether requests need O_DIRECT alignment: the planner says (PlanSpec::needs_alignment)."""
+        return _describe(self)[1]
 
     @property
     def label(self) -> str:
-        """Same text as the engine's PlanSpec::label()."""
-        name = "uring+direct" if self.mechanism == "uring" and self.direct else self.mechanism
-        if self.mechanism == "posix":
-            return name
-        args = [f"task={fmt(self.task_size)}" if self.task_size else "even"]
-        if self.threads and self.mechanism != "uring":
-            args.append(f"threads={self.threads}")
-        if self.queue_depth and self.mechanism == "uring":
-            args.append(f"qd={self.queue_depth}")
-        return f"{name}({', '.join(args)})"
+        """The planner's label for this plan (PlanSpec::label), e.g. "uring+direct(even, qd=16)"."""
+        return _describe(self)[0]
 
     def to_json(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v or k == "mechanism"}
@@ -63,6 +58,17 @@ class Plan:
     def from_json(d: dict) -> "Plan":
         return Plan(d["mechanism"], int(d.get("task_size", 0)), int(d.get("threads", 0)),
                     int(d.get("queue_depth", 0)), bool(d.get("direct", False)))
+
+
+@functools.lru_cache(maxsize=None)
+def knobs(mechanism: str) -> tuple[str, ...]:
+    """The settings a mechanism reads (its registration in the engine names them)."""
+    return tuple(next(m["knobs"] for m in _ext.mechanisms() if m["name"] == mechanism))
+
+
+@functools.lru_cache(maxsize=None)
+def _describe(plan: Plan) -> tuple[str, bool]:
+    return _ext.plan_describe(json.dumps(plan.to_json()))
 
 
 def fmt(n: int) -> str:

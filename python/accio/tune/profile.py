@@ -14,8 +14,14 @@ from .. import _ext
 from .measure import Plan, fmt
 from .search import Group, Search
 
-SCHEMA = "accio.profile/1"
-BUILTIN_SMALL = {"1": 1 << 20, "N": 4 << 20}  # the built-in model's posix/parallel boundary
+
+def builtin_model() -> dict:
+    """The engine's built-in model as a profile document, with every plan's label (the planner's own:
+    accio._ext.profile_describe)."""
+    return json.loads(_ext.profile_describe(None))
+
+
+SCHEMA = builtin_model()["schema"]  # the format the engine reads
 
 
 def _boundary(a: int, b: int) -> int:
@@ -25,9 +31,12 @@ def _boundary(a: int, b: int) -> int:
     return p if a < p <= b else b
 
 
-def _builtin_cells(conc: str, index) -> list[dict]:
-    return [{"max_size": BUILTIN_SMALL[conc] - 1, "plans": [index(Plan("posix"))]},
-            {"max_size": None, "plans": [index(Plan("parallel")), index(Plan("posix"))]}]
+def _builtin_cells(op: str, conc: str, index) -> list[dict]:
+    """The built-in model's cells for op and concurrency, its plans added to this profile's."""
+    model = builtin_model()
+    plans = [Plan.from_json(p) for p in model["plans"]]
+    return [{"max_size": c["max_size"], "plans": [index(plans[i]) for i in c["plans"]]}
+            for c in model["decisions"][op][conc]["hot"]]
 
 
 def build(search: Search, meta: dict) -> dict:
@@ -49,7 +58,7 @@ def build(search: Search, meta: dict) -> dict:
                 if g is None:
                     entry[cache] = None  # not measurable (cold reads on tmpfs): hot applies
                     continue
-                entry[cache] = _cells(search, g, index) or _builtin_cells(conc, index)
+                entry[cache] = _cells(search, g, index) or _builtin_cells(op, conc, index)
             decisions[op][conc] = entry
     measurements = []
     for (g, size, plan), mibps in sorted(search.samples.items(),

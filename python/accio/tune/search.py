@@ -17,15 +17,16 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .measure import MiB, Bench, Plan
+from .. import _ext
+from .measure import MiB, Bench, Plan, knobs
 
 KiB = 1 << 10
 COARSE_SIZES = (4 * KiB, 64 * KiB, MiB, 8 * MiB, 64 * MiB)
 TIE = 0.03            # within 3%: prefer the simpler plan
 CONFIRM_WITHIN = 0.50  # plans this close to the best get more samples (one sample can be far off)
-MIN_EVEN_TASK = 128 * KiB  # io::kMinEvenTask: parallel(even) of at most this many bytes is posix
+MIN_EVEN_TASK = _ext.MIN_EVEN_TASK  # parallel(even) of at most this many bytes runs as one task: posix
 SAMPLE_SECONDS = 0.04  # aim of one sample's timed part
 SIMPLICITY = {"posix": 0, "parallel": 1, "uring": 2, "direct": 3}
 
@@ -38,13 +39,13 @@ def base_plans(directory_takes_direct: bool) -> list[Plan]:
 
 
 def variants(p: Plan, size: int) -> list[Plan]:
-    """Parameter variants of a winning plan worth trying at this request size."""
+    """Parameter variants of a winning plan worth trying at this request size: queue depths for a
+    mechanism that reads queue_depth, task sizes for one that reads task_size (the engine says which)."""
     out = []
-    if p.mechanism in ("parallel", "direct"):
-        out += [Plan(p.mechanism, task_size=t) for t in (MiB, 4 * MiB) if t < size]
-    if p.mechanism == "uring":
-        out += [Plan("uring", queue_depth=q, direct=p.direct) for q in (4, 64)]
-        out += [Plan("uring", task_size=t, queue_depth=16, direct=p.direct) for t in (MiB, 4 * MiB) if t < size]
+    if "queue_depth" in knobs(p.mechanism):
+        out += [replace(p, queue_depth=q) for q in (4, 64)]
+    if "task_size" in knobs(p.mechanism):
+        out += [replace(p, task_size=t) for t in (MiB, 4 * MiB) if t < size]
     return [v for v in out if v != p]
 
 
