@@ -121,12 +121,15 @@ def _settings_now() -> list[dict]:
 
 def settings_table() -> list[dict]:
     """The engine's settings table (name, env, doc, kind, default, min, max, choices), with the
-    mechanisms that read each knob (their registrations name them) under "read_by"."""
+    mechanisms that read each knob (their registrations name them) under "read_by"; the offload
+    runtime's rows (offload_*, registered by libaccio_offload, loaded here first) say "offload"."""
+    _load_offload_settings()
     readers: dict = {}
     for m in _ext.mechanisms():
         for k in m["knobs"]:
             readers.setdefault(k, []).append(m["name"])
-    return [{**row, "read_by": readers.get(row["name"], [])} for row in _ext.setting_specs()]
+    return [{**row, "read_by": readers.get(row["name"]) or (["offload"] if row["name"].startswith("offload_") else [])}
+            for row in _ext.setting_specs()]
 
 
 def _values(row: dict) -> str:
