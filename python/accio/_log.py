@@ -5,6 +5,8 @@ shortage, a setting it cannot honour) through the C API's log callback. In Pytho
 ``accio.AccioWarning`` through :mod:`warnings` (filter it like any warning; ``ACCIO_QUIET=1``
 silences it) and a record of the ``accio`` logger (which has a NullHandler, as libraries do: configure
 logging to collect them). The record's ``accio_key`` names the cause, e.g. ``gds-register``.
+Errors (level ERROR: the offload runtime's, key ``offload``, issued every time) are logger records
+only: Python raises them where they occur (``accio.offload.OffloadError``).
 """
 from __future__ import annotations
 
