@@ -2,7 +2,8 @@
 """Checks that a built library or program exports exactly its declared list (DESIGN.md: "The
 libraries export their API and nothing else"; docs/architecture.md, "Exports").
 
-    check_exports.py OBJECT LIST [--header H]... [--exported-in SRC]... [--program] [--nm NM]
+    check_exports.py OBJECT LIST [--header H]... [--exported-in SRC]... [--forbid PAT]... [--not-needed PAT]...
+                     [--program] [--nm NM]
     check_exports.py OBJECT --none [--program] [--nm NM]
 
 Reads `nm -D --defined-only OBJECT` and fails, printing them, on:
@@ -12,7 +13,12 @@ Reads `nm -D --defined-only OBJECT` and fails, printing them, on:
   - a plain name (no wildcard) of LIST that OBJECT does not export (a stale list);
   - with --header: a function the public header declares (under LIST's patterns) that OBJECT does not
     export, or an exported symbol that no header declares;
-  - with --exported-in: a difference between the functions SRC marks EXPORT and what OBJECT exports.
+  - with --exported-in: a difference between the functions SRC marks EXPORT and what OBJECT exports;
+  - with --forbid PAT: a symbol matching PAT that OBJECT exports or defines at all (its full symbol
+    table, where not stripped: a static archive linked in hidden still shows there), e.g. libaccio
+    and "ffi_*" or "veo_*" (the offload runtime and libffi are libaccio_offload's);
+  - with --not-needed PAT: a DT_NEEDED entry matching PAT (e.g. "libffi*");
+  - with --soname NAME: a DT_SONAME other than NAME (docs/abi.md: libaccio.so.0, libaccio_offload.so.0).
 With --none, OBJECT must export nothing at all (the worker programs). With --program, OBJECT is an
 executable, which the linker makes export a symbol that a shared library it links also defines
 (a copy-relocated variable such as stdout, an inline C++ function the shared libstdc++ also has) so
@@ -86,6 +92,42 @@ def needed(obj: str) -> list[str]:
     if out.returncode != 0:
         raise SystemExit(f"readelf -d {obj} failed: {out.stderr.strip()}")
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out.stdout)
+
+
+def defined(obj: str, nm: str = "nm") -> list[str]:
+    """Every symbol OBJECT defines, local ones included (empty when it is stripped)."""
+    out = subprocess.run([nm, "--defined-only", obj], capture_output=True, text=True)
+    names = set()
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 3:
+            names.add(parts[-1].split("@", 1)[0])
+    return sorted(names)
+
+
+def forbidden(obj: str, forbid=(), not_needed=(), nm: str = "nm") -> list[str]:
+    """Problems: symbols matching a --forbid pattern, libraries matching a --not-needed pattern."""
+    out = []
+    if forbid:
+        names = set(exported(obj, nm)) | set(defined(obj, nm))
+        bad = sorted(n for n in names if allowed(n, list(forbid)))
+        if bad:
+            out.append(f"defines symbols it must not ({', '.join(forbid)}):\n    " + "\n    ".join(bad[:40])
+                       + (f"\n    ... {len(bad) - 40} more" if len(bad) > 40 else ""))
+    if not_needed:
+        bad = [n for n in needed(obj) if allowed(n, list(not_needed))]
+        if bad:
+            out.append(f"needs {', '.join(bad)} ({', '.join(not_needed)} must not be needed)")
+    return out
+
+
+def soname(obj: str) -> str | None:
+    """OBJECT's DT_SONAME (readelf -d), or None."""
+    out = subprocess.run(["readelf", "-d", obj], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"readelf -d {obj} failed: {out.stderr.strip()}")
+    m = re.search(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", out.stdout)
+    return m.group(1) if m else None
 
 
 def is_pattern(p: str) -> bool:
@@ -162,6 +204,11 @@ def main(argv=None) -> int:
     ap.add_argument("--exported-in", action="append", default=[], help="a C source marking its exports EXPORT")
     ap.add_argument("--program", action="store_true",
                     help="an executable: allow what a library it links defines too (copy relocations)")
+    ap.add_argument("--forbid", action="append", default=[],
+                    help="a symbol pattern OBJECT must neither export nor define")
+    ap.add_argument("--not-needed", action="append", default=[],
+                    help="a library name pattern OBJECT must not need (DT_NEEDED)")
+    ap.add_argument("--soname", help="the DT_SONAME OBJECT must have")
     ap.add_argument("--static-runtime", action="store_true",
                     help="also fail if OBJECT needs the shared libstdc++ or libgcc_s")
     ap.add_argument("--nm", default=os.environ.get("NM", "nm"))
@@ -170,6 +217,9 @@ def main(argv=None) -> int:
         ap.error("give a LIST, or --none")
     found, names = problems(a.object, None if a.none else a.list, a.header, a.exported_in, a.nm, a.program)
     name = os.path.basename(a.object)
+    found += forbidden(a.object, a.forbid, a.not_needed, a.nm)
+    if a.soname and soname(a.object) != a.soname:
+        found.append(f"has soname {soname(a.object)}, not {a.soname}")
     if a.static_runtime:
         shared = [n for n in needed(a.object) if n.startswith(("libstdc++", "libgcc_s"))]
         if shared:

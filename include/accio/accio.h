@@ -230,6 +230,14 @@ int accio_gds_mode(accio_file* f, char* detail, size_t len);
  * host buffers of `chunk` bytes and the device (to_device 1: host-to-device), asynchronously. */
 int accio_cuda_copy_seconds(int device, int to_device, size_t bytes, size_t chunk, int threads, double* seconds);
 
+/* ---- log: a message of another component (the offload runtime) into the channel above ----
+ * Goes to the accio_set_log_callback function, or to stderr ("accio: error: <message>",
+ * "accio: warning: <message>", "accio: <message>"; nothing with ACCIO_QUIET=1). Every call is
+ * issued (not once per key) and not recorded by accio_warnings. key names the source or cause
+ * ("offload"). Returns 0, or -EINVAL for an unknown level or a NULL key or message. */
+enum { ACCIO_LOG_ERROR = 40 };
+int accio_log(int level, const char* key, const char* message);
+
 #ifdef __cplusplus
 }
 #endif

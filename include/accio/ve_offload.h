@@ -2,7 +2,8 @@
  * host. The "accelerator side" is a worker process; kernels are ordinary shared libraries built
  * for the host. Calls travel through a shared-memory RPC that both sides poll, then sleep on a
  * futex (see docs/offload.md). Programs written for VEO/AVEO compile unchanged against this header
- * and link with -laccio.
+ * and link with -laccio_offload (libaccio_offload.so, which uses libaccio.so; `accio config --libs
+ * --offload`, pkg-config accio-offload, CMake accio::offload).
  *
  * Return conventions are VEO's: handles are NULL on failure, library handles and symbol addresses
  * 0, request ids VEO_REQUEST_ID_INVALID, int results negative; accio_offload_last_error() says why.
@@ -126,7 +127,7 @@ enum accio_offload_transport {
 
 typedef struct accio_offload_options {
   int venode;          /* -1: anywhere; N: the CPUs of NUMA node N */
-  const char *worker;  /* worker program; NULL: ACCIO_OFFLOAD_WORKER, VEORUN_BIN, or the installed one */
+  const char *worker;  /* worker program; NULL: the offload_worker setting, VEORUN_BIN, or the installed one */
   int transport;       /* enum accio_offload_transport */
   int64_t spin_us;     /* poll this long before sleeping (both sides); ACCIO_OFFLOAD_SPIN_FOREVER */
   int64_t timeout_ms;  /* how long a wait may take before it fails; 0: no limit */
@@ -134,9 +135,12 @@ typedef struct accio_offload_options {
   uint32_t slots;      /* requests in flight per queue */
 } accio_offload_options;
 
-/* Fills *opts from the environment: ACCIO_OFFLOAD_TRANSPORT (shm|socket), ACCIO_OFFLOAD_SPIN_US
- * (microseconds or "forever"), ACCIO_OFFLOAD_TIMEOUT_MS, ACCIO_OFFLOAD_ARENA (bytes, K/M/G
- * suffixes), ACCIO_OFFLOAD_SLOTS, ACCIO_OFFLOAD_WORKER. Returns 0 or -EINVAL for a bad value. */
+/* Fills *opts from libaccio's settings table (accio_settings_new: defaults, then the environment), whose
+ * offload rows this library registers when it is loaded: offload_transport (ACCIO_OFFLOAD_TRANSPORT,
+ * shm|socket), offload_spin_us (ACCIO_OFFLOAD_SPIN_US, microseconds or "forever"), offload_timeout_ms
+ * (ACCIO_OFFLOAD_TIMEOUT_MS), offload_arena (ACCIO_OFFLOAD_ARENA, bytes, k/m/g units), offload_slots
+ * (ACCIO_OFFLOAD_SLOTS); offload_worker (ACCIO_OFFLOAD_WORKER) is read when the proc starts. Returns
+ * 0, or -EINVAL for a bad value (accio_offload_last_error names it). */
 int accio_offload_options_init(accio_offload_options *opts);
 struct veo_proc_handle *accio_offload_proc_create(const accio_offload_options *opts);
 int accio_offload_worker_pid(struct veo_proc_handle *proc);

@@ -5,6 +5,8 @@ shortage, a setting it cannot honour) through the C API's log callback. In Pytho
 ``accio.AccioWarning`` through :mod:`warnings` (filter it like any warning; ``ACCIO_QUIET=1``
 silences it) and a record of the ``accio`` logger (which has a NullHandler, as libraries do: configure
 logging to collect them). The record's ``accio_key`` names the cause, e.g. ``gds-register``.
+Errors (level ERROR: the offload runtime's, key ``offload``, issued every time) are logger records
+only: Python raises them where they occur (``accio.offload.OffloadError``).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def _emit(level: int, key: str, message: str) -> None:
         _logger = logging.getLogger("accio")
         _logger.addHandler(logging.NullHandler())
     _logger.log(level, message, extra={"accio_key": key})
-    if not _quiet():
+    if level <= logging.WARNING and not _quiet():  # errors (the offload runtime's) raise where they occur
         warnings.warn(message, AccioWarning, stacklevel=2)
 
 

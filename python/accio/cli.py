@@ -25,7 +25,8 @@ def _cmd_config(args) -> int:
     if args.cflags:
         out.append(f"-I{inc}")
     if args.libs:
-        out.append(f"-L{lib} -Wl,-rpath,{lib} -laccio")
+        # --offload: libaccio_offload (the VEO API, accio/ve_offload.h), which uses libaccio itself
+        out.append(f"-L{lib} -Wl,-rpath,{lib} " + ("-laccio_offload -laccio" if args.offload else "-laccio"))
     if args.cmake:
         out.append(str(lib / "cmake" / "accio"))
     if args.pkgconfig:
@@ -34,6 +35,9 @@ def _cmd_config(args) -> int:
         out.append(str(_pkg_dir()))
     if not out:
         print("accio config: give at least one of --cflags --libs --cmake --pkgconfig --prefix", file=sys.stderr)
+        return 2
+    if args.offload and not args.libs:
+        print("accio config: --offload goes with --libs", file=sys.stderr)
         return 2
     print(" ".join(out))
     return 0
@@ -79,6 +83,9 @@ def build_parser():
                        "e.g.  cc prog.c $(accio config --cflags --libs)")
     s.add_argument("--cflags", action="store_true", help="include flags")
     s.add_argument("--libs", action="store_true", help="linker flags (with rpath)")
+    s.add_argument("--offload", action="store_true",
+                   help="with --libs: link the VEO offload library too (-laccio_offload; accio/ve_offload.h); "
+                   "its pkg-config name is accio-offload, its CMake target accio::offload")
     s.add_argument("--cmake", action="store_true", help="directory for CMake's accio_DIR")
     s.add_argument("--pkgconfig", action="store_true", help="directory for PKG_CONFIG_PATH")
     s.add_argument("--prefix", action="store_true", help="installation prefix")

@@ -73,7 +73,18 @@ def path_info(path: str) -> dict:
     return {"path": os.path.realpath(path), **filesystem(path), "o_direct": {"supported": od_ok, "detail": od_detail}}
 
 
+def _load_offload_settings() -> None:
+    """libaccio_offload adds its rows (offload_*) to the settings table when it is loaded: load it,
+    so that the table below has them. A package without it lists the I/O settings only."""
+    try:
+        from . import offload
+        offload.load()
+    except OSError:
+        pass
+
+
 def gather(path: str = ".") -> dict:
+    _load_offload_settings()
     mi = _meminfo()
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     uring_ok, uring_detail = _ext.probe("io_uring")
@@ -110,12 +121,15 @@ def _settings_now() -> list[dict]:
 
 def settings_table() -> list[dict]:
     """The engine's settings table (name, env, doc, kind, default, min, max, choices), with the
-    mechanisms that read each knob (their registrations name them) under "read_by"."""
+    mechanisms that read each knob (their registrations name them) under "read_by"; the offload
+    runtime's rows (offload_*, registered by libaccio_offload, loaded here first) say "offload"."""
+    _load_offload_settings()
     readers: dict = {}
     for m in _ext.mechanisms():
         for k in m["knobs"]:
             readers.setdefault(k, []).append(m["name"])
-    return [{**row, "read_by": readers.get(row["name"], [])} for row in _ext.setting_specs()]
+    return [{**row, "read_by": readers.get(row["name"]) or (["offload"] if row["name"].startswith("offload_") else [])}
+            for row in _ext.setting_specs()]
 
 
 def _values(row: dict) -> str:

@@ -22,8 +22,11 @@ read_into takes). The worker addresses host memory only, so GPU memory moves thr
 device-to-host when the call is made (after the producer's stream, as read_into honours it), and
 host-to-device when the request's result is picked up (wait_result, or the sync call's return).
 
-Calls go through libaccio's C API (include/accio/ve_offload.h) with ctypes; the timed paths are in
-C, so Python adds its own call overhead (about a microsecond) on top of the runtime's.
+Calls go through libaccio_offload's C API (include/accio/ve_offload.h) with ctypes; the timed paths
+are in C, so Python adds its own call overhead (about a microsecond) on top of the runtime's. Loading libaccio_offload adds
+its settings (offload_transport, offload_spin_us, ...; ACCIO_OFFLOAD_*) to libaccio's settings table,
+which is how `accio info` lists them (load()). Errors raise OffloadError; they also reach the
+``accio`` logger (level ERROR, key "offload") through libaccio's log channel.
 """
 from __future__ import annotations
 
@@ -72,12 +75,22 @@ class _Options(ctypes.Structure):
 _lib = None
 
 
+def library_path() -> str:
+    """The installed libaccio_offload.so (next to libaccio.so in the package's lib/)."""
+    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib", "libaccio_offload.so")
+
+
+def load() -> ctypes.CDLL:
+    """Loads libaccio_offload (once): its VEO API, and its rows in libaccio's settings table (the
+    library registers them when it is loaded). Raises OSError when the library is missing."""
+    return _c()
+
+
 def _c():
     global _lib
     if _lib is not None:
         return _lib
-    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib", "libaccio.so")
-    lib = ctypes.CDLL(path)
+    lib = ctypes.CDLL(library_path())
     P, U64, I, S = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
     sig = {
         "accio_offload_options_init": (I, [ctypes.POINTER(_Options)]),

@@ -36,7 +36,9 @@ void emit(Level level, const std::string& key, const std::string& msg) {
     return;
   }
   const char* q = std::getenv("ACCIO_QUIET");
-  if (!(q && *q && std::strcmp(q, "0") != 0)) std::fprintf(stderr, "accio: warning: %s\n", msg.c_str());
+  if (q && *q && std::strcmp(q, "0") != 0) return;
+  const char* what = level == Level::error ? "error: " : level == Level::warning ? "warning: " : "";
+  std::fprintf(stderr, "accio: %s%s\n", what, msg.c_str());
 }
 }  // namespace
 
@@ -50,6 +52,8 @@ bool warn_once(const std::string& key, const std::string& msg) {
   emit(Level::warning, key, msg);  // outside the log's lock: two messages never wait on each other
   return true;
 }
+
+void log(Level level, const std::string& key, const std::string& msg) { emit(level, key, msg); }
 
 std::vector<std::string> warnings() {
   Log& l = g_log.get();

@@ -8,7 +8,7 @@
 
 namespace accio::base {
 
-enum class Level { info = 20, warning = 30 };  // Python logging's numbers, so a sink can pass them on
+enum class Level { info = 20, warning = 30, error = 40 };  // Python logging's numbers, so a sink can pass them on
 // Receives each message once, on whichever thread issued it (which may hold an accio lock): it must
 // return promptly, never call back into accio or wait for another thread.
 using Sink = void (*)(int level, const char* key, const char* message, void* user);
@@ -18,6 +18,9 @@ using Sink = void (*)(int level, const char* key, const char* message, void* use
 bool warn_once(const std::string& key, const std::string& msg);
 // Every warning issued so far (for `accio info` and tests).
 std::vector<std::string> warnings();
+// Issues `msg` every time (to the sink, or "accio: error: <msg>" etc. on stderr); not recorded.
+// For messages of other components (the offload runtime, through accio_log).
+void log(Level level, const std::string& key, const std::string& msg);
 // Replaces the sink (nullptr: back to stderr). Applies to messages issued after it returns.
 void set_sink(Sink sink, void* user);
 

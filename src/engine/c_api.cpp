@@ -609,4 +609,12 @@ int accio_cuda_copy_seconds(int device, int to_device, size_t bytes, size_t chun
   });
 }
 
+int accio_log(int level, const char* key, const char* message) {
+  using accio::base::Level;
+  if (!key || !message || (level != ACCIO_LOG_INFO && level != ACCIO_LOG_WARNING && level != ACCIO_LOG_ERROR))
+    return -EINVAL;
+  accio::base::log(static_cast<Level>(level), key, message);
+  return 0;
+}
+
 }  // extern "C"

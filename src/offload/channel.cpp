@@ -1,4 +1,6 @@
-// accio offload: futex helpers shared by the host library and the worker.
+// accio offload: the waiting and socket helpers of the wire format (channel.hpp), used by both
+// sides: futex_wait/futex_wake_all on the shared counters, and whole-frame send/recv over a socket
+// (the socket transport's frames, the control messages, the worker's fatal-signal handler).
 #include "offload/channel.hpp"
 
 #include <linux/futex.h>

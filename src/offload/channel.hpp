@@ -1,4 +1,5 @@
-// accio offload: the wire format shared by the host library and the worker program.
+// accio offload: the wire format shared by the host side (queue.cpp, proc.cpp) and the worker
+// (worker.cpp), both in libaccio_offload.
 //
 // A channel is one in-order request queue between the host and one worker thread: the proc's own
 // channel (libraries, symbols, memory, synchronous calls) and one per context. Its memory is a

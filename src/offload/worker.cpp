@@ -1,6 +1,8 @@
-// accio offload: the worker side (the counterpart of AVEO's aveorun). The worker program is
-// `int main(argc, argv) { return accio_offload_worker_main(argc, argv); }`; a static worker links
-// its kernels into the same program (with -rdynamic so that veo_get_sym(proc, 0, name) finds them).
+// accio offload: the worker side (the counterpart of AVEO's aveorun), in libaccio_offload beside
+// the host side. The worker program is `int main(argc, argv) { return
+// accio_offload_worker_main(argc, argv); }`; a static worker links its kernels into the same
+// program and exports them (-Wl,--dynamic-list, or -rdynamic) so that veo_get_sym(proc, 0, name)
+// finds them. Kernels are called through libffi (linked into libaccio_offload, hidden).
 //
 // The main thread reads control messages from the socketpair the host gave it (fd --fd N): each
 // opens a channel (a memfd to map, or a socket) served by a thread of its own. When the host

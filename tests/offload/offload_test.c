@@ -4,8 +4,10 @@
  *
  * Written anew for what AVEO's test suite covers: argument types and counts, stack arguments,
  * procs/contexts/threads, exceptions and crashes, OpenMP kernels, memory of all sizes, unload and
- * reload, and the accio additions (host death, timeouts, idle CPU, socket transport). */
+ * reload, and the accio additions (host death, timeouts, idle CPU, socket transport, the options as
+ * rows of libaccio's settings table, errors through libaccio's log channel). */
 #define _GNU_SOURCE
+#include <accio/accio.h>
 #include <accio/ve_offload.h>
 #include <errno.h>
 #include <pthread.h>
@@ -759,6 +761,50 @@ static void test_idle_cpu(void) {
   veo_proc_destroy(p);
 }
 
+/* The options are rows of libaccio's settings table (registered when libaccio_offload is loaded),
+ * read from ACCIO_OFFLOAD_*; a bad value is refused with its name; errors go to the log callback. */
+static int g_logged;
+static char g_log_key[64], g_log_msg[512];
+static void on_log(int level, const char* key, const char* msg, void* user) {
+  (void)user;
+  if (level == ACCIO_LOG_ERROR) g_logged++;
+  snprintf(g_log_key, sizeof g_log_key, "%s", key);
+  snprintf(g_log_msg, sizeof g_log_msg, "%s", msg);
+}
+
+static void test_settings_and_log(void) {
+  int found = 0;
+  for (int i = 0; i < accio_setting_count(); ++i)
+    if (!strcmp(accio_setting_name(i), "offload_timeout_ms"))
+      found = !strcmp(accio_setting_env(i), "ACCIO_OFFLOAD_TIMEOUT_MS");
+  CHECK(found);
+  accio_settings* s = accio_settings_new();
+  char v[64];
+  CHECK(s && accio_settings_get(s, "offload_slots", v, sizeof v) > 0);
+  accio_settings_free(s);
+
+  accio_offload_options o;
+  setenv("ACCIO_OFFLOAD_SLOTS", "64", 1);
+  setenv("ACCIO_OFFLOAD_SPIN_US", "forever", 1);
+  setenv("ACCIO_OFFLOAD_ARENA", "1m", 1);
+  int rc = accio_offload_options_init(&o);
+  CHECK(rc == 0 && o.slots == 64 && o.spin_us == ACCIO_OFFLOAD_SPIN_FOREVER && o.arena_bytes == (1u << 20));
+  setenv("ACCIO_OFFLOAD_SLOTS", "1", 1);
+  rc = accio_offload_options_init(&o);
+  unsetenv("ACCIO_OFFLOAD_SLOTS");
+  unsetenv("ACCIO_OFFLOAD_SPIN_US");
+  unsetenv("ACCIO_OFFLOAD_ARENA");
+  CHECK(rc == -EINVAL && strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_SLOTS='1'"));
+
+  accio_set_log_callback(on_log, NULL);
+  g_logged = 0;
+  uint64_t h = veo_load_library(NULL, "x");
+  accio_set_log_callback(NULL, NULL);
+  CHECK(h == 0 && g_logged == 1 && !strcmp(g_log_key, "offload"));
+  CHECK(strstr(g_log_msg, "veo_load_library") && strstr(accio_offload_last_error(), "veo_load_library"));
+  CHECK(accio_log(12345, "k", "m") == -EINVAL && accio_log(ACCIO_LOG_ERROR, "k", NULL) == -EINVAL);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 
 struct test {
@@ -776,6 +822,7 @@ static const struct test tests[] = {
     {"exceptions", test_exceptions},   {"killed_worker", test_killed_worker},
     {"timeout", test_timeout},         {"host_death", test_host_death},
     {"fork", test_fork},               {"idle_cpu", test_idle_cpu},
+    {"settings_and_log", test_settings_and_log},
 };
 
 int main(int argc, char** argv) {

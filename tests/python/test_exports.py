@@ -1,8 +1,9 @@
 """The installed package's libraries export their API and nothing else (DESIGN.md; issue 17).
 
 The same check as ctest -L exports (tests/check_exports.py), on what pip installed: the extension
-module (PyInit__ext only), lib/libaccio.so (what include/accio/*.h declare), the preload shim (the
-libc names it interposes) and the worker programs (nothing of their own). A wheel built by a
+module (PyInit__ext only), lib/libaccio.so (what include/accio/accio.h declares, and nothing of the
+offload runtime or libffi), lib/libaccio_offload.so (what include/accio/ve_offload.h declares), the
+preload shim (the libc names it interposes) and the worker programs (nothing of their own). A wheel built by a
 compiler that links libstdc++ statically exported the C++ runtime from both libraries and crashed.
 """
 from __future__ import annotations
@@ -25,12 +26,12 @@ spec.loader.exec_module(check_exports)
 pytestmark = pytest.mark.skipif(not shutil.which("nm") or not shutil.which("ldd"), reason="needs nm and ldd")
 
 
-def headers() -> list[str]:
-    """The public headers: installed with the package, else the checkout's."""
+def header(name: str) -> str:
+    """A public header: installed with the package, else the checkout's."""
     inc = PKG / "include" / "accio"
     if not (inc / "accio.h").exists():
         inc = ROOT / "include" / "accio"
-    return [str(inc / "accio.h"), str(inc / "ve_offload.h")]
+    return str(inc / name)
 
 
 def assert_exports(obj: Path, *args, **kwargs):
@@ -45,10 +46,33 @@ def test_extension_exports_only_its_init():
     assert assert_exports(ext[0], str(ROOT / "cmake" / "accio_ext.map")) == ["PyInit__ext"]
 
 
-def test_libaccio_exports_its_headers():
-    names = assert_exports(PKG / "lib" / "libaccio.so", str(ROOT / "cmake" / "libaccio.map"), headers())
-    assert "accio_open" in names and "veo_proc_create" in names
-    assert not [n for n in names if n.startswith(("io_uring", "ffi_", "_Z"))]
+def test_libaccio_exports_its_header():
+    lib = PKG / "lib" / "libaccio.so"
+    names = assert_exports(lib, str(ROOT / "cmake" / "libaccio.map"), [header("accio.h")])
+    assert "accio_open" in names and "accio_log" in names
+    assert not [n for n in names if n.startswith(("io_uring", "ffi_", "_Z", "veo_", "accio_offload_"))]
+    # the offload runtime and libffi are libaccio_offload's alone (issue 18; stripped here: the
+    # exports and DT_NEEDED are what this sees)
+    assert check_exports.forbidden(str(lib), ["veo_*", "accio_offload_*", "ffi_*"], ["libffi*"]) == []
+
+
+def test_libaccio_offload_exports_its_header():
+    lib = PKG / "lib" / "libaccio_offload.so"
+    names = assert_exports(lib, str(ROOT / "cmake" / "libaccio_offload.map"), [header("ve_offload.h")])
+    assert "veo_proc_create" in names and "accio_offload_worker_main" in names
+    assert all(n.startswith(("veo_", "accio_offload_")) for n in names)
+    # it uses libaccio (settings, log) as a dependency, not a copy of it
+    assert [n for n in check_exports.needed(str(lib)) if n.startswith("libaccio")] == ["libaccio.so"]
+
+
+def test_wheel_sonames_are_the_file_names():
+    """The wheel holds no symlinks (docs/abi.md): each library's soname is its file name, so that
+    what links it (the extension, libaccio_offload, the programs) finds it in lib/."""
+    for name in ("libaccio.so", "libaccio_offload.so"):
+        assert check_exports.soname(str(PKG / "lib" / name)) == name
+    for obj in [*PKG.glob("_ext*.so"), PKG / "lib" / "libaccio_offload.so", PKG / "lib" / "accio-offload-worker"]:
+        libs = [n for n in check_exports.needed(str(obj)) if n.startswith("libaccio")]
+        assert libs and all((PKG / "lib" / n).exists() for n in libs), (obj, libs)
 
 
 def test_preload_shim_exports_what_it_interposes():
@@ -69,3 +93,7 @@ def test_check_fails_on_extra_symbols(tmp_path):
     empty.write_text("{ local: *; };\n")
     found, _ = check_exports.problems(str(PKG / "lib" / "libaccio.so"), str(empty))
     assert found == [f"{empty} declares no symbol"]
+    # and --forbid sees a symbol that is there (the installed libraries are stripped, so only what
+    # they export: ctest -L exports checks the build's full symbol tables for libffi as well)
+    found = check_exports.forbidden(str(PKG / "lib" / "libaccio_offload.so"), ["veo_proc_*"], ["libaccio*"])
+    assert len(found) == 2 and "veo_proc_create" in found[0] and "libaccio.so" in found[1]

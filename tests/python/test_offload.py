@@ -209,3 +209,187 @@ def test_offload_bench_quick(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "accio.cli", "offload-bench", "--transports", "pigeon"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "pigeon" in bad.stderr
+
+
+@pytest.mark.parametrize("env, value, why", [
+    ("ACCIO_OFFLOAD_TRANSPORT", "pigeon", "not shm or socket"),
+    ("ACCIO_OFFLOAD_SPIN_US", "soon", "microseconds, or forever"),
+    ("ACCIO_OFFLOAD_TIMEOUT_MS", "-5", "not in 0.."),
+    ("ACCIO_OFFLOAD_SLOTS", "1", "not in 2.."),
+    ("ACCIO_OFFLOAD_ARENA", "12q", "unknown unit"),
+    ("ACCIO_OFFLOAD_ARENA", "4k", "not in 64KiB.."),
+])
+def test_bad_option_values_are_refused_by_name(monkeypatch, env, value, why):
+    """A bad ACCIO_OFFLOAD_* value fails the proc's creation with a message that names it (libaccio's
+    settings table validates the rows; offload_spin_us, a count or "forever", is checked by the runtime)."""
+    monkeypatch.setenv(env, value)
+    with pytest.raises(offload.OffloadError) as e:
+        offload.Proc()
+    assert f"{env}='{value}' is not valid" in str(e.value) and why in str(e.value)
+
+
+def test_offload_settings_are_rows_of_the_table():
+    """libaccio_offload registers its options in libaccio's settings table when it is loaded: the
+    C listing (what `accio info` shows) has them, with their variables and defaults."""
+    import accio
+    offload.load()
+    rows = {n: (e, v) for n, e, d, v in accio._ext.settings([])}
+    assert rows["offload_transport"] == ("ACCIO_OFFLOAD_TRANSPORT", "shm")
+    assert rows["offload_spin_us"] == ("ACCIO_OFFLOAD_SPIN_US", "100")
+    assert rows["offload_timeout_ms"] == ("ACCIO_OFFLOAD_TIMEOUT_MS", "0")
+    assert rows["offload_slots"] == ("ACCIO_OFFLOAD_SLOTS", "256")
+    assert rows["offload_arena"] == ("ACCIO_OFFLOAD_ARENA", str(16 << 20))
+    assert rows["offload_worker"] == ("ACCIO_OFFLOAD_WORKER", "auto") or os.environ.get("ACCIO_OFFLOAD_WORKER")
+
+
+def test_accio_info_lists_the_offload_settings():
+    out = subprocess.run([sys.executable, "-m", "accio.cli", "info", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    settings = {s["name"]: s for s in json.loads(out)["settings"]}
+    assert settings["offload_spin_us"]["env"] == "ACCIO_OFFLOAD_SPIN_US"
+    assert {"offload_transport", "offload_timeout_ms", "offload_slots", "offload_arena", "offload_worker"} <= set(settings)
+    text = subprocess.run([sys.executable, "-m", "accio.cli", "info"], capture_output=True, text=True, check=True).stdout
+    assert "ACCIO_OFFLOAD_TRANSPORT" in text
+
+
+def test_option_values_from_the_environment(monkeypatch, kernels):
+    monkeypatch.setenv("ACCIO_OFFLOAD_TRANSPORT", "socket")
+    monkeypatch.setenv("ACCIO_OFFLOAD_SPIN_US", "forever")
+    monkeypatch.setenv("ACCIO_OFFLOAD_ARENA", "64KiB")
+    with offload.Proc() as p:
+        ctx = p.open_context()
+        big = np.zeros(70000, dtype=np.uint8)  # more than the 64 KiB arena: refused, naming the setting
+        f = p.load_library(kernels).k_add
+        with pytest.raises(offload.OffloadError, match="ACCIO_OFFLOAD_ARENA"):
+            f(ctx, offload.OnStack(big), 1)
+        assert p.call_sync(f, 2, 3) == 5
+
+
+def test_worker_from_veorun_bin(monkeypatch):
+    """VEORUN_BIN names the worker when ACCIO_OFFLOAD_WORKER does not (as in VEO)."""
+    monkeypatch.delenv("ACCIO_OFFLOAD_WORKER", raising=False)
+    monkeypatch.setenv("VEORUN_BIN", "/nope/veorun")
+    with pytest.raises(offload.OffloadError, match="/nope/veorun"):
+        offload.Proc()
+    monkeypatch.setenv("ACCIO_OFFLOAD_WORKER", "/nope/first")
+    with pytest.raises(offload.OffloadError, match="/nope/first"):
+        offload.Proc()
+
+
+def test_errors_reach_the_accio_logger(caplog):
+    """The runtime's errors go through libaccio's log channel: records of the `accio` logger at
+    ERROR with key "offload" (not AccioWarnings: Python raises them as OffloadError)."""
+    import logging
+    import warnings
+
+    import accio
+    with offload.Proc() as p, caplog.at_level(logging.ERROR, logger="accio"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # an error logged must not also become a warning
+        with pytest.raises(offload.OffloadError):
+            p.load_library("/missing-for-the-log.so")
+        accio._ext.drain_log()  # ctypes released the GIL: the message was queued
+    recs = [r for r in caplog.records if getattr(r, "accio_key", None) == "offload"]
+    assert recs and recs[-1].levelno == logging.ERROR and "/missing-for-the-log.so" in recs[-1].getMessage()
+
+
+def test_errors_on_stderr_without_a_sink(tmp_path):
+    """Without a log callback (a C program) an error is one `accio: error: offload: ...` line on
+    stderr, and nothing with ACCIO_QUIET=1."""
+    code = ("import ctypes, sys; from accio import offload; import accio._ext as e; e.set_log_sink(None); "
+            "lib = offload.load(); lib.veo_load_library(None, b'x')")
+    for quiet, expect in (("0", "accio: error: offload: veo_load_library: no proc or no library name\n"), ("1", "")):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "ACCIO_QUIET": quiet})
+        assert r.returncode == 0, r.stderr
+        assert r.stderr == expect
+
+
+def _cc():
+    import shutil
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    return cc
+
+
+VEO_PROGRAM = r"""
+#include <accio/ve_offload.h>
+#include <stdio.h>
+int main(void) {
+  struct veo_proc_handle* p = veo_proc_create(-1);
+  if (!p) { puts(accio_offload_last_error()); return 1; }
+  uint64_t fn = veo_get_sym(p, 0, "accio_offload_echo"), r = 0;
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 42);
+  int rc = veo_call_sync(p, fn, a, &r);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+  printf("%d %llu\n", rc, (unsigned long long)r);
+  return rc;
+}
+"""
+
+
+def _run_veo_program(exe):
+    env = {k: v for k, v in os.environ.items() if k not in ("ACCIO_OFFLOAD_WORKER", "VEORUN_BIN")}
+    out = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == "0 42"  # and the installed worker was found next to libaccio_offload
+
+
+def _config(*args):
+    return subprocess.run([sys.executable, "-m", "accio.cli", "config", *args], capture_output=True, text=True)
+
+
+def test_config_links_the_offload_library(tmp_path):
+    cc = _cc()
+    flags = _config("--cflags", "--libs", "--offload").stdout.split()
+    assert "-laccio_offload" in flags
+    src = tmp_path / "veo.c"
+    src.write_text(VEO_PROGRAM)
+    subprocess.run([cc, str(src), "-o", str(tmp_path / "veo"), *flags], check=True)
+    _run_veo_program(tmp_path / "veo")
+    # without --offload the VEO API is not there: libaccio alone does not link a VEO program
+    plain = _config("--cflags", "--libs").stdout.split()
+    assert "-laccio_offload" not in plain
+    r = subprocess.run([cc, str(src), "-o", str(tmp_path / "veo2"), *plain], capture_output=True, text=True)
+    assert r.returncode != 0 and "veo_proc_create" in r.stderr
+    bad = _config("--offload")
+    assert bad.returncode == 2 and "--libs" in bad.stderr
+
+
+def test_static_worker_link_line(tmp_path, kernels):
+    """The documented static worker: main calling accio_offload_worker_main, its kernel, -laccio_offload,
+    exporting the kernel with --dynamic-list."""
+    cc = _cc()
+    flags = _config("--cflags", "--libs", "--offload").stdout.split()
+    src = tmp_path / "worker.c"
+    src.write_text("#include <accio/ve_offload.h>\n#include <stdint.h>\n"
+                   "uint64_t my_kernel(uint64_t x) { return x + 1; }\n"
+                   "int main(int argc, char** argv) { return accio_offload_worker_main(argc, argv); }\n")
+    (tmp_path / "kernels.list").write_text("{ my_kernel; };\n")
+    exe = tmp_path / "my_worker"
+    subprocess.run([cc, str(src), "-o", str(exe), *flags, f"-Wl,--dynamic-list={tmp_path / 'kernels.list'}"],
+                   check=True)
+    with offload.Proc(worker=str(exe)) as p:
+        assert p.call_sync(p.get_function("my_kernel"), 41) == 42
+
+
+def test_pkgconfig_and_cmake_package_offload(tmp_path):
+    import shutil
+    pc = _config("--pkgconfig").stdout.strip()
+    if shutil.which("pkg-config"):
+        out = subprocess.run(["pkg-config", "--cflags", "--libs", "accio-offload"], capture_output=True, text=True,
+                             env={**os.environ, "PKG_CONFIG_PATH": pc}, check=True).stdout
+        assert "-laccio_offload" in out and "-laccio" in out.replace("-laccio_offload", "") and "include" in out
+    if not shutil.which("cmake"):
+        return
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(user C)\n"
+        "find_package(accio REQUIRED)\nadd_executable(veo veo.c)\ntarget_link_libraries(veo accio::offload)\n")
+    (tmp_path / "veo.c").write_text(VEO_PROGRAM)
+    cmake_dir = _config("--cmake").stdout.strip()
+    subprocess.run(["cmake", "-S", str(tmp_path), "-B", str(tmp_path / "b"), f"-Daccio_DIR={cmake_dir}"],
+                   check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(tmp_path / "b")], check=True, capture_output=True)
+    _run_veo_program(tmp_path / "b" / "veo")

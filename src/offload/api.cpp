@@ -1,0 +1,404 @@
+// accio offload: the VEO API surface, every function ve_offload.h declares (libaccio_offload's
+// exports): argument lists, the C handles, and VEO's return conventions over the queues
+// (queue.hpp), the worker processes (proc.hpp) and the options (options.hpp).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "accio/ve_offload.h"
+#include "offload/options.hpp"
+#include "offload/proc.hpp"
+#include "offload/queue.hpp"
+#include "offload/report.hpp"
+
+struct veo_thr_ctxt_attr {
+  size_t stacksize = 0;
+};
+
+namespace accio::offload {
+namespace {
+
+Proc* P(veo_proc_handle* h) { return reinterpret_cast<Proc*>(h); }
+
+template <class T>
+int set_arg(veo_args* a, int argnum, uint8_t type, T v) {
+  if (!a || argnum < 0 || argnum >= VEO_MAX_NUM_ARGS) {
+    report("veo_args_set: argument number " + std::to_string(argnum) + " is out of range (0.." +
+           std::to_string(VEO_MAX_NUM_ARGS - 1) + ")");
+    return -1;
+  }
+  if (size_t(argnum) >= a->a.size()) a->a.resize(size_t(argnum) + 1);
+  auto& x = a->a[size_t(argnum)];
+  x = veo_args::Arg{};
+  x.type = type;
+  std::memcpy(&x.val, &v, sizeof v);
+  return 0;
+}
+
+uint64_t call_async(veo_thr_ctxt* c, uint64_t addr, veo_args* args, const char* who) {
+  if (!c) {
+    report(std::string(who) + ": no context");
+    return VEO_REQUEST_ID_INVALID;
+  }
+  if (!addr) {
+    report(std::string(who) + ": function address 0");
+    return VEO_REQUEST_ID_INVALID;
+  }
+  std::unique_lock<std::mutex> lk(c->mu);
+  Piece p;
+  p.op = kCall;
+  p.addr = addr;
+  p.args = args;
+  uint64_t id = c->new_request();
+  if (!c->put(lk, p, id, true)) {
+    c->drop(id);
+    return VEO_REQUEST_ID_INVALID;
+  }
+  return id;
+}
+
+}  // namespace
+}  // namespace accio::offload
+
+using namespace accio::offload;
+
+#pragma GCC visibility push(default)
+extern "C" {
+
+int veo_api_version(void) { return VEO_API_VERSION; }
+const char* veo_version_string(void) { return "accio " ACCIO_VERSION_STRING " (VEO API 11)"; }
+const char* accio_offload_last_error(void) { return last_error().c_str(); }
+
+int accio_offload_options_init(accio_offload_options* o) {
+  if (!o) return -EINVAL;
+  return read_options(o);
+}
+
+struct veo_proc_handle* accio_offload_proc_create(const accio_offload_options* o) {
+  accio_offload_options d;
+  if (!o) {
+    if (accio_offload_options_init(&d) != 0) return nullptr;
+    o = &d;
+  }
+  try {
+    return reinterpret_cast<veo_proc_handle*>(create_proc(*o));
+  } catch (const std::exception& e) {
+    report(std::string("veo_proc_create: ") + e.what());
+    return nullptr;
+  }
+}
+
+struct veo_proc_handle* veo_proc_create_static(int venode, char* veobin) {
+  accio_offload_options o;
+  if (accio_offload_options_init(&o) != 0) return nullptr;
+  o.venode = venode;
+  o.worker = veobin;
+  return accio_offload_proc_create(&o);
+}
+
+struct veo_proc_handle* veo_proc_create(int venode) { return veo_proc_create_static(venode, nullptr); }
+
+int accio_offload_worker_pid(struct veo_proc_handle* h) { return h ? int(P(h)->pid) : -1; }
+int veo_proc_identifier(struct veo_proc_handle* h) { return h ? P(h)->ident : -1; }
+
+int veo_proc_destroy(struct veo_proc_handle* h) {
+  if (!h) return -1;
+  destroy_proc(P(h));
+  return 0;
+}
+
+uint64_t veo_load_library(struct veo_proc_handle* h, const char* libname) {
+  if (!h || !libname) {
+    report("veo_load_library: no proc or no library name");
+    return 0;
+  }
+  Piece p;
+  p.op = kLoadLib;
+  p.in = libname;
+  p.in_len = strlen(libname) + 1;
+  p.data_len = p.in_len + 512;
+  uint64_t handle = 0;
+  std::string msg;
+  int st = P(h)->chan->call(p, &handle, &msg);
+  if (st != VEO_COMMAND_OK || !handle) {
+    report(std::string("veo_load_library: ") + (msg.empty() ? libname : msg));
+    return 0;
+  }
+  return handle;
+}
+
+int veo_unload_library(struct veo_proc_handle* h, const uint64_t libhandle) {
+  if (!h || !libhandle) {
+    report("veo_unload_library: no proc or library handle 0");
+    return -1;
+  }
+  Proc* pr = P(h);
+  Piece p;
+  p.op = kUnloadLib;
+  p.addr = libhandle;
+  std::string msg;
+  int st = pr->chan->call(p, nullptr, &msg);
+  std::lock_guard<std::mutex> g(pr->mu);
+  for (auto it = pr->syms.begin(); it != pr->syms.end();)
+    it = it->first.first == libhandle ? pr->syms.erase(it) : std::next(it);
+  if (st != VEO_COMMAND_OK) {
+    report("veo_unload_library: " + (msg.empty() ? std::string("failed") : msg));
+    return -1;
+  }
+  return 0;
+}
+
+uint64_t veo_get_sym(struct veo_proc_handle* h, uint64_t libhandle, const char* symname) {
+  if (!h || !symname) {
+    report("veo_get_sym: no proc or no symbol name");
+    return 0;
+  }
+  Proc* pr = P(h);
+  auto key = std::make_pair(libhandle, std::string(symname));
+  {
+    std::lock_guard<std::mutex> g(pr->mu);
+    auto it = pr->syms.find(key);
+    if (it != pr->syms.end()) return it->second;
+  }
+  Piece p;
+  p.op = kGetSym;
+  p.addr = libhandle;
+  p.in = symname;
+  p.in_len = strlen(symname) + 1;
+  p.data_len = p.in_len + 512;
+  uint64_t addr = 0;
+  std::string msg;
+  int st = pr->chan->call(p, &addr, &msg);
+  if (st != VEO_COMMAND_OK || !addr) {
+    report(std::string("veo_get_sym: ") + (msg.empty() ? symname : msg));
+    return 0;
+  }
+  std::lock_guard<std::mutex> g(pr->mu);
+  pr->syms[key] = addr;
+  return addr;
+}
+
+int veo_alloc_mem(struct veo_proc_handle* h, uint64_t* addr, const size_t size) {
+  if (!h || !addr) {
+    report("veo_alloc_mem: no proc or no address pointer");
+    return -2;
+  }
+  Piece p;
+  p.op = kAlloc;
+  p.size = size;
+  std::string msg;
+  int st = P(h)->chan->call(p, addr, &msg);
+  if (st != VEO_COMMAND_OK) {
+    report("veo_alloc_mem: " + std::to_string(size) + " bytes: " + msg);
+    *addr = 0;
+    return st == VEO_COMMAND_ERROR && msg.find("errno 12") != std::string::npos ? -1 : -2;
+  }
+  std::lock_guard<std::mutex> g(P(h)->mu);
+  P(h)->allocs[*addr] = size;
+  return 0;
+}
+
+int veo_free_mem(struct veo_proc_handle* h, uint64_t addr) {
+  if (!h) return -1;
+  Proc* pr = P(h);
+  {
+    std::lock_guard<std::mutex> g(pr->mu);
+    if (!pr->allocs.erase(addr)) {
+      char b[32];
+      snprintf(b, sizeof b, "%#llx", static_cast<unsigned long long>(addr));
+      report(std::string("veo_free_mem: ") + b + " was not allocated by veo_alloc_mem (or was freed)");
+      return -1;
+    }
+  }
+  Piece p;
+  p.op = kFree;
+  p.addr = addr;
+  return pr->chan->call(p, nullptr, nullptr) == VEO_COMMAND_OK ? 0 : -1;
+}
+
+int veo_read_mem(struct veo_proc_handle* h, void* dst, uint64_t src, size_t size) {
+  if (!h || (!dst && size)) return -1;
+  uint64_t id;
+  Proc* pr = P(h);
+  if (pr->chan->transfer(false, src, dst, size, &id) != 0) return -1;
+  return pr->chan->result(id, nullptr, true) == VEO_COMMAND_OK ? 0 : -1;
+}
+
+int veo_write_mem(struct veo_proc_handle* h, uint64_t dst, const void* src, size_t size) {
+  if (!h || (!src && size)) return -1;
+  uint64_t id;
+  Proc* pr = P(h);
+  if (pr->chan->transfer(true, dst, const_cast<void*>(src), size, &id) != 0) return -1;
+  return pr->chan->result(id, nullptr, true) == VEO_COMMAND_OK ? 0 : -1;
+}
+
+uint64_t veo_async_read_mem(struct veo_thr_ctxt* c, void* dst, uint64_t src, size_t size) {
+  if (!c || (!dst && size)) return VEO_REQUEST_ID_INVALID;
+  uint64_t id;
+  if (c->transfer(false, src, dst, size, &id) != 0) return VEO_REQUEST_ID_INVALID;
+  return id;
+}
+
+uint64_t veo_async_write_mem(struct veo_thr_ctxt* c, uint64_t dst, const void* src, size_t size) {
+  if (!c || (!src && size)) return VEO_REQUEST_ID_INVALID;
+  uint64_t id;
+  if (c->transfer(true, dst, const_cast<void*>(src), size, &id) != 0) return VEO_REQUEST_ID_INVALID;
+  return id;
+}
+
+int veo_num_contexts(struct veo_proc_handle* h) {
+  if (!h) return -1;
+  std::lock_guard<std::mutex> g(P(h)->mu);
+  return int(P(h)->contexts.size());
+}
+
+struct veo_thr_ctxt* veo_get_context(struct veo_proc_handle* h, int idx) {
+  if (!h) return nullptr;
+  std::lock_guard<std::mutex> g(P(h)->mu);
+  if (idx < 0 || size_t(idx) >= P(h)->contexts.size()) {
+    report("veo_get_context: no context " + std::to_string(idx));
+    return nullptr;
+  }
+  return P(h)->contexts[size_t(idx)];
+}
+
+struct veo_thr_ctxt* veo_context_open(struct veo_proc_handle* h) { return open_context(P(h), 0); }
+
+struct veo_thr_ctxt* veo_context_open_with_attr(struct veo_proc_handle* h, struct veo_thr_ctxt_attr* a) {
+  if (!a) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return open_context(P(h), a->stacksize);
+}
+
+struct veo_thr_ctxt_attr* veo_alloc_thr_ctxt_attr(void) { return new (std::nothrow) veo_thr_ctxt_attr; }
+int veo_free_thr_ctxt_attr(struct veo_thr_ctxt_attr* a) {
+  if (!a) return -1;
+  delete a;
+  return 0;
+}
+int veo_set_thr_ctxt_stacksize(struct veo_thr_ctxt_attr* a, size_t s) {
+  if (!a) return -1;
+  a->stacksize = s;
+  return 0;
+}
+int veo_get_thr_ctxt_stacksize(struct veo_thr_ctxt_attr* a, size_t* s) {
+  if (!a || !s) return -1;
+  *s = a->stacksize;
+  return 0;
+}
+
+// The main context (the first opened) lives until the proc is destroyed, as in AVEO.
+int veo_context_close(struct veo_thr_ctxt* c) {
+  if (!c) return -1;
+  if (c->main) return 0;
+  destroy_context(c->proc, c);
+  return 0;
+}
+
+int veo_get_context_state(struct veo_thr_ctxt* c) {
+  if (!c) return VEO_STATE_UNKNOWN;
+  return c->proc->dead ? VEO_STATE_EXIT : VEO_STATE_RUNNING;
+}
+
+void veo_context_sync(struct veo_thr_ctxt* c) {
+  if (c) c->sync();
+}
+
+struct veo_args* veo_args_alloc(void) { return new (std::nothrow) veo_args; }
+void veo_args_clear(struct veo_args* a) {
+  if (a) a->a.clear();
+}
+void veo_args_free(struct veo_args* a) { delete a; }
+
+int veo_args_set_i64(struct veo_args* a, int n, int64_t v) { return set_arg(a, n, kI64, v); }
+int veo_args_set_u64(struct veo_args* a, int n, uint64_t v) { return set_arg(a, n, kU64, v); }
+int veo_args_set_i32(struct veo_args* a, int n, int32_t v) { return set_arg(a, n, kI32, v); }
+int veo_args_set_u32(struct veo_args* a, int n, uint32_t v) { return set_arg(a, n, kU32, v); }
+int veo_args_set_i16(struct veo_args* a, int n, int16_t v) { return set_arg(a, n, kI16, v); }
+int veo_args_set_u16(struct veo_args* a, int n, uint16_t v) { return set_arg(a, n, kU16, v); }
+int veo_args_set_i8(struct veo_args* a, int n, int8_t v) { return set_arg(a, n, kI8, v); }
+int veo_args_set_u8(struct veo_args* a, int n, uint8_t v) { return set_arg(a, n, kU8, v); }
+int veo_args_set_double(struct veo_args* a, int n, double v) { return set_arg(a, n, kDouble, v); }
+int veo_args_set_float(struct veo_args* a, int n, float v) { return set_arg(a, n, kFloat, v); }
+
+int accio_offload_args_set_ret(struct veo_args* a, int ret) {
+  if (!a || ret < ACCIO_OFFLOAD_RET_U64 || ret > ACCIO_OFFLOAD_RET_FLOAT) {
+    report("accio_offload_args_set_ret: no args or unknown return type " + std::to_string(ret));
+    return -1;
+  }
+  a->ret = ret == ACCIO_OFFLOAD_RET_DOUBLE ? kDouble : ret == ACCIO_OFFLOAD_RET_FLOAT ? kFloat : 0;
+  return 0;
+}
+
+int veo_args_set_stack(struct veo_args* a, enum veo_args_intent intent, int n, char* buff, size_t len) {
+  if (intent != VEO_INTENT_IN && intent != VEO_INTENT_INOUT && intent != VEO_INTENT_OUT) {
+    report("veo_args_set_stack: unknown intent " + std::to_string(int(intent)));
+    return -1;
+  }
+  if (!buff && len) {
+    report("veo_args_set_stack: NULL buffer");
+    return -1;
+  }
+  uint8_t t = intent == VEO_INTENT_IN ? kStackIn : intent == VEO_INTENT_INOUT ? kStackInOut : kStackOut;
+  if (set_arg(a, n, t, uint64_t(0)) != 0) return -1;
+  a->a[size_t(n)].buf = buff;
+  a->a[size_t(n)].len = len;
+  return 0;
+}
+
+int veo_call_sync(struct veo_proc_handle* h, uint64_t addr, struct veo_args* args, uint64_t* result) {
+  if (!h || !addr) {
+    report("veo_call_sync: no proc or function address 0");
+    return -1;
+  }
+  Piece p;
+  p.op = kCall;
+  p.addr = addr;
+  p.args = args;
+  return P(h)->chan->call(p, result, nullptr) == VEO_COMMAND_OK ? 0 : -1;
+}
+
+uint64_t veo_call_async(struct veo_thr_ctxt* c, uint64_t addr, struct veo_args* args) {
+  return call_async(c, addr, args, "veo_call_async");
+}
+
+uint64_t veo_call_async_by_name(struct veo_thr_ctxt* c, uint64_t libhandle, const char* symname,
+                                struct veo_args* args) {
+  if (!c) return VEO_REQUEST_ID_INVALID;
+  uint64_t addr = veo_get_sym(reinterpret_cast<veo_proc_handle*>(c->proc), libhandle, symname);
+  if (!addr) return VEO_REQUEST_ID_INVALID;
+  return call_async(c, addr, args, "veo_call_async_by_name");
+}
+
+uint64_t veo_call_async_vh(struct veo_thr_ctxt* c, uint64_t (*func)(void*), void* arg) {
+  if (!c || !func) return VEO_REQUEST_ID_INVALID;
+  std::unique_lock<std::mutex> lk(c->mu);
+  Piece p;
+  p.op = kVhBarrier;
+  p.vh = func;
+  p.vh_arg = arg;
+  uint64_t id = c->new_request();
+  if (!c->put(lk, p, id, true)) {
+    c->drop(id);
+    return VEO_REQUEST_ID_INVALID;
+  }
+  return id;
+}
+
+int veo_call_peek_result(struct veo_thr_ctxt* c, uint64_t reqid, uint64_t* retp) {
+  if (!c) return -1;
+  return c->result(reqid, retp, false);
+}
+
+int veo_call_wait_result(struct veo_thr_ctxt* c, uint64_t reqid, uint64_t* retp) {
+  if (!c) return -1;
+  return c->result(reqid, retp, true);
+}
+
+}  // extern "C"
+#pragma GCC visibility pop

@@ -1,0 +1,117 @@
+// accio offload: the offload rows of libaccio's settings table and reading them (options.hpp).
+// The rows are declared once, in kRows, and registered with accio_setting_register when the
+// library is loaded (and again, harmlessly, before they are read); their values come from
+// accio_settings_new (defaults, then the ACCIO_* environment, validated by kind and bounds by
+// libaccio, which names a bad variable) through accio_settings_get. Only offload_spin_us is checked
+// here: it is a number of microseconds or "forever", which no kind of the table expresses.
+#include "offload/options.hpp"
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "accio/accio.h"
+#include "offload/report.hpp"
+
+namespace accio::offload {
+namespace {
+
+constexpr const char* kAuto = "auto";  // offload_worker's default: VEORUN_BIN, else the installed one
+const accio_setting_spec kRows[] = {
+    {"offload_transport", "ACCIO_OFFLOAD_TRANSPORT",
+     "shm (shared memory, polled then futex) or socket (every request through a socketpair)", "choice",
+     "shm", 0, 0, "shm|socket"},
+    {"offload_spin_us", "ACCIO_OFFLOAD_SPIN_US",
+     "microseconds both sides poll before they sleep; forever: never sleep", "text", "100", 0, 0, nullptr},
+    {"offload_timeout_ms", "ACCIO_OFFLOAD_TIMEOUT_MS", "longest wait for a request in ms; 0: none", "count",
+     "0", 0, INT64_C(1) << 40, nullptr},
+    {"offload_slots", "ACCIO_OFFLOAD_SLOTS", "requests in flight per queue", "count", "256", 2,
+     INT64_C(1) << 20, nullptr},
+    {"offload_arena", "ACCIO_OFFLOAD_ARENA", "payload arena per queue (stack arguments, transfer pieces)",
+     "size", "16m", INT64_C(64) << 10, INT64_C(1) << 40, nullptr},
+    {"offload_worker", "ACCIO_OFFLOAD_WORKER",
+     "the worker program; auto: VEORUN_BIN, else accio-offload-worker next to libaccio_offload", "text",
+     kAuto, 0, 0, nullptr},
+};
+enum RowIndex { kTransport, kSpin, kTimeout, kSlots, kArena, kWorker };
+
+using SettingsPtr = std::unique_ptr<accio_settings, void (*)(accio_settings*)>;
+
+// The settings now: libaccio's defaults and environment, or null (reported) for a bad value.
+SettingsPtr current() {
+  if (register_settings() != 0) return SettingsPtr(nullptr, accio_settings_free);
+  SettingsPtr s(accio_settings_new(), accio_settings_free);
+  if (!s) report(std::string("reading the settings: ") + accio_last_error());
+  return s;
+}
+
+std::string get(const accio_settings* s, const accio_setting_spec& row) {
+  char buf[4096];
+  const int n = accio_settings_get(s, row.name, buf, sizeof buf);
+  if (n < 0 || size_t(n) >= sizeof buf) return row.default_value;  // a known row: only a huge text
+  return std::string(buf, size_t(n));
+}
+
+int64_t number(const accio_settings* s, const accio_setting_spec& row) {
+  return std::strtoll(get(s, row).c_str(), nullptr, 10);  // count and size rows read back as integers
+}
+
+// Registers the rows when the library is loaded, so that a listing of the table has them.
+__attribute__((constructor)) void register_at_load() { register_settings(); }
+
+}  // namespace
+
+int register_settings() {
+  static const int rc = [] {
+    for (const accio_setting_spec& row : kRows) {
+      if (int e = accio_setting_register(&row); e != 0) {
+        report(std::string("registering the offload settings: ") + accio_last_error());
+        return e;
+      }
+    }
+    return 0;
+  }();
+  return rc;
+}
+
+int read_options(accio_offload_options* o) {
+  *o = accio_offload_options{};
+  o->venode = -1;
+  o->worker = nullptr;
+  SettingsPtr s = current();
+  if (!s) return -EINVAL;
+  o->transport = get(s.get(), kRows[kTransport]) == "socket" ? ACCIO_OFFLOAD_SOCKET : ACCIO_OFFLOAD_SHM;
+  o->timeout_ms = number(s.get(), kRows[kTimeout]);
+  o->slots = uint32_t(number(s.get(), kRows[kSlots]));
+  o->arena_bytes = size_t(number(s.get(), kRows[kArena]));
+  const std::string spin = get(s.get(), kRows[kSpin]);
+  char* end = nullptr;
+  errno = 0;
+  const long long us = std::strtoll(spin.c_str(), &end, 10);
+  if (spin == "forever") {
+    o->spin_us = ACCIO_OFFLOAD_SPIN_FOREVER;
+  } else if (!spin.empty() && spin[0] >= '0' && spin[0] <= '9' && !*end && errno == 0) {
+    o->spin_us = us;
+  } else {
+    o->spin_us = std::strtoll(kRows[kSpin].default_value, nullptr, 10);
+    report(std::string("reading the settings: ") + kRows[kSpin].env + "='" + spin +
+           "' is not valid for setting 'offload_spin_us' (a number of microseconds, or forever)");
+    return -EINVAL;
+  }
+  return 0;
+}
+
+std::string configured_worker() {
+  if (register_settings() == 0) {
+    SettingsPtr s(accio_settings_new(), accio_settings_free);  // a bad value: read_options said so
+    if (s)
+      if (std::string w = get(s.get(), kRows[kWorker]); w != kAuto) return w;
+  }
+  const char* v = std::getenv("VEORUN_BIN");
+  return v && *v ? v : "";
+}
+
+}  // namespace accio::offload

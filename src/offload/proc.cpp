@@ -1,0 +1,324 @@
+// accio offload: the worker process behind a proc (proc.hpp): spawn, NUMA affinity, the control
+// socket, the watchdog, destruction, and the fork handler that makes a forked child drop its
+// parent's workers. libaccio_offload reaches libaccio only through its C API, so this registry is
+// its own rather than libaccio's PerProcess: the child must close the sockets, not only forget.
+#include "offload/proc.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "offload/options.hpp"
+#include "offload/report.hpp"
+
+extern char** environ;
+
+namespace accio::offload {
+namespace {
+
+// Fork handling: every live proc, so that a forked child can drop them.
+constexpr int kMaxProcs = 256;
+std::atomic<Proc*> g_procs[kMaxProcs];
+
+// A forked child must not keep its parent's workers alive or talk to them: drop the sockets.
+void forget_procs_in_child() {
+  for (auto& slot : g_procs) {
+    Proc* p = slot.load(std::memory_order_relaxed);
+    if (!p) continue;
+    if (p->ctl >= 0) close(p->ctl);
+    p->ctl = -1;
+    p->dead.store(true);
+    slot.store(nullptr, std::memory_order_relaxed);
+  }
+}
+
+int register_proc(Proc* p) {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, forget_procs_in_child); });
+  for (int i = 0; i < kMaxProcs; ++i) {
+    Proc* expected = nullptr;
+    if (g_procs[i].compare_exchange_strong(expected, p)) return i;
+  }
+  return -1;
+}
+
+int send_control(int sock, const ControlMsg& m, int fd) {
+  char cbuf[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{const_cast<ControlMsg*>(&m), sizeof m};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (fd >= 0) {
+    mh.msg_control = cbuf;
+    mh.msg_controllen = sizeof cbuf;
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+  }
+  ssize_t r;
+  do r = sendmsg(sock, &mh, MSG_NOSIGNAL);
+  while (r < 0 && errno == EINTR);
+  return r == ssize_t(sizeof m) ? 0 : -(errno ? errno : EIO);
+}
+
+// A control request and its reply, within a few seconds (a worker that hangs does not hang us).
+int control(Proc* p, const ControlMsg& m, int fd, ControlReply* rep) {
+  int rc = send_control(p->ctl, m, fd);
+  if (rc < 0) return rc;
+  pollfd pf{p->ctl, POLLIN, 0};
+  if (poll(&pf, 1, 10000) <= 0) return -ETIMEDOUT;
+  if (!recv_all(p->ctl, rep, sizeof *rep)) return -EPIPE;
+  return rep->status;
+}
+
+// Creates a queue and hands it to the worker, which starts a thread for it. Under p->mu.
+Channel* open_queue(Proc* p, uint32_t id, size_t stack) {
+  Channel* c = id == 0 ? new Channel : static_cast<Channel*>(new veo_thr_ctxt);
+  c->proc = p;
+  c->id = id;
+  int fd = -1;
+  if (!c->map(uint32_t(p->opts.transport), p->opts.slots, p->opts.arena_bytes, p->opts.spin_us, &fd)) {
+    delete c;
+    return nullptr;
+  }
+  ControlMsg m{kCtlOpenChannel, c->transport, id, uint32_t(stack / 1024), c->map_len};
+  ControlReply rep{};
+  // socket: the header goes first (the socket buffer holds it); the worker reads it on opening
+  int rc = c->transport == kSocket && !send_all(c->sock, c->h, kHeaderPrefix) ? -EPIPE : 0;
+  if (rc == 0) rc = control(p, m, fd, &rep);
+  close(fd);
+  if (rc < 0) {
+    report("opening a queue in the worker (pid " + std::to_string(p->pid) + "): " + errstr(-rc));
+    delete c;
+    return nullptr;
+  }
+  if (c->transport == kSocket) fcntl(c->sock, F_SETFL, O_NONBLOCK);
+  return c;
+}
+
+// The worker program: the offload_worker setting (or VEORUN_BIN), else the one installed next to
+// this library.
+std::string default_worker() {
+  if (std::string w = configured_worker(); !w.empty()) return w;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&default_worker), &info) && info.dli_fname) {
+    std::string dir = info.dli_fname;
+    dir = dir.substr(0, dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
+    if (dir.empty()) dir = ".";
+    for (const char* rel : {"/accio-offload-worker", "/../libexec/accio-offload-worker"}) {
+      std::string cand = dir + rel;
+      if (access(cand.c_str(), X_OK) == 0) return cand;
+    }
+    return dir + "/accio-offload-worker";
+  }
+  return "accio-offload-worker";
+}
+
+int set_node_affinity(pid_t pid, int node) {
+  std::string path = "/sys/devices/system/node/node" + std::to_string(node) + "/cpulist";
+  FILE* f = fopen(path.c_str(), "r");
+  if (!f) return -ENODEV;
+  char buf[4096] = {};
+  size_t got = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[got] = 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (char* tok = strtok(buf, ",\n"); tok; tok = strtok(nullptr, ",\n")) {
+    int a = 0, b = 0;
+    int k = sscanf(tok, "%d-%d", &a, &b);
+    if (k == 1) b = a;
+    for (int cpu = a; k >= 1 && cpu <= b && cpu < CPU_SETSIZE; ++cpu) CPU_SET(cpu, &set);
+  }
+  if (CPU_COUNT(&set) == 0) return -ENODEV;
+  return sched_setaffinity(pid, sizeof set, &set) == 0 ? 0 : -errno;
+}
+
+}  // namespace
+
+void Proc::watch() {
+  pollfd pf[2] = {{ctl, POLLRDHUP, 0}, {stop_pipe[0], POLLIN, 0}};
+  for (;;) {
+    int r = poll(pf, 2, -1);
+    if (r < 0 && errno == EINTR) continue;
+    if (pf[1].revents) return;  // veo_proc_destroy is cleaning up
+    if (pf[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) break;
+  }
+  int st = 0;
+  std::string why;
+  pid_t w;
+  do w = waitpid(pid, &st, 0);
+  while (w < 0 && errno == EINTR);
+  int crash = 0;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (chan) crash = chan->h->crash_signal.load();
+    for (auto* c : contexts)
+      if (!crash) crash = c->h->crash_signal.load();
+  }
+  if (w == pid && WIFSIGNALED(st))
+    why = "the worker (pid " + std::to_string(pid) + ") died of " + signame(WTERMSIG(st));
+  else if (w == pid && WIFEXITED(st))
+    why = "the worker (pid " + std::to_string(pid) + ") exited with status " + std::to_string(WEXITSTATUS(st));
+  else
+    why = "the worker (pid " + std::to_string(pid) + ") hung up";
+  if (crash) why += " after a kernel raised " + signame(crash);
+  std::lock_guard<std::mutex> g(mu);
+  if (death.empty()) death = why;
+  dead.store(true, std::memory_order_release);
+  if (chan) chan->wake_all();
+  for (auto* c : contexts) c->wake_all();
+}
+
+Proc* create_proc(const accio_offload_options& o) {
+  if (o.venode < -1) {
+    report("veo_proc_create: venode " + std::to_string(o.venode) + " is invalid (-1 or a NUMA node)");
+    return nullptr;
+  }
+  if (o.slots < 2 || o.arena_bytes < 65536 || (o.transport != kShm && o.transport != kSocket)) {
+    report("veo_proc_create: bad options (slots >= 2, arena >= 64 KiB, transport shm or socket)");
+    return nullptr;
+  }
+  auto* p = new Proc;
+  p->opts = o;
+  p->worker = o.worker && *o.worker ? o.worker : default_worker();
+  p->opts.worker = nullptr;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    report("veo_proc_create: socketpair: " + errstr(errno));
+    delete p;
+    return nullptr;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);  // dup2 clears close-on-exec on fd 3
+  char arg0[] = "accio-offload-worker", arg1[] = "--fd", arg2[] = "3";
+  char* argv[] = {arg0, arg1, arg2, nullptr};
+  pid_t pid;
+  int rc = posix_spawn(&pid, p->worker.c_str(), &fa, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(sv[1]);
+  if (rc != 0) {
+    report("veo_proc_create: starting the worker program " + p->worker + ": " + errstr(rc) +
+           " (set ACCIO_OFFLOAD_WORKER)");
+    close(sv[0]);
+    delete p;
+    return nullptr;
+  }
+  p->pid = pid;
+  p->ctl = sv[0];
+  if (o.venode >= 0) {
+    int e = set_node_affinity(pid, o.venode);
+    if (e < 0) {
+      report("veo_proc_create: binding the worker to NUMA node " + std::to_string(o.venode) + ": " + errstr(-e));
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      close(p->ctl);
+      delete p;
+      return nullptr;
+    }
+  }
+  if (pipe2(p->stop_pipe, O_CLOEXEC) != 0) {
+    report("veo_proc_create: pipe: " + errstr(errno));
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    close(p->ctl);
+    delete p;
+    return nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> g(p->mu);
+    p->chan = open_queue(p, p->next_channel++, 0);
+  }
+  p->watchdog = std::thread([p] { p->watch(); });
+  if (!p->chan) {
+    destroy_proc(p);
+    return nullptr;
+  }
+  p->ident = register_proc(p);
+  return p;
+}
+
+veo_thr_ctxt* open_context(Proc* p, size_t stack) {
+  if (!p) {
+    report("veo_context_open: no proc");
+    return nullptr;
+  }
+  if (p->dead) {
+    report("veo_context_open: " + p->why_dead());
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> g(p->mu);
+  auto* c = static_cast<veo_thr_ctxt*>(open_queue(p, p->next_channel++, stack));
+  if (!c) return nullptr;
+  c->main = p->contexts.empty();
+  p->contexts.push_back(c);
+  return c;
+}
+
+// Ends a context's worker thread and frees it. p->mu is not held.
+void destroy_context(Proc* p, veo_thr_ctxt* c) {
+  if (!p->dead) {
+    c->sync();
+    std::unique_lock<std::mutex> lk(c->mu);
+    uint64_t id = c->new_request();
+    Piece ex;
+    ex.op = kExit;
+    bool ok = c->put(lk, ex, id, true);
+    lk.unlock();
+    if (ok) c->result(id, nullptr, true);
+  }
+  std::lock_guard<std::mutex> g(p->mu);
+  p->contexts.erase(std::remove(p->contexts.begin(), p->contexts.end(), c), p->contexts.end());
+  delete c;
+}
+
+void destroy_proc(Proc* p) {
+  if (!p) return;
+  std::vector<veo_thr_ctxt*> ctxs;
+  {
+    std::lock_guard<std::mutex> g(p->mu);
+    ctxs = p->contexts;
+  }
+  for (auto* c : ctxs) destroy_context(p, c);
+  if (!p->dead && p->ctl >= 0) {
+    ControlMsg m{kCtlExit, 0, 0, 0, 0};
+    ControlReply rep{};
+    control(p, m, -1, &rep);
+  }
+  // The watchdog reaps the worker; one that does not go within a second is killed.
+  for (int i = 0; i < 100 && !p->dead && p->watchdog.joinable(); ++i) usleep(10000);
+  if (!p->dead && p->pid > 0) {
+    kill(p->pid, SIGKILL);
+    for (int i = 0; i < 200 && !p->dead && p->watchdog.joinable(); ++i) usleep(10000);
+  }
+  if (p->watchdog.joinable()) {
+    if (!p->dead) {
+      char x = 1;
+      if (write(p->stop_pipe[1], &x, 1) < 0) {}
+    }
+    p->watchdog.join();
+  }
+  if (p->ident >= 0) g_procs[p->ident].store(nullptr);
+  delete p->chan;
+  if (p->ctl >= 0) close(p->ctl);
+  for (int fd : p->stop_pipe)
+    if (fd >= 0) close(fd);
+  delete p;
+}
+
+}  // namespace accio::offload

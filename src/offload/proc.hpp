@@ -1,0 +1,61 @@
+// accio offload: the worker process behind a proc (its lifecycle). Starting it (posix_spawn of
+// the worker program, found next to libaccio_offload or named by the offload_worker setting),
+// binding it to a NUMA node's CPUs, the control socket (opening queues in it, asking it to exit),
+// the watchdog that sees it die and fails what is pending, destroying it, and fork handling (a
+// forked child drops its parent's workers). The requests themselves travel on queues (queue.hpp).
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "accio/ve_offload.h"
+#include "offload/queue.hpp"
+
+// A context: a queue of its own, served by its own worker thread.
+struct veo_thr_ctxt : accio::offload::Channel {
+  bool main = false;  // the first opened: lives until the proc is destroyed, as in AVEO
+};
+
+namespace accio::offload {
+
+struct Proc {
+  accio_offload_options opts{};
+  std::string worker;
+  pid_t pid = -1;
+  int ctl = -1;
+  int stop_pipe[2] = {-1, -1};
+  int ident = -1;
+  std::atomic<bool> dead{false};
+  std::string death;  // why the worker is gone (under mu)
+  std::mutex mu;      // contexts, symbols, allocations, the control socket, death
+  Channel* chan = nullptr;  // the proc's own queue
+  std::vector<veo_thr_ctxt*> contexts;
+  std::map<std::pair<uint64_t, std::string>, uint64_t> syms;
+  std::unordered_map<uint64_t, size_t> allocs;
+  uint32_t next_channel = 0;
+  std::thread watchdog;
+
+  std::string why_dead() {
+    std::lock_guard<std::mutex> g(mu);
+    return death.empty() ? "the worker is gone" : death;
+  }
+  void watch();  // the watchdog thread's body
+};
+
+// Starts a worker with these options and opens its own queue; nullptr (reported) on failure.
+Proc* create_proc(const accio_offload_options& o);
+// Closes the contexts, asks the worker to exit (killing it after a second), frees the proc.
+void destroy_proc(Proc* p);
+// Opens a context (a queue and its worker thread); stack: the thread's stack size, 0 the default.
+veo_thr_ctxt* open_context(Proc* p, size_t stack);
+// Ends a context's worker thread and frees it. p->mu is not held.
+void destroy_context(Proc* p, veo_thr_ctxt* c);
+
+}  // namespace accio::offload

@@ -1,0 +1,143 @@
+// accio offload: the host side of the channel protocol (channel.hpp). A Channel is one in-order
+// queue to a worker thread: requests get ids in submission order and are encoded into slots and the
+// arena (put), results are collected ("harvested") in order by whichever host thread waits, peeks,
+// synchronizes or needs room, and a dead worker fails what is pending. Also the C handle veo_args
+// (the arguments a call encodes). The worker process behind a queue is proc.hpp's business.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "accio/ve_offload.h"
+#include "offload/channel.hpp"
+
+struct veo_args {
+  struct Arg {
+    uint8_t type = 0;
+    uint64_t val = 0;
+    char* buf = nullptr;
+    size_t len = 0;
+  };
+  std::vector<Arg> a;
+  uint8_t ret = 0;  // 0: u64, kDouble, kFloat
+};
+
+namespace accio::offload {
+
+struct Proc;
+
+inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+// One stack argument, a copy back into the caller's buffer, one result.
+struct Copy {
+  void* dst;
+  uint64_t off;  // arena offset
+  size_t len;
+};
+
+struct Shadow {  // host-only bookkeeping of one slot
+  uint64_t reqid = 0;
+  uint64_t arena_end = 0;  // arena counter once this slot's data is released
+  bool last = false;       // the last piece of its request
+  Copy copy{};             // a read_mem piece
+  std::vector<Copy> copies;  // OUT/INOUT stack arguments
+  uint64_t (*vh)(void*) = nullptr;
+  void* vh_arg = nullptr;
+  int vh_state = 0;  // 0 pending, 1 running, 2 released
+};
+
+struct Result {
+  uint64_t value = 0;
+  uint32_t status = kUnfinished;
+  int32_t err = 0;
+  bool final = false;
+  bool failed = false;
+  bool picked = false;
+  std::string message;
+};
+
+// What one request piece asks for.
+struct Piece {
+  uint32_t op = kNop;
+  uint64_t addr = 0, size = 0;
+  const struct ::veo_args* args = nullptr;
+  const void* in = nullptr;  // copied into the arena
+  size_t in_len = 0;
+  void* out = nullptr;       // the arena range is copied back here when harvested
+  size_t data_len = 0;       // arena bytes (>= in_len)
+  uint64_t (*vh)(void*) = nullptr;
+  void* vh_arg = nullptr;
+};
+
+class Channel {
+ public:
+  Proc* proc = nullptr;
+  uint32_t id = 0;
+  uint32_t transport = kShm;
+  char* base = nullptr;
+  size_t map_len = 0;
+  ChannelHeader* h = nullptr;
+  Slot* slots = nullptr;
+  char* arena = nullptr;
+  uint32_t nslots = 0;
+  uint64_t arena_size = 0;
+  int sock = -1;  // socket transport
+  std::mutex mu;
+
+  ~Channel();
+
+  uint64_t new_request() {
+    results.emplace_back();
+    return next_reqid++;
+  }
+  // Forgets a request that could not be (fully) submitted; its published pieces still complete.
+  void drop(uint64_t reqid) {
+    Result& r = results[reqid - res_base];
+    r.final = r.picked = true;
+    pop_picked();
+  }
+  // Creates the queue's memory for `transport` (the header filled in) and the descriptor the
+  // worker gets for it: the memfd (shm) or the worker's end of a socketpair. False (reported) on
+  // failure. spin_us < 0: the worker never sleeps.
+  bool map(uint32_t transport, uint32_t nslots, uint64_t arena, int64_t spin_us, int* worker_fd);
+  // Publishes one piece: waits for a free slot and room in the arena (collecting results meanwhile).
+  bool put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last);
+  // Waits for (block) or peeks at a request; fills *ret and returns its VEO_COMMAND_* state.
+  int result(uint64_t reqid, uint64_t* ret, bool block, std::string* message = nullptr);
+  // One request, waited for: its VEO_COMMAND_* state; *message gets the reason of an error.
+  int call(const Piece& p, uint64_t* result, std::string* message);
+  // Submits a transfer as arena-sized pieces (the worker copies piece k while we fill piece k+1);
+  // *reqid is its request. 0, or -1 with the error reported.
+  int transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t* reqid);
+  void sync();
+  // The worker is gone: wakes the host threads that sleep on this queue.
+  void wake_all();
+  std::string name() const { return id == 0 ? std::string("the proc queue") : "context " + std::to_string(id); }
+
+ private:
+  uint64_t head = 0, harvested = 0;       // published / collected requests
+  uint64_t a_head = 0, a_tail = 0;        // arena allocation counters (bytes, monotonic)
+  std::vector<Shadow> shadow;
+  uint64_t next_reqid = 0, res_base = 0;  // request ids; results[reqid - res_base]
+  std::deque<Result> results;
+
+  bool dead() const;
+  uint64_t deadline() const;
+  void harvest(std::unique_lock<std::mutex>& lk, bool run_vh = true);
+  bool send_frame(std::unique_lock<std::mutex>& lk, const void* p, size_t n);
+  void pop_picked() {
+    while (!results.empty() && results.front().picked) {
+      results.pop_front();
+      ++res_base;
+    }
+  }
+  void finish(uint64_t i);
+  void fail_pending();
+  bool wait_progress(std::unique_lock<std::mutex>& lk, uint64_t deadline);
+  bool encode_call(const Piece& p, Slot& s, Shadow& sh, char* data);
+  size_t call_bytes(const struct ::veo_args* a) const;
+};
+
+}  // namespace accio::offload
