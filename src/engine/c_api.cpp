@@ -16,6 +16,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "engine/file.hpp"
+#include "io/odirect.hpp"
 #include "mem/cuda.hpp"
 #include "mem/cufile.hpp"
 #include "planner/profile.hpp"
@@ -405,21 +406,18 @@ int accio_probe(const char* feature, const char* path, char* detail, size_t len)
     if (!path) return fail(EINVAL, "accio_probe", "", -1, "o_direct needs a path");
     struct stat st;
     if (stat(path, &st) != 0) return fail(errno, "stat", path, -1, std::strerror(errno));
-    int fd = S_ISDIR(st.st_mode) ? ::open(path, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600)
-                                 : ::open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (fd < 0) {
-      copy_out(std::string("open with O_DIRECT: ") + std::strerror(errno), detail, len);
+    const accio::io::DirectOpen d =
+        accio::io::open_direct(path, S_ISDIR(st.st_mode) ? O_TMPFILE | O_RDWR : O_RDONLY);
+    if (d.fd < 0) {
+      copy_out(d.refused, detail, len);
       return 0;
     }
-    std::string d = "supported";
-#ifdef STATX_DIOALIGN
-    struct statx sx {};
-    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN))
-      d += "; offset alignment " + std::to_string(sx.stx_dio_offset_align) + " B, memory alignment " +
-           std::to_string(sx.stx_dio_mem_align) + " B";
-#endif
-    ::close(fd);
-    copy_out(d, detail, len);
+    ::close(d.fd);
+    std::string text = "supported";
+    if (d.reported_off_align)
+      text += "; offset alignment " + std::to_string(d.reported_off_align) + " B, memory alignment " +
+              std::to_string(d.reported_mem_align) + " B";
+    copy_out(text, detail, len);
     return 1;
   }
   return fail(EINVAL, "accio_probe", "", -1, std::string("unknown feature '") + feature + "'");

@@ -16,6 +16,7 @@
 #include "base/fork.hpp"
 #include "base/log.hpp"
 #include "engine/thread_pool.hpp"
+#include "io/odirect.hpp"
 #include "planner/profile.hpp"
 
 namespace accio::engine {
@@ -84,24 +85,6 @@ struct Inflight {
   ~Inflight() { count.fetch_sub(1, std::memory_order_relaxed); }
 };
 
-// Offset and buffer alignment for O_DIRECT on this descriptor (statx STATX_DIOALIGN, Linux 6.1+).
-void dio_alignment(int fd, io::FileRef& f) {
-  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  f.off_align = page;
-  f.mem_align = page;
-#ifdef STATX_DIOALIGN
-  struct statx sx {};
-  if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
-    if (sx.stx_dio_offset_align == 0) {
-      f.no_direct = "the filesystem does not support O_DIRECT on this file";
-      return;
-    }
-    f.off_align = std::max<size_t>(page, sx.stx_dio_offset_align);
-    f.mem_align = std::max<size_t>(sx.stx_dio_mem_align, 1);
-  }
-#endif
-  (void)fd;
-}
 }  // namespace
 
 std::shared_ptr<File> File::open(const std::string& path, const std::string& mode, const base::Settings& s) {
@@ -161,25 +144,22 @@ std::shared_ptr<File> File::open_as(const std::string& path, const std::string& 
   f->ref_.fd = fd;
   f->ref_.id = g_next_id.fetch_add(1);
   f->settings_ = s;
-  f->fixed_ = fixed;
   f->readable_ = rd;
   f->writable_ = wr;
   f->end_.store(static_cast<uint64_t>(st.st_size));
   if (S_ISREG(st.st_mode)) {
-    dio_alignment(fd, f->ref_);
-    if (f->ref_.no_direct.empty()) {
-      f->ref_.direct_fd = ::open(path.c_str(), acc | O_DIRECT | O_CLOEXEC);
-      if (f->ref_.direct_fd < 0) f->ref_.no_direct = std::string("open with O_DIRECT: ") + std::strerror(errno);
-    }
+    io::DirectOpen d = io::open_direct(path, acc, fd);
+    f->ref_.direct_fd = d.fd;
+    f->ref_.no_direct = std::move(d.refused);
+    f->ref_.off_align = d.off_align;
+    f->ref_.mem_align = d.mem_align;
   } else {
     f->ref_.no_direct = "not a regular file";
   }
-  if (fixed) {
-    io::IoContext ctx{f->ref_, s, ThreadPool::shared()};
-    f->fixed_plan_ = planner::Plan{planner::PlanSpec{fixed->name()}, &fixed->resolve(ctx), s};
-  } else {
+  if (fixed)
+    f->planner_ = std::make_unique<planner::Planner>(*fixed, io::IoContext{f->ref_, s, ThreadPool::shared()});
+  else
     f->planner_ = std::make_unique<planner::Planner>(profile ? profile : planner::profile_for(fd, "auto"), f->ref_, s);
-  }
   ThreadPool::shared().ensure(s.threads);
   return f;
 }
@@ -217,8 +197,7 @@ void File::end() {
 }
 
 planner::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const {
-  if (!planner_) return {&fixed_plan_, 0};
-  return planner_->choose({buf, n, off, write, inflight, end_.load(std::memory_order_relaxed)});
+  return planner_->choose(planner::Signals{buf, n, off, write, inflight, end_.load(std::memory_order_relaxed)});
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
@@ -235,10 +214,7 @@ File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool wr
     const std::string name = m->name();
     return {name, name, target_why};
   }
-  // A fixed mechanism runs with the handle's settings: its name is the whole plan.
-  Explanation e{c.plan->mechanism->name(), planner_ ? c.plan->spec.label() : c.plan->mechanism->name(), ""};
-  e.why = planner_ ? planner_->why(c.slot) : fixed_why();
-  return e;
+  return {c.plan->mechanism->name(), c.plan->label, planner_->why(c.route)};
 }
 
 const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const {
@@ -250,19 +226,20 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
     if (why) *why = std::string(planned.name()) + " cannot serve this file here (see the warning): it runs as " + r.name();
     return &r;
   }
-  const std::string was = fixed_ ? fixed_->name() : "auto";
+  const bool fixed = planner_->fixed();
+  const std::string& was = settings_.mechanism;  // the mechanism set, or "auto"
   const io::Mechanism* m = io::find(t.on_device() ? "staged" : "parallel");
   if (t.on_device()) {
     io::IoContext ctx{ref_, settings_, ThreadPool::shared(), t};
     m = &m->resolve(ctx);
   }
   const std::string where = t.on_device() ? t.name() : "host";
-  if (fixed_)
+  if (fixed)
     base::warn_once("target:" + was + ":" + where, "mechanism " + was + " cannot serve " + where + " memory: those requests run " +
                                                       m->name());
   if (why)
     *why = "the buffer is in " + where + " memory: " + m->name() +
-           (fixed_ ? " (mechanism=" + was + " cannot serve it)" : " (auto's choice for GPU buffers)");
+           (fixed ? " (mechanism=" + was + " cannot serve it)" : " (auto's choice for GPU buffers)");
   return m;
 }
 
@@ -270,24 +247,9 @@ std::string File::refusal(const io::Mechanism& m, const mem::cuda::Target& t) co
   return m.refusal({ref_, settings_, ThreadPool::shared(), t});
 }
 
-std::string File::fixed_why() const {
-  std::string why = "mechanism=" + settings_.mechanism + " is set";
-  if (fixed_plan_.mechanism != fixed_)
-    why += " but cannot run here (see the warning): it runs as " + std::string(fixed_plan_.mechanism->name());
-  return why;
-}
+uint64_t File::min_accelerated(bool write) const { return planner_->min_accelerated(write); }
 
-uint64_t File::min_accelerated(bool write) const {
-  if (planner_) return planner_->min_accelerated(write);
-  return std::string_view(fixed_plan_.mechanism->name()) == "posix" ? UINT64_MAX : 0;
-}
-
-std::vector<planner::PlanStat> File::plan_stats() const {
-  if (planner_) return planner_->stats();
-  const Stats s = stats_.snapshot();
-  if (!s.reads && !s.writes) return {};
-  return {{fixed_plan_.mechanism->name(), fixed_why(), s.reads + s.writes, s.bytes_read + s.bytes_written}};
-}
+std::vector<planner::PlanStat> File::plan_stats() const { return planner_->stats(); }
 
 bool File::valid(const void* buf, size_t n, uint64_t off) {
   return off <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - n && (buf || !n);
@@ -331,7 +293,7 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
     throw;
   }
   const uint64_t dt = now_ns() - t0;
-  if (planner_ && !other) planner_->record(choice, got);
+  planner_->record(choice, got, other != nullptr);
   stats_.record(write, m->id, got, dt);
   global_stats().record(write, m->id, got, dt);
   return got;
@@ -395,12 +357,13 @@ std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, 
     std::vector<size_t> reqs;  // indexes into reqs
   };
   std::vector<Group> groups;
-  const io::Mechanism* m = fixed_ ? fixed_plan_.mechanism : nullptr;
+  const planner::Plan* only = planner_->only_plan();  // batches need the plan before requests run
+  const io::Mechanism* m = only ? only->mechanism : nullptr;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const Request& r = reqs[i];
     if (m && r.size && valid(r.buf, r.size, r.offset)) {
       const mem::cuda::Target t = mem::cuda::classify(r.buf, m->cpu_touches_buffer());
-      const size_t limit = !for_target(*m, t, nullptr) ? m->batch_limit({ref_, fixed_plan_.settings, ThreadPool::shared(), t}, r.size) : 0;
+      const size_t limit = !for_target(*m, t, nullptr) ? m->batch_limit({ref_, only->settings, ThreadPool::shared(), t}, r.size) : 0;
       if (limit > 1) {
         auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
           return x.target.device == t.device && x.target.ctx == t.ctx;
@@ -437,8 +400,9 @@ std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, 
 }
 
 void File::run_batch(BatchJob& job, bool write) {
-  const io::Mechanism& m = *fixed_plan_.mechanism;
-  const io::IoContext ctx{ref_, fixed_plan_.settings, ThreadPool::shared(), job.target};
+  const planner::Plan& plan = *planner_->only_plan();  // submit() batches only for a fixed mechanism
+  const io::Mechanism& m = *plan.mechanism;
+  const io::IoContext ctx{ref_, plan.settings, ThreadPool::shared(), job.target};
   const Inflight inflight;
   const uint64_t t0 = now_ns();
   m.batch(ctx, job.items.data(), job.items.size(), write);
@@ -454,6 +418,7 @@ void File::run_batch(BatchJob& job, bool write) {
       continue;
     }
     if (write) extend(it.off + it.n);
+    planner_->record({&plan, 0}, it.done);
     stats_.record(write, m.id, it.done, dt);
     global_stats().record(write, m.id, it.done, dt);
     job.results[i].set_value(it.done);

@@ -107,7 +107,7 @@ class File : public std::enable_shared_from_this<File> {
   // Whether a request's offset, size and buffer can be served at all; check() throws why not.
   static bool valid(const void* buf, size_t n, uint64_t off);
   void check(const void* buf, size_t n, uint64_t off, bool write) const;
-  // Requests submit() hands the fixed mechanism as one batch (Mechanism::batch), with a result each.
+  // Requests submit() hands a fixed mechanism (the planner's only plan) as one batch (Mechanism::batch), with a result each.
   struct BatchJob {
     mem::cuda::Target target;
     std::vector<io::BatchItem> items;
@@ -126,7 +126,6 @@ class File : public std::enable_shared_from_this<File> {
   std::future<size_t> async(void* buf, size_t n, uint64_t off, bool write);
   // The plan for a request; `inflight` counts the engine requests in flight, this one included.
   planner::Choice choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
-  std::string fixed_why() const;  // why a fixed mechanism's plan ran (and its fallback, if any)
   // The mechanism that serves a buffer at `t` when the planned one cannot address that memory
   // (staged for GPU buffers under a host mechanism or auto, parallel for host buffers under a
   // device mechanism), or the fallback of a device mechanism that cannot serve this file (gds when
@@ -135,9 +134,8 @@ class File : public std::enable_shared_from_this<File> {
 
   io::FileRef ref_;
   base::Settings settings_;
-  const io::Mechanism* fixed_ = nullptr;   // the mechanism setting, or nullptr for auto
-  planner::Plan fixed_plan_;                   // fixed_ resolved for this file, with the handle's settings
-  std::unique_ptr<planner::Planner> planner_;   // auto
+  // The plan for each request: a fixed mechanism's one plan, or auto's profile compiled for the file.
+  std::unique_ptr<planner::Planner> planner_;
   bool readable_ = false, writable_ = false;
   std::atomic<uint64_t> end_{0};  // highest byte written by this handle or the size at open
   StatCounters stats_;

@@ -11,6 +11,7 @@
 #include "base/fork.hpp"
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
+#include "io/odirect.hpp"
 #include "io/pipeline.hpp"
 #include "mem/cuda.hpp"
 #include "mem/staging.hpp"
@@ -137,21 +138,17 @@ class Staged final : public Mechanism {
   void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
     const auto* dev = static_cast<const char*>(buf);
     if (!use_direct(c)) return write_range(c, dev, n, off, c.file.fd, 1);
-    // O_DIRECT for the aligned middle; the unaligned head and tail through the buffered descriptor
-    // (as `direct` does: no read-modify-write, exact file size).
-    const size_t A = c.file.off_align;
-    const uint64_t mid0 = align_up(off, A), mid1 = align_down(off + n, A);
-    if (mid1 <= mid0) return write_range(c, dev, n, off, c.file.fd, 1);
-    if (mid0 > off) write_range(c, dev, static_cast<size_t>(mid0 - off), off, c.file.fd, 1);
-    if (off + n > mid1) write_range(c, dev + (mid1 - off), static_cast<size_t>(off + n - mid1), mid1, c.file.fd, 1);
-    write_range(c, dev + (mid0 - off), static_cast<size_t>(mid1 - mid0), mid0, c.file.direct_fd, A);
+    // O_DIRECT for the aligned middle; the unaligned head and tail through the buffered descriptor.
+    write_direct_split(
+        off, n, c.file.off_align, [&](size_t bo, uint64_t o, size_t len) { write_range(c, dev + bo, len, o, c.file.fd, 1); },
+        [&](size_t bo, uint64_t o, size_t len) { write_range(c, dev + bo, len, o, c.file.direct_fd, c.file.off_align); });
   }
 
  private:
   static bool use_direct(const IoContext& c) {
     if (!c.settings.direct) return false;
-    if (c.file.direct_fd >= 0 && c.settings.buffer_size >= c.file.off_align) return true;
-    const std::string why = c.file.direct_fd < 0 ? c.file.no_direct : "buffer_size is below the O_DIRECT alignment";
+    std::string why;
+    if (direct_usable(c.file, c.settings, &why)) return true;
     base::warn_once("staged-direct:" + why,
                     "staged: O_DIRECT cannot be used for '" + c.file.path + "' (" + why + "): file side buffered");
     return false;

@@ -14,6 +14,7 @@
 #include "base/fork.hpp"
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
+#include "io/odirect.hpp"
 #include "mem/staging.hpp"
 
 namespace accio::io {
@@ -152,9 +153,9 @@ class Uring final : public Mechanism {
   const Mechanism& resolve(const IoContext& c) const override {
     std::string why;
     if (probe(&why)) {
-      if (c.settings.direct && c.file.direct_fd < 0)
-        base::warn_once("uring-direct:" + c.file.no_direct, "O_DIRECT cannot be used for '" + c.file.path + "' (" +
-                                                                c.file.no_direct + "): uring runs buffered");
+      if (c.settings.direct && !direct_usable(c.file, c.settings, &why))
+        base::warn_once("uring-direct:" + why,
+                        "O_DIRECT cannot be used for '" + c.file.path + "' (" + why + "): uring runs buffered");
       return *this;
     }
     base::warn_once("uring-missing", "io_uring is not available (" + why + "): mechanism uring runs as parallel");
@@ -183,24 +184,22 @@ class Uring final : public Mechanism {
  private:
   size_t run(const IoContext& c, char* user, size_t n, uint64_t off, bool write) const {
     if (n == 0) return 0;
-    const bool direct = c.settings.direct && c.file.direct_fd >= 0;
+    const bool direct = c.settings.direct && direct_usable(c.file, c.settings, nullptr);
+    if (!direct || !write) return ring_range(c, user, n, off, write, direct);
+    // Unaligned head and tail through the buffered descriptor, as in `direct`.
+    write_direct_split(
+        off, n, c.file.off_align,
+        [&](size_t bo, uint64_t o, size_t len) { write_full(c.file.fd, user + bo, len, o, c.file.path); },
+        [&](size_t bo, uint64_t o, size_t len) { ring_range(c, user + bo, len, o, true, true); });
+    return n;
+  }
+
+  // Moves [off, off+n) through the ring; with `direct`, writes are aligned and reads are widened to
+  // whole blocks (the wanted bytes are copied out of staging buffers).
+  size_t ring_range(const IoContext& c, char* user, size_t n, uint64_t off, bool write, bool direct) const {
     const size_t A = direct ? c.file.off_align : 1;
     const uint64_t end = off + n;
-    uint64_t lo = off, hi = end;  // range handled through the ring
-    if (direct && write) {
-      // Unaligned head and tail through the buffered descriptor, as in `direct`.
-      lo = align_up(off, A);
-      hi = std::max(lo, align_down(end, A));
-      if (hi == lo) {
-        write_full(c.file.fd, user, n, off, c.file.path);
-        return n;
-      }
-      if (lo > off) write_full(c.file.fd, user, static_cast<size_t>(lo - off), off, c.file.path);
-      if (end > hi) write_full(c.file.fd, user + (hi - off), static_cast<size_t>(end - hi), hi, c.file.path);
-    } else if (direct) {
-      lo = align_down(off, A);
-      hi = align_up(end, A);
-    }
+    const uint64_t lo = direct ? align_down(off, A) : off, hi = direct ? align_up(end, A) : end;
     const int fd = direct ? c.file.direct_fd : c.file.fd;
     const uint64_t key = c.file.id * 2 + (direct ? 1 : 0);
     mem::StagingPool& pool = mem::StagingPool::shared(c.settings.buffer_size, c.settings.buffer_count, c.settings.huge_pages);
