@@ -23,14 +23,16 @@ namespace accio::engine {
 using base::Error;
 
 // ---- statistics ----
+StatCounters::StatCounters() : nmech_(io::all().size()), mech_(std::make_unique<PerMechanism[]>(nmech_)) {}
+
 void StatCounters::record(bool write, int mech, uint64_t bytes, uint64_t ns) {
   constexpr auto r = std::memory_order_relaxed;
   (write ? writes_ : reads_).fetch_add(1, r);
   (write ? bytes_written_ : bytes_read_).fetch_add(bytes, r);
   (write ? write_ns_ : read_ns_).fetch_add(ns, r);
-  if (mech >= 0 && mech < kMaxMechanisms) {
-    mech_calls_[mech].fetch_add(1, r);
-    mech_bytes_[mech].fetch_add(bytes, r);
+  if (mech >= 0 && static_cast<size_t>(mech) < nmech_) {
+    mech_[mech].calls.fetch_add(1, r);
+    mech_[mech].bytes.fetch_add(bytes, r);
   }
   last_.store(mech, r);
 }
@@ -49,19 +51,22 @@ Stats StatCounters::snapshot() const {
   s.read_ns = read_ns_.load();
   s.write_ns = write_ns_.load();
   s.fsync_ns = fsync_ns_.load();
-  for (int i = 0; i < kMaxMechanisms; ++i) {
-    s.mechanism_calls[i] = mech_calls_[i].load();
-    s.mechanism_bytes[i] = mech_bytes_[i].load();
-  }
+  s.mechanisms.resize(nmech_);
+  for (size_t i = 0; i < nmech_; ++i) s.mechanisms[i] = {mech_[i].calls.load(), mech_[i].bytes.load()};
   s.last_mechanism = last_.load();
   return s;
+}
+bool StatCounters::mechanism(int id, MechanismCount* out) const {
+  if (id < 0 || static_cast<size_t>(id) >= nmech_) return false;
+  *out = {mech_[id].calls.load(), mech_[id].bytes.load()};
+  return true;
 }
 void StatCounters::reset() {
   for (auto* a : {&reads_, &writes_, &fsyncs_, &errors_, &bytes_read_, &bytes_written_, &read_ns_, &write_ns_, &fsync_ns_})
     a->store(0);
-  for (int i = 0; i < kMaxMechanisms; ++i) {
-    mech_calls_[i].store(0);
-    mech_bytes_[i].store(0);
+  for (size_t i = 0; i < nmech_; ++i) {
+    mech_[i].calls.store(0);
+    mech_[i].bytes.store(0);
   }
   last_.store(-1);
 }

@@ -230,8 +230,8 @@ TEST(Engine, AutoRunsThePlannedMechanismAndCountsIt) {
   f->pwrite(b.data(), 4096, 0);     // posix
   EXPECT_EQ(std::string(f->plan(4 << 20, true).name()), "uring");
   const auto st = f->stats();
-  EXPECT_EQ(st.mechanism_calls[io::find("uring")->id], 1u);
-  EXPECT_EQ(st.mechanism_calls[io::find("posix")->id], 1u);
+  EXPECT_EQ(st.mechanisms[io::find("uring")->id].calls, 1u);
+  EXPECT_EQ(st.mechanisms[io::find("posix")->id].calls, 1u);
   const auto ps = f->plan_stats();
   ASSERT_EQ(ps.size(), 2u);
   auto e = f->explain(nullptr, 4 << 20, 0, true);
