@@ -20,30 +20,31 @@ namespace accio::io {
 namespace {
 namespace cu = mem::cuda;
 
-class DeviceRing final : public CopyQueue {
+// A staging ring in CUDA: registered host buffers, one stream, one event per buffer.
+class CudaStagingRing final : public StagingRing {
  public:
-  DeviceRing(int device, size_t size, unsigned depth, bool huge) : d_(*cu::load()), size_(size) {
+  CudaStagingRing(int device, size_t size, unsigned depth, bool huge) : d_(*cu::load()), size_(size) {
     cu::ContextGuard g(device);
     cu::check(d_, d_.StreamCreate(&stream_, cu::kStreamNonBlocking), "cuStreamCreate");
     for (unsigned i = 0; i < depth; ++i) {
       bufs_.push_back(mem::map_host_buffer(size, huge, false));
-      cu::register_host(bufs_.back().ptr, bufs_.back().mapped);  // refused: one warning, pageable slots
+      cu::register_host(bufs_.back().ptr, bufs_.back().mapped);  // refused: one warning, pageable buffers
       ev_.emplace_back();
       cu::check(d_, d_.EventCreate(&ev_.back(), cu::kEventDisableTiming), "cuEventCreate");
     }
     marked_.assign(depth, false);
   }
-  // Rings live for the process (see RingLease); nothing to free.
+  // Rings live for the process (see StagingRingLease); nothing to free.
 
-  unsigned slots() const override { return static_cast<unsigned>(bufs_.size()); }
-  size_t slot_size() const override { return size_; }
-  char* slot(unsigned i) override { return static_cast<char*>(bufs_[i].ptr); }
+  unsigned buffers() const override { return static_cast<unsigned>(bufs_.size()); }
+  size_t buffer_size() const override { return size_; }
+  char* buffer(unsigned b) override { return static_cast<char*>(bufs_[b].ptr); }
   void to_device(char* dev, unsigned s, size_t from, size_t n) override {
-    cu::check(d_, d_.MemcpyHtoDAsync(reinterpret_cast<cu::CUdeviceptr>(dev), slot(s) + from, n, stream_),
+    cu::check(d_, d_.MemcpyHtoDAsync(reinterpret_cast<cu::CUdeviceptr>(dev), buffer(s) + from, n, stream_),
               "cuMemcpyHtoDAsync");
   }
   void to_host(unsigned s, const char* dev, size_t n) override {
-    cu::check(d_, d_.MemcpyDtoHAsync(slot(s), reinterpret_cast<cu::CUdeviceptr>(dev), n, stream_),
+    cu::check(d_, d_.MemcpyDtoHAsync(buffer(s), reinterpret_cast<cu::CUdeviceptr>(dev), n, stream_),
               "cuMemcpyDtoHAsync");
   }
   void mark(unsigned s) override {
@@ -72,19 +73,19 @@ class DeviceRing final : public CopyQueue {
 // Rings per (device, buffer size, depth, huge pages), leased one per task and created on demand, so
 // a set grows to the largest number of concurrent tasks. Kept for the process: the rings hold
 // pinned memory that is expensive to register, and reusing it is the point.
-struct RingSet {
-  std::vector<std::unique_ptr<DeviceRing>> all;
-  std::vector<DeviceRing*> free;
+struct StagingRingSet {
+  std::vector<std::unique_ptr<CudaStagingRing>> all;
+  std::vector<CudaStagingRing*> free;
 };
-struct RingPools {
+struct StagingRingSets {
   std::mutex mu;
-  std::map<std::tuple<int, size_t, unsigned, bool>, RingSet> sets;  // node-stable
+  std::map<std::tuple<int, size_t, unsigned, bool>, StagingRingSet> sets;  // node-stable
 };
-base::PerProcess<RingPools> g_rings;
+base::PerProcess<StagingRingSets> g_staging_rings;
 
-class RingLease {
+class StagingRingLease {
  public:
-  RingLease(int device, const base::Settings& s) : pools_(g_rings.get()) {
+  StagingRingLease(int device, const base::Settings& s) : pools_(g_staging_rings.get()) {
     {
       std::lock_guard lk(pools_.mu);
       set_ = &pools_.sets[{device, s.buffer_size, s.ring_depth, s.huge_pages}];
@@ -94,23 +95,23 @@ class RingLease {
         return;
       }
     }
-    auto r = std::make_unique<DeviceRing>(device, s.buffer_size, s.ring_depth, s.huge_pages);
+    auto r = std::make_unique<CudaStagingRing>(device, s.buffer_size, s.ring_depth, s.huge_pages);
     std::lock_guard lk(pools_.mu);
     ring_ = r.get();
     set_->all.push_back(std::move(r));
   }
-  ~RingLease() {
+  ~StagingRingLease() {
     std::lock_guard lk(pools_.mu);
     set_->free.push_back(ring_);
   }
-  RingLease(const RingLease&) = delete;
-  RingLease& operator=(const RingLease&) = delete;
-  DeviceRing& operator*() const { return *ring_; }
+  StagingRingLease(const StagingRingLease&) = delete;
+  StagingRingLease& operator=(const StagingRingLease&) = delete;
+  CudaStagingRing& operator*() const { return *ring_; }
 
  private:
-  RingPools& pools_;
-  RingSet* set_ = nullptr;
-  DeviceRing* ring_ = nullptr;
+  StagingRingSets& pools_;
+  StagingRingSet* set_ = nullptr;
+  CudaStagingRing* ring_ = nullptr;
 };
 
 class Staged final : public Mechanism {
@@ -128,8 +129,8 @@ class Staged final : public Mechanism {
     return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, A),
                      [&](uint64_t o, size_t len, size_t bo) {
                        cu::ContextGuard g(c.target);
-                       RingLease ring(c.target.device, c.settings);
-                       return ring_read(*ring, dev + bo, len, o, A, [&](char* b, size_t l, uint64_t fo) {
+                       StagingRingLease ring(c.target.device, c.settings);
+                       return pipeline_read(*ring, dev + bo, len, o, A, [&](char* b, size_t l, uint64_t fo) {
                          return read_full(fd, b, l, fo, c.file.path, A);
                        });
                      });
@@ -157,8 +158,8 @@ class Staged final : public Mechanism {
     split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, A),
               [&](uint64_t o, size_t len, size_t bo) {
                 cu::ContextGuard g(c.target);
-                RingLease ring(c.target.device, c.settings);
-                ring_write(*ring, dev + bo, len, o, A,
+                StagingRingLease ring(c.target.device, c.settings);
+                pipeline_write(*ring, dev + bo, len, o, A,
                            [&](const char* b, size_t l, uint64_t fo) { write_full(fd, b, l, fo, c.file.path); });
                 return len;
               });

@@ -22,42 +22,43 @@ namespace {
 using base::Error;
 
 constexpr unsigned kRingEntries = 1024;  // upper bound of queue_depth
-constexpr unsigned kFileSlots = 64;
+constexpr unsigned kFixedFiles = 64;  // registered-file table size per ring
 
-struct Ring {
+// One io_uring instance with its registered buffers and files.
+struct IoUring {
   io_uring ring{};
   bool fixed_bufs = false;
   bool fixed_files = false;
-  std::vector<uint64_t> slot_key = std::vector<uint64_t>(kFileSlots, 0);  // 0 = empty
+  std::vector<uint64_t> file_key = std::vector<uint64_t>(kFixedFiles, 0);  // per file index; 0 = empty
   unsigned next_evict = 0;
   std::mutex mu;  // held for the whole request: a ring serves one request at a time
 
-  ~Ring() { io_uring_queue_exit(&ring); }
+  ~IoUring() { io_uring_queue_exit(&ring); }
 
   // Returns the fd to put in an SQE and sets *fixed when it is a registered-file index.
   int file_index(uint64_t key, int fd, bool* fixed) {
     *fixed = false;
     if (!fixed_files) return fd;
-    unsigned slot = kFileSlots;
-    for (unsigned i = 0; i < kFileSlots; ++i) {
-      if (slot_key[i] == key) {
+    unsigned index = kFixedFiles;
+    for (unsigned i = 0; i < kFixedFiles; ++i) {
+      if (file_key[i] == key) {
         *fixed = true;
         return static_cast<int>(i);
       }
-      if (slot == kFileSlots && slot_key[i] == 0) slot = i;
+      if (index == kFixedFiles && file_key[i] == 0) index = i;
     }
-    if (slot == kFileSlots) slot = next_evict++ % kFileSlots;
-    if (io_uring_register_files_update(&ring, slot, &fd, 1) != 1) return fd;
-    slot_key[slot] = key;
+    if (index == kFixedFiles) index = next_evict++ % kFixedFiles;
+    if (io_uring_register_files_update(&ring, index, &fd, 1) != 1) return fd;
+    file_key[index] = key;
     *fixed = true;
-    return static_cast<int>(slot);
+    return static_cast<int>(index);
   }
   void drop(uint64_t key) {
-    for (unsigned i = 0; i < kFileSlots; ++i)
-      if (slot_key[i] == key) {
+    for (unsigned i = 0; i < kFixedFiles; ++i)
+      if (file_key[i] == key) {
         int none = -1;
         io_uring_register_files_update(&ring, i, &none, 1);
-        slot_key[i] = 0;
+        file_key[i] = 0;
       }
   }
 };
@@ -75,25 +76,25 @@ int init_ring(io_uring* r) {
 
 // Rings for one staging pool. Leaked at exit on purpose (requests may outlive static destructors).
 // A forked child builds its own: the parent's rings are shared memory with the parent's kernel ring.
-struct RingSet {
+struct IoUringSet {
   std::mutex mu;
-  std::vector<std::unique_ptr<Ring>> rings;
+  std::vector<std::unique_ptr<IoUring>> rings;
 };
-struct RingSets {
+struct IoUringSets {
   std::mutex mu;
-  std::map<mem::StagingPool*, RingSet*> map;
+  std::map<mem::StagingPool*, IoUringSet*> map;
 };
-base::PerProcess<RingSets> g_sets;
+base::PerProcess<IoUringSets> g_sets;
 
-class RingLease {
+class IoUringLease {
  public:
-  explicit RingLease(mem::StagingPool& pool) {
-    RingSet* set;
+  explicit IoUringLease(mem::StagingPool& pool) {
+    IoUringSet* set;
     {
-      RingSets& sets = g_sets.get();
+      IoUringSets& sets = g_sets.get();
       std::lock_guard lk(sets.mu);
       auto& s = sets.map[&pool];
-      if (!s) s = new RingSet;
+      if (!s) s = new IoUringSet;
       set = s;
     }
     std::lock_guard lk(set->mu);
@@ -102,7 +103,7 @@ class RingLease {
         ring_ = r.get();
         return;
       }
-    auto r = std::make_unique<Ring>();
+    auto r = std::make_unique<IoUring>();
     if (int rc = init_ring(&r->ring); rc < 0) throw Error(-rc, "io_uring_queue_init", "", base::kNoOffset);
     auto iov = pool.iovecs();
     int rc = io_uring_register_buffers(&r->ring, iov.data(), static_cast<unsigned>(iov.size()));
@@ -111,16 +112,16 @@ class RingLease {
       base::warn_once("uring-bufs", std::string("io_uring cannot register the staging buffers (") + std::strerror(-rc) +
                                         "): raise RLIMIT_MEMLOCK (ulimit -l) to the staging pool size; "
                                         "using unregistered buffers");
-    r->fixed_files = io_uring_register_files_sparse(&r->ring, kFileSlots) == 0;
+    r->fixed_files = io_uring_register_files_sparse(&r->ring, kFixedFiles) == 0;
     r->mu.lock();
     ring_ = r.get();
     set->rings.push_back(std::move(r));
   }
-  ~RingLease() { ring_->mu.unlock(); }
-  Ring* operator->() const { return ring_; }
+  ~IoUringLease() { ring_->mu.unlock(); }
+  IoUring* operator->() const { return ring_; }
 
  private:
-  Ring* ring_ = nullptr;
+  IoUring* ring_ = nullptr;
 };
 
 bool probe(std::string* why) {
@@ -169,7 +170,7 @@ class Uring final : public Mechanism {
     run(c, const_cast<char*>(static_cast<const char*>(buf)), n, off, true);
   }
   void forget(uint64_t file_id) const override {
-    RingSets& sets = g_sets.get();
+    IoUringSets& sets = g_sets.get();
     std::lock_guard lk(sets.mu);
     for (auto& [pool, set] : sets.map) {
       std::lock_guard sl(set->mu);
@@ -208,7 +209,7 @@ class Uring final : public Mechanism {
     const size_t step = task_bytes(c.settings, hi - lo, qd, A);
     const bool user_aligned_mode = direct && is_aligned(user + (align_up(off, A) - off), c.file.mem_align);
 
-    RingLease ring(pool);
+    IoUringLease ring(pool);
     bool fixed_file = false;
     const int sqe_fd = ring->file_index(key, fd, &fixed_file);
     std::vector<Op> ops(qd);
