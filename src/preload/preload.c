@@ -71,13 +71,13 @@ static TLS int t_inside; /* this thread is inside the shim or the engine: everyt
 
 /* Each function is resolved on its first use (a program that never calls it pays nothing). A
  * call made while dlsym runs, from any thread, goes to the kernel. */
-static void* resolve(void* const* slot, const char* sym, const char* alt) {
+static void* resolve(void* const* where, const char* sym, const char* alt) {
   static TLS int resolving;
   if (resolving) return NULL;
   resolving = 1;
   void* f = dlsym(RTLD_NEXT, sym);
   if (!f && alt) f = dlsym(RTLD_NEXT, alt);
-  __atomic_store_n((void**)slot, f, __ATOMIC_RELEASE);
+  __atomic_store_n((void**)where, f, __ATOMIC_RELEASE);
   resolving = 0;
   return f;
 }
@@ -398,7 +398,7 @@ static void handles_forget(const struct stat* st) {
     if (h->dev == st->st_dev && h->ino == st->st_ino && !h->refs && (h->f || h->failed)) {
       capture_plans_locked(h);
       if (h->f) eng.close(h->f);
-      memset(h, 0, sizeof *h); /* an empty slot (other threads may hold pointers to other slots) */
+      memset(h, 0, sizeof *h); /* an empty entry (other threads may hold pointers to other entries) */
     }
   }
   pthread_mutex_unlock(&g_mu);
