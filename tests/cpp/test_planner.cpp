@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 
 #include "base/error.hpp"
 #include "base/json.hpp"
@@ -216,6 +217,72 @@ TEST(Planner, SkipsPlansTheFileCannotRun) {
   Buffer b(4096);
   // Cold (past the end), aligned: direct is ranked first but cannot run -> parallel.
   EXPECT_EQ(r.choose({b.data(), 1 << 20, 0, false, 1, 0}).plan->spec.label(), "parallel(even)");
+}
+
+namespace {
+struct InlineRunner final : io::TaskRunner {
+  void run(size_t ntasks, unsigned, const std::function<void(size_t)>& fn) override {
+    for (size_t i = 0; i < ntasks; ++i) fn(i);
+  }
+};
+}  // namespace
+
+TEST(Planner, AFixedMechanismIsAOnePlanPlanner) {
+  TempDir d;
+  auto s = base::Settings::defaults();
+  s.set("mechanism", "direct");
+  auto f = engine::File::open(d.file("x"), "w+", s);
+  io::FileRef ref = f->ref();
+  ref.direct_fd = -1;  // as on a filesystem without O_DIRECT: direct resolves to posix (one warning)
+  ref.no_direct = "test";
+  InlineRunner runner;
+  const planner::Planner p(*io::find("direct"), io::IoContext{ref, s, runner});
+  EXPECT_TRUE(p.fixed());
+  ASSERT_NE(p.only_plan(), nullptr);
+  Buffer b(4096);
+  for (const uint64_t n : {uint64_t{1}, uint64_t{4096}, uint64_t{1} << 30}) {
+    const planner::Choice c = p.choose({b.data(1), n, 7, n % 2 == 0, 3, 0});
+    EXPECT_EQ(c.plan, p.only_plan()) << n;  // every request: the one plan and its one route
+    EXPECT_EQ(c.route, 0u);
+  }
+  EXPECT_STREQ(p.only_plan()->mechanism->name(), "posix");
+  EXPECT_EQ(p.only_plan()->label, "posix");  // a fixed mechanism's plan is its name
+  EXPECT_EQ(p.why(0), "mechanism=direct is set but cannot run here (see the warning): it runs as posix");
+  EXPECT_EQ(p.min_accelerated(false), UINT64_MAX);  // it runs as posix
+  EXPECT_TRUE(p.stats().empty());
+  // The one route counts every request of the handle, those another mechanism ran as well.
+  const planner::Choice c = p.choose({b.data(), 4096, 0, false, 1, 0});
+  p.record(c, 4096);
+  p.record(c, 100, /*rerouted=*/true);
+  const auto st = p.stats();
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].plan, "posix");
+  EXPECT_EQ(st[0].why, p.why(0));
+  EXPECT_EQ(st[0].calls, 2u);
+  EXPECT_EQ(st[0].bytes, 4196u);
+
+  auto sp = s;
+  sp.set("mechanism", "parallel");
+  const planner::Planner q(*io::find("parallel"), io::IoContext{ref, sp, runner});
+  EXPECT_EQ(q.why(0), "mechanism=parallel is set");
+  EXPECT_EQ(q.min_accelerated(true), 0u);
+}
+
+TEST(Planner, AutoCountsOnlyTheRequestsItsPlanRan) {
+  TempDir d;
+  const std::string prof = write_text(d, "p.json", kProfile);
+  auto s = base::Settings::defaults();
+  auto f = engine::File::open(d.file("x"), "w+", s);
+  const planner::Planner r(planner::Profile::parse(kProfile, prof), f->ref(), s);
+  EXPECT_FALSE(r.fixed());
+  EXPECT_EQ(r.only_plan(), nullptr);
+  Buffer b(4096);
+  const planner::Choice c = r.choose({b.data(), 4096, 0, false, 1, 0});
+  r.record(c, 4096, /*rerouted=*/true);  // a GPU buffer served by staged: not this plan's
+  EXPECT_TRUE(r.stats().empty());
+  r.record(c, 4096);
+  ASSERT_EQ(r.stats().size(), 1u);
+  EXPECT_EQ(r.stats()[0].calls, 1u);
 }
 
 TEST(Engine, AutoRunsThePlannedMechanismAndCountsIt) {
