@@ -254,7 +254,10 @@ std::string File::refusal(const io::Mechanism& m, const mem::cuda::Target& t) co
 
 uint64_t File::min_accelerated(bool write) const { return planner_->min_accelerated(write); }
 
-std::vector<planner::PlanStat> File::plan_stats() const { return planner_->stats(); }
+std::vector<planner::PlanStat> File::plan_stats() const {
+  const Stats s = stats_.snapshot();
+  return planner_->stats(s.reads + s.writes, s.bytes_read + s.bytes_written);
+}
 
 bool File::valid(const void* buf, size_t n, uint64_t off) {
   return off <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - n && (buf || !n);
@@ -423,7 +426,6 @@ void File::run_batch(BatchJob& job, bool write) {
       continue;
     }
     if (write) extend(it.off + it.n);
-    planner_->record({&plan, 0}, it.done);
     stats_.record(write, m.id, it.done, dt);
     global_stats().record(write, m.id, it.done, dt);
     job.results[i].set_value(it.done);

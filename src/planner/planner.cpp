@@ -46,7 +46,6 @@ Planner::Planner(const io::Mechanism& set, const io::IoContext& ctx) : file_(ctx
   route_plan_.push_back(0);
   fixed_why_ = "mechanism=" + std::string(set.name()) + " is set";
   if (&runs != &set) fixed_why_ += " but cannot run here (see the warning): it runs as " + std::string(runs.name());
-  counters_ = std::make_unique<Counter[]>(1);
 }
 
 uint64_t Planner::min_accelerated(bool write) const {
@@ -85,7 +84,7 @@ Choice Planner::choose(const Signals& r) const {
 }
 
 void Planner::record(const Choice& ch, uint64_t bytes, bool rerouted) const {
-  if (rerouted && profile_) return;
+  if (rerouted || !profile_) return;
   counters_[ch.route].calls.fetch_add(1, std::memory_order_relaxed);
   counters_[ch.route].bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
@@ -114,7 +113,11 @@ std::string Planner::why(unsigned route) const {
   return "unknown";
 }
 
-std::vector<PlanStat> Planner::stats() const {
+std::vector<PlanStat> Planner::stats(uint64_t handle_calls, uint64_t handle_bytes) const {
+  if (!profile_) {
+    if (!handle_calls) return {};
+    return {{plans_[0].label, fixed_why_, handle_calls, handle_bytes}};
+  }
   std::vector<PlanStat> out;
   for (size_t r = 0; r < route_plan_.size(); ++r) {
     const uint64_t calls = counters_[r].calls.load(std::memory_order_relaxed);

@@ -55,12 +55,14 @@ class Planner {
   Planner(const io::Mechanism& set, const io::IoContext& ctx);
 
   Choice choose(const Signals& r) const;
-  // Counts a request the route's choice served (bytes moved). `rerouted`: another mechanism ran it
-  // (a buffer the plan's mechanism cannot address). A fixed mechanism's one route counts every
-  // request of the handle, rerouted or batched ones too; auto's routes count the requests their
-  // plan ran.
+  // Counts a request the route's choice served (bytes moved); `rerouted`: another mechanism ran it
+  // (a buffer the plan's mechanism cannot address), which auto does not count. A fixed mechanism's
+  // one route counts nothing itself, keeping atomics off the hot path: its counts are the handle's
+  // (every request, rerouted or batched ones too), which stats() is given.
   void record(const Choice& c, uint64_t bytes, bool rerouted = false) const;
-  std::vector<PlanStat> stats() const;  // routes that served at least one request
+  // Routes that served at least one request. handle_calls/handle_bytes: the handle's requests and
+  // bytes, the counts of a fixed mechanism's one route (auto ignores them).
+  std::vector<PlanStat> stats(uint64_t handle_calls, uint64_t handle_bytes) const;
   std::string why(unsigned route) const;
   // The smallest request size at which a plan other than posix may run with one request in flight
   // (hot or cold, aligned or not); UINT64_MAX if posix serves every size; 0 for a fixed mechanism
@@ -90,7 +92,7 @@ class Planner {
   struct Counter {
     std::atomic<uint64_t> calls{0}, bytes{0};
   };
-  std::unique_ptr<Counter[]> counters_;  // one per route
+  std::unique_ptr<Counter[]> counters_;  // one per route (auto)
   // The residency probe is amortized: one verdict serves at most kReprobeBytes of requests (a probe
   // costs about a microsecond, a 1 MiB hot read about 70); requests of 1 MiB or more always probe.
   static constexpr uint64_t kReprobeBytes = 1 << 20;
