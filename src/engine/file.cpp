@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
-#include <string_view>
 
 #include "base/error.hpp"
 #include "base/fork.hpp"
