@@ -17,6 +17,8 @@ extern "C" {
 #define ACCIO_VERSION_MAJOR 0
 #define ACCIO_VERSION_MINOR 1
 #define ACCIO_VERSION_PATCH 0
+/* Deprecated: the length of accio_stats' fixed per-mechanism arrays, which hold ids below it only.
+ * accio_file_mechanism_stats and accio_global_mechanism_stats answer for every id. */
 #define ACCIO_MAX_MECHANISMS 16
 /* The smallest request the preload shim (`accio run`) takes unless ACCIO_PRELOAD_THRESHOLD says
  * otherwise (a tuning profile may raise it per file). */
@@ -24,6 +26,12 @@ extern "C" {
 /* With task_size 0 a request is split evenly over the threads, into tasks of at least this many
  * bytes: a request of at most this size runs as one task. */
 #define ACCIO_MIN_EVEN_TASK (128u << 10)
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ACCIO_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define ACCIO_DEPRECATED(msg)
+#endif
 
 typedef struct accio_file accio_file;
 typedef struct accio_settings accio_settings;
@@ -54,11 +62,15 @@ typedef struct accio_profile_key {
   char file[1024];     /* where the profile is (or would be): profile directory + key */
 } accio_profile_key;
 
+/* A handle's or the process's counters (accio_file_stats, accio_global_stats). Per mechanism:
+ * accio_file_mechanism_stats and accio_global_mechanism_stats, for any number of mechanisms. */
 typedef struct accio_stats {
   uint64_t reads, writes, fsyncs, errors;
   uint64_t bytes_read, bytes_written;
   uint64_t read_ns, write_ns, fsync_ns;          /* wall time spent inside requests */
-  uint64_t mechanism_calls[ACCIO_MAX_MECHANISMS]; /* indexed by mechanism id */
+  /* Deprecated, kept so that the struct's layout and older callers stay as they were: the calls and
+   * bytes of mechanism ids below ACCIO_MAX_MECHANISMS only (0 for the others). */
+  uint64_t mechanism_calls[ACCIO_MAX_MECHANISMS];
   uint64_t mechanism_bytes[ACCIO_MAX_MECHANISMS];
   int32_t last_mechanism;                          /* id of the mechanism that ran last, -1 none */
 } accio_stats;
@@ -117,11 +129,16 @@ int64_t accio_pwrite(accio_file* f, const void* buf, size_t size, int64_t offset
 int64_t accio_append(accio_file* f, const void* buf, size_t size);  /* offset written at, or -errno */
 int accio_fsync(accio_file* f);
 int64_t accio_size(accio_file* f);
-/* Name of the mechanism a request of `size` bytes would run on f (after auto and fallbacks). */
-const char* accio_plan(accio_file* f, size_t size, int op);
+/* Name of the mechanism a request of `size` bytes at offset 0 from an aligned buffer would run on f
+ * (after auto and fallbacks). NULL on error. accio_explain gives the whole plan and why. */
+const char* accio_mechanism_for(accio_file* f, size_t size, int op);
 /* The mechanism a request of `size` bytes at `offset` from `buf` would run now: the decision a
  * request makes (auto: profile, size, alignment, concurrency, page-cache residency); buf NULL counts
  * as aligned. NULL on error. */
+const char* accio_mechanism_for_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op);
+/* Deprecated names of the two above (they return a mechanism, not a plan); still exported. */
+ACCIO_DEPRECATED("use accio_mechanism_for") const char* accio_plan(accio_file* f, size_t size, int op);
+ACCIO_DEPRECATED("use accio_mechanism_for_at")
 const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op);
 /* The smallest request (one in flight) for which f runs a plan other than posix: under auto the
  * profile's crossing point, 0 for a fixed mechanism, INT64_MAX when posix serves every size. */
@@ -134,6 +151,9 @@ int accio_file_plans(accio_file* f, accio_plan_stat* out, int max);
 /* The profile key of the filesystem holding path (a file or directory). 0 or -errno. */
 int accio_profile_key_of(const char* path, accio_profile_key* out);
 int accio_file_stats(accio_file* f, accio_stats* out);
+/* Calls and bytes of mechanism `id` (0 <= id < accio_mechanism_count(), accio_mechanism_name(id)) on
+ * f; either pointer may be NULL. 0, or -EINVAL for an unknown id. */
+int accio_file_mechanism_stats(accio_file* f, int id, uint64_t* calls, uint64_t* bytes);
 int accio_file_setting(accio_file* f, const char* name, char* out, size_t len);
 
 /* ---- asynchronous requests ---- */
@@ -147,6 +167,8 @@ void accio_future_free(accio_future* fut);     /* waits for the request if still
 
 /* ---- statistics and machine facts ---- */
 int accio_global_stats(accio_stats* out);
+/* The same as accio_file_mechanism_stats for the whole process (reset by accio_global_stats_reset). */
+int accio_global_mechanism_stats(int id, uint64_t* calls, uint64_t* bytes);
 void accio_global_stats_reset(void);
 int accio_mechanism_count(void);
 const char* accio_mechanism_name(int id);

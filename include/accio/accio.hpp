@@ -142,7 +142,7 @@ class File {
     detail::check(rc);
   }
   std::string plan(size_t n, accio_op op) {
-    const char* m = accio_plan(h(), n, op);
+    const char* m = accio_mechanism_for(h(), n, op);
     if (!m) throw Error::last();
     return m;
   }
@@ -167,6 +167,15 @@ class File {
     accio_stats s;
     accio_file_stats(h(), &s);
     return s;
+  }
+  struct MechanismStats {
+    uint64_t calls, bytes;
+  };
+  // Calls and bytes of mechanism `id` on this handle (any id below accio_mechanism_count()).
+  MechanismStats mechanism_stats(int id) const {
+    MechanismStats m{};
+    detail::check(accio_file_mechanism_stats(h(), id, &m.calls, &m.bytes));
+    return m;
   }
   accio_file* handle() const { return h(); }
 

@@ -185,8 +185,9 @@ class File:
 
 def open(path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
          **settings: Any) -> File:
-    """Open path. mode: r, r+ (rw), w, w+, a, a+. mechanism: auto (default), posix, parallel,
-    direct or uring. Other keyword arguments are settings (threads=4, task_size="8M", ...)."""
+    """Open path. mode: r, r+ (rw), w, w+, a, a+. mechanism: "auto" (the default: a plan per
+    request) or a name from mechanisms(): posix, parallel, direct, uring for host memory, naive,
+    staged, gds for GPU memory. Other keyword arguments are settings (threads=4, task_size="8M", ...)."""
     return File(path, mode, mechanism, **settings)
 
 

@@ -1,6 +1,8 @@
 // accio base: the system calls that move bytes, behind a table of function pointers so tests can
 // inject EINTR, short transfers and errors deterministically (liburing's tests do the same with
-// their own wrappers). Production code never changes the table. Also read_file, for the probes.
+// their own wrappers). Production code never changes the table. The default entries call the
+// kernel with syscall(2), not libc's pread/pwrite, which under the preload shim are the shim's own
+// wrappers (sys.cpp). Also read_file, for the probes.
 #pragma once
 #include <sys/types.h>
 
@@ -15,7 +17,7 @@ struct Ops {
 };
 
 Ops& ops();            // the live table
-const Ops& real_ops();  // the libc calls
+const Ops& real_ops();  // the default entries: pread64/pwrite64 through syscall(2)
 
 // Reads a whole small file (a /proc or /sys entry, a profile) into out with open(2) and read(2),
 // the latter straight to the kernel as above. No iostreams: the probes run on first use inside

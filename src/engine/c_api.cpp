@@ -1,5 +1,6 @@
-// accio engine: the C API (include/accio/accio.h) over engine::File. Only these symbols are exported
-// from libaccio; everything else is hidden (-fvisibility=hidden), so the ABI is the C header.
+// accio engine: the C API (include/accio/accio.h) over engine::File. The header's declarations get
+// default visibility (the push below) and everything else is hidden (-fvisibility=hidden); what the
+// library exports is the list in cmake/libaccio.map (docs/architecture.md, "Exports").
 #pragma GCC visibility push(default)
 #include "accio/accio.h"
 #pragma GCC visibility pop
@@ -16,6 +17,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "engine/file.hpp"
+#include "io/odirect.hpp"
 #include "mem/cuda.hpp"
 #include "mem/cufile.hpp"
 #include "planner/profile.hpp"
@@ -88,11 +90,35 @@ void to_c(const accio::engine::Stats& s, accio_stats* o) {
   o->read_ns = s.read_ns;
   o->write_ns = s.write_ns;
   o->fsync_ns = s.fsync_ns;
-  for (int i = 0; i < ACCIO_MAX_MECHANISMS; ++i) {
-    o->mechanism_calls[i] = s.mechanism_calls[i];
-    o->mechanism_bytes[i] = s.mechanism_bytes[i];
+  // The deprecated fixed arrays: the first ACCIO_MAX_MECHANISMS ids (accio_*_mechanism_stats has all).
+  for (size_t i = 0; i < s.mechanisms.size() && i < ACCIO_MAX_MECHANISMS; ++i) {
+    o->mechanism_calls[i] = s.mechanisms[i].calls;
+    o->mechanism_bytes[i] = s.mechanisms[i].bytes;
   }
   o->last_mechanism = s.last_mechanism;
+}
+
+int mechanism_stats(const accio::engine::StatCounters& c, int id, uint64_t* calls, uint64_t* bytes, const char* op) {
+  accio::engine::MechanismCount m;
+  if (!c.mechanism(id, &m)) return fail(EINVAL, op, "", -1, std::string(op) + ": no mechanism with id " + std::to_string(id));
+  if (calls) *calls = m.calls;
+  if (bytes) *bytes = m.bytes;
+  return 0;
+}
+
+// accio_mechanism_for: the mechanism a request would run (NULL and a last error on failure).
+const char* mechanism_for(accio_file* f, const void* buf, size_t size, int64_t offset, int op) {
+  if (!f) return nullptr;
+  if (offset < 0) {
+    fail(EINVAL, "plan", f->f->ref().path, offset, "negative offset");
+    return nullptr;
+  }
+  try {
+    return f->f->plan(buf, size, static_cast<uint64_t>(offset), op == ACCIO_OP_WRITE).name();
+  } catch (const Error& e) {
+    fail(e);
+    return nullptr;
+  }
 }
 
 #define ACCIO_CHECK(ptr, op)                                                          \
@@ -241,14 +267,13 @@ int64_t accio_size(accio_file* f) {
   ACCIO_CHECK(f, "size");
   return guard([&] { return static_cast<int64_t>(f->f->size()); });
 }
-const char* accio_plan(accio_file* f, size_t size, int op) {
-  if (!f) return nullptr;
-  try {
-    return f->f->plan(size, op == ACCIO_OP_WRITE).name();
-  } catch (const Error& e) {
-    fail(e);
-    return nullptr;
-  }
+const char* accio_mechanism_for(accio_file* f, size_t size, int op) { return mechanism_for(f, nullptr, size, 0, op); }
+const char* accio_mechanism_for_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op) {
+  return mechanism_for(f, buf, size, offset, op);
+}
+const char* accio_plan(accio_file* f, size_t size, int op) { return mechanism_for(f, nullptr, size, 0, op); }
+const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op) {
+  return mechanism_for(f, buf, size, offset, op);
 }
 int64_t accio_min_accelerated(accio_file* f, int op) {
   ACCIO_CHECK(f, "accio_min_accelerated");
@@ -256,19 +281,6 @@ int64_t accio_min_accelerated(accio_file* f, int op) {
   return n > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(n);
 }
 
-const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op) {
-  if (!f) return nullptr;
-  if (offset < 0) {
-    fail(EINVAL, "plan", f->f->ref().path, offset, "negative offset");
-    return nullptr;
-  }
-  try {
-    return f->f->plan(buf, size, static_cast<uint64_t>(offset), op == ACCIO_OP_WRITE).name();
-  } catch (const Error& e) {
-    fail(e);
-    return nullptr;
-  }
-}
 int accio_explain(accio_file* f, const void* buf, size_t size, int64_t offset, int op, char* plan, size_t plan_len,
                   char* why, size_t why_len) {
   ACCIO_CHECK(f, "accio_explain");
@@ -310,6 +322,10 @@ int accio_file_stats(accio_file* f, accio_stats* out) {
   ACCIO_CHECK(f && out, "accio_file_stats");
   to_c(f->f->stats(), out);
   return 0;
+}
+int accio_file_mechanism_stats(accio_file* f, int id, uint64_t* calls, uint64_t* bytes) {
+  ACCIO_CHECK(f, "accio_file_mechanism_stats");
+  return mechanism_stats(f->f->counters(), id, calls, bytes, "accio_file_mechanism_stats");
 }
 int accio_file_setting(accio_file* f, const char* name, char* out, size_t len) {
   ACCIO_CHECK(f && name, "accio_file_setting");
@@ -393,6 +409,9 @@ int accio_global_stats(accio_stats* out) {
   to_c(accio::engine::global_stats().snapshot(), out);
   return 0;
 }
+int accio_global_mechanism_stats(int id, uint64_t* calls, uint64_t* bytes) {
+  return mechanism_stats(accio::engine::global_stats(), id, calls, bytes, "accio_global_mechanism_stats");
+}
 void accio_global_stats_reset(void) { accio::engine::global_stats().reset(); }
 int accio_mechanism_count(void) { return static_cast<int>(accio::io::all().size()); }
 const char* accio_mechanism_name(int id) {
@@ -445,21 +464,18 @@ int accio_probe(const char* feature, const char* path, char* detail, size_t len)
     if (!path) return fail(EINVAL, "accio_probe", "", -1, "o_direct needs a path");
     struct stat st;
     if (stat(path, &st) != 0) return fail(errno, "stat", path, -1, std::strerror(errno));
-    int fd = S_ISDIR(st.st_mode) ? ::open(path, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600)
-                                 : ::open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (fd < 0) {
-      copy_out(std::string("open with O_DIRECT: ") + std::strerror(errno), detail, len);
+    const accio::io::DirectOpen d =
+        accio::io::open_direct(path, S_ISDIR(st.st_mode) ? O_TMPFILE | O_RDWR : O_RDONLY);
+    if (d.fd < 0) {
+      copy_out(d.refused, detail, len);
       return 0;
     }
-    std::string d = "supported";
-#ifdef STATX_DIOALIGN
-    struct statx sx {};
-    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN))
-      d += "; offset alignment " + std::to_string(sx.stx_dio_offset_align) + " B, memory alignment " +
-           std::to_string(sx.stx_dio_mem_align) + " B";
-#endif
-    ::close(fd);
-    copy_out(d, detail, len);
+    ::close(d.fd);
+    std::string text = "supported";
+    if (d.reported_off_align)
+      text += "; offset alignment " + std::to_string(d.reported_off_align) + " B, memory alignment " +
+              std::to_string(d.reported_mem_align) + " B";
+    copy_out(text, detail, len);
     return 1;
   }
   return fail(EINVAL, "accio_probe", "", -1, std::string("unknown feature '") + feature + "'");

@@ -10,26 +10,28 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
-#include <string_view>
 
 #include "base/error.hpp"
 #include "base/fork.hpp"
 #include "base/log.hpp"
 #include "engine/thread_pool.hpp"
+#include "io/odirect.hpp"
 #include "planner/profile.hpp"
 
 namespace accio::engine {
 using base::Error;
 
 // ---- statistics ----
+StatCounters::StatCounters() : nmech_(io::all().size()), mech_(std::make_unique<PerMechanism[]>(nmech_)) {}
+
 void StatCounters::record(bool write, int mech, uint64_t bytes, uint64_t ns) {
   constexpr auto r = std::memory_order_relaxed;
   (write ? writes_ : reads_).fetch_add(1, r);
   (write ? bytes_written_ : bytes_read_).fetch_add(bytes, r);
   (write ? write_ns_ : read_ns_).fetch_add(ns, r);
-  if (mech >= 0 && mech < kMaxMechanisms) {
-    mech_calls_[mech].fetch_add(1, r);
-    mech_bytes_[mech].fetch_add(bytes, r);
+  if (mech >= 0 && static_cast<size_t>(mech) < nmech_) {
+    mech_[mech].calls.fetch_add(1, r);
+    mech_[mech].bytes.fetch_add(bytes, r);
   }
   last_.store(mech, r);
 }
@@ -48,19 +50,22 @@ Stats StatCounters::snapshot() const {
   s.read_ns = read_ns_.load();
   s.write_ns = write_ns_.load();
   s.fsync_ns = fsync_ns_.load();
-  for (int i = 0; i < kMaxMechanisms; ++i) {
-    s.mechanism_calls[i] = mech_calls_[i].load();
-    s.mechanism_bytes[i] = mech_bytes_[i].load();
-  }
+  s.mechanisms.resize(nmech_);
+  for (size_t i = 0; i < nmech_; ++i) s.mechanisms[i] = {mech_[i].calls.load(), mech_[i].bytes.load()};
   s.last_mechanism = last_.load();
   return s;
+}
+bool StatCounters::mechanism(int id, MechanismCount* out) const {
+  if (id < 0 || static_cast<size_t>(id) >= nmech_) return false;
+  *out = {mech_[id].calls.load(), mech_[id].bytes.load()};
+  return true;
 }
 void StatCounters::reset() {
   for (auto* a : {&reads_, &writes_, &fsyncs_, &errors_, &bytes_read_, &bytes_written_, &read_ns_, &write_ns_, &fsync_ns_})
     a->store(0);
-  for (int i = 0; i < kMaxMechanisms; ++i) {
-    mech_calls_[i].store(0);
-    mech_bytes_[i].store(0);
+  for (size_t i = 0; i < nmech_; ++i) {
+    mech_[i].calls.store(0);
+    mech_[i].bytes.store(0);
   }
   last_.store(-1);
 }
@@ -84,24 +89,6 @@ struct Inflight {
   ~Inflight() { count.fetch_sub(1, std::memory_order_relaxed); }
 };
 
-// Offset and buffer alignment for O_DIRECT on this descriptor (statx STATX_DIOALIGN, Linux 6.1+).
-void dio_alignment(int fd, io::FileRef& f) {
-  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  f.off_align = page;
-  f.mem_align = page;
-#ifdef STATX_DIOALIGN
-  struct statx sx {};
-  if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
-    if (sx.stx_dio_offset_align == 0) {
-      f.no_direct = "the filesystem does not support O_DIRECT on this file";
-      return;
-    }
-    f.off_align = std::max<size_t>(page, sx.stx_dio_offset_align);
-    f.mem_align = std::max<size_t>(sx.stx_dio_mem_align, 1);
-  }
-#endif
-  (void)fd;
-}
 }  // namespace
 
 std::shared_ptr<File> File::open(const std::string& path, const std::string& mode, const base::Settings& s) {
@@ -161,25 +148,22 @@ std::shared_ptr<File> File::open_as(const std::string& path, const std::string& 
   f->ref_.fd = fd;
   f->ref_.id = g_next_id.fetch_add(1);
   f->settings_ = s;
-  f->fixed_ = fixed;
   f->readable_ = rd;
   f->writable_ = wr;
   f->end_.store(static_cast<uint64_t>(st.st_size));
   if (S_ISREG(st.st_mode)) {
-    dio_alignment(fd, f->ref_);
-    if (f->ref_.no_direct.empty()) {
-      f->ref_.direct_fd = ::open(path.c_str(), acc | O_DIRECT | O_CLOEXEC);
-      if (f->ref_.direct_fd < 0) f->ref_.no_direct = std::string("open with O_DIRECT: ") + std::strerror(errno);
-    }
+    io::DirectOpen d = io::open_direct(path, acc, fd);
+    f->ref_.direct_fd = d.fd;
+    f->ref_.no_direct = std::move(d.refused);
+    f->ref_.off_align = d.off_align;
+    f->ref_.mem_align = d.mem_align;
   } else {
     f->ref_.no_direct = "not a regular file";
   }
-  if (fixed) {
-    io::IoContext ctx{f->ref_, s, ThreadPool::shared()};
-    f->fixed_plan_ = planner::Plan{planner::PlanSpec{fixed->name()}, &fixed->resolve(ctx), s};
-  } else {
+  if (fixed)
+    f->planner_ = std::make_unique<planner::Planner>(*fixed, io::IoContext{f->ref_, s, ThreadPool::shared()});
+  else
     f->planner_ = std::make_unique<planner::Planner>(profile ? profile : planner::profile_for(fd, "auto"), f->ref_, s);
-  }
   ThreadPool::shared().ensure(s.threads);
   return f;
 }
@@ -217,8 +201,7 @@ void File::end() {
 }
 
 planner::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const {
-  if (!planner_) return {&fixed_plan_, 0};
-  return planner_->choose({buf, n, off, write, inflight, end_.load(std::memory_order_relaxed)});
+  return planner_->choose(planner::Signals{buf, n, off, write, inflight, end_.load(std::memory_order_relaxed)});
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
@@ -235,10 +218,7 @@ File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool wr
     const std::string name = m->name();
     return {name, name, target_why};
   }
-  // A fixed mechanism runs with the handle's settings: its name is the whole plan.
-  Explanation e{c.plan->mechanism->name(), planner_ ? c.plan->spec.label() : c.plan->mechanism->name(), ""};
-  e.why = planner_ ? planner_->why(c.slot) : fixed_why();
-  return e;
+  return {c.plan->mechanism->name(), c.plan->label, planner_->why(c.route)};
 }
 
 const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const {
@@ -250,19 +230,20 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
     if (why) *why = std::string(planned.name()) + " cannot serve this file here (see the warning): it runs as " + r.name();
     return &r;
   }
-  const std::string was = fixed_ ? fixed_->name() : "auto";
+  const bool fixed = planner_->fixed();
+  const std::string& was = settings_.mechanism;  // the mechanism set, or "auto"
   const io::Mechanism* m = io::find(t.on_device() ? "staged" : "parallel");
   if (t.on_device()) {
     io::IoContext ctx{ref_, settings_, ThreadPool::shared(), t};
     m = &m->resolve(ctx);
   }
   const std::string where = t.on_device() ? t.name() : "host";
-  if (fixed_)
+  if (fixed)
     base::warn_once("target:" + was + ":" + where, "mechanism " + was + " cannot serve " + where + " memory: those requests run " +
                                                       m->name());
   if (why)
     *why = "the buffer is in " + where + " memory: " + m->name() +
-           (fixed_ ? " (mechanism=" + was + " cannot serve it)" : " (auto's choice for GPU buffers)");
+           (fixed ? " (mechanism=" + was + " cannot serve it)" : " (auto's choice for GPU buffers)");
   return m;
 }
 
@@ -270,23 +251,11 @@ std::string File::refusal(const io::Mechanism& m, const mem::cuda::Target& t) co
   return m.refusal({ref_, settings_, ThreadPool::shared(), t});
 }
 
-std::string File::fixed_why() const {
-  std::string why = "mechanism=" + settings_.mechanism + " is set";
-  if (fixed_plan_.mechanism != fixed_)
-    why += " but cannot run here (see the warning): it runs as " + std::string(fixed_plan_.mechanism->name());
-  return why;
-}
-
-uint64_t File::min_accelerated(bool write) const {
-  if (planner_) return planner_->min_accelerated(write);
-  return std::string_view(fixed_plan_.mechanism->name()) == "posix" ? UINT64_MAX : 0;
-}
+uint64_t File::min_accelerated(bool write) const { return planner_->min_accelerated(write); }
 
 std::vector<planner::PlanStat> File::plan_stats() const {
-  if (planner_) return planner_->stats();
   const Stats s = stats_.snapshot();
-  if (!s.reads && !s.writes) return {};
-  return {{fixed_plan_.mechanism->name(), fixed_why(), s.reads + s.writes, s.bytes_read + s.bytes_written}};
+  return planner_->stats(s.reads + s.writes, s.bytes_read + s.bytes_written);
 }
 
 bool File::valid(const void* buf, size_t n, uint64_t off) {
@@ -331,7 +300,7 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
     throw;
   }
   const uint64_t dt = now_ns() - t0;
-  if (planner_ && !other) planner_->record(choice, got);
+  planner_->record(choice, got, other != nullptr);
   stats_.record(write, m->id, got, dt);
   global_stats().record(write, m->id, got, dt);
   return got;
@@ -395,12 +364,13 @@ std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, 
     std::vector<size_t> reqs;  // indexes into reqs
   };
   std::vector<Group> groups;
-  const io::Mechanism* m = fixed_ ? fixed_plan_.mechanism : nullptr;
+  const planner::Plan* only = planner_->only_plan();  // batches need the plan before requests run
+  const io::Mechanism* m = only ? only->mechanism : nullptr;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const Request& r = reqs[i];
     if (m && r.size && valid(r.buf, r.size, r.offset)) {
       const mem::cuda::Target t = mem::cuda::classify(r.buf, m->cpu_touches_buffer());
-      const size_t limit = !for_target(*m, t, nullptr) ? m->batch_limit({ref_, fixed_plan_.settings, ThreadPool::shared(), t}, r.size) : 0;
+      const size_t limit = !for_target(*m, t, nullptr) ? m->batch_limit({ref_, only->settings, ThreadPool::shared(), t}, r.size) : 0;
       if (limit > 1) {
         auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
           return x.target.device == t.device && x.target.ctx == t.ctx;
@@ -437,8 +407,9 @@ std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, 
 }
 
 void File::run_batch(BatchJob& job, bool write) {
-  const io::Mechanism& m = *fixed_plan_.mechanism;
-  const io::IoContext ctx{ref_, fixed_plan_.settings, ThreadPool::shared(), job.target};
+  const planner::Plan& plan = *planner_->only_plan();  // submit() batches only for a fixed mechanism
+  const io::Mechanism& m = *plan.mechanism;
+  const io::IoContext ctx{ref_, plan.settings, ThreadPool::shared(), job.target};
   const Inflight inflight;
   const uint64_t t0 = now_ns();
   m.batch(ctx, job.items.data(), job.items.size(), write);

@@ -18,31 +18,39 @@
 
 namespace accio::engine {
 
-inline constexpr int kMaxMechanisms = 16;
-
+// Counters of one handle or of the process. Per mechanism: one entry per registered mechanism id,
+// however many there are.
+struct MechanismCount {
+  uint64_t calls = 0, bytes = 0;
+};
 struct Stats {
   uint64_t reads = 0, writes = 0, fsyncs = 0, errors = 0;
   uint64_t bytes_read = 0, bytes_written = 0;
   uint64_t read_ns = 0, write_ns = 0, fsync_ns = 0;
-  uint64_t mechanism_calls[kMaxMechanisms] = {};
-  uint64_t mechanism_bytes[kMaxMechanisms] = {};
+  std::vector<MechanismCount> mechanisms;  // indexed by mechanism id (io::all())
   int last_mechanism = -1;
 };
 
 class StatCounters {
  public:
+  StatCounters();  // one counter pair per registered mechanism
   void record(bool write, int mech, uint64_t bytes, uint64_t ns);
   void record_fsync(uint64_t ns);
   void record_error() { errors_.fetch_add(1, std::memory_order_relaxed); }
   Stats snapshot() const;
+  // Mechanism `id`'s counters; false for an id that is not registered.
+  bool mechanism(int id, MechanismCount* out) const;
   void reset();
 
  private:
+  struct PerMechanism {
+    std::atomic<uint64_t> calls{0}, bytes{0};
+  };
   std::atomic<uint64_t> reads_{0}, writes_{0}, fsyncs_{0}, errors_{0};
   std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0};
   std::atomic<uint64_t> read_ns_{0}, write_ns_{0}, fsync_ns_{0};
-  std::atomic<uint64_t> mech_calls_[kMaxMechanisms] = {};
-  std::atomic<uint64_t> mech_bytes_[kMaxMechanisms] = {};
+  size_t nmech_;
+  std::unique_ptr<PerMechanism[]> mech_;
   std::atomic<int> last_{-1};
 };
 StatCounters& global_stats();
@@ -75,6 +83,7 @@ class File : public std::enable_shared_from_this<File> {
   void close();  // waits for requests in flight; further use fails with EBADF
 
   Stats stats() const { return stats_.snapshot(); }
+  const StatCounters& counters() const { return stats_; }
   const base::Settings& settings() const { return settings_; }
   const io::FileRef& ref() const { return ref_; }
   // Why mechanism m cannot serve this file for memory at t ("" when it can): Mechanism::refusal.
@@ -107,7 +116,7 @@ class File : public std::enable_shared_from_this<File> {
   // Whether a request's offset, size and buffer can be served at all; check() throws why not.
   static bool valid(const void* buf, size_t n, uint64_t off);
   void check(const void* buf, size_t n, uint64_t off, bool write) const;
-  // Requests submit() hands the fixed mechanism as one batch (Mechanism::batch), with a result each.
+  // Requests submit() hands a fixed mechanism (the planner's only plan) as one batch (Mechanism::batch), with a result each.
   struct BatchJob {
     mem::cuda::Target target;
     std::vector<io::BatchItem> items;
@@ -126,7 +135,6 @@ class File : public std::enable_shared_from_this<File> {
   std::future<size_t> async(void* buf, size_t n, uint64_t off, bool write);
   // The plan for a request; `inflight` counts the engine requests in flight, this one included.
   planner::Choice choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
-  std::string fixed_why() const;  // why a fixed mechanism's plan ran (and its fallback, if any)
   // The mechanism that serves a buffer at `t` when the planned one cannot address that memory
   // (staged for GPU buffers under a host mechanism or auto, parallel for host buffers under a
   // device mechanism), or the fallback of a device mechanism that cannot serve this file (gds when
@@ -135,9 +143,8 @@ class File : public std::enable_shared_from_this<File> {
 
   io::FileRef ref_;
   base::Settings settings_;
-  const io::Mechanism* fixed_ = nullptr;   // the mechanism setting, or nullptr for auto
-  planner::Plan fixed_plan_;                   // fixed_ resolved for this file, with the handle's settings
-  std::unique_ptr<planner::Planner> planner_;   // auto
+  // The plan for each request: a fixed mechanism's one plan, or auto's profile compiled for the file.
+  std::unique_ptr<planner::Planner> planner_;
   bool readable_ = false, writable_ = false;
   std::atomic<uint64_t> end_{0};  // highest byte written by this handle or the size at open
   StatCounters stats_;

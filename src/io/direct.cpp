@@ -7,6 +7,7 @@
 
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
+#include "io/odirect.hpp"
 #include "mem/staging.hpp"
 
 namespace accio::io {
@@ -39,18 +40,17 @@ size_t staged_read(const IoContext& c, char* buf, size_t n, uint64_t off) {
 }
 
 size_t read_task(const IoContext& c, char* buf, size_t n, uint64_t off) {
-  const size_t A = c.file.off_align;
-  const uint64_t mid0 = align_up(off, A), mid1 = align_down(off + n, A);
-  if (mid1 <= mid0 || !is_aligned(buf + (mid0 - off), c.file.mem_align)) return staged_read(c, buf, n, off);
+  const DirectSplit s = split_direct(off, n, c.file.off_align);
+  if (!s.has_middle() || !is_aligned(buf + s.head_len(), c.file.mem_align)) return staged_read(c, buf, n, off);
   size_t got = 0;
-  if (mid0 > off) {
-    got = staged_read(c, buf, static_cast<size_t>(mid0 - off), off);
-    if (got < mid0 - off) return got;
+  if (s.head_len()) {
+    got = staged_read(c, buf, s.head_len(), off);
+    if (got < s.head_len()) return got;
   }
-  const size_t m = read_full(c.file.direct_fd, buf + got, static_cast<size_t>(mid1 - mid0), mid0, c.file.path, A);
+  const size_t m = read_full(c.file.direct_fd, buf + got, s.middle_len(), s.mid, c.file.path, c.file.off_align);
   got += m;
-  if (m < mid1 - mid0 || off + n == mid1) return got;
-  return got + staged_read(c, buf + got, static_cast<size_t>(off + n - mid1), mid1);
+  if (m < s.middle_len() || !s.tail_len()) return got;
+  return got + staged_read(c, buf + got, s.tail_len(), s.tail);
 }
 
 // Writes an aligned range [off, off+n) on the O_DIRECT descriptor.
@@ -73,8 +73,8 @@ class Direct final : public Mechanism {
   bool always_direct() const override { return true; }
 
   const Mechanism& resolve(const IoContext& c) const override {
-    if (c.file.direct_fd >= 0 && c.settings.buffer_size >= c.file.off_align) return *this;
-    const std::string why = c.file.direct_fd < 0 ? c.file.no_direct : "buffer_size is below the O_DIRECT alignment";
+    std::string why;
+    if (direct_usable(c.file, c.settings, &why)) return *this;
     base::warn_once("direct-fallback:" + why, "O_DIRECT cannot be used for '" + c.file.path + "' (" + why +
                                                   "): mechanism direct runs as posix");
     return *find("posix");
@@ -90,16 +90,16 @@ class Direct final : public Mechanism {
   void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
     const auto* p = static_cast<const char*>(buf);
     const size_t A = c.file.off_align;
-    const uint64_t mid0 = align_up(off, A), mid1 = align_down(off + n, A);
-    if (mid1 <= mid0) return write_full(c.file.fd, p, n, off, c.file.path);  // less than one block
-    if (mid0 > off) write_full(c.file.fd, p, static_cast<size_t>(mid0 - off), off, c.file.path);
-    if (off + n > mid1) write_full(c.file.fd, p + (mid1 - off), static_cast<size_t>(off + n - mid1), mid1, c.file.path);
-    const char* mid = p + (mid0 - off);
-    split_run(c.runner, c.settings.threads, mid0, static_cast<size_t>(mid1 - mid0), task_bytes(c.settings, mid1 - mid0, c.settings.threads, A),
-              [&](uint64_t o, size_t len, size_t bo) {
-                write_task(c, mid + bo, len, o);
-                return len;
-              });
+    write_direct_split(
+        off, n, A, [&](size_t bo, uint64_t o, size_t len) { write_full(c.file.fd, p + bo, len, o, c.file.path); },
+        [&](size_t bo, uint64_t mid, size_t len) {
+          const char* m = p + bo;
+          split_run(c.runner, c.settings.threads, mid, len, task_bytes(c.settings, len, c.settings.threads, A),
+                    [&](uint64_t o, size_t l, size_t mo) {
+                      write_task(c, m + mo, l, o);
+                      return l;
+                    });
+        });
   }
 };
 

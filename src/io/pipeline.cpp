@@ -1,4 +1,4 @@
-// accio mechanisms: the staging ring pipeline (see ring.hpp).
+// accio mechanisms: the staging ring pipeline (see pipeline.hpp).
 #include "io/pipeline.hpp"
 
 #include <algorithm>
@@ -10,9 +10,9 @@
 
 namespace accio::io {
 namespace {
-// Runs body; on an exception waits for the copies in flight (they use the slots) and rethrows.
+// Runs body; on an exception waits for the copies in flight (they use the buffers) and rethrows.
 template <class F>
-auto drained(CopyQueue& q, F&& body) {
+auto drained(StagingRing& q, F&& body) {
   try {
     auto r = body();
     q.drain();
@@ -26,29 +26,29 @@ auto drained(CopyQueue& q, F&& body) {
   }
 }
 
-size_t chunk_size(const CopyQueue& q, size_t align) {
-  const size_t c = align_down(q.slot_size(), align);
-  if (c == 0 || q.slots() == 0)
+size_t chunk_size(const StagingRing& q, size_t align) {
+  const size_t c = align_down(q.buffer_size(), align);
+  if (c == 0 || q.buffers() == 0)
     throw base::Error(EINVAL, "staging ring", "", base::kNoOffset, "staging buffers smaller than the O_DIRECT alignment");
   return c;
 }
 }  // namespace
 
-size_t ring_read(CopyQueue& q, char* dev, size_t n, uint64_t off, size_t align, const ChunkRead& rd) {
-  const size_t A = std::max<size_t>(align, 1), chunk = chunk_size(q, A), k = q.slots();
+size_t pipeline_read(StagingRing& q, char* dev, size_t n, uint64_t off, size_t align, const ChunkRead& rd) {
+  const size_t A = std::max<size_t>(align, 1), chunk = chunk_size(q, A), k = q.buffers();
   const uint64_t end = off + n, aend = align_up(end, A);
   return drained(q, [&] {
     size_t done = 0;
-    for (unsigned s = 0; done < n; s = static_cast<unsigned>((s + 1) % k)) {
-      q.wait(s);  // the copy out of this slot, queued k chunks ago, is done
+    for (unsigned b = 0; done < n; b = static_cast<unsigned>((b + 1) % k)) {
+      q.wait(b);  // the copy out of this buffer, queued k chunks ago, is done
       const uint64_t p = off + done, cur = align_down(p, A);
       const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, aend - cur));
-      const size_t got = rd(q.slot(s), len, cur);
+      const size_t got = rd(q.buffer(b), len, cur);
       const uint64_t use_end = std::min<uint64_t>(cur + got, end);
       if (use_end > p) {
         const size_t use = static_cast<size_t>(use_end - p);
-        q.to_device(dev + done, s, static_cast<size_t>(p - cur), use);
-        q.mark(s);
+        q.to_device(dev + done, b, static_cast<size_t>(p - cur), use);
+        q.mark(b);
         done += use;
       }
       if (got < len) break;  // end of file
@@ -57,20 +57,20 @@ size_t ring_read(CopyQueue& q, char* dev, size_t n, uint64_t off, size_t align, 
   });
 }
 
-void ring_write(CopyQueue& q, const char* dev, size_t n, uint64_t off, size_t align, const ChunkWrite& wr) {
-  const size_t A = std::max<size_t>(align, 1), chunk = chunk_size(q, A), k = q.slots();
+void pipeline_write(StagingRing& q, const char* dev, size_t n, uint64_t off, size_t align, const ChunkWrite& wr) {
+  const size_t A = std::max<size_t>(align, 1), chunk = chunk_size(q, A), k = q.buffers();
   const size_t chunks = (n + chunk - 1) / chunk;
-  auto fetch = [&](size_t i) {  // queue the copy of chunk i into its slot
-    const auto s = static_cast<unsigned>(i % k);
-    q.to_host(s, dev + i * chunk, std::min(chunk, n - i * chunk));
-    q.mark(s);
+  auto fetch = [&](size_t i) {  // queue the copy of chunk i into its buffer
+    const auto b = static_cast<unsigned>(i % k);
+    q.to_host(b, dev + i * chunk, std::min(chunk, n - i * chunk));
+    q.mark(b);
   };
   drained(q, [&] {
     for (size_t i = 0; i < std::min(chunks, k); ++i) fetch(i);
     for (size_t i = 0; i < chunks; ++i) {
-      const auto s = static_cast<unsigned>(i % k);
-      q.wait(s);
-      wr(q.slot(s), std::min(chunk, n - i * chunk), off + i * chunk);
+      const auto b = static_cast<unsigned>(i % k);
+      q.wait(b);
+      wr(q.buffer(b), std::min(chunk, n - i * chunk), off + i * chunk);
       if (i + k < chunks) fetch(i + k);
     }
     return 0;

@@ -11,6 +11,7 @@
 #include "base/fork.hpp"
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
+#include "io/odirect.hpp"
 #include "io/pipeline.hpp"
 #include "mem/cuda.hpp"
 #include "mem/staging.hpp"
@@ -24,30 +25,31 @@ const base::Knob kRingDepth{{"ring_depth", "ACCIO_RING_DEPTH",
                              "staging buffers per worker ring for GPU buffers (1 = no overlap of file side and copy)",
                              "count", "3", 1, 64}};
 
-class DeviceRing final : public CopyQueue {
+// A staging ring in CUDA: registered host buffers, one stream, one event per buffer.
+class CudaStagingRing final : public StagingRing {
  public:
-  DeviceRing(int device, size_t size, unsigned depth, bool huge) : d_(*cu::load()), size_(size) {
+  CudaStagingRing(int device, size_t size, unsigned depth, bool huge) : d_(*cu::load()), size_(size) {
     cu::ContextGuard g(device);
     cu::check(d_, d_.StreamCreate(&stream_, cu::kStreamNonBlocking), "cuStreamCreate");
     for (unsigned i = 0; i < depth; ++i) {
       bufs_.push_back(mem::map_host_buffer(size, huge, false));
-      cu::register_host(bufs_.back().ptr, bufs_.back().mapped);  // refused: one warning, pageable slots
+      cu::register_host(bufs_.back().ptr, bufs_.back().mapped);  // refused: one warning, pageable buffers
       ev_.emplace_back();
       cu::check(d_, d_.EventCreate(&ev_.back(), cu::kEventDisableTiming), "cuEventCreate");
     }
     marked_.assign(depth, false);
   }
-  // Rings live for the process (see RingLease); nothing to free.
+  // Rings live for the process (see StagingRingLease); nothing to free.
 
-  unsigned slots() const override { return static_cast<unsigned>(bufs_.size()); }
-  size_t slot_size() const override { return size_; }
-  char* slot(unsigned i) override { return static_cast<char*>(bufs_[i].ptr); }
+  unsigned buffers() const override { return static_cast<unsigned>(bufs_.size()); }
+  size_t buffer_size() const override { return size_; }
+  char* buffer(unsigned b) override { return static_cast<char*>(bufs_[b].ptr); }
   void to_device(char* dev, unsigned s, size_t from, size_t n) override {
-    cu::check(d_, d_.MemcpyHtoDAsync(reinterpret_cast<cu::CUdeviceptr>(dev), slot(s) + from, n, stream_),
+    cu::check(d_, d_.MemcpyHtoDAsync(reinterpret_cast<cu::CUdeviceptr>(dev), buffer(s) + from, n, stream_),
               "cuMemcpyHtoDAsync");
   }
   void to_host(unsigned s, const char* dev, size_t n) override {
-    cu::check(d_, d_.MemcpyDtoHAsync(slot(s), reinterpret_cast<cu::CUdeviceptr>(dev), n, stream_),
+    cu::check(d_, d_.MemcpyDtoHAsync(buffer(s), reinterpret_cast<cu::CUdeviceptr>(dev), n, stream_),
               "cuMemcpyDtoHAsync");
   }
   void mark(unsigned s) override {
@@ -76,19 +78,19 @@ class DeviceRing final : public CopyQueue {
 // Rings per (device, buffer size, depth, huge pages), leased one per task and created on demand, so
 // a set grows to the largest number of concurrent tasks. Kept for the process: the rings hold
 // pinned memory that is expensive to register, and reusing it is the point.
-struct RingSet {
-  std::vector<std::unique_ptr<DeviceRing>> all;
-  std::vector<DeviceRing*> free;
+struct StagingRingSet {
+  std::vector<std::unique_ptr<CudaStagingRing>> all;
+  std::vector<CudaStagingRing*> free;
 };
-struct RingPools {
+struct StagingRingSets {
   std::mutex mu;
-  std::map<std::tuple<int, size_t, unsigned, bool>, RingSet> sets;  // node-stable
+  std::map<std::tuple<int, size_t, unsigned, bool>, StagingRingSet> sets;  // node-stable
 };
-base::PerProcess<RingPools> g_rings;
+base::PerProcess<StagingRingSets> g_staging_rings;
 
-class RingLease {
+class StagingRingLease {
  public:
-  RingLease(int device, const base::Settings& s) : pools_(g_rings.get()) {
+  StagingRingLease(int device, const base::Settings& s) : pools_(g_staging_rings.get()) {
     {
       std::lock_guard lk(pools_.mu);
       set_ = &pools_.sets[{device, s.buffer_size, static_cast<unsigned>(kRingDepth.num(s)), s.huge_pages}];
@@ -98,23 +100,23 @@ class RingLease {
         return;
       }
     }
-    auto r = std::make_unique<DeviceRing>(device, s.buffer_size, static_cast<unsigned>(kRingDepth.num(s)), s.huge_pages);
+    auto r = std::make_unique<CudaStagingRing>(device, s.buffer_size, static_cast<unsigned>(kRingDepth.num(s)), s.huge_pages);
     std::lock_guard lk(pools_.mu);
     ring_ = r.get();
     set_->all.push_back(std::move(r));
   }
-  ~RingLease() {
+  ~StagingRingLease() {
     std::lock_guard lk(pools_.mu);
     set_->free.push_back(ring_);
   }
-  RingLease(const RingLease&) = delete;
-  RingLease& operator=(const RingLease&) = delete;
-  DeviceRing& operator*() const { return *ring_; }
+  StagingRingLease(const StagingRingLease&) = delete;
+  StagingRingLease& operator=(const StagingRingLease&) = delete;
+  CudaStagingRing& operator*() const { return *ring_; }
 
  private:
-  RingPools& pools_;
-  RingSet* set_ = nullptr;
-  DeviceRing* ring_ = nullptr;
+  StagingRingSets& pools_;
+  StagingRingSet* set_ = nullptr;
+  CudaStagingRing* ring_ = nullptr;
 };
 
 class Staged final : public Mechanism {
@@ -132,8 +134,8 @@ class Staged final : public Mechanism {
     return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, A),
                      [&](uint64_t o, size_t len, size_t bo) {
                        cu::ContextGuard g(c.target);
-                       RingLease ring(c.target.device, c.settings);
-                       return ring_read(*ring, dev + bo, len, o, A, [&](char* b, size_t l, uint64_t fo) {
+                       StagingRingLease ring(c.target.device, c.settings);
+                       return pipeline_read(*ring, dev + bo, len, o, A, [&](char* b, size_t l, uint64_t fo) {
                          return read_full(fd, b, l, fo, c.file.path, A);
                        });
                      });
@@ -142,21 +144,17 @@ class Staged final : public Mechanism {
   void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
     const auto* dev = static_cast<const char*>(buf);
     if (!use_direct(c)) return write_range(c, dev, n, off, c.file.fd, 1);
-    // O_DIRECT for the aligned middle; the unaligned head and tail through the buffered descriptor
-    // (as `direct` does: no read-modify-write, exact file size).
-    const size_t A = c.file.off_align;
-    const uint64_t mid0 = align_up(off, A), mid1 = align_down(off + n, A);
-    if (mid1 <= mid0) return write_range(c, dev, n, off, c.file.fd, 1);
-    if (mid0 > off) write_range(c, dev, static_cast<size_t>(mid0 - off), off, c.file.fd, 1);
-    if (off + n > mid1) write_range(c, dev + (mid1 - off), static_cast<size_t>(off + n - mid1), mid1, c.file.fd, 1);
-    write_range(c, dev + (mid0 - off), static_cast<size_t>(mid1 - mid0), mid0, c.file.direct_fd, A);
+    // O_DIRECT for the aligned middle; the unaligned head and tail through the buffered descriptor.
+    write_direct_split(
+        off, n, c.file.off_align, [&](size_t bo, uint64_t o, size_t len) { write_range(c, dev + bo, len, o, c.file.fd, 1); },
+        [&](size_t bo, uint64_t o, size_t len) { write_range(c, dev + bo, len, o, c.file.direct_fd, c.file.off_align); });
   }
 
  private:
   static bool use_direct(const IoContext& c) {
     if (!c.settings.direct) return false;
-    if (c.file.direct_fd >= 0 && c.settings.buffer_size >= c.file.off_align) return true;
-    const std::string why = c.file.direct_fd < 0 ? c.file.no_direct : "buffer_size is below the O_DIRECT alignment";
+    std::string why;
+    if (direct_usable(c.file, c.settings, &why)) return true;
     base::warn_once("staged-direct:" + why,
                     "staged: O_DIRECT cannot be used for '" + c.file.path + "' (" + why + "): file side buffered");
     return false;
@@ -165,8 +163,8 @@ class Staged final : public Mechanism {
     split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, A),
               [&](uint64_t o, size_t len, size_t bo) {
                 cu::ContextGuard g(c.target);
-                RingLease ring(c.target.device, c.settings);
-                ring_write(*ring, dev + bo, len, o, A,
+                StagingRingLease ring(c.target.device, c.settings);
+                pipeline_write(*ring, dev + bo, len, o, A,
                            [&](const char* b, size_t l, uint64_t fo) { write_full(fd, b, l, fo, c.file.path); });
                 return len;
               });

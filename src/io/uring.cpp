@@ -14,6 +14,7 @@
 #include "base/fork.hpp"
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
+#include "io/odirect.hpp"
 #include "mem/staging.hpp"
 
 namespace accio::io {
@@ -26,42 +27,43 @@ constexpr unsigned kRingEntries = 1024;  // upper bound of queue_depth
 const base::Knob kQueueDepth{{"queue_depth", "ACCIO_QUEUE_DEPTH",
                               "io_uring requests in flight per request (at most 1024 run at once)", "count", "16", 1,
                               4096}};
-constexpr unsigned kFileSlots = 64;
+constexpr unsigned kFixedFiles = 64;  // registered-file table size per ring
 
-struct Ring {
+// One io_uring instance with its registered buffers and files.
+struct IoUring {
   io_uring ring{};
   bool fixed_bufs = false;
   bool fixed_files = false;
-  std::vector<uint64_t> slot_key = std::vector<uint64_t>(kFileSlots, 0);  // 0 = empty
+  std::vector<uint64_t> file_key = std::vector<uint64_t>(kFixedFiles, 0);  // per file index; 0 = empty
   unsigned next_evict = 0;
   std::mutex mu;  // held for the whole request: a ring serves one request at a time
 
-  ~Ring() { io_uring_queue_exit(&ring); }
+  ~IoUring() { io_uring_queue_exit(&ring); }
 
   // Returns the fd to put in an SQE and sets *fixed when it is a registered-file index.
   int file_index(uint64_t key, int fd, bool* fixed) {
     *fixed = false;
     if (!fixed_files) return fd;
-    unsigned slot = kFileSlots;
-    for (unsigned i = 0; i < kFileSlots; ++i) {
-      if (slot_key[i] == key) {
+    unsigned index = kFixedFiles;
+    for (unsigned i = 0; i < kFixedFiles; ++i) {
+      if (file_key[i] == key) {
         *fixed = true;
         return static_cast<int>(i);
       }
-      if (slot == kFileSlots && slot_key[i] == 0) slot = i;
+      if (index == kFixedFiles && file_key[i] == 0) index = i;
     }
-    if (slot == kFileSlots) slot = next_evict++ % kFileSlots;
-    if (io_uring_register_files_update(&ring, slot, &fd, 1) != 1) return fd;
-    slot_key[slot] = key;
+    if (index == kFixedFiles) index = next_evict++ % kFixedFiles;
+    if (io_uring_register_files_update(&ring, index, &fd, 1) != 1) return fd;
+    file_key[index] = key;
     *fixed = true;
-    return static_cast<int>(slot);
+    return static_cast<int>(index);
   }
   void drop(uint64_t key) {
-    for (unsigned i = 0; i < kFileSlots; ++i)
-      if (slot_key[i] == key) {
+    for (unsigned i = 0; i < kFixedFiles; ++i)
+      if (file_key[i] == key) {
         int none = -1;
         io_uring_register_files_update(&ring, i, &none, 1);
-        slot_key[i] = 0;
+        file_key[i] = 0;
       }
   }
 };
@@ -79,25 +81,25 @@ int init_ring(io_uring* r) {
 
 // Rings for one staging pool. Leaked at exit on purpose (requests may outlive static destructors).
 // A forked child builds its own: the parent's rings are shared memory with the parent's kernel ring.
-struct RingSet {
+struct IoUringSet {
   std::mutex mu;
-  std::vector<std::unique_ptr<Ring>> rings;
+  std::vector<std::unique_ptr<IoUring>> rings;
 };
-struct RingSets {
+struct IoUringSets {
   std::mutex mu;
-  std::map<mem::StagingPool*, RingSet*> map;
+  std::map<mem::StagingPool*, IoUringSet*> map;
 };
-base::PerProcess<RingSets> g_sets;
+base::PerProcess<IoUringSets> g_sets;
 
-class RingLease {
+class IoUringLease {
  public:
-  explicit RingLease(mem::StagingPool& pool) {
-    RingSet* set;
+  explicit IoUringLease(mem::StagingPool& pool) {
+    IoUringSet* set;
     {
-      RingSets& sets = g_sets.get();
+      IoUringSets& sets = g_sets.get();
       std::lock_guard lk(sets.mu);
       auto& s = sets.map[&pool];
-      if (!s) s = new RingSet;
+      if (!s) s = new IoUringSet;
       set = s;
     }
     std::lock_guard lk(set->mu);
@@ -106,7 +108,7 @@ class RingLease {
         ring_ = r.get();
         return;
       }
-    auto r = std::make_unique<Ring>();
+    auto r = std::make_unique<IoUring>();
     if (int rc = init_ring(&r->ring); rc < 0) throw Error(-rc, "io_uring_queue_init", "", base::kNoOffset);
     auto iov = pool.iovecs();
     int rc = io_uring_register_buffers(&r->ring, iov.data(), static_cast<unsigned>(iov.size()));
@@ -115,16 +117,16 @@ class RingLease {
       base::warn_once("uring-bufs", std::string("io_uring cannot register the staging buffers (") + std::strerror(-rc) +
                                         "): raise RLIMIT_MEMLOCK (ulimit -l) to the staging pool size; "
                                         "using unregistered buffers");
-    r->fixed_files = io_uring_register_files_sparse(&r->ring, kFileSlots) == 0;
+    r->fixed_files = io_uring_register_files_sparse(&r->ring, kFixedFiles) == 0;
     r->mu.lock();
     ring_ = r.get();
     set->rings.push_back(std::move(r));
   }
-  ~RingLease() { ring_->mu.unlock(); }
-  Ring* operator->() const { return ring_; }
+  ~IoUringLease() { ring_->mu.unlock(); }
+  IoUring* operator->() const { return ring_; }
 
  private:
-  Ring* ring_ = nullptr;
+  IoUring* ring_ = nullptr;
 };
 
 bool probe(std::string* why) {
@@ -157,9 +159,9 @@ class Uring final : public Mechanism {
   const Mechanism& resolve(const IoContext& c) const override {
     std::string why;
     if (probe(&why)) {
-      if (c.settings.direct && c.file.direct_fd < 0)
-        base::warn_once("uring-direct:" + c.file.no_direct, "O_DIRECT cannot be used for '" + c.file.path + "' (" +
-                                                                c.file.no_direct + "): uring runs buffered");
+      if (c.settings.direct && !direct_usable(c.file, c.settings, &why))
+        base::warn_once("uring-direct:" + why,
+                        "O_DIRECT cannot be used for '" + c.file.path + "' (" + why + "): uring runs buffered");
       return *this;
     }
     base::warn_once("uring-missing", "io_uring is not available (" + why + "): mechanism uring runs as parallel");
@@ -173,7 +175,7 @@ class Uring final : public Mechanism {
     run(c, const_cast<char*>(static_cast<const char*>(buf)), n, off, true);
   }
   void forget(uint64_t file_id) const override {
-    RingSets& sets = g_sets.get();
+    IoUringSets& sets = g_sets.get();
     std::lock_guard lk(sets.mu);
     for (auto& [pool, set] : sets.map) {
       std::lock_guard sl(set->mu);
@@ -188,24 +190,22 @@ class Uring final : public Mechanism {
  private:
   size_t run(const IoContext& c, char* user, size_t n, uint64_t off, bool write) const {
     if (n == 0) return 0;
-    const bool direct = c.settings.direct && c.file.direct_fd >= 0;
+    const bool direct = c.settings.direct && direct_usable(c.file, c.settings, nullptr);
+    if (!direct || !write) return ring_range(c, user, n, off, write, direct);
+    // Unaligned head and tail through the buffered descriptor, as in `direct`.
+    write_direct_split(
+        off, n, c.file.off_align,
+        [&](size_t bo, uint64_t o, size_t len) { write_full(c.file.fd, user + bo, len, o, c.file.path); },
+        [&](size_t bo, uint64_t o, size_t len) { ring_range(c, user + bo, len, o, true, true); });
+    return n;
+  }
+
+  // Moves [off, off+n) through the ring; with `direct`, writes are aligned and reads are widened to
+  // whole blocks (the wanted bytes are copied out of staging buffers).
+  size_t ring_range(const IoContext& c, char* user, size_t n, uint64_t off, bool write, bool direct) const {
     const size_t A = direct ? c.file.off_align : 1;
     const uint64_t end = off + n;
-    uint64_t lo = off, hi = end;  // range handled through the ring
-    if (direct && write) {
-      // Unaligned head and tail through the buffered descriptor, as in `direct`.
-      lo = align_up(off, A);
-      hi = std::max(lo, align_down(end, A));
-      if (hi == lo) {
-        write_full(c.file.fd, user, n, off, c.file.path);
-        return n;
-      }
-      if (lo > off) write_full(c.file.fd, user, static_cast<size_t>(lo - off), off, c.file.path);
-      if (end > hi) write_full(c.file.fd, user + (hi - off), static_cast<size_t>(end - hi), hi, c.file.path);
-    } else if (direct) {
-      lo = align_down(off, A);
-      hi = align_up(end, A);
-    }
+    const uint64_t lo = direct ? align_down(off, A) : off, hi = direct ? align_up(end, A) : end;
     const int fd = direct ? c.file.direct_fd : c.file.fd;
     const uint64_t key = c.file.id * 2 + (direct ? 1 : 0);
     mem::StagingPool& pool = mem::StagingPool::shared(c.settings.buffer_size, c.settings.buffer_count, c.settings.huge_pages);
@@ -214,7 +214,7 @@ class Uring final : public Mechanism {
     const size_t step = task_bytes(c.settings, hi - lo, qd, A);
     const bool user_aligned_mode = direct && is_aligned(user + (align_up(off, A) - off), c.file.mem_align);
 
-    RingLease ring(pool);
+    IoUringLease ring(pool);
     bool fixed_file = false;
     const int sqe_fd = ring->file_index(key, fd, &fixed_file);
     std::vector<Op> ops(qd);

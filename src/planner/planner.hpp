@@ -1,9 +1,11 @@
-// accio planner: the `auto` mechanism for one open file. At open, the profile's plans are compiled
-// against the file (mechanism resolved, settings applied, direct plans dropped where the file
-// takes no O_DIRECT) and every table cell gets its first eligible plan for aligned and unaligned
-// requests. Per request, choose() looks up the cell by size and concurrency and, only where the
-// hot and cold plans differ, probes the page-cache residency of the range. Counts which plan ran
-// in which cell, so statistics can say which plan ran and why.
+// accio planner: the plan for each request on one open file. A fixed `mechanism` setting is a
+// planner with one plan (the mechanism resolve()d for the file, the handle's settings) and one route.
+// Under `auto`, the profile's plans are compiled against the file at open (mechanism resolved,
+// settings applied, direct plans dropped where the file takes no O_DIRECT) and every table cell gets
+// its first eligible plan for aligned and unaligned requests, hot and cold: a route. Per request,
+// choose() looks up the cell by size and concurrency and, only where the hot and cold plans differ,
+// probes the page-cache residency of the range. Counts the requests each route served, so
+// statistics can say which plan ran and why.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -18,8 +20,8 @@
 
 namespace accio::planner {
 
-// What a request looks like to the planner.
-struct Request {
+// What the planner looks at to plan one request.
+struct Signals {
   const void* buf;
   uint64_t size;
   uint64_t offset;
@@ -32,11 +34,12 @@ struct Plan {
   PlanSpec spec;
   const io::Mechanism* mechanism = nullptr;  // nullptr: not eligible for this file
   base::Settings settings;
+  std::string label;  // as statistics and explain show it: "parallel(even)"; a fixed mechanism's name
 };
 
 struct Choice {
   const Plan* plan;
-  unsigned slot;  // which cell, cache state and alignment chose it (for statistics)
+  unsigned route;  // which route chose it: cell, cache state and alignment (for statistics)
 };
 
 struct PlanStat {
@@ -46,34 +49,50 @@ struct PlanStat {
 
 class Planner {
  public:
+  // `auto`: the profile's plans for `file`, with the handle's settings.
   Planner(std::shared_ptr<const Profile> profile, const io::FileRef& file, const base::Settings& handle);
-  Choice choose(const Request& r) const;
-  void record(const Choice& c, uint64_t bytes) const;
-  std::vector<PlanStat> stats() const;  // slots that served at least one request
-  std::string why(unsigned slot) const;
+  // A fixed mechanism `set`: one plan, set.resolve(ctx) with ctx's settings, and one route.
+  Planner(const io::Mechanism& set, const io::IoContext& ctx);
+
+  Choice choose(const Signals& r) const;
+  // Counts a request the route's choice served (bytes moved); `rerouted`: another mechanism ran it
+  // (a buffer the plan's mechanism cannot address), which auto does not count. A fixed mechanism's
+  // one route counts nothing itself, keeping atomics off the hot path: its counts are the handle's
+  // (every request, rerouted or batched ones too), which stats() is given.
+  void record(const Choice& c, uint64_t bytes, bool rerouted = false) const;
+  // Routes that served at least one request. handle_calls/handle_bytes: the handle's requests and
+  // bytes, the counts of a fixed mechanism's one route (auto ignores them).
+  std::vector<PlanStat> stats(uint64_t handle_calls, uint64_t handle_bytes) const;
+  std::string why(unsigned route) const;
   // The smallest request size at which a plan other than posix may run with one request in flight
-  // (hot or cold, aligned or not); UINT64_MAX if posix serves every size.
+  // (hot or cold, aligned or not); UINT64_MAX if posix serves every size; 0 for a fixed mechanism
+  // other than posix.
   uint64_t min_accelerated(bool write) const;
+  // Whether a fixed mechanism is set (not `auto`).
+  bool fixed() const { return !profile_; }
+  // The plan every request gets (a fixed mechanism), or nullptr when it depends on the request.
+  const Plan* only_plan() const { return profile_ ? nullptr : &plans_[0]; }
 
  private:
-  struct Route {
+  struct CellRoutes {
     int plan[2][2];     // [cold][aligned] -> index into plans_
-    bool cache_matters; // hot and cold routes differ: probe the residency
+    bool cache_matters; // hot and cold plans differ: probe the residency
   };
-  bool cold(const Request& r) const;
-  unsigned slot_of(int w, int c, size_t cell, int cold, int aligned) const;
+  bool cold(const Signals& r) const;
+  unsigned route_of(int w, int c, size_t cell, int cold, int aligned) const;
 
-  std::shared_ptr<const Profile> profile_;
+  std::shared_ptr<const Profile> profile_;  // nullptr for a fixed mechanism
   const io::FileRef& file_;
-  Probe probe_;
+  Probe probe_{};
   std::vector<Plan> plans_;
-  std::vector<Route> routes_[2][2];
-  size_t base_[2][2] = {};  // first slot of each table
-  size_t nslots_ = 0;
+  std::vector<CellRoutes> cells_[2][2];  // [write][concurrent], one per profile cell
+  size_t first_route_[2][2] = {};       // route index of each table's first cell
+  std::vector<int> route_plan_;         // route -> index into plans_
+  std::string fixed_why_;               // why a fixed mechanism's plan ran
   struct Counter {
     std::atomic<uint64_t> calls{0}, bytes{0};
   };
-  std::unique_ptr<Counter[]> counters_;
+  std::unique_ptr<Counter[]> counters_;  // one per route (auto)
   // The residency probe is amortized: one verdict serves at most kReprobeBytes of requests (a probe
   // costs about a microsecond, a 1 MiB hot read about 70); requests of 1 MiB or more always probe.
   static constexpr uint64_t kReprobeBytes = 1 << 20;

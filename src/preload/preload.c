@@ -71,13 +71,13 @@ static TLS int t_inside; /* this thread is inside the shim or the engine: everyt
 
 /* Each function is resolved on its first use (a program that never calls it pays nothing). A
  * call made while dlsym runs, from any thread, goes to the kernel. */
-static void* resolve(void* const* slot, const char* sym, const char* alt) {
+static void* resolve(void* const* where, const char* sym, const char* alt) {
   static TLS int resolving;
   if (resolving) return NULL;
   resolving = 1;
   void* f = dlsym(RTLD_NEXT, sym);
   if (!f && alt) f = dlsym(RTLD_NEXT, alt);
-  __atomic_store_n((void**)slot, f, __ATOMIC_RELEASE);
+  __atomic_store_n((void**)where, f, __ATOMIC_RELEASE);
   resolving = 0;
   return f;
 }
@@ -127,7 +127,8 @@ static size_t parse_size(const char* s, int* ok) {
   return (size_t)(v * mul);
 }
 
-static void say(const char* fmt, ...) {
+/* A message on stderr, unless ACCIO_QUIET is set (a transparent tool is silent otherwise). */
+static void tell_user(const char* fmt, ...) {
   if (g_quiet) return;
   char msg[1024];
   va_list ap;
@@ -179,7 +180,7 @@ static int engine_load_locked(void) {
   }
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!h) {
-    say("accio preload: cannot load the engine (%s): every request passes through\n", dlerror());
+    tell_user("accio preload: cannot load the engine (%s): every request passes through\n", dlerror());
     return 0;
   }
 #define SYM(field, name) \
@@ -197,7 +198,7 @@ static int engine_load_locked(void) {
   g_settings = eng.settings_new();
   g_settings_direct = eng.settings_new();
   if (!g_settings || !g_settings_direct) {
-    say("accio preload: bad ACCIO_* setting in the environment: every request passes through\n");
+    tell_user("accio preload: bad ACCIO_* setting in the environment: every request passes through\n");
     return 0;
   }
   if (!g_mechanism_set) eng.settings_set(g_settings_direct, "mechanism", "direct");
@@ -207,7 +208,7 @@ static int engine_load_locked(void) {
   g_engine = g_engine_loaded = 1;
   return 1;
 missing:
-  say("accio preload: %s is not a matching libaccio (%s): every request passes through\n", path, dlerror());
+  tell_user("accio preload: %s is not a matching libaccio (%s): every request passes through\n", path, dlerror());
   return 0;
 }
 
@@ -397,7 +398,7 @@ static void handles_forget(const struct stat* st) {
     if (h->dev == st->st_dev && h->ino == st->st_ino && !h->refs && (h->f || h->failed)) {
       capture_plans_locked(h);
       if (h->f) eng.close(h->f);
-      memset(h, 0, sizeof *h); /* an empty slot (other threads may hold pointers to other slots) */
+      memset(h, 0, sizeof *h); /* an empty entry (other threads may hold pointers to other entries) */
     }
   }
   pthread_mutex_unlock(&g_mu);
@@ -422,7 +423,8 @@ static int mapped(const void* p, size_t n) {
 }
 
 enum { READ = 0, WRITE = 1 };
-enum { PASS = 0, TAKEN = 1 };
+/* What serve_with_engine did with a call. */
+enum { TO_LIBC = 0, SERVED = 1 };
 
 /* One request as the program made it. `off` < 0: at the file offset (read, write, readv, writev). */
 struct call {
@@ -435,7 +437,7 @@ struct call {
 };
 
 /* Libc's own answer to the call, in the form the program made it. */
-static ssize_t pass(const struct call* c) {
+static ssize_t call_libc(const struct call* c) {
   const struct iovec* v = c->iov;
   if (!c->vec && c->off < 0)
     return c->write ? REAL(write)(c->fd, v->iov_base, v->iov_len) : REAL(read)(c->fd, v->iov_base, v->iov_len);
@@ -446,37 +448,37 @@ static ssize_t pass(const struct call* c) {
 }
 
 /* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
- * Returns PASS when the caller should hand the call to libc unchanged. */
-static int take(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback) {
+ * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
+static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback) {
   const int fl = fcntl(c->fd, F_GETFL);
-  if (fl < 0 || (fl & (O_APPEND | O_PATH | O_SYNC | O_DSYNC))) return PASS;
+  if (fl < 0 || (fl & (O_APPEND | O_PATH | O_SYNC | O_DSYNC))) return TO_LIBC;
   const int acc = fl & O_ACCMODE;
-  if (c->write ? acc == O_RDONLY : acc == O_WRONLY) return PASS; /* libc reports EBADF */
+  if (c->write ? acc == O_RDONLY : acc == O_WRONLY) return TO_LIBC; /* libc reports EBADF */
   const int direct = (fl & O_DIRECT) != 0;
   for (int i = 0; i < c->cnt; ++i) {
-    if (!mapped(c->iov[i].iov_base, c->iov[i].iov_len)) return PASS;
+    if (!mapped(c->iov[i].iov_base, c->iov[i].iov_len)) return TO_LIBC;
     /* O_DIRECT keeps the kernel's alignment rules: a misaligned request gets its EINVAL from libc. */
-    if (direct && (((uintptr_t)c->iov[i].iov_base | c->iov[i].iov_len) & 4095)) return PASS;
+    if (direct && (((uintptr_t)c->iov[i].iov_base | c->iov[i].iov_len) & 4095)) return TO_LIBC;
   }
-  if (direct && (c->off > 0 && (c->off & 4095))) return PASS;
+  if (direct && (c->off > 0 && (c->off & 4095))) return TO_LIBC;
   struct handle* h = handle_get(c->fd, st, acc, direct);
-  if (!h) return PASS;
+  if (!h) return TO_LIBC;
   if (c->total < h->min_accel[c->write]) {
     handle_put(h);
-    return PASS;
+    return TO_LIBC;
   }
   off_t start = c->off;
   if (start < 0) { /* reserve [start, start+total) of the shared file offset atomically */
     const off_t end = lseek(c->fd, (off_t)c->total, SEEK_CUR);
     if (end < 0) {
       handle_put(h);
-      return PASS;
+      return TO_LIBC;
     }
     start = end - (off_t)c->total;
     if (direct && (start & 4095)) { /* the offset was misaligned: libc decides */
       lseek(c->fd, start, SEEK_SET);
       handle_put(h);
-      return PASS;
+      return TO_LIBC;
     }
   }
   size_t done = 0;
@@ -498,7 +500,7 @@ static int take(const struct call* c, const struct stat* st, ssize_t* out, int* 
      * harmless; a file the engine extended beyond the kernel's result is cut back. */
     *fallback = 1;
     if (c->off < 0) lseek(c->fd, start, SEEK_SET);
-    ssize_t r = pass(c);
+    ssize_t r = call_libc(c);
     const int e = errno;
     if (c->write) {
       const off_t want = start + (r > 0 ? r : 0);
@@ -508,11 +510,11 @@ static int take(const struct call* c, const struct stat* st, ssize_t* out, int* 
     }
     errno = e;
     *out = r;
-    return TAKEN;
+    return SERVED;
   }
   if (c->off < 0 && done < c->total) lseek(c->fd, start + (off_t)done, SEEK_SET);
   *out = (ssize_t)done;
-  return TAKEN;
+  return SERVED;
 }
 
 /* Calls the engine served, and of those the ones libc had to redo: for tests and diagnostics. */
@@ -524,9 +526,9 @@ EXPORT void accio_preload_counters(uint64_t* taken, uint64_t* redone) {
 
 /* Every interposed call ends here once its size is known. */
 static ssize_t dispatch(const struct call* c) {
-  if (t_inside) return pass(c);
+  if (t_inside) return call_libc(c);
   const int stats = g_stats_dir[0] != 0;
-  if (c->total < g_gate && !stats) return pass(c);
+  if (c->total < g_gate && !stats) return call_libc(c);
   t_inside = 1;
   const int saved = errno;
   struct stat st;
@@ -534,14 +536,14 @@ static ssize_t dispatch(const struct call* c) {
   if (fstat(c->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     errno = saved;
     t_inside = 0;
-    return pass(c);
+    return call_libc(c);
   }
   errno = saved;
   const uint64_t t0 = stats ? now_ns() : 0;
   int accel = 0, fallback = 0;
-  if (c->total < g_gate || take(c, &st, &r, &accel, &fallback) == PASS) {
+  if (c->total < g_gate || serve_with_engine(c, &st, &r, &accel, &fallback) == TO_LIBC) {
     errno = saved;
-    r = pass(c);
+    r = call_libc(c);
   } else {
     __atomic_add_fetch(&g_taken, 1, __ATOMIC_RELAXED);
     if (fallback) __atomic_add_fetch(&g_redone, 1, __ATOMIC_RELAXED);
@@ -558,14 +560,16 @@ static ssize_t dispatch(const struct call* c) {
 /* The kernel moves at most MAX_RW_COUNT bytes per call (INT_MAX rounded down to a page). */
 #define MAX_RW_COUNT ((size_t)INT_MAX & ~(size_t)4095)
 
-static ssize_t one(int fd, void* buf, size_t n, off_t off, int write) {
+/* read, pread, write, pwrite (the fortify variants call these): one buffer. */
+static ssize_t dispatch_buffer(int fd, void* buf, size_t n, off_t off, int write) {
   if (n > MAX_RW_COUNT) n = MAX_RW_COUNT; /* a short transfer, as the kernel's */
   const struct iovec v = {buf, n};
   const struct call c = {fd, write, &v, 1, off, n, 0};
   return dispatch(&c);
 }
 
-static ssize_t many(int fd, const struct iovec* iov, int cnt, off_t off, int write) {
+/* readv, preadv, writev, pwritev and their v2 forms: an iovec array. */
+static ssize_t dispatch_vector(int fd, const struct iovec* iov, int cnt, off_t off, int write) {
   size_t total = 0;
   if (cnt > 0 && cnt <= IOV_MAX && iov) {
     for (int i = 0; i < cnt; ++i) {
@@ -578,7 +582,7 @@ static ssize_t many(int fd, const struct iovec* iov, int cnt, off_t off, int wri
   }
   const struct call c = {fd, write, iov, cnt, off, total, 1};
   /* Nothing to move, or an invalid or oversized vector: libc answers (EINVAL, or a short count). */
-  return !total || total > MAX_RW_COUNT ? pass(&c) : dispatch(&c);
+  return !total || total > MAX_RW_COUNT ? call_libc(&c) : dispatch(&c);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -587,46 +591,46 @@ static ssize_t many(int fd, const struct iovec* iov, int cnt, off_t off, int wri
 
 EXPORT ssize_t read(int fd, void* buf, size_t n) {
   if (n < g_gate && FAST) return REAL(read)(fd, buf, n);
-  return one(fd, buf, n, -1, READ);
+  return dispatch_buffer(fd, buf, n, -1, READ);
 }
 EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
   if ((n < g_gate && FAST) || off < 0) return REAL(pread)(fd, buf, n, off);
-  return one(fd, buf, n, off, READ);
+  return dispatch_buffer(fd, buf, n, off, READ);
 }
 EXPORT ssize_t pread64(int fd, void* buf, size_t n, off_t off) { return pread(fd, buf, n, off); }
 EXPORT ssize_t write(int fd, const void* buf, size_t n) {
   if (n < g_gate && FAST) return REAL(write)(fd, buf, n);
-  return one(fd, (void*)buf, n, -1, WRITE);
+  return dispatch_buffer(fd, (void*)buf, n, -1, WRITE);
 }
 EXPORT ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
   if ((n < g_gate && FAST) || off < 0) return REAL(pwrite)(fd, buf, n, off);
-  return one(fd, (void*)buf, n, off, WRITE);
+  return dispatch_buffer(fd, (void*)buf, n, off, WRITE);
 }
 EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off_t off) { return pwrite(fd, buf, n, off); }
-EXPORT ssize_t readv(int fd, const struct iovec* iov, int cnt) { return many(fd, iov, cnt, -1, READ); }
-EXPORT ssize_t writev(int fd, const struct iovec* iov, int cnt) { return many(fd, iov, cnt, -1, WRITE); }
+EXPORT ssize_t readv(int fd, const struct iovec* iov, int cnt) { return dispatch_vector(fd, iov, cnt, -1, READ); }
+EXPORT ssize_t writev(int fd, const struct iovec* iov, int cnt) { return dispatch_vector(fd, iov, cnt, -1, WRITE); }
 EXPORT ssize_t preadv(int fd, const struct iovec* iov, int cnt, off_t off) {
   if (off < 0) return REAL(preadv)(fd, iov, cnt, off);
-  return many(fd, iov, cnt, off, READ);
+  return dispatch_vector(fd, iov, cnt, off, READ);
 }
 EXPORT ssize_t preadv64(int fd, const struct iovec* iov, int cnt, off_t off) { return preadv(fd, iov, cnt, off); }
 EXPORT ssize_t pwritev(int fd, const struct iovec* iov, int cnt, off_t off) {
   if (off < 0) return REAL(pwritev)(fd, iov, cnt, off);
-  return many(fd, iov, cnt, off, WRITE);
+  return dispatch_vector(fd, iov, cnt, off, WRITE);
 }
 EXPORT ssize_t pwritev64(int fd, const struct iovec* iov, int cnt, off_t off) { return pwritev(fd, iov, cnt, off); }
 /* preadv2/pwritev2 with flags (RWF_NOWAIT, RWF_HIPRI, RWF_DSYNC, RWF_APPEND, ...) keep the kernel's
  * meaning: they pass through. Offset -1 means the file offset, as for readv/writev. */
 EXPORT ssize_t preadv2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
   if (flags || off < -1) return REAL(preadv2)(fd, iov, cnt, off, flags);
-  return many(fd, iov, cnt, off, READ);
+  return dispatch_vector(fd, iov, cnt, off, READ);
 }
 EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
   return preadv2(fd, iov, cnt, off, flags);
 }
 EXPORT ssize_t pwritev2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
   if (flags || off < -1) return REAL(pwritev2)(fd, iov, cnt, off, flags);
-  return many(fd, iov, cnt, off, WRITE);
+  return dispatch_vector(fd, iov, cnt, off, WRITE);
 }
 EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
   return pwritev2(fd, iov, cnt, off, flags);
@@ -757,7 +761,7 @@ __attribute__((constructor)) static void shim_init(void) {
       g_gate = v ? v : 1;
       g_gate_set = 1;
     } else {
-      say("accio preload: ACCIO_PRELOAD_THRESHOLD='%s' is not a size: using %zu\n", t, g_gate);
+      tell_user("accio preload: ACCIO_PRELOAD_THRESHOLD='%s' is not a size: using %zu\n", t, g_gate);
     }
   }
   const char* m = getenv("ACCIO_MECHANISM");

@@ -450,7 +450,10 @@ accio::Settings to_settings(const std::vector<std::pair<std::string, std::string
   return s;
 }
 
-nb::dict stats_dict(const accio_stats& s) {
+// s: accio_file_stats or accio_global_stats; per_id(id, &calls, &bytes): the matching
+// accio_*_mechanism_stats, which knows every mechanism id.
+template <class PerId>
+nb::dict stats_dict(const accio_stats& s, PerId per_id) {
   nb::dict d;
   d["reads"] = s.reads;
   d["writes"] = s.writes;
@@ -463,9 +466,11 @@ nb::dict stats_dict(const accio_stats& s) {
   d["fsync_ns"] = s.fsync_ns;
   nb::dict per;
   for (int i = 0; i < accio_mechanism_count(); ++i) {
+    uint64_t calls = 0, bytes = 0;
+    accio::detail::check(per_id(i, &calls, &bytes));
     nb::dict m;
-    m["calls"] = s.mechanism_calls[i];
-    m["bytes"] = s.mechanism_bytes[i];
+    m["calls"] = calls;
+    m["bytes"] = bytes;
     per[accio_mechanism_name(i)] = m;
   }
   d["mechanisms"] = per;
@@ -547,7 +552,10 @@ class PyFile {
     return f_.plan(n, write ? ACCIO_OP_WRITE : ACCIO_OP_READ);
   }
   nb::dict stats() {
-    nb::dict d = stats_dict(f_.stats());
+    accio_file* h = f_.handle();
+    nb::dict d = stats_dict(f_.stats(), [h](int id, uint64_t* calls, uint64_t* bytes) {
+      return accio_file_mechanism_stats(h, id, calls, bytes);
+    });
     nb::list plans;
     for (const accio_plan_stat& p : f_.plans()) {
       nb::dict e;
@@ -565,7 +573,7 @@ class PyFile {
     const void* buf = aligned ? nullptr : reinterpret_cast<const void*>(uintptr_t{1});
     const accio_op op = write ? ACCIO_OP_WRITE : ACCIO_OP_READ;
     nb::gil_scoped_release nogil;
-    const char* mech = accio_plan_at(f_.handle(), buf, n, offset, op);
+    const char* mech = accio_mechanism_for_at(f_.handle(), buf, n, offset, op);
     if (!mech) throw accio::Error::last();
     auto e = f_.explain(buf, n, offset, op);
     return {mech, e.plan, e.why};
@@ -578,7 +586,7 @@ class PyFile {
     const int64_t t0 = accio_bench::now_ns();
     for (size_t r = 0; r < rounds; ++r)
       for (auto& [n, off] : reqs)
-        if (!accio_plan_at(f_.handle(), nullptr, n, off, op)) throw accio::Error::last();
+        if (!accio_mechanism_for_at(f_.handle(), nullptr, n, off, op)) throw accio::Error::last();
     return double(accio_bench::now_ns() - t0) / double(std::max<size_t>(1, rounds * reqs.size()));
   }
   accio_file* handle() const { return f_.handle(); }
@@ -838,7 +846,7 @@ NB_MODULE(_ext, m) {
   m.def("global_stats", [] {
     accio_stats s;
     accio_global_stats(&s);
-    return stats_dict(s);
+    return stats_dict(s, accio_global_mechanism_stats);
   });
   m.def("reset_global_stats", [] { accio_global_stats_reset(); });
   m.def("set_log_sink", [](nb::object fn) {

@@ -1,5 +1,5 @@
 /* C API smoke test, compiled as C: open, open by descriptor, write, read back, async, batch, stats,
- * plans, errors. */
+ * plans, errors, and the deprecated names (accio_plan, accio_plan_at, accio_stats' fixed arrays). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -56,7 +56,7 @@ int main(void) {
   CHECK(accio_size(f) == (int64_t)n);
   CHECK(accio_pread(f, dst, n, 0) == (int64_t)n && memcmp(src, dst, n) == 0);
   CHECK(accio_pread(f, dst, 100, (int64_t)n - 10) == 10); /* short read at EOF is a count */
-  CHECK(strcmp(accio_plan(f, n, ACCIO_OP_READ), "parallel") == 0);
+  CHECK(strcmp(accio_mechanism_for(f, n, ACCIO_OP_READ), "parallel") == 0);
 
   accio_future* fut;
   memset(dst, 0, n);
@@ -72,9 +72,29 @@ int main(void) {
   accio_future_free(futs[0]);
   accio_future_free(futs[1]);
 
+  /* accio_stats keeps its layout (older binaries read the same fields at the same places). */
+  _Static_assert(sizeof(accio_stats) == 9 * 8 + 2 * ACCIO_MAX_MECHANISMS * 8 + 8, "accio_stats layout");
   accio_stats st;
   CHECK(accio_file_stats(f, &st) == 0 && st.writes == 1 && st.bytes_written == n);
   CHECK(st.last_mechanism >= 0 && strcmp(accio_mechanism_name(st.last_mechanism), "parallel") == 0);
+  /* Per mechanism, by id: every id answers, beyond the last one is -EINVAL; the deprecated arrays
+   * hold the same numbers for the ids they have room for. */
+  CHECK(accio_mechanism_count() > 0);
+  uint64_t total_calls = 0;
+  for (int id = 0; id < accio_mechanism_count(); ++id) {
+    uint64_t calls = 99, bytes = 99;
+    CHECK(accio_file_mechanism_stats(f, id, &calls, &bytes) == 0);
+    CHECK(id != st.last_mechanism ? calls == 0 && bytes == 0 : calls == st.reads + st.writes);
+    CHECK(id >= ACCIO_MAX_MECHANISMS || (st.mechanism_calls[id] == calls && st.mechanism_bytes[id] == bytes));
+    total_calls += calls;
+    CHECK(accio_global_mechanism_stats(id, &calls, NULL) == 0 && calls >= (id == st.last_mechanism));
+  }
+  CHECK(total_calls == st.reads + st.writes);
+  CHECK(accio_file_mechanism_stats(f, accio_mechanism_count(), NULL, NULL) == -EINVAL);
+  CHECK(strstr(accio_last_error(), "no mechanism with id") != NULL);
+  CHECK(accio_file_mechanism_stats(f, -1, NULL, NULL) == -EINVAL);
+  CHECK(accio_global_mechanism_stats(accio_mechanism_count(), NULL, NULL) == -EINVAL);
+  CHECK(accio_file_mechanism_stats(NULL, 0, NULL, NULL) == -EINVAL);
   CHECK(accio_pread(f, dst, 10, -1) == -EINVAL);
 
   /* Which plan ran and why; the plan a request would run. */
@@ -85,23 +105,31 @@ int main(void) {
   char plan[128], why[512];
   CHECK(accio_explain(f, NULL, n, 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why) == 0);
   CHECK(strcmp(plan, "parallel") == 0 && strstr(why, "is set") != NULL);
+  CHECK(strcmp(accio_mechanism_for_at(f, dst, n, 0, ACCIO_OP_READ), "parallel") == 0);
+  CHECK(accio_mechanism_for_at(f, dst, n, -1, ACCIO_OP_READ) == NULL && accio_last_errno() == EINVAL);
+  CHECK(accio_mechanism_for(NULL, n, ACCIO_OP_READ) == NULL);
+  /* The deprecated names still answer, the same way. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  CHECK(strcmp(accio_plan(f, n, ACCIO_OP_READ), "parallel") == 0);
   CHECK(strcmp(accio_plan_at(f, dst, n, 0, ACCIO_OP_READ), "parallel") == 0);
   CHECK(accio_plan_at(f, dst, n, -1, ACCIO_OP_READ) == NULL && accio_last_errno() == EINVAL);
+#pragma GCC diagnostic pop
   CHECK(accio_close(f) == 0);
 
   /* auto with the built-in model: posix for small requests, parallel for large ones. */
   accio_settings* a = accio_settings_new();
   CHECK(accio_settings_set(a, "profile", "off") == 0);
   CHECK(accio_open(&f, path, "r", a) == 0);
-  CHECK(strcmp(accio_plan_at(f, NULL, 4096, 0, ACCIO_OP_READ), "posix") == 0);
-  CHECK(strcmp(accio_plan_at(f, NULL, 64 << 20, 0, ACCIO_OP_READ), "parallel") == 0);
+  CHECK(strcmp(accio_mechanism_for_at(f, NULL, 4096, 0, ACCIO_OP_READ), "posix") == 0);
+  CHECK(strcmp(accio_mechanism_for_at(f, NULL, 64 << 20, 0, ACCIO_OP_READ), "parallel") == 0);
   CHECK(accio_explain(f, NULL, 64 << 20, 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why) == 0);
   CHECK(strcmp(plan, "parallel(even)") == 0 && strstr(why, "built-in model") != NULL);
   /* The built-in model runs posix up to 1 MiB: the first size it accelerates is just above. */
   const int64_t from = accio_min_accelerated(f, ACCIO_OP_READ);
   CHECK(from > 4096 && from <= (1 << 20) + 1);
-  CHECK(strcmp(accio_plan_at(f, NULL, (size_t)from - 1, 0, ACCIO_OP_READ), "posix") == 0);
-  CHECK(strcmp(accio_plan_at(f, NULL, (size_t)from, 0, ACCIO_OP_READ), "parallel") == 0);
+  CHECK(strcmp(accio_mechanism_for_at(f, NULL, (size_t)from - 1, 0, ACCIO_OP_READ), "posix") == 0);
+  CHECK(strcmp(accio_mechanism_for_at(f, NULL, (size_t)from, 0, ACCIO_OP_READ), "parallel") == 0);
   CHECK(accio_close(f) == 0);
 
   /* A handle on a descriptor we hold: same file and access mode, our offset untouched. */

@@ -1,6 +1,6 @@
 // The staging ring pipeline of `staged` (src/io/pipeline.cpp), without a GPU: a fake copy queue runs
-// its copies on a thread, slowed when a test wants overlap, and records which slot is busy. The
-// tests check the schedule: data arrives in the right place, no slot is refilled while its copy is
+// its copies on a thread, slowed when a test wants overlap, and records which buffer is busy. The
+// tests check the schedule: data arrives in the right place, no buffer is refilled while its copy is
 // in flight, the file side overlaps the copy side, end of file and errors drain the queue.
 #include <gtest/gtest.h>
 
@@ -18,9 +18,9 @@
 #include "io/pipeline.hpp"
 
 namespace {
-using accio::io::CopyQueue;
+using accio::io::StagingRing;
 
-class FakeQueue final : public CopyQueue {
+class FakeQueue final : public StagingRing {
  public:
   FakeQueue(unsigned k, size_t size, int copy_us = 0) : size_(size), copy_us_(copy_us), bufs_(k, std::vector<char>(size)),
                                                         busy_(k, 0), marks_(k, 0) {
@@ -34,9 +34,9 @@ class FakeQueue final : public CopyQueue {
     cv_.notify_all();
     worker_.join();
   }
-  unsigned slots() const override { return static_cast<unsigned>(bufs_.size()); }
-  size_t slot_size() const override { return size_; }
-  char* slot(unsigned i) override { return bufs_[i].data(); }
+  unsigned buffers() const override { return static_cast<unsigned>(bufs_.size()); }
+  size_t buffer_size() const override { return size_; }
+  char* buffer(unsigned i) override { return bufs_[i].data(); }
   void to_device(char* dev, unsigned s, size_t from, size_t n) override {
     EXPECT_LE(from + n, size_);
     push({[=, this] { std::memcpy(dev, bufs_[s].data() + from, n); }, s});
@@ -58,8 +58,8 @@ class FakeQueue final : public CopyQueue {
     cv_.wait(lk, [&] { return ops_.empty() && !running_; });
     ++drains_;
   }
-  // The file side calls this before it fills slot s: the slot must not have a copy pending.
-  bool slot_busy(unsigned s) {
+  // The file side calls this before it fills buffer s: the buffer must not have a copy pending.
+  bool buffer_busy(unsigned s) {
     std::lock_guard lk(mu_);
     return busy_[s] > 0;
   }
@@ -73,12 +73,12 @@ class FakeQueue final : public CopyQueue {
  private:
   struct Op {
     std::function<void()> fn;
-    unsigned slot;
+    unsigned buffer;
   };
   void push(Op op) {
     std::lock_guard lk(mu_);
     ++seq_;
-    ++busy_[op.slot];
+    ++busy_[op.buffer];
     ops_.push_back(std::move(op));
     cv_.notify_all();
   }
@@ -95,7 +95,7 @@ class FakeQueue final : public CopyQueue {
       op.fn();
       lk.lock();
       running_ = false;
-      --busy_[op.slot];
+      --busy_[op.buffer];
       ++done_;
       ++copies_;
       cv_.notify_all();
@@ -123,7 +123,7 @@ std::vector<char> pattern(size_t n, unsigned seed) {
   return v;
 }
 
-// A "file" in memory with read_full semantics; checks the slot it fills is not being copied.
+// A "file" in memory with read_full semantics; checks the buffer it fills is not being copied.
 struct MemFile {
   std::vector<char> data;
   FakeQueue* q;
@@ -132,9 +132,9 @@ struct MemFile {
   size_t read(char* buf, size_t n, uint64_t off) {
     EXPECT_EQ(off % align, 0u);
     EXPECT_EQ(n % align, 0u);
-    for (unsigned s = 0; s < q->slots(); ++s)
-      if (q->slot(s) == buf) {
-        EXPECT_FALSE(q->slot_busy(s)) << "slot " << s << " refilled while its copy runs";
+    for (unsigned s = 0; s < q->buffers(); ++s)
+      if (q->buffer(s) == buf) {
+        EXPECT_FALSE(q->buffer_busy(s)) << "buffer " << s << " refilled while its copy runs";
       }
     ++reads;
     if (q->copy_in_flight()) ++overlapped;
@@ -153,7 +153,7 @@ TEST(Ring, ReadsEverySizeOffsetAndAlignment) {
       for (auto [off, n] : {std::pair<uint64_t, size_t>{0, 0}, {0, 1}, {0, 4096}, {7, 4096}, {4095, 9000},
                             {1000, 40000}, {49000, 5000}, {50000, 10}, {60000, 10}}) {
         std::vector<char> dev(n + 1, 'x');
-        const size_t got = accio::io::ring_read(q, dev.data(), n, off, align, [&](char* b, size_t l, uint64_t o) {
+        const size_t got = accio::io::pipeline_read(q, dev.data(), n, off, align, [&](char* b, size_t l, uint64_t o) {
           return f.read(b, l, o);
         });
         const size_t want = off >= f.data.size() ? 0 : std::min<size_t>(n, f.data.size() - off);
@@ -170,18 +170,18 @@ TEST(Ring, FileSideOverlapsSlowCopies) {
   FakeQueue q(3, 1024, 2000);  // each copy takes 2 ms
   MemFile f{pattern(64 * 1024, 7), &q};
   std::vector<char> dev(f.data.size());
-  ASSERT_EQ(accio::io::ring_read(q, dev.data(), dev.size(), 0, 1, [&](char* b, size_t l, uint64_t o) { return f.read(b, l, o); }),
+  ASSERT_EQ(accio::io::pipeline_read(q, dev.data(), dev.size(), 0, 1, [&](char* b, size_t l, uint64_t o) { return f.read(b, l, o); }),
             dev.size());
   EXPECT_EQ(dev, f.data);
   EXPECT_EQ(f.reads, 64);
   // With k = 3 the reader runs ahead while copies are queued: nearly every read after the first
-  // overlaps a copy (the single-slot case below cannot).
+  // overlaps a copy (the single-buffer case below cannot).
   EXPECT_GE(f.overlapped, 60) << "reads did not overlap copies";
 
   FakeQueue q1(1, 1024, 2000);
   MemFile f1{f.data, &q1};
-  accio::io::ring_read(q1, dev.data(), dev.size(), 0, 1, [&](char* b, size_t l, uint64_t o) { return f1.read(b, l, o); });
-  EXPECT_EQ(f1.overlapped, 0) << "one slot must wait for its copy before the next read";
+  accio::io::pipeline_read(q1, dev.data(), dev.size(), 0, 1, [&](char* b, size_t l, uint64_t o) { return f1.read(b, l, o); });
+  EXPECT_EQ(f1.overlapped, 0) << "one buffer must wait for its copy before the next read";
 }
 
 TEST(Ring, ReadErrorDrainsAndPropagates) {
@@ -189,7 +189,7 @@ TEST(Ring, ReadErrorDrainsAndPropagates) {
   MemFile f{pattern(10000, 3), &q};
   std::vector<char> dev(10000);
   int calls = 0;
-  EXPECT_THROW(accio::io::ring_read(q, dev.data(), dev.size(), 0, 1,
+  EXPECT_THROW(accio::io::pipeline_read(q, dev.data(), dev.size(), 0, 1,
                                     [&](char* b, size_t l, uint64_t o) -> size_t {
                                       if (++calls == 4) throw std::runtime_error("EIO at chunk 4");
                                       return f.read(b, l, o);
@@ -206,18 +206,18 @@ TEST(Ring, WritesInOrderWithoutOverwritingASlotBeingWritten) {
       const std::vector<char> dev = pattern(20000, k);
       std::vector<char> file(40000, 0);
       uint64_t next = 4096;
-      accio::io::ring_write(q, dev.data(), dev.size(), 4096, align, [&](const char* b, size_t n, uint64_t off) {
+      accio::io::pipeline_write(q, dev.data(), dev.size(), 4096, align, [&](const char* b, size_t n, uint64_t off) {
         EXPECT_EQ(off, next) << "out of order";
         EXPECT_EQ(off % align, 0u);
         if (off + n < 4096 + dev.size()) {
           EXPECT_EQ(n % align, 0u);
         }
-        for (unsigned s = 0; s < q.slots(); ++s)
-          if (q.slot(s) == b) {
-            EXPECT_FALSE(q.slot_busy(s)) << "slot being written is also being filled";
+        for (unsigned s = 0; s < q.buffers(); ++s)
+          if (q.buffer(s) == b) {
+            EXPECT_FALSE(q.buffer_busy(s)) << "buffer being written is also being filled";
           }
         std::this_thread::sleep_for(std::chrono::microseconds(200));
-        std::memcpy(file.data() + off, b, n);  // the slot must still hold chunk `off` after the sleep
+        std::memcpy(file.data() + off, b, n);  // the buffer must still hold chunk `off` after the sleep
         next = off + n;
       });
       EXPECT_EQ(next, 4096 + dev.size());
@@ -231,7 +231,7 @@ TEST(Ring, WriteErrorDrains) {
   FakeQueue q(3, 1000, 300);
   const std::vector<char> dev = pattern(9000, 1);
   int calls = 0;
-  EXPECT_THROW(accio::io::ring_write(q, dev.data(), dev.size(), 0, 1,
+  EXPECT_THROW(accio::io::pipeline_write(q, dev.data(), dev.size(), 0, 1,
                                      [&](const char*, size_t, uint64_t) {
                                        if (++calls == 2) throw std::runtime_error("ENOSPC");
                                      }),
@@ -242,7 +242,7 @@ TEST(Ring, WriteErrorDrains) {
 TEST(Ring, RejectsSlotsSmallerThanTheAlignment) {
   FakeQueue q(2, 256);
   std::vector<char> dev(1024);
-  EXPECT_ANY_THROW(accio::io::ring_read(q, dev.data(), 1024, 0, 512, [](char*, size_t, uint64_t) { return size_t{0}; }));
+  EXPECT_ANY_THROW(accio::io::pipeline_read(q, dev.data(), 1024, 0, 512, [](char*, size_t, uint64_t) { return size_t{0}; }));
 }
 
 }  // namespace

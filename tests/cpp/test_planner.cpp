@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 
 #include "accio/accio.h"
 #include "base/error.hpp"
@@ -196,7 +197,7 @@ TEST(Planner, FollowsSizeConcurrencyCacheAndAlignment) {
   auto c = r.choose({b.data(), 1 << 20, 0, false, 1, 8 << 20});
   r.record(c, 1 << 20);
   r.record(c, 1 << 20);
-  auto st = r.stats();
+  auto st = r.stats(0, 0);
   ASSERT_EQ(st.size(), 1u);
   EXPECT_EQ(st[0].plan, "direct(even)");
   EXPECT_EQ(st[0].calls, 2u);
@@ -219,6 +220,72 @@ TEST(Planner, SkipsPlansTheFileCannotRun) {
   EXPECT_EQ(r.choose({b.data(), 1 << 20, 0, false, 1, 0}).plan->spec.label(), "parallel(even)");
 }
 
+namespace {
+struct InlineRunner final : io::TaskRunner {
+  void run(size_t ntasks, unsigned, const std::function<void(size_t)>& fn) override {
+    for (size_t i = 0; i < ntasks; ++i) fn(i);
+  }
+};
+}  // namespace
+
+TEST(Planner, AFixedMechanismIsAOnePlanPlanner) {
+  TempDir d;
+  auto s = base::Settings::defaults();
+  s.set("mechanism", "direct");
+  auto f = engine::File::open(d.file("x"), "w+", s);
+  io::FileRef ref = f->ref();
+  ref.direct_fd = -1;  // as on a filesystem without O_DIRECT: direct resolves to posix (one warning)
+  ref.no_direct = "test";
+  InlineRunner runner;
+  const planner::Planner p(*io::find("direct"), io::IoContext{ref, s, runner});
+  EXPECT_TRUE(p.fixed());
+  ASSERT_NE(p.only_plan(), nullptr);
+  Buffer b(4096);
+  for (const uint64_t n : {uint64_t{1}, uint64_t{4096}, uint64_t{1} << 30}) {
+    const planner::Choice c = p.choose({b.data(1), n, 7, n % 2 == 0, 3, 0});
+    EXPECT_EQ(c.plan, p.only_plan()) << n;  // every request: the one plan and its one route
+    EXPECT_EQ(c.route, 0u);
+  }
+  EXPECT_STREQ(p.only_plan()->mechanism->name(), "posix");
+  EXPECT_EQ(p.only_plan()->label, "posix");  // a fixed mechanism's plan is its name
+  EXPECT_EQ(p.why(0), "mechanism=direct is set but cannot run here (see the warning): it runs as posix");
+  EXPECT_EQ(p.min_accelerated(false), UINT64_MAX);  // it runs as posix
+  // The one route's counts are the handle's (every request, those another mechanism ran as well):
+  // recording adds nothing of its own, and no requests means no entry.
+  const planner::Choice c = p.choose({b.data(), 4096, 0, false, 1, 0});
+  p.record(c, 4096);
+  EXPECT_TRUE(p.stats(0, 0).empty());
+  const auto st = p.stats(2, 4196);
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].plan, "posix");
+  EXPECT_EQ(st[0].why, p.why(0));
+  EXPECT_EQ(st[0].calls, 2u);
+  EXPECT_EQ(st[0].bytes, 4196u);
+
+  auto sp = s;
+  sp.set("mechanism", "parallel");
+  const planner::Planner q(*io::find("parallel"), io::IoContext{ref, sp, runner});
+  EXPECT_EQ(q.why(0), "mechanism=parallel is set");
+  EXPECT_EQ(q.min_accelerated(true), 0u);
+}
+
+TEST(Planner, AutoCountsOnlyTheRequestsItsPlanRan) {
+  TempDir d;
+  const std::string prof = write_text(d, "p.json", kProfile);
+  auto s = base::Settings::defaults();
+  auto f = engine::File::open(d.file("x"), "w+", s);
+  const planner::Planner r(planner::Profile::parse(kProfile, prof), f->ref(), s);
+  EXPECT_FALSE(r.fixed());
+  EXPECT_EQ(r.only_plan(), nullptr);
+  Buffer b(4096);
+  const planner::Choice c = r.choose({b.data(), 4096, 0, false, 1, 0});
+  r.record(c, 4096, /*rerouted=*/true);  // a GPU buffer served by staged: not this plan's
+  EXPECT_TRUE(r.stats(7, 7).empty()) << "auto counts its routes, not the handle";
+  r.record(c, 4096);
+  ASSERT_EQ(r.stats(7, 7).size(), 1u);
+  EXPECT_EQ(r.stats(7, 7)[0].calls, 1u);
+}
+
 TEST(Engine, AutoRunsThePlannedMechanismAndCountsIt) {
   TempDir d;
   const std::string prof = write_text(d, "p.json", kProfile);
@@ -231,8 +298,8 @@ TEST(Engine, AutoRunsThePlannedMechanismAndCountsIt) {
   f->pwrite(b.data(), 4096, 0);     // posix
   EXPECT_EQ(std::string(f->plan(4 << 20, true).name()), "uring");
   const auto st = f->stats();
-  EXPECT_EQ(st.mechanism_calls[io::find("uring")->id], 1u);
-  EXPECT_EQ(st.mechanism_calls[io::find("posix")->id], 1u);
+  EXPECT_EQ(st.mechanisms[io::find("uring")->id].calls, 1u);
+  EXPECT_EQ(st.mechanisms[io::find("posix")->id].calls, 1u);
   const auto ps = f->plan_stats();
   ASSERT_EQ(ps.size(), 2u);
   auto e = f->explain(nullptr, 4 << 20, 0, true);

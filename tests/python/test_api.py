@@ -203,6 +203,25 @@ def test_global_stats():
     assert before["reads"] == 0
 
 
+def test_per_mechanism_stats_name_every_mechanism_and_count_the_one_that_ran(tmp_path):
+    # Read through accio_file_mechanism_stats / accio_global_mechanism_stats: one entry per
+    # registered mechanism, whatever their number.
+    p = tmp_path / "m.bin"
+    p.write_bytes(b"x" * 8192)
+    accio.reset_global_stats()
+    with accio.open(p, "r", mechanism="parallel") as f:
+        buf = bytearray(8192)
+        assert f.read_into(buf) == 8192 and bytes(buf) == b"x" * 8192
+        st = f.stats()
+    names = [n for n, _, _ in accio.mechanisms()]
+    assert list(st["mechanisms"]) == names
+    assert st["mechanisms"]["parallel"] == {"calls": 1, "bytes": 8192}
+    assert all(m == {"calls": 0, "bytes": 0} for n, m in st["mechanisms"].items() if n != "parallel")
+    assert st["last_mechanism"] == "parallel"
+    g = accio.global_stats()
+    assert list(g["mechanisms"]) == names and g["mechanisms"]["parallel"]["calls"] == 1
+
+
 # ---- errors ----
 
 def test_missing_path_is_file_not_found(tmp_path):

@@ -1,0 +1,71 @@
+// accio mechanisms: O_DIRECT in one place (see odirect.hpp).
+#include "io/odirect.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace accio::io {
+
+DirectOpen open_direct(const std::string& path, int flags, int known_fd) {
+  DirectOpen d;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  d.off_align = d.mem_align = page;
+  // Reads the alignment of fd into d; false when the filesystem says O_DIRECT is not supported.
+  auto learn = [&](int fd) {
+#ifdef STATX_DIOALIGN
+    struct statx sx {};
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
+      if (sx.stx_dio_offset_align == 0) return false;
+      d.reported_off_align = sx.stx_dio_offset_align;
+      d.reported_mem_align = sx.stx_dio_mem_align;
+      d.off_align = std::max<size_t>(page, sx.stx_dio_offset_align);
+      d.mem_align = std::max<size_t>(sx.stx_dio_mem_align, 1);
+    }
+#endif
+    (void)fd;
+    return true;
+  };
+  const char* unsupported = "the filesystem does not support O_DIRECT on this file";
+  if (known_fd >= 0 && !learn(known_fd)) {
+    d.refused = unsupported;
+    return d;
+  }
+  const int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    d.refused = std::string("open with O_DIRECT: ") + std::strerror(errno);
+    return d;
+  }
+  if (known_fd < 0 && !learn(fd)) {
+    ::close(fd);
+    d.refused = unsupported;
+    return d;
+  }
+  d.fd = fd;
+  return d;
+}
+
+bool direct_usable(const FileRef& file, const base::Settings& s, std::string* why) {
+  if (file.direct_fd >= 0 && s.buffer_size >= file.off_align) return true;
+  if (why) *why = file.direct_fd < 0 ? file.no_direct : "buffer_size is below the O_DIRECT alignment";
+  return false;
+}
+
+DirectSplit split_direct(uint64_t off, size_t n, size_t align) {
+  const uint64_t end = off + n, mid = align_up(off, align), tail = align_down(end, align);
+  if (tail <= mid) return {off, end, end, end};
+  return {off, mid, tail, end};
+}
+
+void write_direct_split(uint64_t off, size_t n, size_t align, const PieceFn& edge, const PieceFn& middle) {
+  const DirectSplit s = split_direct(off, n, align);
+  if (s.head_len()) edge(0, s.off, s.head_len());
+  if (s.tail_len()) edge(static_cast<size_t>(s.tail - off), s.tail, s.tail_len());
+  if (s.has_middle()) middle(static_cast<size_t>(s.mid - off), s.mid, s.middle_len());
+}
+
+}  // namespace accio::io

@@ -1,0 +1,62 @@
+// accio mechanisms: O_DIRECT in one place. How a file is opened for O_DIRECT and which alignment it
+// needs (File::open_as and accio_probe), whether a request may use it (direct, uring, staged and the
+// planner), and how a request is cut into an unaligned head, an aligned middle and an unaligned tail
+// (the mechanisms that read or write with O_DIRECT).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/settings.hpp"
+#include "io/mechanism.hpp"
+
+namespace accio::io {
+
+// ---- opening ----
+
+// An O_DIRECT descriptor on a file and the alignment it needs, or why there is none.
+struct DirectOpen {
+  int fd = -1;              // O_DIRECT descriptor (O_CLOEXEC), -1 when refused; the caller closes it
+  std::string refused;      // why fd is -1
+  size_t off_align = 4096;  // file offset and length alignment (>= the page size)
+  size_t mem_align = 4096;  // buffer address alignment
+  // What statx(STATX_DIOALIGN) reported (Linux 6.1+): both 0 where it reports nothing, and then the
+  // alignments above are the page size.
+  uint32_t reported_off_align = 0, reported_mem_align = 0;
+};
+
+// Opens `path` with O_DIRECT | O_CLOEXEC | flags (flags: an access mode, or O_TMPFILE | O_RDWR for a
+// directory). `known_fd`, an open descriptor on the same file or -1, is asked for the alignment
+// first, so a file whose filesystem reports no O_DIRECT support is never opened; with -1 the new
+// descriptor is asked. A refusal (EINVAL from open, an alignment of 0) is a result, not an error.
+DirectOpen open_direct(const std::string& path, int flags, int known_fd = -1);
+
+// ---- using ----
+
+// Whether requests on `file` with settings `s` can use its O_DIRECT descriptor: the file has one and
+// a staging buffer holds at least one aligned block. *why (may be null) says why not.
+bool direct_usable(const FileRef& file, const base::Settings& s, std::string* why);
+
+// ---- splitting ----
+
+// [off, off+n) cut at multiples of `align`: head [off, mid), middle [mid, tail) of whole aligned
+// blocks, tail [tail, end). A range with no whole block inside has no middle and is all head
+// (mid == tail == end). Offsets are absolute file offsets.
+struct DirectSplit {
+  uint64_t off, mid, tail, end;
+  size_t head_len() const { return static_cast<size_t>(mid - off); }
+  size_t middle_len() const { return static_cast<size_t>(tail - mid); }
+  size_t tail_len() const { return static_cast<size_t>(end - tail); }
+  bool has_middle() const { return tail > mid; }
+};
+DirectSplit split_direct(uint64_t off, size_t n, size_t align);
+
+// One piece of a request: `len` bytes at file offset `file_off`, `buf_off` bytes into the buffer.
+using PieceFn = std::function<void(size_t buf_off, uint64_t file_off, size_t len)>;
+// How every O_DIRECT writer writes [off, off+n): the unaligned head and tail, or a range with no
+// whole block, through `edge` (the buffered descriptor: no read-modify-write of a block, the file
+// size exact), then the aligned middle through `middle`. Empty pieces are not passed on.
+void write_direct_split(uint64_t off, size_t n, size_t align, const PieceFn& edge, const PieceFn& middle);
+
+}  // namespace accio::io

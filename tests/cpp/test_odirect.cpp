@@ -1,0 +1,164 @@
+// The O_DIRECT helpers (src/io/odirect.hpp) that direct, uring, staged, the planner, File and
+// accio_probe share: the head/middle/tail split at every edge, the write policy built on it, the
+// usability check, and opening a file with O_DIRECT (refusals are results, not errors).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ostream>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "helpers.hpp"
+#include "io/odirect.hpp"
+
+using namespace accio;
+using testing_accio::TempDir;
+
+namespace {
+constexpr size_t A = 4096;
+
+struct Piece {
+  std::string kind;
+  size_t buf_off;
+  uint64_t file_off;
+  size_t len;
+  bool operator==(const Piece& o) const {
+    return kind == o.kind && buf_off == o.buf_off && file_off == o.file_off && len == o.len;
+  }
+};
+std::ostream& operator<<(std::ostream& os, const Piece& p) {
+  return os << p.kind << "(buf+" << p.buf_off << ", at " << p.file_off << ", " << p.len << ")";
+}
+
+std::vector<Piece> write_pieces(uint64_t off, size_t n) {
+  std::vector<Piece> out;
+  io::write_direct_split(
+      off, n, A, [&](size_t b, uint64_t o, size_t l) { out.push_back({"edge", b, o, l}); },
+      [&](size_t b, uint64_t o, size_t l) { out.push_back({"middle", b, o, l}); });
+  return out;
+}
+
+void expect_split(uint64_t off, size_t n, uint64_t mid, uint64_t tail) {
+  const io::DirectSplit s = io::split_direct(off, n, A);
+  EXPECT_EQ(s.off, off);
+  EXPECT_EQ(s.mid, mid) << "off " << off << " n " << n;
+  EXPECT_EQ(s.tail, tail) << "off " << off << " n " << n;
+  EXPECT_EQ(s.end, off + n);
+  EXPECT_EQ(s.head_len() + s.middle_len() + s.tail_len(), n);
+}
+}  // namespace
+
+TEST(DirectSplit, AlignedWholeIsAllMiddle) {
+  expect_split(0, 4 * A, 0, 4 * A);
+  expect_split(3 * A, A, 3 * A, 4 * A);
+  EXPECT_TRUE(io::split_direct(0, A, A).has_middle());
+}
+
+TEST(DirectSplit, UnalignedHeadAndTail) {
+  expect_split(100, 3 * A, A, 3 * A);  // head 100..4096, middle 4096..12288, tail 12288..12388
+  const io::DirectSplit s = io::split_direct(100, 3 * A, A);
+  EXPECT_EQ(s.head_len(), A - 100);
+  EXPECT_EQ(s.middle_len(), 2 * A);
+  EXPECT_EQ(s.tail_len(), 100u);
+  expect_split(A - 1, A + 2, A, 2 * A);  // one byte of head, one block, one byte of tail
+  expect_split(0, A + 1, 0, A);          // aligned start, unaligned tail only
+  expect_split(1, A - 1 + A, A, 2 * A);  // unaligned head, aligned end
+}
+
+TEST(DirectSplit, NoWholeBlockIsAllHead) {
+  expect_split(100, 50, 150, 150);     // inside one block
+  expect_split(A - 10, 20, A + 10, A + 10);  // straddles a boundary, no whole block
+  expect_split(0, A - 1, A - 1, A - 1);      // aligned start, shorter than a block
+  expect_split(1, A, A + 1, A + 1);          // a block's length, not on a block
+  EXPECT_FALSE(io::split_direct(1, A, A).has_middle());
+}
+
+TEST(DirectSplit, ZeroLength) {
+  for (uint64_t off : {uint64_t{0}, uint64_t{A}, uint64_t{77}}) {
+    const io::DirectSplit s = io::split_direct(off, 0, A);
+    EXPECT_FALSE(s.has_middle());
+    EXPECT_EQ(s.head_len() + s.tail_len(), 0u);
+  }
+  EXPECT_TRUE(write_pieces(0, 0).empty());
+  EXPECT_TRUE(write_pieces(77, 0).empty());
+}
+
+TEST(DirectSplit, WritePolicyEdgesFirstThenMiddle) {
+  using V = std::vector<Piece>;
+  EXPECT_EQ(write_pieces(0, 2 * A), (V{{"middle", 0, 0, 2 * A}}));
+  EXPECT_EQ(write_pieces(100, 3 * A),
+            (V{{"edge", 0, 100, A - 100}, {"edge", 3 * A - 100, 3 * A, 100}, {"middle", A - 100, A, 2 * A}}));
+  EXPECT_EQ(write_pieces(0, A + 5), (V{{"edge", A, A, 5}, {"middle", 0, 0, A}}));
+  EXPECT_EQ(write_pieces(5, 2 * A - 5), (V{{"edge", 0, 5, A - 5}, {"middle", A - 5, A, A}}));
+  EXPECT_EQ(write_pieces(10, 100), (V{{"edge", 0, 10, 100}}));  // sub-block: all through the edge path
+  EXPECT_EQ(write_pieces(A - 10, 20), (V{{"edge", 0, A - 10, 20}}));
+}
+
+TEST(DirectUsable, NeedsADescriptorAndABlockPerBuffer) {
+  io::FileRef f;
+  f.off_align = 8192;
+  base::Settings s;
+  s.buffer_size = 1 << 20;
+  std::string why = "untouched";
+  f.no_direct = "open with O_DIRECT: Invalid argument";
+  EXPECT_FALSE(io::direct_usable(f, s, &why));
+  EXPECT_EQ(why, f.no_direct);
+  EXPECT_FALSE(io::direct_usable(f, s, nullptr));
+  f.direct_fd = 99;  // never used: the check only reads the handle's facts
+  EXPECT_TRUE(io::direct_usable(f, s, &why));
+  s.buffer_size = 4096;
+  EXPECT_FALSE(io::direct_usable(f, s, &why));
+  EXPECT_EQ(why, "buffer_size is below the O_DIRECT alignment");
+  s.buffer_size = 8192;
+  EXPECT_TRUE(io::direct_usable(f, s, nullptr));
+}
+
+TEST(OpenDirect, MissingFileIsARefusalWithErrno) {
+  TempDir d;
+  const io::DirectOpen o = io::open_direct(d.file("missing"), O_RDONLY);
+  EXPECT_EQ(o.fd, -1);
+  EXPECT_NE(o.refused.find("open with O_DIRECT: "), std::string::npos) << o.refused;
+  EXPECT_NE(o.refused.find(std::strerror(ENOENT)), std::string::npos) << o.refused;
+}
+
+TEST(OpenDirect, FileAndDirectoryAgree) {
+  TempDir d;
+  const std::string p = d.file("f");
+  const int fd = ::open(p.c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  // Asked through the buffered descriptor (File::open_as) or through the new one (accio_probe): the
+  // same verdict and alignment for the same file.
+  const io::DirectOpen via_known = io::open_direct(p, O_RDWR, fd);
+  const io::DirectOpen via_new = io::open_direct(p, O_RDONLY);
+  EXPECT_EQ(via_known.fd >= 0, via_new.fd >= 0) << via_known.refused << " / " << via_new.refused;
+  for (const io::DirectOpen* o : {&via_known, &via_new}) {
+    if (o->fd < 0) {
+      EXPECT_FALSE(o->refused.empty());
+      continue;
+    }
+    EXPECT_TRUE(o->refused.empty());
+    EXPECT_GE(o->off_align, page);
+    EXPECT_GE(o->mem_align, 1u);
+    if (o->reported_off_align) {
+      EXPECT_EQ(o->off_align, std::max<size_t>(page, o->reported_off_align));
+    }
+    EXPECT_TRUE(fcntl(o->fd, F_GETFL) & O_DIRECT);
+    EXPECT_TRUE(fcntl(o->fd, F_GETFD) & FD_CLOEXEC);
+    ::close(o->fd);
+  }
+  EXPECT_EQ(via_known.off_align, via_new.off_align);
+  // A directory: an unnamed O_TMPFILE in it, as `accio info` probes a path before any file exists.
+  const io::DirectOpen dir = io::open_direct(d.path(), O_TMPFILE | O_RDWR);
+  if (dir.fd >= 0) {
+    ::close(dir.fd);
+  } else {
+    EXPECT_FALSE(dir.refused.empty());
+  }
+  ::close(fd);
+}
