@@ -27,17 +27,12 @@ import tempfile
 import time
 
 import accio
-from accio.bench.runner import drop_pages
-from accio.bench.spec import parse_size
+from accio._system import drop_pages, parse_size, residency
 from accio.info import filesystem, gather
 
 MiB = 1 << 20
 
 
-def residency(path: str) -> float:
-    with accio.open(path, "r", mechanism="posix") as f:
-        r = f.residency()
-    return r["cached"] / r["total"] if r["total"] else 0.0
 
 
 def accio_pass(path: str, size: int, record: int, buf, write: bool, fsync: bool, mechanism: str,

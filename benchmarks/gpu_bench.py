@@ -52,7 +52,7 @@ import numpy as np
 
 import accio
 from accio import stats
-from accio.bench.runner import drop_pages, fsync_path
+from accio._system import drop_pages, fmt_size, fsync_path, parse_size, residency
 
 MiB = 1 << 20
 PAGE = 4096
@@ -72,15 +72,8 @@ def one_line(text: str, limit: int = 300) -> str:
     return first if len(first) <= limit else first[:limit - 3] + "..."
 
 
-def parse_size(text: str) -> int:
-    return int(accio._ext.parse_size(text))
 
 
-def fmt_size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,19 +176,15 @@ def safetensors_file(directory: str, size: int, tensors: int, seed: int = 2, tag
     return ref, spans
 
 
-def cached_fraction(path: str) -> float:
-    with accio.open(path, mechanism="posix") as f:
-        r = f.residency()
-    return r["cached"] / r["total"] if r["total"] else 1.0
 
 
 def warm(path: str) -> float:
     """Reads the file once (untimed) unless it is already in the page cache; returns the cached share."""
-    if cached_fraction(path) < 0.999:
+    if residency(path, empty=1.0) < 0.999:
         with open(path, "rb", buffering=0) as f:
             while f.read(64 * MiB):
                 pass
-    return cached_fraction(path)
+    return residency(path, empty=1.0)
 
 
 def drop_cache(path: str, method: str) -> None:
@@ -1316,17 +1305,17 @@ def sec_cold_read(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
         method = s.doc["params"]["drop"] = "fadvise"  # root, but /proc/sys read-only (a container)
         s.note(f"drop_caches refused ({e}): posix_fadvise(DONTNEED) per file instead")
         drop_cache(ref.path, method)
-    left = cached_fraction(ref.path)
+    left = residency(ref.path, empty=1.0)
     if left > 0.01:
         s.doc["reason"] = (f"the page cache cannot be dropped here: {left:.0%} of the file stays cached after "
                            f"{method} (a tmpfs, or no permission)")
         s.finish("skipped")
         return
-    residency: list[float] = []
+    cached: list[float] = []
 
     def drop():
         drop_cache(ref.path, method)
-        residency.append(cached_fraction(ref.path))
+        cached.append(residency(ref.path, empty=1.0))
 
     buf = gpu.empty(ref.size)
     cs: list[Contender] = []
@@ -1347,9 +1336,9 @@ def sec_cold_read(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
     finally:
         for h in handles:
             h.close()
-    g["params"]["residency_max"] = max(residency, default=None)
-    if residency and max(residency) > 0.01:
-        s.note(f"some samples were not cold: up to {max(residency):.1%} of the file was cached after the drop")
+    g["params"]["residency_max"] = max(cached, default=None)
+    if cached and max(cached) > 0.01:
+        s.note(f"some samples were not cold: up to {max(cached):.1%} of the file was cached after the drop")
     s.finish()
 
 

@@ -19,7 +19,8 @@ import tempfile
 from accio import _ext
 from accio.bench.fio import run as fio_run
 from accio.bench.runner import Job
-from accio.bench.spec import Column, parse_size
+from accio._system import parse_size
+from accio.bench.spec import Column
 
 MiB = 1 << 20
 

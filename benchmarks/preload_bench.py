@@ -29,7 +29,7 @@ from pathlib import Path
 
 import accio
 from accio import _ext
-from accio.bench.runner import drop_pages
+from accio._system import drop_pages, residency
 from accio.run import shim_path
 
 MiB = 1 << 20
@@ -51,13 +51,6 @@ def timed(cmd, env=None, cwd=None) -> float:
     return dt
 
 
-def residency(path: str) -> float:
-    f = accio.open(path, "r")
-    try:
-        r = f.residency()
-        return r["cached"] / max(1, r["total"])
-    finally:
-        f.close()
 
 
 def make_file(path: Path, size: int) -> None:

@@ -6,29 +6,11 @@ import platform
 import resource
 
 from . import _ext
+from ._system import cpu_model, fmt_size, meminfo, online_cpus
 
 
-def _meminfo() -> dict[str, int]:
-    out = {}
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                k, v = line.split(":", 1)
-                out[k] = int(v.split()[0])
-    except OSError:
-        pass
-    return out
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _thp_mode() -> str:
@@ -85,7 +67,7 @@ def _load_offload_settings() -> None:
 
 def gather(path: str = ".") -> dict:
     _load_offload_settings()
-    mi = _meminfo()
+    mi = meminfo()
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     uring_ok, uring_detail = _ext.probe("io_uring")
     cs_ok, cs_detail = _ext.probe("cachestat")
@@ -95,7 +77,7 @@ def gather(path: str = ".") -> dict:
         "accio_version": _ext.version(),
         "kernel": f"{u.system} {u.release}",
         "machine": u.machine,
-        "cpu": {"model": _cpu_model(), "count": os.cpu_count(), "usable": len(os.sched_getaffinity(0))},
+        "cpu": {"model": cpu_model(), "count": os.cpu_count(), "usable": online_cpus()},
         "memory": {"total_kib": mi.get("MemTotal", 0), "available_kib": mi.get("MemAvailable", 0)},
         "io_uring": {"available": uring_ok, "detail": uring_detail or "io_uring_setup works"},
         "huge_pages": {
@@ -133,7 +115,6 @@ def settings_table() -> list[dict]:
 
 
 def _values(row: dict) -> str:
-    from .bench.output import fmt_size  # accio.bench imports this module
     k = row["kind"]
     if k in ("count", "size"):
         f = (lambda v: fmt_size(v).replace(" ", "")) if k == "size" else str

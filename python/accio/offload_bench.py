@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+from ._system import cpu_model, fmt_size, parse_size
+
 SCHEMA = "accio.offload-bench/1"
 FULL_NS = [1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 50000, 100000]
 QUICK_NS = [1, 10, 100, 1000, 10000]
@@ -40,9 +42,6 @@ def _bench_binary() -> str:
     return os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib", "accio-offload-bench")
 
 
-def _parse_size(s: str) -> int:
-    from . import _ext
-    return _ext.parse_size(s)
 
 
 def run_config(transport: str, spin: str | None, ns: list[int], reps: int, max_bytes: int) -> dict:
@@ -95,7 +94,6 @@ def render(doc: dict, out=sys.stdout) -> None:
     print("Transfer bandwidth, GB/s (median; veo_read_mem / veo_write_mem):", file=out)
     sizes = sorted({row["bytes"] for r in runs.values() for row in r["bandwidth"]})
     print("  bytes      " + "".join(f"| {name + ' read':>13} {name + ' write':>14} " for name in names), file=out)
-    from .bench.output import fmt_size
     for b in sizes:
         line = f"  {fmt_size(b):<10} "
         for name in names:
@@ -122,7 +120,7 @@ def main(args) -> int:
         return 1
     ns = QUICK_NS if args.quick else FULL_NS
     reps = args.reps or (3 if args.quick else 5)
-    max_bytes = _parse_size(args.max_bytes or ("64m" if args.quick else "1g"))
+    max_bytes = parse_size(args.max_bytes or ("64m" if args.quick else "1g"))
     wanted = [t.strip() for t in args.transports.split(",") if t.strip()]
     configs = [c for c in CONFIGS if c[0] in wanted]
     unknown = set(wanted) - {c[0] for c in CONFIGS}
@@ -130,11 +128,10 @@ def main(args) -> int:
         print(f"accio offload-bench: unknown configuration(s) {', '.join(sorted(unknown)) or '(none)'}; "
               f"choose from {', '.join(c[0] for c in CONFIGS)}", file=sys.stderr)
         return 2
-    from .info import _cpu_model
     doc = {"schema": SCHEMA, "command": "accio offload-bench " + " ".join(sys.argv[2:]),
            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
-                       "cpu": _cpu_model()},
+                       "cpu": cpu_model()},
            "reps": reps, "ns": ns, "max_bytes": max_bytes, "runs": {}}
     for name, transport, spin in configs:
         print(f"accio offload-bench: {name} ...", file=sys.stderr, flush=True)

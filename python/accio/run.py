@@ -32,7 +32,7 @@ def default_threshold() -> int:
 def add_arguments(p) -> None:
     import argparse
 
-    from .bench.output import fmt_size
+    from ._system import fmt_size
     p.add_argument("--mechanism", "-m", choices=mechanisms(),
                    help="mechanism for the requests the shim takes (default: ACCIO_MECHANISM or auto)")
     p.add_argument("--threshold", "-t", metavar="BYTES",
@@ -230,14 +230,14 @@ def collect(stats_dir: str, prog: list[str], status: int, env: dict[str, str]) -
 
 def _bucket_label(buckets: list[int], i: int) -> str:
     """Darshan's buckets: 0-100, 100-1K, ... (each up to and including its upper bound)."""
-    from .bench.output import fmt_size
+    from ._system import fmt_size
     lo = fmt_size(buckets[i - 1]) if i else "0"
     return f"{lo}-{fmt_size(buckets[i])}" if i < len(buckets) else f">{fmt_size(buckets[-1])}"
 
 
 def render(report: dict) -> str:
     """A Darshan-like per-file table: calls, bytes, time and bandwidth, request sizes, plans."""
-    from .bench.output import fmt_size
+    from ._system import fmt_size
     procs, files = report["processes"], report["files"]
     tot = {op: sum(f[op].get("bytes", 0) for f in files) for op in ("read", "write")}
     eng = {op: sum(f[op].get("accelerated_bytes", 0) for f in files) for op in ("read", "write")}

@@ -14,7 +14,8 @@ import pytest
 
 import accio
 from accio import _ext
-from accio.bench.spec import Spec, apply_preset, default_tmpfs, parse_counts, parse_mechanisms, parse_sizes, parse_tests
+from accio._system import parse_sizes
+from accio.bench.spec import Spec, apply_preset, default_tmpfs, parse_counts, parse_mechanisms, parse_tests
 from accio.info import filesystem
 
 ACCIO = [sys.executable, "-m", "accio.cli"]

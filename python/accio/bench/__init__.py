@@ -24,8 +24,8 @@ from ..info import gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
 from .runner import Runner
-from .spec import (LAYOUTS, TESTS, Spec, apply_preset, online_cpus, parse_counts, parse_mechanisms,
-                   parse_sizes, parse_tests)
+from .._system import online_cpus, parse_sizes
+from .spec import LAYOUTS, TESTS, Spec, apply_preset, parse_counts, parse_mechanisms, parse_tests
 
 DEFAULTS = dict(tests="write,rewrite,read,reread", mechanisms="all", file_sizes="256m", records="1m",
                 threads="1", iterations=3)

@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
 def run(args) -> int:
     import accio
     from .. import stats
-    from .runner import drop_pages
+    from .._system import drop_pages
     if args.rounds < 1:
         raise SystemExit("accio bench safetensors: --rounds must be >= 1")
     framework = args.framework or ("numpy" if args.device == "cpu" else "torch")

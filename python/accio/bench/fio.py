@@ -21,7 +21,8 @@ import subprocess
 import tempfile
 
 from .. import settings as effective_settings
-from .spec import Column, host_mechanisms, parse_size
+from .._system import parse_size
+from .spec import Column, host_mechanisms
 
 MiB = 1 << 20
 RW = {"write": "write", "write+sync": "write", "rewrite": "write", "read": "read", "reread": "read",

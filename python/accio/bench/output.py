@@ -8,6 +8,7 @@ import math
 import statistics
 from typing import Iterable
 
+from .._system import fmt_size
 from .spec import TESTS
 
 SCHEMA = "accio.bench/1"
@@ -24,11 +25,6 @@ HEAD = {"directory": "directory", "layout": "layout", "processes": "procs", "thr
         "file_size": "file", "record_size": "record", "test": "test"}
 
 
-def fmt_size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def _cell_value(dim: str, v) -> str:

@@ -12,7 +12,8 @@ import io
 import os
 from collections import defaultdict
 
-from .output import fmt_size, render_fio, render_table
+from .._system import fmt_size
+from .output import render_fio, render_table
 
 
 def _plt():

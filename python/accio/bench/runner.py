@@ -13,12 +13,11 @@ import statistics
 from dataclasses import dataclass
 
 from .. import File, _ext
+from .._system import COLD_MAX_RESIDENCY, drop_all_caches, drop_pages, fmt_size
 from . import fio
-from .output import fmt_size
 from .spec import READ_TESTS, Column, Spec
 
 MiB = 1 << 20
-COLD_MAX_RESIDENCY = 0.01  # a read is called cold only if at most 1% of its range is cached
 
 
 @dataclass(frozen=True)
@@ -48,23 +47,8 @@ class BenchError(RuntimeError):
     pass
 
 
-def fsync_path(path: str) -> None:
-    """fsync the file at path (written through another descriptor, or by another library)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
-def drop_pages(path: str, offset: int, length: int) -> None:
-    """fsync the file, then drop the range's pages from the page cache (posix_fadvise DONTNEED)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def _close_quietly(handles) -> None:
@@ -76,10 +60,6 @@ def _close_quietly(handles) -> None:
             pass
 
 
-def drop_all_caches() -> None:
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 class Runner:

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 
 from .. import _ext
+from .._system import online_cpus, parse_sizes
 
 # Execution order within one configuration (IOzone -i 0, -e, -i 1, -i 2 semantics).
 TESTS = ("write", "write+sync", "rewrite", "read", "reread", "cold-read", "random-read", "random-write")
@@ -22,30 +23,8 @@ READ_TESTS = frozenset(TESTS) - WRITE_TESTS
 LAYOUTS = ("fpp", "shared")
 
 
-def parse_size(text: str) -> int:
-    """One size: 4096, 4k, 16m, 1g (binary units)."""
-    try:
-        return int(_ext.parse_size(text.strip()))
-    except OSError as e:
-        raise ValueError(e.strerror or str(e)) from None
 
 
-def parse_sizes(text: str) -> list[int]:
-    """A list of sizes and doubling ranges: '1m,16m', '4k:64m' (4k, 8k, ... 64m), '1g'."""
-    out: list[int] = []
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        if ":" in item:
-            lo, hi = (parse_size(x) for x in item.split(":", 1))
-            if lo <= 0 or hi < lo:
-                raise ValueError(f"bad range '{item}': need 0 < low <= high")
-            while lo <= hi:
-                out.append(lo)
-                lo *= 2
-        else:
-            out.append(parse_size(item))
-    if not out or any(v <= 0 for v in out):
-        raise ValueError(f"'{text}': sizes must be positive")
-    return sorted(set(out))
 
 
 def parse_counts(text: str, n_max: int) -> list[int]:
@@ -180,8 +159,6 @@ class Spec:
                                     yield d, layout, p, t, fs, r, m
 
 
-def online_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def default_tmpfs() -> str:

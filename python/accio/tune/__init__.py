@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timezone
 
 from .. import File, __version__, _ext
-from ..bench.runner import drop_pages
+from .._system import drop_pages
 from . import evaluate as evaluate_mod
 from . import profile as profile_mod
 from .measure import MiB, Bench, fmt
@@ -73,7 +73,7 @@ def _directory(path: str) -> str:
 
 
 def _sizes(text: str) -> list[int]:
-    from ..bench.spec import parse_sizes
+    from .._system import parse_sizes
     return parse_sizes(text)
 
 

@@ -16,10 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from .. import File, _ext
-from ..bench.output import fmt_size
-from ..bench.runner import COLD_MAX_RESIDENCY, drop_pages, fsync_path
-
-MiB = 1 << 20
+from .._system import COLD_MAX_RESIDENCY, MiB, drop_pages, fmt_size, fsync_path, residency
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,7 @@ class Bench:
                     f.write_from(memoryview(chunk)[:min(len(chunk), self.file_size - off)], off)
                 f.fsync()
         drop_pages(self.read_path, 0, self.file_size)
-        r = self.residency(self.read_path, 0, self.file_size)
+        r = residency(self.read_path, 0, self.file_size)
         if r > COLD_MAX_RESIDENCY:
             self.cold_reads = False
             self.cold_note = (f"{r:.0%} of the file stayed in memory after fsync + POSIX_FADV_DONTNEED "
@@ -115,14 +112,8 @@ class Bench:
             except FileNotFoundError:
                 pass
 
-    @staticmethod
-    def residency(path: str, offset: int, length: int) -> float:
-        with File(path, "r", mechanism="posix") as f:
-            r = f.residency(offset, length)
-        return r["cached"] / r["total"] if r["total"] else 0.0
-
     def _warm(self, path: str, length: int) -> None:
-        if self.residency(path, 0, length) < 0.99:
+        if residency(path, 0, length) < 0.99:
             buf = bytearray(8 * MiB)
             with File(path, "r", mechanism="posix") as f:
                 for off in range(0, length, len(buf)):

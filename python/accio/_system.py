@@ -1,0 +1,116 @@
+"""Machine and file helpers that every command and benchmark shares: sizes read and printed, the
+CPUs this process may use, /proc facts, and the page cache (fsync, drop, how much is resident).
+
+One home for them, so no command imports another command's internals to get one (issue 18).
+Sizes are parsed by the engine (`accio_parse_size`): one grammar for the C API, the environment
+and every command line.
+"""
+from __future__ import annotations
+
+import os
+import platform
+
+from . import _ext
+
+MiB = 1 << 20
+# A read is called cold only if at most 1% of its range is in the page cache (bench, tune).
+COLD_MAX_RESIDENCY = 0.01
+
+
+def parse_size(text: str) -> int:
+    """One size: 4096, 4k, 16m, 1g, 2GiB (binary units). ValueError with the engine's reason."""
+    try:
+        return int(_ext.parse_size(text.strip()))
+    except OSError as e:
+        raise ValueError(e.strerror or str(e)) from None
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A list of sizes and doubling ranges: '1m,16m', '4k:64m' (4k, 8k, ... 64m), '1g'."""
+    out: list[int] = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        if ":" in item:
+            lo, hi = (parse_size(x) for x in item.split(":", 1))
+            if lo <= 0 or hi < lo:
+                raise ValueError(f"bad range '{item}': need 0 < low <= high")
+            while lo <= hi:
+                out.append(lo)
+                lo *= 2
+        else:
+            out.append(parse_size(item))
+    if not out or any(v <= 0 for v in out):
+        raise ValueError(f"'{text}': sizes must be positive")
+    return sorted(set(out))
+
+
+def fmt_size(n: int) -> str:
+    """4194304 -> '4 MiB'; sizes that are not a whole unit stay in bytes ('4097 B')."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def online_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), not every CPU of the machine."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def meminfo() -> dict[str, int]:
+    """/proc/meminfo as {field: kB}; empty where it cannot be read."""
+    out = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                k, v = line.split(":", 1)
+                out[k] = int(v.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def fsync_path(path: str) -> None:
+    """fsync the file at path (written through another descriptor, or by another library)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def drop_pages(path: str, offset: int = 0, length: int = 0) -> None:
+    """fsync the file, then drop the range's pages from the page cache (posix_fadvise DONTNEED;
+    length 0 = to the end). Dirty pages cannot be dropped, hence the fsync."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def drop_all_caches() -> None:
+    """sync, then drop the whole page cache (root only: /proc/sys/vm/drop_caches)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def residency(path: str, offset: int = 0, length: int | None = None, *, empty: float = 0.0) -> float:
+    """The share of the range's pages in the page cache, from the engine's residency probe
+    (cachestat, mincore...). `empty` is the answer for a range with no pages."""
+    from . import File  # accio imports this module's users lazily; File is ready by then
+    with File(path, "r", mechanism="posix") as f:
+        r = f.residency(offset, length)
+    return r["cached"] / r["total"] if r["total"] else empty
