@@ -60,19 +60,24 @@ def read_list(path: str) -> list[str]:
     return [t.strip() for t in section.split(";") if t.strip()]
 
 
-def exported(obj: str, nm: str = "nm") -> list[str]:
-    """The dynamic symbols OBJECT defines, without their version suffixes."""
+def _symbols(obj: str, nm: str, *flags: str) -> list[str]:
+    """The symbols `nm --defined-only FLAGS` lists for OBJECT, without their version suffixes."""
     if not os.path.exists(obj):
         raise SystemExit(f"{obj}: no such file (built?)")
-    out = subprocess.run([nm, "-D", "--defined-only", obj], capture_output=True, text=True)
+    out = subprocess.run([nm, *flags, "--defined-only", obj], capture_output=True, text=True)
     if out.returncode != 0:
-        raise SystemExit(f"{nm} -D --defined-only {obj} failed: {out.stderr.strip()}")
+        raise SystemExit(f"{nm} {' '.join(flags)} --defined-only {obj} failed: {out.stderr.strip()}")
     names = set()
     for line in out.stdout.splitlines():
         parts = line.split()
         if len(parts) >= 3:
             names.add(parts[-1].split("@", 1)[0])
     return sorted(names)
+
+
+def exported(obj: str, nm: str = "nm") -> list[str]:
+    """The dynamic symbols OBJECT defines."""
+    return _symbols(obj, nm, "-D")
 
 
 def from_needed_libraries(obj: str, nm: str = "nm") -> set[str]:
@@ -96,13 +101,7 @@ def needed(obj: str) -> list[str]:
 
 def defined(obj: str, nm: str = "nm") -> list[str]:
     """Every symbol OBJECT defines, local ones included (empty when it is stripped)."""
-    out = subprocess.run([nm, "--defined-only", obj], capture_output=True, text=True)
-    names = set()
-    for line in out.stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 3:
-            names.add(parts[-1].split("@", 1)[0])
-    return sorted(names)
+    return _symbols(obj, nm)
 
 
 def forbidden(obj: str, forbid=(), not_needed=(), nm: str = "nm") -> list[str]:
