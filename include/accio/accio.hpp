@@ -21,7 +21,10 @@ class Error : public std::system_error {
  public:
   Error(int errnum, std::string op, std::string path, int64_t offset, const std::string& what)
       : std::system_error(errnum, std::generic_category(), what),
-        op_(std::move(op)), path_(std::move(path)), offset_(offset) {}
+        op_(std::move(op)), path_(std::move(path)), offset_(offset), what_(what) {}
+  // accio's message as it is: it already names the operation, path, offset and errno, so not
+  // system_error's "<message>: <strerror>", which would say the errno a second time.
+  const char* what() const noexcept override { return what_.c_str(); }
   // The calling thread's last error, as recorded by the C API.
   static Error last() {
     return Error(accio_last_errno(), accio_last_error_op(), accio_last_error_path(), accio_last_error_offset(),
@@ -35,6 +38,7 @@ class Error : public std::system_error {
  private:
   std::string op_, path_;
   int64_t offset_;
+  std::string what_;
 };
 
 namespace detail {

@@ -213,9 +213,11 @@ def render(info: dict) -> str:
         serves = "GPU memory " if m["device"] else "host memory"
         lines.append(f"  {m['name']:<10} {serves}  {'available' if m['available'] else 'unavailable: ' + m['detail']}")
     lines.append("settings (ACCIO_<NAME> or the API, same names)")
-    for s in info["settings"]:
+    rows = info["settings"]
+    wn, wv, we = (max((len(str(s[k])) for s in rows), default=0) for k in ("name", "value", "env"))
+    for s in rows:  # columns as wide as their longest entry (offload_* rows are long)
         doc = s["doc"] + (f" ({', '.join(s['read_by'])})" if s["read_by"] else "")
-        lines.append(f"  {s['name']:<13} {s['value']:<10} {s['env']:<19} {doc}")
+        lines.append(f"  {s['name']:<{wn}}  {s['value']:<{wv}}  {s['env']:<{we}}  {doc}")
     return "\n".join(lines)
 
 

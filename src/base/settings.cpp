@@ -292,31 +292,42 @@ Settings Settings::defaults() {
   return s;
 }
 
+namespace {
+// A row's parse with out_of_range folded in: the reason alone ("not an integer"), so that the one
+// error message built from it says the setting, the value and why once.
+SettingValue parse_value(const SettingRow& r, const std::string& value) {
+  try {
+    return r.parse(value);
+  } catch (const std::out_of_range&) {
+    throw std::invalid_argument("out of range");
+  }
+}
+
+void put(Settings& s, const SettingRow& r, SettingValue v) {
+  if (r.store) {
+    r.store(s, v);
+    return;
+  }
+  if (s.values.size() <= r.index) {  // a row registered after this object was made
+    const size_t from = s.values.size();
+    s.values.resize(r.index + 1);
+    for (size_t i = from; i < s.values.size(); ++i) {
+      const SettingRow& o = setting_row(i);
+      if (!o.store) s.values[i] = o.parse(o.spec.default_value);
+    }
+  }
+  s.values[r.index] = std::move(v);
+}
+}  // namespace
+
 void Settings::set(const std::string& name, const std::string& value) {
   const SettingRow* r = find_setting(name);
   if (!r) throw Error(EINVAL, "set setting", "", kNoOffset, "unknown setting '" + name + "'");
-  SettingValue v;
   try {
-    v = r->parse(value);
+    put(*this, *r, parse_value(*r, value));
   } catch (const std::invalid_argument& e) {
-    throw Error(EINVAL, "set setting", "", kNoOffset,
-                "invalid value '" + value + "' for setting '" + name + "' (" + e.what() + ")");
-  } catch (const std::out_of_range&) {
-    throw Error(EINVAL, "set setting", "", kNoOffset, "value '" + value + "' out of range for '" + name + "'");
+    throw Error(EINVAL, "set setting", "", kNoOffset, name + "='" + value + "' is not valid: " + e.what());
   }
-  if (r->store) {
-    r->store(*this, v);
-    return;
-  }
-  if (values.size() <= r->index) {  // a row registered after this object was made
-    const size_t from = values.size();
-    values.resize(r->index + 1);
-    for (size_t i = from; i < values.size(); ++i) {
-      const SettingRow& o = setting_row(i);
-      if (!o.store) values[i] = o.parse(o.spec.default_value);
-    }
-  }
-  values[r->index] = std::move(v);
 }
 
 std::string Settings::get(const std::string& name) const {
@@ -334,8 +345,8 @@ Settings Settings::from_env() {
     const char* v = std::getenv(k.env.c_str());
     if (!v || !*v) continue;
     try {
-      s.set(k.name, v);
-    } catch (const Error& e) {
+      put(s, setting_row(i), parse_value(setting_row(i), v));
+    } catch (const std::invalid_argument& e) {
       throw Error(EINVAL, "read environment", "", kNoOffset, k.env + "='" + v + "' is not valid: " + e.what());
     }
   }

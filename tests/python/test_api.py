@@ -3,6 +3,8 @@ convenience read/write, settings, stats, and errors as OSError subclasses."""
 import errno
 import mmap
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -260,3 +262,20 @@ def test_closed_file(tmp_path):
     with pytest.raises(accio.Error) as ei:
         f.read_into(bytearray(4))
     assert ei.value.errno == errno.EBADF
+
+
+def test_bad_setting_is_one_sentence_with_errno_once(tmp_path):
+    """A bad ACCIO_* value: the variable, the value and the reason, errno once, no strerror tail."""
+    p = tmp_path / "f"
+    p.write_bytes(b"x")
+    code = ("import accio\n"
+            "try:\n"
+            f"    accio.open({str(p)!r})\n"
+            "except accio.Error as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ACCIO_THREADS": "lots"},
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "read environment: ACCIO_THREADS='lots' is not valid: not an integer (errno 22)"
+    with pytest.raises(accio.Error) as e:
+        accio.open(str(p), threads="lots")
+    assert str(e.value) == "set setting: threads='lots' is not valid: not an integer (errno 22)"
