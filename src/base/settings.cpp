@@ -122,7 +122,7 @@ struct Table {
     return nullptr;
   }
   // With mu held.
-  size_t add(const SettingSpec& spec, std::function<void(SettingValue&)> adjust);
+  size_t add(const SettingSpec& spec, std::function<void(SettingValue&)> adjust, bool foreign = false);
   template <class T>
   void core(const SettingSpec& spec, T Settings::*m, std::function<void(SettingValue&)> adjust = {}) {
     SettingRow& r = *rows[add(spec, std::move(adjust))];
@@ -135,7 +135,7 @@ Table& table() {
   return *t;
 }
 
-size_t Table::add(const SettingSpec& spec, std::function<void(SettingValue&)> adjust) {
+size_t Table::add(const SettingSpec& spec, std::function<void(SettingValue&)> adjust, bool foreign) {
   const std::string what = "setting '" + spec.name + "': ";
   if (!name_ok(spec.name, false))
     throw Error(EINVAL, "register setting", "", kNoOffset, what + "the name must be lower-case letters, digits and _");
@@ -155,7 +155,7 @@ size_t Table::add(const SettingSpec& spec, std::function<void(SettingValue&)> ad
   const size_t n = count.load(std::memory_order_relaxed);
   for (size_t i = 0; i < n; ++i) {
     const SettingSpec& o = rows[i]->spec;
-    if (o.name == spec.name && o == spec) return i;
+    if (o.name == spec.name && o == spec && rows[i]->foreign == foreign) return i;
     if (o.name == spec.name)
       throw Error(EEXIST, "register setting", "", kNoOffset,
                   "setting '" + spec.name + "' is already registered with a different spec");
@@ -168,6 +168,7 @@ size_t Table::add(const SettingSpec& spec, std::function<void(SettingValue&)> ad
   row->spec = spec;
   row->index = n;
   row->adjust = std::move(adjust);
+  row->foreign = foreign;
   try {
     (void)row->parse(spec.default_value);
   } catch (const std::exception& e) {
@@ -270,10 +271,10 @@ const SettingRow& setting_row(size_t i) { return *table().rows[i]; }
 
 const SettingRow* find_setting(const std::string& name) { return table().find(name); }
 
-size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue&)> adjust) {
+size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue&)> adjust, bool foreign) {
   Table& t = table();
   std::lock_guard lk(t.mu);
-  return t.add(spec, std::move(adjust));
+  return t.add(spec, std::move(adjust), foreign);
 }
 
 Knob::Knob(const SettingSpec& spec, std::function<void(SettingValue&)> adjust)
@@ -328,11 +329,14 @@ void Settings::set(const std::string& name, const std::string& value) {
   } catch (const std::invalid_argument& e) {
     throw Error(EINVAL, "set setting", "", kNoOffset, name + "='" + value + "' is not valid: " + e.what());
   }
+  std::erase_if(env_errors, [&](const auto& e) { return e.first == r->index; });
 }
 
 std::string Settings::get(const std::string& name) const {
   const SettingRow* r = find_setting(name);
   if (!r) throw Error(EINVAL, "get setting", "", kNoOffset, "unknown setting '" + name + "'");
+  for (const auto& [index, message] : env_errors)
+    if (index == r->index) throw Error(EINVAL, "read environment", "", kNoOffset, message);
   if (r->load) return r->print(r->load(*this));
   return r->print(r->index < values.size() ? values[r->index] : r->parse(r->spec.default_value));
 }
@@ -347,7 +351,9 @@ Settings Settings::from_env() {
     try {
       put(s, setting_row(i), parse_value(setting_row(i), v));
     } catch (const std::invalid_argument& e) {
-      throw Error(EINVAL, "read environment", "", kNoOffset, k.env + "='" + v + "' is not valid: " + e.what());
+      std::string why = k.env + "='" + v + "' is not valid: " + e.what();
+      if (!setting_row(i).foreign) throw Error(EINVAL, "read environment", "", kNoOffset, why);
+      s.env_errors.emplace_back(i, std::move(why));
     }
   }
   return s;

@@ -49,6 +49,10 @@ struct SettingRow {
   // Settings::values[index].
   std::function<void(Settings&, const SettingValue&)> store;
   std::function<SettingValue(const Settings&)> load;
+  // A row of another library (accio_setting_register: the offload runtime). A bad value of its
+  // environment variable is that library's error, reported when the row is read (get), so that a
+  // bad ACCIO_OFFLOAD_* never stops file I/O in a process that also loaded the offload library.
+  bool foreign = false;
 
   SettingValue parse(const std::string& text) const;  // throws std::invalid_argument (the reason)
   std::string print(const SettingValue& v) const;     // count, size: decimal; bool: on/off
@@ -62,7 +66,8 @@ const SettingRow* find_setting(const std::string& name);  // nullptr if unknown
 // Adds a row and returns its index; the same spec again returns the existing index. Throws
 // Error(EEXIST) when the name or environment variable is taken by a different spec, Error(EINVAL)
 // for a bad spec (the message says what is wrong).
-size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue&)> adjust = {});
+size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue&)> adjust = {},
+                        bool foreign = false);
 
 // Made by defaults() or from_env() (a default-constructed Settings holds no values: the table's
 // defaults are the only ones).
@@ -80,9 +85,13 @@ struct Settings {
   // Every other row's value, by row index (entries of core rows are unused). A row registered
   // after this object was made reads as its default until set.
   std::vector<SettingValue> values;
+  // Foreign rows whose environment value from_env() could not parse: (row index, the error), thrown
+  // by get() of that row until set() gives it a good value.
+  std::vector<std::pair<size_t, std::string>> env_errors;
 
   static Settings defaults();   // every row's default
-  static Settings from_env();   // defaults() overridden by ACCIO_* (throws Error(EINVAL) on bad values)
+  static Settings from_env();   // defaults() overridden by ACCIO_* (throws Error(EINVAL) on bad values
+                                // of accio's own rows; see SettingRow::foreign for the others)
 
   void set(const std::string& name, const std::string& value);  // throws Error(EINVAL)
   std::string get(const std::string& name) const;              // throws Error(EINVAL)

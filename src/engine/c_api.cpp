@@ -207,7 +207,8 @@ int accio_setting_register(const accio_setting_spec* spec) {
               "accio_setting_register");
   return guard([&] {
     accio::base::register_setting({spec->name, spec->env, spec->doc, spec->kind, spec->default_value, spec->min,
-                                   spec->max, spec->choices ? spec->choices : ""});
+                                   spec->max, spec->choices ? spec->choices : ""},
+                                  {}, /*foreign=*/true);
     return 0;
   });
 }

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "accio/accio.h"
 #include "offload/report.hpp"
@@ -48,16 +50,25 @@ SettingsPtr current() {
   return s;
 }
 
-std::string get(const accio_settings* s, const accio_setting_spec& row) {
-  char buf[4096];
-  const int n = accio_settings_get(s, row.name, buf, sizeof buf);
-  if (n < 0 || size_t(n) >= sizeof buf) return row.default_value;  // a known row: only a huge text
-  return std::string(buf, size_t(n));
+// A row's value, or nullopt (reported) when its ACCIO_OFFLOAD_* value is bad: libaccio keeps that
+// error for the row's reader (us), so a bad offload variable never stops a process's file I/O.
+std::optional<std::string> get(const accio_settings* s, const accio_setting_spec& row) {
+  std::string v(256, '\0');
+  int n = accio_settings_get(s, row.name, v.data(), v.size());
+  if (n >= 0 && size_t(n) >= v.size()) {  // a long text (a worker path): read it again, whole
+    v.resize(size_t(n) + 1);
+    n = accio_settings_get(s, row.name, v.data(), v.size());
+  }
+  if (n < 0) {
+    report(std::string("reading the settings: ") + accio_last_error());
+    return std::nullopt;
+  }
+  v.resize(size_t(n));
+  return v;
 }
 
-int64_t number(const accio_settings* s, const accio_setting_spec& row) {
-  return std::strtoll(get(s, row).c_str(), nullptr, 10);  // count and size rows read back as integers
-}
+// Count and size rows read back as decimal integers.
+int64_t number(const std::string& v) { return std::strtoll(v.c_str(), nullptr, 10); }
 
 // Registers the rows when the library is loaded, so that a listing of the table has them.
 __attribute__((constructor)) void register_at_load() { register_settings(); }
@@ -83,11 +94,15 @@ int read_options(accio_offload_options* o) {
   o->worker = nullptr;
   SettingsPtr s = current();
   if (!s) return -EINVAL;
-  o->transport = get(s.get(), kRows[kTransport]) == "socket" ? ACCIO_OFFLOAD_SOCKET : ACCIO_OFFLOAD_SHM;
-  o->timeout_ms = number(s.get(), kRows[kTimeout]);
-  o->slots = uint32_t(number(s.get(), kRows[kSlots]));
-  o->arena_bytes = size_t(number(s.get(), kRows[kArena]));
-  const std::string spin = get(s.get(), kRows[kSpin]);
+  const auto transport = get(s.get(), kRows[kTransport]), timeout = get(s.get(), kRows[kTimeout]),
+             slots = get(s.get(), kRows[kSlots]), arena = get(s.get(), kRows[kArena]),
+             spin_text = get(s.get(), kRows[kSpin]);
+  if (!transport || !timeout || !slots || !arena || !spin_text) return -EINVAL;
+  o->transport = *transport == "socket" ? ACCIO_OFFLOAD_SOCKET : ACCIO_OFFLOAD_SHM;
+  o->timeout_ms = number(*timeout);
+  o->slots = uint32_t(number(*slots));
+  o->arena_bytes = size_t(number(*arena));
+  const std::string& spin = *spin_text;
   char* end = nullptr;
   errno = 0;
   const long long us = std::strtoll(spin.c_str(), &end, 10);
@@ -108,7 +123,7 @@ std::string configured_worker() {
   if (register_settings() == 0) {
     SettingsPtr s(accio_settings_new(), accio_settings_free);  // a bad value: read_options said so
     if (s)
-      if (std::string w = get(s.get(), kRows[kWorker]); w != kAuto) return w;
+      if (auto w = get(s.get(), kRows[kWorker]); w && *w != kAuto) return *w;
   }
   const char* v = std::getenv("VEORUN_BIN");
   return v && *v ? v : "";

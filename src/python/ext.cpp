@@ -785,8 +785,15 @@ NB_MODULE(_ext, m) {
   m.def("settings", [](const std::vector<std::pair<std::string, std::string>>& kv) {
     accio::Settings s = to_settings(kv);
     std::vector<std::tuple<std::string, std::string, std::string, std::string>> out;
-    for (int i = 0; i < accio_setting_count(); ++i)
-      out.emplace_back(accio_setting_name(i), accio_setting_env(i), accio_setting_doc(i), s.get(accio_setting_name(i)));
+    for (int i = 0; i < accio_setting_count(); ++i) {
+      std::string value;
+      try {
+        value = s.get(accio_setting_name(i));
+      } catch (const accio::Error& e) {  // another library's row with a bad ACCIO_* value: its error
+        value = std::string("(") + e.what() + ")";
+      }
+      out.emplace_back(accio_setting_name(i), accio_setting_env(i), accio_setting_doc(i), std::move(value));
+    }
     return out;
   });
   m.def("setting_specs", [] {

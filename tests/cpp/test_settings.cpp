@@ -165,11 +165,27 @@ TEST(SettingsRegister, EveryKind) {
   EXPECT_EQ(c_get(c, "reg_window"), "1048576");
   EXPECT_EQ(c_get(c, "reg_label"), "left");
 
+  // A bad value of another library's row is that library's error: accio_settings_new (what every
+  // accio_open starts from) still works, and reading the row reports it, until it is set again.
   setenv("ACCIO_REG_WINDOW", "1k", 1);
+  accio_settings* bad = accio_settings_new();
+  ASSERT_NE(bad, nullptr) << accio_last_error();
+  EXPECT_EQ(c_get(bad, "reg_verbose"), "off");
+  char buf[64];
+  EXPECT_EQ(accio_settings_get(bad, "reg_window", buf, sizeof buf), -EINVAL);
+  EXPECT_EQ(std::string(accio_last_error()),
+            "read environment: ACCIO_REG_WINDOW='1k' is not valid: not in 4KiB..1GiB (errno 22)");
+  accio_settings* bad_copy = accio_settings_copy(bad);
+  EXPECT_EQ(accio_settings_get(bad_copy, "reg_window", buf, sizeof buf), -EINVAL);
+  EXPECT_EQ(accio_settings_set(bad, "reg_window", "8k"), 0);
+  EXPECT_EQ(c_get(bad, "reg_window"), "8192");
+  // An accio row's bad value still fails at once: it is this library's own error.
+  setenv("ACCIO_THREADS", "lots", 1);
   EXPECT_EQ(accio_settings_new(), nullptr);
-  EXPECT_NE(std::string(accio_last_error()).find("ACCIO_REG_WINDOW='1k' is not valid"), std::string::npos);
+  EXPECT_NE(std::string(accio_last_error()).find("ACCIO_THREADS='lots' is not valid"), std::string::npos);
+  unsetenv("ACCIO_THREADS");
   unsetenv("ACCIO_REG_WINDOW");
-  for (auto* p : {early, s, c}) accio_settings_free(p);
+  for (auto* p : {early, s, c, bad, bad_copy}) accio_settings_free(p);
 }
 
 TEST(SettingsRegister, ConflictsAndBadSpecs) {

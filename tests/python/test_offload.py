@@ -228,6 +228,21 @@ def test_bad_option_values_are_refused_by_name(monkeypatch, env, value, why):
     assert f"{env}='{value}' is not valid" in str(e.value) and why in str(e.value)
 
 
+def test_bad_offload_value_does_not_stop_file_io(tmp_path):
+    """The offload rows belong to libaccio_offload: with it loaded (as accio info and VEO programs
+    do), a bad ACCIO_OFFLOAD_* value fails the offload runtime only, never an accio.open."""
+    p = tmp_path / "f"
+    p.write_bytes(b"abc")
+    code = ("import accio\nfrom accio import offload\noffload.load()\n"
+            f"print(accio.read({str(p)!r}).tobytes())\n"
+            "try:\n    offload.Proc()\nexcept offload.OffloadError as e:\n    print('offload:', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ACCIO_OFFLOAD_SLOTS": "abc", "ACCIO_QUIET": "1"},
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "b'abc'" and "ACCIO_OFFLOAD_SLOTS='abc' is not valid: not an integer" in lines[1]
+
+
 def test_offload_settings_are_rows_of_the_table():
     """libaccio_offload registers its options in libaccio's settings table when it is loaded: the
     C listing (what `accio info` shows) has them, with their variables and defaults."""
