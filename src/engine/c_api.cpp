@@ -48,11 +48,18 @@ struct LastError {
 };
 thread_local LastError t_err;
 
-int fail(int errnum, std::string op, std::string path, int64_t off, std::string msg) {
-  t_err = {errnum, std::move(op), std::move(path), std::move(msg), off};
+// Records the thread's last error with a message already in accio's form (an Error's what()).
+int fail_as(int errnum, std::string op, std::string path, int64_t off, std::string message) {
+  t_err = {errnum, std::move(op), std::move(path), std::move(message), off};
   return -errnum;
 }
-int fail(const Error& e) { return fail(e.errnum(), e.op(), e.path(), e.offset(), e.what()); }
+// Records the thread's last error in the documented form, "op 'path' at offset N: detail (errno E)"
+// (base::format_error; an empty detail says strerror(errnum)).
+int fail(int errnum, std::string op, std::string path, int64_t off, const std::string& detail) {
+  std::string message = accio::base::format_error(errnum, op, path, off, detail);
+  return fail_as(errnum, std::move(op), std::move(path), off, std::move(message));
+}
+int fail(const Error& e) { return fail_as(e.errnum(), e.op(), e.path(), e.offset(), e.what()); }
 
 // Runs f, turning exceptions into a negative errno and the thread's last error.
 template <class F>
@@ -100,7 +107,7 @@ void to_c(const accio::engine::Stats& s, accio_stats* o) {
 
 int mechanism_stats(const accio::engine::StatCounters& c, int id, uint64_t* calls, uint64_t* bytes, const char* op) {
   accio::engine::MechanismCount m;
-  if (!c.mechanism(id, &m)) return fail(EINVAL, op, "", -1, std::string(op) + ": no mechanism with id " + std::to_string(id));
+  if (!c.mechanism(id, &m)) return fail(EINVAL, op, "", -1, "no mechanism with id " + std::to_string(id));
   if (calls) *calls = m.calls;
   if (bytes) *bytes = m.bytes;
   return 0;
@@ -123,7 +130,7 @@ const char* mechanism_for(accio_file* f, const void* buf, size_t size, int64_t o
 
 #define ACCIO_CHECK(ptr, op)                                                          \
   do {                                                                                \
-    if (!(ptr)) return fail(EINVAL, op, "", -1, std::string(op) + ": null argument"); \
+    if (!(ptr)) return fail(EINVAL, op, "", -1, "null argument");                    \
   } while (0)
 
 int64_t check_off(int64_t off, const char* op, accio_file* f) {
@@ -388,10 +395,10 @@ int64_t accio_future_wait(accio_future* fut) {
     } catch (const std::exception& e) {
       fut->errnum = EIO;
       fut->op = "accio";
-      fut->message = e.what();
+      fut->message = accio::base::format_error(EIO, "accio", "", -1, e.what());
     }
   }
-  if (fut->errnum) return fail(fut->errnum, fut->op, fut->path, fut->offset, fut->message);
+  if (fut->errnum) return fail_as(fut->errnum, fut->op, fut->path, fut->offset, fut->message);
   return fut->result;
 }
 int accio_future_ready(accio_future* fut, int64_t timeout_ns) {
@@ -464,7 +471,7 @@ int accio_probe(const char* feature, const char* path, char* detail, size_t len)
   if (f == "o_direct") {
     if (!path) return fail(EINVAL, "accio_probe", "", -1, "o_direct needs a path");
     struct stat st;
-    if (stat(path, &st) != 0) return fail(errno, "stat", path, -1, std::strerror(errno));
+    if (stat(path, &st) != 0) return fail(errno, "stat", path, -1, "");
     const accio::io::DirectOpen d =
         accio::io::open_direct(path, S_ISDIR(st.st_mode) ? O_TMPFILE | O_RDWR : O_RDONLY);
     if (d.fd < 0) {
@@ -487,7 +494,7 @@ int accio_residency(accio_file* f, int64_t offset, int64_t len, int64_t* cached,
   if (offset < 0 || len < 0) return fail(EINVAL, "residency", f->f->ref().path, offset, "negative offset or length");
   accio::planner::Residency r;
   if (!accio::planner::residency(f->f->ref().fd, static_cast<uint64_t>(offset), static_cast<uint64_t>(len), &r))
-    return fail(errno, "residency", f->f->ref().path, offset, std::strerror(errno));
+    return fail(errno, "residency", f->f->ref().path, offset, "");
   if (cached) *cached = static_cast<int64_t>(r.cached);
   if (dirty) *dirty = static_cast<int64_t>(r.dirty);
   if (total) *total = static_cast<int64_t>(r.total);
