@@ -180,9 +180,11 @@ int accio_mechanism_available(int id, char* why, size_t len);
  * past the last one or for an unknown id. */
 const char* accio_mechanism_knob(int id, int k);
 /* A plan, as a profile document writes it ({"mechanism": "uring", "queue_depth": 16, "direct": true};
- * docs/tuning.md), as the planner shows it: its label ("uring+direct(even, qd=16)") in `label`.
- * Returns 1 when the plan's requests need O_DIRECT alignment, 0 when not, -EINVAL for a bad plan. */
-int accio_plan_describe(const char* plan_json, char* label, size_t len);
+ * docs/tuning.md), as the planner shows it: its label ("uring+direct(even, qd=16)") in `label`, and
+ * in *needs_alignment (when not NULL) 1 when the plan's requests need O_DIRECT alignment, else 0.
+ * Returns the label's full length (call again with a larger buffer when it is >= len), or -EINVAL
+ * for a bad plan. */
+int64_t accio_plan_describe(const char* plan_json, char* label, size_t len, int* needs_alignment);
 /* A profile document (text; NULL: the built-in model) as the planner reads it, written into out as a
  * profile document with every plan's "label" and "needs_alignment" added and the decisions over the
  * planner's cells. Returns the full length (call again with a larger buffer when it is >= len), or

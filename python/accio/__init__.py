@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Iterable
 
 from . import _ext
-from ._errors import Error
+from ._errors import Error, file_shrank as _shrank
 from ._log import AccioWarning, install as _install_log
 
 _install_log(_ext)
@@ -247,10 +247,6 @@ def _layout(path: str, nbytes: int, dtype, itemsize: int, shape) -> tuple[int, .
         raise ValueError(f"read '{path}': the file has {nbytes} bytes; shape {shape} of {dtype} needs "
                          f"{known * itemsize}")
     return shape
-
-
-def _shrank(path: str, got: int, n: int) -> Error:
-    return Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
 
 
 def read(path: str | os.PathLike, *, device: str | int | None = None, framework: str | None = None,

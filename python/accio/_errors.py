@@ -53,3 +53,8 @@ def make_error(err: int, operation: str, path: str, offset: int | None, message:
 def from_native(err: int, operation: str, path: str, offset: int, message: str) -> Error:
     """Called by the extension to turn a native accio error into a Python exception."""
     return make_error(err, operation, path, offset, message)
+
+
+def file_shrank(path, got: int, n: int) -> Error:
+    """A file that became shorter while it was read (accio.read, accio.safetensors): EIO."""
+    return Error(_errno.EIO, f"read '{path}': {got} of {n} bytes (file shrank while being read)")

@@ -437,12 +437,12 @@ const char* accio_mechanism_knob(int id, int k) {
   const auto& knobs = accio::io::all()[id]->knobs;
   return size_t(k) < knobs.size() ? knobs[size_t(k)].c_str() : nullptr;
 }
-int accio_plan_describe(const char* plan_json, char* label, size_t len) {
+int64_t accio_plan_describe(const char* plan_json, char* label, size_t len, int* needs_alignment) {
   ACCIO_CHECK(plan_json, "accio_plan_describe");
-  return guard([&] {
+  return guard([&]() -> int64_t {
     const accio::planner::PlanSpec p = accio::planner::PlanSpec::parse(plan_json, "plan");
-    copy_out(p.label(), label, len);
-    return p.needs_alignment() ? 1 : 0;
+    if (needs_alignment) *needs_alignment = p.needs_alignment() ? 1 : 0;
+    return copy_out(p.label(), label, len);
   });
 }
 int64_t accio_profile_describe(const char* text, const char* source, char* out, size_t len) {

@@ -194,14 +194,20 @@ PlanSpec parse_plan(const Value& v, const std::string& source) {
   if (const Value* x = v.get("task_size")) p.task_size = to_u64(*x, source, "task_size");
   if (const Value* x = v.get("threads")) p.threads = static_cast<unsigned>(std::min<uint64_t>(to_u64(*x, source, "threads"), 1024));
   // The mechanism's own knobs: any member naming a setting the mechanism reads, other than the
-  // parameters above, checked as the settings table checks it. Other members ("label",
-  // "needs_alignment", notes) are not the engine's.
+  // parameters above, checked as the settings table checks it. "label" and "needs_alignment" are
+  // annotations for readers. Anything else is refused: a profile is input, and a misspelt or
+  // misplaced knob silently ignored would tune nothing (0, "the handle's setting", is accepted).
   const io::Mechanism* mech = io::find(p.mechanism);
   for (const auto& [name, x] : v.members) {
-    if (name == "mechanism" || name == "task_size" || name == "threads" || name == "direct" || !mech->reads(name))
+    if (name == "mechanism" || name == "task_size" || name == "threads" || name == "direct" || name == "label" ||
+        name == "needs_alignment")
       continue;
     const base::SettingRow* row = base::find_setting(name);
-    if (!row) continue;
+    if (!row) bad(source, "plan member '" + name + "' is not a setting");
+    if (!mech->reads(name)) {
+      if (x.is(Value::number) && x.num == 0) continue;
+      bad(source, "plan " + name + ": mechanism " + p.mechanism + " does not read it");
+    }
     std::string text;
     if (x.is(Value::boolean)) text = x.b ? "on" : "off";
     else if (x.is(Value::string)) text = x.str;

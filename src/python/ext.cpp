@@ -826,10 +826,15 @@ NB_MODULE(_ext, m) {
   }, "Every mechanism in display order: name, available and detail (why not), device (serves GPU memory), "
      "knobs (the settings it reads).");
   m.def("plan_describe", [](const std::string& plan_json) {
-    char label[256];
-    const int rc = accio_plan_describe(plan_json.c_str(), label, sizeof label);
-    accio::detail::check(rc);
-    return std::make_pair(std::string(label), rc == 1);
+    std::string label(64, '\0');
+    int aligned = 0;
+    int64_t n = accio::detail::check(accio_plan_describe(plan_json.c_str(), label.data(), label.size(), &aligned));
+    if (size_t(n) >= label.size()) {  // a plan with many knobs: read the label whole
+      label.resize(size_t(n) + 1);
+      n = accio::detail::check(accio_plan_describe(plan_json.c_str(), label.data(), label.size(), &aligned));
+    }
+    label.resize(size_t(n));
+    return std::make_pair(label, aligned == 1);
   }, "plan_json"_a, "A profile's plan object (JSON) as the planner shows it: (label, needs_alignment).");
   m.def("profile_describe", [](std::optional<std::string> text, const std::string& source) {
     const char* t = text ? text->c_str() : nullptr;

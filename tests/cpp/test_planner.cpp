@@ -343,7 +343,7 @@ TEST(Profile, LabelsShowWhatTheMechanismReads) {
   auto label = [](const char* json) { return planner::PlanSpec::parse(json, "plan").label(); };
   EXPECT_EQ(label(R"j({"mechanism": "posix", "task_size": 65536, "threads": 2})j"), "posix");
   EXPECT_EQ(label(R"j({"mechanism": "parallel"})j"), "parallel(even)");
-  EXPECT_EQ(label(R"j({"mechanism": "parallel", "task_size": 1048576, "threads": 2, "queue_depth": 8})j"),
+  EXPECT_EQ(label(R"j({"mechanism": "parallel", "task_size": 1048576, "threads": 2, "queue_depth": 0})j"),
             "parallel(task=1MiB, threads=2)");
   EXPECT_EQ(label(R"j({"mechanism": "uring", "queue_depth": 16, "threads": 4, "direct": true})j"),
             "uring+direct(even, qd=16)");
@@ -352,12 +352,20 @@ TEST(Profile, LabelsShowWhatTheMechanismReads) {
   EXPECT_TRUE(planner::PlanSpec::parse(R"j({"mechanism": "uring", "direct": true})j", "plan").needs_alignment());
   EXPECT_FALSE(planner::PlanSpec::parse(R"j({"mechanism": "parallel"})j", "plan").needs_alignment());
   char buf[64];
-  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "direct", "threads": 2})j", buf, sizeof buf), 1);
+  int aligned = -1;
+  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "direct", "threads": 2})j", buf, sizeof buf, &aligned), 23);
   EXPECT_STREQ(buf, "direct(even, threads=2)");
-  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "posix"})j", buf, sizeof buf), 0);
-  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "warp"})j", buf, sizeof buf), -EINVAL);
+  EXPECT_EQ(aligned, 1);
+  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "posix"})j", buf, sizeof buf, &aligned), 5);
+  EXPECT_EQ(aligned, 0);
+  // A short buffer: the label is cut there, and the return value says how long it really is.
+  char small[8];
+  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "uring", "direct": true})j", small, sizeof small, nullptr),
+            int64_t(std::string("uring+direct(even)").size()));
+  EXPECT_STREQ(small, "uring+d");
+  EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "warp"})j", buf, sizeof buf, nullptr), -EINVAL);
   EXPECT_NE(std::string(accio_last_error()).find("plan mechanism must name a mechanism (warp)"), std::string::npos);
-  EXPECT_EQ(accio_plan_describe("{", buf, sizeof buf), -EINVAL);
+  EXPECT_EQ(accio_plan_describe("{", buf, sizeof buf, nullptr), -EINVAL);
 }
 
 // What accio_profile_describe writes is a profile the parser reads back to the same decisions.
@@ -401,8 +409,13 @@ TEST(Profile, PlansSetTheMechanismsKnobs) {
   ASSERT_EQ(p.knobs.size(), 1u);
   EXPECT_EQ(p.apply(base::Settings::defaults()).get("queue_depth"), "4");
   EXPECT_EQ(planner::PlanSpec::parse(R"({"mechanism": "uring", "queue_depth": 0})", "plan").knobs.size(), 0u);
-  // A knob the mechanism does not read is not the plan's (parallel has no queue depth).
-  EXPECT_TRUE(planner::PlanSpec::parse(R"({"mechanism": "parallel", "queue_depth": 4})", "plan").knobs.empty());
+  // A profile is input: a knob the mechanism does not read (parallel has no queue depth) or a member
+  // that is no setting (a misspelling) is refused, not ignored; 0 ("the handle's setting") is fine.
+  EXPECT_TRUE(planner::PlanSpec::parse(R"({"mechanism": "parallel", "queue_depth": 0})", "plan").knobs.empty());
+  expect_bad(R"({"schema": "accio.profile/1", "plans": [{"mechanism": "parallel", "queue_depth": 4}]})",
+             "plan queue_depth: mechanism parallel does not read it");
+  expect_bad(R"({"schema": "accio.profile/1", "plans": [{"mechanism": "uring", "queue_dept": 4}]})",
+             "plan member 'queue_dept' is not a setting");
   expect_bad(R"({"schema": "accio.profile/1", "plans": [{"mechanism": "uring", "queue_depth": 5000}]})",
              "plan queue_depth '5000' is not valid (not in 1..4096)");
   expect_bad(R"({"schema": "accio.profile/1", "plans": [{"mechanism": "uring", "queue_depth": "deep"}]})",

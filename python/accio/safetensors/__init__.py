@@ -24,6 +24,7 @@ import sys
 
 import accio
 
+from .._errors import file_shrank
 from ._format import DTYPE_BITS, SUBBYTE, Header, HeaderError, TensorInfo, MAX_HEADER
 from . import _format
 
@@ -249,10 +250,6 @@ def _tensor(fw, path: str, flat, info: TensorInfo):
                          f"{info.dtype} {list(info.shape)}: {e}") from None
 
 
-def _shrank(path: str, got: int, n: int) -> accio.Error:
-    return accio.Error(5, f"read '{path}': {got} of {n} bytes (file shrank while being read)")
-
-
 # --- reading -----------------------------------------------------------------------------------
 
 def read_header(f: "accio.File", path: str | None = None) -> Header:
@@ -264,7 +261,7 @@ def read_header(f: "accio.File", path: str | None = None) -> Header:
     n = _format.header_length(path, bytes(first[:got]), size)
     raw = bytearray(n)
     if n and f.read_into(raw, 8) != n:
-        raise _shrank(path, 8, 8 + n)
+        raise file_shrank(path, 8, 8 + n)
     return _format.interpret(path, _format.loads(path, bytes(raw)), n, size)
 
 
@@ -287,7 +284,7 @@ def _load_one(path: str, fw, copy: bool, settings: dict) -> tuple[dict, Header]:
         buf = fw.alloc(size)
         got = f.read_into(buf, 0)
         if got != size:
-            raise _shrank(path, got, size)
+            raise file_shrank(path, got, size)
         for info in infos:
             begin, end = h.data_start + info.begin, h.data_start + info.end
             flat = buf[begin:end]
@@ -304,7 +301,7 @@ def _read_ranges(f, path: str, reqs: list) -> None:
     for fut, (_, off, n) in zip(futs, reqs):
         got = fut.result()
         if got != n:
-            raise _shrank(path, off + got, off + n)
+            raise file_shrank(path, off + got, off + n)
 
 
 def _index_files(index_path: str) -> tuple[list[str], dict[str, str]]:
