@@ -205,3 +205,19 @@ def test_tune_error_paths(tmp_path):
     assert r.returncode == 1 and "no such file" in r.stderr
     r = tune(str(tmp_path), "--file-size", "1t", "--budget", "10", check=False)
     assert r.returncode == 1 and "free" in r.stderr
+
+
+def test_the_search_starts_from_every_host_mechanism_the_engine_registers(monkeypatch):
+    """A new host mechanism (one file and its registration in C++) is measured by `accio tune`
+    without an edit to the tuner, and the tie-break knows it (it loses ties to the built-in ones)."""
+    from accio.tune import search
+    registry = _ext.mechanisms()
+    extra = {"name": "chunky", "available": True, "detail": "", "device": False, "knobs": ["task_size", "direct"]}
+    monkeypatch.setattr(search._ext, "mechanisms", lambda: [*registry, extra])
+    monkeypatch.setattr(search, "knobs", lambda m: tuple(extra["knobs"]) if m == "chunky" else ())
+    names = [(p.mechanism, p.direct) for p in search.base_plans(True)]
+    assert ("chunky", False) in names and ("chunky", True) in names
+    assert ("chunky", True) not in [(p.mechanism, p.direct) for p in search.base_plans(False)]
+    builtin = {m["name"] for m in registry if not m["device"]}
+    assert builtin <= {n for n, _ in names}  # every registered host mechanism is a starting plan
+    assert all(search.simplicity(m) < search.simplicity("chunky") for m in search.SIMPLICITY)

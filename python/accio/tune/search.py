@@ -28,13 +28,25 @@ TIE = 0.03            # within 3%: prefer the simpler plan
 CONFIRM_WITHIN = 0.50  # plans this close to the best get more samples (one sample can be far off)
 MIN_EVEN_TASK = _ext.MIN_EVEN_TASK  # parallel(even) of at most this many bytes runs as one task: posix
 SAMPLE_SECONDS = 0.04  # aim of one sample's timed part
+# Tuning policy, not engine facts: which of the built-in mechanisms wins a tie (within TIE), and the
+# plans the search starts from. A mechanism the engine registers beyond these is tried too, at its
+# default settings (and with direct=on where it reads `direct`), and loses ties to them.
 SIMPLICITY = {"posix": 0, "parallel": 1, "uring": 2, "direct": 3}
+
+
+def simplicity(mechanism: str) -> int:
+    return SIMPLICITY.get(mechanism, len(SIMPLICITY))
 
 
 def base_plans(directory_takes_direct: bool) -> list[Plan]:
     plans = [Plan("posix"), Plan("parallel"), Plan("uring", queue_depth=16)]
     if directory_takes_direct:
         plans += [Plan("direct"), Plan("uring", queue_depth=16, direct=True)]
+    for m in (m["name"] for m in _ext.mechanisms() if not m["device"]):  # the engine's registry: a new
+        if m not in SIMPLICITY:                                            # mechanism is measured, no edit here
+            plans.append(Plan(m))
+            if directory_takes_direct and "direct" in knobs(m):
+                plans.append(Plan(m, direct=True))
     return plans
 
 
@@ -122,7 +134,7 @@ class Search:
         def key(pm):
             plan, mibps = pm
             tied = mibps >= best * (1 - TIE)
-            return (not tied, SIMPLICITY[plan.mechanism] if tied else 0, -mibps)
+            return (not tied, simplicity(plan.mechanism) if tied else 0, -mibps)
         return sorted(got, key=key)
 
     def plans_at(self, g: Group, size: int) -> list[Plan]:
