@@ -150,7 +150,7 @@ def test_explicit_files_are_used_and_kept(tmp_path):
     assert a.stat().st_size == b.stat().st_size == 1 << 20
     r = bench("-T", "read", "-m", "posix", "-s", "1m", "-r", "1m", "-t", "3", "-i", "1", "--files", f"{a},{b}",
               check=False)
-    assert r.returncode == 1 and "3 files needed, 2 given" in r.stderr
+    assert r.returncode == 2 and "3 files needed (one per thread and process), 2 given" in r.stderr
 
 
 def test_mpirun_two_ranks(tmp_path):

@@ -156,6 +156,10 @@ def _check(spec: Spec, world: int) -> None:
     if max(spec.processes) > world:
         raise ValueError(f"{max(spec.processes)} processes asked for, but {world} rank(s) run; "
                          f"start with: mpirun -np {max(spec.processes)} accio bench ...")
+    if spec.files:  # one file per thread and process (fpp); found before the run, not in its middle
+        need = max((p * t for _d, layout, p, t, *_ in spec.configurations() if layout == "fpp"), default=1)
+        if len(spec.files) < need:
+            raise ValueError(f"--files: {need} files needed (one per thread and process), {len(spec.files)} given")
     for d in spec.dirs:  # the file system said no: exit 1, as for any path that cannot be used
         if not os.path.exists(d):
             raise FileNotFoundError(2, "No such file or directory", f"-d {d}")
