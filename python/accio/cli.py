@@ -1,14 +1,24 @@
-"""The `accio` command: info, config, bench, tune, run. `accio COMMAND --help` describes each."""
+"""The `accio` command: info, config, bench, tune, run. `accio COMMAND --help` describes each.
+
+Exit statuses (accio._usage, docs/api.md): 2 called wrongly, 1 ran and failed; `accio run` returns
+the program's status, 126/127 when it cannot be run or found, 125 for accio's own errors.
+"""
 from __future__ import annotations
 
 import sys
 
 from . import __version__
+from ._usage import FAILURE, RUN_OWN_ERROR, USAGE, UsageError, describe, report
 
 
 def _cmd_info(args) -> int:
     from . import info
     import json
+    import os
+    try:  # a path that does not exist is an error (1), not facts about nothing
+        os.stat(args.path)
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, f"stat {args.path}") from None
     data = info.gather(args.path)
     print(json.dumps(data, indent=2) if args.json else info.render(data))
     return 0
@@ -34,11 +44,9 @@ def _cmd_config(args) -> int:
     if args.prefix:
         out.append(str(_pkg_dir()))
     if not out:
-        print("accio config: give at least one of --cflags --libs --cmake --pkgconfig --prefix", file=sys.stderr)
-        return 2
+        raise UsageError("give at least one of --cflags --libs --cmake --pkgconfig --prefix")
     if args.offload and not args.libs:
-        print("accio config: --offload goes with --libs", file=sys.stderr)
-        return 2
+        raise UsageError("--offload goes with --libs")
     print(" ".join(out))
     return 0
 
@@ -152,32 +160,45 @@ def main(argv: list[str] | None = None) -> int:
     plain_stderr()
     if argv[:2] == ["bench", "compare"]:
         from .bench import compare_main
-        return compare_main(argv[2:])
+        return _guarded("bench compare", compare_main, argv[2:])
     if argv[:2] == ["bench", "safetensors"]:
         from .bench.checkpoint import main as safetensors_main
-        return _guarded(safetensors_main, argv[2:])
+        return _guarded("bench safetensors", safetensors_main, argv[2:])
     if argv[:1] == ["run"]:  # a launcher: skip argparse and the other commands when it can
         from . import run
         if (quick := run.quick_parse(argv[1:])) is not None:
-            return _guarded(run.main, quick)
+            return _guarded("run", run.main, quick)
         import argparse
         parser = argparse.ArgumentParser(prog="accio")
         _add_run_parser(parser.add_subparsers(dest="command"))
-    else:
-        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:  # argparse's usage errors are accio's own errors under run: 125, as env
+            if e.code == USAGE and "-t" in argv[1:argv.index("--") if "--" in argv else len(argv)]:
+                report("run", "-t is not an option of run (in `accio bench` it is the thread count); "
+                       "the threshold is --threshold or -l")
+            return RUN_OWN_ERROR if e.code == USAGE else int(e.code or 0)
+        return _guarded("run", args.func, args)
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
-    return _guarded(args.func, args)
+        return USAGE
+    return _guarded(args.command, args.func, args)
 
 
-def _guarded(func, args) -> int:
+def _guarded(command: str, func, args) -> int:
+    """Runs a sub-command: UsageError is exit 2, OSError and RuntimeError (it ran and failed) 1,
+    each as one line `accio COMMAND: sentence`; under `accio run` both are 125 (accio's own)."""
+    run = command == "run"
     try:
         return func(args)
+    except UsageError as e:
+        report(command, str(e))
+        return RUN_OWN_ERROR if run else USAGE
     except (OSError, RuntimeError) as e:
-        print(f"accio: {e}", file=sys.stderr)
-        return 1
+        report(command, describe(e))
+        return RUN_OWN_ERROR if run else FAILURE
     except KeyboardInterrupt:
         return 130
 

@@ -18,6 +18,7 @@ import sys
 import time
 
 from ._system import cpu_model, fmt_size, parse_size
+from ._usage import UsageError, check_output_path, output_file
 
 SCHEMA = "accio.offload-bench/1"
 FULL_NS = [1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 50000, 100000]
@@ -29,7 +30,8 @@ TARGETS_US = {"test1": 0.5, "test2": 1.0, "test3": 0.5, "test4": 1.0, "read_1b":
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--json", metavar="FILE", help="write every measurement and the summary as JSON")
+    p.add_argument("--json", metavar="FILE", help="write every measurement and the summary as JSON ('-' for "
+                   "stdout; the tables then go to stderr)")
     p.add_argument("--quick", action="store_true",
                    help=f"N up to {QUICK_NS[-1]}, 3 repetitions, transfers up to 64 MiB (about 20 s)")
     p.add_argument("--reps", type=int, help="repetitions per point (default 5; --quick 3)")
@@ -115,19 +117,26 @@ def render(doc: dict, out=sys.stdout) -> None:
 
 
 def main(args) -> int:
-    if not os.access(_bench_binary(), os.X_OK):
-        print(f"accio offload-bench: {_bench_binary()} is missing (reinstall accio)", file=sys.stderr)
-        return 1
     ns = QUICK_NS if args.quick else FULL_NS
+    if args.reps is not None and args.reps < 1:
+        raise UsageError(f"--reps {args.reps}: must be at least 1")
     reps = args.reps or (3 if args.quick else 5)
-    max_bytes = parse_size(args.max_bytes or ("64m" if args.quick else "1g"))
+    try:
+        max_bytes = parse_size(args.max_bytes or ("64m" if args.quick else "1g"))
+    except ValueError as e:
+        raise UsageError(f"--max-bytes {args.max_bytes!r}: {e}") from None
+    if max_bytes < 1:
+        raise UsageError(f"--max-bytes {args.max_bytes!r}: must be at least 1 byte")
     wanted = [t.strip() for t in args.transports.split(",") if t.strip()]
     configs = [c for c in CONFIGS if c[0] in wanted]
     unknown = set(wanted) - {c[0] for c in CONFIGS}
     if unknown or not configs:
-        print(f"accio offload-bench: unknown configuration(s) {', '.join(sorted(unknown)) or '(none)'}; "
-              f"choose from {', '.join(c[0] for c in CONFIGS)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown configuration(s) {', '.join(sorted(unknown)) or '(none)'}; "
+                         f"choose from {', '.join(c[0] for c in CONFIGS)}")
+    check_output_path("--json", args.json)
+    if not os.access(_bench_binary(), os.X_OK):
+        print(f"accio offload-bench: {_bench_binary()} is missing (reinstall accio)", file=sys.stderr)
+        return 1
     doc = {"schema": SCHEMA, "command": "accio offload-bench " + " ".join(sys.argv[2:]),
            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
@@ -151,11 +160,12 @@ def main(args) -> int:
     if "shm" in doc["summary"]:
         shm = doc["summary"]["shm"]
         doc["targets"] = {k: {"target": t, "measured": shm[k], "met": shm[k] <= t} for k, t in TARGETS_US.items()}
-    render(doc)
+    render(doc, out=sys.stderr if args.json == "-" else sys.stdout)  # stdout holds the JSON then
     if args.json:
-        with open(args.json, "w") as f:
+        with output_file(args.json) as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
-        print(f"accio offload-bench: wrote {args.json}", file=sys.stderr)
+        if args.json != "-":
+            print(f"accio offload-bench: wrote {args.json}", file=sys.stderr)
     return 0
 

@@ -4,6 +4,9 @@ The shim (lib/libaccio_preload.so) interposes the read/write family and sends re
 the threshold on regular files through the engine; see docs/preload.md. With --stats or
 --stats-json every process of the run (children and exec'd programs inherit the preload) writes its
 per-file counters to a private directory, which is merged here after the program exits.
+
+Exit status, as env(1) and nohup(1): the program's own; 127 when it is not found, 126 when it is
+found but cannot be run; 125 for accio's own errors, a usage error of `accio run` included.
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ def add_arguments(p) -> None:
     from ._system import fmt_size
     p.add_argument("--mechanism", "-m", choices=mechanisms(),
                    help="mechanism for the requests the shim takes (default: ACCIO_MECHANISM or auto)")
-    p.add_argument("--threshold", "-t", metavar="BYTES",
+    # -l (the lower limit of the requests taken), not -t: -t is the thread count in `accio bench`
+    p.add_argument("--threshold", "-l", metavar="BYTES",
                    help="smallest request the shim takes, e.g. 64k (default: ACCIO_PRELOAD_THRESHOLD, "
                    f"else {fmt_size(default_threshold()).replace(' ', '')} raised to the tuning profile's "
                    "crossing point)")
@@ -54,7 +58,7 @@ def quick_parse(argv: list[str]):
     """The options of `accio run` without argparse (whose import costs ~12 ms per launch). Returns
     None for anything unusual (--help, a bad value, an unknown option): argparse then handles it."""
     a, i = _Args(), 0
-    takes = {"--mechanism": "mechanism", "-m": "mechanism", "--threshold": "threshold", "-t": "threshold",
+    takes = {"--mechanism": "mechanism", "-m": "mechanism", "--threshold": "threshold", "-l": "threshold",
              "--stats-json": "stats_json"}
     while i < len(argv):
         opt = argv[i]
@@ -102,10 +106,11 @@ def _environment(args, stats_dir: str | None) -> dict[str, str]:
     env["LD_PRELOAD"] = ":".join([shim] + rest)
     if args.threshold is not None:
         from . import _ext
+        from ._usage import UsageError
         try:
             env["ACCIO_PRELOAD_THRESHOLD"] = str(max(1, _ext.parse_size(args.threshold.strip())))
         except OSError as e:
-            raise SystemExit(f"accio run: --threshold: {e.strerror or e}")
+            raise UsageError(f"--threshold {args.threshold!r}: {e.strerror or e}") from None
     if args.mechanism:
         env["ACCIO_MECHANISM"] = args.mechanism
     if stats_dir:
@@ -132,30 +137,48 @@ def _exit_like(returncode: int) -> int:
     return _status(returncode)
 
 
+RUN_OWN_ERROR, RUN_CANNOT_EXECUTE, RUN_NOT_FOUND = 125, 126, 127  # as accio._usage (not imported: launch cost)
+
+
+def _cannot_run(name: str, e: OSError) -> int:
+    """exec failed: 127 if the file is not there, 126 otherwise (permission, format, ...), as env."""
+    import errno
+    print(f"accio run: exec {name}: {(e.strerror or str(e)).lower()} (errno {e.errno})", file=sys.stderr)
+    return RUN_NOT_FOUND if e.errno in (errno.ENOENT, errno.ENOTDIR) else RUN_CANNOT_EXECUTE
+
+
 def main(args) -> int:
+    from ._usage import UsageError
     prog = list(args.program)
     if prog[:1] == ["--"]:
         prog = prog[1:]
     if not prog:
-        print("accio run: no program given (usage: accio run [options] -- program [args...])", file=sys.stderr)
-        return 2
+        raise UsageError("no program given (usage: accio run [options] -- program [args...])")
     if not os.path.isfile(shim_path()):
         print(f"accio run: the preload library is missing ({shim_path()}); reinstall accio", file=sys.stderr)
-        return 1
+        return RUN_OWN_ERROR
     exe = _which(prog[0])
     if not exe or not os.path.exists(exe):
         print(f"accio run: {prog[0]}: command not found", file=sys.stderr)
-        return 127
-    if not os.access(exe, os.X_OK) or os.path.isdir(exe):
+        return RUN_NOT_FOUND
+    if os.path.isdir(exe):
+        print(f"accio run: {prog[0]}: is a directory", file=sys.stderr)
+        return RUN_CANNOT_EXECUTE
+    if not os.access(exe, os.X_OK):
         print(f"accio run: {prog[0]}: permission denied", file=sys.stderr)
-        return 126
+        return RUN_CANNOT_EXECUTE
 
     want_stats = args.stats or args.stats_json
     if not want_stats:  # nothing to do afterwards: become the program (signals and status are its own)
         env = _environment(args, None)
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(exe, prog, env)
+        try:
+            os.execve(exe, prog, env)
+        except OSError as e:
+            return _cannot_run(prog[0], e)
+    from ._usage import check_output_path
+    check_output_path("--stats-json", args.stats_json)  # before the program runs, not after (125)
 
     import json
     import subprocess
@@ -163,7 +186,10 @@ def main(args) -> int:
     from pathlib import Path
     with tempfile.TemporaryDirectory(prefix="accio-run.") as stats_dir:
         env = _environment(args, stats_dir)
-        child = subprocess.Popen(prog, executable=exe, env=env)
+        try:
+            child = subprocess.Popen(prog, executable=exe, env=env)
+        except OSError as e:
+            return _cannot_run(prog[0], e)
         forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
         old = {s: signal.signal(s, lambda sig, _f: child.send_signal(sig)) for s in forwarded}
         old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the child too
@@ -177,10 +203,15 @@ def main(args) -> int:
         print(render(report), file=sys.stderr)
     if args.stats_json:
         text = json.dumps(report, indent=2) + "\n"
-        if args.stats_json == "-":
-            sys.stdout.write(text)
-        else:
-            Path(args.stats_json).write_text(text)
+        try:
+            if args.stats_json == "-":
+                sys.stdout.write(text)
+            else:
+                Path(args.stats_json).write_text(text)
+        except OSError as e:  # the program ran, its report could not be written: accio's own error
+            print(f"accio run: write --stats-json {args.stats_json}: {(e.strerror or str(e)).lower()} "
+                  f"(errno {e.errno}); the program's exit status was {_status(rc)}", file=sys.stderr)
+            return RUN_OWN_ERROR
     return _exit_like(rc)
 
 

@@ -1,7 +1,7 @@
 // accio base: recursive-descent JSON reader (RFC 8259), depth-limited.
 #include "base/json.hpp"
 
-#include <cstdlib>
+#include <charconv>
 #include <stdexcept>
 
 namespace accio::base::json {
@@ -99,7 +99,12 @@ class Parser {
       if (i_ < t_.size() && (t_[i_] == '+' || t_[i_] == '-')) ++i_;
       digits();
     }
-    return std::strtod(std::string(t_.substr(s, i_ - s)).c_str(), nullptr);
+    // from_chars, not strtod: the decimal point is '.' whatever locale the host program set.
+    double v = 0;
+    const auto r = std::from_chars(t_.data() + s, t_.data() + i_, v);
+    if (r.ec == std::errc::result_out_of_range) fail("number out of range");
+    if (r.ec != std::errc() || r.ptr != t_.data() + i_) fail("bad number");
+    return v;
   }
 
   std::string string() {
@@ -126,10 +131,9 @@ class Parser {
         case 't': out += '\t'; break;
         case 'u': {
           if (i_ + 4 > t_.size()) fail("short \\u escape");
-          char* end = nullptr;
-          const std::string hex(t_.substr(i_, 4));
-          const unsigned long cp = std::strtoul(hex.c_str(), &end, 16);
-          if (end != hex.c_str() + 4) fail("bad \\u escape");
+          unsigned long cp = 0;  // from_chars: exactly four hex digits, no sign, space or 0x
+          const auto r = std::from_chars(t_.data() + i_, t_.data() + i_ + 4, cp, 16);
+          if (r.ec != std::errc() || r.ptr != t_.data() + i_ + 4) fail("bad \\u escape");
           i_ += 4;
           if (cp < 0x80) {
             out += static_cast<char>(cp);

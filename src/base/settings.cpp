@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -20,14 +20,23 @@
 
 namespace accio::base {
 
+// Sizes and integers are parsed with ASCII tests and std::from_chars, never the C library's
+// locale-aware functions: a host program's setlocale(LC_ALL, "") must not change what "64k" means.
+namespace {
+bool ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool ascii_digit(char c) { return c >= '0' && c <= '9'; }
+char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+}  // namespace
+
 size_t parse_size(const std::string& s) {
   std::string t;
   for (char c : s)
-    if (!std::isspace(static_cast<unsigned char>(c))) t += static_cast<char>(std::tolower(c));
-  if (t.empty() || !std::isdigit(static_cast<unsigned char>(t[0]))) throw std::invalid_argument("not a size");
-  size_t pos = 0;
-  unsigned long long v = std::stoull(t, &pos);
-  std::string unit = t.substr(pos);
+    if (!ascii_space(c)) t += ascii_lower(c);
+  if (t.empty() || !ascii_digit(t[0])) throw std::invalid_argument("not a size");
+  unsigned long long v = 0;
+  const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (r.ec == std::errc::result_out_of_range) throw std::invalid_argument("too large");
+  std::string unit = t.substr(static_cast<size_t>(r.ptr - t.data()));
   if (unit.size() > 1 && unit.back() == 'b') unit.pop_back();  // "kb", "kib" -> "k", "ki"
   if (unit.size() > 1 && unit.back() == 'i') unit.pop_back();
   unsigned shift = 0;
@@ -54,7 +63,7 @@ std::string format_size(size_t b) {
 namespace {
 bool parse_bool(const std::string& v) {
   std::string t;
-  for (char c : v) t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char c : v) t += ascii_lower(c);
   if (t == "1" || t == "on" || t == "true" || t == "yes") return true;
   if (t == "0" || t == "off" || t == "false" || t == "no") return false;
   throw std::invalid_argument("not on/off");
@@ -66,7 +75,9 @@ int64_t parse_integer(const std::string& v) {
         return c >= '0' && c <= '9';
       }))
     throw std::invalid_argument("not an integer");
-  return std::stoll(v);
+  int64_t n = 0;  // at most 18 digits: always in range
+  std::from_chars(v.data(), v.data() + v.size(), n);
+  return n;
 }
 
 std::vector<std::string> split_choices(const std::string& c) {

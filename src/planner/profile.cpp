@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -32,6 +33,17 @@ bool PlanSpec::needs_alignment() const {
 
 // Only the parameters the mechanism reads (its registration names them) appear; sizes as 4MiB,
 // queue_depth as qd.
+namespace {
+// A size knob's value as text ("1048576" -> "1MiB"); from_chars, as the C library's parsers follow
+// the host program's locale. Text that is not a plain number is shown as it is.
+std::string size_label(const std::string& value) {
+  unsigned long long v = 0;
+  const auto r = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (r.ec != std::errc() || r.ptr != value.data() + value.size()) return value;
+  return base::format_size(static_cast<size_t>(v));
+}
+}  // namespace
+
 std::string PlanSpec::label() const {
   const io::Mechanism* m = io::find(mechanism);
   auto reads = [&](const char* k) { return m && m->reads(k); };
@@ -44,7 +56,7 @@ std::string PlanSpec::label() const {
     const base::SettingRow* row = base::find_setting(name);
     const bool size = row && row->spec.kind == "size";
     add((name == "queue_depth" ? std::string("qd") : name) + "=" +
-        (size ? base::format_size(static_cast<size_t>(std::stoull(value))) : value));
+        (size ? size_label(value) : value));
   }
   return args.empty() ? out : out + "(" + args + ")";
 }

@@ -75,3 +75,134 @@ def test_pkgconfig_and_cmake_package(tmp_path):
     subprocess.run(["cmake", "--build", str(tmp_path / "b")], check=True, capture_output=True)
     out = subprocess.run([str(tmp_path / "b" / "user")], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "open 2"
+
+
+# ---- exit statuses and error lines (issue 21): 2 called wrongly, 1 ran and failed; accio run: the
+# program's status, 127 not found, 126 cannot be run, 125 accio's own errors (as env) ----
+
+@pytest.fixture
+def places(tmp_path):
+    noexec = tmp_path / "noexec"
+    noexec.write_text("#!/bin/sh\n")
+    badformat = tmp_path / "badformat"
+    badformat.write_bytes(b"\x00\x01 not a program\n")
+    badformat.chmod(0o755)
+    return {"tmp": str(tmp_path), "noexec": str(noexec), "badformat": str(badformat)}
+
+
+EXIT_TABLE = [
+    # (command line, exit status, a fragment of stderr)
+    (["nosuchcommand"], 2, "invalid choice"),
+    (["info", "/nonexistent"], 1, "accio info: stat /nonexistent: no such file or directory (errno 2)"),
+    (["info", "--bogus"], 2, "unrecognized arguments: --bogus"),
+    (["config"], 2, "accio config: give at least one of"),
+    (["config", "--cflags", "--offload"], 2, "accio config: --offload goes with --libs"),
+    (["bench", "-r", "2m", "-s", "1m"], 2, "accio bench: no record size (2 MiB) fits in a file size (1 MiB)"),
+    (["bench", "-r", "4m,8m", "-s", "1m:2m"], 2, "nothing would run"),
+    (["bench", "-s", "12q"], 2, "accio bench: "),
+    (["bench", "-t", "0"], 2, "at least 1"),
+    (["bench", "-i", "x"], 2, "invalid int value"),
+    (["bench", "-i", "0"], 2, "--iterations must be at least 1"),
+    (["bench", "-m", "warp"], 2, "unknown mechanism"),
+    (["bench", "--set", "threads=lots"], 2, "threads='lots' is not valid"),
+    (["bench", "--set", "nonsense"], 2, "expected NAME=VALUE"),
+    (["bench", "-d", "/nonexistent"], 1, "accio bench: -d /nonexistent: no such file or directory (errno 2)"),
+    (["bench", "-d", "{noexec}"], 1, "not a directory"),
+    (["bench", "--json", "-", "--csv", "-"], 2, "--json and --csv both ask for stdout"),
+    (["bench", "--plot", "-"], 2, "--plot takes a directory"),
+    (["bench", "--json", "/nonexistent/out.json"], 1, "--json /nonexistent/out.json"),
+    (["bench", "--report", "{tmp}"], 1, "is a directory"),
+    (["bench", "compare", "/nonexistent/a.json", "/nonexistent/b.json"], 1,
+     "accio bench compare: /nonexistent/a.json: no such file or directory (errno 2)"),
+    (["bench", "compare", "{noexec}"], 2, "the following arguments are required"),
+    (["tune", "/nonexistent"], 1, "accio tune: /nonexistent: no such file or directory (errno 2)"),
+    (["tune", "{tmp}", "--file-size", "lots"], 2, "accio tune: --file-size 'lots' is not a size"),
+    (["tune", "{tmp}", "--budget", "1"], 2, "--budget must be at least 5 seconds"),
+    (["tune", "{tmp}", "--budget", "soon"], 2, "invalid float value"),
+    (["tune", "{tmp}", "--threads", "-1"], 2, "--threads -1"),
+    (["tune", "{tmp}", "--json", "x.json"], 2, "--json goes with --evaluate"),
+    (["tune", "{tmp}", "--profile", "-"], 2, "--profile takes a file name"),
+    (["tune", "{tmp}", "--show", "--evaluate"], 2, "do not go together"),
+    (["tune", "{tmp}", "--evaluate", "--transfers", "4q"], 2, "accio tune: --transfers '4q'"),
+    (["tune", "{tmp}", "--evaluate", "--reps", "0"], 2, "--reps must be at least 1"),
+    (["tune", "{tmp}", "--target", "cuda:0"], 2, "host memory only"),
+    (["offload-bench", "--transports", "pigeon"], 2, "unknown configuration(s) pigeon"),
+    (["offload-bench", "--max-bytes", "lots"], 2, "accio offload-bench: --max-bytes 'lots'"),
+    (["offload-bench", "--reps", "0"], 2, "--reps 0: must be at least 1"),
+    (["offload-bench", "--json", "/nonexistent/o.json"], 1, "--json /nonexistent/o.json"),
+    (["run", "--", "sh", "-c", "exit 3"], 3, ""),
+    (["run", "--stats", "--", "sh", "-c", "exit 4"], 4, "accio run: "),
+    (["run", "-l", "64k", "--", "true"], 0, ""),
+    (["run", "--", "no-such-program-xyz"], 127, "accio run: no-such-program-xyz: command not found"),
+    (["run", "--stats", "--", "no-such-program-xyz"], 127, "command not found"),
+    (["run", "--", "{noexec}"], 126, "permission denied"),
+    (["run", "--", "{tmp}"], 126, "is a directory"),
+    (["run", "--", "{badformat}"], 126, "accio run: exec {badformat}: exec format error (errno 8)"),
+    (["run", "--stats", "--", "{badformat}"], 126, "exec format error"),
+    (["run", "--"], 125, "accio run: no program given"),
+    (["run"], 125, "no program given"),
+    (["run", "--threshold", "lots", "--", "true"], 125, "accio run: --threshold 'lots'"),
+    (["run", "-l", "-5", "--", "true"], 125, "--threshold"),
+    (["run", "-t", "64k", "--", "true"], 125, "the threshold is --threshold or -l"),
+    (["run", "--mechanism", "warp", "--", "true"], 125, "warp"),
+    (["run", "--bogus", "--", "true"], 125, "--bogus"),
+    (["run", "--stats-json", "/nonexistent/s.json", "--", "true"], 125,
+     "accio run: --stats-json /nonexistent/s.json: /nonexistent: no such file or directory (errno 2)"),
+]
+
+
+@pytest.mark.parametrize("argv, status, fragment", EXIT_TABLE, ids=[" ".join(a) for a, _, _ in EXIT_TABLE])
+def test_exit_status_and_message(places, argv, status, fragment):
+    argv = [a.format(**places) for a in argv]
+    r = subprocess.run([*ACCIO, *argv], capture_output=True, text=True, cwd=places["tmp"], timeout=120)
+    assert r.returncode == status, r.stderr
+    assert fragment.format(**places) in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not os.path.exists(os.path.join(places["tmp"], "-")), "a file named '-' was created"
+    if status in (1, 2, 125) and argv[0] != "nosuchcommand":
+        # the error is the last line and starts with `accio` (argparse's: usage, then `accio: error: ...`)
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("accio"), r.stderr
+
+
+def _small_bench(*extra):
+    return ["bench", "-T", "write,read", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-q", *extra]
+
+
+@pytest.mark.parametrize("option", ["--json", "--csv", "--report"])
+def test_dash_is_stdout_and_the_table_goes_to_stderr(tmp_path, option):
+    r = subprocess.run([*ACCIO, *_small_bench("-d", str(tmp_path), option, "-")], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "-").exists()
+    assert "posix" in r.stderr  # the table
+    if option == "--json":
+        assert json.loads(r.stdout)["schema"] == "accio.bench/1"
+    elif option == "--csv":
+        assert r.stdout.splitlines()[0].startswith("test,mechanism,")
+    else:
+        assert r.stdout.lstrip().lower().startswith("<!doctype html")
+    assert "wrote" not in r.stderr
+
+
+def test_run_letters_do_not_clash_with_bench():
+    """-t is threads in bench (as in IOzone); run's threshold is --threshold / -l."""
+    run_help = run("run", "--help").stdout
+    assert "--threshold BYTES, -l BYTES" in run_help or "-l BYTES, --threshold BYTES" in run_help
+    assert "-t," not in run_help and "-t " not in run_help
+    assert "-t THREADS, --threads THREADS" in run("bench", "--help").stdout
+
+
+@pytest.mark.parametrize("argv, schema", [
+    (["offload-bench", "--quick", "--transports", "socket", "--reps", "1", "--max-bytes", "1m"],
+     "accio.offload-bench/1"),
+    (["tune", ".", "--evaluate", "--file-sizes", "1m", "--transfers", "64k", "--reps", "1", "-q"],
+     "accio.tune-evaluate/1"),
+])
+def test_json_dash_elsewhere(tmp_path, argv, schema):
+    r = subprocess.run([*ACCIO, *argv, "--json", "-"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    if argv[0] == "offload-bench" and r.returncode == 1 and "is missing" in r.stderr:
+        pytest.skip("this package has no offload runtime")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["schema"] == schema  # stdout is the JSON alone; the tables went to stderr
+    assert not (tmp_path / "-").exists() and "wrote" not in r.stderr

@@ -251,12 +251,13 @@ def test_exit_status_and_signals(tmp_path):
 def test_errors(tmp_path):
     p = subprocess.run(ACCIO + ["run", "--", "no-such-program-xyz"], capture_output=True, text=True)
     assert p.returncode == 127 and "command not found" in p.stderr
+    # accio's own errors, usage errors included, are 125 as in env(1) (the full table: test_cli.py)
     p = subprocess.run(ACCIO + ["run", "--"], capture_output=True, text=True)
-    assert p.returncode == 2 and "no program" in p.stderr
+    assert p.returncode == 125 and "no program" in p.stderr
     p = subprocess.run(ACCIO + ["run", "--threshold", "lots", "--", "true"], capture_output=True, text=True)
-    assert p.returncode != 0 and "threshold" in p.stderr
+    assert p.returncode == 125 and "threshold" in p.stderr
     p = subprocess.run(ACCIO + ["run", "--mechanism", "warp", "--", "true"], capture_output=True, text=True)
-    assert p.returncode == 2 and "warp" in p.stderr
+    assert p.returncode == 125 and "warp" in p.stderr
     (tmp_path / "noexec").write_text("#!/bin/sh\n")
     p = subprocess.run(ACCIO + ["run", "--", str(tmp_path / "noexec")], capture_output=True, text=True)
     assert p.returncode == 126

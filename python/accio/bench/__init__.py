@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from .. import __version__, _ext, settings as effective_settings
+from .._usage import UsageError, check_output_path, stdout_outputs
 from ..info import gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
@@ -74,10 +75,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-verify", dest="verify", action="store_false",
                    help="do not check the record stamps that reads find")
     g = p.add_argument_group("output")
-    g.add_argument("--json", metavar="FILE", help="every sample and the environment (schema accio.bench/1)")
-    g.add_argument("--csv", metavar="FILE", help="one line per result")
+    g.add_argument("--json", metavar="FILE", help="every sample and the environment (schema accio.bench/1); "
+                   "'-' for stdout (the table then goes to stderr)")
+    g.add_argument("--csv", metavar="FILE", help="one line per result ('-' for stdout)")
     g.add_argument("--plot", metavar="DIR", help="PNG plots (needs matplotlib)")
-    g.add_argument("--report", metavar="FILE", help="a self-contained HTML report")
+    g.add_argument("--report", metavar="FILE", help="a self-contained HTML report ('-' for stdout)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -139,6 +141,11 @@ def _check(spec: Spec, world: int) -> None:
             raise ValueError("--vs-fio compares host mechanisms; it does not apply to --target cuda:N")
     if spec.iterations < 1:
         raise ValueError("--iterations must be at least 1")
+    if spec.threads and spec.file_sizes and spec.records and not any(True for _ in spec.configurations()):
+        from .._system import fmt_size
+        raise ValueError(f"no record size ({', '.join(map(fmt_size, spec.records))}) fits in a file size "
+                         f"({', '.join(map(fmt_size, spec.file_sizes))}): nothing would run; a record (-r) must be "
+                         "at most the file size (-s), as IOR refuses a transfer larger than the block")
     if spec.drop_caches and os.geteuid() != 0:
         raise ValueError("--drop-caches writes /proc/sys/vm/drop_caches and needs root; without it cold reads "
                          "use posix_fadvise(DONTNEED), verified with a residency check")
@@ -149,9 +156,17 @@ def _check(spec: Spec, world: int) -> None:
     if max(spec.processes) > world:
         raise ValueError(f"{max(spec.processes)} processes asked for, but {world} rank(s) run; "
                          f"start with: mpirun -np {max(spec.processes)} accio bench ...")
-    for d in spec.dirs:
-        if not os.path.isdir(d) or not os.access(d, os.W_OK):
-            raise ValueError(f"{d}: not a writable directory")
+    if spec.files:  # one file per thread and process (fpp); found before the run, not in its middle
+        need = max((p * t for _d, layout, p, t, *_ in spec.configurations() if layout == "fpp"), default=1)
+        if len(spec.files) < need:
+            raise ValueError(f"--files: {need} files needed (one per thread and process), {len(spec.files)} given")
+    for d in spec.dirs:  # the file system said no: exit 1, as for any path that cannot be used
+        if not os.path.exists(d):
+            raise FileNotFoundError(2, "No such file or directory", f"-d {d}")
+        if not os.path.isdir(d):
+            raise NotADirectoryError(20, "Not a directory", f"-d {d}")
+        if not os.access(d, os.W_OK):
+            raise PermissionError(13, "Permission denied (not a writable directory)", f"-d {d}")
     # settings (with each mechanism's own) are checked by the engine now rather than in the middle of the run
     names = {m["name"] for m in _ext.mechanisms()}
     for m in spec.mechanisms:
@@ -162,7 +177,10 @@ def _check(spec: Spec, world: int) -> None:
             if not device and m.name != "auto" and spec.target != "host":
                 raise ValueError(f"mechanism {m.label} serves host memory: with --target {spec.target} use naive, "
                                  "staged or gds (host and pinned-copy are added as ceilings)")
-        _ext.settings(list({**spec.settings, **dict(m.settings)}.items()))
+        try:
+            _ext.settings(list({**spec.settings, **dict(m.settings)}.items()))
+        except OSError as e:  # a bad --set (or NAME+knob) value is a usage error
+            raise ValueError(str(e)) from None
 
 
 class Progress:
@@ -237,14 +255,30 @@ def parameters(spec: Spec) -> dict:
             "drop_caches": spec.drop_caches, "vs_fio": spec.vs_fio, "verify": spec.verify}
 
 
+def check_outputs(args) -> str | None:
+    """The output options: which one (if any) is stdout; a DIR for --plot; FILEs that can be written.
+    Checked before anything runs, so that a long run never ends on a bad output path."""
+    if args.plot == "-":
+        raise UsageError("--plot takes a directory for the PNG files; '-' (stdout) cannot hold them")
+    to_stdout = stdout_outputs(**{"--json": args.json, "--csv": args.csv, "--report": args.report})
+    for option, path in (("--json", args.json), ("--csv", args.csv), ("--report", args.report)):
+        check_output_path(option, path)
+    return to_stdout
+
+
 def main(args) -> int:
     world = comm_mod.world()
     try:
         spec = build_spec(args, world.size)
-    except ValueError as e:
+        to_stdout = check_outputs(args)
+    except (ValueError, UsageError) as e:
         if world.rank == 0:
-            print(f"accio bench: {e}", file=sys.stderr)
+            raise UsageError(str(e)) from None
         return 2
+    except OSError:
+        if world.rank == 0:
+            raise
+        return 1
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
     phases = count_phases(spec)
@@ -264,12 +298,14 @@ def main(args) -> int:
            "preset": spec.preset, "started": started, "duration_s": time.monotonic() - t0,
            "environment": environment(spec, world.size), "parameters": parameters(spec),
            "warnings": [w for w in _ext.warnings().splitlines() if w], "results": results}
-    print(output.render_table(results, spec.table))
+    table_out = sys.stderr if to_stdout else sys.stdout  # stdout holds the JSON, CSV or HTML asked for
+    print(output.render_table(results, spec.table), file=table_out)
     if spec.target != "host" and (ratios := output.device_ratios(results)):
-        print("\n" + ratios)
+        print("\n" + ratios, file=table_out)
     fio_table = output.render_fio(results)
     if fio_table:
-        print("\naccio vs fio (same files, same run)\n" + fio_table)
+        print("\naccio vs fio (same files, same run)\n" + fio_table, file=table_out)
+    table_out.flush()
     written = []
     if args.json:
         output.write_json(args.json, doc)
@@ -282,6 +318,7 @@ def main(args) -> int:
     if args.report:
         report.write_html(args.report, doc, spec.table)
         written.append(args.report)
+    written = [w for w in written if w != "-"]
     if written and not args.quiet:
         print("wrote " + ", ".join(written), file=sys.stderr)
     return 0
@@ -293,13 +330,12 @@ def compare_main(argv: list[str]) -> int:
     p.add_argument("a", metavar="A.json")
     p.add_argument("b", metavar="B.json")
     args = p.parse_args(argv)
-    try:
+    try:  # a file that is missing or not a bench JSON: it ran and failed (1); OSError goes to the guard
         with open(args.a) as fa, open(args.b) as fb:
             a, b = json.load(fa), json.load(fb)
         print(output.compare(a, b))
-    except (OSError, ValueError, KeyError) as e:
-        print(f"accio bench compare: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, KeyError) as e:
+        raise RuntimeError(str(e)) from None
     return 0
 
 

@@ -43,7 +43,8 @@ def add_arguments(p) -> None:
     p.add_argument("--peers", default=",".join(PEERS), help=f"peers to try: {','.join(PEERS)} or none")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="an accio setting for accio's contenders, e.g. --set threads=8 (repeatable)")
-    p.add_argument("--json", metavar="FILE", help="write the samples, ratios and machine here")
+    p.add_argument("--json", metavar="FILE", help="write the samples, ratios and machine here "
+                   "('-' for stdout; the table then goes to stderr)")
 
 
 def _files(paths: list[str]) -> tuple[object, list[str]]:
@@ -247,9 +248,10 @@ def run(args) -> int:
                       "rounds": args.rounds, "cache": "cold" if args.cold else "hot", "settings": settings,
                       "residency_max": max(residency) if residency else None},
            "peers": _versions(), "contenders": rows, "skipped": skipped, "failed": failed, "comparisons": comps}
-    print(render(doc))
+    print(render(doc), file=sys.stderr if args.json == "-" else sys.stdout)  # '-': stdout holds the JSON
     if args.json:
-        with open(args.json, "w") as f:
+        from .._usage import output_file
+        with output_file(args.json) as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
     return 0

@@ -9,6 +9,7 @@ import statistics
 from typing import Iterable
 
 from .._system import fmt_size
+from .._usage import output_file
 from .spec import TESTS
 
 SCHEMA = "accio.bench/1"
@@ -142,7 +143,8 @@ def render_fio(results: list[dict]) -> str:
 
 
 def write_json(path: str, doc: dict) -> None:
-    with open(path, "w") as f:
+    """'-' is stdout."""
+    with output_file(path) as f:
         json.dump(doc, f, indent=1, allow_nan=False)
         f.write("\n")
 
@@ -153,7 +155,8 @@ CSV_FIELDS = ("test", "mechanism", "ran", "target", "directory", "layout", "proc
 
 
 def write_csv(path: str, results: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
+    """'-' is stdout."""
+    with output_file(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         w.writeheader()
         for r in results:

@@ -13,6 +13,7 @@ import os
 from collections import defaultdict
 
 from .._system import fmt_size
+from .._usage import output_file
 from .output import render_fio, render_table
 
 
@@ -179,5 +180,5 @@ most 1%; cells marked ! were not cold. Open and close are not timed; write+sync 
 See docs/methodology.md.</p>
 <h2>Environment</h2>{table(env_rows)}<h2>Parameters</h2>{table(par_rows)}
 </body></html>"""
-    with open(path, "w") as f:
+    with output_file(path) as f:  # '-' is stdout
         f.write(page)

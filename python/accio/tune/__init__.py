@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from .. import File, __version__, _ext
 from .._system import drop_pages
+from .._usage import UsageError, check_output_path, output_file
 from . import evaluate as evaluate_mod
 from . import profile as profile_mod
 from .measure import MiB, Bench, fmt
@@ -39,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transfers", default="4k,256k,8m", metavar="LIST",
                    help="--evaluate transfer sizes (default 4k,256k,8m)")
     p.add_argument("-i", "--reps", type=int, default=5, help="--evaluate samples per contender and cell (default 5)")
-    p.add_argument("--json", metavar="FILE", help="--evaluate: write the results as JSON")
+    p.add_argument("--json", metavar="FILE", help="--evaluate: write the results as JSON ('-' for stdout; "
+                   "the table then goes to stderr)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -68,13 +70,43 @@ class _Progress:
 
 def _directory(path: str) -> str:
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file or directory")
+        raise FileNotFoundError(2, "No such file or directory", path)
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
-def _sizes(text: str) -> list[int]:
+def _sizes(option: str, text: str) -> list[int]:
     from .._system import parse_sizes
-    return parse_sizes(text)
+    try:
+        sizes = parse_sizes(text)
+    except ValueError as e:
+        raise UsageError(f"{option} {text!r}: {e}") from None
+    if not sizes:
+        raise UsageError(f"{option} {text!r}: no sizes given")
+    return sizes
+
+
+def _check_usage(args) -> None:
+    """Usage errors, all before the path is looked at or anything is measured (exit 2)."""
+    if args.target != "host":
+        raise UsageError(f"target {args.target!r}: profiles are measured for host memory only; GPU buffers "
+                         "run staged under auto (compare the device mechanisms with `accio bench --target "
+                         "cuda:N`); use --target host")
+    if args.show and args.evaluate:
+        raise UsageError("--show and --evaluate do not go together")
+    if args.json and not args.evaluate:
+        raise UsageError("--json goes with --evaluate (a calibration writes its profile; see --profile)")
+    if args.profile == "-":
+        raise UsageError("--profile takes a file name: a profile is a file that auto reads, not stdout")
+    if args.threads < 0:
+        raise UsageError(f"--threads {args.threads}: must be at least 1 (0: online CPUs)")
+    if args.reps < 1:
+        raise UsageError("--reps must be at least 1")
+    if not args.evaluate and not args.show and args.budget < 5:
+        raise UsageError("--budget must be at least 5 seconds")
+    if args.evaluate:
+        _sizes("--file-sizes", args.file_sizes)
+        _sizes("--transfers", args.transfers)
+        check_output_path("--json", args.json)
 
 
 def _check_space(directory: str, need: int) -> None:
@@ -85,26 +117,18 @@ def _check_space(directory: str, need: int) -> None:
 
 
 def main(args) -> int:
-    if args.target != "host":
-        print(f"accio tune: target {args.target!r}: profiles are measured for host memory only; GPU buffers "
-              "run staged under auto (compare the device mechanisms with `accio bench --target cuda:N`); "
-              "use --target host", file=sys.stderr)
-        return 2
+    _check_usage(args)
+    try:
+        file_size = _ext.parse_size(args.file_size)
+    except OSError:
+        raise UsageError(f"--file-size {args.file_size!r} is not a size") from None
     directory = _directory(args.path)
     key = profile_mod.key(directory)
     path = args.profile or key["file"]
     if args.show:
         return show(path, key, directory)
-    try:
-        file_size = _ext.parse_size(args.file_size)
-    except OSError:
-        print(f"accio tune: --file-size {args.file_size!r} is not a size", file=sys.stderr)
-        return 2
     if args.evaluate:
         return evaluate(args, directory, path)
-    if args.budget < 5:
-        print("accio tune: --budget must be at least 5 seconds", file=sys.stderr)
-        return 2
     return tune(args, directory, key, path, file_size)
 
 
@@ -162,11 +186,8 @@ def decision_cost(bench: Bench, profile: str | None, sizes: list[int]) -> dict:
 
 
 def evaluate(args, directory: str, path: str) -> int:
-    file_sizes, transfers = _sizes(args.file_sizes), _sizes(args.transfers)
+    file_sizes, transfers = _sizes("--file-sizes", args.file_sizes), _sizes("--transfers", args.transfers)
     threads = args.threads or os.cpu_count() or 1
-    if args.reps < 1:
-        print("accio tune: --reps must be at least 1", file=sys.stderr)
-        return 2
     have = os.path.exists(path)
     if not have:
         print(f"accio tune: no profile at {path}: auto is evaluated with the built-in model "
@@ -192,9 +213,9 @@ def evaluate(args, directory: str, path: str) -> int:
                    "machine": {k: info[k] for k in ("kernel", "cpu", "memory")}, "accio": __version__,
                    "git_commit": _ext.git_commit(), "filesystem": info.get("filesystem"),
                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    print(evaluate_mod.render(result))
+    print(evaluate_mod.render(result), file=sys.stderr if args.json == "-" else sys.stdout)
     if args.json:
-        with open(args.json, "w") as f:
+        with output_file(args.json) as f:
             json.dump(result, f, indent=1)
             f.write("\n")
     return 0

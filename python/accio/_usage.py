@@ -1,0 +1,79 @@
+"""Exit statuses and error lines shared by every `accio` sub-command (docs/api.md, "Exit status").
+
+    2    called wrongly: a bad option or value, options that do not go together (argparse's own
+         errors are 2 as well); the line is `accio CMD: one sentence` on stderr
+    1    ran and failed: a path that does not exist or cannot be used, an I/O error, a failed run
+    accio run returns the program's own status, 126 when it cannot be run, 127 when it is not
+    found and 125 for accio's own errors, usage errors included (as `env` and `nohup` do).
+
+A sub-command raises UsageError for a usage mistake; the CLI's guard prints it and exits 2 (125
+under `accio run`). Output options that take a FILE take '-' for stdout (output_file), never a
+file named '-'.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+USAGE = 2
+FAILURE = 1
+# accio run, as env(1): the program's own status, or one of these
+RUN_OWN_ERROR, RUN_CANNOT_EXECUTE, RUN_NOT_FOUND = 125, 126, 127
+
+
+class UsageError(Exception):
+    """The command was called wrongly; str() is one sentence without the `accio CMD:` prefix."""
+
+
+def describe(e: BaseException) -> str:
+    """An error as one sentence that names the path and errno (an accio.Error already does)."""
+    from ._errors import Error
+    if isinstance(e, OSError) and not isinstance(e, Error) and e.errno and e.strerror:
+        where = f"{e.filename}: " if e.filename else ""
+        return f"{where}{e.strerror[:1].lower() + e.strerror[1:]} (errno {e.errno})"
+    return str(e)
+
+
+def report(command: str, message: str) -> None:
+    print(f"accio {command}: {message}" if command else f"accio: {message}", file=sys.stderr)
+
+
+def stdout_outputs(**options: str | None) -> str | None:
+    """Of output options given as {option name: FILE}, the one that is '-' (stdout), if any;
+    UsageError when several are: stdout holds one of them."""
+    dash = [name for name, value in options.items() if value == "-"]
+    if len(dash) > 1:
+        raise UsageError(f"{' and '.join(dash)} both ask for stdout ('-'); give one of them a file name")
+    return dash[0] if dash else None
+
+
+class output_file:  # noqa: N801 (used as a function: `with output_file(path) as f`)
+    """open(path, 'w'), where '-' is stdout (flushed, not closed). A class rather than
+    contextlib.contextmanager: `accio run` imports this module and pays for every import per launch."""
+
+    def __init__(self, path: str, newline: str | None = None):
+        self.path, self.newline, self.f = path, newline, None
+
+    def __enter__(self):
+        self.f = sys.stdout if self.path == "-" else open(self.path, "w", newline=self.newline)
+        return self.f
+
+    def __exit__(self, *exc) -> None:
+        if self.f is sys.stdout:
+            sys.stdout.flush()
+        else:
+            self.f.close()
+
+
+def check_output_path(option: str, path: str | None) -> None:
+    """Refuses, before any work is done, an output FILE that cannot be written: a directory, or a
+    file in a directory that does not exist or is not writable (exit 1: the file system said no)."""
+    if path is None or path == "-":
+        return
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "Is a directory", f"{option} {path}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(2, "No such file or directory", f"{option} {path}: {parent}")
+    if not os.access(parent, os.W_OK) and not os.access(path, os.W_OK):
+        raise PermissionError(13, "Permission denied", f"{option} {path}")
