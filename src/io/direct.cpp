@@ -22,21 +22,10 @@ mem::StagingPool& pool_for(const IoContext& c) {
 size_t staged_read(const IoContext& c, char* buf, size_t n, uint64_t off) {
   const size_t A = c.file.off_align;
   mem::StagingLease lease(pool_for(c));
-  const size_t chunk = align_down(lease.size(), A);
-  const uint64_t end = off + n, aend = align_up(end, A);
-  size_t done = 0;
-  while (done < n) {
-    const uint64_t p = off + done, cur = align_down(p, A);
-    const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, aend - cur));
-    const size_t got = read_full(c.file.direct_fd, lease.data(), len, cur, c.file.path, A);
-    const uint64_t copy_end = std::min<uint64_t>(cur + got, end);
-    if (copy_end > p) {
-      std::memcpy(buf + done, lease.data() + (p - cur), copy_end - p);
-      done += static_cast<size_t>(copy_end - p);
-    }
-    if (got < len) break;  // end of file
-  }
-  return done;
+  return read_direct_widened(
+      off, n, A, align_down(lease.size(), A),
+      [&](size_t, uint64_t cur, size_t len) { return read_full(c.file.direct_fd, lease.data(), len, cur, c.file.path, A); },
+      [&](size_t, size_t skip, size_t done, size_t len) { std::memcpy(buf + done, lease.data() + skip, len); });
 }
 
 size_t read_task(const IoContext& c, char* buf, size_t n, uint64_t off) {

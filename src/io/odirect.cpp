@@ -68,4 +68,24 @@ void write_direct_split(uint64_t off, size_t n, size_t align, const PieceFn& edg
   if (s.has_middle()) middle(static_cast<size_t>(s.mid - off), s.mid, s.middle_len());
 }
 
+size_t read_direct_widened(uint64_t off, size_t n, size_t align, size_t chunk, const ChunkReadFn& read,
+                           const ChunkUseFn& use) {
+  const size_t A = std::max<size_t>(align, 1);
+  const uint64_t end = off + n, aend = align_up(end, A);
+  size_t done = 0;
+  for (size_t i = 0; done < n; ++i) {
+    const uint64_t p = off + done, cur = align_down(p, A);
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, aend - cur));
+    const size_t got = read(i, cur, len);
+    const uint64_t use_end = std::min<uint64_t>(cur + got, end);
+    if (use_end > p) {
+      const size_t take = static_cast<size_t>(use_end - p);
+      use(i, static_cast<size_t>(p - cur), done, take);
+      done += take;
+    }
+    if (got < len) break;  // end of file
+  }
+  return done;
+}
+
 }  // namespace accio::io

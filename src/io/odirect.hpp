@@ -59,4 +59,14 @@ using PieceFn = std::function<void(size_t buf_off, uint64_t file_off, size_t len
 // size exact), then the aligned middle through `middle`. Empty pieces are not passed on.
 void write_direct_split(uint64_t off, size_t n, size_t align, const PieceFn& edge, const PieceFn& middle);
 
+// How an O_DIRECT reader that goes through staging buffers reads [off, off+n): widened to whole
+// aligned blocks, in chunks of at most `chunk` bytes (a multiple of align). read(i, file_off, len)
+// reads chunk i into its buffer and returns the bytes it got (fewer at the end of the file); then
+// use(i, skip, buf_off, len) takes the wanted `len` bytes at `skip` in that buffer for `buf_off` in
+// the request. Stops after a short chunk. Returns the bytes used: n, or fewer at the end of the file.
+using ChunkReadFn = std::function<size_t(size_t i, uint64_t file_off, size_t len)>;
+using ChunkUseFn = std::function<void(size_t i, size_t skip, size_t buf_off, size_t len)>;
+size_t read_direct_widened(uint64_t off, size_t n, size_t align, size_t chunk, const ChunkReadFn& read,
+                           const ChunkUseFn& use);
+
 }  // namespace accio::io

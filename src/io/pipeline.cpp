@@ -7,6 +7,7 @@
 
 #include "base/error.hpp"
 #include "io/mechanism.hpp"
+#include "io/odirect.hpp"
 
 namespace accio::io {
 namespace {
@@ -36,24 +37,20 @@ size_t chunk_size(const StagingRing& q, size_t align) {
 
 size_t pipeline_read(StagingRing& q, char* dev, size_t n, uint64_t off, size_t align, const ChunkRead& rd) {
   const size_t A = std::max<size_t>(align, 1), chunk = chunk_size(q, A), k = q.buffers();
-  const uint64_t end = off + n, aend = align_up(end, A);
   return drained(q, [&] {
-    size_t done = 0;
-    for (unsigned b = 0; done < n; b = static_cast<unsigned>((b + 1) % k)) {
-      q.wait(b);  // the copy out of this buffer, queued k chunks ago, is done
-      const uint64_t p = off + done, cur = align_down(p, A);
-      const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, aend - cur));
-      const size_t got = rd(q.buffer(b), len, cur);
-      const uint64_t use_end = std::min<uint64_t>(cur + got, end);
-      if (use_end > p) {
-        const size_t use = static_cast<size_t>(use_end - p);
-        q.to_device(dev + done, b, static_cast<size_t>(p - cur), use);
-        q.mark(b);
-        done += use;
-      }
-      if (got < len) break;  // end of file
-    }
-    return done;
+    // chunk i goes through buffer i % k; the copy out of it, queued k chunks ago, must be done first
+    return read_direct_widened(
+        off, n, A, chunk,
+        [&](size_t i, uint64_t cur, size_t len) {
+          const auto b = static_cast<unsigned>(i % k);
+          q.wait(b);
+          return rd(q.buffer(b), len, cur);
+        },
+        [&](size_t i, size_t skip, size_t done, size_t len) {
+          const auto b = static_cast<unsigned>(i % k);
+          q.to_device(dev + done, b, skip, len);
+          q.mark(b);
+        });
   });
 }
 

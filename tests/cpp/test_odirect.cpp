@@ -99,6 +99,38 @@ TEST(DirectSplit, WritePolicyEdgesFirstThenMiddle) {
   EXPECT_EQ(write_pieces(A - 10, 20), (V{{"edge", 0, A - 10, 20}}));
 }
 
+// The read side: widened to whole blocks, in chunks, the wanted bytes taken out of each; every
+// offset and length against a 10000-byte "file" (a short last block), 512-byte blocks, 1 KiB chunks.
+TEST(DirectSplit, WidenedReadTakesExactlyTheWantedBytes) {
+  std::vector<char> file(10000);
+  for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<char>(i * 7 + 3);
+  const size_t A = 512, chunk = 1024;
+  for (uint64_t off : {uint64_t{0}, uint64_t{1}, uint64_t{511}, uint64_t{512}, uint64_t{1500}, uint64_t{9990}, uint64_t{10000}}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{511}, size_t{512}, size_t{1025}, size_t{3000}, size_t{20000}}) {
+      std::vector<char> out(n, 0), staging(chunk);
+      size_t reads = 0;
+      const size_t got = io::read_direct_widened(
+          off, n, A, chunk,
+          [&](size_t i, uint64_t cur, size_t len) {
+            EXPECT_EQ(i, reads++);
+            EXPECT_EQ(cur % A, 0u);
+            EXPECT_EQ(len % A, 0u);
+            EXPECT_LE(len, chunk);
+            const size_t have = cur < file.size() ? std::min(len, file.size() - size_t(cur)) : 0;
+            std::memcpy(staging.data(), file.data() + std::min<size_t>(cur, file.size()), have);
+            return have;
+          },
+          [&](size_t, size_t skip, size_t buf_off, size_t len) {
+            ASSERT_LE(buf_off + len, n);
+            std::memcpy(out.data() + buf_off, staging.data() + skip, len);
+          });
+      const size_t want = off < file.size() ? std::min(n, file.size() - size_t(off)) : 0;
+      EXPECT_EQ(got, want) << "off " << off << " n " << n;
+      EXPECT_EQ(0, std::memcmp(out.data(), file.data() + std::min<size_t>(off, file.size()), want));
+    }
+  }
+}
+
 TEST(DirectUsable, NeedsADescriptorAndABlockPerBuffer) {
   io::FileRef f;
   f.off_align = 8192;
