@@ -126,7 +126,9 @@ TEST(DirectSplit, WidenedReadTakesExactlyTheWantedBytes) {
           });
       const size_t want = off < file.size() ? std::min(n, file.size() - size_t(off)) : 0;
       EXPECT_EQ(got, want) << "off " << off << " n " << n;
-      EXPECT_EQ(0, std::memcmp(out.data(), file.data() + std::min<size_t>(off, file.size()), want));
+      if (want) {  // out is empty (no data pointer) when n is 0
+        EXPECT_EQ(0, std::memcmp(out.data(), file.data() + off, want));
+      }
     }
   }
 }
