@@ -47,17 +47,11 @@ uint64_t call_async(veo_thr_ctxt* c, uint64_t addr, veo_args* args, const char* 
     report(std::string(who) + ": function address 0");
     return VEO_REQUEST_ID_INVALID;
   }
-  std::unique_lock<std::mutex> lk(c->mu);
   Piece p;
   p.op = kCall;
   p.addr = addr;
   p.args = args;
-  uint64_t id = c->new_request();
-  if (!c->put(lk, p, id, true)) {
-    c->drop(id);
-    return VEO_REQUEST_ID_INVALID;
-  }
-  return id;
+  return c->submit(p);
 }
 
 }  // namespace
@@ -377,17 +371,11 @@ uint64_t veo_call_async_by_name(struct veo_thr_ctxt* c, uint64_t libhandle, cons
 
 uint64_t veo_call_async_vh(struct veo_thr_ctxt* c, uint64_t (*func)(void*), void* arg) {
   if (!c || !func) return VEO_REQUEST_ID_INVALID;
-  std::unique_lock<std::mutex> lk(c->mu);
   Piece p;
   p.op = kVhBarrier;
   p.vh = func;
   p.vh_arg = arg;
-  uint64_t id = c->new_request();
-  if (!c->put(lk, p, id, true)) {
-    c->drop(id);
-    return VEO_REQUEST_ID_INVALID;
-  }
-  return id;
+  return c->submit(p);
 }
 
 int veo_call_peek_result(struct veo_thr_ctxt* c, uint64_t reqid, uint64_t* retp) {

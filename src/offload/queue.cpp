@@ -438,16 +438,19 @@ void Channel::wake_all() {
   if (transport == kShm) futex_wake_all(low_word(h->done));
 }
 
+uint64_t Channel::submit(const Piece& p) {
+  std::unique_lock<std::mutex> lk(mu);
+  const uint64_t reqid = new_request();
+  if (put(lk, p, reqid, true)) return reqid;
+  drop(reqid);
+  return VEO_REQUEST_ID_INVALID;
+}
+
 int Channel::call(const Piece& p, uint64_t* result_out, std::string* message) {
-  uint64_t reqid;
-  {
-    std::unique_lock<std::mutex> lk(mu);
-    reqid = new_request();
-    if (!put(lk, p, reqid, true)) {
-      drop(reqid);
-      if (message) *message = last_error();
-      return VEO_COMMAND_ERROR;
-    }
+  const uint64_t reqid = submit(p);
+  if (reqid == VEO_REQUEST_ID_INVALID) {
+    if (message) *message = last_error();
+    return VEO_COMMAND_ERROR;
   }
   return result(reqid, result_out, true, message);
 }

@@ -106,6 +106,9 @@ class Channel {
   bool put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last);
   // Waits for (block) or peeks at a request; fills *ret and returns its VEO_COMMAND_* state.
   int result(uint64_t reqid, uint64_t* ret, bool block, std::string* message = nullptr);
+  // Queues one request of one piece: its id, or VEO_REQUEST_ID_INVALID (reported) when it could
+  // not be published. Takes mu.
+  uint64_t submit(const Piece& p);
   // One request, waited for: its VEO_COMMAND_* state; *message gets the reason of an error.
   int call(const Piece& p, uint64_t* result, std::string* message);
   // Submits a transfer as arena-sized pieces (the worker copies piece k while we fill piece k+1);
