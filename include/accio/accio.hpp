@@ -46,6 +46,17 @@ inline int64_t check(int64_t rc) {
   if (rc < 0) throw Error::last();
   return rc;
 }
+// A C API call that copies text into (out, len) and returns its full length, as a std::string:
+// called again with room for the whole text when the first buffer was short, so nothing is cut.
+template <class Fill>
+std::string read_string(Fill fill, size_t first = 256) {
+  std::string out(first, '\0');
+  for (;;) {
+    const auto n = static_cast<size_t>(check(fill(out.data(), out.size())));
+    if (n < out.size()) return out.substr(0, n);
+    out.assign(n + 1, '\0');
+  }
+}
 }  // namespace detail
 
 class Settings {
@@ -63,13 +74,8 @@ class Settings {
     detail::check(accio_settings_set(s_, name.c_str(), value.c_str()));
     return *this;
   }
-  std::string get(const std::string& name) const {
-    std::string out(256, '\0');
-    for (;;) {  // the value's length is known after the first call: a long profile path is not cut
-      const int n = static_cast<int>(detail::check(accio_settings_get(s_, name.c_str(), out.data(), out.size())));
-      if (static_cast<size_t>(n) < out.size()) return out.substr(0, static_cast<size_t>(n));
-      out.assign(static_cast<size_t>(n) + 1, '\0');
-    }
+  std::string get(const std::string& name) const {  // a long profile path is not cut
+    return detail::read_string([&](char* out, size_t len) { return accio_settings_get(s_, name.c_str(), out, len); });
   }
   const accio_settings* get() const { return s_; }
 

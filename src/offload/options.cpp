@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "accio/accio.h"
+#include "accio/accio.hpp"
 #include "offload/report.hpp"
 
 namespace accio::offload {
@@ -53,18 +53,12 @@ SettingsPtr current() {
 // A row's value, or nullopt (reported) when its ACCIO_OFFLOAD_* value is bad: libaccio keeps that
 // error for the row's reader (us), so a bad offload variable never stops a process's file I/O.
 std::optional<std::string> get(const accio_settings* s, const accio_setting_spec& row) {
-  std::string v(256, '\0');
-  int n = accio_settings_get(s, row.name, v.data(), v.size());
-  if (n >= 0 && size_t(n) >= v.size()) {  // a long text (a worker path): read it again, whole
-    v.resize(size_t(n) + 1);
-    n = accio_settings_get(s, row.name, v.data(), v.size());
-  }
-  if (n < 0) {
-    report(std::string("reading the settings: ") + accio_last_error());
+  try {  // whole, however long (a worker path)
+    return accio::detail::read_string([&](char* out, size_t len) { return accio_settings_get(s, row.name, out, len); });
+  } catch (const accio::Error& e) {
+    report(std::string("reading the settings: ") + e.what());
     return std::nullopt;
   }
-  v.resize(size_t(n));
-  return v;
 }
 
 // Count and size rows read back as decimal integers.

@@ -591,13 +591,8 @@ class PyFile {
   }
   accio_file* handle() const { return f_.handle(); }
   std::string setting(const std::string& name) {
-    std::string out(256, '\0');
-    for (;;) {  // the length is known after the first call: a long profile path is not cut
-      const auto n = static_cast<size_t>(
-          accio::detail::check(accio_file_setting(f_.handle(), name.c_str(), out.data(), out.size())));
-      if (n < out.size()) return out.substr(0, n);
-      out.assign(n + 1, '\0');
-    }
+    return accio::detail::read_string(  // a long profile path is not cut
+        [&](char* out, size_t len) { return accio_file_setting(f_.handle(), name.c_str(), out, len); });
   }
   nb::dict residency(int64_t off, int64_t len) {
     int64_t cached, dirty, total;
@@ -826,24 +821,15 @@ NB_MODULE(_ext, m) {
   }, "Every mechanism in display order: name, available and detail (why not), device (serves GPU memory), "
      "knobs (the settings it reads).");
   m.def("plan_describe", [](const std::string& plan_json) {
-    std::string label(64, '\0');
     int aligned = 0;
-    int64_t n = accio::detail::check(accio_plan_describe(plan_json.c_str(), label.data(), label.size(), &aligned));
-    if (size_t(n) >= label.size()) {  // a plan with many knobs: read the label whole
-      label.resize(size_t(n) + 1);
-      n = accio::detail::check(accio_plan_describe(plan_json.c_str(), label.data(), label.size(), &aligned));
-    }
-    label.resize(size_t(n));
+    std::string label = accio::detail::read_string(
+        [&](char* out, size_t len) { return accio_plan_describe(plan_json.c_str(), out, len, &aligned); }, 64);
     return std::make_pair(label, aligned == 1);
   }, "plan_json"_a, "A profile's plan object (JSON) as the planner shows it: (label, needs_alignment).");
   m.def("profile_describe", [](std::optional<std::string> text, const std::string& source) {
     const char* t = text ? text->c_str() : nullptr;
-    std::string out(4096, '\0');
-    for (;;) {
-      const int64_t n = accio::detail::check(accio_profile_describe(t, source.c_str(), out.data(), out.size()));
-      if (static_cast<size_t>(n) < out.size()) return out.substr(0, static_cast<size_t>(n));
-      out.assign(static_cast<size_t>(n) + 1, '\0');
-    }
+    return accio::detail::read_string(
+        [&](char* out, size_t len) { return accio_profile_describe(t, source.c_str(), out, len); }, 4096);
   }, "text"_a.none(), "source"_a = "profile",
      "A profile document (None: the built-in model) as the planner reads it, as a profile document (JSON) "
      "with every plan's label and needs_alignment.");
