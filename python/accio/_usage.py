@@ -65,6 +65,14 @@ class output_file:  # noqa: N801 (used as a function: `with output_file(path) as
             self.f.close()
 
 
+def write_json(path: str, doc: dict, allow_nan: bool = True) -> None:
+    """A command's JSON result to FILE ('-': stdout), indented, with a final newline."""
+    import json
+    with output_file(path) as f:
+        json.dump(doc, f, indent=1, allow_nan=allow_nan)
+        f.write("\n")
+
+
 def check_output_path(option: str, path: str | None) -> None:
     """Refuses, before any work is done, an output FILE that cannot be written: a directory, or a
     file in a directory that does not exist or is not writable (exit 1: the file system said no)."""

@@ -18,7 +18,7 @@ import sys
 import time
 
 from ._system import cpu_model, fmt_size, parse_size
-from ._usage import UsageError, check_output_path, output_file
+from ._usage import UsageError, check_output_path, write_json
 
 SCHEMA = "accio.offload-bench/1"
 FULL_NS = [1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 50000, 100000]
@@ -162,9 +162,7 @@ def main(args) -> int:
         doc["targets"] = {k: {"target": t, "measured": shm[k], "met": shm[k] <= t} for k, t in TARGETS_US.items()}
     render(doc, out=sys.stderr if args.json == "-" else sys.stdout)  # stdout holds the JSON then
     if args.json:
-        with output_file(args.json) as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+        write_json(args.json, doc)
         if args.json != "-":
             print(f"accio offload-bench: wrote {args.json}", file=sys.stderr)
     return 0

@@ -23,7 +23,6 @@ with a residency query). Rates are GB/s (10^9 bytes) of the files' total size.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import sys
@@ -250,10 +249,8 @@ def run(args) -> int:
            "peers": _versions(), "contenders": rows, "skipped": skipped, "failed": failed, "comparisons": comps}
     print(render(doc), file=sys.stderr if args.json == "-" else sys.stdout)  # '-': stdout holds the JSON
     if args.json:
-        from .._usage import output_file
-        with output_file(args.json) as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+        from .._usage import write_json
+        write_json(args.json, doc)
     return 0
 
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 import statistics
 from typing import Iterable
 
 from .._system import fmt_size
-from .._usage import output_file
+from .._usage import output_file, write_json as _write_json
 from .spec import TESTS
 
 SCHEMA = "accio.bench/1"
@@ -143,10 +142,8 @@ def render_fio(results: list[dict]) -> str:
 
 
 def write_json(path: str, doc: dict) -> None:
-    """'-' is stdout."""
-    with output_file(path) as f:
-        json.dump(doc, f, indent=1, allow_nan=False)
-        f.write("\n")
+    """'-' is stdout; NaN is refused (schema.json has no such number)."""
+    _write_json(path, doc, allow_nan=False)
 
 
 CSV_FIELDS = ("test", "mechanism", "ran", "target", "directory", "layout", "processes", "threads", "file_size",

@@ -5,7 +5,6 @@ plan for every request; `--show` prints a profile's decisions, `--evaluate` meas
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -14,7 +13,7 @@ from datetime import datetime, timezone
 
 from .. import File, __version__, _ext
 from .._system import drop_pages
-from .._usage import UsageError, check_output_path, output_file
+from .._usage import UsageError, check_output_path, write_json
 from . import evaluate as evaluate_mod
 from . import profile as profile_mod
 from .measure import MiB, Bench, fmt
@@ -215,7 +214,5 @@ def evaluate(args, directory: str, path: str) -> int:
                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     print(evaluate_mod.render(result), file=sys.stderr if args.json == "-" else sys.stdout)
     if args.json:
-        with output_file(args.json) as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
