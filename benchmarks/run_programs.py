@@ -37,7 +37,11 @@ from pathlib import Path
 import accio
 from accio import stats
 from accio._system import drop_pages, parse_size, residency
+from accio._usage import write_json
 from accio.run import launcher_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from preload_bench import make_file, timed  # noqa: E402  (the file maker and the timed run of issue 5's bench)
 
 MiB = 1 << 20
 GOAL_NEVER_SLOWER = 0.98
@@ -53,19 +57,9 @@ SMALL_READERS = {"cat", "sha256sum", "numpy.fromfile", "readinto-64k"}
 
 
 def launcher() -> str:
-    return shutil.which("accio-run") or launcher_path()
-
-
-def make_file(path: Path, size: int) -> None:
-    if path.exists() and path.stat().st_size == size:
-        return
-    block = os.urandom(64 * MiB)
-    with open(path, "wb") as f:
-        left = size
-        while left:
-            left -= f.write(block[:min(left, len(block))])
-        f.flush()
-        os.fsync(f.fileno())
+    """accio-run as installed beside this interpreter (it finds that Python for --stats), else on PATH."""
+    beside = Path(sys.executable).with_name("accio-run")
+    return str(beside) if beside.is_file() else shutil.which("accio-run") or launcher_path()
 
 
 def cases(big: Path, work: Path, size: int) -> dict[str, list[str]]:
@@ -95,15 +89,6 @@ def cases(big: Path, work: Path, size: int) -> dict[str, list[str]]:
     except ImportError:
         pass
     return c
-
-
-def run_once(cmd: list[str], env=None) -> float:
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    dt = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.decode(errors='replace').strip()}")
-    return dt
 
 
 def prepare(big: Path, size: int, cold: bool) -> None:
@@ -141,7 +126,7 @@ def served(cmd: list[str], tmp: Path) -> dict:
     """One untimed run under the shim with --stats-json: what it did with the program's calls."""
     out = tmp / "stats.json"
     subprocess.run([launcher(), "--stats-json", str(out), "--", *cmd], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=True)
+                   stderr=subprocess.DEVNULL, check=True, env=dict(os.environ, ACCIO_RUN_PYTHON=sys.executable))
     rep = json.loads(out.read_text())
     tot = {k: sum(f[op].get(k, 0) for f in rep["files"] for op in ("read", "write"))
            for k in ("calls", "accelerated_calls", "accelerated_bytes", "declined_calls", "bytes")}
@@ -209,8 +194,8 @@ def main() -> int:
         want = None if a.cases == "all" else set(a.cases.split(","))
         pick = {n: c for n, c in all_cases.items() if want is None or n in want}
         results["launch"] = compare("launch", {
-            "plain": lambda: 1 / run_once(["true"]),
-            "shim": lambda: 1 / run_once([launcher(), "--", "true"])}, max(a.rounds, 15))
+            "plain": lambda: 1 / timed(["true"]),
+            "shim": lambda: 1 / timed([launcher(), "--", "true"])}, max(a.rounds, 15))
         med = results["launch"]["summary"]
         results["launch"]["added_ms"] = (1 / med["shim"]["median"] - 1 / med["plain"]["median"]) * 1e3
         results["launch"]["goal_ms"] = GOAL_LAUNCH_MS
@@ -226,7 +211,7 @@ def main() -> int:
                 def side(argv):
                     def go() -> float:
                         prepare(big, size, cold)
-                        return size / MiB / run_once(argv)
+                        return size / MiB / timed(argv)
                     return go
                 rec = compare(f"{name} ({cache})", {"plain": side(cmd), "shim": side([launcher(), "--", *cmd])},
                               a.rounds, GOAL_NEVER_SLOWER)
@@ -249,7 +234,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
         if a.json:
             Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.json).write_text(json.dumps(results, indent=1) + "\n")
+            write_json(a.json, results)
     return 0
 
 

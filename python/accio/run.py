@@ -67,7 +67,6 @@ def report_main(argv: list[str]) -> int:
     [--mechanism M] -- program...`: what the launcher runs after the program when asked for
     statistics. Exit 0, or 1 when the report cannot be written (the launcher then exits 125)."""
     import argparse
-    import json
     p = argparse.ArgumentParser(prog="accio run --report")
     p.add_argument("--report", required=True)
     p.add_argument("--status", type=int, required=True)
@@ -82,14 +81,9 @@ def report_main(argv: list[str]) -> int:
     if a.stats:
         print(render(report), file=sys.stderr)
     if a.stats_json:
-        text = json.dumps(report, indent=2) + "\n"  # ensure_ascii: a name's escaped bytes stay \udcXX
-        try:
-            if a.stats_json == "-":
-                sys.stdout.write(text)
-                sys.stdout.flush()
-            else:
-                with open(a.stats_json, "w") as f:
-                    f.write(text)
+        from ._usage import write_json
+        try:  # ensure_ascii: a name's escaped bytes stay \udcXX
+            write_json(a.stats_json, report)
         except OSError as e:  # the program ran, its report could not be written: accio's own error
             print(f"accio run: write --stats-json {a.stats_json}: {(e.strerror or str(e)).lower()} "
                   f"(errno {e.errno}); the program's exit status was {a.status}", file=sys.stderr)
