@@ -404,3 +404,22 @@ def test_prefetch_for_cold_sequential_readers(tmp_path, reader):
     drop_pages(str(f))
     p, rep = accio_run(cmd, tmp_path, threshold=None, env=env)
     assert p.stdout == want and sum(pr["prefetch_windows"] for pr in rep["processes"]) == 0
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
+def test_the_one_note_comes_once_from_the_launcher(data, tmp_path):
+    """At a terminal, with no tuning profile, the launcher says so once before the program starts;
+    the program's processes (two dd here, each loading the engine) say nothing."""
+    launcher = Path(sys.executable).with_name("accio-run")
+    inner = (f"{launcher} -- sh -c 'dd if={data / 'big.bin'} of=/dev/null bs=4M status=none; "
+             f"dd if={data / 'big.bin'} of=/dev/null bs=4M status=none'")
+    env = dict(os.environ, ACCIO_PROFILE_DIR=str(tmp_path / "none"))
+    env.pop("ACCIO_QUIET", None)
+    out = subprocess.run(["script", "-qec", inner, "/dev/null"], env=env, capture_output=True, text=True).stdout
+    assert out.count("no tuning profile") == 1 and out.startswith("accio run: note:"), out
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "some.json").write_text("{}")
+    env["ACCIO_PROFILE_DIR"] = str(tmp_path / "profiles")
+    out = subprocess.run(["script", "-qec", f"{launcher} -- true", "/dev/null"], env=env, capture_output=True,
+                         text=True).stdout
+    assert "no tuning profile" not in out, out
