@@ -186,8 +186,8 @@ static int locate(const char* name, char* out, size_t len, int* status) {
     int found = 0;
     for (const char* p = path; !found;) {
       const char* colon = strchrnul(p, ':');
-      snprintf(out, len, "%.*s/%s", (int)(colon - p), colon == p ? "." : p, name);
-      if (colon == p) snprintf(out, len, "./%s", name);
+      if (colon == p) snprintf(out, len, "./%s", name); /* an empty entry is the current directory */
+      else snprintf(out, len, "%.*s/%s", (int)(colon - p), p, name);
       found = is_file(out) && access(out, X_OK) == 0;
       if (!*colon) break;
       p = colon + 1;

@@ -423,3 +423,11 @@ def test_the_one_note_comes_once_from_the_launcher(data, tmp_path):
     out = subprocess.run(["script", "-qec", f"{launcher} -- true", "/dev/null"], env=env, capture_output=True,
                          text=True).stdout
     assert "no tuning profile" not in out, out
+
+
+def test_python_cli_without_its_launcher(tmp_path):
+    """A package whose launcher is gone: accio run says so and exits 125 (accio's own error)."""
+    code = ("import sys, accio.run as r\nr.launcher_path = lambda: sys.argv[1]\n"
+            "sys.exit(r.launch(['--', 'true']))")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "gone")], capture_output=True, text=True)
+    assert p.returncode == 125 and "cannot be run" in p.stderr and "reinstall accio" in p.stderr, p.stderr
