@@ -371,7 +371,8 @@ def test_planner_decides_above_the_gate(data, tmp_path):
     (declined_calls) when it would run posix; never both, never lost."""
     cmd = ["dd", f"if={data / 'big.bin'}", "of=/dev/null", "bs=2M", "status=none"]
     plain(cmd)  # hot
-    _, rep = accio_run(cmd, tmp_path, threshold=None)
+    env = dict(os.environ, ACCIO_PROFILE_DIR=str(tmp_path / "none"))  # the built-in model: gate 1 MiB
+    _, rep = accio_run(cmd, tmp_path, threshold=None, env=env)
     f = next(f for f in rep["files"] if f["path"].endswith("big.bin"))
     large = sum(f["read"]["size_histogram"][5:])  # buckets above 1 MiB
     assert large >= 3 and f["read"]["accelerated_calls"] + f["read"]["declined_calls"] == large
