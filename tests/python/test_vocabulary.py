@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import accio
-from accio import _ext, info, run
+from accio import _ext, info
 from accio.bench import spec
 from accio.tune import profile, search
 from accio.tune.measure import MiB, Plan
@@ -112,7 +112,10 @@ def test_labels_and_alignment_come_from_the_engine():
 def test_mechanism_lists_come_from_the_registry():
     ms = _ext.mechanisms()
     host = [m["name"] for m in ms if not m["device"]]
-    assert run.mechanisms() == ("auto", *host)
+    # accio run's launcher (C) asks the same registry: its refusal lists auto and the host mechanisms
+    p = subprocess.run([sys.executable, "-m", "accio.cli", "run", "-m", "warp", "--", "true"], capture_output=True,
+                       text=True)
+    assert p.returncode == 125 and p.stderr.strip().endswith("not one of " + ", ".join(("auto", *host))), p.stderr
     assert spec.host_mechanisms() == tuple(host)
     assert {"posix", "parallel", "direct", "uring"} <= set(host)
     assert {"naive", "staged", "gds"} <= {m["name"] for m in ms if m["device"]}
