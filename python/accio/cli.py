@@ -135,17 +135,10 @@ def build_parser():
 
 
 def _add_run_parser(sub) -> None:
-    import argparse
-    from .run import add_arguments as run_arguments
-    s = sub.add_parser("run", help="run an unmodified program with accelerated read/write (LD_PRELOAD)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="Runs PROGRAM with accio's preload shim: reads and writes of at least "
-                       "the threshold on regular files go through the engine (auto, or --mechanism), "
-                       "everything else straight to libc. Returns the program's exit status.",
-                       epilog="examples:\n  accio run -- dd if=big.bin of=/dev/null bs=64M\n"
-                       "  accio run --stats -- python train.py\n"
-                       "  accio run --threshold 256k --stats-json io.json -- tar cf out.tar data/")
-    run_arguments(s)  # for `accio --help`; main() hands `accio run ...` to the native launcher unread
+    """`run` in `accio --help`, its options from the launcher's table; main() hands `accio run ...`
+    to the native launcher unread (`accio run --help` is the launcher's own)."""
+    from .run import usage_line
+    sub.add_parser("run", help=f"run an unmodified program with accelerated read/write (LD_PRELOAD): {usage_line()}")
 
 
 def main(argv: list[str] | None = None) -> int:

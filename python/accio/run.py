@@ -22,21 +22,12 @@ def default_threshold() -> int:
     return _ext.PRELOAD_THRESHOLD_DEFAULT
 
 
-def add_arguments(p) -> None:
-    """`accio run`'s options for the help of the Python CLI, from the launcher's own table (the
-    launcher parses them: `accio run` hands its arguments over unread)."""
-    import argparse
-
+def usage_line() -> str:
+    """`accio run`'s synopsis from the launcher's own option table (run_cli.h, via the extension)."""
     from . import _ext
-    for name, letter, metavar, help_text in _ext.RUN_OPTIONS:
-        if name == "--help":
-            continue
-        names = [name, letter] if letter else [name]
-        if metavar:
-            p.add_argument(*names, metavar=metavar, help=help_text)
-        else:
-            p.add_argument(*names, action="store_true", help=help_text)
-    p.add_argument("program", nargs=argparse.REMAINDER, help="-- program [args...]")
+    opts = " ".join(f"[{name}{' ' + metavar if metavar else ''}]" for name, _, metavar, _ in _ext.RUN_OPTIONS
+                    if name != "--help")
+    return f"accio run {opts} -- PROGRAM ARGS..."
 
 
 def launcher_path() -> str:
