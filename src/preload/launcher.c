@@ -312,7 +312,11 @@ int main(int argc, char** argv) {
       const struct opt* o = &kOpts[k];
       if (!strcmp(a, o->name) || (o->letter && !strcmp(a, o->letter))) break;
       if (o->metavar && a[1] == '-' && a[alen] == '=' && alen == strlen(o->name) && !strncmp(a, o->name, alen)) {
-        v = a + alen + 1;
+        v = a + alen + 1; /* --threshold=64k */
+        break;
+      }
+      if (o->metavar && o->letter && a[1] != '-' && a[1] == o->letter[1] && a[2]) {
+        v = a + 2; /* -l64k */
         break;
       }
     }

@@ -315,6 +315,10 @@ def test_launcher_is_native_and_on_path(tmp_path):
     # the program is the launcher's direct exec: its parent is our process, not a Python in between
     p = subprocess.run([str(script), "--", "sh", "-c", "echo $PPID"], capture_output=True, text=True)
     assert int(p.stdout) == os.getpid()
+    for form in (["-l64k"], ["-l", "64k"], ["--threshold=64k"], ["--threshold", "64KiB"]):
+        p = subprocess.run([str(script), *form, "--", "sh", "-c", 'echo "$ACCIO_PRELOAD_THRESHOLD"'],
+                           capture_output=True, text=True)
+        assert p.stdout == "65536\n", (form, p)
     for argv, code in ((["--", "no-such-program-xyz"], _ext.RUN_NOT_FOUND), (["--", str(tmp_path)], _ext.RUN_CANNOT_EXECUTE),
                        (["--bogus", "--", "true"], _ext.RUN_OWN_ERROR)):
         assert subprocess.run([str(script), *argv], capture_output=True).returncode == code
