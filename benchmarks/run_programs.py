@@ -132,6 +132,10 @@ def served(cmd: list[str], tmp: Path) -> dict:
            for k in ("calls", "accelerated_calls", "accelerated_bytes", "declined_calls", "bytes")}
     tot["prefetch_windows"] = sum(p.get("prefetch_windows", 0) for p in rep["processes"])
     tot["plans"] = sorted({p["plan"] for f in rep["files"] for p in f["plans"]})
+    if not tot["calls"]:
+        tot["note"] = ("no read/write calls counted: the program copies inside the kernel (cp: copy_file_range), "
+                       "reads through stdio (only the prefetch sees fread), or its processes end with _exit "
+                       "(fio's job processes), which writes no statistics")
     return tot
 
 
