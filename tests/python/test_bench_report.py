@@ -107,7 +107,7 @@ def _doc(results, **extra):
                                                "block_device": {"name": "vda1", "disk": "vda", "rotational": False,
                                                                 "scheduler": "mq-deadline", "nr_requests": "256"},
                                                "tuning_profile": {"file": "/p/ext4.json", "exists": False}}},
-                            "settings": {"threads": "2"}, "mechanisms": []},
+                            "settings": {"threads": "2", "task_size": "4194304"}, "mechanisms": []},
             "parameters": {"tests": ["write", "read"], "mechanisms": ["posix", "uring", "auto"],
                            "file_sizes": [4 << 20], "records": [4096, 1 << 20], "threads": [1], "iterations": 7,
                            "drop_caches": False, "files": [], "runtime_s": 0.0, "iodepths": [1]},
@@ -238,7 +238,9 @@ def test_report_table_marks_the_best_flags_noise_and_gives_ratios(tmp_path):
     assert "uring(qd=4)" in next(c for c in rows[1] if c["mechanism"] == "auto")["text"]
     assert "What auto chose" in page and "64 KiB" in page
     # the summary names the fastest per test and auto against the best
-    assert "write: uring fastest in 2 of 2 rows" in p.summary and "auto reached a median" in p.summary
+    assert "write: uring fastest in 2 of 2 rows (up to 2.34× posix)" in p.summary, p.summary
+    assert "auto reached a median 97% of the best" in p.summary
+    assert "(lowest 83%, record 4 KiB, write, where it ran uring(qd=4) and uring was best)" in p.summary
     # the latency table: IOPS and percentiles
     assert "IOPS and latency" in page and "p99.9" in page and "12.1 us" in page
     # environment: block device and tuning profile; parameters as values, not reprs
@@ -246,6 +248,7 @@ def test_report_table_marks_the_best_flags_noise_and_gives_ratios(tmp_path):
     assert "accio tune" in p.kv["  tuning profile"]
     assert p.kv["records"] == "4 KiB, 1 MiB" and p.kv["drop_caches"] == "no" and p.kv["files"] == "none"
     assert p.kv["runtime_s"] == "once over the range"
+    assert p.kv["settings"] == "threads=2, task_size=4 MiB"
     assert not any(v.startswith("[") or v in ("True", "False", "None") for v in p.kv.values()), p.kv
 
 

@@ -302,6 +302,7 @@ def summary(model: dict) -> str:
     for row in model["rows"]:
         by_test[row["test"]].append(row)
     base = model["baseline"]
+    heads = [h for h in model["heads"] if h != "test"]
     parts = []
     for test, rows in by_test.items():
         wins: dict[str, int] = defaultdict(int)
@@ -310,12 +311,14 @@ def summary(model: dict) -> str:
                 wins[row["best"]] += 1
         if not wins:
             continue
-        top = max(wins, key=wins.get)
+        ranked = sorted(wins, key=lambda m: -wins[m])
+        top = ranked[0]
         gains = [row["by"][top]["mib_s"] / row["by"][base]["mib_s"] for row in rows
                  if base and row["best"] == top and base in row["by"] and row["by"][base]["mib_s"]]
-        gain = f", up to {max(gains):.2f}× {base}" if gains and top != base else ""
+        gain = f" (up to {max(gains):.2f}× {base})" if gains and top != base else ""
+        others = "".join(f", {html.escape(m)} in {wins[m]}" for m in ranked[1:])
         parts.append(f"<b>{html.escape(test)}</b>: {html.escape(top)} fastest in {wins[top]} of {len(rows)} "
-                     f"row{'s' if len(rows) > 1 else ''}{gain}")
+                     f"row{'s' if len(rows) > 1 else ''}{gain}{others}")
     text = "Fastest per test: " + "; ".join(parts) + "." if parts else "No row has two mechanisms to compare."
     shares = []
     for row in model["rows"]:
@@ -325,7 +328,7 @@ def summary(model: dict) -> str:
     if shares:
         med = statistics.median(s for s, _r in shares)
         worst, wrow = min(shares, key=lambda x: x[0])
-        where = " ".join(c for c in wrow["cells"])
+        where = ", ".join([f"{h} {v}" for h, v in zip(heads, wrow["slice"])] + [wrow["test"]])
         text += (f" auto reached a median {med * 100:.0f}% of the best mechanism of its row over {len(shares)} rows "
                  f"(lowest {worst * 100:.0f}%, {html.escape(where)}, where it ran "
                  f"{html.escape(_plan_of(wrow['by']['auto']))} and {html.escape(wrow['best'])} was best).")
@@ -393,7 +396,10 @@ def environment_rows(doc: dict) -> list[tuple[str, str]]:
         if prof:
             rows.append(("  tuning profile", prof["file"] if prof.get("exists") else
                          "none measured: auto plans from the built-in profile (run `accio tune` on it)"))
-    rows.append(("settings", ", ".join(f"{k}={v}" for k, v in env["settings"].items())))
+    from ..info import settings_table
+    sizes = {row["name"] for row in settings_table() if row["kind"] == "size"}
+    rows.append(("settings", ", ".join(f"{k}={fmt_size(int(v)) if k in sizes and str(v).isdigit() else v}"
+                                       for k, v in env["settings"].items())))
     return rows
 
 

@@ -162,7 +162,7 @@ class Runner:
             cached, total = comm.allreduce(cached, "sum"), comm.allreduce(total, "sum")
         self._raise_if_any(err, f"preparing {test}")
         comm.barrier()
-        ran, plans, hist = [], {}, []
+        ran, plans, hist = [], [], []
         try:
             if jobs:
                 out = _ext.bench_run([h._f for h in handles], [j.offset for j in jobs], [j.length for j in jobs],
@@ -173,8 +173,7 @@ class Runner:
             for h in handles:
                 st = h.stats()
                 ran.append(st["last_mechanism"] or mech.name)
-                for p in st["plans"]:  # the plans that served the requests, and why (auto's choice)
-                    plans[(p["plan"], p["why"])] = plans.get((p["plan"], p["why"]), 0) + p["calls"]
+                plans += st["plans"]  # the plans that served the requests, and why (auto's choice)
             for h in handles:
                 h.close()
         except Exception as e:  # noqa: BLE001
@@ -194,15 +193,10 @@ class Runner:
         if comm.rank != 0:
             return None
         seconds = (end - start) / 1e9
-        merged: dict[tuple, int] = {}
-        for rank_plans in plans:
-            for k, n in rank_plans.items():
-                merged[k] = merged.get(k, 0) + n
         sample = {"mib_s": nbytes / MiB / seconds if seconds > 0 else float("inf"), "seconds": seconds,
                   "bytes": nbytes, "ran": "/".join(sorted({m for r in ran for m in r})), "ops": ops,
                   "iops": ops / seconds if seconds > 0 else float("inf"),
-                  "plans": [{"plan": p, "why": w, "calls": n} for (p, w), n in sorted(merged.items(), key=lambda x: -x[1])],
-                  "latency_ns": latency.merge(hist)}
+                  "plans": sum_plans(p for rank in plans for p in rank), "latency_ns": latency.merge(hist)}
         if not write:
             sample["residency"] = cached / total if total else 0.0
         return sample
@@ -295,6 +289,15 @@ def cache_summary(test: str, mech: Column, samples: list[dict], drop_caches: boo
     return {"method": method, "residency": worst, "cold": worst is not None and worst <= COLD_MAX_RESIDENCY}
 
 
+def sum_plans(plans) -> list[dict]:
+    """Plan statistics ({'plan', 'why', 'calls'}) of several handles, ranks or iterations, summed per
+    plan and reason, the most used first."""
+    calls: dict[tuple[str, str], int] = {}
+    for p in plans:
+        calls[(p["plan"], p["why"])] = calls.get((p["plan"], p["why"]), 0) + p["calls"]
+    return [{"plan": p, "why": w, "calls": n} for (p, w), n in sorted(calls.items(), key=lambda x: -x[1])]
+
+
 def stats_of(values: list[float]) -> dict:
     return {"mib_s": statistics.median(values), "min": min(values), "max": max(values),
             "stddev": statistics.stdev(values) if len(values) > 1 else 0.0}
@@ -305,17 +308,13 @@ def make_result(spec: Spec, c: Config, test: str, samples: list[dict], fio_sampl
     iteration (percentiles per phase, as fio's clat), kept out of the samples to keep them small."""
     bw = [s["mib_s"] for s in samples]
     hist = latency.merge(s.pop("latency_ns") for s in samples)
-    plans: dict[tuple, int] = {}
-    for s in samples:
-        for p in s["plans"]:
-            plans[(p["plan"], p["why"])] = plans.get((p["plan"], p["why"]), 0) + p["calls"]
     out = {"test": test, "mechanism": c.mechanism.label, "engine_mechanism": c.mechanism.name,
            "ran": "/".join(sorted({s["ran"] for s in samples})), "target": spec.target,
            "record_size": c.record, "file_size": c.file_size, "threads": c.threads, "processes": c.processes,
            "layout": c.layout, "directory": c.directory, "iodepth": c.iodepth, "runtime_s": spec.runtime,
            "cache": cache_summary(test, c.mechanism, samples, spec.drop_caches),
            **stats_of(bw), "iops": statistics.median(s["iops"] for s in samples),
-           "plans": [{"plan": p, "why": w, "calls": n} for (p, w), n in sorted(plans.items(), key=lambda x: -x[1])],
+           "plans": sum_plans(p for s in samples for p in s["plans"]),
            "latency": latency.summary(hist), "samples": samples}
     for s in samples:
         del s["plans"]  # summed into the result's

@@ -103,10 +103,10 @@ def parse_mechanisms(text: str, target: str = "host") -> list[Column]:
     known = {m["name"] for m in _ext.mechanisms()} | {"auto"}
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
-        if item == "all":  # every mechanism, and auto (the planner's choice) beside them
-            out.extend(Column(m["name"], m["name"]) for m in _ext.mechanisms()
-                       if m["device"] == device and (m["available"] or not device))
-            out.append(Column("auto", "auto"))
+        if item == "all":  # every mechanism that can run, and auto (the planner's choice) beside them
+            found = [Column(m["name"], m["name"]) for m in _ext.mechanisms()
+                     if m["device"] == device and (m["available"] or not device)]
+            out += found + [Column("auto", "auto")] * bool(found)
             continue
         name, *flags = item.split("+")
         if name not in known:
