@@ -656,15 +656,18 @@ NB_MODULE(_ext, m) {
                                    const std::vector<int64_t>& lengths, size_t record, bool write, bool random,
                                    bool fsync, bool verify, uint64_t seed, int device) {
     std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
-    for (auto& iv : run_bench(files, offsets, lengths, {record, write, random, fsync, verify, seed, device}))
+    // No latencies asked for: no clock read per request (tune and the scripts time the phase only).
+    for (auto& iv : run_bench(files, offsets, lengths, {record, write, random, fsync, verify, seed, device, 0, 1, false}))
       out.emplace_back(iv.start_ns, iv.end_ns, iv.bytes);
     return out;
   }, "files"_a, "offsets"_a, "lengths"_a, "record"_a, "write"_a, "random"_a = false, "fsync"_a = false,
      "verify"_a = false, "seed"_a = 1, "device"_a = -1, "Run one timed bench phase (see bench_phase.hpp); (start_ns, end_ns, bytes) per job.");
   m.def("bench_run", [run_bench](const std::vector<PyFile*>& files, const std::vector<int64_t>& offsets,
                                  const std::vector<int64_t>& lengths, size_t record, bool write, bool random,
-                                 bool fsync, bool verify, uint64_t seed, int device, int64_t runtime_ns, int iodepth) {
-    auto r = run_bench(files, offsets, lengths, {record, write, random, fsync, verify, seed, device, runtime_ns, iodepth});
+                                 bool fsync, bool verify, uint64_t seed, int device, int64_t runtime_ns, int iodepth,
+                                 bool time_requests) {
+    auto r = run_bench(files, offsets, lengths,
+                       {record, write, random, fsync, verify, seed, device, runtime_ns, iodepth, time_requests});
     nb::list intervals;
     accio_bench::Histogram all;
     for (auto& iv : r) {
@@ -680,6 +683,7 @@ NB_MODULE(_ext, m) {
     return out;
   }, "files"_a, "offsets"_a, "lengths"_a, "record"_a, "write"_a, "random"_a = false, "fsync"_a = false,
      "verify"_a = false, "seed"_a = 1, "device"_a = -1, "runtime_ns"_a = 0, "iodepth"_a = 1,
+     "time_requests"_a = true,
      "Run one timed bench phase (see bench_phase.hpp): {'intervals': [(start_ns, end_ns, bytes, requests)] per "
      "job, 'latency_ns': [(low, high, count)] the buckets of every request's latency, all jobs merged}.");
 

@@ -128,6 +128,13 @@ TEST(BenchPhaseModes, EveryRequestIsCountedAndTimedAtEveryQueueDepth) {
     r.iodepth = qd;
     for (auto& iv : accio_bench::run_phase(h.jobs, r)) EXPECT_EQ(iv.ops, len / 4096);
   }
+  // Without request timing: the requests are counted, the histogram stays empty.
+  Phase untimed{4096, false, false, false, true, 5};
+  untimed.time_requests = false;
+  for (auto& iv : accio_bench::run_phase(h.jobs, untimed)) {
+    EXPECT_EQ(iv.ops, len / 4096);
+    for (auto c : iv.latency.counts) ASSERT_EQ(c, 0u);
+  }
   Phase bad{4096, false, false, false, false, 1};
   bad.iodepth = 0;
   EXPECT_THROW(accio_bench::run_phase(h.jobs, bad), std::invalid_argument);
