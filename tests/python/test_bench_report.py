@@ -378,3 +378,20 @@ def test_killed_run_leaves_a_valid_json_of_the_cells_it_finished(tmp_path):
     assert "Incomplete run" in (tmp_path / "again.html").read_text() and r.returncode == 0
     for f in tmp_path.glob("accio-bench.*"):
         os.unlink(f)
+
+
+def test_text_table_marks_the_best_and_names_autos_plan(tmp_path):
+    doc = _sample_doc()
+    text = output.render_table(doc["results"])
+    lines = text.splitlines()
+    assert lines[0].split() == ["record", "test", "posix", "uring", "auto"]
+    first = lines[2].split()  # 4 KiB write: 0.41 for posix (three digits, not 0), uring the best
+    assert first[:4] == ["4", "KiB", "write", "0.410"] and "0.960 ±5%<" in lines[2] and lines[2].count("<") == 1
+    assert "* auto chose uring(qd=4)" in text and "* auto ran as posix" in text
+    lat = output.render_latency(doc["results"])
+    assert lat.splitlines()[0].split()[-4:] == ["IOPS", "p50", "p99", "p99.9"] and "12.1 us" in lat
+    csv_path = tmp_path / "r.csv"
+    output.write_csv(str(csv_path), doc["results"])
+    import csv
+    rows = list(csv.DictReader(csv_path.open()))
+    assert rows[0]["iodepth"] == "1" and float(rows[0]["p99.9_ns"]) == 12080 and float(rows[0]["iops"]) > 0

@@ -135,7 +135,8 @@ def table_model(results: list[dict], kind: str = "generic") -> dict:
                 if note not in notes:
                     notes.append(note)
             if r["ran"] != r["engine_mechanism"]:
-                note = f"* {m} ran as {r['ran']}"
+                chose = [p["plan"] for p in r.get("plans") or []] if r["engine_mechanism"] == "auto" else []
+                note = f"* {m} chose {', '.join(chose)}" if chose else f"* {m} ran as {r['ran']}"
                 if note not in notes:
                     notes.append(note)
         contenders = {m: r for m, r in by.items() if m not in CEILINGS}
@@ -236,8 +237,8 @@ def write_json(path: str, doc: dict) -> None:
 
 
 CSV_FIELDS = ("test", "mechanism", "ran", "target", "directory", "layout", "processes", "threads", "file_size",
-              "record_size", "mib_s", "min", "max", "stddev", "iterations", "cache_method", "residency", "cold",
-              "fio_mib_s", "fio_ratio")
+              "record_size", "iodepth", "mib_s", "min", "max", "stddev", "iops", "p50_ns", "p99_ns", "p99.9_ns",
+              "iterations", "cache_method", "residency", "cold", "fio_mib_s", "fio_ratio")
 
 
 def write_csv(path: str, results: list[dict]) -> None:
@@ -247,7 +248,8 @@ def write_csv(path: str, results: list[dict]) -> None:
         w.writeheader()
         for r in results:
             c = r["cache"] or {}
-            w.writerow({**{k: r[k] for k in CSV_FIELDS if k in r}, "iterations": len(r["samples"]),
+            lat = {k: v for k, v in (r.get("latency") or {}).items() if k in CSV_FIELDS}
+            w.writerow({**{k: r[k] for k in CSV_FIELDS if k in r}, **lat, "iterations": len(r["samples"]),
                         "cache_method": c.get("method", ""), "residency": c.get("residency", ""),
                         "cold": c.get("cold", ""), "fio_mib_s": (r.get("fio") or {}).get("mib_s", ""),
                         "fio_ratio": (r.get("fio") or {}).get("ratio", "")})

@@ -65,11 +65,12 @@ def figures(results: list[dict]) -> list[tuple[str, object]]:
                 pts = sorted((r["record_size"], r["mib_s"], r["min"], r["max"]) for r in sl if r["mechanism"] == m)
                 x = [p[0] for p in pts]
                 ax.errorbar(x, [p[1] for p in pts], yerr=[[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]],
-                            marker="o", capsize=3, label=m)
+                            marker="o", capsize=3, label=m, color=colour(m))
             ax.set_xscale("log", base=2)
             ax.set_xticks(x, [fmt_size(v) for v in x], rotation=30)
             ax.set(xlabel="record size", ylabel="MiB/s (median, min..max)",
                    title=f"{test}: bandwidth vs record size ({_caption(sl, 'record_size')})")
+            ax.set_ylim(bottom=0)
             ax.grid(alpha=.3)
             ax.legend()
             fig.tight_layout()
@@ -83,10 +84,11 @@ def figures(results: list[dict]) -> list[tuple[str, object]]:
                 pts = sorted((r["threads"], r["mib_s"]) for r in sl if r["mechanism"] == m)
                 base = dict(pts).get(min(ts))
                 if base:
-                    ax.plot([p[0] for p in pts], [p[1] / base for p in pts], marker="o", label=m)
+                    ax.plot([p[0] for p in pts], [p[1] / base for p in pts], marker="o", label=m, color=colour(m))
             ax.set(xlabel="threads", ylabel=f"speedup over {min(ts)} thread(s)",
                    title=f"{test}: speedup vs threads ({_caption(sl, 'threads')})")
             ax.set_xticks(ts)
+            ax.set_ylim(bottom=0)
             ax.grid(alpha=.3)
             ax.legend()
             fig.tight_layout()
