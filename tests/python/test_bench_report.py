@@ -297,6 +297,11 @@ def test_bench_report_redraws_from_the_json(tmp_path):
         assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr
     r = run("bench", "report", check=False)
     assert r.returncode == 2 and "RUN.json" in r.stderr
+    # a run interrupted before its first cell: a report that says so, not a crash
+    empty = _doc([], complete=False)
+    (tmp_path / "empty.json").write_text(json.dumps(empty))
+    r = run("bench", "report", str(tmp_path / "empty.json"))
+    assert "(no results)" in r.stdout and "No results." in (tmp_path / "empty.html").read_text()
 
 
 # ---- end to end: IOPS, latency, queue depth, time-based, auto ----

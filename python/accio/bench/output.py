@@ -37,8 +37,13 @@ def _columns(results: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["mechanism"] for r in results))
 
 
+def spread_pct(r: dict) -> float | None:
+    """Half the range of a result's iterations in % of their median; None for a single iteration."""
+    return (r["max"] - r["min"]) / 2 / r["mib_s"] * 100 if r["mib_s"] and len(r["samples"]) > 1 else None
+
+
 def _spread(r: dict) -> str:
-    return f"±{(r['max'] - r['min']) / 2 / r['mib_s'] * 100:.0f}%" if r["mib_s"] and len(r["samples"]) > 1 else ""
+    return "" if (p := spread_pct(r)) is None else f"±{p:.0f}%"
 
 
 def _grid(heads: list[str], rows: list[list[str]], left: int) -> list[str]:
@@ -101,7 +106,7 @@ def noisy(r: dict) -> bool:
     """A cell whose iterations spread more than the project's noise band (accio.stats.NOISE: half the
     range above 5% of the median); its figure says little about small differences."""
     from ..stats import NOISE
-    return len(r["samples"]) > 1 and bool(r["mib_s"]) and (r["max"] - r["min"]) / 2 / r["mib_s"] > NOISE
+    return (p := spread_pct(r)) is not None and p > NOISE * 100
 
 
 def table_model(results: list[dict], kind: str = "generic") -> dict:
@@ -129,12 +134,13 @@ def table_model(results: list[dict], kind: str = "generic") -> dict:
         if kind == "xeonphi":
             cells.append("1" if key[-1] == "1" else "best")
         for m, r in by.items():
-            if r["cache"] and r["test"] == "cold-read" and not r["cache"]["cold"]:
+            marks = cell_marks(r)
+            if "!" in marks:
                 note = (f"! {r['test']} {m} in {r['directory']}: not cold, {r['cache']['residency'] * 100:.0f}% "
                         f"resident after {r['cache']['method']}: a cached read")
                 if note not in notes:
                     notes.append(note)
-            if r["ran"] != r["engine_mechanism"]:
+            if "*" in marks:
                 chose = [p["plan"] for p in r.get("plans") or []] if r["engine_mechanism"] == "auto" else []
                 note = f"* {m} chose {', '.join(chose)}" if chose else f"* {m} ran as {r['ran']}"
                 if note not in notes:

@@ -23,7 +23,8 @@ from collections import defaultdict
 from .._system import fmt_size
 from .._usage import output_file
 from .latency import PERCENTILES
-from .output import (CEILINGS, LATENCY_HEADS, cell_marks, latency_cells, noisy, render_fio, sig3, table_model)
+from .output import (LATENCY_HEADS, cell_marks, latency_cells, noisy, render_fio, sig3, spread_pct,
+                     table_model)
 
 
 def _plt():
@@ -262,7 +263,7 @@ def results_table(model: dict) -> str:
                 continue
             cls = [c for c, on in (("best", m == row["best"]), ("noisy", noisy(r)),
                                    ("notcold", "!" in cell_marks(r)), ("fellback", "*" in cell_marks(r))) if on]
-            spread = (r["max"] - r["min"]) / 2 / r["mib_s"] * 100 if r["mib_s"] and len(r["samples"]) > 1 else None
+            spread = spread_pct(r)
             parts = [f'<span class="v">{sig3(r["mib_s"])}</span>']
             if spread is not None:
                 parts.append(f'<span class="spread" title="half the range of {len(r["samples"])} iterations">'
