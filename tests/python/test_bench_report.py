@@ -297,6 +297,8 @@ def test_bench_report_redraws_from_the_json(tmp_path):
         assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr
     r = run("bench", "report", check=False)
     assert r.returncode == 2 and "RUN.json" in r.stderr
+    r = run("bench", "report", str(js), "-o", str(tmp_path), check=False)  # a directory: refused, page kept
+    assert r.returncode == 1 and "is a directory" in r.stderr and (tmp_path / "run.html").read_text() == page
     # a run interrupted before its first cell: a report that says so, not a crash
     empty = _doc([], complete=False)
     (tmp_path / "empty.json").write_text(json.dumps(empty))

@@ -455,8 +455,8 @@ def report_main(argv: list[str]) -> int:
                    "'-' for stdout, the table then goes to stderr)")
     args = p.parse_args(argv)
     out = args.output or (args.run[:-5] if args.run.endswith(".json") else args.run) + ".html"
+    doc = _load_run(args.run)  # the input's error first: it is the one to fix
     check_output_path("--output", out)
-    doc = _load_run(args.run)
     try:
         kind = doc.get("table") or "generic"
         print(output.render_table(doc["results"], kind), file=sys.stderr if out == "-" else sys.stdout)
