@@ -299,6 +299,11 @@ def test_bench_report_redraws_from_the_json(tmp_path):
     assert r.returncode == 2 and "RUN.json" in r.stderr
     r = run("bench", "report", str(js), "-o", str(tmp_path), check=False)  # a directory: refused, page kept
     assert r.returncode == 1 and "is a directory" in r.stderr and (tmp_path / "run.html").read_text() == page
+    # a file from before the report's fields (no table, iodepth, latency, plans): the preset's layout
+    old = os.path.join(os.path.dirname(__file__), "..", "..", "results", "presets", "xeonphi.json")
+    r = run("bench", "report", old, "-o", str(tmp_path / "old.html"))
+    assert r.stdout.splitlines()[0].split()[:3] == ["directory", "test", "threads"]
+    assert "IOPS and latency" not in (tmp_path / "old.html").read_text()
     # a run interrupted before its first cell: a report that says so, not a crash
     empty = _doc([], complete=False)
     (tmp_path / "empty.json").write_text(json.dumps(empty))

@@ -458,7 +458,8 @@ def report_main(argv: list[str]) -> int:
     doc = _load_run(args.run)  # the input's error first: it is the one to fix
     check_output_path("--output", out)
     try:
-        kind = doc.get("table") or "generic"
+        preset = doc.get("preset")  # files from before "table": the preset's layout
+        kind = doc.get("table") or (preset if preset in output.ROW_DIMS else "generic")
         print(output.render_table(doc["results"], kind), file=sys.stderr if out == "-" else sys.stdout)
         report.write_html(out, doc, kind)
     except (KeyError, TypeError) as e:
