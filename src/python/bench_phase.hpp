@@ -205,7 +205,7 @@ inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase
       const bool async = ph.iodepth > 1;
       int64_t t = t0;
       // Once over the range; time-based: until runtime_ns has passed, going round the range again
-      // if need be (fio's time_based; the clock is read at every completion anyway).
+      // if need be (fio's time_based; the clock is then read at every completion).
       for (size_t k = 0; !offs.empty() && !failed.load(std::memory_order_relaxed); ++k) {
         if (ph.runtime_ns > 0 ? t - t0 >= ph.runtime_ns : k >= offs.size()) break;
         auto& s = slots[k % slots.size()];
