@@ -232,3 +232,22 @@ def test_the_search_starts_from_every_host_mechanism_the_engine_registers(monkey
     builtin = {m["name"] for m in registry if not m["device"]}
     assert builtin <= {n for n, _ in names}  # every registered host mechanism is a starting plan
     assert all(search.simplicity(m) < search.simplicity("chunky") for m in search.SIMPLICITY)
+
+
+def test_decision_cost_benchmark_runs_and_reports_every_size(tmp_path):
+    """benchmarks/decision_cost.py with tiny settings: every size, every contender, the shares."""
+    out = tmp_path / "dc.json"
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "decision_cost.py")
+    r = subprocess.run([sys.executable, bench, "--dir", str(tmp_path), "--rounds", "2", "--decisions", "64",
+                        "--sizes", "4k,1m", "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode in (0, 1), r.stderr  # 1: a goal missed (timings on a loaded machine)
+    doc = json.loads(out.read_text())
+    assert [row["size"] for row in doc["rows"]] == [4096, 1 << 20]
+    for row in doc["rows"]:
+        assert set(row["median_ns"]) == {"decide", "decide/noprobe", "decide/model", "fixed", "request"}
+        assert all(len(v) == 2 and min(v) > 0 for v in row["samples_ns"].values())
+        assert row["goal"] == ("met" if row["added_over_request"] <= doc["goal"] else "missed")
+    assert r.stdout.count("decide/request") == 2
+    assert [p for p in os.listdir(tmp_path) if p != "dc.json"] == []  # its scratch files are gone
+    bad = subprocess.run([sys.executable, bench, "--rounds", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--rounds" in bad.stderr
