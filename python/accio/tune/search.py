@@ -178,7 +178,7 @@ class Search:
         """The first of `ranked` (best first) if it beats the built-in plan by more than the noise
         measured, else the built-in plan; with the comparison when the winner was set aside."""
         best, builtin = ranked[0], self.builtin(g, size)
-        if best == builtin or builtin.needs_alignment:
+        if best == builtin:
             return best, None
         a, b = self.samples.get((g, size, best), []), self.samples.get((g, size, builtin), [])
         if len(a) >= GUARD_SAMPLES and len(b) >= GUARD_SAMPLES:
