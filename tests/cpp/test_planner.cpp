@@ -453,7 +453,7 @@ TEST(Profile, DescribeRoundTrips) {
   EXPECT_EQ(from_plans(describe(once.c_str())), from_plans(once));  // a fixed point
   const std::string builtin = describe(nullptr);
   EXPECT_NE(builtin.find(R"j("builtin": true)j"), std::string::npos);
-  EXPECT_NE(builtin.find(R"j({"max_size": 1048575, "plans": [0]})j"), std::string::npos) << builtin;
+  EXPECT_EQ(builtin, planner::Profile::builtin_model()->to_json());  // this machine's model
   EXPECT_NO_THROW(planner::Profile::parse(builtin, "builtin"));
   EXPECT_EQ(accio_profile_describe("{\"schema\": 1}", "bad.json", nullptr, 0), -EINVAL);
   EXPECT_NE(std::string(accio_last_error()).find("bad.json"), std::string::npos);

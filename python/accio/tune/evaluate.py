@@ -28,6 +28,7 @@ KiB = 1 << 10
 FILE_SIZES = (8 * MiB, 128 * MiB)
 TRANSFERS = (4 * KiB, 256 * KiB, 8 * MiB)
 SAMPLE_SECONDS = 0.05  # timed transfer per sample: short phases are repeated (see Bench.sample)
+MAX_SAMPLE_SECONDS = 0.25  # a contender that moves the cell's file in longer than this moves a part of it
 MAX_SAMPLES = 15       # the cap of the extra rounds for an undecided cell (--max-reps)
 EXTRA_ROUNDS = 4       # rounds added at a time to an undecided cell
 GOAL = 0.9             # a cell is fine when auto reaches this fraction of the oracle, or is within noise
@@ -117,12 +118,21 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
     total = len(cells) * reps * len(contenders)
     done = 0
     t0 = time.monotonic()
+    last: dict = {}  # (op, cache, threads, transfer, contender) -> its latest MiB/s, over file sizes
     for c in cells:
         used: set = set()
 
         def sample(m: str, c=c, used=used) -> float:
-            return bench.sample({"mechanism": m}, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
-                                c["file_size"], used if m == "auto" else None, min_seconds=SAMPLE_SECONDS)
+            # A slow contender (direct or uring at 4 KiB: 50-100 MiB/s) moves what it moves in about
+            # MAX_SAMPLE_SECONDS, a part of the cell's file, rather than seconds per sample: its rate
+            # is its per-request cost, the same over 16 MiB as over 128 MiB.
+            k = (c["op"], c["cache"], c["threads"], c["transfer"], m)
+            nbytes = c["file_size"]
+            if k in last:
+                nbytes = min(nbytes, max(c["transfer"] * c["threads"], int(last[k] * MiB * MAX_SAMPLE_SECONDS)))
+            last[k] = bench.sample({"mechanism": m}, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
+                                   nbytes, used if m == "auto" else None, min_seconds=SAMPLE_SECONDS)
+            return last[k]
 
         def note(m: str, _round: int, _value: float, c=c) -> None:
             nonlocal done
