@@ -9,7 +9,7 @@ import pytest
 from accio import stats
 from accio.tune import profile
 from accio.tune.measure import MiB, Plan
-from accio.tune.search import GUARD_SAMPLES, Group, Search, builtin_plan
+from accio.tune.search import GUARD_SAMPLES, Group, Search, as_run, builtin_plan
 
 KiB = 1 << 10
 evaluate = importlib.import_module("accio.tune.evaluate")  # accio.tune.evaluate is also a function's name
@@ -159,3 +159,22 @@ def test_the_search_measures_the_builtin_plan_beside_the_base_plans():
         b = builtin_plan("read", "1", size)
         assert b in s.contenders(Group("read", "hot", 1), size)
     assert Plan("parallel") not in [builtin_plan("read", "1", 4 * KiB)]  # one task: runs as posix
+
+
+def test_sizes_above_the_largest_measured_one_follow_the_builtin_model_when_the_budget_ran_out():
+    """A search cut short after 4 KiB decides for 4 KiB, not for every size: above, the model's cells."""
+    g = Group("read", "hot", 1)
+    s = search_with({(g, 4 * KiB, Plan("posix")): [1000.0] * 3, (g, 4 * KiB, Plan("uring", queue_depth=16)): [500.0] * 3})
+    doc = profile.build(s, {"key": {}})
+    plans = [Plan.from_json(p) for p in doc["plans"]]
+    cells = doc["decisions"]["read"]["1"]["hot"]
+    assert cells[0]["max_size"] == 4 * KiB and plans[cells[0]["plans"][0]] == Plan("posix")
+    assert all(c.get("builtin") for c in cells[1:]) and cells[-1]["max_size"] is None
+    for size in (64 * KiB, 2 * MiB, 64 * MiB, 1 << 31):
+        c = next(c for c in cells if c["max_size"] is None or size <= c["max_size"])
+        assert as_run(plans[c["plans"][0]], size) == builtin_plan("read", "1", size), size
+    assert "built-in model: not measured" in profile.render(doc, "synthetic")
+    # Measured up to the largest size the scratch file allows: the last measured cell is unbounded.
+    big = {(g, x, Plan("posix")): [1000.0] * 3 for x in (4 * KiB, 64 * MiB)}
+    cells = profile.build(search_with(big), {"key": {}})["decisions"]["read"]["1"]["hot"]
+    assert not any(c.get("builtin") for c in cells) and cells[-1]["max_size"] is None

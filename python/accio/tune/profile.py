@@ -12,7 +12,7 @@ import tempfile
 
 from .. import _ext
 from .measure import Plan, fmt
-from .search import Group, Search
+from .search import COARSE_SIZES, Group, Search
 
 
 def builtin_model() -> dict:
@@ -73,7 +73,9 @@ def build(search: Search, meta: dict) -> dict:
 
 def _cells(search: Search, g: Group, index) -> list[dict]:
     """Size cells of one group: each measured size decides up to the boundary with the next one;
-    neighbours that decide the same (best plan and best plan without alignment needs) merge."""
+    neighbours that decide the same (best plan and best plan without alignment needs) merge. Where
+    the budget ran out before the largest size was measured, the largest measured size decides only
+    for itself and the built-in model's cells apply above it."""
     cells: list[dict] = []
     sizes = search.sizes(g)
     for i, size in enumerate(sizes):
@@ -99,8 +101,15 @@ def _cells(search: Search, g: Group, index) -> list[dict]:
             cells[-1].setdefault("also_measured", []).append(cell["measured"])
         else:
             cells.append(cell)
-    if cells:
+    if not cells:
+        return cells
+    largest = max((x for x in COARSE_SIZES if x * g.threads <= search.bench.file_size), default=0)
+    if sizes[-1] >= largest:
         cells[-1]["max_size"] = None
+        return cells
+    cells[-1]["max_size"] = sizes[-1]
+    cells += [{**c, "builtin": True} for c in _builtin_cells(g.op, g.concurrency, index)
+              if c["max_size"] is None or c["max_size"] > sizes[-1]]
     return cells
 
 
@@ -171,7 +180,9 @@ def render(doc: dict, source: str) -> str:
                     prev[cache] = c
                     text = plans[c["plans"][0]].label
                     m = c.get("measured")
-                    if m and m.get("kept_builtin"):
+                    if c.get("builtin"):
+                        text += "  (built-in model: not measured)"
+                    elif m and m.get("kept_builtin"):
                         text += (f"  (built-in kept: {m['kept_builtin']['winner']} {m['mibps']:.0f} MiB/s at "
                                  f"{fmt(m['size'])} did not win beyond the noise)")
                     elif m:
