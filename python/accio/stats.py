@@ -101,6 +101,17 @@ def ratio(a: Sequence[float], b: Sequence[float], *, paired: bool | None = None,
     """a over b (rates: > 1 means a is faster) with a percentile-bootstrap interval. paired=None
     pairs the samples when there are as many of a as of b (one each per interleaved round)."""
     import numpy as np
+    a, b, paired = _checked(a, b, paired)
+    est, boot = _bootstrap(a, b, paired, resamples, np.random.default_rng(seed))
+    alpha = (1 - confidence) / 2
+    boot = np.sort(boot)
+    return Ratio(est, _quantile(boot, alpha), _quantile(boot, 1 - alpha), len(a), len(b),
+                 "paired" if paired else "unpaired", confidence)
+
+
+def _checked(a, b, paired: bool | None) -> tuple[list[float], list[float], bool]:
+    """a and b as floats, and whether they pair (None: when there are as many of each); ValueError
+    for an empty side, a sample that is not positive and finite, or a pairing of unequal counts."""
     a, b = [float(x) for x in a], [float(x) for x in b]
     if not a or not b:
         raise ValueError("ratio needs at least one sample on each side")
@@ -110,11 +121,7 @@ def ratio(a: Sequence[float], b: Sequence[float], *, paired: bool | None = None,
         paired = len(a) == len(b)
     if paired and len(a) != len(b):
         raise ValueError(f"paired ratio needs as many samples on each side ({len(a)} vs {len(b)})")
-    est, boot = _bootstrap(a, b, paired, resamples, np.random.default_rng(seed))
-    alpha = (1 - confidence) / 2
-    boot = np.sort(boot)
-    return Ratio(est, _quantile(boot, alpha), _quantile(boot, 1 - alpha), len(a), len(b),
-                 "paired" if paired else "unpaired", confidence)
+    return a, b, paired
 
 
 def _bootstrap(a, b, paired: bool, resamples: int, rng):
@@ -136,12 +143,7 @@ def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]]
     rng = np.random.default_rng(seed)
     logs, boot = [], np.zeros(resamples)
     for a, b, paired in pairs:
-        a, b = [float(x) for x in a], [float(x) for x in b]
-        if not a or not b or any(x <= 0 or not math.isfinite(x) for x in a + b):
-            raise ValueError("every cell needs positive, finite samples on each side")
-        if paired and len(a) != len(b):
-            raise ValueError(f"paired cell needs as many samples on each side ({len(a)} vs {len(b)})")
-        est, reps = _bootstrap(a, b, paired, resamples, rng)
+        est, reps = _bootstrap(*_checked(a, b, paired), resamples, rng)
         logs.append(math.log(est))
         boot += np.log(reps)
     boot = np.sort(np.exp(boot / len(pairs)))
