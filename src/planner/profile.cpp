@@ -191,8 +191,9 @@ std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts)
     for (int c = 0; c < 2; ++c) {
       const uint64_t split_from = c ? 4u << 20 : 1u << 20;
       if (facts.cpus <= 1) m->table[w][c] = {Cell{UINT64_MAX, {0}, {}}};
-      else  // cpus >= 2: even_up_to (8 MiB or more) lies above split_from (at most 4 MiB)
-        m->table[w][c] = {Cell{split_from - 1, {0}, {}}, Cell{even_up_to, {1, 0}, {}}, Cell{UINT64_MAX, {2, 0}, {}}};
+      else  // cpus >= 2: even_up_to (8 MiB or more) lies above split_from (at most 4 MiB); from
+            // even_up_to on, 4 MiB tasks are the even split's tasks or smaller
+        m->table[w][c] = {Cell{split_from - 1, {0}, {}}, Cell{even_up_to - 1, {1, 0}, {}}, Cell{UINT64_MAX, {2, 0}, {}}};
     }
   return m;
 }

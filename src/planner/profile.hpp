@@ -70,8 +70,8 @@ struct Profile {
 
   // Built-in model, scaled with the machine: on one CPU posix at every size (a split only adds
   // hand-offs to copies the one CPU makes anyway); else posix below 1 MiB (4 MiB with several
-  // requests in flight), an even split over the handle's threads (parallel) up to cpus x 4 MiB, and
-  // above that 4 MiB tasks (an even split of a huge request into one task per CPU finishes with
+  // requests in flight), an even split over the handle's threads (parallel) below cpus x 4 MiB, and
+  // from there 4 MiB tasks (an even split of a huge request into one task per CPU finishes with
   // its slowest task; 4 MiB tasks keep every CPU busy to the end); posix as the fallback. Cache
   // state is not used (hot and cold plans are the same: no residency probe). builtin_model() is
   // the model for MachineFacts::detect(), built once.

@@ -143,17 +143,17 @@ TEST(Profile, BuiltinModelScalesWithTheCpus) {
   // One CPU: a split only adds hand-offs, posix at every size.
   for (const uint64_t n : {uint64_t{4096}, MiB, 64 * MiB, uint64_t{2} << 30})
     for (int w = 0; w < 2; ++w) EXPECT_EQ(label(1, w, false, n), "posix") << n;
-  // Two CPUs (this VM): posix below 1 MiB, even split up to 2 x 4 MiB, 4 MiB tasks above.
+  // Two CPUs (this VM): posix below 1 MiB, even split below 2 x 4 MiB, 4 MiB tasks from there.
   EXPECT_EQ(label(2, false, false, MiB - 1), "posix");
   EXPECT_EQ(label(2, false, false, MiB), "parallel(even)");
-  EXPECT_EQ(label(2, false, false, 8 * MiB), "parallel(even)");
-  EXPECT_EQ(label(2, false, false, 8 * MiB + 1), "parallel(task=4MiB)");
+  EXPECT_EQ(label(2, false, false, 8 * MiB - 1), "parallel(even)");
+  EXPECT_EQ(label(2, false, false, 8 * MiB), "parallel(task=4MiB)");
   EXPECT_EQ(label(2, true, true, 4 * MiB - 1), "posix");  // several in flight: split from 4 MiB
   EXPECT_EQ(label(2, true, true, 4 * MiB), "parallel(even)");
-  // Sixteen CPUs: the even split reaches 64 MiB (16 tasks of 4 MiB); a hot 2 GiB read runs the plan
-  // of the fixed parallel mechanism (4 MiB tasks over every CPU), not 16 tasks of 128 MiB.
-  EXPECT_EQ(label(16, false, false, 64 * MiB), "parallel(even)");
-  EXPECT_EQ(label(16, false, false, 64 * MiB + 1), "parallel(task=4MiB)");
+  // Sixteen CPUs: the even split runs below 64 MiB (16 tasks under 4 MiB); a hot 2 GiB read runs
+  // the plan of the fixed parallel mechanism (4 MiB tasks over every CPU), not 16 tasks of 128 MiB.
+  EXPECT_EQ(label(16, false, false, 64 * MiB - 1), "parallel(even)");
+  EXPECT_EQ(label(16, false, false, 64 * MiB), "parallel(task=4MiB)");
   EXPECT_EQ(label(16, false, false, uint64_t{2} << 30), "parallel(task=4MiB)");
   EXPECT_EQ(label(16, true, false, uint64_t{2} << 30), "parallel(task=4MiB)");
   EXPECT_EQ(label(16, false, true, 2 * MiB), "posix");
