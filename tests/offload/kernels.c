@@ -1,6 +1,5 @@
 /* Kernels for the offload tests: ordinary host functions in a shared library that the worker
  * loads with veo_load_library. */
-#include <accio/ve_offload.h> /* the kernel-side helpers: veo_prev_req_result, hmem */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -128,7 +127,12 @@ uint64_t k_print_segv(const char* out) {
   return (uint64_t)*(volatile int*)16;
 }
 
-/* The kernel-side helpers of AVEO. */
+/* The kernel-side helpers of AVEO, declared as a kernel written for AVEO has them (its veo_ve.h and
+ * veo_hmem.h; accio/ve_offload.h declares them too): the worker's libaccio_offload defines them. */
+int veo_prev_req_result(int offs, uint64_t* result);
+int veo_is_ve_addr(const void* addr);
+void* veo_get_hmem_addr(void* addr);
+
 uint64_t k_prev(int offs) {
   uint64_t r = 0;
   return veo_prev_req_result(offs, &r) == 0 ? r : ~(uint64_t)0;
