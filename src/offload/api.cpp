@@ -11,7 +11,6 @@
 #include <mutex>
 #include <new>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "accio/ve_offload.h"
@@ -60,6 +59,14 @@ bool find_hook(void* fn, void (**hook)(void*, ...), void** payload) {
   return true;
 }
 
+// Calls the hook registered for fn, if any, with its payload and these arguments.
+template <class... A>
+void fire_hook(void* fn, A... args) {
+  void (*hook)(void*, ...);
+  void* payload;
+  if (find_hook(fn, &hook, &payload)) hook(payload, args...);
+}
+
 std::string hex(uint64_t v) {
   char b[32];
   snprintf(b, sizeof b, "%#llx", static_cast<unsigned long long>(v));
@@ -104,17 +111,13 @@ uint64_t submit_async_hook(veo_thr_ctxt* c, AsyncHook* a) {
 uint64_t alloc_async_hook(AsyncHook* a) {
   uint64_t addr = 0;
   if (a->ctx->result(a->req, &addr, true) != VEO_COMMAND_OK) return 0;
-  void (*hook)(void*, ...);
-  void* payload;
-  if (find_hook(reinterpret_cast<void*>(&veo_alloc_mem_async), &hook, &payload)) hook(payload, a->ctx, addr, size_t(a->arg));
+  fire_hook(reinterpret_cast<void*>(&veo_alloc_mem_async), a->ctx, addr, size_t(a->arg));
   return addr;
 }
 
 uint64_t free_async_hook(AsyncHook* a) {
   if (a->ctx->result(a->req, nullptr, true) != VEO_COMMAND_OK) return ~0ull;
-  void (*hook)(void*, ...);
-  void* payload;
-  if (find_hook(reinterpret_cast<void*>(&veo_free_mem_async), &hook, &payload)) hook(payload, a->ctx, a->arg);
+  fire_hook(reinterpret_cast<void*>(&veo_free_mem_async), a->ctx, a->arg);
   return 0;
 }
 
@@ -329,9 +332,7 @@ int veo_alloc_mem(struct veo_proc_handle* h, uint64_t* addr, const size_t size) 
     *addr = 0;
     return st == VEO_COMMAND_ERROR && msg.find("errno 12") != std::string::npos ? -1 : -2;
   }
-  void (*hook)(void*, ...);
-  void* payload;
-  if (find_hook(reinterpret_cast<void*>(&veo_alloc_mem), &hook, &payload)) hook(payload, h, addr, size);
+  fire_hook(reinterpret_cast<void*>(&veo_alloc_mem), h, addr, size);
   return 0;
 }
 
@@ -342,9 +343,7 @@ int veo_free_mem(struct veo_proc_handle* h, uint64_t addr) {
   p.op = kFree;
   p.addr = addr;
   if (P(h)->chan->call(p, nullptr, nullptr) != VEO_COMMAND_OK) return -1;
-  void (*hook)(void*, ...);
-  void* payload;
-  if (find_hook(reinterpret_cast<void*>(&veo_free_mem), &hook, &payload)) hook(payload, h, addr);
+  fire_hook(reinterpret_cast<void*>(&veo_free_mem), h, addr);
   return 0;
 }
 
@@ -470,9 +469,7 @@ int veo_alloc_hmem(struct veo_proc_handle* h, void** addr, const size_t size) {
     return -1;
   }
   *addr = veo_set_proc_identifier(reinterpret_cast<void*>(a), ident);
-  void (*hook)(void*, ...);
-  void* payload;
-  if (find_hook(reinterpret_cast<void*>(&veo_alloc_hmem), &hook, &payload)) hook(payload, h, *addr, size);
+  fire_hook(reinterpret_cast<void*>(&veo_alloc_hmem), h, *addr, size);
   return 0;
 }
 
@@ -489,9 +486,7 @@ int veo_free_hmem(void* addr) {
   }
   auto* h = reinterpret_cast<veo_proc_handle*>(p);
   const int rc = veo_free_mem(h, reinterpret_cast<uint64_t>(veo_get_hmem_addr(addr)));
-  void (*hook)(void*, ...);
-  void* payload;
-  if (find_hook(reinterpret_cast<void*>(&veo_free_hmem), &hook, &payload)) hook(payload, h, addr);
+  fire_hook(reinterpret_cast<void*>(&veo_free_hmem), h, addr);
   return rc;
 }
 

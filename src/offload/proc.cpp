@@ -263,7 +263,6 @@ Proc* create_proc(const accio_offload_options& o) {
   p->ctl = sv[0];
   if (o.venode >= 0 && numa_node_exists(o.venode)) {
     int e = set_node_affinity(pid, o.venode);
-    p->bound = e == 0;
     if (e < 0 && e != -ENODEV) {  // ENODEV: a node without CPUs (memory only) binds nothing
       report("veo_proc_create: binding the worker to NUMA node " + std::to_string(o.venode) + ": " + errstr(-e));
       kill(pid, SIGKILL);

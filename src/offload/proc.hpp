@@ -45,7 +45,6 @@ struct Proc {
   uint32_t next_channel = 0;
   std::thread watchdog;
 
-  bool bound = false;  // bound to NUMA node opts.venode's CPUs
   std::string why_dead() {
     std::lock_guard<std::mutex> g(mu);
     return death.empty() ? "the worker is gone" : death;

@@ -131,7 +131,7 @@ class Channel {
   }
   // The worker is gone: wakes the host threads that sleep on this queue.
   void wake_all();
-  std::string name() const { return id == 0 ? std::string("the proc queue") : "context " + std::to_string(id); }
+  std::string name() const { return id == 0 ? std::string("the main context") : "context " + std::to_string(id); }
 
  private:
   uint64_t head = 0, harvested = 0;       // published / collected requests

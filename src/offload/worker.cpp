@@ -260,19 +260,6 @@ void pin_new_dependencies(void* handle, const std::vector<std::string>& before) 
 }
 
 // Executes one request in place. Returns false for kExit.
-bool execute(WorkerChannel* c, Slot& s, uint64_t index);
-
-// Executes a request and keeps its result for veo_prev_req_result: one per request (the last
-// piece of a transfer), none for a host function's barrier, as AVEO sees only the requests that
-// reach the VE.
-bool run_request(WorkerChannel* c, Slot& s, uint64_t index) {
-  c->running.store(&s, std::memory_order_release);
-  const bool more = execute(c, s, index);
-  c->running.store(nullptr, std::memory_order_release);
-  if (s.op != kVhBarrier && !(s.flags & kMorePieces)) c->recent[c->nrecent++ % WorkerChannel::kRecent] = s.result;
-  return more;
-}
-
 bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
   char* data = (s.flags & kDataInSlot) ? slot_data(s) : c->arena + s.data_off;
   s.err = 0;
@@ -362,6 +349,17 @@ bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
       fail(s, ENOSYS);
   }
   return true;
+}
+
+// Executes a request and keeps its result for veo_prev_req_result: one per request (the last
+// piece of a transfer), none for a host function's barrier, as AVEO sees only the requests that
+// reach the VE.
+bool run_request(WorkerChannel* c, Slot& s, uint64_t index) {
+  c->running.store(&s, std::memory_order_release);
+  const bool more = execute(c, s, index);
+  c->running.store(nullptr, std::memory_order_release);
+  if (s.op != kVhBarrier && !(s.flags & kMorePieces)) c->recent[c->nrecent++ % WorkerChannel::kRecent] = s.result;
+  return more;
 }
 
 void* serve(void* arg) {
