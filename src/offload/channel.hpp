@@ -2,7 +2,8 @@
 // (worker.cpp), both in libaccio_offload.
 //
 // A channel is one in-order request queue between the host and one worker thread: the proc's own
-// channel (libraries, symbols, memory, synchronous calls) and one per context. Its memory is a
+// channel (libraries, symbols, memory, synchronous calls; also the main context, the first one
+// opened) and one per further context. Its memory is a
 // memfd mapped by both sides (transport "shm") or a private copy on each side whose updates travel
 // over a socketpair (transport "socket", the baseline the benchmark compares against):
 //
