@@ -13,7 +13,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/types.h>
+#include <sys/types.h> /* pid_t; with unistd.h as AVEO's header includes them, for programs that rely on it */
+#include <unistd.h>
 
 #ifdef __cplusplus
 extern "C" {
