@@ -70,7 +70,8 @@ uint64_t veo_get_sym(struct veo_proc_handle *proc, uint64_t libhandle, const cha
 /* ---- worker ("VE") memory ----
  * The synchronous calls (these, veo_call_sync, the library and symbol functions, veo_hmemcpy)
  * run on the proc's main context (veo_get_context(proc, 0), the first veo_context_open), after
- * the requests queued there before them; they do not wait for the other contexts. */
+ * the requests queued there before them; they do not wait for the other contexts.
+ * veo_context_open and veo_proc_destroy wait for the main context's queued requests too. */
 int veo_alloc_mem(struct veo_proc_handle *proc, uint64_t *addr, const size_t size);
 int veo_free_mem(struct veo_proc_handle *proc, uint64_t addr);
 int veo_read_mem(struct veo_proc_handle *proc, void *dst, uint64_t src, size_t size);

@@ -303,6 +303,8 @@ veo_thr_ctxt* open_context(Proc* p, size_t stack) {
     report("veo_context_open: " + p->why_dead());
     return nullptr;
   }
+  // As AVEO's, after what is queued on the main context (before p->mu: harvesting takes it)
+  p->chan->sync();
   std::lock_guard<std::mutex> g(p->mu);
   if (p->contexts.empty()) {  // the main context: the proc's own queue (its stack size stays)
     p->contexts.push_back(p->chan);

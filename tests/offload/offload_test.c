@@ -1061,6 +1061,16 @@ static void test_sync_order(void) {
   uint64_t r;
   CHECK(veo_call_wait_result(m, sleep_id, &r) == VEO_COMMAND_OK);
   CHECK(veo_call_wait_result(m, fill_id, &r) == VEO_COMMAND_OK && r == 4096);
+  /* veo_context_open also waits for what is queued on the main context */
+  {
+    struct veo_args* s = veo_args_alloc();
+    veo_args_set_u64(s, 0, 150);
+    sleep_id = veo_call_async(m, sym(p, lib, "k_sleep_ms"), s);
+    veo_args_free(s);
+    struct veo_thr_ctxt* third = veo_context_open(p);
+    CHECK(third && veo_call_peek_result(m, sleep_id, &r) == VEO_COMMAND_OK && r == 150);
+    CHECK(veo_context_close(third) == 0);
+  }
   /* ... and only that context: a long kernel on another context does not hold it up */
   struct veo_args* s = veo_args_alloc();
   veo_args_set_u64(s, 0, 2000);
