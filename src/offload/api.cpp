@@ -486,7 +486,7 @@ int veo_free_hmem(void* addr) {
   }
   auto* h = reinterpret_cast<veo_proc_handle*>(p);
   const int rc = veo_free_mem(h, reinterpret_cast<uint64_t>(veo_get_hmem_addr(addr)));
-  fire_hook(reinterpret_cast<void*>(&veo_free_hmem), h, addr);
+  if (rc == 0) fire_hook(reinterpret_cast<void*>(&veo_free_hmem), h, addr);
   return rc;
 }
 

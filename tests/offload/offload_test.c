@@ -1169,6 +1169,7 @@ static void test_hooks(void) {
   CHECK(veo_alloc_hmem(p, &hm, 99) == 0);
   CHECK(g_hook_calls == 5 && g_hook_first == (void*)p && g_hook_u64 == (uint64_t)hm && g_hook_size == 99);
   CHECK(veo_free_hmem(hm) == 0 && g_hook_calls == 6 && g_hook_u64 == (uint64_t)hm);
+  CHECK(veo_free_hmem(hm) == -1 && g_hook_calls == 6); /* refused: no hook */
   veo_unregister_hook((void*)&veo_alloc_hmem);
   veo_unregister_hook((void*)&veo_free_hmem);
   /* veo_register_hmem_hook_functions: every allocation and release, as hmem addresses */
