@@ -1232,10 +1232,12 @@ static void test_hmem(void) {
   /* errors */
   CHECK(veo_hmemcpy(hq, h1, 64) == -1 && strstr(accio_offload_last_error(), "different procs"));
   CHECK(veo_set_proc_identifier(in, 16) == NULL && veo_set_proc_identifier(in, -1) == NULL);
-  int unused = 0;
-  while (unused < 16 && (unused == ident || unused == veo_proc_identifier(q))) unused++;
-  void* stray = veo_set_proc_identifier((void*)0x1000, unused);
-  CHECK(veo_get_proc_handle_from_hmem(stray) == NULL && veo_get_pid_from_hmem(stray) == -1);
+  void* stray = NULL; /* a tag naming no live proc */
+  for (int i = 0; i < VEO_MAX_HMEM_PROCS && !stray; ++i) {
+    void* t = veo_set_proc_identifier((void*)0x1000, i);
+    if (!veo_get_proc_handle_from_hmem(t)) stray = t;
+  }
+  CHECK(stray && veo_get_pid_from_hmem(stray) == -1 && veo_get_venum_from_hmem(stray) == -1);
   CHECK(veo_free_hmem(stray) == -1 && strstr(accio_offload_last_error(), "does not exist"));
   CHECK(veo_hmemcpy(stray, in, 8) == -1 && veo_hmemcpy(out, stray, 8) == -1);
   CHECK(veo_alloc_hmem(p, NULL, 8) == -1);
