@@ -1,5 +1,5 @@
-/* accio offload: the VEO offload API (NEC's ve_offload.h, API version 11 as in AVEO) on any Linux
- * host. The "accelerator side" is a worker process; kernels are ordinary shared libraries built
+/* accio offload: the VEO offload API (NEC's ve_offload.h, API version 16 as in AVEO 3.0.2) on any
+ * Linux host. The "accelerator side" is a worker process; kernels are ordinary shared libraries built
  * for the host. Calls travel through a shared-memory RPC that both sides poll, then sleep on a
  * futex (see docs/offload.md). Programs written for VEO/AVEO compile unchanged against this header
  * and link with -laccio_offload (libaccio_offload.so, which uses libaccio.so; `accio config --libs
@@ -13,15 +13,18 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h> /* pid_t; with unistd.h as AVEO's header includes them, for programs that rely on it */
+#include <unistd.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define VEO_API_VERSION 11
+#define VEO_API_VERSION 16
 #define VEO_SYMNAME_LEN_MAX (255)
 #define VEO_MAX_NUM_ARGS (256)
 #define VEO_REQUEST_ID_INVALID (~0UL)
+#define VEO_MAX_HMEM_PROCS 16 /* procs an hmem address can name (identifiers 0..15) */
 
 enum veo_context_state {
   VEO_STATE_UNKNOWN = 0,
@@ -48,11 +51,14 @@ struct veo_thr_ctxt;
 struct veo_thr_ctxt_attr;
 
 /* ---- procs: one worker process each; several per host process ---- */
-/* venode: -1 runs the worker anywhere; N >= 0 binds it to the CPUs of NUMA node N. */
+/* venode: -1 runs the worker anywhere; N >= 0 is a logical number that binds the worker to the
+ * CPUs of NUMA node N where that node exists (elsewhere it runs anywhere). VE_OMP_NUM_THREADS, when
+ * set, becomes the worker's OMP_NUM_THREADS (the kernels' OpenMP threads). */
 struct veo_proc_handle *veo_proc_create(int venode);
 /* veobin: a worker program, e.g. one with kernels linked in (see docs/offload.md). */
 struct veo_proc_handle *veo_proc_create_static(int venode, char *veobin);
 int veo_proc_destroy(struct veo_proc_handle *proc);
+/* The proc's identifier: the lowest free index among the live procs (hmem tags hold 0..15). */
 int veo_proc_identifier(struct veo_proc_handle *proc);
 
 /* ---- libraries and symbols ---- */
@@ -61,7 +67,11 @@ int veo_unload_library(struct veo_proc_handle *proc, const uint64_t libhandle);
 /* libhandle 0 searches the worker program and every library it loaded. Cached per proc. */
 uint64_t veo_get_sym(struct veo_proc_handle *proc, uint64_t libhandle, const char *symname);
 
-/* ---- worker ("VE") memory ---- */
+/* ---- worker ("VE") memory ----
+ * The synchronous calls (these, veo_call_sync, the library and symbol functions, veo_hmemcpy)
+ * run on the proc's main context (veo_get_context(proc, 0), the first veo_context_open), after
+ * the requests queued there before them; they do not wait for the other contexts.
+ * veo_context_open and veo_proc_destroy wait for the main context's queued requests too. */
 int veo_alloc_mem(struct veo_proc_handle *proc, uint64_t *addr, const size_t size);
 int veo_free_mem(struct veo_proc_handle *proc, uint64_t addr);
 int veo_read_mem(struct veo_proc_handle *proc, void *dst, uint64_t src, size_t size);
@@ -100,7 +110,7 @@ void veo_args_clear(struct veo_args *args);
 void veo_args_free(struct veo_args *args);
 
 /* ---- calls ---- */
-/* On the proc's own queue; 0 on success, -1 on failure (an exception included). */
+/* On the proc's main context; 0 on success, -1 on failure (an exception included). */
 int veo_call_sync(struct veo_proc_handle *proc, uint64_t addr, struct veo_args *args, uint64_t *result);
 uint64_t veo_call_async(struct veo_thr_ctxt *ctx, uint64_t addr, struct veo_args *args);
 uint64_t veo_call_async_by_name(struct veo_thr_ctxt *ctx, uint64_t libhandle, const char *symname,
@@ -114,6 +124,50 @@ int veo_call_wait_result(struct veo_thr_ctxt *ctx, uint64_t reqid, uint64_t *ret
 /* Transfers through the context's queue. The source of a write is copied when submitted. */
 uint64_t veo_async_read_mem(struct veo_thr_ctxt *ctx, void *dst, uint64_t src, size_t size);
 uint64_t veo_async_write_mem(struct veo_thr_ctxt *ctx, uint64_t dst, const void *src, size_t size);
+/* Worker memory through a context: the result of an alloc request is the address, of a free 0. */
+uint64_t veo_alloc_mem_async(struct veo_thr_ctxt *ctx, const size_t size);
+uint64_t veo_free_mem_async(struct veo_thr_ctxt *ctx, uint64_t addr);
+/* Between begin and end only the calling thread submits to ctx (others wait): its requests are
+ * consecutive. Blocks of one thread nest. */
+void veo_req_block_begin(struct veo_thr_ctxt *ctx);
+void veo_req_block_end(struct veo_thr_ctxt *ctx);
+
+/* ---- hooks (AVEO's low-level API): func is one of veo_alloc_mem (hook gets payload, proc,
+ * uint64_t *addr, size), veo_free_mem (payload, proc, addr), veo_alloc_hmem (payload, proc, void
+ * *hmem, size), veo_free_hmem (payload, proc, hmem), veo_alloc_mem_async (payload, ctx, addr, size)
+ * and veo_free_mem_async (payload, ctx, addr); the async ones run when the result is picked up. */
+void veo_register_hook(void *func, void (*hook)(void *, ...), void *payload);
+void *veo_get_hook(void *func);
+void veo_unregister_hook(void *func);
+
+/* ---- hmem: a worker address with bit 63 set and the proc identifier in bits 62:59 (AVEO's
+ * layout), or a host address (untagged). Usable with veo_hmemcpy and as a call argument; a kernel
+ * strips the tag with veo_get_hmem_addr. ---- */
+/* proc NULL: host memory (malloc). */
+int veo_alloc_hmem(struct veo_proc_handle *proc, void **addr, const size_t size);
+int veo_free_hmem(void *addr);
+/* Host to worker, worker to host, host to host, or within one worker. */
+int veo_hmemcpy(void *dst, const void *src, size_t size);
+int veo_args_set_hmem(struct veo_args *args, int argnum, void *val);
+int veo_is_ve_addr(const void *addr);   /* 1 if tagged */
+void *veo_get_hmem_addr(void *addr);    /* without the tag */
+int veo_get_max_proc_identifier(void); /* VEO_MAX_HMEM_PROCS */
+int veo_get_proc_identifier_from_hmem(const void *addr); /* -1 if untagged */
+void *veo_set_proc_identifier(void *addr, int proc_ident); /* tags addr; NULL if proc_ident > 15 */
+struct veo_proc_handle *veo_get_proc_handle_from_hmem(const void *addr); /* NULL: untagged or no such proc */
+pid_t veo_get_pid_from_hmem(const void *addr);   /* the worker's pid, or -1 */
+int veo_get_venum_from_hmem(const void *addr);   /* the proc's venode (0 for -1, as AVEO), or -1 */
+/* Calls alloc(hmem, size) and free(hmem) at every allocation and release of worker memory (the
+ * hooks of veo_alloc_mem, veo_free_mem and their async forms); unregister removes those hooks. */
+void veo_register_hmem_hook_functions(void (*alloc_fn)(void *, size_t), void (*free_fn)(uint64_t));
+void veo_unregister_hmem_hook_functions(void);
+
+/* ---- kernel side: callable by kernels (dlopened or linked into a static worker) ----
+ * The result of the request this context executed offs + 1 requests before the running one
+ * (offs 0: the previous one; host functions of veo_call_async_vh do not count). 0, or -1
+ * outside a context's thread or beyond the last 64 results. veo_is_ve_addr and veo_get_hmem_addr
+ * above work there too. */
+int veo_prev_req_result(int offs, uint64_t *result);
 
 const char *veo_version_string(void);
 int veo_api_version(void);

@@ -42,6 +42,27 @@ def filesystem(path: str) -> dict:
     return best
 
 
+def offload_venodes() -> dict[int, str]:
+    """The venodes the offload runtime binds: veo_proc_create(N) runs its worker on the CPUs of NUMA
+    node N where that node has CPUs (node -> CPU list); any other venode >= 0 is only a name."""
+    nodes = {}
+    base = "/sys/devices/system/node"
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return nodes
+    for n in names:
+        if n.startswith("node") and n[4:].isdigit():
+            try:
+                with open(f"{base}/{n}/cpulist") as f:
+                    cpus = f.read().strip()
+            except OSError:
+                continue
+            if cpus:
+                nodes[int(n[4:])] = cpus
+    return dict(sorted(nodes.items()))
+
+
 def _limit(v: int) -> str | int:
     return "unlimited" if v == resource.RLIM_INFINITY else v
 
@@ -91,6 +112,7 @@ def gather(path: str = ".") -> dict:
                             "detail": cs_detail if cs_ok else mc_detail},
         "tuning_profile": _profile(path),
         "gpus": _gpus(path),
+        "offload_venodes": offload_venodes(),
         "mechanisms": _ext.mechanisms(),
         "settings": _settings_now(),
     }
@@ -208,6 +230,9 @@ def render(info: dict) -> str:
         lines.append(f"cufile        {cf['detail']}")
         if cf.get("mode"):
             lines.append(f"gds here      {cf['mode']}")
+    vn = info["offload_venodes"]
+    lines.append("offload venodes " + (", ".join(f"{n} (CPUs {c})" for n, c in vn.items()) or "none") +
+                 " bound to their NUMA node; others run unbound")
     lines.append("mechanisms")
     for m in info["mechanisms"]:
         serves = "GPU memory " if m["device"] else "host memory"

@@ -1,9 +1,14 @@
 // accio offload: the VEO API surface, every function ve_offload.h declares (libaccio_offload's
 // exports): argument lists, the C handles, and VEO's return conventions over the queues
 // (queue.hpp), the worker processes (proc.hpp) and the options (options.hpp).
+#include <atomic>
+#include <cstdarg>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -38,6 +43,141 @@ int set_arg(veo_args* a, int argnum, uint8_t type, T v) {
   return 0;
 }
 
+// veo_register_hook: a function of the API -> (hook, payload). The API functions that call hooks
+// (AVEO's set) look only when one is registered.
+std::mutex g_hooks_mu;
+std::map<void*, std::pair<void (*)(void*, ...), void*>> g_hooks;
+std::atomic<int> g_nhooks{0};
+
+bool find_hook(void* fn, void (**hook)(void*, ...), void** payload) {
+  if (g_nhooks.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> g(g_hooks_mu);
+  auto it = g_hooks.find(fn);
+  if (it == g_hooks.end()) return false;
+  if (hook) *hook = it->second.first;
+  if (payload) *payload = it->second.second;
+  return true;
+}
+
+// Calls the hook registered for fn, if any, with its payload and these arguments.
+template <class... A>
+void fire_hook(void* fn, A... args) {
+  void (*hook)(void*, ...);
+  void* payload;
+  if (find_hook(fn, &hook, &payload)) hook(payload, args...);
+}
+
+std::string hex(uint64_t v) {
+  char b[32];
+  snprintf(b, sizeof b, "%#llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+// veo_free_mem's check: only an address the proc allocated, once.
+bool forget_alloc(Proc* p, uint64_t addr, const char* who) {
+  std::lock_guard<std::mutex> g(p->mu);
+  if (p->allocs.erase(addr)) return true;
+  report(std::string(who) + ": " + hex(addr) + " was not allocated by veo_alloc_mem (or was freed)");
+  return false;
+}
+
+// veo_alloc_mem_async/veo_free_mem_async with a hook registered: as in AVEO, a host function
+// queued after the request waits for its result, calls the hook and returns the result; its
+// request id is the one the caller gets.
+struct AsyncHook {
+  veo_thr_ctxt* ctx;
+  uint64_t req;
+  uint64_t arg;  // the size (alloc) or the address (free)
+  uint64_t (*run)(AsyncHook*);
+};
+
+uint64_t run_async_hook(void* p) {
+  auto* a = static_cast<AsyncHook*>(p);
+  const uint64_t v = a->run(a);
+  delete a;
+  return v;
+}
+
+uint64_t submit_async_hook(veo_thr_ctxt* c, AsyncHook* a) {
+  const uint64_t id = veo_call_async_vh(c, run_async_hook, a);
+  if (id == VEO_REQUEST_ID_INVALID) {
+    std::lock_guard<std::mutex> g(c->mu);
+    c->drop(a->req);
+    delete a;
+  }
+  return id;
+}
+
+uint64_t alloc_async_hook(AsyncHook* a) {
+  uint64_t addr = 0;
+  if (a->ctx->result(a->req, &addr, true) != VEO_COMMAND_OK) return 0;
+  fire_hook(reinterpret_cast<void*>(&veo_alloc_mem_async), a->ctx, addr, size_t(a->arg));
+  return addr;
+}
+
+uint64_t free_async_hook(AsyncHook* a) {
+  if (a->ctx->result(a->req, nullptr, true) != VEO_COMMAND_OK) return ~0ull;
+  fire_hook(reinterpret_cast<void*>(&veo_free_mem_async), a->ctx, a->arg);
+  return 0;
+}
+
+// veo_register_hmem_hook_functions: hooks on the four allocation functions that tell the
+// registered functions the hmem address (tagged) of what was allocated or freed.
+std::atomic<void (*)(void*, size_t)> g_hmem_alloc{nullptr};
+std::atomic<void (*)(uint64_t)> g_hmem_free{nullptr};
+
+void hmem_alloc(int ident, uint64_t addr, size_t size) {
+  if (auto f = g_hmem_alloc.load()) f(veo_set_proc_identifier(reinterpret_cast<void*>(addr), ident), size);
+}
+void hmem_free(int ident, uint64_t addr) {
+  if (auto f = g_hmem_free.load()) f(reinterpret_cast<uint64_t>(veo_set_proc_identifier(reinterpret_cast<void*>(addr), ident)));
+}
+void hmem_alloc_hook(void* payload, ...) {  // (proc, uint64_t* addr, size)
+  va_list ap;
+  va_start(ap, payload);
+  auto* h = va_arg(ap, veo_proc_handle*);
+  const uint64_t* addr = va_arg(ap, uint64_t*);
+  const size_t size = va_arg(ap, size_t);
+  va_end(ap);
+  hmem_alloc(veo_proc_identifier(h), *addr, size);
+}
+void hmem_free_hook(void* payload, ...) {  // (proc, addr)
+  va_list ap;
+  va_start(ap, payload);
+  auto* h = va_arg(ap, veo_proc_handle*);
+  const uint64_t addr = va_arg(ap, uint64_t);
+  va_end(ap);
+  hmem_free(veo_proc_identifier(h), addr);
+}
+void hmem_alloc_async_hook(void* payload, ...) {  // (context, addr, size)
+  va_list ap;
+  va_start(ap, payload);
+  auto* c = va_arg(ap, veo_thr_ctxt*);
+  const uint64_t addr = va_arg(ap, uint64_t);
+  const size_t size = va_arg(ap, size_t);
+  va_end(ap);
+  hmem_alloc(c->proc->ident, addr, size);
+}
+void hmem_free_async_hook(void* payload, ...) {  // (context, addr)
+  va_list ap;
+  va_start(ap, payload);
+  auto* c = va_arg(ap, veo_thr_ctxt*);
+  const uint64_t addr = va_arg(ap, uint64_t);
+  va_end(ap);
+  hmem_free(c->proc->ident, addr);
+}
+
+// hmem: a worker address tagged with bit 63 and the proc's identifier in bits 62:59 (AVEO's layout).
+constexpr uint64_t kHmemFlag = 1ull << 63;
+constexpr int kHmemIdentShift = 59;
+constexpr uint64_t kHmemIdentMask = 0xfull << kHmemIdentShift;
+constexpr int kMaxHmemProcs = 16;
+
+Proc* hmem_proc(const void* addr) {
+  const uint64_t a = reinterpret_cast<uint64_t>(addr);
+  return (a & kHmemFlag) ? proc_by_ident(int((a & kHmemIdentMask) >> kHmemIdentShift)) : nullptr;
+}
+
 uint64_t call_async(veo_thr_ctxt* c, uint64_t addr, veo_args* args, const char* who) {
   if (!c) {
     report(std::string(who) + ": no context");
@@ -62,8 +202,10 @@ using namespace accio::offload;
 #pragma GCC visibility push(default)
 extern "C" {
 
+#define ACCIO_STR2(x) #x
+#define ACCIO_STR(x) ACCIO_STR2(x)
 int veo_api_version(void) { return VEO_API_VERSION; }
-const char* veo_version_string(void) { return "accio " ACCIO_VERSION_STRING " (VEO API 11)"; }
+const char* veo_version_string(void) { return "accio " ACCIO_VERSION_STRING " (VEO API " ACCIO_STR(VEO_API_VERSION) ")"; }
 const char* accio_offload_last_error(void) { return last_error().c_str(); }
 
 int accio_offload_options_init(accio_offload_options* o) {
@@ -184,33 +326,218 @@ int veo_alloc_mem(struct veo_proc_handle* h, uint64_t* addr, const size_t size) 
   p.op = kAlloc;
   p.size = size;
   std::string msg;
-  int st = P(h)->chan->call(p, addr, &msg);
+  int st = P(h)->chan->call(p, addr, &msg);  // a success is recorded in the proc's allocations
   if (st != VEO_COMMAND_OK) {
     report("veo_alloc_mem: " + std::to_string(size) + " bytes: " + msg);
     *addr = 0;
     return st == VEO_COMMAND_ERROR && msg.find("errno 12") != std::string::npos ? -1 : -2;
   }
-  std::lock_guard<std::mutex> g(P(h)->mu);
-  P(h)->allocs[*addr] = size;
+  fire_hook(reinterpret_cast<void*>(&veo_alloc_mem), h, addr, size);
   return 0;
 }
 
 int veo_free_mem(struct veo_proc_handle* h, uint64_t addr) {
   if (!h) return -1;
-  Proc* pr = P(h);
-  {
-    std::lock_guard<std::mutex> g(pr->mu);
-    if (!pr->allocs.erase(addr)) {
-      char b[32];
-      snprintf(b, sizeof b, "%#llx", static_cast<unsigned long long>(addr));
-      report(std::string("veo_free_mem: ") + b + " was not allocated by veo_alloc_mem (or was freed)");
-      return -1;
-    }
-  }
+  if (!forget_alloc(P(h), addr, "veo_free_mem")) return -1;
   Piece p;
   p.op = kFree;
   p.addr = addr;
-  return pr->chan->call(p, nullptr, nullptr) == VEO_COMMAND_OK ? 0 : -1;
+  if (P(h)->chan->call(p, nullptr, nullptr) != VEO_COMMAND_OK) return -1;
+  fire_hook(reinterpret_cast<void*>(&veo_free_mem), h, addr);
+  return 0;
+}
+
+uint64_t veo_alloc_mem_async(struct veo_thr_ctxt* c, const size_t size) {
+  if (!c) {
+    report("veo_alloc_mem_async: no context");
+    return VEO_REQUEST_ID_INVALID;
+  }
+  Piece p;
+  p.op = kAlloc;
+  p.size = size;
+  const uint64_t req = c->submit(p);
+  if (req == VEO_REQUEST_ID_INVALID || !find_hook(reinterpret_cast<void*>(&veo_alloc_mem_async), nullptr, nullptr))
+    return req;
+  return submit_async_hook(c, new AsyncHook{c, req, size, &alloc_async_hook});
+}
+
+uint64_t veo_free_mem_async(struct veo_thr_ctxt* c, uint64_t addr) {
+  if (!c) {
+    report("veo_free_mem_async: no context");
+    return VEO_REQUEST_ID_INVALID;
+  }
+  if (!forget_alloc(c->proc, addr, "veo_free_mem_async")) return VEO_REQUEST_ID_INVALID;
+  Piece p;
+  p.op = kFree;
+  p.addr = addr;
+  const uint64_t req = c->submit(p);
+  if (req == VEO_REQUEST_ID_INVALID || !find_hook(reinterpret_cast<void*>(&veo_free_mem_async), nullptr, nullptr))
+    return req;
+  return submit_async_hook(c, new AsyncHook{c, req, addr, &free_async_hook});
+}
+
+void veo_req_block_begin(struct veo_thr_ctxt* c) {
+  if (!c) return report("veo_req_block_begin: no context");
+  c->block_begin();
+}
+
+void veo_req_block_end(struct veo_thr_ctxt* c) {
+  if (!c) return report("veo_req_block_end: no context");
+  if (!c->block_end()) report("veo_req_block_end: " + c->name() + " has no request block of this thread");
+}
+
+void veo_register_hook(void* func, void (*hook)(void*, ...), void* payload) {
+  if (!func || !hook) return report("veo_register_hook: no function or no hook");
+  std::lock_guard<std::mutex> g(g_hooks_mu);
+  g_hooks[func] = {hook, payload};
+  g_nhooks.store(int(g_hooks.size()), std::memory_order_release);
+}
+
+void* veo_get_hook(void* func) {
+  void (*hook)(void*, ...) = nullptr;
+  void* payload;
+  find_hook(func, &hook, &payload);
+  return reinterpret_cast<void*>(hook);
+}
+
+void veo_unregister_hook(void* func) {
+  std::lock_guard<std::mutex> g(g_hooks_mu);
+  g_hooks.erase(func);
+  g_nhooks.store(int(g_hooks.size()), std::memory_order_release);
+}
+
+// ---- hmem (AVEO's tag layout: bit 63, the proc identifier in bits 62:59) ----
+
+int veo_is_ve_addr(const void* addr) { return (reinterpret_cast<uint64_t>(addr) & kHmemFlag) ? 1 : 0; }
+
+void* veo_get_hmem_addr(void* addr) {
+  const uint64_t a = reinterpret_cast<uint64_t>(addr);
+  return (a & kHmemFlag) ? reinterpret_cast<void*>(a & ~(kHmemFlag | kHmemIdentMask)) : addr;
+}
+
+int veo_get_max_proc_identifier(void) { return kMaxHmemProcs; }
+
+int veo_get_proc_identifier_from_hmem(const void* addr) {
+  const uint64_t a = reinterpret_cast<uint64_t>(addr);
+  return (a & kHmemFlag) ? int((a & kHmemIdentMask) >> kHmemIdentShift) : -1;
+}
+
+void* veo_set_proc_identifier(void* addr, int ident) {
+  if (ident < 0 || ident >= kMaxHmemProcs) {
+    report("veo_set_proc_identifier: proc identifier " + std::to_string(ident) + " is not in 0.." +
+           std::to_string(kMaxHmemProcs - 1));
+    return nullptr;
+  }
+  return reinterpret_cast<void*>(reinterpret_cast<uint64_t>(addr) | kHmemFlag | uint64_t(ident) << kHmemIdentShift);
+}
+
+struct veo_proc_handle* veo_get_proc_handle_from_hmem(const void* addr) {
+  return reinterpret_cast<veo_proc_handle*>(hmem_proc(addr));
+}
+
+pid_t veo_get_pid_from_hmem(const void* addr) {
+  Proc* p = hmem_proc(addr);
+  return p ? p->pid : -1;
+}
+
+int veo_get_venum_from_hmem(const void* addr) {
+  Proc* p = hmem_proc(addr);
+  return p ? (p->opts.venode < 0 ? 0 : p->opts.venode) : -1;  // -1 (anywhere) is AVEO's default node 0
+}
+
+int veo_alloc_hmem(struct veo_proc_handle* h, void** addr, const size_t size) {
+  if (!addr) {
+    report("veo_alloc_hmem: no address pointer");
+    return -1;
+  }
+  *addr = nullptr;
+  if (!h) {  // host memory, untagged
+    *addr = malloc(size);
+    return *addr ? 0 : -1;
+  }
+  const int ident = P(h)->ident;
+  if (ident < 0 || ident >= kMaxHmemProcs) {
+    report("veo_alloc_hmem: proc identifier " + std::to_string(ident) + ": hmem addresses name only procs 0.." +
+           std::to_string(kMaxHmemProcs - 1) + " (VEO_MAX_HMEM_PROCS)");
+    return -1;
+  }
+  uint64_t a = 0;
+  if (int rc = veo_alloc_mem(h, &a, size); rc != 0) return rc;
+  if (a & (kHmemFlag | kHmemIdentMask)) {  // not on x86-64 Linux (47-bit user space), but never a wrong tag
+    veo_free_mem(h, a);
+    report("veo_alloc_hmem: worker address " + hex(a) + " uses the tag bits 63:59");
+    return -1;
+  }
+  *addr = veo_set_proc_identifier(reinterpret_cast<void*>(a), ident);
+  fire_hook(reinterpret_cast<void*>(&veo_alloc_hmem), h, *addr, size);
+  return 0;
+}
+
+int veo_free_hmem(void* addr) {
+  if (!veo_is_ve_addr(addr)) {
+    free(addr);
+    return 0;
+  }
+  Proc* p = hmem_proc(addr);
+  if (!p) {
+    report("veo_free_hmem: " + hex(reinterpret_cast<uint64_t>(addr)) + " names proc " +
+           std::to_string(veo_get_proc_identifier_from_hmem(addr)) + ", which does not exist");
+    return -1;
+  }
+  auto* h = reinterpret_cast<veo_proc_handle*>(p);
+  const int rc = veo_free_mem(h, reinterpret_cast<uint64_t>(veo_get_hmem_addr(addr)));
+  if (rc == 0) fire_hook(reinterpret_cast<void*>(&veo_free_hmem), h, addr);
+  return rc;
+}
+
+int veo_hmemcpy(void* dst, const void* src, size_t size) {
+  const bool to_worker = veo_is_ve_addr(dst), from_worker = veo_is_ve_addr(src);
+  Proc* pd = hmem_proc(dst);
+  Proc* ps = hmem_proc(src);
+  if ((to_worker && !pd) || (from_worker && !ps)) {
+    report("veo_hmemcpy: " + hex(reinterpret_cast<uint64_t>(to_worker && !pd ? dst : src)) +
+           " names a proc that does not exist");
+    return -1;
+  }
+  const uint64_t d = reinterpret_cast<uint64_t>(veo_get_hmem_addr(dst));
+  const uint64_t s = reinterpret_cast<uint64_t>(veo_get_hmem_addr(const_cast<void*>(src)));
+  if (to_worker && !from_worker) return veo_write_mem(reinterpret_cast<veo_proc_handle*>(pd), d, src, size);
+  if (from_worker && !to_worker) return veo_read_mem(reinterpret_cast<veo_proc_handle*>(ps), dst, s, size);
+  if (!to_worker) {
+    if (size) memmove(dst, src, size);
+    return 0;
+  }
+  if (pd != ps) {
+    report("veo_hmemcpy: the source and the destination are in different procs");
+    return -1;
+  }
+  Piece p;  // within one worker, on its main context as the other synchronous calls
+  p.op = kCopyMem;
+  p.addr = d;
+  p.size = size;
+  p.src = s;
+  return pd->chan->call(p, nullptr, nullptr) == VEO_COMMAND_OK ? 0 : -1;
+}
+
+int veo_args_set_hmem(struct veo_args* a, int n, void* val) {  // the tagged value, as AVEO passes it
+  return veo_args_set_u64(a, n, reinterpret_cast<uint64_t>(val));
+}
+
+void veo_register_hmem_hook_functions(void (*alloc)(void*, size_t), void (*free_fn)(uint64_t)) {
+  if (!alloc || !free_fn) return report("veo_register_hmem_hook_functions: no alloc or no free function");
+  g_hmem_alloc.store(alloc);
+  g_hmem_free.store(free_fn);
+  veo_register_hook(reinterpret_cast<void*>(&veo_alloc_mem), &hmem_alloc_hook, nullptr);
+  veo_register_hook(reinterpret_cast<void*>(&veo_free_mem), &hmem_free_hook, nullptr);
+  veo_register_hook(reinterpret_cast<void*>(&veo_alloc_mem_async), &hmem_alloc_async_hook, nullptr);
+  veo_register_hook(reinterpret_cast<void*>(&veo_free_mem_async), &hmem_free_async_hook, nullptr);
+}
+
+void veo_unregister_hmem_hook_functions(void) {
+  veo_unregister_hook(reinterpret_cast<void*>(&veo_alloc_mem));
+  veo_unregister_hook(reinterpret_cast<void*>(&veo_free_mem));
+  veo_unregister_hook(reinterpret_cast<void*>(&veo_alloc_mem_async));
+  veo_unregister_hook(reinterpret_cast<void*>(&veo_free_mem_async));
 }
 
 int veo_read_mem(struct veo_proc_handle* h, void* dst, uint64_t src, size_t size) {

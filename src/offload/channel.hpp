@@ -2,7 +2,8 @@
 // (worker.cpp), both in libaccio_offload.
 //
 // A channel is one in-order request queue between the host and one worker thread: the proc's own
-// channel (libraries, symbols, memory, synchronous calls) and one per context. Its memory is a
+// channel (libraries, symbols, memory, synchronous calls; also the main context, the first one
+// opened) and one per further context. Its memory is a
 // memfd mapped by both sides (transport "shm") or a private copy on each side whose updates travel
 // over a socketpair (transport "socket", the baseline the benchmark compares against):
 //
@@ -39,6 +40,7 @@ enum Op : uint32_t {
   kNop,         // nothing (measures the bare round trip)
   kVhBarrier,   // veo_call_async_vh: the worker waits until the host has run the function
   kVhRelease,   // socket transport only: the frame that releases the barrier at `index`
+  kCopyMem,     // addr = destination, size = bytes, vals[0] = source (both worker memory)
 };
 
 // Argument types. kStack* arguments carry an offset into the request's arena data; the worker
@@ -54,6 +56,8 @@ inline constexpr uint16_t kDataBack = 2;     // socket transport: the response c
 inline constexpr uint16_t kDataIn = 4;       // socket transport: the request carries the data range in
 inline constexpr uint16_t kDataInSlot = 8;   // shm: read/write_mem data of up to kSlotDataBytes is in
                                              // the slot (types..vals), not the arena: one cache line less
+inline constexpr uint16_t kMorePieces = 16;  // not the last piece of its request: the worker keeps no
+                                             // result of it for veo_prev_req_result
 
 // Response status: VEO's command states.
 enum Status : uint32_t { kOk = 0, kException = 1, kError = 2, kUnfinished = 3 };

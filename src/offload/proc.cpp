@@ -44,6 +44,27 @@ void forget_procs_in_child() {
   }
 }
 
+// The worker's environment: the host's, with OMP_NUM_THREADS taken from VE_OMP_NUM_THREADS
+// when that is set (AVEO's variable for the kernel side's OpenMP threads). A value OpenMP would
+// not take is refused (a number, or a comma-separated list of numbers for nested levels).
+bool worker_environment(std::vector<std::string>* env) {
+  const char* ve = getenv("VE_OMP_NUM_THREADS");
+  if (ve) {
+    bool ok = *ve != 0;
+    for (const char* c = ve; *c && ok; ++c)
+      ok = (*c >= '0' && *c <= '9') || (*c == ',' && c != ve && c[1] && c[1] != ',');
+    if (!ok || atoi(ve) <= 0) {
+      report(std::string("veo_proc_create: VE_OMP_NUM_THREADS='") + ve +
+             "' is not valid (a positive number of threads, or a comma-separated list of them)");
+      return false;
+    }
+  }
+  for (char** e = environ; *e; ++e)
+    if (!ve || strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env->push_back(*e);
+  if (ve) env->push_back(std::string("OMP_NUM_THREADS=") + ve);
+  return true;
+}
+
 int register_proc(Proc* p) {
   static std::once_flag once;
   std::call_once(once, [] { pthread_atfork(nullptr, nullptr, forget_procs_in_child); });
@@ -87,7 +108,7 @@ int control(Proc* p, const ControlMsg& m, int fd, ControlReply* rep) {
 
 // Creates a queue and hands it to the worker, which starts a thread for it. Under p->mu.
 Channel* open_queue(Proc* p, uint32_t id, size_t stack) {
-  Channel* c = id == 0 ? new Channel : static_cast<Channel*>(new veo_thr_ctxt);
+  Channel* c = new veo_thr_ctxt;
   c->proc = p;
   c->id = id;
   int fd = -1;
@@ -128,6 +149,10 @@ std::string default_worker() {
   return "accio-offload-worker";
 }
 
+bool numa_node_exists(int node) {
+  return access(("/sys/devices/system/node/node" + std::to_string(node)).c_str(), F_OK) == 0;
+}
+
 int set_node_affinity(pid_t pid, int node) {
   std::string path = "/sys/devices/system/node/node" + std::to_string(node) + "/cpulist";
   FILE* f = fopen(path.c_str(), "r");
@@ -150,6 +175,10 @@ int set_node_affinity(pid_t pid, int node) {
 
 }  // namespace
 
+Proc* proc_by_ident(int ident) {
+  return ident >= 0 && ident < kMaxProcs ? g_procs[ident].load(std::memory_order_acquire) : nullptr;
+}
+
 void Proc::watch() {
   pollfd pf[2] = {{ctl, POLLRDHUP, 0}, {stop_pipe[0], POLLIN, 0}};
   for (;;) {
@@ -168,7 +197,7 @@ void Proc::watch() {
     std::lock_guard<std::mutex> g(mu);
     if (chan) crash = chan->h->crash_signal.load();
     for (auto* c : contexts)
-      if (!crash) crash = c->h->crash_signal.load();
+      if (!crash && c != chan) crash = c->h->crash_signal.load();
   }
   if (w == pid && WIFSIGNALED(st))
     why = "the worker (pid " + std::to_string(pid) + ") died of " + signame(WTERMSIG(st));
@@ -181,12 +210,13 @@ void Proc::watch() {
   if (death.empty()) death = why;
   dead.store(true, std::memory_order_release);
   if (chan) chan->wake_all();
-  for (auto* c : contexts) c->wake_all();
+  for (auto* c : contexts)
+    if (c != chan) c->wake_all();
 }
 
 Proc* create_proc(const accio_offload_options& o) {
   if (o.venode < -1) {
-    report("veo_proc_create: venode " + std::to_string(o.venode) + " is invalid (-1 or a NUMA node)");
+    report("veo_proc_create: venode " + std::to_string(o.venode) + " is invalid (-1, or a venode number >= 0)");
     return nullptr;
   }
   if (o.slots < 2 || o.arena_bytes < 65536 || (o.transport != kShm && o.transport != kSocket)) {
@@ -203,13 +233,23 @@ Proc* create_proc(const accio_offload_options& o) {
     delete p;
     return nullptr;
   }
+  std::vector<std::string> env;
+  if (!worker_environment(&env)) {
+    close(sv[0]);
+    close(sv[1]);
+    delete p;
+    return nullptr;
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, sv[1], 3);  // dup2 clears close-on-exec on fd 3
   char arg0[] = "accio-offload-worker", arg1[] = "--fd", arg2[] = "3";
   char* argv[] = {arg0, arg1, arg2, nullptr};
   pid_t pid;
-  int rc = posix_spawn(&pid, p->worker.c_str(), &fa, nullptr, argv, environ);
+  int rc = posix_spawn(&pid, p->worker.c_str(), &fa, nullptr, argv, envp.data());
   posix_spawn_file_actions_destroy(&fa);
   close(sv[1]);
   if (rc != 0) {
@@ -221,9 +261,9 @@ Proc* create_proc(const accio_offload_options& o) {
   }
   p->pid = pid;
   p->ctl = sv[0];
-  if (o.venode >= 0) {
+  if (o.venode >= 0 && numa_node_exists(o.venode)) {
     int e = set_node_affinity(pid, o.venode);
-    if (e < 0) {
+    if (e < 0 && e != -ENODEV) {  // ENODEV: a node without CPUs (memory only) binds nothing
       report("veo_proc_create: binding the worker to NUMA node " + std::to_string(o.venode) + ": " + errstr(-e));
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
@@ -242,7 +282,8 @@ Proc* create_proc(const accio_offload_options& o) {
   }
   {
     std::lock_guard<std::mutex> g(p->mu);
-    p->chan = open_queue(p, p->next_channel++, 0);
+    p->chan = static_cast<veo_thr_ctxt*>(open_queue(p, p->next_channel++, 0));
+    if (p->chan) p->chan->main = true;
   }
   p->watchdog = std::thread([p] { p->watch(); });
   if (!p->chan) {
@@ -262,10 +303,15 @@ veo_thr_ctxt* open_context(Proc* p, size_t stack) {
     report("veo_context_open: " + p->why_dead());
     return nullptr;
   }
+  // As AVEO's, after what is queued on the main context (before p->mu: harvesting takes it)
+  p->chan->sync();
   std::lock_guard<std::mutex> g(p->mu);
+  if (p->contexts.empty()) {  // the main context: the proc's own queue (its stack size stays)
+    p->contexts.push_back(p->chan);
+    return p->chan;
+  }
   auto* c = static_cast<veo_thr_ctxt*>(open_queue(p, p->next_channel++, stack));
   if (!c) return nullptr;
-  c->main = p->contexts.empty();
   p->contexts.push_back(c);
   return c;
 }
@@ -274,7 +320,7 @@ veo_thr_ctxt* open_context(Proc* p, size_t stack) {
 void destroy_context(Proc* p, veo_thr_ctxt* c) {
   if (!p->dead) {
     c->sync();
-    std::unique_lock<std::mutex> lk(c->mu);
+    std::unique_lock<std::mutex> lk = c->lock_to_submit();
     uint64_t id = c->new_request();
     Piece ex;
     ex.op = kExit;
@@ -294,7 +340,9 @@ void destroy_proc(Proc* p) {
     std::lock_guard<std::mutex> g(p->mu);
     ctxs = p->contexts;
   }
-  for (auto* c : ctxs) destroy_context(p, c);
+  for (auto* c : ctxs)
+    if (!c->main) destroy_context(p, c);
+  if (!p->dead && p->chan) p->chan->sync();  // what is queued on the main context runs first
   if (!p->dead && p->ctl >= 0) {
     ControlMsg m{kCtlExit, 0, 0, 0, 0};
     ControlReply rep{};

@@ -18,9 +18,10 @@
 #include "accio/ve_offload.h"
 #include "offload/queue.hpp"
 
-// A context: a queue of its own, served by its own worker thread.
+// A context: a queue of its own, served by its own worker thread. The proc's own queue is one
+// too: the main context, which the first veo_context_open returns (as in AVEO).
 struct veo_thr_ctxt : accio::offload::Channel {
-  bool main = false;  // the first opened: lives until the proc is destroyed, as in AVEO
+  bool main = false;  // the proc's own queue: lives until the proc is destroyed
 };
 
 namespace accio::offload {
@@ -35,7 +36,9 @@ struct Proc {
   std::atomic<bool> dead{false};
   std::string death;  // why the worker is gone (under mu)
   std::mutex mu;      // contexts, symbols, allocations, the control socket, death
-  Channel* chan = nullptr;  // the proc's own queue
+  // The proc's own queue, the main context: the synchronous calls run on it, in order with the
+  // requests queued on it before them. contexts[0] once a context has been opened.
+  veo_thr_ctxt* chan = nullptr;
   std::vector<veo_thr_ctxt*> contexts;
   std::map<std::pair<uint64_t, std::string>, uint64_t> syms;
   std::unordered_map<uint64_t, size_t> allocs;
@@ -50,7 +53,11 @@ struct Proc {
 };
 
 // Starts a worker with these options and opens its own queue; nullptr (reported) on failure.
+// A venode >= 0 binds the worker to NUMA node venode's CPUs where that node exists; elsewhere it
+// is only a name (veo_get_venum_from_hmem reports it).
 Proc* create_proc(const accio_offload_options& o);
+// The live proc with this veo_proc_identifier, or nullptr.
+Proc* proc_by_ident(int ident);
 // Closes the contexts, asks the worker to exit (killing it after a second), frees the proc.
 void destroy_proc(Proc* p);
 // Opens a context (a queue and its worker thread); stack: the thread's stack size, 0 the default.

@@ -166,7 +166,9 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
     if (p.op == kLoadLib || p.op == kGetSym) s.flags |= kDataBack;  // the worker's message
     sh.vh = p.vh;
     sh.vh_arg = p.vh_arg;
+    if (p.op == kCopyMem) s.vals[0] = p.src;
   }
+  if (!last) s.flags |= kMorePieces;
   sh.arena_end = len ? start + len : a_head;
   a_head = sh.arena_end;
   head = i + 1;
@@ -213,6 +215,10 @@ void Channel::finish(uint64_t i) {
   if (sh.reqid < res_base) return;  // dropped
   Result& r = results[sh.reqid - res_base];
   if (s.status == kOk) {
+    if (s.op == kAlloc) {  // veo_free_mem takes only what was allocated (veo_alloc_mem or _async)
+      std::lock_guard<std::mutex> g(proc->mu);
+      proc->allocs[s.result] = s.size;
+    }
     if (sh.copy.dst)
       std::memcpy(sh.copy.dst, (s.flags & kDataInSlot) ? slot_data(s) : arena + sh.copy.off, sh.copy.len);
     for (const Copy& c : sh.copies) std::memcpy(c.dst, arena + c.off, c.len);
@@ -438,8 +444,27 @@ void Channel::wake_all() {
   if (transport == kShm) futex_wake_all(low_word(h->done));
 }
 
-uint64_t Channel::submit(const Piece& p) {
+void Channel::wait_unblocked(std::unique_lock<std::mutex>& lk) {
+  const pthread_t self = pthread_self();
+  block_cv_.wait(lk, [&] { return block_depth_ == 0 || pthread_equal(block_owner_, self); });
+}
+
+void Channel::block_begin() {
   std::unique_lock<std::mutex> lk(mu);
+  wait_unblocked(lk);
+  block_owner_ = pthread_self();
+  ++block_depth_;
+}
+
+bool Channel::block_end() {
+  std::lock_guard<std::mutex> g(mu);
+  if (!block_depth_ || !pthread_equal(block_owner_, pthread_self())) return false;
+  if (--block_depth_ == 0) block_cv_.notify_all();
+  return true;
+}
+
+uint64_t Channel::submit(const Piece& p) {
+  std::unique_lock<std::mutex> lk = lock_to_submit();
   const uint64_t reqid = new_request();
   if (put(lk, p, reqid, true)) return reqid;
   drop(reqid);
@@ -456,7 +481,7 @@ int Channel::call(const Piece& p, uint64_t* result_out, std::string* message) {
 }
 
 int Channel::transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t* reqid) {
-  std::unique_lock<std::mutex> lk(mu);
+  std::unique_lock<std::mutex> lk = lock_to_submit();
   *reqid = new_request();
   const size_t piece = std::max<size_t>(4096, std::min<size_t>(arena_size / 8, 1u << 20));
   if (n == 0) {

@@ -4,6 +4,9 @@
 // synchronizes or needs room, and a dead worker fails what is pending. Also the C handle veo_args
 // (the arguments a call encodes). The worker process behind a queue is proc.hpp's business.
 #pragma once
+#include <pthread.h>
+
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -69,6 +72,7 @@ struct Piece {
   size_t data_len = 0;       // arena bytes (>= in_len)
   uint64_t (*vh)(void*) = nullptr;
   void* vh_arg = nullptr;
+  uint64_t src = 0;          // kCopyMem: the source address
 };
 
 class Channel {
@@ -115,9 +119,19 @@ class Channel {
   // *reqid is its request. 0, or -1 with the error reported.
   int transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t* reqid);
   void sync();
+  // veo_req_block_begin/end: until the matching end, only this thread submits here (nested
+  // blocks of the same thread count). block_end by a thread that holds no block: false.
+  void block_begin();
+  bool block_end();
+  // Takes mu for a submission: waits while another thread holds a block.
+  std::unique_lock<std::mutex> lock_to_submit() {
+    std::unique_lock<std::mutex> lk(mu);
+    if (block_depth_) wait_unblocked(lk);
+    return lk;
+  }
   // The worker is gone: wakes the host threads that sleep on this queue.
   void wake_all();
-  std::string name() const { return id == 0 ? std::string("the proc queue") : "context " + std::to_string(id); }
+  std::string name() const { return id == 0 ? std::string("the main context") : "context " + std::to_string(id); }
 
  private:
   uint64_t head = 0, harvested = 0;       // published / collected requests
@@ -125,6 +139,10 @@ class Channel {
   std::vector<Shadow> shadow;
   uint64_t next_reqid = 0, res_base = 0;  // request ids; results[reqid - res_base]
   std::deque<Result> results;
+  std::condition_variable block_cv_;
+  pthread_t block_owner_{};
+  unsigned block_depth_ = 0;
+  void wait_unblocked(std::unique_lock<std::mutex>& lk);
 
   bool dead() const;
   uint64_t deadline() const;

@@ -44,6 +44,10 @@ struct WorkerChannel {
   int sock = -1;          // socket transport
   uint64_t received = 0;  // socket transport: requests read so far
   std::atomic<Slot*> running{nullptr};
+  // Results of the requests this channel executed, for the kernel-side veo_prev_req_result.
+  static constexpr uint64_t kRecent = 64;
+  uint64_t recent[kRecent] = {};
+  uint64_t nrecent = 0;
 };
 
 constexpr int kMaxChannels = 1024;
@@ -85,11 +89,36 @@ bool wait_release(WorkerChannel* c, uint64_t index) {
   }
 }
 
+// Writes out what kernels left in the stdout and stderr buffers (a printf without fflush is
+// lost at _exit otherwise when the host's stdout is a file or a pipe). A stream another thread
+// holds locked (a kernel in the middle of a printf) is waited for up to 100 ms, then skipped: a
+// worker whose host is gone must still exit. Also called from the fatal-signal handler, where the
+// stream may be in any state: the crash is recorded before, so a second fault loses only output.
+void flush_kernel_output() {
+  for (FILE* f : {stdout, stderr}) {
+    for (int tries = 0; tries < 100; ++tries) {
+      if (ftrylockfile(f) == 0) {
+        fflush_unlocked(f);
+        funlockfile(f);
+        break;
+      }
+      usleep(1000);
+    }
+  }
+}
+
+[[noreturn]] void exit_worker() {
+  flush_kernel_output();
+  _exit(0);
+}
+
 // Fatal signals: a fault in a memory copy returns to it; anything else marks the running
-// requests as exceptions, wakes the host and dies of the signal (SA_RESETHAND re-raises it).
+// requests as exceptions, flushes the kernels' output, wakes the host and dies of the signal
+// (SA_RESETHAND re-raises it).
 void on_fatal(int sig, siginfo_t* si, void*) {
   if (t_copy_jmp) siglongjmp(*t_copy_jmp, sig);
   const int n = g_nchannels.load(std::memory_order_acquire);
+  Slot* marked[kMaxChannels] = {};
   for (int i = 0; i < n; ++i) {
     WorkerChannel* c = g_channels[i];
     if (!c) continue;
@@ -100,9 +129,15 @@ void on_fatal(int sig, siginfo_t* si, void*) {
       s->status = kException;
       s->err = sig;
       s->result = uint64_t(sig);  // VEO's exception value; the host reports the signal by name
-      if (c->sock >= 0) send_response(c, 0, *s);  // responses are in order: the host ignores the index
+      marked[i] = s;
     }
     c->h->crash_signal.store(sig, std::memory_order_release);
+  }
+  flush_kernel_output();  // before the host hears of the crash, so the output comes first
+  for (int i = 0; i < n; ++i) {
+    WorkerChannel* c = g_channels[i];
+    if (!c) continue;
+    if (marked[i] && c->sock >= 0) send_response(c, 0, *marked[i]);  // in order: the index is ignored
     futex_wake_all(low_word(c->h->done));
   }
   if (si && si->si_code <= 0) raise(sig);  // sent by kill/raise: re-raise with the default action
@@ -289,13 +324,16 @@ bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
     case kReadMem:
       do_copy(s, data, reinterpret_cast<const void*>(s.addr), s.data_len);
       break;
+    case kCopyMem:
+      do_copy(s, reinterpret_cast<void*>(s.addr), reinterpret_cast<const void*>(s.vals[0]), s.size);
+      break;
     case kNop:
       s.status = kOk;
       s.result = 0;
       break;
     case kVhBarrier:
       if (c->sock >= 0) {
-        if (!wait_release(c, index)) _exit(0);
+        if (!wait_release(c, index)) exit_worker();
       } else {
         wait_above(c->h->vh_released, index, c->h->worker_vh_sleeping, uint64_t(c->h->spin_us) * 1000,
                    -1, [] { return false; });
@@ -311,6 +349,17 @@ bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
       fail(s, ENOSYS);
   }
   return true;
+}
+
+// Executes a request and keeps its result for veo_prev_req_result: one per request (the last
+// piece of a transfer), none for a host function's barrier, as AVEO sees only the requests that
+// reach the VE.
+bool run_request(WorkerChannel* c, Slot& s, uint64_t index) {
+  c->running.store(&s, std::memory_order_release);
+  const bool more = execute(c, s, index);
+  c->running.store(nullptr, std::memory_order_release);
+  if (s.op != kVhBarrier && !(s.flags & kMorePieces)) c->recent[c->nrecent++ % WorkerChannel::kRecent] = s.result;
+  return more;
 }
 
 void* serve(void* arg) {
@@ -335,19 +384,15 @@ void* serve(void* arg) {
         avail = h->head.load(std::memory_order_acquire);
       }
       Slot& s = c->slots[i % n];
-      c->running.store(&s, std::memory_order_release);
-      bool more = execute(c, s, i);
-      c->running.store(nullptr, std::memory_order_release);
+      const bool more = run_request(c, s, i);
       publish(h->done, i + 1, h->host_sleeping);
       if (!more) break;
     }
   } else {
     for (uint64_t i = 0;; ++i) {
-      if (i == c->received && !recv_request(c)) _exit(0);
+      if (i == c->received && !recv_request(c)) exit_worker();
       Slot& s = c->slots[i % n];
-      c->running.store(&s, std::memory_order_release);
-      bool more = execute(c, s, i);
-      c->running.store(nullptr, std::memory_order_release);
+      const bool more = run_request(c, s, i);
       send_response(c, i, s);
       if (!more) break;
     }
@@ -417,6 +462,17 @@ extern "C" {
 
 uint64_t accio_offload_echo(uint64_t x) { return x; }
 
+// Kernel side: the result of a request this context executed before the running one (offs 0:
+// the one just before). -1 outside a context's thread or beyond the 64 results kept.
+int veo_prev_req_result(int offs, uint64_t* result) {
+  using namespace accio::offload;
+  WorkerChannel* c = t_channel;
+  if (!c || !result || offs < 0 || uint64_t(offs) >= WorkerChannel::kRecent || uint64_t(offs) >= c->nrecent)
+    return -1;
+  *result = c->recent[(c->nrecent - 1 - uint64_t(offs)) % WorkerChannel::kRecent];
+  return 0;
+}
+
 int accio_offload_worker_main(int argc, char** argv) {
   using namespace accio::offload;
   int sock = -1;
@@ -435,17 +491,18 @@ int accio_offload_worker_main(int argc, char** argv) {
   for (;;) {
     ControlMsg m;
     int fd = -1;
-    if (recv_control(sock, &m, &fd) < 0) _exit(0);  // the host is gone
+    if (recv_control(sock, &m, &fd) < 0) exit_worker();  // the host is gone
     ControlReply rep{0, 0, uint64_t(getpid())};
     if (m.kind == kCtlOpenChannel) {
       rep.status = fd < 0 ? -EBADF : open_channel(fd, m);
     } else if (m.kind == kCtlExit) {
+      flush_kernel_output();  // before the reply: the host's veo_proc_destroy then finds it written
       send_all(sock, &rep, sizeof rep);
       _exit(0);
     } else {
       rep.status = -ENOSYS;
     }
-    if (!send_all(sock, &rep, sizeof rep)) _exit(0);
+    if (!send_all(sock, &rep, sizeof rep)) exit_worker();
   }
 }
 

@@ -2,6 +2,7 @@
  * loads with veo_load_library. */
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -114,6 +115,44 @@ uint64_t k_omp_segv(void) {
 /* A counter that lives in the library: unload/reload resets it. */
 static uint64_t counter;
 uint64_t k_count(void) { return ++counter; }
+
+/* Output without a newline or fflush: the worker must flush it when it exits or crashes. */
+uint64_t k_print(const char* out, const char* err) {
+  printf("%s", out);
+  fprintf(stderr, "%s", err);
+  return 0;
+}
+uint64_t k_print_segv(const char* out) {
+  printf("%s", out);
+  return (uint64_t)*(volatile int*)16;
+}
+
+/* The kernel-side helpers of AVEO, declared as a kernel written for AVEO has them (its veo_ve.h and
+ * veo_hmem.h; accio/ve_offload.h declares them too): the worker's libaccio_offload defines them. */
+int veo_prev_req_result(int offs, uint64_t* result);
+int veo_is_ve_addr(const void* addr);
+void* veo_get_hmem_addr(void* addr);
+
+uint64_t k_prev(int offs) {
+  uint64_t r = 0;
+  return veo_prev_req_result(offs, &r) == 0 ? r : ~(uint64_t)0;
+}
+/* An hmem argument: tagged as the host passed it; sums n bytes of its memory. */
+uint64_t k_hmem_sum(void* hmem, uint64_t n) {
+  if (!veo_is_ve_addr(hmem)) return ~(uint64_t)0;
+  const unsigned char* p = (const unsigned char*)veo_get_hmem_addr(hmem);
+  uint64_t s = 0;
+  for (uint64_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+/* The OpenMP threads a parallel region gets by default (0: built without OpenMP). */
+uint64_t k_omp_max(void) {
+#ifdef _OPENMP
+  return (uint64_t)omp_get_max_threads();
+#else
+  return 0;
+#endif
+}
 
 double k_ddiv(double a, double b) { return a / b; }
 float k_fmul(float a, float b) { return a * b; }

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,11 +98,17 @@ static void test_bad_worker_and_node(void) {
   CHECK(accio_offload_proc_create(&o) == NULL);
   CHECK(strstr(accio_offload_last_error(), "/nonexistent/accio-offload-worker") != NULL);
   o = g_opts;
+  /* a venode without a NUMA node is a logical number: the worker runs unbound */
   o.venode = 9999;
-  CHECK(accio_offload_proc_create(&o) == NULL);
-  CHECK(strstr(accio_offload_last_error(), "NUMA node 9999") != NULL);
+  struct veo_proc_handle* q = accio_offload_proc_create(&o);
+  CHECK(q);
+  void* hm = NULL;
+  CHECK(veo_alloc_hmem(q, &hm, 64) == 0 && veo_get_venum_from_hmem(hm) == 9999);
+  CHECK(veo_free_hmem(hm) == 0);
+  veo_proc_destroy(q);
   o.venode = -2;
   CHECK(accio_offload_proc_create(&o) == NULL);
+  CHECK(strstr(accio_offload_last_error(), "venode -2") != NULL);
   if (access("/sys/devices/system/node/node0", F_OK) == 0) {
     o.venode = 0;
     struct veo_proc_handle* p = accio_offload_proc_create(&o);
@@ -164,6 +171,19 @@ static void test_static_worker(void) {
   veo_args_set_i32(a, 0, -5);
   uint64_t r = 0;
   CHECK(veo_call_sync(p, k, a, &r) == 0 && (int64_t)r == -50);
+  /* the kernel-side helpers resolve in a static worker too */
+  uint64_t prev = veo_get_sym(p, 0, "static_prev"), strip = veo_get_sym(p, 0, "static_hmem_addr");
+  CHECK(prev && strip);
+  CHECK(veo_call_sync(p, k, a, &r) == 0);
+  veo_args_clear(a);
+  veo_args_set_i32(a, 0, 0);
+  CHECK(veo_call_sync(p, prev, a, &r) == 0 && (int64_t)r == -50);
+  void* hm = NULL;
+  CHECK(veo_alloc_hmem(p, &hm, 64) == 0);
+  veo_args_clear(a);
+  veo_args_set_hmem(a, 0, hm);
+  CHECK(veo_call_sync(p, strip, a, &r) == 0 && r == (uint64_t)veo_get_hmem_addr(hm) && r != (uint64_t)hm);
+  CHECK(veo_free_hmem(hm) == 0);
   veo_args_free(a);
   veo_proc_destroy(p);
 }
@@ -806,6 +826,480 @@ static void test_settings_and_log(void) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* API version 16: kernel output, the AVEO additions, ordering, hooks, hmem, VE_OMP_NUM_THREADS */
+
+/* Runs `body` in a child whose stdout (and stderr) is `fd`; returns its exit status. */
+static int in_child(int fd, void (*body)(void)) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    body();
+    _exit(0);
+  }
+  int st = -1;
+  waitpid(pid, &st, 0);
+  return st;
+}
+
+static void print_in_worker(int destroy, int crash) {
+  struct veo_proc_handle* p = new_proc();
+  if (!p) _exit(3);
+  uint64_t lib = veo_load_library(p, g_lib);
+  char out[] = "kernel-out|", err[] = "kernel-err|";
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_stack(a, VEO_INTENT_IN, 0, out, sizeof out);
+  veo_args_set_stack(a, VEO_INTENT_IN, 1, err, sizeof err);
+  uint64_t r;
+  if (veo_call_sync(p, veo_get_sym(p, lib, crash ? "k_print_segv" : "k_print"), a, &r) != 0) {
+    if (!crash) _exit(4);
+    (void)!write(1, "host-report|", 12); /* the crash report comes after the kernel's output */
+  } else if (crash) {
+    _exit(5);
+  }
+  if (destroy) veo_proc_destroy(p); /* else the host exits and the worker reads EOF */
+}
+static void child_destroy(void) { print_in_worker(1, 0); }
+static void child_exit(void) { print_in_worker(0, 0); }
+static void child_crash(void) { print_in_worker(1, 1); }
+
+/* Reads fd until EOF (every writer gone: the worker too) or 10 s. */
+static size_t read_all(int fd, char* buf, size_t cap) {
+  size_t n = 0;
+  double t0 = now_s();
+  while (n + 1 < cap && now_s() - t0 < 10) {
+    ssize_t r = read(fd, buf + n, cap - 1 - n);
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  buf[n] = 0;
+  return n;
+}
+
+static void test_kernel_output(void) {
+  char buf[4096];
+  /* a pipe: veo_proc_destroy, then the host exiting without it */
+  void (*bodies[])(void) = {child_destroy, child_exit};
+  for (int i = 0; i < 2; ++i) {
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    int st = in_child(pfd[1], bodies[i]);
+    close(pfd[1]);
+    read_all(pfd[0], buf, sizeof buf);
+    close(pfd[0]);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strstr(buf, "kernel-out|") && strstr(buf, "kernel-err|"));
+  }
+  /* a file */
+  char path[] = "/tmp/accio-offload-out-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  unlink(path);
+  int st = in_child(fd, child_destroy);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  close(fd);
+  CHECK(n > 0);
+  buf[n] = 0;
+  CHECK(strstr(buf, "kernel-out|") && strstr(buf, "kernel-err|"));
+  /* a crash: the output is written before the host hears of it */
+  int pfd[2];
+  CHECK(pipe(pfd) == 0);
+  st = in_child(pfd[1], child_crash);
+  close(pfd[1]);
+  read_all(pfd[0], buf, sizeof buf);
+  close(pfd[0]);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  const char* out = strstr(buf, "kernel-out|");
+  const char* rep = strstr(buf, "host-report|");
+  CHECK(out && rep && out < rep);
+}
+
+static uint64_t vh_ret(void* arg) { return (uint64_t)(uintptr_t)arg; }
+
+static void test_async_alloc_and_prev_result(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* main_ctx = veo_context_open(p);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  CHECK(main_ctx && c && main_ctx != c && veo_get_context(p, 0) == main_ctx);
+  uint64_t add = sym(p, lib, "k_add"), prev = sym(p, lib, "k_prev"), sum = sym(p, lib, "k_mem_sum");
+  /* alloc, write, use and free through the context */
+  uint64_t id = veo_alloc_mem_async(c, 1000), addr = 0, r = 0;
+  CHECK(id != VEO_REQUEST_ID_INVALID && veo_call_wait_result(c, id, &addr) == VEO_COMMAND_OK && addr);
+  unsigned char data[1000];
+  uint64_t want = 0;
+  for (int i = 0; i < 1000; ++i) want += data[i] = (unsigned char)(i * 3);
+  CHECK(veo_async_write_mem(c, addr, data, sizeof data) != VEO_REQUEST_ID_INVALID);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, addr);
+  veo_args_set_u64(a, 1, 1000);
+  id = veo_call_async(c, sum, a);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == want);
+  /* the kernel sees the previous requests' results: an alloc's address, a call's value */
+  uint64_t id_alloc = veo_alloc_mem_async(c, 64);
+  veo_args_clear(a);
+  veo_args_set_i32(a, 0, 0);
+  uint64_t id_prev = veo_call_async(c, prev, a);
+  uint64_t addr2 = 0;
+  CHECK(veo_call_wait_result(c, id_alloc, &addr2) == VEO_COMMAND_OK && addr2);
+  CHECK(veo_call_wait_result(c, id_prev, &r) == VEO_COMMAND_OK && r == addr2);
+  veo_args_clear(a);
+  veo_args_set_u64(a, 0, 40);
+  veo_args_set_u64(a, 1, 2);
+  veo_call_async(c, add, a);
+  veo_call_async_vh(c, vh_ret, (void*)(uintptr_t)1000); /* host functions do not count */
+  veo_args_clear(a);
+  veo_args_set_i32(a, 0, 0);
+  uint64_t p0 = veo_call_async(c, prev, a);
+  veo_args_set_i32(a, 0, 3); /* k_add <- k_prev(0) <- ... : 3 back is the alloc of 64 bytes */
+  uint64_t p3 = veo_call_async(c, prev, a);
+  veo_args_set_i32(a, 0, 64); /* beyond what is kept */
+  uint64_t p64 = veo_call_async(c, prev, a);
+  veo_context_sync(c);
+  CHECK(veo_call_wait_result(c, p0, &r) == VEO_COMMAND_OK && r == 42);
+  CHECK(veo_call_wait_result(c, p3, &r) == VEO_COMMAND_OK && r == addr2);
+  CHECK(veo_call_wait_result(c, p64, &r) == VEO_COMMAND_OK && r == ~(uint64_t)0);
+  /* free: 0 as result; twice, or something never allocated, is refused at once */
+  id = veo_free_mem_async(c, addr);
+  CHECK(id != VEO_REQUEST_ID_INVALID && veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 0);
+  CHECK(veo_free_mem_async(c, addr) == VEO_REQUEST_ID_INVALID);
+  CHECK(strstr(accio_offload_last_error(), "was not allocated"));
+  CHECK(veo_free_mem(p, addr2) == 0); /* an async allocation is the proc's like any other */
+  CHECK(veo_alloc_mem_async(NULL, 8) == VEO_REQUEST_ID_INVALID);
+  CHECK(veo_free_mem_async(NULL, 8) == VEO_REQUEST_ID_INVALID);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+struct block_arg {
+  struct veo_thr_ctxt* c;
+  uint64_t fn;
+  uint64_t ids[64];
+  int use_block;
+};
+static void* block_thread(void* v) {
+  struct block_arg* b = v;
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 1);
+  veo_args_set_u64(a, 1, 2);
+  if (b->use_block) {
+    veo_req_block_begin(b->c);
+    veo_req_block_begin(b->c); /* nested */
+  }
+  for (int i = 0; i < 64; ++i) {
+    b->ids[i] = veo_call_async(b->c, b->fn, a);
+    if (i == 8) usleep(20000); /* the other thread would get in here */
+  }
+  if (b->use_block) {
+    veo_req_block_end(b->c);
+    veo_req_block_end(b->c);
+  }
+  veo_args_free(a);
+  return NULL;
+}
+
+static void test_req_block(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  CHECK(c);
+  struct block_arg x = {c, sym(p, lib, "k_add"), {0}, 1}, y = {c, x.fn, {0}, 0};
+  pthread_t tx, ty;
+  pthread_create(&tx, NULL, block_thread, &x);
+  usleep(5000);
+  pthread_create(&ty, NULL, block_thread, &y);
+  pthread_join(tx, NULL);
+  pthread_join(ty, NULL);
+  veo_context_sync(c);
+  for (int i = 1; i < 64; ++i) CHECK(x.ids[i] == x.ids[0] + (uint64_t)i); /* consecutive */
+  for (int i = 0; i < 64; ++i) {
+    uint64_t r = 0;
+    CHECK(veo_call_wait_result(c, x.ids[i], &r) == VEO_COMMAND_OK && r == 3);
+    CHECK(veo_call_wait_result(c, y.ids[i], &r) == VEO_COMMAND_OK && r == 3);
+  }
+  veo_req_block_end(c); /* none held */
+  CHECK(strstr(accio_offload_last_error(), "no request block of this thread"));
+  veo_proc_destroy(p);
+}
+
+static void test_sync_order(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* m = veo_context_open(p);
+  struct veo_thr_ctxt* other = veo_context_open(p);
+  CHECK(m && other);
+  size_t n = 8u << 20; /* several pieces */
+  uint64_t buf;
+  CHECK(veo_alloc_mem(p, &buf, n) == 0);
+  char* src = malloc(n);
+  char* dst = calloc(1, n);
+  memset(src, 0x5a, n);
+  /* an async write on the main context, then a synchronous read on the proc: it sees the write */
+  CHECK(veo_async_write_mem(m, buf, src, n) != VEO_REQUEST_ID_INVALID);
+  CHECK(veo_read_mem(p, dst, buf, n) == 0 && memcmp(src, dst, n) == 0);
+  /* a kernel queued on the main context runs before a later synchronous read */
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, buf);
+  veo_args_set_u64(a, 1, 4096);
+  veo_args_set_u64(a, 2, 9);
+  uint64_t sleep_id;
+  {
+    struct veo_args* s = veo_args_alloc();
+    veo_args_set_u64(s, 0, 100);
+    sleep_id = veo_call_async(m, sym(p, lib, "k_sleep_ms"), s);
+    veo_args_free(s);
+  }
+  uint64_t fill_id = veo_call_async(m, sym(p, lib, "k_mem_fill"), a);
+  unsigned char got[4096];
+  CHECK(veo_read_mem(p, got, buf, sizeof got) == 0);
+  for (int i = 0; i < 4096; ++i) CHECK(got[i] == (unsigned char)(9 * 31 + i * 7));
+  uint64_t r;
+  CHECK(veo_call_wait_result(m, sleep_id, &r) == VEO_COMMAND_OK);
+  CHECK(veo_call_wait_result(m, fill_id, &r) == VEO_COMMAND_OK && r == 4096);
+  /* veo_context_open also waits for what is queued on the main context */
+  {
+    struct veo_args* s = veo_args_alloc();
+    veo_args_set_u64(s, 0, 150);
+    sleep_id = veo_call_async(m, sym(p, lib, "k_sleep_ms"), s);
+    veo_args_free(s);
+    struct veo_thr_ctxt* third = veo_context_open(p);
+    CHECK(third && veo_call_peek_result(m, sleep_id, &r) == VEO_COMMAND_OK && r == 150);
+    CHECK(veo_context_close(third) == 0);
+  }
+  /* ... and only that context: a long kernel on another context does not hold it up */
+  struct veo_args* s = veo_args_alloc();
+  veo_args_set_u64(s, 0, 2000);
+  uint64_t long_id = veo_call_async(other, sym(p, lib, "k_sleep_ms"), s);
+  usleep(20000);
+  double t0 = now_s();
+  CHECK(veo_read_mem(p, got, buf, 64) == 0 && now_s() - t0 < 1.0);
+  CHECK(veo_call_wait_result(other, long_id, &r) == VEO_COMMAND_OK);
+  veo_args_free(s);
+  veo_args_free(a);
+  free(src);
+  free(dst);
+  veo_proc_destroy(p);
+}
+
+static int g_hook_calls;
+static void* g_hook_payload;
+static void* g_hook_first;
+static uint64_t g_hook_u64;
+static size_t g_hook_size;
+static void hook_handle_ptr_size(void* payload, ...) { /* (proc, uint64_t*, size) */
+  va_list ap;
+  va_start(ap, payload);
+  g_hook_payload = payload;
+  g_hook_first = va_arg(ap, void*);
+  g_hook_u64 = *va_arg(ap, uint64_t*);
+  g_hook_size = va_arg(ap, size_t);
+  va_end(ap);
+  g_hook_calls++;
+}
+static void hook_handle_u64(void* payload, ...) { /* (proc|ctx, uint64_t) */
+  va_list ap;
+  va_start(ap, payload);
+  g_hook_payload = payload;
+  g_hook_first = va_arg(ap, void*);
+  g_hook_u64 = va_arg(ap, uint64_t);
+  va_end(ap);
+  g_hook_calls++;
+}
+static void hook_handle_u64_size(void* payload, ...) { /* (proc|ctx, uint64_t or void*, size) */
+  va_list ap;
+  va_start(ap, payload);
+  g_hook_payload = payload;
+  g_hook_first = va_arg(ap, void*);
+  g_hook_u64 = va_arg(ap, uint64_t);
+  g_hook_size = va_arg(ap, size_t);
+  va_end(ap);
+  g_hook_calls++;
+}
+static void* g_hmem_alloced;
+static size_t g_hmem_size;
+static uint64_t g_hmem_freed;
+static void on_hmem_alloc(void* hmem, size_t size) {
+  g_hmem_alloced = hmem;
+  g_hmem_size = size;
+}
+static void on_hmem_free(uint64_t hmem) { g_hmem_freed = hmem; }
+
+static void test_hooks(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  int tag = 0;
+  veo_register_hook((void*)&veo_alloc_mem, hook_handle_ptr_size, &tag);
+  CHECK(veo_get_hook((void*)&veo_alloc_mem) == (void*)hook_handle_ptr_size);
+  uint64_t addr = 0;
+  g_hook_calls = 0;
+  CHECK(veo_alloc_mem(p, &addr, 123) == 0);
+  CHECK(g_hook_calls == 1 && g_hook_payload == &tag && g_hook_first == (void*)p && g_hook_u64 == addr &&
+        g_hook_size == 123);
+  veo_unregister_hook((void*)&veo_alloc_mem);
+  CHECK(veo_get_hook((void*)&veo_alloc_mem) == NULL);
+  uint64_t addr2 = 0;
+  CHECK(veo_alloc_mem(p, &addr2, 8) == 0 && g_hook_calls == 1); /* not called any more */
+  veo_register_hook((void*)&veo_free_mem, hook_handle_u64, &tag);
+  CHECK(veo_free_mem(p, addr) == 0 && g_hook_calls == 2 && g_hook_first == (void*)p && g_hook_u64 == addr);
+  CHECK(veo_free_mem(p, addr) == -1 && g_hook_calls == 2); /* a refused free calls no hook */
+  veo_unregister_hook((void*)&veo_free_mem);
+  /* async: the hook runs when the result is picked up; the request's result is the address */
+  veo_register_hook((void*)&veo_alloc_mem_async, hook_handle_u64_size, NULL);
+  uint64_t id = veo_alloc_mem_async(c, 77), got = 0;
+  CHECK(id != VEO_REQUEST_ID_INVALID && veo_call_wait_result(c, id, &got) == VEO_COMMAND_OK && got);
+  CHECK(g_hook_calls == 3 && g_hook_payload == NULL && g_hook_first == (void*)c && g_hook_u64 == got &&
+        g_hook_size == 77);
+  veo_unregister_hook((void*)&veo_alloc_mem_async);
+  veo_register_hook((void*)&veo_free_mem_async, hook_handle_u64, NULL);
+  id = veo_free_mem_async(c, got);
+  uint64_t r = 1;
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 0);
+  CHECK(g_hook_calls == 4 && g_hook_first == (void*)c && g_hook_u64 == got);
+  veo_unregister_hook((void*)&veo_free_mem_async);
+  /* hmem allocation hooks get the tagged address */
+  veo_register_hook((void*)&veo_alloc_hmem, hook_handle_u64_size, &tag);
+  veo_register_hook((void*)&veo_free_hmem, hook_handle_u64, &tag);
+  void* hm = NULL;
+  CHECK(veo_alloc_hmem(p, &hm, 99) == 0);
+  CHECK(g_hook_calls == 5 && g_hook_first == (void*)p && g_hook_u64 == (uint64_t)hm && g_hook_size == 99);
+  CHECK(veo_free_hmem(hm) == 0 && g_hook_calls == 6 && g_hook_u64 == (uint64_t)hm);
+  CHECK(veo_free_hmem(hm) == -1 && g_hook_calls == 6); /* refused: no hook */
+  veo_unregister_hook((void*)&veo_alloc_hmem);
+  veo_unregister_hook((void*)&veo_free_hmem);
+  /* veo_register_hmem_hook_functions: every allocation and release, as hmem addresses */
+  veo_register_hmem_hook_functions(on_hmem_alloc, on_hmem_free);
+  CHECK(veo_alloc_mem(p, &addr, 4096) == 0);
+  CHECK(g_hmem_alloced == veo_set_proc_identifier((void*)addr, veo_proc_identifier(p)) && g_hmem_size == 4096);
+  CHECK(veo_free_mem(p, addr) == 0 && g_hmem_freed == (uint64_t)g_hmem_alloced);
+  id = veo_alloc_mem_async(c, 512);
+  CHECK(veo_call_wait_result(c, id, &got) == VEO_COMMAND_OK && got);
+  CHECK(veo_get_hmem_addr(g_hmem_alloced) == (void*)got && g_hmem_size == 512);
+  id = veo_free_mem_async(c, got);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && veo_get_hmem_addr((void*)g_hmem_freed) == (void*)got);
+  veo_unregister_hmem_hook_functions();
+  CHECK(veo_get_hook((void*)&veo_alloc_mem) == NULL && veo_get_hook((void*)&veo_free_mem_async) == NULL);
+  g_hmem_alloced = NULL;
+  CHECK(veo_alloc_mem(p, &addr, 8) == 0 && g_hmem_alloced == NULL);
+  veo_register_hook(NULL, hook_handle_u64, NULL); /* refused */
+  CHECK(strstr(accio_offload_last_error(), "veo_register_hook"));
+  veo_proc_destroy(p);
+}
+
+static void test_hmem(void) {
+  struct veo_proc_handle* p = new_proc();
+  struct veo_proc_handle* q = new_proc();
+  CHECK(p && q);
+  uint64_t lib = veo_load_library(p, g_lib);
+  int ident = veo_proc_identifier(p);
+  CHECK(ident >= 0 && ident < VEO_MAX_HMEM_PROCS && veo_get_max_proc_identifier() == 16);
+  void *h1 = NULL, *h2 = NULL, *hq = NULL, *host = NULL;
+  CHECK(veo_alloc_hmem(p, &h1, 4096) == 0 && veo_alloc_hmem(p, &h2, 4096) == 0 && veo_alloc_hmem(q, &hq, 64) == 0);
+  uint64_t t = (uint64_t)h1;
+  CHECK((t >> 63) == 1 && (int)((t >> 59) & 15) == ident && veo_is_ve_addr(h1) == 1);
+  CHECK(veo_get_proc_identifier_from_hmem(h1) == ident && veo_get_proc_identifier_from_hmem(hq) == veo_proc_identifier(q));
+  CHECK((uint64_t)veo_get_hmem_addr(h1) == (t & ~(0x1full << 59)));
+  CHECK(veo_set_proc_identifier(veo_get_hmem_addr(h1), ident) == h1);
+  CHECK(veo_get_proc_handle_from_hmem(h1) == p && veo_get_proc_handle_from_hmem(hq) == q);
+  CHECK(veo_get_pid_from_hmem(h1) == accio_offload_worker_pid(p) && veo_get_venum_from_hmem(h1) == 0);
+  /* round trips: host -> worker -> worker -> host */
+  unsigned char in[4096], out[4096];
+  uint64_t want = 0;
+  for (int i = 0; i < 4096; ++i) want += in[i] = (unsigned char)(i * 11 + 1);
+  CHECK(veo_hmemcpy(h1, in, sizeof in) == 0);
+  CHECK(veo_hmemcpy(h2, h1, sizeof in) == 0);
+  memset(out, 0, sizeof out);
+  CHECK(veo_hmemcpy(out, h2, sizeof out) == 0 && memcmp(in, out, sizeof in) == 0);
+  CHECK(veo_read_mem(p, out, (uint64_t)veo_get_hmem_addr(h2), 16) == 0 && memcmp(in, out, 16) == 0);
+  /* an hmem argument reaches the kernel tagged; it strips the tag */
+  struct veo_args* a = veo_args_alloc();
+  CHECK(veo_args_set_hmem(a, 0, h1) == 0);
+  veo_args_set_u64(a, 1, 4096);
+  uint64_t r = 0;
+  CHECK(veo_call_sync(p, sym(p, lib, "k_hmem_sum"), a, &r) == 0 && r == want);
+  /* host hmem: untagged, copied on the host */
+  CHECK(veo_alloc_hmem(NULL, &host, 4096) == 0 && host && !veo_is_ve_addr(host));
+  CHECK(veo_get_proc_identifier_from_hmem(host) == -1 && veo_get_pid_from_hmem(host) == -1 &&
+        veo_get_venum_from_hmem(host) == -1 && veo_get_proc_handle_from_hmem(host) == NULL);
+  CHECK(veo_get_hmem_addr(host) == host);
+  CHECK(veo_hmemcpy(host, h1, 4096) == 0 && memcmp(host, in, 4096) == 0);
+  CHECK(veo_hmemcpy(out, host, 4096) == 0 && memcmp(out, in, 4096) == 0);
+  /* errors */
+  CHECK(veo_hmemcpy(hq, h1, 64) == -1 && strstr(accio_offload_last_error(), "different procs"));
+  CHECK(veo_set_proc_identifier(in, 16) == NULL && veo_set_proc_identifier(in, -1) == NULL);
+  void* stray = NULL; /* a tag naming no live proc */
+  for (int i = 0; i < VEO_MAX_HMEM_PROCS && !stray; ++i) {
+    void* t = veo_set_proc_identifier((void*)0x1000, i);
+    if (!veo_get_proc_handle_from_hmem(t)) stray = t;
+  }
+  CHECK(stray && veo_get_pid_from_hmem(stray) == -1 && veo_get_venum_from_hmem(stray) == -1);
+  CHECK(veo_free_hmem(stray) == -1 && strstr(accio_offload_last_error(), "does not exist"));
+  CHECK(veo_hmemcpy(stray, in, 8) == -1 && veo_hmemcpy(out, stray, 8) == -1);
+  CHECK(veo_alloc_hmem(p, NULL, 8) == -1);
+  /* a bad worker address is that request's error, not a crash */
+  void* wild = veo_set_proc_identifier((void*)0x10, ident);
+  CHECK(veo_hmemcpy(h1, wild, 8) == -1 && veo_hmemcpy(out, h1, 8) == 0);
+  CHECK(veo_free_hmem(h1) == 0 && veo_free_hmem(h2) == 0 && veo_free_hmem(hq) == 0 && veo_free_hmem(host) == 0);
+  CHECK(veo_free_hmem(h1) == -1); /* twice */
+  veo_args_free(a);
+  veo_proc_destroy(q);
+  veo_proc_destroy(p);
+}
+
+/* Procs beyond identifier 15 work, but their memory cannot be named as hmem. */
+static void test_hmem_proc_limit(void) {
+  struct veo_proc_handle* ps[17] = {0};
+  int n = 0, beyond = -1;
+  for (; n < 17; ++n) {
+    ps[n] = new_proc();
+    if (!ps[n]) break;
+    if (veo_proc_identifier(ps[n]) >= VEO_MAX_HMEM_PROCS) beyond = n;
+  }
+  int ok = n == 17 && beyond >= 0;
+  void* hm = NULL;
+  int rc = ok ? veo_alloc_hmem(ps[beyond], &hm, 8) : 0;
+  const char* why = ok ? accio_offload_last_error() : "";
+  int msg = strstr(why, "VEO_MAX_HMEM_PROCS") != NULL;
+  uint64_t addr = 0;
+  int plain = ok ? veo_alloc_mem(ps[beyond], &addr, 8) : -1;
+  for (int i = 0; i < n; ++i) veo_proc_destroy(ps[i]);
+  CHECK(ok);
+  CHECK(rc == -1 && hm == NULL && msg);
+  CHECK(plain == 0 && addr);
+}
+
+static void test_ve_omp_num_threads(void) {
+  setenv("OMP_NUM_THREADS", "2", 1);
+  setenv("VE_OMP_NUM_THREADS", "3", 1);
+  struct veo_proc_handle* p = new_proc();
+  setenv("VE_OMP_NUM_THREADS", "x3", 1);
+  struct veo_proc_handle* bad = new_proc();
+  const char* why = accio_offload_last_error();
+  int named = strstr(why, "VE_OMP_NUM_THREADS='x3'") != NULL;
+  setenv("VE_OMP_NUM_THREADS", "0", 1);
+  struct veo_proc_handle* zero = new_proc();
+  unsetenv("VE_OMP_NUM_THREADS");
+  struct veo_proc_handle* plain = new_proc();
+  unsetenv("OMP_NUM_THREADS");
+  CHECK(p && plain && !bad && !zero && named);
+  uint64_t lib = veo_load_library(p, g_lib), lib2 = veo_load_library(plain, g_lib), r = 0, r2 = 0;
+  CHECK(veo_call_sync(p, sym(p, lib, "k_omp_max"), NULL, &r) == 0);
+  CHECK(veo_call_sync(plain, sym(plain, lib2, "k_omp_max"), NULL, &r2) == 0);
+  veo_proc_destroy(p);
+  veo_proc_destroy(plain);
+  if (r == 0) {
+    fprintf(stderr, "  (kernels built without OpenMP: VE_OMP_NUM_THREADS checked for validation only)\n");
+    return;
+  }
+  CHECK(r == 3 && r2 == 2); /* VE_OMP_NUM_THREADS wins over OMP_NUM_THREADS; without it, OMP_NUM_THREADS */
+}
+
+/* ---------------------------------------------------------------------------------------- */
 
 struct test {
   const char* name;
@@ -823,6 +1317,10 @@ static const struct test tests[] = {
     {"timeout", test_timeout},         {"host_death", test_host_death},
     {"fork", test_fork},               {"idle_cpu", test_idle_cpu},
     {"settings_and_log", test_settings_and_log},
+    {"kernel_output", test_kernel_output}, {"async_alloc_prev_result", test_async_alloc_and_prev_result},
+    {"req_block", test_req_block},     {"sync_order", test_sync_order},
+    {"hooks", test_hooks},             {"hmem", test_hmem},
+    {"hmem_proc_limit", test_hmem_proc_limit}, {"ve_omp_num_threads", test_ve_omp_num_threads},
 };
 
 int main(int argc, char** argv) {

@@ -267,6 +267,28 @@ def test_accio_info_lists_the_offload_settings():
     assert "ACCIO_OFFLOAD_TRANSPORT" in text
 
 
+def test_accio_info_lists_the_venodes_that_bind(kernels):
+    """venode N binds to NUMA node N where that node has CPUs (listed by `accio info`); any other N
+    is a name, and the worker runs unbound rather than failing."""
+    base = "/sys/devices/system/node"
+    want = {}
+    for n in (os.listdir(base) if os.path.isdir(base) else []):
+        if n.startswith("node") and n[4:].isdigit():
+            cpus = open(f"{base}/{n}/cpulist").read().strip()
+            if cpus:
+                want[n[4:]] = cpus
+    out = subprocess.run([sys.executable, "-m", "accio.cli", "info", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    assert json.loads(out)["offload_venodes"] == want
+    text = subprocess.run([sys.executable, "-m", "accio.cli", "info"], capture_output=True, text=True, check=True).stdout
+    line = next(x for x in text.splitlines() if x.startswith("offload venodes"))
+    assert all(f"{n} (CPUs {c})" in line for n, c in want.items()) and "others run unbound" in line
+    unbound = max((int(n) for n in want), default=-1) + 1000
+    with offload.Proc(unbound) as p:
+        lib = p.load_library(kernels)
+        assert lib.k_add.args_type("uint64_t", "uint64_t")(p.open_context(), 2, 3).wait_result() == 5
+
+
 def test_option_values_from_the_environment(monkeypatch, kernels):
     monkeypatch.setenv("ACCIO_OFFLOAD_TRANSPORT", "socket")
     monkeypatch.setenv("ACCIO_OFFLOAD_SPIN_US", "forever")
