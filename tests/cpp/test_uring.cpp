@@ -5,12 +5,10 @@
 // that on ext4 a handle stops going through the ring after its first buffered write.
 #include <gtest/gtest.h>
 #include <linux/magic.h>
-#include <sys/resource.h>
 #include <sys/vfs.h>
 
 #include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <random>
 #include <string>
 #include <vector>
@@ -136,27 +134,23 @@ TEST(UringWrites, InlineWritesRetryShortAndInterrupted) {
 // nothing before it is lost: RLIMIT_FSIZE stops the file at 1 MiB, on the probe request and after.
 TEST(UringWrites, ErrorsKeepErrnoAndOffset) {
   TempDir d;
-  rlimit old{};
-  getrlimit(RLIMIT_FSIZE, &old);
-  auto old_sig = signal(SIGXFSZ, SIG_IGN);
-  rlimit lim{1 << 20, old.rlim_max};
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
   std::vector<char> src(3 << 20, 'z');
-  auto f = engine::File::open(d.file("big"), "w", uring("64k", 8));
-  for (int round = 0; round < 2; ++round) {  // the probe request, then the known-inline handle
-    try {
-      f->pwrite(src.data(), src.size(), 0);
-      ADD_FAILURE() << "no error past RLIMIT_FSIZE";
-    } catch (const base::Error& e) {
-      EXPECT_EQ(e.errnum(), EFBIG) << e.what();
-      EXPECT_GE(e.offset(), 1 << 20) << e.what();
-      EXPECT_EQ(e.path(), d.file("big"));
+  {
+    FileSizeLimit limit(1 << 20);
+    ASSERT_TRUE(limit.ok());
+    auto f = engine::File::open(d.file("big"), "w", uring("64k", 8));
+    for (int round = 0; round < 2; ++round) {  // the probe request, then the known-inline handle
+      try {
+        f->pwrite(src.data(), src.size(), 0);
+        ADD_FAILURE() << "no error past RLIMIT_FSIZE";
+      } catch (const base::Error& e) {
+        EXPECT_EQ(e.errnum(), EFBIG) << e.what();
+        EXPECT_GE(e.offset(), 1 << 20) << e.what();
+        EXPECT_EQ(e.path(), d.file("big"));
+      }
+      EXPECT_EQ(f->size(), uint64_t{1} << 20);
     }
-    EXPECT_EQ(f->size(), uint64_t{1} << 20);
   }
-  setrlimit(RLIMIT_FSIZE, &old);
-  signal(SIGXFSZ, old_sig);
-  f->close();
   EXPECT_EQ(contents(d.file("big"), 1 << 20), std::vector<char>(1 << 20, 'z'));
 }
 
