@@ -3,8 +3,8 @@
 // fixed buffers and a sparse table of registered files. The file side is buffered, or O_DIRECT
 // with `direct=on`; O_DIRECT pieces that the user buffer cannot take go through fixed buffers.
 // Buffered writes go to the ring with RWF_NOWAIT: a filesystem that cannot write buffered without
-// blocking (ext4: no FOP_BUFFER_WASYNC) answers -EAGAIN, where io_uring would otherwise hand every
-// piece to an io-wq worker thread (a wake-up and a hand-back per piece: 20x slower than pwrite for
+// blocking answers -EAGAIN (ext4: no FOP_BUFFER_WASYNC) or -EOPNOTSUPP (tmpfs), where io_uring
+// would otherwise hand every piece to an io-wq worker thread (a wake-up and a hand-back per piece: 20x slower than pwrite for
 // 4 KiB writes). From then on that file's buffered writes are plain pwrite in the calling thread,
 // which is what the worker would have done, without the round trip (docs/api.md, Mechanisms).
 #include <liburing.h>
@@ -110,7 +110,7 @@ struct IoUringSets {
 base::PerProcess<IoUringSets> g_sets;
 
 // Open handles (file ids) whose buffered writes the kernel would punt to io-wq (a RWF_NOWAIT write
-// came back -EAGAIN): uring writes them with pwrite in the calling thread.
+// came back -EAGAIN or -EOPNOTSUPP): uring writes them with pwrite in the calling thread.
 struct InlineWrites {
   std::mutex mu;
   std::unordered_set<uint64_t> files;
@@ -263,7 +263,7 @@ class Uring final : public Mechanism {
     uint64_t cur = lo, eof_at = end;
     int err = 0;
     uint64_t err_off = end;
-    bool inline_rest = false;  // a buffered write came back -EAGAIN: the rest is written here
+    bool inline_rest = false;  // a buffered write came back refused: the rest is written here
 
     // Writes [at, at+len) of the user buffer with pwrite; an error is recorded, not thrown, because
     // pieces may still be in flight.
