@@ -10,8 +10,9 @@ the whole file once:
          fio's runtime counts whole milliseconds, so the file grows with the block size (bs x 16384,
          at least --size, at most --max-size: 128 MiB at 4K, 1 GiB from 64K) and every run of
          fio shorter than 100 ms is counted in the JSON and the table
-Same timing boundaries for both: file creation, the cache drop, fsync of the previous sample's
-dirty pages and open are before the clock, close after it; no fsync inside (end_fsync=0).
+Same timing boundaries for both: file creation, the cache drop and the fsync of the previous
+sample's dirty pages are before the clock, close after it, no fsync inside (end_fsync=0). accio
+opens before its clock; fio 3.x opens in its I/O loop, inside (one open: microseconds).
   read  hot   the file is cached (residency checked, >= 99%) before every sample
         cold  fsync + POSIX_FADV_DONTNEED before every sample (residency checked, <= 1%); fio
               runs with invalidate=0 so both see the same drop
