@@ -141,19 +141,21 @@ def run_cell(path: str, size: int, bs: int, qd: int, rw: str, buffering: str, ca
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/var/tmp")
-    ap.add_argument("--size", default="128m", help="smallest file (one sample moves it once)")
-    ap.add_argument("--max-size", default="1g", help="largest file (the file is bs x 16384 in between)")
+    ap.add_argument("--size", help="smallest file (one sample moves it once; default 128m, --quick 16m)")
+    ap.add_argument("--max-size", help="largest file (the file is bs x 16384 in between; default 1g, --quick 16m)")
     ap.add_argument("--qd", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=stats.MIN_SAMPLES)
     ap.add_argument("--bs", default="4k,64k,1m,8m")
     ap.add_argument("--rw", default="read,write")
     ap.add_argument("--buffering", default="buffered,direct")
     ap.add_argument("--cache", default="hot,cold")
-    ap.add_argument("--quick", action="store_true", help="3 rounds of 16 MiB: checks the grid runs, not a result")
+    ap.add_argument("--quick", action="store_true", help="3 rounds, 16 MiB files: checks the grid runs, not a result")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.quick:
-        a.rounds, a.size, a.max_size = 3, "16m", "16m"
+        a.rounds = 3
+    a.size = a.size or ("16m" if a.quick else "128m")
+    a.max_size = a.max_size or ("16m" if a.quick else "1g")
     min_size, max_size = parse_size(a.size), parse_size(a.max_size)
 
     def size_for(bs: int) -> int:
