@@ -21,6 +21,9 @@ opens before its clock; fio 3.x opens in its I/O loop, inside (one open: microse
               page costs an O_DIRECT write its invalidation; the file's creation caches them all)
         cold  the file is deleted before every sample: a fresh file, every page allocated
 Ratio = accio / fio (> 1: accio faster); the goal is >= 0.9 in every cell (docs/performance.md).
+Buffered write cells also time, in the same rounds, the file written in requests of <bs> each by
+`uring` and by `posix` (one request per block, what an application doing small writes issues):
+"vs_posix" is uring / posix there, goal >= 0.9 as well.
 
     python benchmarks/uring_vs_fio.py [--dir /var/tmp] [--size 128m] [--max-size 1g] [--qd 16] [--rounds 7]
         [--bs 4k,64k,1m,8m] [--rw read,write] [--buffering buffered,direct] [--cache hot,cold]
@@ -81,17 +84,19 @@ def prepare(path: str, size: int, rw: str, cache: str, direct: bool) -> dict:
     return {"residency": r}
 
 
-def accio_sample(path: str, size: int, bs: int, qd: int, rw: str, direct: bool) -> float:
+def accio_sample(path: str, size: int, bs: int, qd: int, rw: str, direct: bool, mechanism: str = "uring",
+                 record: int = 0) -> float:
+    """One pass over the file by `mechanism` in requests of `record` bytes (0: one request)."""
     write = rw == "write"
-    f = accio.File(path, "r+" if write and os.path.exists(path) else ("w" if write else "r"), "uring",
+    f = accio.File(path, "r+" if write and os.path.exists(path) else ("w" if write else "r"), mechanism,
                    task_size=bs, queue_depth=qd, direct="on" if direct else "off")
     try:
-        (start, end, moved), = _ext.bench_phase([f._f], [0], [size], size, write)
+        (start, end, moved), = _ext.bench_phase([f._f], [0], [size], record or size, write)
         ran = f.stats()["last_mechanism"]
     finally:
         f.close()
-    if ran != "uring":
-        raise RuntimeError(f"accio ran {ran}, not uring")
+    if ran != mechanism:
+        raise RuntimeError(f"accio ran {ran}, not {mechanism}")
     if moved != size:
         raise RuntimeError(f"accio moved {moved} of {size} bytes")
     return moved / MiB / ((end - start) / 1e9)
@@ -124,18 +129,26 @@ def run_cell(path: str, size: int, bs: int, qd: int, rw: str, buffering: str, ca
             return fn()
         return go
 
-    samples = stats.interleave({
+    contenders = {
         "accio": sample(lambda: accio_sample(path, size, bs, qd, rw, direct)),
         "fio": sample(lambda: fio_sample(path, size, bs, qd, rw, direct, short)),
-    }, rounds)
+    }
+    small_writes = rw == "write" and not direct
+    if small_writes:
+        contenders["uring_requests"] = sample(lambda: accio_sample(path, size, bs, qd, rw, False, "uring", bs))
+        contenders["posix_requests"] = sample(lambda: accio_sample(path, size, bs, qd, rw, False, "posix", bs))
+    samples = stats.interleave(contenders, rounds)
     r = stats.ratio(samples["accio"], samples["fio"])
     res = [c["residency"] for c in checks if "residency" in c]
-    return {"bs": bs, "rw": rw, "buffering": buffering, "cache": cache, "qd": qd, "size": size,
-            "accio": {**stats.summary(samples["accio"]), "samples": samples["accio"]},
-            "fio": {**stats.summary(samples["fio"]), "samples": samples["fio"]},
+    cell = {"bs": bs, "rw": rw, "buffering": buffering, "cache": cache, "qd": qd, "size": size,
+            **{name: {**stats.summary(v), "samples": v} for name, v in samples.items()},
             "ratio": r.as_dict(), "verdict": stats.verdict(r), "goal": stats.goal(r, GOAL),
             "residency": [min(res), max(res)] if res else None,
             "fio_runs_under_100ms": short}
+    if small_writes:
+        rp = stats.ratio(samples["uring_requests"], samples["posix_requests"])
+        cell["vs_posix"] = {"ratio": rp.as_dict(), "verdict": stats.verdict(rp), "goal": stats.goal(rp, GOAL)}
+    return cell
 
 
 def main() -> int:
@@ -184,7 +197,9 @@ def main() -> int:
             r = stats.Ratio(**cell["ratio"])
             print(f"{fmt_size(bs):>5} {fmt_size(cell['size']):>7} {rw:5} {buf:9} {cache:5} {cell['accio']['median']:11.0f} "
                   f"{cell['fio']['median']:10.0f}  {stats.describe(r)} {cell['verdict']}, goal {cell['goal']}"
-                  + (f" (fio runs < 100 ms: {len(cell['fio_runs_under_100ms'])})" if cell["fio_runs_under_100ms"] else ""),
+                  + (f" (fio runs < 100 ms: {len(cell['fio_runs_under_100ms'])})" if cell["fio_runs_under_100ms"] else "")
+                  + (f"; {fmt_size(bs)} requests, uring/posix {stats.describe(stats.Ratio(**cell['vs_posix']['ratio']))} "
+                     f"goal {cell['vs_posix']['goal']}" if "vs_posix" in cell else ""),
                   flush=True)
     finally:
         if os.path.exists(path):

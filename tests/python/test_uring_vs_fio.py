@@ -38,6 +38,12 @@ def test_quick_cells(tmp_path):
         assert c["goal"] == ("met" if c["ratio"]["estimate"] >= 0.9 else "missed")
         if c["rw"] == "read":  # dropped before every sample, on both sides
             assert c["residency"][1] <= 0.01
+        if c["rw"] == "write" and c["buffering"] == "buffered":  # small writes: uring against posix
+            u, p = c["uring_requests"]["samples"], c["posix_requests"]["samples"]
+            assert len(u) == len(p) == 3
+            assert c["vs_posix"]["ratio"]["estimate"] == pytest.approx(statistics.median(x / y for x, y in zip(u, p)))
+        else:
+            assert "vs_posix" not in c and "posix_requests" not in c
     assert f"of {len(cells)} cells meet" in r.stdout
     assert not any(p.name.startswith("accio-uring-fio-") for p in tmp_path.iterdir())  # its file is gone
 
