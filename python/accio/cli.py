@@ -105,7 +105,9 @@ def build_parser():
                        epilog="examples:\n  accio bench --preset quick --report report.html\n"
                        "  accio bench -T write+sync,cold-read -s 1g -r 1m,16m -t 1,2 --json out.json\n"
                        "  mpirun -np 4 accio bench --preset ior --layout fpp,shared\n"
-                       "  accio bench compare A.json B.json\n"
+                       "  accio bench -T random-read -r 4k -Q 1,4,16 --runtime 10s --json qd.json\n"
+                       "  accio bench compare A.json B.json   (verdicts: faster, slower, within noise)\n"
+                       "  accio bench report run.json -o run.html   (redraw the report of a run)\n"
                        "  accio bench safetensors model.safetensors --device cuda:0 --json st.json"
                        "   (checkpoint loading vs safetensors, fastsafetensors; --help for its options)")
     add_arguments(s)
@@ -158,12 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from ._log import plain_stderr
     plain_stderr()
-    if argv[:2] == ["bench", "compare"]:
-        from .bench import compare_main
-        return _guarded("bench compare", compare_main, argv[2:])
-    if argv[:2] == ["bench", "safetensors"]:
-        from .bench.checkpoint import main as safetensors_main
-        return _guarded("bench safetensors", safetensors_main, argv[2:])
+    if argv[:1] == ["bench"] and argv[1:2]:
+        from .bench import SUBCOMMANDS, subcommand  # accio bench compare|report|safetensors: their own parsers
+        if argv[1] == "run":  # accio bench run ... is accio bench ...
+            argv = ["bench", *argv[2:]]
+        elif argv[1] in SUBCOMMANDS:
+            return _guarded(f"bench {argv[1]}", subcommand(argv[1]), argv[2:])
     if argv[:1] == ["run"]:  # a launcher: skip argparse and the other commands when it can
         from . import run
         if (quick := run.quick_parse(argv[1:])) is not None:

@@ -99,10 +99,14 @@ std::string Planner::why(unsigned route) const {
       const int cold = static_cast<int>((route - b) % 4) / 2, aligned = static_cast<int>(route - b) % 2;
       const auto& cells = profile_->table[w][c];
       const uint64_t lo = cell ? cells[cell - 1].max_size + 1 : 0, hi = cells[cell].max_size;
-      std::string range = hi == UINT64_MAX ? ">= " + base::format_size(lo)
-                                           : base::format_size(lo) + ".." + base::format_size(hi);
+      // Sizes as a person reads them, the cell as a half-open range: "16 MiB..64 MiB", not "16MiB..67108863B".
+      auto readable = [](uint64_t v) {
+        std::string t = base::format_size(static_cast<size_t>(v));
+        return t.insert(t.find_first_not_of("0123456789"), " ");
+      };
+      std::string range = hi == UINT64_MAX ? ">= " + readable(lo) : readable(lo) + ".." + readable(hi + 1);
       std::string out = profile_->name + ": " + (w ? "write" : "read") + ", " +
-                        (c ? "several requests in flight" : "one request in flight") + ", " + range + " bytes";
+                        (c ? "several requests in flight" : "one request in flight") + ", " + range;
       const CellRoutes& routes = cells_[w][c][cell];
       out += routes.cache_matters ? (cold ? ", range cold" : ", range cached") : "";
       const int best = routes.plan[cold][1];
