@@ -37,6 +37,7 @@ import itertools
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -188,6 +189,7 @@ def main() -> int:
                        "accio": accio.__version__, "load_before": os.getloadavg()},
            "quick": a.quick, "goal": GOAL, "cells": []}
     print(f"{'bs':>5} {'file':>7} {'rw':5} {'buffering':9} {'cache':5} {'accio MiB/s':>11} {'fio MiB/s':>10}  accio/fio")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run removes its file too
     fd, path = tempfile.mkstemp(prefix="accio-uring-fio-", dir=a.dir)
     os.close(fd)
     try:
