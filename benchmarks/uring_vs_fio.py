@@ -45,6 +45,7 @@ import time
 
 import accio
 from accio import _ext, stats
+from accio._usage import write_json
 from accio._system import drop_pages, fmt_size, fsync_path, parse_size, residency
 
 MiB = 1 << 20
@@ -211,9 +212,7 @@ def main() -> int:
     print(f"{len(doc['cells']) - len(missed)} of {len(doc['cells'])} cells meet accio/fio >= {GOAL}")
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+        write_json(a.json, doc)
     return 0
 
 
