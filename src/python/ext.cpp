@@ -18,6 +18,7 @@
 
 #include "accio/accio.hpp"
 #include "bench_phase.hpp"
+#include "../preload/run_cli.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -861,6 +862,19 @@ NB_MODULE(_ext, m) {
      "with every plan's label and needs_alignment.");
   m.attr("MIN_EVEN_TASK") = ACCIO_MIN_EVEN_TASK;
   m.attr("PRELOAD_THRESHOLD_DEFAULT") = ACCIO_PRELOAD_THRESHOLD_DEFAULT;
+  // `accio run`: its options and exit statuses, one definition with the native launcher (run_cli.h)
+  m.attr("RUN_OWN_ERROR") = ACCIO_RUN_OWN_ERROR;
+  m.attr("RUN_CANNOT_EXECUTE") = ACCIO_RUN_CANNOT_EXECUTE;
+  m.attr("RUN_NOT_FOUND") = ACCIO_RUN_NOT_FOUND;
+  {
+    nb::list opts;
+    auto str_or_none = [](const char* s) { return s ? nb::object(nb::str(s)) : nb::none(); };
+#define ACCIO_RUN_OPTION_ROW(id, name, letter, metavar, help) \
+  opts.append(nb::make_tuple(name, str_or_none(letter), str_or_none(metavar), help));
+    ACCIO_RUN_OPTIONS(ACCIO_RUN_OPTION_ROW)
+#undef ACCIO_RUN_OPTION_ROW
+    m.attr("RUN_OPTIONS") = nb::tuple(opts);
+  }
   m.def("probe", [](const std::string& feature, std::optional<std::string> path) {
     char detail[512] = "";
     int rc = accio_probe(feature.c_str(), path ? path->c_str() : nullptr, detail, sizeof detail);
