@@ -2,6 +2,11 @@
 // Rings are shared by the process (leased per request), each with the staging pool registered as
 // fixed buffers and a sparse table of registered files. The file side is buffered, or O_DIRECT
 // with `direct=on`; O_DIRECT pieces that the user buffer cannot take go through fixed buffers.
+// Buffered writes go to the ring with RWF_NOWAIT: a filesystem that cannot write buffered without
+// blocking answers -EAGAIN (ext4: no FOP_BUFFER_WASYNC) or -EOPNOTSUPP (tmpfs), where io_uring
+// would otherwise hand every piece to an io-wq worker thread (a wake-up and a hand-back per piece: 20x slower than pwrite for
+// 4 KiB writes). From then on that file's buffered writes are plain pwrite in the calling thread,
+// which is what the worker would have done, without the round trip (docs/api.md, Mechanisms).
 #include <liburing.h>
 
 #include <algorithm>
@@ -9,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <unordered_set>
 
 #include "base/error.hpp"
 #include "base/fork.hpp"
@@ -29,6 +35,15 @@ const base::Knob kQueueDepth{{"queue_depth", "ACCIO_QUEUE_DEPTH",
                               4096}};
 constexpr unsigned kFixedFiles = 64;  // registered-file table size per ring
 
+// One piece of the request in flight.
+struct Op {
+  uint64_t foff = 0;   // file offset of the piece
+  size_t len = 0;      // bytes asked of the kernel
+  size_t done = 0;     // bytes completed
+  char* mem = nullptr;  // where the kernel reads/writes (user memory or a staging buffer)
+  int buf = -1;        // staging buffer index, -1 for user memory
+};
+
 // One io_uring instance with its registered buffers and files.
 struct IoUring {
   io_uring ring{};
@@ -37,6 +52,9 @@ struct IoUring {
   std::vector<uint64_t> file_key = std::vector<uint64_t>(kFixedFiles, 0);  // per file index; 0 = empty
   unsigned next_evict = 0;
   std::mutex mu;  // held for the whole request: a ring serves one request at a time
+  // The request's pieces, reused by every request on this ring (no allocation per request).
+  std::vector<Op> ops;
+  std::vector<unsigned> free_ops, resubmit;
 
   ~IoUring() { io_uring_queue_exit(&ring); }
 
@@ -91,6 +109,26 @@ struct IoUringSets {
 };
 base::PerProcess<IoUringSets> g_sets;
 
+// Open handles (file ids) whose buffered writes the kernel would punt to io-wq (a RWF_NOWAIT write
+// came back -EAGAIN or -EOPNOTSUPP): uring writes them with pwrite in the calling thread.
+struct InlineWrites {
+  std::mutex mu;
+  std::unordered_set<uint64_t> files;
+  bool has(uint64_t id) {
+    std::lock_guard lk(mu);
+    return files.count(id) != 0;
+  }
+  void add(uint64_t id) {
+    std::lock_guard lk(mu);
+    files.insert(id);
+  }
+  void erase(uint64_t id) {
+    std::lock_guard lk(mu);
+    files.erase(id);
+  }
+};
+base::PerProcess<InlineWrites> g_inline_writes;
+
 class IoUringLease {
  public:
   explicit IoUringLease(mem::StagingPool& pool) {
@@ -141,15 +179,6 @@ bool probe(std::string* why) {
   return result.first;
 }
 
-// One piece of the request in flight.
-struct Op {
-  uint64_t foff = 0;   // file offset of the piece
-  size_t len = 0;      // bytes asked of the kernel
-  size_t done = 0;     // bytes completed
-  char* mem = nullptr;  // where the kernel reads/writes (user memory or a staging buffer)
-  int buf = -1;        // staging buffer index, -1 for user memory
-};
-
 class Uring final : public Mechanism {
  public:
   const char* name() const override { return "uring"; }
@@ -185,6 +214,7 @@ class Uring final : public Mechanism {
         r->drop(file_id * 2 + 1);
       }
     }
+    g_inline_writes->erase(file_id);
   }
 
  private:
@@ -201,8 +231,14 @@ class Uring final : public Mechanism {
   }
 
   // Moves [off, off+n) through the ring; with `direct`, writes are aligned and reads are widened to
-  // whole blocks (the wanted bytes are copied out of staging buffers).
+  // whole blocks (the wanted bytes are copied out of staging buffers). Buffered writes of a file
+  // whose filesystem would punt them to io-wq are written inline (see the top of this file).
   size_t ring_range(const IoContext& c, char* user, size_t n, uint64_t off, bool write, bool direct) const {
+    const bool buffered_write = write && !direct;
+    if (buffered_write && g_inline_writes->has(c.file.id)) {
+      write_full(c.file.fd, user, n, off, c.file.path);
+      return n;
+    }
     const size_t A = direct ? c.file.off_align : 1;
     const uint64_t end = off + n;
     const uint64_t lo = direct ? align_down(off, A) : off, hi = direct ? align_up(end, A) : end;
@@ -217,14 +253,31 @@ class Uring final : public Mechanism {
     IoUringLease ring(pool);
     bool fixed_file = false;
     const int sqe_fd = ring->file_index(key, fd, &fixed_file);
-    std::vector<Op> ops(qd);
-    std::vector<unsigned> free_ops;
+    std::vector<Op>& ops = ring->ops;
+    std::vector<unsigned>& free_ops = ring->free_ops;
+    std::vector<unsigned>& resubmit = ring->resubmit;
+    ops.assign(qd, Op{});
+    free_ops.clear();
     for (unsigned i = qd; i-- > 0;) free_ops.push_back(i);
     unsigned inflight = 0;
     uint64_t cur = lo, eof_at = end;
     int err = 0;
     uint64_t err_off = end;
+    bool inline_rest = false;  // a buffered write came back refused: the rest is written here
 
+    // Writes [at, at+len) of the user buffer with pwrite; an error is recorded, not thrown, because
+    // pieces may still be in flight.
+    auto write_inline = [&](uint64_t at, size_t len) {
+      try {
+        write_full(c.file.fd, user + (at - off), len, at, c.file.path);
+      } catch (const Error& e) {
+        const uint64_t at_err = e.offset() >= 0 ? static_cast<uint64_t>(e.offset()) : at;
+        if (at_err < err_off) {
+          err = e.errnum();
+          err_off = at_err;
+        }
+      }
+    };
     auto submit_op = [&](unsigned i) {
       Op& o = ops[i];
       io_uring_sqe* sqe = io_uring_get_sqe(&ring->ring);
@@ -236,6 +289,7 @@ class Uring final : public Mechanism {
         if (write) io_uring_prep_write(sqe, sqe_fd, o.mem + o.done, len, o.foff + o.done);
         else io_uring_prep_read(sqe, sqe_fd, o.mem + o.done, len, o.foff + o.done);
       }
+      if (buffered_write) sqe->rw_flags = RWF_NOWAIT;  // -EAGAIN instead of a punt to io-wq
       if (fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
       io_uring_sqe_set_data64(sqe, i);
       ++inflight;
@@ -275,6 +329,10 @@ class Uring final : public Mechanism {
     };
 
     while (true) {
+      if (inline_rest && !err && cur < hi) {
+        write_inline(cur, static_cast<size_t>(hi - cur));
+        cur = hi;
+      }
       while (!err && inflight < qd && cur < hi && cur < eof_at && !free_ops.empty()) {
         unsigned i = free_ops.back();
         if (!next_piece(ops[i])) break;
@@ -292,13 +350,21 @@ class Uring final : public Mechanism {
       }
       io_uring_cqe* cqe;
       unsigned head, seen = 0;
-      std::vector<unsigned> resubmit;
+      resubmit.clear();
       io_uring_for_each_cqe(&ring->ring, head, cqe) {
         ++seen;
         const unsigned i = static_cast<unsigned>(io_uring_cqe_get_data64(cqe));
         Op& o = ops[i];
         const int res = cqe->res;
         --inflight;
+        // The kernel would block or punt (-EAGAIN), or takes no RWF_NOWAIT for this file: write it here.
+        if (buffered_write && (res == -EAGAIN || res == -EOPNOTSUPP)) {
+          if (!inline_rest) g_inline_writes->add(c.file.id);
+          inline_rest = true;
+          if (!err) write_inline(o.foff + o.done, o.len - o.done);
+          finish_op(i);
+          continue;
+        }
         if (res == -EINTR || res == -EAGAIN) {
           resubmit.push_back(i);
           continue;

@@ -1,8 +1,12 @@
-// Shared test helpers: temporary directories, aligned buffers, random bytes, capability drops.
+// Shared test helpers: temporary directories, aligned buffers, random bytes, capability drops, a
+// file size limit.
 #pragma once
 #include <linux/capability.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstdlib>
 #include <cstring>
@@ -79,6 +83,27 @@ class DropCap {
     syscall(SYS_capset, &h, d);
   }
   int cap_;
+};
+
+// RLIMIT_FSIZE lowered to `bytes` for the scope, SIGXFSZ ignored (writes past it fail with EFBIG).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &old_);
+    old_sig_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{bytes, old_.rlim_max};
+    ok_ = setrlimit(RLIMIT_FSIZE, &lim) == 0;
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    signal(SIGXFSZ, old_sig_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_{};
+  sighandler_t old_sig_ = SIG_DFL;
+  bool ok_ = false;
 };
 
 inline size_t env_count(const char* name, size_t dflt) {

@@ -132,11 +132,8 @@ TEST(Faults, NoSpaceOnSmallTmpfs) {
 
 TEST(Faults, FileTooLargeUnderRlimitFsize) {
   TempDir d;
-  rlimit old{};
-  getrlimit(RLIMIT_FSIZE, &old);
-  auto old_sig = signal(SIGXFSZ, SIG_IGN);
-  rlimit lim{1 << 20, old.rlim_max};
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  FileSizeLimit limit(1 << 20);
+  ASSERT_TRUE(limit.ok());
   std::vector<char> b(3 << 20, 'z');
   for (const char* m : kMechs) {
     for (bool direct : {false, true}) {
@@ -147,8 +144,6 @@ TEST(Faults, FileTooLargeUnderRlimitFsize) {
       EXPECT_LE(f->size(), size_t{1} << 20);
     }
   }
-  setrlimit(RLIMIT_FSIZE, &old);
-  signal(SIGXFSZ, old_sig);
 }
 
 // The syscall table lets us interrupt and shorten every transfer deterministically.

@@ -2,6 +2,7 @@
 and shared layouts' files, mpirun -np 2, --vs-fio, compare, outputs, and the error paths."""
 import json
 import os
+import statistics
 import shutil
 import subprocess
 import sys
@@ -189,14 +190,19 @@ def test_mpirun_two_ranks(tmp_path):
 @pytest.mark.skipif(not shutil.which("fio"), reason="fio not installed")
 def test_vs_fio(tmp_path):
     js = tmp_path / "f.json"
-    r = bench("-T", "write,reread", "-m", "posix,parallel,uring", "-s", "4m", "-r", "1m", "-i", "1", "--vs-fio",
+    r = bench("-T", "write,reread", "-m", "posix,parallel,uring", "-s", "4m", "-r", "1m", "-i", "2", "--vs-fio",
               "--set", "task_size=256k", "-d", str(tmp_path), "--json", str(js))
-    assert "accio vs fio" in r.stdout
+    assert "accio vs fio" in r.stdout and "95% interval" in r.stdout
     doc = json.loads(js.read_text())
     validate(doc)
     for x in doc["results"]:
         f = x["fio"]
         assert f["mib_s"] > 0 and f["ratio"] > 0 and f["samples"][0]["bytes"] == 4 << 20
+        # the paired ratio: the median of the per-iteration accio/fio ratios, inside its interval
+        per_round = [a["mib_s"] / b["mib_s"] for a, b in zip(x["samples"], f["samples"])]
+        assert len(per_round) == 2 and f["ratio"] == pytest.approx(statistics.median(per_round))
+        assert f["interval"][0] <= f["ratio"] <= f["interval"][1]
+        assert f["verdict"] in ("faster", "slower", "within noise", "undecided")
     jobs = {x["mechanism"]: x["fio"]["job"] for x in doc["results"]}
     assert jobs["posix"].startswith("psync bs=1048576") and jobs["uring"].startswith("io_uring bs=262144 iodepth=4")
     assert "x2 (2 per thread" in jobs["parallel"] or "x1" in jobs["parallel"]

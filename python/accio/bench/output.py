@@ -216,13 +216,20 @@ def render_fio(results: list[dict]) -> str:
     rows = [r for r in results if r.get("fio")]
     if not rows:
         return ""
-    out = [f"{'test':<13}{'mechanism':<14}{'record':>9}{'threads':>8}{'accio':>9}{'fio':>9}{'ratio':>7}  fio job"]
+    out = [f"{'test':<13}{'mechanism':<14}{'record':>9}{'threads':>8}{'accio':>9}{'fio':>9}{'ratio':>7}"
+           f"  {'95% interval':<13} {'verdict':<12}  fio job"]
     for r in rows:
         f = r["fio"]
         off = f["ratio"] is not None and abs(f["ratio"] - 1) > FIO_TOLERANCE
+        ratio = f"{f['ratio']:>7.2f}" if f["ratio"] is not None else f"{'-':>7}"
+        iv = f.get("interval")
+        interval = f"{iv[0]:.2f}-{iv[1]:.2f}" if iv else "-"
         out.append(f"{r['test']:<13}{r['mechanism']:<14}{fmt_size(r['record_size']):>9}{r['threads']:>8}"
-                   f"{r['mib_s']:>9.0f}{f['mib_s']:>9.0f}{f['ratio']:>7.2f}{'!' if off else ' '} {f['job']}")
-    out.append(f"MiB/s, medians; ! = differs from fio by more than {FIO_TOLERANCE:.0%} (see docs/methodology.md)")
+                   f"{r['mib_s']:>9.0f}{f['mib_s']:>9.0f}{ratio}{'!' if off else ' '} {interval:<13} "
+                   f"{f.get('verdict', '-'):<12}  {f['job']}")
+    out.append(f"MiB/s, medians; ratio: median of the per-iteration accio/fio ratios with its 95% bootstrap "
+               f"interval; ! = differs from fio by more than {FIO_TOLERANCE:.0%}; the verdict says whether the "
+               "samples can tell (see docs/methodology.md)")
     return "\n".join(out)
 
 

@@ -15,7 +15,7 @@ import os
 import statistics
 from dataclasses import dataclass
 
-from .. import File, _ext
+from .. import File, _ext, stats
 from .._system import COLD_MAX_RESIDENCY, drop_all_caches, drop_pages, fmt_size
 from . import fio, latency
 from .spec import READ_TESTS, Column, Spec
@@ -240,13 +240,15 @@ class Runner:
         return self.results
 
     def _run_config(self, c: Config) -> None:
-        """Every iteration runs the test sequence with accio, then (--vs-fio) with fio on the same
-        files, so that both see the same conditions (cache, device, neighbours) at nearly the same time."""
+        """Every iteration runs the test sequence with accio and (--vs-fio) with fio on the same
+        files, so that both see the same conditions (cache, device, neighbours) at nearly the same
+        time; which of the two goes first alternates (accio.stats.rotation), as the statistics rule asks."""
         spec = self.spec
         samples: dict[str, list[dict]] = {test: [] for test in spec.tests}
         fio_samples: dict[str, list[dict]] = {test: [] for test in spec.tests}
         with_fio = spec.vs_fio and fio.comparable(c.mechanism)
-        for it in range(spec.iterations):
+
+        def accio_pass(it: int) -> None:
             for test in spec.tests:
                 self._note(c, test, it)
                 if test in READ_TESTS and c.mechanism.name != "pinned-copy":
@@ -254,7 +256,9 @@ class Runner:
                 s = self.phase(c, test, c.mechanism, seed=it + 1)
                 if s is not None:
                     samples[test].append(s)
-            for test in spec.tests if with_fio else ():
+
+        def fio_pass(it: int) -> None:
+            for test in spec.tests:
                 self._note(c, test, it, "fio ")
                 jobs = self.jobs(c)
                 if test in READ_TESTS:
@@ -266,6 +270,11 @@ class Runner:
                 fio_samples[test].append(fio.run(jobs, test, c.mechanism, c.record, spec.settings))
                 if test not in READ_TESTS:
                     self.data_key = ("fio",) + c.data_key  # the right size, but no stamps to verify
+
+        passes = {"accio": accio_pass, "fio": fio_pass} if with_fio else {"accio": accio_pass}
+        for it in range(spec.iterations):
+            for who in stats.rotation(list(passes), it):
+                passes[who](it)
         if self.comm.rank == 0:
             for test in spec.tests:
                 self.results.append(make_result(spec, c, test, samples[test], fio_samples[test]))
@@ -321,6 +330,12 @@ def make_result(spec: Spec, c: Config, test: str, samples: list[dict], fio_sampl
     if fio_samples:
         fbw = [s["mib_s"] for s in fio_samples]
         out["fio"] = {**stats_of(fbw), "samples": fio_samples, "job": fio_samples[0]["job"]}
-        out["fio"]["ratio"] = out["mib_s"] / out["fio"]["mib_s"] if out["fio"]["mib_s"] else None
+        # accio / fio: the median of the per-iteration ratios (paired: both ran in the same
+        # iteration) with its 95% bootstrap interval and verdict (accio.stats).
+        r = stats.ratio(bw, fbw) if min(bw + fbw) > 0 else None
+        out["fio"]["ratio"] = r.estimate if r else None
+        if r:
+            out["fio"]["interval"] = [r.low, r.high]
+            out["fio"]["verdict"] = stats.verdict(r)
     return out
 

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""accio's `uring` mechanism against fio's io_uring engine at the same queue depth, block size and
+buffering, interleaved sample by sample (accio.stats: median ratio with a 95% bootstrap interval).
+
+Grid: block size (4K, 64K, 1M, 8M) x read/write x buffered/O_DIRECT x hot/cold. One sample moves
+the whole file once:
+  accio  one request of the whole file on a `uring` handle with task_size=<bs>, queue_depth=<qd>,
+         direct=on|off, timed by the engine's own loop (accio._ext.bench_phase, CLOCK_MONOTONIC)
+  fio    ioengine=io_uring bs=<bs> iodepth=<qd> direct=0|1 registerfiles=1, one job, the same file;
+         fio's runtime counts whole milliseconds, so the file grows with the block size (bs x 16384,
+         at least --size, at most --max-size: 128 MiB at 4K, 1 GiB from 64K) and every run of
+         fio shorter than 100 ms is counted in the JSON and the table
+Same timing boundaries for both: file creation, the cache drop and the fsync of the previous
+sample's dirty pages are before the clock, close after it, no fsync inside (end_fsync=0). accio
+opens before its clock; fio 3.x opens in its I/O loop, inside (one open: microseconds).
+  read  hot   the file is cached (residency checked, >= 99%) before every sample
+        cold  fsync + POSIX_FADV_DONTNEED before every sample (residency checked, <= 1%); fio
+              runs with invalidate=0 so both see the same drop
+  write hot   the file exists at full size (every block allocated) and clean: an overwrite; for
+              buffered writes its pages are cached, for O_DIRECT writes they are dropped (a cached
+              page costs an O_DIRECT write its invalidation; the file's creation caches them all)
+        cold  the file is deleted before every sample: a fresh file, every page allocated
+Ratio = accio / fio (> 1: accio faster); the goal is >= 0.9 in every cell (docs/performance.md).
+Buffered write cells also time, in the same rounds, the file written in requests of <bs> each by
+`uring` and by `posix` (one request per block, what an application doing small writes issues):
+"vs_posix" is uring / posix there, goal >= 0.9 as well.
+
+    python benchmarks/uring_vs_fio.py [--dir /var/tmp] [--size 128m] [--max-size 1g] [--qd 16] [--rounds 7]
+        [--bs 4k,64k,1m,8m] [--rw read,write] [--buffering buffered,direct] [--cache hot,cold]
+        [--quick] [--json results/uring/uring_vs_fio.json]
+--quick (development only: 3 rounds, 16 MiB files, not a result) checks that every cell runs.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import accio
+from accio import _ext, stats
+from accio._usage import write_json
+from accio._system import drop_pages, fmt_size, fsync_path, parse_size, residency
+
+MiB = 1 << 20
+GOAL = 0.9
+
+
+def prepare(path: str, size: int, rw: str, cache: str, direct: bool) -> dict:
+    """Puts the file in the state the cell asks for (outside the timed region); returns what was
+    checked."""
+    if rw == "write" and cache == "cold":
+        if os.path.exists(path):
+            os.unlink(path)
+        return {}
+    if not os.path.exists(path) or os.path.getsize(path) != size:
+        with open(path, "wb") as f:
+            chunk = os.urandom(MiB)
+            for _ in range(size // MiB):
+                f.write(chunk)
+            f.write(chunk[:size % MiB])
+    fsync_path(path)  # the previous sample's dirty pages are not this sample's work
+    if rw == "write" and cache == "hot" and direct:
+        drop_pages(path)
+        return {}
+    if cache == "cold":
+        drop_pages(path)
+        r = residency(path)
+        if r > 0.01:
+            raise RuntimeError(f"cold {rw}: {r:.0%} of {path} still cached after the drop")
+        return {"residency": r}
+    r = residency(path)
+    if r < 0.99:
+        with open(path, "rb") as f:
+            while f.read(8 * MiB):
+                pass
+        r = residency(path)
+    if r < 0.99:
+        raise RuntimeError(f"hot {rw}: only {r:.0%} of {path} stays cached")
+    return {"residency": r}
+
+
+def accio_sample(path: str, size: int, bs: int, qd: int, rw: str, direct: bool, mechanism: str = "uring",
+                 record: int = 0) -> float:
+    """One pass over the file by `mechanism` in requests of `record` bytes (0: one request)."""
+    write = rw == "write"
+    f = accio.File(path, "r+" if write and os.path.exists(path) else ("w" if write else "r"), mechanism,
+                   task_size=bs, queue_depth=qd, direct="on" if direct else "off")
+    try:
+        (start, end, moved), = _ext.bench_phase([f._f], [0], [size], record or size, write)
+        ran = f.stats()["last_mechanism"]
+    finally:
+        f.close()
+    if ran != mechanism:
+        raise RuntimeError(f"accio ran {ran}, not {mechanism}")
+    if moved != size:
+        raise RuntimeError(f"accio moved {moved} of {size} bytes")
+    return moved / MiB / ((end - start) / 1e9)
+
+
+def fio_sample(path: str, size: int, bs: int, qd: int, rw: str, direct: bool, short: list) -> float:
+    cmd = ["fio", "--output-format=json", "--name=uring", f"--filename={path}", f"--size={size}", f"--bs={bs}",
+           f"--iodepth={qd}", f"--rw={rw}", f"--direct={int(direct)}", "--ioengine=io_uring", "--registerfiles=1",
+           "--thread=1", "--invalidate=0", "--fallocate=none", "--end_fsync=0", "--randrepeat=0",
+           "--gtod_reduce=1", "--disk_util=0", "--iomem_align=4096"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"fio failed: {p.stderr.strip() or p.stdout.strip()}")
+    side = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0][rw]
+    if side["io_bytes"] != size:
+        raise RuntimeError(f"fio moved {side['io_bytes']} of {size} bytes")
+    if side["runtime"] < 100:
+        short.append(side["runtime"])
+    return side["io_bytes"] / MiB / (max(side["runtime"], 1) / 1000.0)
+
+
+def run_cell(path: str, size: int, bs: int, qd: int, rw: str, buffering: str, cache: str, rounds: int) -> dict:
+    direct = buffering == "direct"
+    checks: list[dict] = []
+    short: list[int] = []
+
+    def sample(fn):
+        def go() -> float:
+            checks.append(prepare(path, size, rw, cache, direct))
+            return fn()
+        return go
+
+    contenders = {
+        "accio": sample(lambda: accio_sample(path, size, bs, qd, rw, direct)),
+        "fio": sample(lambda: fio_sample(path, size, bs, qd, rw, direct, short)),
+    }
+    small_writes = rw == "write" and not direct
+    if small_writes:
+        contenders["uring_requests"] = sample(lambda: accio_sample(path, size, bs, qd, rw, False, "uring", bs))
+        contenders["posix_requests"] = sample(lambda: accio_sample(path, size, bs, qd, rw, False, "posix", bs))
+    samples = stats.interleave(contenders, rounds)
+    r = stats.ratio(samples["accio"], samples["fio"])
+    res = [c["residency"] for c in checks if "residency" in c]
+    cell = {"bs": bs, "rw": rw, "buffering": buffering, "cache": cache, "qd": qd, "size": size,
+            **{name: {**stats.summary(v), "samples": v} for name, v in samples.items()},
+            "ratio": r.as_dict(), "verdict": stats.verdict(r), "goal": stats.goal(r, GOAL),
+            "residency": [min(res), max(res)] if res else None,
+            "fio_runs_under_100ms": short}
+    if small_writes:
+        rp = stats.ratio(samples["uring_requests"], samples["posix_requests"])
+        cell["vs_posix"] = {"ratio": rp.as_dict(), "verdict": stats.verdict(rp), "goal": stats.goal(rp, GOAL)}
+    return cell
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default="/var/tmp")
+    ap.add_argument("--size", help="smallest file (one sample moves it once; default 128m, --quick 16m)")
+    ap.add_argument("--max-size", help="largest file (the file is bs x 16384 in between; default 1g, --quick 16m)")
+    ap.add_argument("--qd", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=stats.MIN_SAMPLES)
+    ap.add_argument("--bs", default="4k,64k,1m,8m")
+    ap.add_argument("--rw", default="read,write")
+    ap.add_argument("--buffering", default="buffered,direct")
+    ap.add_argument("--cache", default="hot,cold")
+    ap.add_argument("--quick", action="store_true", help="3 rounds, 16 MiB files: checks the grid runs, not a result")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if a.quick:
+        a.rounds = 3
+    a.size = a.size or ("16m" if a.quick else "128m")
+    a.max_size = a.max_size or ("16m" if a.quick else "1g")
+    min_size, max_size = parse_size(a.size), parse_size(a.max_size)
+
+    def size_for(bs: int) -> int:
+        return min(max_size, max(min_size, bs * 16384)) // bs * bs
+    if a.rounds < stats.MIN_SAMPLES and not a.quick:
+        ap.error(f"--rounds must be at least {stats.MIN_SAMPLES} (the project's statistics rule)")
+    grid = list(itertools.product([parse_size(b) for b in a.bs.split(",")], a.rw.split(","),
+                                  a.buffering.split(","), a.cache.split(",")))
+    for bs, rw, buf, cache in grid:
+        if rw not in ("read", "write") or buf not in ("buffered", "direct") or cache not in ("hot", "cold"):
+            ap.error(f"unknown cell {rw}/{buf}/{cache}")
+        if size_for(bs) < bs:
+            ap.error(f"--max-size {a.max_size} is smaller than the block size {fmt_size(bs)}")
+    fio_version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
+    doc = {"command": ["python", "benchmarks/uring_vs_fio.py", *sys.argv[1:]], "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "fio": fio_version,
+                       "accio": accio.__version__, "load_before": os.getloadavg()},
+           "quick": a.quick, "goal": GOAL, "cells": []}
+    print(f"{'bs':>5} {'file':>7} {'rw':5} {'buffering':9} {'cache':5} {'accio MiB/s':>11} {'fio MiB/s':>10}  accio/fio")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run removes its file too
+    fd, path = tempfile.mkstemp(prefix="accio-uring-fio-", dir=a.dir)
+    os.close(fd)
+    try:
+        for bs, rw, buf, cache in grid:
+            cell = run_cell(path, size_for(bs), bs, a.qd, rw, buf, cache, a.rounds)
+            doc["cells"].append(cell)
+            r = stats.Ratio(**cell["ratio"])
+            print(f"{fmt_size(bs):>5} {fmt_size(cell['size']):>7} {rw:5} {buf:9} {cache:5} {cell['accio']['median']:11.0f} "
+                  f"{cell['fio']['median']:10.0f}  {stats.describe(r)} {cell['verdict']}, goal {cell['goal']}"
+                  + (f" (fio runs < 100 ms: {len(cell['fio_runs_under_100ms'])})" if cell["fio_runs_under_100ms"] else "")
+                  + (f"; {fmt_size(bs)} requests, uring/posix {stats.describe(stats.Ratio(**cell['vs_posix']['ratio']))} "
+                     f"goal {cell['vs_posix']['goal']}" if "vs_posix" in cell else ""),
+                  flush=True)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    doc["machine"]["load_after"] = os.getloadavg()
+    missed = [c for c in doc["cells"] if c["goal"] == "missed"]
+    print(f"{len(doc['cells']) - len(missed)} of {len(doc['cells'])} cells meet accio/fio >= {GOAL}")
+    if a.json:
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+        write_json(a.json, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

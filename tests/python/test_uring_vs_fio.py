@@ -1,0 +1,59 @@
+"""benchmarks/uring_vs_fio.py at its --quick setting: every cell it is asked for runs both tools on
+the same file, the ratio is the paired median of the per-round ratios, the goal follows from it, and
+bad arguments are refused before anything runs. Speeds are not checked (benchmarks are not tests)."""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "uring_vs_fio.py"
+pytestmark = pytest.mark.skipif(not shutil.which("fio"), reason="fio not installed")
+
+
+def bench(*args, check=True):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=check,
+                          timeout=600)
+
+
+def test_quick_cells(tmp_path):
+    out = tmp_path / "r" / "u.json"
+    r = bench("--quick", "--dir", str(tmp_path), "--bs", "4k,64k", "--rw", "write,read", "--buffering",
+              "buffered,direct", "--cache", "cold", "--json", str(out))
+    doc = json.loads(out.read_text())
+    assert doc["quick"] and doc["goal"] == 0.9 and doc["command"][1] == "benchmarks/uring_vs_fio.py"
+    cells = doc["cells"]
+    assert [(c["bs"], c["rw"], c["buffering"]) for c in cells] == [
+        (bs, rw, b) for bs in (4096, 65536) for rw in ("write", "read") for b in ("buffered", "direct")]
+    for c in cells:
+        assert c["size"] == 16 << 20 and c["qd"] == 16 and c["cache"] == "cold"
+        a, f = c["accio"]["samples"], c["fio"]["samples"]
+        assert len(a) == len(f) == 3 and min(a + f) > 0
+        assert c["ratio"]["estimate"] == pytest.approx(statistics.median(x / y for x, y in zip(a, f)))
+        assert c["ratio"]["low"] <= c["ratio"]["estimate"] <= c["ratio"]["high"]
+        assert c["goal"] == ("met" if c["ratio"]["estimate"] >= 0.9 else "missed")
+        if c["rw"] == "read":  # dropped before every sample, on both sides
+            assert c["residency"][1] <= 0.01
+        if c["rw"] == "write" and c["buffering"] == "buffered":  # small writes: uring against posix
+            u, p = c["uring_requests"]["samples"], c["posix_requests"]["samples"]
+            assert len(u) == len(p) == 3
+            assert c["vs_posix"]["ratio"]["estimate"] == pytest.approx(statistics.median(x / y for x, y in zip(u, p)))
+        else:
+            assert "vs_posix" not in c and "posix_requests" not in c
+    assert f"of {len(cells)} cells meet" in r.stdout
+    assert not any(p.name.startswith("accio-uring-fio-") for p in tmp_path.iterdir())  # its file is gone
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rounds", "3"], "at least 7"),
+    (["--quick", "--rw", "append"], "unknown cell"),
+    (["--quick", "--bs", "8m", "--max-size", "4m"], "smaller than the block size"),
+])
+def test_bad_arguments(tmp_path, args, message):
+    r = bench("--dir", str(tmp_path), *args, check=False)
+    assert r.returncode == 2 and message in r.stderr
+    assert os.listdir(tmp_path) == []
