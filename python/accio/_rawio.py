@@ -39,7 +39,7 @@ class RawFile(io.RawIOBase):
         self._readable = plain != "w" and plain != "a"
         self._writable = plain != "r"
         self._append = plain.startswith("a")
-        self._pos = 0
+        self._pos = self._f.size() if self._append else 0  # FileIO starts appends at the end
 
     def __repr__(self) -> str:
         return f"<accio.RawFile name={self.name!r} mode={self.mode!r}{' closed' if self.closed else ''}>"
@@ -68,8 +68,14 @@ class RawFile(io.RawIOBase):
         self._pos += n
         return n
 
-    def readall(self) -> bytes:
+    def read(self, size: int = -1) -> bytes:
         self._check("reading")
+        return super().read(size)
+
+    def readall(self) -> bytes:
+        self._check()
+        if not self._readable:  # FileIO reads the descriptor here, which refuses
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         buf = bytearray(max(self._f.size() - self._pos, 0))
         n = self._f.read_into(buf, self._pos, None) if buf else 0
         del buf[n:]
