@@ -126,7 +126,8 @@ class File:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<accio.File {self.path!r} mode={self.mode!r} mechanism={self.setting('mechanism')!r}>"
+        state = " closed" if self._closed else f" mechanism={self.setting('mechanism')!r}"
+        return f"<accio.File {self.path!r} mode={self.mode!r}{state}>"
 
     # -- transfers --
     def read_into(self, buf, offset: int = 0) -> int:
@@ -147,10 +148,10 @@ class File:
 
     def read_into_async(self, buf, offset: int = 0) -> Future:
         """Start a read; the Future's result() is the byte count. The request holds buf until it is done."""
-        return Future(self._f.async_(buf, offset, False))
+        return Future(self._f.start(buf, offset, False))
 
     def write_from_async(self, buf, offset: int = 0) -> Future:
-        return Future(self._f.async_(buf, offset, True))
+        return Future(self._f.start(buf, offset, True))
 
     def submit(self, requests: Iterable[tuple[Any, int]], write: bool = False) -> list[Future]:
         """Submit many (buffer, offset) requests at once; one Future per request."""

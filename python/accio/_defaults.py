@@ -55,6 +55,10 @@ def _check(values: dict[str, str]) -> None:
         _ext.settings(list(values.items()))
     except OSError as e:  # accio.Error(EINVAL): an unknown name or a bad value
         raise ValueError(str(e)) from None
+    mech = values.get("mechanism")
+    names = ["auto"] + [m["name"] for m in _ext.mechanisms()]  # the table takes any name; open() checks it
+    if mech is not None and mech not in names:
+        raise ValueError(f"unknown mechanism '{mech}' (one of {', '.join(names)})")
 
 
 class _Restore:

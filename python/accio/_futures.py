@@ -9,6 +9,7 @@ wait(), as_completed(), add_done_callback() and `await` run off the watcher's se
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as _cf
 import os
 import threading
@@ -48,11 +49,11 @@ class Future(_cf.Future):
             try:
                 n, exc = native.result(None if deadline is None else max(0.0, deadline - time.monotonic())), None
             except Error as e:  # the request failed (ETIMEDOUT's accio.Error is a TimeoutError too)
-                n, exc = None, e
+                n, exc = None, e.with_traceback(None)  # a traceback here would keep this frame, native too
             except TimeoutError:  # still running
                 return False
             except BaseException as e:
-                n, exc = None, e
+                n, exc = None, e.with_traceback(None)
             self._native = None
         finally:
             self._lock.release()
@@ -140,5 +141,15 @@ class _Watcher:
         self._thread = None
 
 
+    def drain(self) -> None:
+        """At exit: waits for the requests still in flight (closing their files would) and lets go of
+        them, so that no engine future outlives the interpreter."""
+        with self._cv:
+            pending, self._pending = list(self._pending), deque()
+        for f in pending:
+            f._settle(None)
+
+
 _watcher = _Watcher()
 os.register_at_fork(after_in_child=_watcher._after_fork)
+atexit.register(_watcher.drain)

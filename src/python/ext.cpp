@@ -666,7 +666,7 @@ NB_MODULE(_ext, m) {
       .def("read_into", &PyFile::read_into, "buf"_a, "offset"_a, "expect"_a = nb::none())
       .def("write_from", &PyFile::write_from)
       .def("append", &PyFile::append)
-      .def("async_", &PyFile::async, nb::rv_policy::take_ownership)
+      .def("start", &PyFile::async, "buf"_a, "offset"_a, "write"_a, nb::rv_policy::take_ownership)
       .def("submit", &PyFile::submit, nb::rv_policy::take_ownership)
       .def("fsync", &PyFile::fsync)
       .def("size", &PyFile::size)
