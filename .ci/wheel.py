@@ -46,9 +46,13 @@ def run(cmd: list, **kw) -> subprocess.CompletedProcess:
 
 
 def find_pythons() -> list[str]:
+    """python3.9 .. python3.13 on PATH, then pyenv's installed versions (whose PATH shims only run the
+    selected version), one per minor version."""
     found, seen = [], set()
-    for minor in range(9, 14):
-        exe = shutil.which(f"python3.{minor}")
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(9, 14)]
+    candidates += sorted(str(p) for p in pyenv.glob("3.*/bin/python3") if re.match(r"3\.(9|1[0-3])\.", p.parts[-3]))
+    for exe in candidates:
         if not exe:
             continue
         try:  # a pyenv shim for a version that is not installed fails here
