@@ -144,6 +144,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--work", type=Path, default=TOP / "build" / "wheel")
     ap.add_argument("pythons", nargs="*", help="interpreters to build for (default: python3.9 .. 3.13 on PATH)")
     args = ap.parse_args(argv)
+    args.out, args.work = args.out.resolve(), args.work.resolve()  # the import check runs elsewhere
     pythons = args.pythons or find_pythons()
     if not pythons:
         print("wheel.py: no CPython 3.9-3.13 found (name them: .ci/wheel.py /path/to/python3.12)", file=sys.stderr)
