@@ -35,12 +35,12 @@ TYPE_CHECKING = False  # typing costs ~10 ms of start-up, which `accio run` pays
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
+    from ._futures import Future
+
 from . import _ext
 from . import _defaults as defaults
 from ._errors import Error, file_shrank as _shrank
-from ._futures import Future
 from ._log import AccioWarning, install as _install_log
-from ._rawio import RawFile
 
 _install_log(_ext)
 
@@ -50,6 +50,18 @@ __all__ = ["open", "read", "write", "File", "Future", "RawFile", "Error", "Accio
 __version__: str = _ext.version()
 DeviceArray = _ext.DeviceArray
 PinnedBuffer = _ext.PinnedBuffer
+
+
+def __getattr__(name: str):
+    """Future and RawFile load on first use: concurrent.futures costs ~10 ms of start-up, which
+    `accio run` would pay per launch."""
+    if name == "Future":
+        from ._futures import Future
+        return Future
+    if name == "RawFile":
+        from ._rawio import RawFile
+        return RawFile
+    raise AttributeError(f"module 'accio' has no attribute {name!r}")
 
 
 def _ordinal(device: str | int) -> int:
@@ -148,13 +160,16 @@ class File:
 
     def read_into_async(self, buf, offset: int = 0) -> Future:
         """Start a read; the Future's result() is the byte count. The request holds buf until it is done."""
+        from ._futures import Future
         return Future(self._f.start(buf, offset, False))
 
     def write_from_async(self, buf, offset: int = 0) -> Future:
+        from ._futures import Future
         return Future(self._f.start(buf, offset, True))
 
     def submit(self, requests: Iterable[tuple[Any, int]], write: bool = False) -> list[Future]:
         """Submit many (buffer, offset) requests at once; one Future per request."""
+        from ._futures import Future
         return [Future(f) for f in self._f.submit(list(requests), write)]
 
     def fsync(self) -> None:

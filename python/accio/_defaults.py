@@ -22,12 +22,14 @@ configures with ACCIO_* variables), do not see them.
 """
 from __future__ import annotations
 
-import threading
-from typing import Any
+import _thread
+TYPE_CHECKING = False  # typing costs start-up time (see __init__)
+if TYPE_CHECKING:
+    from typing import Any
 
 from . import _ext
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # _thread: threading costs start-up time
 _table: dict[str, str] = {}  # replaced, never mutated: readers take it without the lock
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import errno
 import io
 import os
-from typing import Any
+TYPE_CHECKING = False  # typing costs start-up time (see __init__)
+if TYPE_CHECKING:
+    from typing import Any
 
 from . import _ext
 from ._defaults import _resolve
