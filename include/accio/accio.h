@@ -241,8 +241,8 @@ int accio_mem_kind(const void* p, int* device);
 int accio_device_alloc(int device, size_t size, int managed, void** out);
 int accio_device_free(void* p);
 int accio_device_copy(void* dst, const void* src, size_t size); /* any direction (unified addressing) */
-/* Page-locked host memory for callers that stage themselves: size bytes, page-aligned (2 MiB aligned
- * and huge-page backed where the machine allows), zeroed and faulted in. When libcuda loads it is
+/* Page-locked host memory for callers that stage themselves: size bytes, page-aligned (from 2 MiB up,
+ * 2 MiB aligned and huge-page backed where the machine allows), zeroed and faulted in. When libcuda loads it is
  * registered with the driver (cuMemHostRegister, portable: pinned for every context, so device copies
  * from it run at DMA speed); otherwise it is mlock'ed. *how (may be NULL) gets ACCIO_HOST_CUDA,
  * ACCIO_HOST_MLOCK, or ACCIO_HOST_PAGEABLE when neither could pin it (after one warning naming the

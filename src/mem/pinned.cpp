@@ -7,9 +7,9 @@
 
 #include <cerrno>
 #include <map>
+#include <cstring>
 #include <mutex>
 #include <string>
-#include <cstring>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -31,7 +31,8 @@ std::map<void*, Allocation>& live() {  // guarded by g_mu
 
 void* host_alloc(size_t size, Pin* how) {
   if (size == 0) throw base::Error(EINVAL, "allocate pinned memory", "", base::kNoOffset, "size is 0");
-  HostBuffer b = map_host_buffer(size, true, false);
+  // Huge pages from 2 MiB up; a smaller request gets 4 KiB pages (not a locked 2 MiB page).
+  HostBuffer b = map_host_buffer(size, size >= (size_t{2} << 20), false);
   Pin pin = Pin::pageable;
   // With the driver, registration pins the pages itself and lets DMA use them; else mlock.
   if (cuda::load() && cuda::register_host(b.ptr, b.mapped, "accio_host_alloc's memory is mlock'ed instead, and "
