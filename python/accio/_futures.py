@@ -1,11 +1,12 @@
 """accio.Future: a concurrent.futures.Future for an engine request, awaitable from asyncio.
 
-The engine's future (accio._ext.Future) has no completion callback, so one watcher thread per
-process (not one per future) settles the Python futures: it blocks on the oldest request in flight
-and, while that one runs, looks at the younger ones with a wait that doubles from 50 us to 1 ms, so
-that a request finishing out of order is seen within a millisecond. result(), exception() and
-done() ask the engine directly, so a caller waiting on one future never waits for the watcher.
-wait(), as_completed(), add_done_callback() and `await` run off the watcher's settling.
+result(), exception() and done() ask the engine's future (accio._ext.Future) directly, in the
+calling thread. The engine's future has no completion callback, so the futures that someone must be
+told about (add_done_callback, which `await` uses, and concurrent.futures.wait()/as_completed(),
+which install waiters) go to one watcher thread per process (not one per future): it blocks on the
+oldest of them and, while that one runs, looks at the younger ones with a wait that doubles from
+50 us to 1 ms, so that a request finishing out of order is seen within a millisecond. Futures that
+are only waited on with result() never reach the watcher and cost no thread switches.
 """
 from __future__ import annotations
 
@@ -31,8 +32,19 @@ class Future(_cf.Future):
         super().__init__()
         self._native = native  # accio._ext.Future until settled (holds the buffer until then)
         self._lock = threading.Lock()  # one thread at a time asks the engine's future
+        self._watched = False
+        self._waiters = _Waiters(self)
         self.set_running_or_notify_cancel()
-        _watcher.add(self)
+
+    def _watch(self) -> None:
+        """Someone will be told when this future is done: the watcher settles it then."""
+        if not self._watched and self._native is not None:
+            self._watched = True
+            _watcher.add(self)
+
+    def add_done_callback(self, fn) -> None:
+        self._watch()
+        super().add_done_callback(fn)
 
     def _settle(self, timeout: float | None, wait_for_lock: bool = True) -> bool:
         """Waits up to timeout (None: forever) for the engine's result and records it; False when it
@@ -91,6 +103,19 @@ class Future(_cf.Future):
 
     def __repr__(self) -> str:
         return "<accio.Future " + super().__repr__().split(" ", 1)[1]
+
+
+class _Waiters(list):
+    """Future._waiters: concurrent.futures.wait() and as_completed() put their waiters here (as they
+    do on every Future), which hands the future to the watcher."""
+
+    def __init__(self, fut: Future) -> None:
+        super().__init__()
+        self._fut = fut
+
+    def append(self, waiter) -> None:
+        super().append(waiter)
+        self._fut._watch()
 
 
 class _Watcher:

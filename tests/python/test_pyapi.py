@@ -315,3 +315,20 @@ def test_pinned_empty_refuses_what_it_cannot_give():
         accio.pinned_empty(-1)
     with pytest.raises(MemoryError if False else accio.Error):
         accio.pinned_empty(1 << 60)  # more than any machine maps: ENOMEM, nothing leaked
+
+
+def test_only_futures_someone_is_told_about_go_to_the_watcher(data):
+    """result() alone asks the engine in the calling thread; wait/as_completed and callbacks hand
+    the future to the watcher (which is what settles them for the waiter)."""
+    from accio import _futures
+    p, _ = data
+    with accio.open(p) as f:
+        plain = f.read_into_async(bytearray(4096), 0)
+        assert plain.result(timeout=60) == 4096 and not plain._watched
+        waited = f.read_into_async(bytearray(4096), 0)
+        cf.wait([waited], timeout=60)
+        assert waited._watched and waited.result() == 4096
+        called = f.read_into_async(bytearray(4096), 0)
+        called.add_done_callback(lambda _: None)
+        assert called._watched
+    assert plain not in _futures._watcher._pending
