@@ -17,7 +17,7 @@ PY_PACKAGES := "scikit-build-core>=0.10" "nanobind>=2.10.1" "numpy>=1.22" "tqdm>
 DEMO := $(BUILD)/demo
 
 .PHONY: demo test deps venv install cpp-test cpp-test-asan cpp-test-tsan cpp-test-static-runtime py-test bench clean \
-	gpu-check gpu-deps
+	gpu-check gpu-deps wheel
 
 demo: install
 	$(VENV)/bin/accio info
@@ -96,6 +96,12 @@ gpu-check:
 # Where there is network: the packages the GPU machine lacks, as files in .gpu-deps/ (carried there).
 gpu-deps:
 	$(PYTHON) benchmarks/gpu_check.py prepare-deps
+
+# manylinux wheels in $(BUILD)/wheelhouse (docs/install.md): one per CPython 3.9-3.13 on PATH, or those
+# named (WHEEL_PYTHONS="python3.12"), repaired by auditwheel, checked and imported in a clean venv.
+WHEEL_PYTHONS ?=
+wheel: deps
+	$(PYTHON) .ci/wheel.py --out $(BUILD)/wheelhouse --work $(BUILD)/wheel $(WHEEL_PYTHONS)
 
 clean:
 	rm -rf $(BUILD) $(VENV)

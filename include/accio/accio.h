@@ -118,12 +118,16 @@ int accio_setting_spec_of(int i, accio_setting_spec* out);
 int64_t accio_parse_size(const char* text);
 
 /* ---- files ---- */
-/* mode: "r", "r+" (or "rw"), "w", "w+", "a", "a+". settings may be NULL (defaults + environment). */
+/* mode: "r", "r+" (or "rw"), "w", "w+", "a", "a+", each also with a "b" as fopen takes it ("rb", "r+b",
+ * "rb+", "wb": accio is always binary). settings may be NULL (defaults + environment). */
 int accio_open(accio_file** out, const char* path, const char* mode, const accio_settings* settings);
 /* A new handle on the file that descriptor fd refers to, with fd's access mode. The file is reopened
  * through /proc/self/fd: fd is neither used nor closed, and its file offset is untouched. */
 int accio_open_fd(accio_file** out, int fd, const accio_settings* settings);
 int accio_close(accio_file* f);  /* waits for requests in flight, frees f; 0 or -errno */
+/* The buffered descriptor accio reads and writes f through (owned by f: do not close it; valid until
+ * accio_close), for fstat, fcntl locks, ftruncate; -EBADF after f was closed by its engine. */
+int accio_file_fd(accio_file* f);
 int64_t accio_pread(accio_file* f, void* buf, size_t size, int64_t offset);        /* bytes or -errno */
 int64_t accio_pwrite(accio_file* f, const void* buf, size_t size, int64_t offset); /* size or -errno */
 int64_t accio_append(accio_file* f, const void* buf, size_t size);  /* offset written at, or -errno */
@@ -237,6 +241,15 @@ int accio_mem_kind(const void* p, int* device);
 int accio_device_alloc(int device, size_t size, int managed, void** out);
 int accio_device_free(void* p);
 int accio_device_copy(void* dst, const void* src, size_t size); /* any direction (unified addressing) */
+/* Page-locked host memory for callers that stage themselves: size bytes, page-aligned (from 2 MiB up,
+ * 2 MiB aligned and huge-page backed where the machine allows), zeroed and faulted in. When libcuda loads it is
+ * registered with the driver (cuMemHostRegister, portable: pinned for every context, so device copies
+ * from it run at DMA speed); otherwise it is mlock'ed. *how (may be NULL) gets ACCIO_HOST_CUDA,
+ * ACCIO_HOST_MLOCK, or ACCIO_HOST_PAGEABLE when neither could pin it (after one warning naming the
+ * limit). 0 or -errno (-ENOMEM, -EINVAL for size 0). Free with accio_host_free. */
+enum accio_host_pin { ACCIO_HOST_PAGEABLE = 0, ACCIO_HOST_MLOCK = 1, ACCIO_HOST_CUDA = 2 };
+int accio_host_alloc(size_t size, void** out, int* how);
+int accio_host_free(void* p); /* 0; -EINVAL for a pointer accio_host_alloc did not return (NULL: 0) */
 /* Waits until the work queued on a CUDA stream of GPU `device` has finished (cuStreamSynchronize, with
  * the device's primary context current): what a consumer of __cuda_array_interface__ or DLPack memory
  * does before touching it. stream: 1 is the legacy default stream (CU_STREAM_LEGACY, (CUstream)0x1),

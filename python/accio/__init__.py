@@ -20,7 +20,11 @@ gds; auto picks staged):
     w = accio.read("w.bin", device=0, framework="torch", dtype="bfloat16", shape=(4096, -1))
     accio.read("weights.bin", out=t)                  # fill an existing array (host or GPU)
 
-Settings are the ACCIO_* knobs by lower-case name, as keywords (mechanism="staged", threads=8).
+Settings are the ACCIO_* knobs by lower-case name, as keywords (mechanism="staged", threads=8), or
+process-wide defaults (accio.defaults.set(threads=8), also as `with accio.defaults.set(...):`).
+
+Also: accio.Future (a concurrent.futures.Future, awaitable), accio.RawFile (an io.RawIOBase, for
+io.BufferedReader and open()-style code), accio.pinned_empty(n) (pinned host memory for your own staging).
 """
 from __future__ import annotations
 
@@ -31,18 +35,33 @@ TYPE_CHECKING = False  # typing costs ~10 ms of start-up, which `accio run` pays
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
+    from ._futures import Future
+
 from . import _ext
+from . import _defaults as defaults
 from ._errors import Error, file_shrank as _shrank
 from ._log import AccioWarning, install as _install_log
 
 _install_log(_ext)
 
-__all__ = ["open", "read", "write", "File", "Future", "Error", "AccioWarning", "settings", "mechanisms",
-           "global_stats", "reset_global_stats", "DeviceArray", "device_array", "gpus", "cuda_available",
-           "__version__"]
+__all__ = ["open", "read", "write", "File", "Future", "RawFile", "Error", "AccioWarning", "defaults", "settings",
+           "mechanisms", "global_stats", "reset_global_stats", "DeviceArray", "device_array", "PinnedBuffer",
+           "pinned_empty", "gpus", "cuda_available", "__version__"]
 __version__: str = _ext.version()
-Future = _ext.Future
 DeviceArray = _ext.DeviceArray
+PinnedBuffer = _ext.PinnedBuffer
+
+
+def __getattr__(name: str):
+    """Future and RawFile load on first use: concurrent.futures costs ~10 ms of start-up, which
+    `accio run` would pay per launch."""
+    if name == "Future":
+        from ._futures import Future
+        return Future
+    if name == "RawFile":
+        from ._rawio import RawFile
+        return RawFile
+    raise AttributeError(f"module 'accio' has no attribute {name!r}")
 
 
 def _ordinal(device: str | int) -> int:
@@ -71,20 +90,19 @@ def device_array(nbytes: int, device: str | int = "cuda:0", managed: bool = Fals
     return _ext.DeviceArray(nbytes, _ordinal(device), managed)
 
 
-def _kv(settings: dict[str, Any]) -> list[tuple[str, str]]:
-    out = []
-    for k, v in settings.items():
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            v = "on" if v else "off"
-        out.append((k, str(v)))
-    return out
+def pinned_empty(nbytes: int) -> PinnedBuffer:
+    """nbytes of page-locked host memory (zeroed, page-aligned, huge pages where possible) for code
+    that stages itself: memoryview(b) and numpy.frombuffer(b, dtype) use it in place, and accio and
+    the CUDA driver copy to and from it at DMA speed. b.pinned says how it is held: 'cuda' (registered
+    with the CUDA driver, when it loads), 'mlock' (no driver), or 'pageable' (neither was allowed: one
+    AccioWarning says which limit to raise). Freed when b and every view of it are gone."""
+    return _ext.PinnedBuffer(nbytes)
 
 
 def settings(**overrides: Any) -> dict[str, str]:
-    """Effective settings (defaults, then ACCIO_* environment, then overrides) by name."""
-    return {name: value for name, _env, _doc, value in _ext.settings(_kv(overrides))}
+    """Effective settings by name: the table's defaults, then the ACCIO_* environment, then
+    accio.defaults, then overrides."""
+    return {name: value for name, _env, _doc, value in _ext.settings(defaults._resolve(overrides))}
 
 
 def mechanisms() -> list[tuple[str, bool, str]]:
@@ -108,8 +126,9 @@ class File:
                  **settings: Any):
         self.path = os.fspath(path)
         self.mode = mode
-        self._f = _ext.File(self.path, mode, _kv({"mechanism": mechanism, **settings}))
+        self._f = _ext.File(self.path, mode, defaults._resolve({"mechanism": mechanism, **settings}))
         self._append = mode.startswith("a")
+        self._closed = False
 
     # -- context manager --
     def __enter__(self) -> "File":
@@ -119,7 +138,8 @@ class File:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<accio.File {self.path!r} mode={self.mode!r} mechanism={self.setting('mechanism')!r}>"
+        state = " closed" if self._closed else f" mechanism={self.setting('mechanism')!r}"
+        return f"<accio.File {self.path!r} mode={self.mode!r}{state}>"
 
     # -- transfers --
     def read_into(self, buf, offset: int = 0) -> int:
@@ -139,15 +159,18 @@ class File:
         return self._f.append(buf)[0]
 
     def read_into_async(self, buf, offset: int = 0) -> Future:
-        """Start a read; the Future's result() is the byte count. Keep buf alive until then."""
-        return self._f.async_(buf, offset, False)
+        """Start a read; the Future's result() is the byte count. The request holds buf until it is done."""
+        from ._futures import Future
+        return Future(self._f.start(buf, offset, False))
 
     def write_from_async(self, buf, offset: int = 0) -> Future:
-        return self._f.async_(buf, offset, True)
+        from ._futures import Future
+        return Future(self._f.start(buf, offset, True))
 
     def submit(self, requests: Iterable[tuple[Any, int]], write: bool = False) -> list[Future]:
         """Submit many (buffer, offset) requests at once; one Future per request."""
-        return self._f.submit(list(requests), write)
+        from ._futures import Future
+        return [Future(f) for f in self._f.submit(list(requests), write)]
 
     def fsync(self) -> None:
         self._f.fsync()
@@ -157,7 +180,20 @@ class File:
         return self._f.size()
 
     def close(self) -> None:
+        """Waits for the requests in flight and closes; again is a no-op."""
+        self._closed = True
         self._f.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def fileno(self) -> int:
+        """The descriptor accio reads and writes through (the File owns it: do not close it). ValueError
+        once closed, as io.FileIO."""
+        if self._closed:
+            raise ValueError(f"fileno of closed accio.File {self.path!r}")
+        return self._f.fileno()
 
     # -- introspection --
     def plan(self, nbytes: int, write: bool = False) -> str:
@@ -185,7 +221,8 @@ class File:
 
 def open(path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
          **settings: Any) -> File:
-    """Open path. mode: r, r+ (rw), w, w+, a, a+. mechanism: "auto" (the default: a plan per
+    """Open path. mode: r, r+ (rw), w, w+, a, a+, each also with b (rb, r+b, wb: always binary).
+    For an io.RawIOBase (io.BufferedReader(...), open()-style code) use accio.RawFile. mechanism: "auto" (the default: a plan per
     request) or a name from mechanisms(): posix, parallel, direct, uring for host memory, naive,
     staged, gds for GPU memory. Other keyword arguments are settings (threads=4, task_size="8M", ...)."""
     return File(path, mode, mechanism, **settings)

@@ -20,6 +20,7 @@
 #include "io/odirect.hpp"
 #include "mem/cuda.hpp"
 #include "mem/cufile.hpp"
+#include "mem/pinned.hpp"
 #include "planner/profile.hpp"
 #include "planner/residency.hpp"
 
@@ -248,6 +249,11 @@ int accio_close(accio_file* f) {
   });
   delete f;
   return rc;
+}
+
+int accio_file_fd(accio_file* f) {
+  ACCIO_CHECK(f, "accio_file_fd");
+  return guard([&] { return f->f->fd(); });
 }
 
 int64_t accio_pread(accio_file* f, void* buf, size_t size, int64_t offset) {
@@ -573,6 +579,22 @@ int accio_device_free(void* p) {
     accio::mem::cuda::free(p);
     return 0;
   });
+}
+
+int accio_host_alloc(size_t size, void** out, int* how) {
+  ACCIO_CHECK(out, "accio_host_alloc");
+  *out = nullptr;
+  return guard([&] {
+    accio::mem::Pin pin;
+    *out = accio::mem::host_alloc(size, &pin);
+    if (how) *how = static_cast<int>(pin);
+    return 0;
+  });
+}
+
+int accio_host_free(void* p) {
+  if (!p) return 0;
+  return accio::mem::host_free(p) ? 0 : fail(EINVAL, "accio_host_free", "", -1, "not memory from accio_host_alloc");
 }
 
 int accio_device_copy(void* dst, const void* src, size_t size) {

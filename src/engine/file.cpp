@@ -91,8 +91,11 @@ struct Inflight {
 
 }  // namespace
 
-std::shared_ptr<File> File::open(const std::string& path, const std::string& mode, const base::Settings& s) {
+std::shared_ptr<File> File::open(const std::string& path, const std::string& given, const base::Settings& s) {
   // "a" and "a+" do not use O_APPEND: append() reserves its range itself and pwrite keeps offsets.
+  // One "b" after the first letter is fopen's binary flag, which accio always is: "rb", "r+b", "rb+".
+  std::string mode = given;
+  if (const size_t b = mode.find('b', 1); b != std::string::npos) mode.erase(b, 1);
   int flags;
   if (mode == "r") flags = O_RDONLY;
   else if (mode == "r+" || mode == "rw") flags = O_RDWR;
@@ -100,7 +103,7 @@ std::shared_ptr<File> File::open(const std::string& path, const std::string& mod
   else if (mode == "w+") flags = O_RDWR | O_CREAT | O_TRUNC;
   else if (mode == "a") flags = O_WRONLY | O_CREAT;
   else if (mode == "a+") flags = O_RDWR | O_CREAT;
-  else throw Error(EINVAL, "open", path, base::kNoOffset, "invalid mode '" + mode + "' (use r, r+, w, w+, a or a+)");
+  else throw Error(EINVAL, "open", path, base::kNoOffset, "invalid mode '" + given + "' (use r, r+, w, w+, a or a+, optionally with b: rb, r+b)");
   return open_as(path, path, flags, s);
 }
 
@@ -445,6 +448,12 @@ void File::fsync() {
   }
   stats_.record_fsync(now_ns() - t0);
   global_stats().record_fsync(now_ns() - t0);
+}
+
+int File::fd() {
+  std::lock_guard lk(mu_);
+  if (closed_) throw Error(EBADF, "fileno", ref_.path, base::kNoOffset, "file is closed");
+  return ref_.fd;
 }
 
 uint64_t File::size() {

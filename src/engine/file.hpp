@@ -80,6 +80,7 @@ class File : public std::enable_shared_from_this<File> {
   std::vector<std::future<size_t>> submit(const std::vector<Request>& reqs, bool write);
   void fsync();
   uint64_t size();
+  int fd();      // the buffered descriptor (owned by the File); EBADF once closed
   void close();  // waits for requests in flight; further use fails with EBADF
 
   Stats stats() const { return stats_.snapshot(); }

@@ -308,15 +308,17 @@ void copy(void* dst, const void* src, size_t n) {
   check(*d, d->Memcpy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n), "cuMemcpy");
 }
 
-bool register_host(void* p, size_t n) {
+bool register_host(void* p, size_t n, const char* consequence) {
   const Driver* d = load();
   if (!d) return false;
   ContextGuard g(0);
   const CUresult rc = d->MemHostRegister(p, n, kHostRegisterPortable);
   if (rc == kSuccess || rc == kErrorHostMemoryAlreadyRegistered) return true;
-  base::warn_once("cuda-register", error_text(*d, rc, "cuMemHostRegister") +
-                                       ": staging buffers stay pageable, so host-to-device copies cannot overlap file "
-                                       "reads; free host memory or lower buffer_size/ring_depth/threads");
+  base::warn_once("cuda-register", error_text(*d, rc, "cuMemHostRegister") + ": " +
+                                       (consequence ? consequence
+                                                    : "staging buffers stay pageable, so host-to-device copies cannot "
+                                                      "overlap file reads; free host memory or lower "
+                                                      "buffer_size/ring_depth/threads"));
   return false;
 }
 

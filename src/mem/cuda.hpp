@@ -167,7 +167,8 @@ double measure_copy(int device, bool to_device, size_t bytes, size_t chunk, unsi
 
 // Page-locks and registers host memory with the driver for every context (portable). Returns false
 // (after one warning naming the cause) when the driver refuses; the memory stays usable, unpinned.
-bool register_host(void* p, size_t n);
+// consequence: what the warning says follows (default: the staging buffers' case).
+bool register_host(void* p, size_t n, const char* consequence = nullptr);
 void unregister_host(void* p);
 
 }  // namespace accio::mem::cuda

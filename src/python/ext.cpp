@@ -342,6 +342,40 @@ class HeldView {
   int dev_ = -1;
 };
 
+// Pinned host memory (accio_host_alloc) with the buffer protocol (memoryview(b), numpy.frombuffer(b)),
+// freed when the object and every view of it are gone. pinned: how the pages are held ("cuda":
+// registered with the CUDA driver, "mlock", or "pageable" when neither was allowed).
+class PinnedBuffer {
+ public:
+  explicit PinnedBuffer(size_t nbytes) : size_(nbytes) {
+    int how = ACCIO_HOST_PAGEABLE;
+    {
+      nb::gil_scoped_release nogil;  // mapping and faulting in gigabytes takes a while
+      accio::detail::check(accio_host_alloc(nbytes, &ptr_, &how));
+    }
+    how_ = how;
+  }
+  ~PinnedBuffer() { accio_host_free(ptr_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  size_t nbytes() const { return size_; }
+  uintptr_t address() const { return reinterpret_cast<uintptr_t>(ptr_); }
+  const char* pinned() const {
+    return how_ == ACCIO_HOST_CUDA ? "cuda" : how_ == ACCIO_HOST_MLOCK ? "mlock" : "pageable";
+  }
+  static int get_buffer(PyObject* self, Py_buffer* view, int flags) {
+    PinnedBuffer* b = nb::inst_ptr<PinnedBuffer>(self);
+    return PyBuffer_FillInfo(view, self, b->ptr_, static_cast<Py_ssize_t>(b->size_), 0, flags);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_;
+  int how_ = ACCIO_HOST_PAGEABLE;
+};
+
+PyType_Slot kPinnedSlots[] = {{Py_bf_getbuffer, reinterpret_cast<void*>(&PinnedBuffer::get_buffer)}, {0, nullptr}};
+
 // The result of read_into_async / write_from_async; holds the buffer until the request is done.
 class PyFuture {
  public:
@@ -544,6 +578,7 @@ class PyFile {
     f_.fsync();
   }
   uint64_t size() { return f_.size(); }
+  int fileno() { return accio::detail::check(accio_file_fd(f_.handle())); }
   void close() {
     nb::gil_scoped_release nogil;
     f_.close();
@@ -632,10 +667,11 @@ NB_MODULE(_ext, m) {
       .def("read_into", &PyFile::read_into, "buf"_a, "offset"_a, "expect"_a = nb::none())
       .def("write_from", &PyFile::write_from)
       .def("append", &PyFile::append)
-      .def("async_", &PyFile::async, nb::rv_policy::take_ownership)
+      .def("start", &PyFile::async, "buf"_a, "offset"_a, "write"_a, nb::rv_policy::take_ownership)
       .def("submit", &PyFile::submit, nb::rv_policy::take_ownership)
       .def("fsync", &PyFile::fsync)
       .def("size", &PyFile::size)
+      .def("fileno", &PyFile::fileno)
       .def("close", &PyFile::close)
       .def("plan", &PyFile::plan)
       .def("stats", &PyFile::stats)
@@ -714,6 +750,18 @@ NB_MODULE(_ext, m) {
         if (!cap) throw nb::python_error();
         return nb::steal(cap);  // a DLPack capsule that keeps self alive
       }, "Exports the memory as a DLPack capsule (stream, max_version, dl_device, copy as the array API says).");
+
+  nb::class_<PinnedBuffer>(m, "PinnedBuffer", nb::type_slots(kPinnedSlots),
+                           "Pinned host memory with the buffer protocol (see accio.pinned_empty).")
+      .def(nb::init<size_t>(), "nbytes"_a)
+      .def_prop_ro("nbytes", &PinnedBuffer::nbytes)
+      .def_prop_ro("address", &PinnedBuffer::address)
+      .def_prop_ro("pinned", &PinnedBuffer::pinned,
+                   "How the pages are held: 'cuda' (registered with the CUDA driver), 'mlock', or 'pageable'.")
+      .def("__len__", &PinnedBuffer::nbytes)
+      .def("__repr__", [](const PinnedBuffer& b) {
+        return "<accio.PinnedBuffer " + std::to_string(b.nbytes()) + " bytes, pinned=" + b.pinned() + ">";
+      });
 
   m.def("cuda_available", [] {
     char why[512];

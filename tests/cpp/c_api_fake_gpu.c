@@ -115,6 +115,13 @@ int main(void) {
   write_device(out, "gds", dev, src, n);
 
   CHECK(accio_device_free(dev) == 0);
+
+  /* Pinned host memory with a driver: registered with it (the driver then calls it pinned). */
+  void* pinned = NULL;
+  int how = -1;
+  CHECK(accio_host_alloc(n, &pinned, &how) == 0 && how == ACCIO_HOST_CUDA);
+  CHECK(accio_mem_kind(pinned, &device) == ACCIO_MEM_PINNED);
+  CHECK(accio_host_free(pinned) == 0 && accio_mem_kind(pinned, &device) == ACCIO_MEM_HOST);
   unlink(path);
   unlink(out);
   free(src);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,28 @@ int main(void) {
   CHECK(accio_open(&f, "/nonexistent/x", "r", NULL) == -ENOENT);
   CHECK(accio_last_errno() == ENOENT && strcmp(accio_last_error_op(), "open") == 0);
   CHECK(strcmp(accio_last_error_path(), "/nonexistent/x") == 0);
+  /* fopen's "b" is taken (accio is binary); the descriptor is the file's; pinned host memory. */
+  CHECK(accio_open(&f, path, "rb", NULL) == 0);
+  int ffd = accio_file_fd(f);
+  CHECK(ffd >= 0 && (fcntl(ffd, F_GETFL) & O_ACCMODE) == O_RDONLY);
+  CHECK(accio_close(f) == 0);
+  CHECK(accio_open(&f, path, "r+b", NULL) == 0 && (fcntl(accio_file_fd(f), F_GETFL) & O_ACCMODE) == O_RDWR);
+  CHECK(accio_close(f) == 0);
+  CHECK(accio_open(&f, path, "rb+", NULL) == 0 && accio_close(f) == 0);
+  CHECK(accio_open(&f, path, "bad", NULL) == -EINVAL && strstr(accio_last_error(), "invalid mode 'bad'") != NULL);
+  CHECK(accio_open(&f, path, "br", NULL) == -EINVAL && accio_open(&f, path, "rbb", NULL) == -EINVAL);
+  CHECK(accio_file_fd(NULL) == -EINVAL);
+  void* pinned = NULL;
+  int how = -1;
+  CHECK(accio_host_alloc(3 << 20, &pinned, &how) == 0 && pinned != NULL && ((uintptr_t)pinned & 4095) == 0);
+  CHECK(how == ACCIO_HOST_PAGEABLE || how == ACCIO_HOST_MLOCK || how == ACCIO_HOST_CUDA);
+  CHECK(((char*)pinned)[0] == 0 && ((char*)pinned)[(3 << 20) - 1] == 0); /* zeroed */
+  memset(pinned, 0x5a, 3 << 20);
+  CHECK(accio_host_free((char*)pinned + 4096) == -EINVAL); /* not an allocation: nothing freed */
+  CHECK(((char*)pinned)[4096] == 0x5a);
+  CHECK(accio_host_free(pinned) == 0 && accio_host_free(pinned) == -EINVAL && accio_host_free(NULL) == 0);
+  CHECK(accio_host_alloc(0, &pinned, &how) == -EINVAL && pinned == NULL);
+  CHECK(accio_host_alloc(4096, NULL, NULL) == -EINVAL);
   accio_settings_free(s);
   free(src);
   free(dst);

@@ -763,3 +763,35 @@ def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path):
     shim = subprocess.run([*ACCIO, "run", "--", sys.executable, str(prog)], env=env, capture_output=True, text=True,
                           check=True).stdout
     assert f"read {len(data)} " in shim and shim.strip().endswith("True"), shim
+
+
+def test_pinned_empty_registers_with_the_driver_and_falls_back_to_mlock(fake_lib, tmp_path):
+    """With a driver, accio.pinned_empty's memory is registered (the driver calls it pinned) and
+    unregistered when freed; when the driver refuses, it is mlock'ed, with one warning naming why."""
+    code = '''
+        import ctypes, gc, os, warnings, accio, numpy as np
+        b = accio.pinned_empty(3 << 20)
+        kind = accio._ext.mem_kind(b)[0]
+        fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
+        np.frombuffer(b, np.uint8)[:] = 7
+        d = accio.device_array(len(b))
+        accio._ext.copy(d, b)
+        addr = b.address
+        print(b.pinned, kind, d.to_bytes() == bytes([7]) * len(b))
+        del b; gc.collect()
+    '''
+    r = run_py(code, fake_lib, tmp_path)
+    assert r.stdout.split() == ["cuda", "pinned", "True"], r.stdout + r.stderr
+    r = run_py('''
+        import os, warnings
+        os.environ.pop("ACCIO_QUIET")  # run_py sets it; this test wants the warning
+        import accio
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            b = accio.pinned_empty(1 << 20)
+        print(b.pinned, accio._ext.mem_kind(b)[0])
+        print("|".join(str(x.message) for x in w))
+    ''', fake_lib, tmp_path, FAKE_CUDA_FAIL_REGISTER="1")
+    first, warned = r.stdout.splitlines()
+    assert first == "mlock host"
+    assert "cuMemHostRegister" in warned and "mlock" in warned

@@ -1,0 +1,144 @@
+"""accio.RawFile: an io.RawIOBase over an accio file, so accio sits under open()-style code.
+
+    with io.BufferedReader(accio.RawFile("data.bin", "rb", mechanism="parallel")) as f:
+        header = f.read(16); f.seek(4096); rest = f.read()
+
+It behaves as io.FileIO does (tests/python/test_rawio.py runs both side by side): readinto, read,
+readall, write, seek (SEEK_SET, SEEK_CUR, SEEK_END), tell, truncate, fileno, closed, name, mode, and
+the same errors (io.UnsupportedOperation for the wrong direction, ValueError once closed, OSError
+EINVAL for a negative position). Each read and write is one accio request at the file position, so
+large reads run the planned mechanism. The position is the RawFile's own (accio reads and writes
+at offsets): it is not the descriptor's, so os.read(f.fileno()) does not move it, nor it os.read's.
+"""
+from __future__ import annotations
+
+import errno
+import io
+import os
+TYPE_CHECKING = False  # typing costs start-up time (see __init__)
+if TYPE_CHECKING:
+    from typing import Any
+
+from . import _ext
+from ._defaults import _resolve
+
+# FileIO's mode attribute for each open mode ("r+" -> "rb+").
+_MODES = {"r": "rb", "w": "wb", "a": "ab", "r+": "rb+", "w+": "rb+", "a+": "ab+"}
+
+
+class RawFile(io.RawIOBase):
+    """An accio file as an unbuffered binary stream (io.RawIOBase). mode: r, w, a, r+, w+, a+, each
+    with or without b. mechanism and other keywords: as accio.open()."""
+
+    def __init__(self, path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
+                 **settings: Any) -> None:
+        plain = mode.replace("b", "", 1) if mode[1:].count("b") == 1 else mode
+        if plain not in _MODES:
+            raise ValueError(f"invalid mode: {mode!r} (use r, w, a, r+, w+ or a+, each with or without b)")
+        self._f = _ext.File(os.fspath(path), plain, _resolve({"mechanism": mechanism, **settings}))
+        self.name = path
+        self.mode = _MODES[plain]
+        self._readable = plain != "w" and plain != "a"
+        self._writable = plain != "r"
+        self._append = plain.startswith("a")
+        self._pos = self._f.size() if self._append else 0  # FileIO starts appends at the end
+
+    def __repr__(self) -> str:
+        return f"<accio.RawFile name={self.name!r} mode={self.mode!r}{' closed' if self.closed else ''}>"
+
+    def _check(self, need: str | None = None) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        if need == "reading" and not self._readable or need == "writing" and not self._writable:
+            raise io.UnsupportedOperation(f"File not open for {need}")
+
+    def readable(self) -> bool:
+        self._check()
+        return self._readable
+
+    def writable(self) -> bool:
+        self._check()
+        return self._writable
+
+    def seekable(self) -> bool:
+        self._check()
+        return True
+
+    def readinto(self, b) -> int:
+        self._check("reading")
+        n = self._f.read_into(b, self._pos, None)
+        self._pos += n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        self._check("reading")
+        return super().read(size)
+
+    def readall(self) -> bytes:
+        self._check()
+        if not self._readable:  # FileIO reads the descriptor here, which refuses
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        buf = bytearray(max(self._f.size() - self._pos, 0))
+        n = self._f.read_into(buf, self._pos, None) if buf else 0
+        del buf[n:]
+        self._pos += n
+        while True:  # the file grew after size() (as FileIO, read to the end)
+            more = bytearray(1 << 16)
+            got = self._f.read_into(more, self._pos, None)
+            if not got:
+                return bytes(buf)
+            buf += more[:got]
+            self._pos += got
+
+    def write(self, b) -> int:
+        self._check("writing")
+        if self._append:  # as O_APPEND: at the end, whatever the position
+            offset, n = self._f.append(b)
+            self._pos = offset + n
+            return n
+        n = self._f.write_from(b, self._pos)
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._check()
+        offset = offset.__index__()
+        if whence == os.SEEK_SET:
+            pos = offset
+        elif whence == os.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == os.SEEK_END:
+            pos = self._f.size() + offset
+        else:
+            raise ValueError(f"invalid whence ({whence}, should be {os.SEEK_SET}, {os.SEEK_CUR} or {os.SEEK_END})")
+        if pos < 0:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        self._pos = pos
+        return pos
+
+    def tell(self) -> int:
+        self._check()
+        return self._pos
+
+    def truncate(self, size: int | None = None) -> int:
+        self._check("writing")
+        size = self._pos if size is None else size.__index__()
+        os.ftruncate(self._f.fileno(), size)
+        return size
+
+    def fileno(self) -> int:
+        self._check()
+        return self._f.fileno()
+
+    def isatty(self) -> bool:
+        self._check()
+        return False
+
+    def close(self) -> None:
+        f = getattr(self, "_f", None)  # None: __init__ failed before opening
+        if self.closed or f is None:
+            return super().close()
+        try:
+            f.close()
+        finally:
+            super().close()

@@ -1,0 +1,144 @@
+"""accio.RawFile against io.FileIO, side by side: the same operations on two copies of a file, the
+same results, positions, errors and resulting bytes (issue 21: accio under open()-style code)."""
+from __future__ import annotations
+
+import errno
+import io
+import os
+
+import pytest
+
+import accio
+
+MODES = ["r", "rb", "w", "wb", "a", "ab", "r+", "r+b", "rb+", "w+", "wb+", "a+", "ab+"]
+FILEIO_MODE = {"r": "r", "w": "w", "a": "a", "r+": "r+", "w+": "w+", "a+": "a+"}
+
+
+def pair(tmp_path, mode, content=b""):
+    """(FileIO, RawFile) on two files with the same content, opened in mode."""
+    paths = []
+    for name in ("fileio", "accio"):
+        p = tmp_path / name
+        p.write_bytes(content)
+        paths.append(p)
+    plain = mode.replace("b", "")
+    return io.FileIO(paths[0], FILEIO_MODE[plain]), accio.RawFile(paths[1], mode, mechanism="posix"), paths
+
+
+def outcome(fn):
+    """What a call gives: ('ok', value) or ('raises', type, errno)."""
+    try:
+        v = fn()
+    except Exception as e:  # noqa: BLE001 - the point is to compare whatever happens
+        return ("raises", type(e).__name__ if not isinstance(e, io.UnsupportedOperation) else "Unsupported",
+                getattr(e, "errno", None))
+    return ("ok", bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else v)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_gives_fileios_answers(tmp_path, mode):
+    content = bytes(range(256)) * 40
+    ref, raw, paths = pair(tmp_path, mode, content)
+    with ref, raw:
+        assert raw.mode == ref.mode
+        for q in ("readable", "writable", "seekable", "isatty", "tell"):
+            assert outcome(getattr(raw, q)) == outcome(getattr(ref, q)), q
+        steps = [
+            lambda f: f.read(10), lambda f: f.write(b"hello"), lambda f: f.tell(), lambda f: f.seek(3),
+            lambda f: f.read(4), lambda f: f.seek(-2, os.SEEK_CUR), lambda f: f.write(bytearray(b"XY")),
+            lambda f: f.tell(), lambda f: f.seek(-7, os.SEEK_END), lambda f: f.read(), lambda f: f.read(),
+            lambda f: f.seek(100000), lambda f: f.read(5), lambda f: f.write(memoryview(b"far")),
+            lambda f: f.tell(), lambda f: f.seek(-1), lambda f: f.tell(), lambda f: f.seek(0),
+            lambda f: f.readall(), lambda f: f.truncate(50), lambda f: f.tell(), lambda f: f.seek(0, os.SEEK_END),
+            lambda f: f.truncate(), lambda f: f.seek(0), lambda f: f.read(1 << 20),
+        ]
+        for i, step in enumerate(steps):
+            assert outcome(lambda: step(raw)) == outcome(lambda: step(ref)), f"step {i} in mode {mode}"
+    assert paths[1].read_bytes() == paths[0].read_bytes()
+
+
+def test_readinto_fills_any_writable_buffer_and_stops_at_eof(tmp_path):
+    ref, raw, _ = pair(tmp_path, "rb", os.urandom(1000))
+    with ref, raw:
+        for size in (0, 1, 300, 4096):
+            a, b = bytearray(size), bytearray(size)
+            assert raw.readinto(a) == ref.readinto(b)
+            assert a == b
+        a = memoryview(bytearray(64)).cast("I")  # items of 4 bytes: a count of bytes, as FileIO
+        assert raw.readinto(a) == 0 == ref.readinto(memoryview(bytearray(64)).cast("I"))
+
+
+def test_closed_file_raises_valueerror_everywhere_and_close_is_idempotent(tmp_path):
+    ref, raw, _ = pair(tmp_path, "r+b", b"abc")
+    ref.close()
+    raw.close()
+    raw.close()
+    assert raw.closed and ref.closed
+    for op in (lambda f: f.read(1), lambda f: f.write(b"x"), lambda f: f.seek(0), lambda f: f.tell(),
+               lambda f: f.fileno(), lambda f: f.readinto(bytearray(1)), lambda f: f.readall(),
+               lambda f: f.truncate(0), lambda f: f.readable()):
+        assert outcome(lambda: op(raw)) == outcome(lambda: op(ref)) == ("raises", "ValueError", None)
+
+
+def test_bad_modes_and_whence_are_refused_with_a_clear_error(tmp_path):
+    p = tmp_path / "f"
+    p.write_bytes(b"x")
+    for mode in ("", "rw+", "br", "rbb", "x", "rt", "q"):
+        with pytest.raises(ValueError, match="invalid mode"):
+            accio.RawFile(p, mode)
+    with accio.RawFile(p) as f, pytest.raises(ValueError, match="whence"):
+        f.seek(0, 7)
+    with pytest.raises(FileNotFoundError):
+        accio.RawFile(tmp_path / "missing")
+
+
+def test_negative_seek_is_einval_and_keeps_the_position(tmp_path):
+    ref, raw, _ = pair(tmp_path, "rb", b"0123456789")
+    with ref, raw:
+        raw.seek(4), ref.seek(4)
+        for f in (raw, ref):
+            with pytest.raises(OSError) as e:
+                f.seek(-5, os.SEEK_CUR)
+            assert e.value.errno == errno.EINVAL
+        assert raw.tell() == ref.tell() == 4
+
+
+def test_buffered_reader_writer_and_textiowrapper_run_on_top(tmp_path):
+    lines = [f"line {i}: {'x' * (i % 97)}\n" for i in range(5000)]
+    p = tmp_path / "text"
+    with io.TextIOWrapper(io.BufferedWriter(accio.RawFile(p, "wb")), encoding="utf-8") as t:
+        t.writelines(lines)
+    assert p.read_text() == "".join(lines)
+    with io.BufferedReader(accio.RawFile(p, "rb"), buffer_size=1 << 16) as r:
+        assert r.readline().decode() == lines[0]
+        r.seek(-len(lines[-1]), os.SEEK_END)
+        assert r.read().decode() == lines[-1]
+    with io.TextIOWrapper(io.BufferedReader(accio.RawFile(p)), encoding="utf-8") as t:
+        assert t.readlines() == lines
+    with io.BufferedRandom(accio.RawFile(p, "r+b")) as r:
+        r.seek(5)
+        r.write(b"#")
+        r.flush()
+    assert p.read_bytes()[:7] == b"line #:"
+
+
+def test_append_mode_writes_at_the_end_whatever_the_position(tmp_path):
+    ref, raw, paths = pair(tmp_path, "ab+", b"start")
+    with ref, raw:
+        for f in (ref, raw):
+            f.seek(0)
+            assert f.write(b"-end") == 4
+            assert f.tell() == 9
+            f.seek(0)
+            assert f.read() == b"start-end"
+    assert paths[0].read_bytes() == paths[1].read_bytes() == b"start-end"
+
+
+def test_fileno_is_the_files_descriptor_and_the_position_is_the_rawfiles_own(tmp_path):
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    with accio.RawFile(p, "rb") as f:
+        st = os.fstat(f.fileno())
+        assert (st.st_ino, st.st_size) == (os.stat(p).st_ino, 10)
+        assert os.read(f.fileno(), 3) == b"012"  # the descriptor's offset...
+        assert f.read(2) == b"01"                # ...is not the RawFile's
