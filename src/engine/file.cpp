@@ -232,7 +232,9 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
   }
   const bool fixed = planner_->fixed();
   const std::string& was = settings_.mechanism;  // the mechanism set, or "auto"
-  const io::Mechanism* m = io::find(t.on_device() ? "staged" : "parallel");
+  // GPU reads under auto: pagecache, which itself sends writes, small reads and ranges not in the
+  // page cache through staged.
+  const io::Mechanism* m = io::find(!t.on_device() ? "parallel" : fixed ? "staged" : "pagecache");
   if (t.on_device()) {
     io::IoContext ctx{ref_, settings_, ThreadPool::shared(), t};
     m = &m->resolve(ctx);
@@ -255,7 +257,10 @@ uint64_t File::min_accelerated(bool write) const { return planner_->min_accelera
 
 std::vector<planner::PlanStat> File::plan_stats() const {
   const Stats s = stats_.snapshot();
-  return planner_->stats(s.reads + s.writes, s.bytes_read + s.bytes_written);
+  std::vector<planner::PlanStat> out = planner_->stats(s.reads + s.writes, s.bytes_read + s.bytes_written);
+  for (const io::Mechanism* m : io::all())
+    for (io::Detail& d : m->details(ref_.id)) out.push_back({std::move(d.path), std::move(d.why), d.calls, d.bytes});
+  return out;
 }
 
 bool File::valid(const void* buf, size_t n, uint64_t off) {
@@ -281,9 +286,11 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
   try {
     for (;;) {
       other = for_target(*choice.plan->mechanism, target, nullptr);
-      m = other ? other : choice.plan->mechanism;
+      const io::IoContext ctx{ref_, other ? settings_ : choice.plan->settings, ThreadPool::shared(), target,
+                              settings_.cache_probe == "off" ? nullptr : &planner::resident};
+      m = &(other ? other : choice.plan->mechanism)->route(ctx, n, write);
       try {
-        got = move(*m, {ref_, other ? settings_ : choice.plan->settings, ThreadPool::shared(), target}, buf, n, off, write);
+        got = move(*m, ctx, buf, n, off, write);
         break;
       } catch (const Error& e) {
         // A GPU buffer taken for host memory because libcuda arrived after this thread last looked
