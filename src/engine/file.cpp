@@ -205,20 +205,23 @@ planner::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
-  const io::Mechanism& m = *choose(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1).plan->mechanism;
-  const io::Mechanism* other = for_target(m, mem::cuda::classify(buf), nullptr);
-  return other ? *other : m;
+  const planner::Choice c = choose(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1);
+  const mem::cuda::Target target = mem::cuda::classify(buf);
+  const io::Mechanism* other = for_target(*c.plan->mechanism, target, nullptr);
+  return (other ? other : c.plan->mechanism)->route({ref_, other ? settings_ : c.plan->settings, ThreadPool::shared(), target}, n, write);
 }
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
   const planner::Choice c = choose(buf, n, off, write, g_inflight->load() + 1);
   const mem::cuda::Target target = mem::cuda::classify(buf, true);
-  std::string target_why;
-  if (const io::Mechanism* m = for_target(*c.plan->mechanism, target, &target_why)) {
-    const std::string name = m->name();
-    return {name, name, target_why};
-  }
-  return {c.plan->mechanism->name(), c.plan->label, planner_->why(c.route)};
+  std::string why;
+  const io::Mechanism* other = for_target(*c.plan->mechanism, target, &why);
+  const io::Mechanism* m = other ? other : c.plan->mechanism;
+  const io::Mechanism& r = m->route({ref_, other ? settings_ : c.plan->settings, ThreadPool::shared(), target}, n, write);
+  if (!other) why = planner_->why(c.route);
+  if (&r != m) why += std::string("; ") + m->name() + " hands this request to " + r.name();
+  if (other || &r != m) return {r.name(), r.name(), why};
+  return {c.plan->mechanism->name(), c.plan->label, why};
 }
 
 const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <list>
@@ -125,7 +126,7 @@ struct PinCache {
   };
   std::mutex mu;
   std::list<Entry> lru;  // most recently used first
-  size_t bytes = 0;
+  std::atomic<size_t> bytes{0};
 
   // A kept registration of `path` as it is now (`id`) covering [off, off+len); drops the path's
   // registrations of other contents.
@@ -150,10 +151,20 @@ struct PinCache {
   }
   void keep(const std::string& path, const Identity& id, std::shared_ptr<Pin> pin, size_t limit) {
     if (pin->size() > limit) return;
-    std::list<Entry> evicted;
+    std::list<Entry> evicted;  // unregistered after the lock is released
     std::lock_guard lk(mu);
     bytes += pin->size();
     lru.push_front(Entry{path, id, std::move(pin)});
+    trim_locked(limit, evicted);
+  }
+  // Drops the least recently used registrations until at most `limit` bytes stay kept (a read with
+  // a lower pagecache_pin_limit than earlier ones, 0 included, releases what they kept).
+  void trim(size_t limit) {
+    std::list<Entry> evicted;
+    std::lock_guard lk(mu);
+    trim_locked(limit, evicted);
+  }
+  void trim_locked(size_t limit, std::list<Entry>& evicted) {
     while (bytes > limit) {
       bytes -= lru.back().pin->size();
       evicted.splice(evicted.end(), lru, std::prev(lru.end()));
@@ -235,6 +246,8 @@ class PageCache final : public Mechanism {
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
     const Mechanism& staged = *find("staged");
     if (n < static_cast<uint64_t>(kMin.num(c.settings))) return staged.read(c, buf, n, off);
+    if (PinCache& pins = g_pins.get(); pins.bytes > static_cast<size_t>(kPinLimit.num(c.settings)))
+      pins.trim(static_cast<size_t>(kPinLimit.num(c.settings)));
     const struct stat st = stat_of(c);
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     if (off >= size) return 0;
