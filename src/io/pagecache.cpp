@@ -385,7 +385,8 @@ class PageCache final : public Mechanism {
   mutable std::map<uint64_t, std::map<std::string, Tally>> tallies_;  // file id -> reason -> counts
 };
 
-ACCIO_REGISTER_MECHANISM(PageCache, "threads", "pagecache_min", "pagecache_chunk", "pagecache_pin_limit",
-                         "cache_probe", "direct", "buffer_size", "ring_depth", "huge_pages");
+// The chunks it reads through staged read staged's settings (direct, buffer_size, ring_depth,
+// huge_pages): the table lists them under staged.
+ACCIO_REGISTER_MECHANISM(PageCache, "threads", "pagecache_min", "pagecache_chunk", "pagecache_pin_limit");
 }  // namespace
 }  // namespace accio::io
