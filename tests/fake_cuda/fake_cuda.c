@@ -293,6 +293,18 @@ EXPORT CUresult cuMemGetInfo_v2(size_t* free_b, size_t* total) {
   *free_b = *total - g_used[0];
   return OK;
 }
+/* Copies n bytes at p into out as the kernel would (a fault is an error, never SIGBUS):
+ * process_vm_readv, or where a sandbox refuses it, a write into a memfd read back. */
+static int pin_copy(char* out, const void* p, size_t n) {
+  struct iovec local = {out, n}, remote = {(void*)p, n};
+  ssize_t r = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  if (r >= 0 || (errno != EPERM && errno != ENOSYS)) return r == (ssize_t)n;
+  int fd = memfd_create("fake-pin", MFD_CLOEXEC);
+  if (fd < 0) return 0;
+  int ok = write(fd, p, n) == (ssize_t)n && pread(fd, out, n, 0) == (ssize_t)n;
+  close(fd);
+  return ok;
+}
 EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
   if (!have_ctx()) return E_INVALID_CONTEXT;
   CUresult rc = OK;
@@ -302,8 +314,7 @@ EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
   else if (flags & REGISTER_READ_ONLY) {
     /* Pin: take the bytes now. A page that cannot be read (beyond end of file) fails the pin. */
     snap = malloc(n ? n : 1);
-    struct iovec local = {snap, n}, remote = {p, n};
-    if (!snap || process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)n) rc = E_INVALID_VALUE;
+    if (!snap || !pin_copy(snap, p, n)) rc = E_INVALID_VALUE;
   }
   pthread_mutex_lock(&g_mu);
   const long memlock = env_long("FAKE_CUDA_MEMLOCK", -1);
