@@ -249,6 +249,7 @@ class PageCache final : public Mechanism {
     if (PinCache& pins = g_pins.get(); pins.bytes > static_cast<size_t>(kPinLimit.num(c.settings)))
       pins.trim(static_cast<size_t>(kPinLimit.num(c.settings)));
     const struct stat st = stat_of(c);
+    if (!S_ISREG(st.st_mode)) return staged.read(c, buf, n, off);  // no page cache to map (a pipe, a device)
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     if (off >= size) return 0;
     n = static_cast<size_t>(std::min<uint64_t>(n, size - off));

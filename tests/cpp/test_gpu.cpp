@@ -795,6 +795,21 @@ TEST(Gpu, PagecacheReadsHotColdAndHalfResidentFiles) {
   accio_settings_free(s);
 }
 
+// A file with no page cache to map (a character device: size 0, pread works) is read staged.
+TEST(Gpu, PagecacheReadsACharacterDeviceThroughStaged) {
+  REQUIRE_GPU();
+  const size_t n = 3u << 20;
+  DeviceMem dev(n, false);
+  ASSERT_EQ(accio_device_copy(dev.p, pattern(n, 41).data(), n), 0);
+  accio_settings* s = pagecache();
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, "/dev/zero", "r", s), 0) << accio_last_error();
+  ASSERT_EQ(accio_pread(f, dev.p, n, 4096), static_cast<int64_t>(n)) << accio_last_error();
+  EXPECT_TRUE(from_device(dev.p, n) == std::vector<char>(n, 0));
+  accio_close(f);
+  accio_settings_free(s);
+}
+
 // Writes, and reads below pagecache_min, run staged: no registration for small requests.
 TEST(Gpu, PagecacheSendsWritesAndSmallReadsToStaged) {
   REQUIRE_GPU();
