@@ -1422,6 +1422,31 @@ class ManyReads(Contender):
         self.f.close()
 
 
+def best_thread_counts(s: Section, hot: list[dict]) -> None:
+    """The issue-24 goals at each contender's best thread count: pagecache's first read at its best
+    group against each peer at its own best (an unpaired ratio: the groups ran in different rounds)."""
+    def best(name):
+        runs = [(g["contenders"][name]["median"], g) for g in hot if g["contenders"].get(name, {}).get("check") == "ok"
+                and g["contenders"][name].get("n", 0) > 0]
+        return max(runs, key=lambda x: x[0])[1] if runs else None
+    first = "accio pagecache first read"
+    out = s.doc["best_thread_counts"] = []
+    ga = best(first)
+    for peer, target in (("pinned h2d", 0.9), ("kvikio compat", 1.15), ("accio staged", 1.15)):
+        gb = best(peer)
+        row = {"a": first, "b": peer, "goal": target}
+        if not ga or not gb:
+            row["withheld"] = f"no checked samples of {first if not ga else peer}"
+        else:
+            sa = [x for x in ga["contenders"][first]["samples_mib_s"] if x is not None]
+            sb = [x for x in gb["contenders"][peer]["samples_mib_s"] if x is not None]
+            r = stats.ratio(sa, sb, paired=False)
+            row.update(r.as_dict(), a_threads=ga["params"]["threads"], b_threads=gb["params"]["threads"],
+                       verdict=stats.verdict(r), goal_verdict=stats.goal(r, target))
+        out.append(row)
+    s.rec.save()
+
+
 def sec_zerocopy(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
     s = Section(rec, "zerocopy", {"size": a.size, "threads": a.threads, "rounds": a.rounds_of("zerocopy")},
                 a.budget_s)
@@ -1454,6 +1479,7 @@ def sec_zerocopy(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
             for h in handles:
                 h.close()
         s.rec.save()
+    best_thread_counts(s, [g for g in s.doc["groups"] if g["label"].startswith("hot, ")])
     t = max(a.threads)
     half = ref.size // 2 // PAGE * PAGE
 

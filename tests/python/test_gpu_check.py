@@ -345,6 +345,9 @@ def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fak
     first = next(c for c in zc[0]["comparisons"] if c["a"] == "accio pagecache first read" and c["b"] == "pinned h2d")
     assert first["goal"] == 0.9 and first["goal_verdict"] in ("met", "missed", "undecided")
     assert zc[2]["contenders"]["accio pagecache"]["ran"] == "pagecache"
+    best = doc["sections"]["zerocopy"]["best_thread_counts"]
+    assert [(r["b"], r["goal"]) for r in best] == [("pinned h2d", 0.9), ("kvikio compat", 1.15), ("accio staged", 1.15)]
+    assert best[0]["method"] == "unpaired" and best[0]["a_threads"] in (2, 4) and "withheld" in best[1]
     assert zc[3]["contenders"]["auto 1 MiB"]["ran"] == "staged" and zc[3]["contenders"]["staged 4 KiB"]["ran"] == "staged"
     assert "skipped" in naive["contenders"]["torch from_numpy(np.fromfile()).cuda()"]
     w = doc["sections"]["write"]["groups"]
