@@ -743,10 +743,11 @@ def test_torch_round_trip_and_read_to_device(mech, tmp_path):
     assert c.device.type == "cpu" and c.numpy().tobytes() == data.tobytes()
 
 
-def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path):
+@pytest.mark.parametrize("size", [3 << 20, (9 << 20) + 5])
+def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path, size):
     """An unmodified program's read(2) into GPU memory fails with EFAULT; under `accio run` the shim
-    hands it to the engine, which sees a device pointer and runs staged."""
-    data = os.urandom(3 << 20)
+    hands it to the engine, which sees a device pointer and runs staged (pagecache from 8 MiB)."""
+    data = os.urandom(size)
     (tmp_path / "in").write_bytes(data)
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent(f"""
