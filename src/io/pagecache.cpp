@@ -47,7 +47,8 @@ const base::Knob kChunk{{"pagecache_chunk", "ACCIO_PAGECACHE_CHUNK",
                         [](base::SettingValue& v) { v.num = (v.num + 4095) & ~int64_t{4095}; }};
 const base::Knob kPinLimit{{"pagecache_pin_limit", "ACCIO_PAGECACHE_PIN_LIMIT",
                             "page-cache bytes pagecache keeps registered (pinned) after a read, for files read "
-                            "again; dropped when the file changes; 0 = unregister after every read",
+                            "again; dropped when the file changes; 0 = unregister after every read (and "
+                            "leave what other handles keep)",
                             "size", "0", 0, int64_t{1} << 50}};
 
 uint64_t page_size() {
@@ -158,7 +159,7 @@ struct PinCache {
     trim_locked(limit, evicted);
   }
   // Drops the least recently used registrations until at most `limit` bytes stay kept (a read with
-  // a lower pagecache_pin_limit than earlier ones, 0 included, releases what they kept).
+  // a lower pagecache_pin_limit than earlier ones releases what they kept).
   void trim(size_t limit) {
     std::list<Entry> evicted;
     std::lock_guard lk(mu);
@@ -246,8 +247,10 @@ class PageCache final : public Mechanism {
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
     const Mechanism& staged = *find("staged");
     if (n < static_cast<uint64_t>(kMin.num(c.settings))) return staged.read(c, buf, n, off);
-    if (PinCache& pins = g_pins.get(); pins.bytes > static_cast<size_t>(kPinLimit.num(c.settings)))
-      pins.trim(static_cast<size_t>(kPinLimit.num(c.settings)));
+    // A read with a limit releases what no longer fits in it; one with 0 leaves the cache alone
+    // (neither uses nor keeps registrations), so handles that keep none do not empty it.
+    if (const auto limit = static_cast<size_t>(kPinLimit.num(c.settings)); limit && g_pins->bytes > limit)
+      g_pins->trim(limit);
     const struct stat st = stat_of(c);
     if (!S_ISREG(st.st_mode)) return staged.read(c, buf, n, off);  // no page cache to map (a pipe, a device)
     const uint64_t size = static_cast<uint64_t>(st.st_size);

@@ -970,12 +970,17 @@ TEST(FakeGpu, PagecacheRegistrationCacheAndItsInvalidation) {
   read_all(data, "new inode");
   EXPECT_LE(counters().registered_bytes - a.registered_bytes, 4u << 20) << "stale registrations were released";
 
-  // The limit bounds what stays pinned; a read with pagecache_pin_limit 0 releases it all.
+  // A read with pagecache_pin_limit 0 leaves what others keep; a lower limit bounds what stays
+  // pinned, and one below a chunk releases it all.
+  const uint64_t kept = counters().registered_bytes;
+  accio_settings_set(s, "pagecache_pin_limit", "0");
+  read_all(data, "limit 0");
+  EXPECT_EQ(counters().registered_bytes, kept) << "a handle that keeps nothing leaves the cache alone";
   accio_settings_set(s, "pagecache_pin_limit", "2MiB");
   read_all(data, "small limit");
   EXPECT_LE(counters().registered_bytes - a.registered_bytes, 2u << 20);
-  accio_settings_set(s, "pagecache_pin_limit", "0");
-  read_all(data, "no limit");
+  accio_settings_set(s, "pagecache_pin_limit", "4KiB");
+  read_all(data, "limit below a chunk");
   const FakeCounters c = counters();
   EXPECT_EQ(c.registered_bytes, a.registered_bytes) << "nothing stays pinned";
   EXPECT_EQ(c.unregister_busy, a.unregister_busy);
