@@ -17,8 +17,8 @@ import sys
 
 USAGE = 2
 FAILURE = 1
-# accio run, as env(1): the program's own status, or one of these
-RUN_OWN_ERROR, RUN_CANNOT_EXECUTE, RUN_NOT_FOUND = 125, 126, 127
+# accio run, as env(1): the program's own status, or _ext.RUN_OWN_ERROR (125), RUN_CANNOT_EXECUTE
+# (126), RUN_NOT_FOUND (127): defined once, with the native launcher (src/preload/run_cli.h).
 
 
 class UsageError(Exception):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from . import __version__
-from ._usage import FAILURE, RUN_OWN_ERROR, USAGE, UsageError, describe, report
+from ._usage import FAILURE, USAGE, UsageError, describe, report
 
 
 def _cmd_info(args) -> int:
@@ -61,11 +61,6 @@ def _cmd_tune(args) -> int:
     return tune.main(args)
 
 
-def _cmd_run(args) -> int:
-    from . import run
-    return run.main(args)
-
-
 def _cmd_offload_bench(args) -> int:
     from . import offload_bench
     return offload_bench.main(args)
@@ -105,7 +100,9 @@ def build_parser():
                        epilog="examples:\n  accio bench --preset quick --report report.html\n"
                        "  accio bench -T write+sync,cold-read -s 1g -r 1m,16m -t 1,2 --json out.json\n"
                        "  mpirun -np 4 accio bench --preset ior --layout fpp,shared\n"
-                       "  accio bench compare A.json B.json\n"
+                       "  accio bench -T random-read -r 4k -Q 1,4,16 --runtime 10s --json qd.json\n"
+                       "  accio bench compare A.json B.json   (verdicts: faster, slower, within noise)\n"
+                       "  accio bench report run.json -o run.html   (redraw the report of a run)\n"
                        "  accio bench safetensors model.safetensors --device cuda:0 --json st.json"
                        "   (checkpoint loading vs safetensors, fastsafetensors; --help for its options)")
     add_arguments(s)
@@ -140,45 +137,25 @@ def build_parser():
 
 
 def _add_run_parser(sub) -> None:
-    import argparse
-    from .run import add_arguments as run_arguments
-    s = sub.add_parser("run", help="run an unmodified program with accelerated read/write (LD_PRELOAD)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="Runs PROGRAM with accio's preload shim: reads and writes of at least "
-                       "the threshold on regular files go through the engine (auto, or --mechanism), "
-                       "everything else straight to libc. Returns the program's exit status.",
-                       epilog="examples:\n  accio run -- dd if=big.bin of=/dev/null bs=64M\n"
-                       "  accio run --stats -- python train.py\n"
-                       "  accio run --threshold 256k --stats-json io.json -- tar cf out.tar data/")
-    run_arguments(s)
-    s.set_defaults(func=_cmd_run)
+    """`run` in `accio --help`, its options from the launcher's table; main() hands `accio run ...`
+    to the native launcher unread (`accio run --help` is the launcher's own)."""
+    from .run import usage_line
+    sub.add_parser("run", help=f"run an unmodified program with accelerated read/write (LD_PRELOAD): {usage_line()}")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from ._log import plain_stderr
     plain_stderr()
-    if argv[:2] == ["bench", "compare"]:
-        from .bench import compare_main
-        return _guarded("bench compare", compare_main, argv[2:])
-    if argv[:2] == ["bench", "safetensors"]:
-        from .bench.checkpoint import main as safetensors_main
-        return _guarded("bench safetensors", safetensors_main, argv[2:])
-    if argv[:1] == ["run"]:  # a launcher: skip argparse and the other commands when it can
+    if argv[:1] == ["bench"] and argv[1:2]:
+        from .bench import SUBCOMMANDS, subcommand  # accio bench compare|report|safetensors: their own parsers
+        if argv[1] == "run":  # accio bench run ... is accio bench ...
+            argv = ["bench", *argv[2:]]
+        elif argv[1] in SUBCOMMANDS:
+            return _guarded(f"bench {argv[1]}", subcommand(argv[1]), argv[2:])
+    if argv[:1] == ["run"]:  # the native launcher parses run's options (one table: run_cli.h)
         from . import run
-        if (quick := run.quick_parse(argv[1:])) is not None:
-            return _guarded("run", run.main, quick)
-        import argparse
-        parser = argparse.ArgumentParser(prog="accio")
-        _add_run_parser(parser.add_subparsers(dest="command"))
-        try:
-            args = parser.parse_args(argv)
-        except SystemExit as e:  # argparse's usage errors are accio's own errors under run: 125, as env
-            if e.code == USAGE and "-t" in argv[1:argv.index("--") if "--" in argv else len(argv)]:
-                report("run", "-t is not an option of run (in `accio bench` it is the thread count); "
-                       "the threshold is --threshold or -l")
-            return RUN_OWN_ERROR if e.code == USAGE else int(e.code or 0)
-        return _guarded("run", args.func, args)
+        return run.launch(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -189,16 +166,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _guarded(command: str, func, args) -> int:
     """Runs a sub-command: UsageError is exit 2, OSError and RuntimeError (it ran and failed) 1,
-    each as one line `accio COMMAND: sentence`; under `accio run` both are 125 (accio's own)."""
-    run = command == "run"
+    each as one line `accio COMMAND: sentence`. (`accio run` is the native launcher's: 125/126/127.)"""
     try:
         return func(args)
     except UsageError as e:
         report(command, str(e))
-        return RUN_OWN_ERROR if run else USAGE
+        return USAGE
     except (OSError, RuntimeError) as e:
         report(command, describe(e))
-        return RUN_OWN_ERROR if run else FAILURE
+        return FAILURE
     except KeyboardInterrupt:
         return 130
 

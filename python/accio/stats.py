@@ -77,7 +77,7 @@ class Ratio:
     high: float
     n_a: int
     n_b: int
-    method: str  # "paired" or "unpaired"
+    method: str  # "paired", "unpaired", or "geomean" (of cells; n_a = n_b = the cells)
     confidence: float = CONFIDENCE
 
     def as_dict(self) -> dict:
@@ -101,6 +101,17 @@ def ratio(a: Sequence[float], b: Sequence[float], *, paired: bool | None = None,
     """a over b (rates: > 1 means a is faster) with a percentile-bootstrap interval. paired=None
     pairs the samples when there are as many of a as of b (one each per interleaved round)."""
     import numpy as np
+    a, b, paired = _checked(a, b, paired)
+    est, boot = _bootstrap(a, b, paired, resamples, np.random.default_rng(seed))
+    alpha = (1 - confidence) / 2
+    boot = np.sort(boot)
+    return Ratio(est, _quantile(boot, alpha), _quantile(boot, 1 - alpha), len(a), len(b),
+                 "paired" if paired else "unpaired", confidence)
+
+
+def _checked(a, b, paired: bool | None) -> tuple[list[float], list[float], bool]:
+    """a and b as floats, and whether they pair (None: when there are as many of each); ValueError
+    for an empty side, a sample that is not positive and finite, or a pairing of unequal counts."""
     a, b = [float(x) for x in a], [float(x) for x in b]
     if not a or not b:
         raise ValueError("ratio needs at least one sample on each side")
@@ -110,17 +121,36 @@ def ratio(a: Sequence[float], b: Sequence[float], *, paired: bool | None = None,
         paired = len(a) == len(b)
     if paired and len(a) != len(b):
         raise ValueError(f"paired ratio needs as many samples on each side ({len(a)} vs {len(b)})")
-    rng = np.random.default_rng(seed)
-    alpha = (1 - confidence) / 2
+    return a, b, paired
+
+
+def _bootstrap(a, b, paired: bool, resamples: int, rng):
+    """The ratio's estimate and its bootstrap replicates (unsorted)."""
     if paired:
         per_round = [x / y for x, y in zip(a, b)]
-        est = statistics.median(per_round)
-        boot = np.sort(_boot_medians(per_round, resamples, rng))
-    else:
-        est = statistics.median(a) / statistics.median(b)
-        boot = np.sort(_boot_medians(a, resamples, rng) / _boot_medians(b, resamples, rng))
-    return Ratio(est, _quantile(boot, alpha), _quantile(boot, 1 - alpha), len(a), len(b),
-                 "paired" if paired else "unpaired", confidence)
+        return statistics.median(per_round), _boot_medians(per_round, resamples, rng)
+    return statistics.median(a) / statistics.median(b), _boot_medians(a, resamples, rng) / _boot_medians(b, resamples, rng)
+
+
+def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]], *, confidence: float = CONFIDENCE,
+                  resamples: int = RESAMPLES, seed: int = 0) -> Ratio:
+    """The geometric mean over cells of the ratio a/b, each cell given as (a, b, paired), with a
+    bootstrap interval: every cell resampled as ratio() resamples it, the geometric mean taken per
+    replicate. How `accio tune --evaluate` compares auto with a fixed mechanism over a whole grid."""
+    import numpy as np
+    if not pairs:
+        raise ValueError("geomean_ratio needs at least one cell")
+    rng = np.random.default_rng(seed)
+    logs, boot = [], np.zeros(resamples)
+    for a, b, paired in pairs:
+        est, reps = _bootstrap(*_checked(a, b, paired), resamples, rng)
+        logs.append(math.log(est))
+        boot += np.log(reps)
+    boot = np.sort(np.exp(boot / len(pairs)))
+    alpha = (1 - confidence) / 2
+    n = len(pairs)
+    return Ratio(math.exp(sum(logs) / n), _quantile(boot, alpha), _quantile(boot, 1 - alpha), n, n, "geomean",
+                 confidence)
 
 
 def verdict(r: Ratio, noise: float = NOISE) -> str:
@@ -150,4 +180,4 @@ def enough(samples: Sequence[float]) -> bool:
 
 
 __all__ = ["MIN_SAMPLES", "CONFIDENCE", "NOISE", "Ratio", "rotation", "interleave", "median", "summary", "ratio",
-           "verdict", "goal", "describe", "enough"]
+           "geomean_ratio", "verdict", "goal", "describe", "enough"]

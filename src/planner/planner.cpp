@@ -30,8 +30,9 @@ Planner::Planner(std::shared_ptr<const Profile> profile, const io::FileRef& file
       first_route_[w][c] = route_plan_.size();
       for (const Cell& cell : profile_->table[w][c]) {
         const std::vector<int>& cold = cell.cold.empty() ? cell.hot : cell.cold;
-        CellRoutes r{{{first(cell.hot, false), first(cell.hot, true)}, {first(cold, false), first(cold, true)}}, false};
+        CellRoutes r{{{first(cell.hot, false), first(cell.hot, true)}, {first(cold, false), first(cold, true)}}, false, false};
         r.cache_matters = r.plan[0][0] != r.plan[1][0] || r.plan[0][1] != r.plan[1][1];
+        r.align_matters = r.plan[0][0] != r.plan[0][1] || r.plan[1][0] != r.plan[1][1];
         cells_[w][c].push_back(r);
         for (int cold_ = 0; cold_ < 2; ++cold_)
           for (int aligned = 0; aligned < 2; ++aligned) route_plan_.push_back(r.plan[cold_][aligned]);
@@ -64,8 +65,11 @@ unsigned Planner::route_of(int w, int c, size_t cell, int cold, int aligned) con
 
 bool Planner::cold(const Signals& r) const {
   if (r.offset >= r.known_end) return true;  // nothing there yet (writes that extend the file)
-  if (since_probe_.fetch_add(r.size, std::memory_order_relaxed) + r.size < kReprobeBytes)
+  const uint64_t since = since_probe_.load(std::memory_order_relaxed) + r.size;
+  if (since < kReprobeBytes) {
+    since_probe_.store(since, std::memory_order_relaxed);
     return last_cold_.load(std::memory_order_relaxed);
+  }
   since_probe_.store(0, std::memory_order_relaxed);
   const uint64_t len = std::min<uint64_t>(r.size, r.known_end - r.offset);
   const bool c = !mostly_cached(file_.fd, r.offset, len, probe_);
@@ -79,7 +83,9 @@ Choice Planner::choose(const Signals& r) const {
   const size_t cell = profile_->cell_index(r.write, c, r.size);
   const CellRoutes& routes = cells_[w][c][cell];
   const int is_cold = routes.cache_matters && cold(r);
-  const int aligned = r.offset % file_.off_align == 0 && io::is_aligned(r.buf, file_.mem_align);
+  // Only where the cell's plans differ by alignment is the request's alignment looked at (two
+  // divisions); elsewhere the request takes the aligned route, whose plan is the same.
+  const int aligned = !routes.align_matters || (r.offset % file_.off_align == 0 && io::is_aligned(r.buf, file_.mem_align));
   return Choice{&plans_[routes.plan[is_cold][aligned]], route_of(w, c, cell, is_cold, aligned)};
 }
 
@@ -99,10 +105,14 @@ std::string Planner::why(unsigned route) const {
       const int cold = static_cast<int>((route - b) % 4) / 2, aligned = static_cast<int>(route - b) % 2;
       const auto& cells = profile_->table[w][c];
       const uint64_t lo = cell ? cells[cell - 1].max_size + 1 : 0, hi = cells[cell].max_size;
-      std::string range = hi == UINT64_MAX ? ">= " + base::format_size(lo)
-                                           : base::format_size(lo) + ".." + base::format_size(hi);
+      // Sizes as a person reads them, the cell as a half-open range: "16 MiB..64 MiB", not "16MiB..67108863B".
+      auto readable = [](uint64_t v) {
+        std::string t = base::format_size(static_cast<size_t>(v));
+        return t.insert(t.find_first_not_of("0123456789"), " ");
+      };
+      std::string range = hi == UINT64_MAX ? ">= " + readable(lo) : readable(lo) + ".." + readable(hi + 1);
       std::string out = profile_->name + ": " + (w ? "write" : "read") + ", " +
-                        (c ? "several requests in flight" : "one request in flight") + ", " + range + " bytes";
+                        (c ? "several requests in flight" : "one request in flight") + ", " + range;
       const CellRoutes& routes = cells_[w][c][cell];
       out += routes.cache_matters ? (cold ? ", range cold" : ", range cached") : "";
       const int best = routes.plan[cold][1];

@@ -77,6 +77,7 @@ class Planner {
   struct CellRoutes {
     int plan[2][2];     // [cold][aligned] -> index into plans_
     bool cache_matters; // hot and cold plans differ: probe the residency
+    bool align_matters; // aligned and unaligned plans differ: check the request's alignment
   };
   bool cold(const Signals& r) const;
   unsigned route_of(int w, int c, size_t cell, int cold, int aligned) const;
@@ -93,9 +94,13 @@ class Planner {
     std::atomic<uint64_t> calls{0}, bytes{0};
   };
   std::unique_ptr<Counter[]> counters_;  // one per route (auto)
-  // The residency probe is amortized: one verdict serves at most kReprobeBytes of requests (a probe
-  // costs about a microsecond, a 1 MiB hot read about 70); requests of 1 MiB or more always probe.
-  static constexpr uint64_t kReprobeBytes = 1 << 20;
+  // The residency probe is amortized: one verdict serves at most kReprobeBytes of requests, so that
+  // the probe (two cachestat calls, under a microsecond on a VM) stays well under 1% of the time of
+  // the bytes it decides for at every request size (4 MiB take about 200 us from the page cache);
+  // requests of 4 MiB or more always probe. The price: after the cache state changes, up to 4 MiB
+  // of a handle's requests run the plan of the old state. The count is kept without a locked
+  // read-modify-write: requests racing on it probe a little more or less often, never wrongly.
+  static constexpr uint64_t kReprobeBytes = 4 << 20;
   mutable std::atomic<uint64_t> since_probe_{kReprobeBytes};
   mutable std::atomic<bool> last_cold_{false};
 };

@@ -1,6 +1,7 @@
 // accio planner: profile keys, lookup, parsing and the built-in model.
 #include "planner/profile.hpp"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/utsname.h>
@@ -171,17 +172,34 @@ size_t Profile::cell_index(bool write, bool concurrent, uint64_t n) const {
   return i;
 }
 
+MachineFacts MachineFacts::detect() {
+  MachineFacts f;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) f.cpus = static_cast<unsigned>(CPU_COUNT(&set));
+  else if (const long n = sysconf(_SC_NPROCESSORS_ONLN); n > 0) f.cpus = static_cast<unsigned>(n);
+  return f;
+}
+
+std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts) {
+  auto m = std::make_shared<Profile>();
+  m->source = m->name = "built-in model";
+  m->builtin = true;
+  constexpr uint64_t kTask = 4 << 20;  // the parallel mechanism's default task_size
+  m->plans = {PlanSpec{"posix"}, PlanSpec{"parallel"}, PlanSpec{"parallel", kTask}};
+  const uint64_t even_up_to = std::max<uint64_t>(facts.cpus, 1) * kTask;
+  for (int w = 0; w < 2; ++w)
+    for (int c = 0; c < 2; ++c) {
+      const uint64_t split_from = c ? 4u << 20 : 1u << 20;
+      if (facts.cpus <= 1) m->table[w][c] = {Cell{UINT64_MAX, {0}, {}}};
+      else  // cpus >= 2: even_up_to (8 MiB or more) lies above split_from (at most 4 MiB); from
+            // even_up_to on, 4 MiB tasks are the even split's tasks or smaller
+        m->table[w][c] = {Cell{split_from - 1, {0}, {}}, Cell{even_up_to - 1, {1, 0}, {}}, Cell{UINT64_MAX, {2, 0}, {}}};
+    }
+  return m;
+}
+
 std::shared_ptr<const Profile> Profile::builtin_model() {
-  static const std::shared_ptr<const Profile> p = [] {
-    auto m = std::make_shared<Profile>();
-    m->source = m->name = "built-in model";
-    m->builtin = true;
-    m->plans = {PlanSpec{"posix"}, PlanSpec{"parallel"}};
-    for (int w = 0; w < 2; ++w)
-      for (int c = 0; c < 2; ++c)
-        m->table[w][c] = {Cell{(c ? 4u << 20 : 1u << 20) - 1, {0}, {}}, Cell{UINT64_MAX, {1, 0}, {}}};
-    return std::shared_ptr<const Profile>(std::move(m));
-  }();
+  static const std::shared_ptr<const Profile> p = builtin_model(MachineFacts::detect());
   return p;
 }
 

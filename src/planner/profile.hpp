@@ -50,6 +50,13 @@ struct FsKey {
   std::string describe() const;   // "ext4 on /dev/vda1"
 };
 
+// What the built-in model knows of the machine it plans for. detect() reads this process's CPUs
+// (its affinity mask, as containers and taskset limit it); tests build models for other machines.
+struct MachineFacts {
+  unsigned cpus = 1;
+  static MachineFacts detect();
+};
+
 struct Profile {
   std::string source;  // the file it came from, or "built-in model"
   std::string name;    // "ext4 on /dev/vda1" or "built-in model"
@@ -61,9 +68,15 @@ struct Profile {
   const Cell& cell(bool write, bool concurrent, uint64_t n) const;
   size_t cell_index(bool write, bool concurrent, uint64_t n) const;
 
-  // Built-in model: posix below 1 MiB (4 MiB with several requests in flight), above that an even
-  // split over the handle's threads (parallel), posix as the fallback. Cache state is not used.
+  // Built-in model, scaled with the machine: on one CPU posix at every size (a split only adds
+  // hand-offs to copies the one CPU makes anyway); else posix below 1 MiB (4 MiB with several
+  // requests in flight), an even split over the handle's threads (parallel) below cpus x 4 MiB, and
+  // from there 4 MiB tasks (an even split of a huge request into one task per CPU finishes with
+  // its slowest task; 4 MiB tasks keep every CPU busy to the end); posix as the fallback. Cache
+  // state is not used (hot and cold plans are the same: no residency probe). builtin_model() is
+  // the model for MachineFacts::detect(), built once.
   static std::shared_ptr<const Profile> builtin_model();
+  static std::shared_ptr<const Profile> builtin_model(const MachineFacts& facts);
   // Parses a profile document; throws base::Error(EINVAL) naming `source` on anything malformed.
   static std::shared_ptr<const Profile> parse(const std::string& text, const std::string& source);
   // The profile as the planner reads it, as a profile document (docs/tuning.md) that parse()

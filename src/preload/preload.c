@@ -1,14 +1,17 @@
 /* accio preload shim (libaccio_preload.so): `accio run -- program` puts this library in LD_PRELOAD.
  * It interposes the read/write family (read, pread, readv, preadv, preadv2, write, pwrite, writev,
  * pwritev, pwritev2, their 64-bit names and the __*_chk fortify variants) with Darshan-style
- * dlsym(RTLD_NEXT) wrappers. Requests below the threshold cost one compare and go straight to libc;
- * larger requests on regular files go through the engine (libaccio.so, loaded only when the first
- * such request arrives) on a handle of their own, while the program's descriptor keeps its exact
- * POSIX meaning: the file offset is reserved with lseek(SEEK_CUR) before the transfer and set back on
- * a short one; O_APPEND, O_SYNC and O_DSYNC descriptors, non-regular files and unmapped buffers pass
- * through; and a request the engine fails is redone by libc, so errno and partial counts are the
- * kernel's own. With ACCIO_PRELOAD_STATS_DIR set, each process writes per-file counters there at
- * exit (<pid>.json), which `accio run --stats` merges. */
+ * dlsym(RTLD_NEXT) wrappers. Requests below the gate cost one compare and go straight to libc (the
+ * gate: the threshold, raised to the planner's crossing point once the engine has opened a file).
+ * Larger requests on regular files go through the engine (libaccio.so, loaded only when the first
+ * such request arrives) when the planner would run something other than posix for them, on a
+ * handle of their own, while the program's descriptor keeps its exact POSIX meaning: the file
+ * offset is reserved with lseek(SEEK_CUR) before the transfer and set back on a short one;
+ * O_APPEND, O_SYNC and O_DSYNC descriptors, non-regular files and unmapped buffers pass through;
+ * and a request the engine fails is redone by libc, so errno and partial counts are the kernel's
+ * own. Sequential readers of small requests on cold files get their stream asked for ahead
+ * (posix_fadvise WILLNEED; see "Prefetch"). With ACCIO_PRELOAD_STATS_DIR set, each process writes
+ * per-file counters there at exit (<pid>.json), which `accio run --stats` merges. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -28,6 +31,7 @@
 #include <unistd.h>
 
 #include "accio/accio.h"
+#include "run_cli.h"
 
 _Static_assert(sizeof(off_t) == 8, "the shim assumes a 64-bit off_t (LP64 Linux)");
 
@@ -49,6 +53,8 @@ static struct {
   ssize_t (*pwritev)(int, const struct iovec*, int, off_t);
   ssize_t (*pwritev2)(int, const struct iovec*, int, off_t, int);
   int (*close)(int);
+  size_t (*fread)(void*, size_t, size_t, FILE*);
+  size_t (*fread_unlocked_)(void*, size_t, size_t, FILE*); /* the name is a macro in glibc's stdio.h */
 } real;
 
 static ssize_t k_read(int fd, void* b, size_t n) { return syscall(SYS_read, fd, b, n); }
@@ -66,6 +72,14 @@ static ssize_t k_pwritev2(int fd, const struct iovec* v, int c, off_t o, int f) 
   return syscall(SYS_pwritev2, fd, v, c, o, 0, f);
 }
 static int k_close(int fd) { return (int)syscall(SYS_close, fd); }
+/* stdio has no system call of its own: until dlsym answers, a fread reads nothing (EAGAIN). That can
+ * only be a call from another library's constructor while this one resolves. */
+static size_t k_fread(void* b, size_t s, size_t n, FILE* f) {
+  (void)b, (void)s, (void)n, (void)f;
+  errno = EAGAIN;
+  return 0;
+}
+#define k_fread_unlocked_ k_fread
 
 static TLS int t_inside; /* this thread is inside the shim or the engine: everything passes through */
 
@@ -85,9 +99,11 @@ static void* resolve(void* const* where, const char* sym, const char* alt) {
 static const char* const kSym[][2] = {
     {"read", NULL},        {"pread64", "pread"},           {"readv", NULL},  {"preadv64", "preadv"},
     {"preadv64v2", "preadv2"}, {"write", NULL},            {"pwrite64", "pwrite"}, {"writev", NULL},
-    {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL},
+    {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"fread", NULL},
+    {"fread_unlocked", NULL},
 };
-enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close };
+enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close,
+       S_fread, S_fread_unlocked_ };
 
 #define REAL(name)                                                                                     \
   (__builtin_expect(real.name != NULL, 1)                                                              \
@@ -98,34 +114,15 @@ enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_write
  * Configuration (read once at start-up). */
 static size_t g_gate = ACCIO_PRELOAD_THRESHOLD_DEFAULT; /* ACCIO_PRELOAD_THRESHOLD; below it nothing is even looked at */
 static int g_gate_set = 0;         /* the threshold was given: it rules over the profile's */
+/* The pass-through gate for [read, write]: a request below it goes straight to libc after one
+ * compare. It starts at g_gate; unless the threshold was given, once the engine has opened a file
+ * it is the smallest size at which the planner's model (profile or built-in) runs anything but
+ * posix on any file opened so far (accio_min_accelerated): below that the engine cannot win here. */
+static size_t g_pass[2] = {ACCIO_PRELOAD_THRESHOLD_DEFAULT, ACCIO_PRELOAD_THRESHOLD_DEFAULT};
+static int g_pass_learned = 0;
 static int g_mechanism_set = 0;    /* ACCIO_MECHANISM was given */
 static int g_quiet = 0;
 static char g_stats_dir[PATH_MAX]; /* empty: no statistics */
-
-/* ACCIO_PRELOAD_THRESHOLD is read before libaccio is loaded (it decides whether to load it at
- * all), so base::parse_size cannot be called: this accepts the same forms (4096, 64k, 16MiB, 1g).
- * `accio run --threshold` validates with the engine's parser and passes plain bytes. */
-static size_t parse_size(const char* s, int* ok) {
-  char* end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  *ok = end != s && errno == 0;
-  if (!*ok) return 0;
-  while (*end == ' ') ++end;
-  unsigned long long mul = 1;
-  switch (*end) {
-    case 'k': case 'K': mul = 1ull << 10; ++end; break;
-    case 'm': case 'M': mul = 1ull << 20; ++end; break;
-    case 'g': case 'G': mul = 1ull << 30; ++end; break;
-    case 't': case 'T': mul = 1ull << 40; ++end; break;
-    default: break;
-  }
-  if (mul > 1 && (*end == 'i' || *end == 'I')) ++end;
-  if (mul > 1 && (*end == 'b' || *end == 'B')) ++end;
-  if (mul == 1 && (*end == 'b' || *end == 'B')) ++end;
-  *ok = *end == '\0' && (v == 0 || v <= ULLONG_MAX / mul);
-  return (size_t)(v * mul);
-}
 
 /* A message on stderr, unless ACCIO_QUIET is set (a transparent tool is silent otherwise). */
 static void tell_user(const char* fmt, ...) {
@@ -152,6 +149,7 @@ static struct {
   int64_t (*pwrite)(accio_file*, const void*, size_t, int64_t);
   int64_t (*min_accelerated)(accio_file*, int);
   int (*file_plans)(accio_file*, accio_plan_stat*, int);
+  const char* (*mechanism_for_at)(accio_file*, const void*, size_t, int64_t, int);
   const char* (*last_error)(void);
 } eng;
 static int g_engine = 0; /* 0 not tried, 1 loaded, -1 unavailable (or exiting) */
@@ -193,6 +191,7 @@ static int engine_load_locked(void) {
   SYM(pwrite, "accio_pwrite");
   SYM(min_accelerated, "accio_min_accelerated");
   SYM(file_plans, "accio_file_plans");
+  SYM(mechanism_for_at, "accio_mechanism_for_at");
   SYM(last_error, "accio_last_error");
 #undef SYM
   g_settings = eng.settings_new();
@@ -224,7 +223,7 @@ struct plan_rec {
   uint64_t calls, bytes;
 };
 struct side {
-  uint64_t calls, bytes, ns, accel_calls, accel_bytes, fallbacks, hist[NBUCKETS];
+  uint64_t calls, bytes, ns, accel_calls, accel_bytes, fallbacks, declined, hist[NBUCKETS];
 };
 struct file_rec {
   dev_t dev;
@@ -268,7 +267,7 @@ static struct file_rec* file_rec_locked(int fd, const struct stat* st) {
 }
 
 static void record(int fd, const struct stat* st, int write, size_t asked, ssize_t done, uint64_t ns, int accel,
-                   int fallback) {
+                   int fallback, int declined) {
   pthread_mutex_lock(&g_mu);
   struct file_rec* r = file_rec_locked(fd, st);
   if (!r) {
@@ -288,6 +287,7 @@ static void record(int fd, const struct stat* st, int write, size_t asked, ssize
     if (done > 0) s->accel_bytes += (uint64_t)done;
   }
   s->fallbacks += (uint64_t)fallback;
+  s->declined += (uint64_t)declined;
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -374,7 +374,10 @@ static struct handle* handle_get(int fd, const struct stat* st, int acc, int dir
         int64_t m = eng.min_accelerated(h->f, w);
         /* A threshold that was given rules; otherwise the profile may raise the default gate. */
         h->min_accel[w] = g_gate_set ? g_gate : (m > (int64_t)g_gate ? (uint64_t)m : g_gate);
+        if (!g_gate_set && (!g_pass_learned || h->min_accel[w] < g_pass[w]))
+          __atomic_store_n(&g_pass[w], (size_t)(h->min_accel[w] < SIZE_MAX ? h->min_accel[w] : SIZE_MAX), __ATOMIC_RELAXED);
       }
+      g_pass_learned = 1;
     }
   }
   if (h->failed || !h->f) {
@@ -449,7 +452,8 @@ static ssize_t call_libc(const struct call* c) {
 
 /* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
  * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
-static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback) {
+static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback,
+                             int* declined) {
   const int fl = fcntl(c->fd, F_GETFL);
   if (fl < 0 || (fl & (O_APPEND | O_PATH | O_SYNC | O_DSYNC))) return TO_LIBC;
   const int acc = fl & O_ACCMODE;
@@ -466,6 +470,18 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
   if (c->total < h->min_accel[c->write]) {
     handle_put(h);
     return TO_LIBC;
+  }
+  /* Per request, unless the threshold was given (then every request at or above it is the
+   * engine's): what the planner would run here (size, alignment, the pages' residency in the page
+   * cache). Where that is posix, libc does the same work without the engine's bookkeeping. */
+  if (!g_gate_set) {
+    const off_t at = c->off >= 0 ? c->off : lseek(c->fd, 0, SEEK_CUR);
+    const char* mech = at >= 0 ? eng.mechanism_for_at(h->f, c->iov[0].iov_base, c->total, at, c->write) : NULL;
+    if (!mech || !strcmp(mech, "posix")) {
+      handle_put(h);
+      *declined = 1;
+      return TO_LIBC;
+    }
   }
   off_t start = c->off;
   if (start < 0) { /* reserve [start, start+total) of the shared file offset atomically */
@@ -517,6 +533,64 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
   return SERVED;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Prefetch for sequential readers of small requests (cat, sha256sum, numpy.fromfile, fread loops):
+ * the kernel reads such a stream ahead a little at a time, at a queue depth of about one; a device
+ * that does more at depth 16 stays mostly idle. Each descriptor's bytes read below the gate are
+ * counted (two plain stores on the fast path); every kPfCheck bytes the stream is looked at: if
+ * the file offset moved forward by about that much (a sequential reader), its window of
+ * g_pf_window bytes ahead is not yet asked for, and the window's last page is not in the page
+ * cache (a preadv2 RWF_NOWAIT probe: hot files cost nothing more), the window is asked for with
+ * posix_fadvise(WILLNEED): the kernel queues all of it at once. ACCIO_PRELOAD_PREFETCH sets the
+ * window (0: off). */
+#define PF_MAX_FD 4096
+static const uint64_t kPfCheck = 4u << 20;
+static size_t g_pf_window = 32u << 20;
+struct stream {
+  uint64_t since; /* bytes read since the last look */
+  off_t last_pos; /* the file offset at the last look */
+  off_t ahead;    /* asked for up to here */
+};
+static struct stream g_streams[PF_MAX_FD];
+static uint64_t g_prefetches; /* windows asked for ("prefetch_windows" in the statistics) */
+
+static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
+  const int saved = errno;
+  __atomic_store_n(&s->since, 0, __ATOMIC_RELAXED);
+  const off_t pos = lseek(fd, 0, SEEK_CUR);
+  const off_t last = s->last_pos;
+  s->last_pos = pos;
+  if (pos < 0 || pos <= last || pos - last > (off_t)(2 * kPfCheck)) goto out; /* not a forward stream */
+  if (s->ahead < pos) s->ahead = pos;
+  if (s->ahead - pos >= (off_t)(g_pf_window / 2)) goto out; /* enough is on its way */
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || pos >= st.st_size) goto out;
+  const off_t end = pos + (off_t)g_pf_window < st.st_size ? pos + (off_t)g_pf_window : st.st_size;
+  if (end <= s->ahead) goto out;
+  char probe;
+  struct iovec v = {&probe, 1};
+  if (REAL(preadv2)(fd, &v, 1, end - 1, RWF_NOWAIT) < 0 && errno == EAGAIN) {
+    posix_fadvise(fd, s->ahead, end - s->ahead, POSIX_FADV_WILLNEED);
+    __atomic_add_fetch(&g_prefetches, 1, __ATOMIC_RELAXED);
+  }
+  s->ahead = end;
+out:
+  errno = saved;
+}
+
+/* The fast path's share: count what a read below the gate returned. */
+static inline void pf_count(int fd, ssize_t got) {
+  if (got <= 0 || (unsigned)fd >= PF_MAX_FD || !g_pf_window) return;
+  struct stream* s = &g_streams[fd];
+  const uint64_t v = __atomic_load_n(&s->since, __ATOMIC_RELAXED) + (uint64_t)got;
+  __atomic_store_n(&s->since, v, __ATOMIC_RELAXED); /* racing threads may lose a count: a heuristic */
+  if (__builtin_expect(v >= kPfCheck, 0)) pf_look(fd, s);
+}
+
+static void pf_forget(int fd) {
+  if ((unsigned)fd < PF_MAX_FD) memset(&g_streams[fd], 0, sizeof g_streams[fd]);
+}
+
 /* Calls the engine served, and of those the ones libc had to redo: for tests and diagnostics. */
 static uint64_t g_taken, g_redone;
 EXPORT void accio_preload_counters(uint64_t* taken, uint64_t* redone) {
@@ -528,7 +602,11 @@ EXPORT void accio_preload_counters(uint64_t* taken, uint64_t* redone) {
 static ssize_t dispatch(const struct call* c) {
   if (t_inside) return call_libc(c);
   const int stats = g_stats_dir[0] != 0;
-  if (c->total < g_gate && !stats) return call_libc(c);
+  if (c->total < g_pass[c->write] && !stats) {
+    const ssize_t got = call_libc(c);
+    if (!c->write && c->off < 0) pf_count(c->fd, got); /* readv below the gate */
+    return got;
+  }
   t_inside = 1;
   const int saved = errno;
   struct stat st;
@@ -540,17 +618,18 @@ static ssize_t dispatch(const struct call* c) {
   }
   errno = saved;
   const uint64_t t0 = stats ? now_ns() : 0;
-  int accel = 0, fallback = 0;
-  if (c->total < g_gate || serve_with_engine(c, &st, &r, &accel, &fallback) == TO_LIBC) {
+  int accel = 0, fallback = 0, declined = 0;
+  if (c->total < g_pass[c->write] || serve_with_engine(c, &st, &r, &accel, &fallback, &declined) == TO_LIBC) {
     errno = saved;
     r = call_libc(c);
+    if (!c->write && c->off < 0) pf_count(c->fd, r);
   } else {
     __atomic_add_fetch(&g_taken, 1, __ATOMIC_RELAXED);
     if (fallback) __atomic_add_fetch(&g_redone, 1, __ATOMIC_RELAXED);
   }
   if (stats) {
     const int e = errno;
-    record(c->fd, &st, c->write, c->total, r, now_ns() - t0, accel, fallback);
+    record(c->fd, &st, c->write, c->total, r, now_ns() - t0, accel, fallback, declined);
     errno = e;
   }
   t_inside = 0;
@@ -590,20 +669,24 @@ static ssize_t dispatch_vector(int fd, const struct iovec* iov, int cnt, off_t o
 #define FAST (!g_stats_dir[0])
 
 EXPORT ssize_t read(int fd, void* buf, size_t n) {
-  if (n < g_gate && FAST) return REAL(read)(fd, buf, n);
+  if (n < g_pass[READ] && FAST) {
+    const ssize_t r = REAL(read)(fd, buf, n);
+    pf_count(fd, r);
+    return r;
+  }
   return dispatch_buffer(fd, buf, n, -1, READ);
 }
 EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
-  if ((n < g_gate && FAST) || off < 0) return REAL(pread)(fd, buf, n, off);
+  if ((n < g_pass[READ] && FAST) || off < 0) return REAL(pread)(fd, buf, n, off);
   return dispatch_buffer(fd, buf, n, off, READ);
 }
 EXPORT ssize_t pread64(int fd, void* buf, size_t n, off_t off) { return pread(fd, buf, n, off); }
 EXPORT ssize_t write(int fd, const void* buf, size_t n) {
-  if (n < g_gate && FAST) return REAL(write)(fd, buf, n);
+  if (n < g_pass[WRITE] && FAST) return REAL(write)(fd, buf, n);
   return dispatch_buffer(fd, (void*)buf, n, -1, WRITE);
 }
 EXPORT ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
-  if ((n < g_gate && FAST) || off < 0) return REAL(pwrite)(fd, buf, n, off);
+  if ((n < g_pass[WRITE] && FAST) || off < 0) return REAL(pwrite)(fd, buf, n, off);
   return dispatch_buffer(fd, (void*)buf, n, off, WRITE);
 }
 EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off_t off) { return pwrite(fd, buf, n, off); }
@@ -637,6 +720,7 @@ EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off_t off, 
 }
 
 EXPORT int close(int fd) {
+  pf_forget(fd);
   if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside) return REAL(close)(fd);
   struct stat st;
   const int saved = errno;
@@ -664,6 +748,20 @@ EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t off, size_t bufl
   return pread(fd, buf, n, off);
 }
 
+/* stdio reads through libc's own read, which no preload sees: fread and fread_unlocked (numpy's
+ * fromfile, sha256sum) are counted here for the prefetch, and otherwise untouched. */
+EXPORT size_t fread(void* buf, size_t size, size_t n, FILE* f) {
+  const size_t got = REAL(fread)(buf, size, n, f);
+  if (got && g_pf_window) pf_count(fileno_unlocked(f), (ssize_t)(got * size));
+  return got;
+}
+#undef fread_unlocked /* glibc's inline macro form under optimization */
+EXPORT size_t fread_unlocked(void* buf, size_t size, size_t n, FILE* f) {
+  const size_t got = REAL(fread_unlocked_)(buf, size, n, f);
+  if (got && g_pf_window) pf_count(fileno_unlocked(f), (ssize_t)(got * size));
+  return got;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Start-up, fork and exit. */
 
@@ -677,25 +775,48 @@ static void in_child(void) {
   memset(g_handles, 0, sizeof g_handles);
   g_nfiles = 0;
   g_dropped = 0;
+  g_prefetches = 0;
   g_engine_loaded = g_engine > 0;
 }
 
-static void json_str(FILE* f, const char* s) {
+/* The length of the well-formed UTF-8 sequence at s (as Python's strict decoder accepts it: no
+ * overlong forms, no surrogates, nothing above U+10FFFF), 0 if there is none. */
+static int utf8_len(const unsigned char* s) {
+  const unsigned c = s[0];
+  int n;
+  unsigned lo = 0x80, hi = 0xbf; /* the range of the second byte */
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) n = 2;
+  else if (c >= 0xe0 && c <= 0xef) n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+  else if (c >= 0xf0 && c <= 0xf4) n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+  else return 0;
+  if (s[1] < lo || s[1] > hi) return 0;
+  for (int i = 2; i < n; ++i)
+    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+  return n;
+}
+
+/* A JSON string. Bytes that are not UTF-8 (a file name may hold any) are written as Python's
+ * surrogateescape gives them back: byte B as \udcBB, so os.fsencode(name) is the name's bytes. */
+static void json_str(FILE* f, const char* str) {
+  const unsigned char* s = (const unsigned char*)str;
   fputc('"', f);
-  for (; *s; ++s) {
-    const unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
+  while (*s) {
+    const int n = utf8_len(s);
+    if (!n) fprintf(f, "\\udc%02x", *s++);
+    else if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s++);
+    else if (*s < 0x20) fprintf(f, "\\u%04x", *s++);
+    else fwrite(s, 1, (size_t)n, f), s += n;
   }
   fputc('"', f);
 }
 
 static void write_side(FILE* f, const char* name, const struct side* s) {
   fprintf(f, "\"%s\": {\"calls\": %llu, \"bytes\": %llu, \"ns\": %llu, \"accelerated_calls\": %llu, "
-             "\"accelerated_bytes\": %llu, \"fallbacks\": %llu, \"size_histogram\": [",
+             "\"accelerated_bytes\": %llu, \"fallbacks\": %llu, \"declined_calls\": %llu, \"size_histogram\": [",
           name, (unsigned long long)s->calls, (unsigned long long)s->bytes, (unsigned long long)s->ns,
-          (unsigned long long)s->accel_calls, (unsigned long long)s->accel_bytes, (unsigned long long)s->fallbacks);
+          (unsigned long long)s->accel_calls, (unsigned long long)s->accel_bytes, (unsigned long long)s->fallbacks,
+          (unsigned long long)s->declined);
   for (int b = 0; b < NBUCKETS; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)s->hist[b]);
   fputs("]}", f);
 }
@@ -720,8 +841,10 @@ static void flush_stats(void) {
     cmd[n] = '\0';
     fprintf(f, "{\"pid\": %d, \"ppid\": %d, \"command\": ", (int)getpid(), (int)getppid());
     json_str(f, cmd);
-    fprintf(f, ", \"threshold\": %zu, \"engine_loaded\": %s, \"dropped_calls\": %llu, \"size_buckets\": [",
-            g_gate, g_engine_loaded ? "true" : "false", (unsigned long long)g_dropped);
+    fprintf(f, ", \"threshold\": %zu, \"engine_loaded\": %s, \"dropped_calls\": %llu, \"prefetch_windows\": %llu, "
+               "\"size_buckets\": [",
+            g_gate, g_engine_loaded ? "true" : "false", (unsigned long long)g_dropped,
+            (unsigned long long)__atomic_load_n(&g_prefetches, __ATOMIC_RELAXED));
     for (int b = 0; b < NBUCKETS - 1; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
     fputs("], \"files\": [", f);
     for (int i = 0; i < g_nfiles; ++i) {
@@ -756,13 +879,20 @@ __attribute__((constructor)) static void shim_init(void) {
   const char* t = getenv("ACCIO_PRELOAD_THRESHOLD");
   if (t && *t) {
     int ok;
-    size_t v = parse_size(t, &ok);
+    size_t v = accio_run_parse_size(t, &ok); /* the launcher's parser */
     if (ok) {
-      g_gate = v ? v : 1;
+      g_gate = g_pass[READ] = g_pass[WRITE] = v ? v : 1;
       g_gate_set = 1;
     } else {
       tell_user("accio preload: ACCIO_PRELOAD_THRESHOLD='%s' is not a size: using %zu\n", t, g_gate);
     }
+  }
+  const char* pf = getenv("ACCIO_PRELOAD_PREFETCH");
+  if (pf && *pf) {
+    int ok;
+    size_t v = accio_run_parse_size(pf, &ok);
+    if (ok) g_pf_window = v;
+    else tell_user("accio preload: ACCIO_PRELOAD_PREFETCH='%s' is not a size: using %zu\n", pf, g_pf_window);
   }
   const char* m = getenv("ACCIO_MECHANISM");
   g_mechanism_set = m && *m;

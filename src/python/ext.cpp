@@ -18,6 +18,7 @@
 
 #include "accio/accio.hpp"
 #include "bench_phase.hpp"
+#include "../preload/run_cli.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -643,23 +644,49 @@ NB_MODULE(_ext, m) {
       .def("setting", &PyFile::setting)
       .def("residency", &PyFile::residency);
 
-  m.def("bench_phase", [](const std::vector<PyFile*>& files, const std::vector<int64_t>& offsets,
-                          const std::vector<int64_t>& lengths, size_t record, bool write, bool random, bool fsync,
-                          bool verify, uint64_t seed, int device) {
+  auto run_bench = [](const std::vector<PyFile*>& files, const std::vector<int64_t>& offsets,
+                      const std::vector<int64_t>& lengths, const accio_bench::Phase& ph) {
     if (files.size() != offsets.size() || files.size() != lengths.size())
       throw nb::value_error("files, offsets and lengths must have the same length");
     std::vector<accio_bench::Job> jobs;
     for (size_t i = 0; i < files.size(); ++i) jobs.push_back({files[i]->handle(), offsets[i], lengths[i]});
-    std::vector<accio_bench::Interval> r;
-    {
-      nb::gil_scoped_release nogil;
-      r = accio_bench::run_phase(jobs, {record, write, random, fsync, verify, seed, device});
-    }
+    nb::gil_scoped_release nogil;
+    return accio_bench::run_phase(jobs, ph);
+  };
+  m.def("bench_phase", [run_bench](const std::vector<PyFile*>& files, const std::vector<int64_t>& offsets,
+                                   const std::vector<int64_t>& lengths, size_t record, bool write, bool random,
+                                   bool fsync, bool verify, uint64_t seed, int device) {
     std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
-    for (auto& iv : r) out.emplace_back(iv.start_ns, iv.end_ns, iv.bytes);
+    // No latencies asked for: no clock read per request (tune and the scripts time the phase only).
+    for (auto& iv : run_bench(files, offsets, lengths, {record, write, random, fsync, verify, seed, device, 0, 1, false}))
+      out.emplace_back(iv.start_ns, iv.end_ns, iv.bytes);
     return out;
   }, "files"_a, "offsets"_a, "lengths"_a, "record"_a, "write"_a, "random"_a = false, "fsync"_a = false,
      "verify"_a = false, "seed"_a = 1, "device"_a = -1, "Run one timed bench phase (see bench_phase.hpp); (start_ns, end_ns, bytes) per job.");
+  m.def("bench_run", [run_bench](const std::vector<PyFile*>& files, const std::vector<int64_t>& offsets,
+                                 const std::vector<int64_t>& lengths, size_t record, bool write, bool random,
+                                 bool fsync, bool verify, uint64_t seed, int device, int64_t runtime_ns, int iodepth,
+                                 bool time_requests) {
+    auto r = run_bench(files, offsets, lengths,
+                       {record, write, random, fsync, verify, seed, device, runtime_ns, iodepth, time_requests});
+    nb::list intervals;
+    accio_bench::Histogram all;
+    for (auto& iv : r) {
+      intervals.append(nb::make_tuple(iv.start_ns, iv.end_ns, iv.bytes, iv.ops));
+      all.merge(iv.latency);
+    }
+    nb::list latency;  // (lowest ns, one past the highest ns, count) of every bucket that holds requests
+    for (size_t b = 0; b < all.counts.size(); ++b)
+      if (all.counts[b]) latency.append(nb::make_tuple(accio_bench::Histogram::lower(b), accio_bench::Histogram::upper(b), all.counts[b]));
+    nb::dict out;
+    out["intervals"] = intervals;
+    out["latency_ns"] = latency;
+    return out;
+  }, "files"_a, "offsets"_a, "lengths"_a, "record"_a, "write"_a, "random"_a = false, "fsync"_a = false,
+     "verify"_a = false, "seed"_a = 1, "device"_a = -1, "runtime_ns"_a = 0, "iodepth"_a = 1,
+     "time_requests"_a = true,
+     "Run one timed bench phase (see bench_phase.hpp): {'intervals': [(start_ns, end_ns, bytes, requests)] per "
+     "job, 'latency_ns': [(low, high, count)] the buckets of every request's latency, all jobs merged}.");
 
   nb::class_<DeviceArray>(m, "DeviceArray")
       .def(nb::init<size_t, int, bool>(), "nbytes"_a, "device"_a = 0, "managed"_a = false)
@@ -835,6 +862,19 @@ NB_MODULE(_ext, m) {
      "with every plan's label and needs_alignment.");
   m.attr("MIN_EVEN_TASK") = ACCIO_MIN_EVEN_TASK;
   m.attr("PRELOAD_THRESHOLD_DEFAULT") = ACCIO_PRELOAD_THRESHOLD_DEFAULT;
+  // `accio run`: its options and exit statuses, one definition with the native launcher (run_cli.h)
+  m.attr("RUN_OWN_ERROR") = ACCIO_RUN_OWN_ERROR;
+  m.attr("RUN_CANNOT_EXECUTE") = ACCIO_RUN_CANNOT_EXECUTE;
+  m.attr("RUN_NOT_FOUND") = ACCIO_RUN_NOT_FOUND;
+  {
+    nb::list opts;
+    auto str_or_none = [](const char* s) { return s ? nb::object(nb::str(s)) : nb::none(); };
+#define ACCIO_RUN_OPTION_ROW(id, name, letter, metavar, help) \
+  opts.append(nb::make_tuple(name, str_or_none(letter), str_or_none(metavar), help));
+    ACCIO_RUN_OPTIONS(ACCIO_RUN_OPTION_ROW)
+#undef ACCIO_RUN_OPTION_ROW
+    m.attr("RUN_OPTIONS") = nb::tuple(opts);
+  }
   m.def("probe", [](const std::string& feature, std::optional<std::string> path) {
     char detail[512] = "";
     int rc = accio_probe(feature.c_str(), path ? path->c_str() : nullptr, detail, sizeof detail);

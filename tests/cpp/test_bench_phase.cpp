@@ -85,4 +85,77 @@ TEST(BenchPhaseErrors, ShortFileAndErrnoReachTheCaller) {
   EXPECT_TRUE(accio_bench::run_phase({}, Phase{4096, false, false, false, false, 1}).empty());
 }
 
+TEST(BenchHistogram, BucketsCoverEveryValueWithinTheirResolution) {
+  using H = accio_bench::Histogram;
+  size_t prev = 0;
+  for (uint64_t v : {0ull, 1ull, 63ull, 64ull, 65ull, 127ull, 128ull, 129ull, 1000ull, 4095ull, 4096ull, 123456789ull,
+                     (1ull << 40) + 12345, (1ull << 62) + 1}) {
+    const size_t b = H::bucket(v);
+    ASSERT_LT(b, H().counts.size()) << v;
+    EXPECT_LE(H::lower(b), v) << v;
+    EXPECT_LT(v, H::upper(b)) << v;
+    // Resolution: exact below kSub, else the bucket is at most 1/kSub of its lowest value wide.
+    if (v < H::kSub) EXPECT_EQ(H::upper(b) - H::lower(b), 1u);
+    else EXPECT_LE(double(H::upper(b) - H::lower(b)) / double(H::lower(b)), 1.0 / H::kSub + 1e-12) << v;
+    EXPECT_GE(b, prev) << "buckets are ordered like the values";
+    prev = b;
+  }
+  // Neighbouring buckets meet: every upper bound is the next bucket's lower bound.
+  for (size_t b = 0; b + 1 < 40 * H::kSub; ++b) ASSERT_EQ(H::upper(b), H::lower(b + 1)) << b;
+  H h;
+  h.add(-5);  // a clock that went backwards counts as 0, not as a huge unsigned value
+  h.add(100);
+  EXPECT_EQ(h.counts[0], 1u);
+  EXPECT_EQ(h.counts[H::bucket(100)], 1u);
+}
+
+TEST(BenchPhaseModes, EveryRequestIsCountedAndTimedAtEveryQueueDepth) {
+  testing_accio::TempDir dir;
+  const std::string path = dir.file("qd.dat");
+  const int64_t len = 1 << 20;
+  auto h = shared_file(path, "posix", 2, len, "w+");
+  for (int qd : {1, 4}) {
+    Phase w{4096, true, false, false, false, 3};
+    w.iodepth = qd;
+    for (auto& iv : accio_bench::run_phase(h.jobs, w)) {
+      EXPECT_EQ(iv.bytes, len);
+      EXPECT_EQ(iv.ops, len / 4096);
+      uint64_t n = 0;
+      for (auto c : iv.latency.counts) n += c;
+      EXPECT_EQ(n, uint64_t(len / 4096)) << "one latency per request at iodepth " << qd;
+    }
+    Phase r{4096, false, true, false, true, 4};  // random order, stamps verified
+    r.iodepth = qd;
+    for (auto& iv : accio_bench::run_phase(h.jobs, r)) EXPECT_EQ(iv.ops, len / 4096);
+  }
+  // Without request timing: the requests are counted, the histogram stays empty.
+  Phase untimed{4096, false, false, false, true, 5};
+  untimed.time_requests = false;
+  for (auto& iv : accio_bench::run_phase(h.jobs, untimed)) {
+    EXPECT_EQ(iv.ops, len / 4096);
+    for (auto c : iv.latency.counts) ASSERT_EQ(c, 0u);
+  }
+  Phase bad{4096, false, false, false, false, 1};
+  bad.iodepth = 0;
+  EXPECT_THROW(accio_bench::run_phase(h.jobs, bad), std::invalid_argument);
+}
+
+TEST(BenchPhaseModes, TimeBasedGoesRoundTheRangeUntilTheTimeIsUp) {
+  testing_accio::TempDir dir;
+  const std::string path = dir.file("tb.dat");
+  const int64_t len = 64 << 10;  // 16 records: passed over in far less than the runtime
+  auto h = shared_file(path, "posix", 1, len, "w+");
+  accio_bench::run_phase(h.jobs, Phase{4096, true, false, false, false, 1});
+  Phase r{4096, false, false, false, true, 1};
+  r.runtime_ns = 50'000'000;
+  auto out = accio_bench::run_phase(h.jobs, r);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_GE(out[0].end_ns - out[0].start_ns, r.runtime_ns);
+  EXPECT_GT(out[0].ops, len / 4096) << "went round the range more than once";
+  EXPECT_EQ(out[0].bytes, out[0].ops * 4096);
+  // A read that fails stops a time-based phase too (and is reported): the file is shorter than the range.
+  h.jobs[0].length = 2 * len;
+  EXPECT_THROW(accio_bench::run_phase(h.jobs, r), std::runtime_error);
+}
+
 }  // namespace

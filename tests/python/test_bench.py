@@ -65,7 +65,8 @@ def test_counts_tests_mechanisms():
         parse_tests("write,bogus")
     ms = parse_mechanisms("posix,uring+direct")
     assert [m.label for m in ms] == ["posix", "uring+direct"] and ms[1].o_direct and not ms[0].o_direct
-    assert [m.name for m in parse_mechanisms("all")] == ["posix", "parallel", "direct", "uring"]
+    # every mechanism, and auto beside them (the planner's choice belongs in every table)
+    assert [m.name for m in parse_mechanisms("all")] == ["posix", "parallel", "direct", "uring", "auto"]
     for bad in ("bogus", "posix+fast", ""):
         with pytest.raises(ValueError):
             parse_mechanisms(bad)
@@ -75,7 +76,7 @@ def test_presets_fill_what_was_not_given():
     base = Spec(tests=["read"], mechanisms=parse_mechanisms("posix"), file_sizes=[1 << 20], records=[1 << 20],
                 threads=[1], processes=[1], layouts=["fpp"], dirs=["/tmp"])
     q = apply_preset(base, "quick", 1, explicit=set())
-    assert q.tests == ["write", "write+sync", "cold-read", "reread"] and len(q.mechanisms) == 4
+    assert q.tests == ["write", "write+sync", "cold-read", "reread"] and len(q.mechanisms) == 5
     assert apply_preset(base, "quick", 1, explicit={"tests"}).tests == ["read"]
     v = apply_preset(base, "veaccio", 1, explicit=set())
     assert v.file_sizes == [1 << 30] and v.records == [1 << 20, 16 << 20] and v.threads[0] == 1
@@ -101,8 +102,8 @@ def test_small_bench_all_tests_all_outputs(tmp_path):
     validate(doc)
     assert doc["environment"]["paths"][str(tmp_path)]["fstype"]
     res = doc["results"]
-    # 8 tests x 5 mechanisms x 2 records x 2 thread counts
-    assert len(res) == 8 * 5 * 2 * 2
+    # 8 tests x 6 mechanisms (with auto) x 2 records x 2 thread counts
+    assert len(res) == 8 * 6 * 2 * 2
     for x in res:
         assert len(x["samples"]) == 2 and x["min"] <= x["mib_s"] <= x["max"]
         assert all(s["bytes"] == x["file_size"] * x["threads"] for s in x["samples"])
@@ -118,10 +119,10 @@ def test_small_bench_all_tests_all_outputs(tmp_path):
     # table: mechanisms as columns, rows by threads, record and test
     head = r.stdout.splitlines()[0].split()
     assert head[:3] == ["threads", "record", "test"] and head[3:] == ["posix", "parallel", "direct", "uring",
-                                                                      "uring+direct"]
+                                                                      "auto", "uring+direct"]
     assert len(csv.read_text().splitlines()) == len(res) + 1
     page = html.read_text()
-    assert page.startswith("<!doctype html>") and "data:image/png;base64," in page and "Environment" in page
+    assert page.startswith("<!doctype html>") and "<svg" in page and "Environment" in page
     names = sorted(p.name for p in plots.iterdir())
     assert "bw-vs-record-cold-read.png" in names and "speedup-write.png" in names
     assert not list(tmp_path.glob("accio-bench.*"))  # files under test removed

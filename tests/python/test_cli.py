@@ -18,7 +18,8 @@ def test_version():
     assert run("--version").stdout.strip() == "accio 0.1.0"
 
 
-@pytest.mark.parametrize("sub", [[], ["info"], ["config"], ["bench"], ["bench", "compare"]])
+@pytest.mark.parametrize("sub", [[], ["info"], ["config"], ["bench"], ["bench", "run"], ["bench", "compare"],
+                                 ["bench", "report"]])
 def test_help(sub):
     out = run(*sub, "--help").stdout
     assert "usage: accio" in out
@@ -115,6 +116,13 @@ EXIT_TABLE = [
     (["bench", "compare", "/nonexistent/a.json", "/nonexistent/b.json"], 1,
      "accio bench compare: /nonexistent/a.json: no such file or directory (errno 2)"),
     (["bench", "compare", "{noexec}"], 2, "the following arguments are required"),
+    (["bench", "run", "-i", "0"], 2, "accio bench: --iterations must be at least 1"),
+    (["bench", "-Q", "0"], 2, "accio bench: '0': counts must be at least 1"),
+    (["bench", "--runtime", "-5"], 2, "the runtime must be positive"),
+    (["bench", "--runtime", "soon"], 2, "is not a time"),
+    (["bench", "--vs-fio", "-Q", "1,4"], 2, "--iodepth"),
+    (["bench", "report", "/nonexistent/run.json"], 1,
+     "accio bench report: /nonexistent/run.json: no such file or directory (errno 2)"),
     (["tune", "/nonexistent"], 1, "accio tune: /nonexistent: no such file or directory (errno 2)"),
     (["tune", "{tmp}", "--file-size", "lots"], 2, "accio tune: --file-size 'lots' is not a size"),
     (["tune", "{tmp}", "--budget", "1"], 2, "--budget must be at least 5 seconds"),

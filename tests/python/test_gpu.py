@@ -282,7 +282,7 @@ def test_bench_target_cuda_has_device_columns_and_both_ceilings(fake_lib, tmp_pa
     assert r.returncode == 0, r.stderr
     res = json.load(open(tmp_path / "b.json"))
     cols = {x["mechanism"] for x in res["results"]}
-    assert cols == {"naive", "staged", "gds", "pagecache", "host", "pinned-copy"}, cols
+    assert cols == {"naive", "staged", "gds", "pagecache", "auto", "host", "pinned-copy"}, cols
     assert all(x["target"] == "cuda:0" for x in res["results"])
     assert "staged against its ceilings" in r.stdout and "x naive" in r.stdout
     # Host mechanisms are refused on a device target; an unknown GPU is a clear error.

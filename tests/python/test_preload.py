@@ -297,3 +297,142 @@ def test_small_io_is_untouched(data, tmp_path):
     _, rep = accio_run(["sha256sum", str(data / "text.txt")], tmp_path, threshold="64M")
     assert engine_calls(rep) == 0
     assert all(not pr["engine_loaded"] for pr in rep["processes"])
+
+
+# ---- issue 20: the native launcher, silence, names that are not UTF-8, the planner's decision,
+# prefetch ----
+
+def test_launcher_is_native_and_on_path(tmp_path):
+    """accio run execs the native launcher, which execs the program: no Python in between. The same
+    launcher is installed as `accio-run` next to the interpreter (the scripts directory)."""
+    from accio import _ext
+    from accio.run import launcher_path
+    assert open(launcher_path(), "rb").read(4) == b"\x7fELF"
+    script = Path(sys.executable).with_name("accio-run")
+    assert script.is_file(), "accio-run is not installed in the scripts directory"
+    p = subprocess.run([str(script), "--", "sh", "-c", 'echo "$LD_PRELOAD"; exit 3'], capture_output=True, text=True)
+    assert p.returncode == 3 and p.stdout.split(":")[0].strip().endswith("libaccio_preload.so"), p
+    # the program is the launcher's direct exec: its parent is our process, not a Python in between
+    p = subprocess.run([str(script), "--", "sh", "-c", "echo $PPID"], capture_output=True, text=True)
+    assert int(p.stdout) == os.getpid()
+    for form in (["-l64k"], ["-l", "64k"], ["--threshold=64k"], ["--threshold", "64KiB"]):
+        p = subprocess.run([str(script), *form, "--", "sh", "-c", 'echo "$ACCIO_PRELOAD_THRESHOLD"'],
+                           capture_output=True, text=True)
+        assert p.stdout == "65536\n", (form, p)
+    for argv, code in ((["--", "no-such-program-xyz"], _ext.RUN_NOT_FOUND), (["--", str(tmp_path)], _ext.RUN_CANNOT_EXECUTE),
+                       (["--bogus", "--", "true"], _ext.RUN_OWN_ERROR)):
+        assert subprocess.run([str(script), *argv], capture_output=True).returncode == code
+
+
+def test_one_table_of_options():
+    """The Python CLI's help for run and the launcher's own come from the same table (run_cli.h)."""
+    from accio import _ext
+    launcher_help = subprocess.run(ACCIO + ["run", "--help"], capture_output=True, text=True, check=True).stdout
+    cli_help = " ".join(subprocess.run(ACCIO + ["--help"], capture_output=True, text=True, check=True).stdout.split())
+    assert "accio run [--mechanism M] [--threshold BYTES] [--stats] [--stats-json FILE] [--verbose]" in cli_help
+    for name, letter, metavar, help_text in _ext.RUN_OPTIONS:
+        assert name in launcher_help and help_text.split()[0] in launcher_help
+        if letter:
+            assert letter in launcher_help
+    assert (_ext.RUN_OWN_ERROR, _ext.RUN_CANNOT_EXECUTE, _ext.RUN_NOT_FOUND) == (125, 126, 127)
+
+
+def test_silent_unless_verbose(data, tmp_path):
+    """No profile: the engine has a warning to give. Under accio run the program's stderr stays its
+    own; --verbose lets the notes through."""
+    env = dict(os.environ, ACCIO_PROFILE_DIR=str(tmp_path / "no-profiles"))
+    env.pop("ACCIO_QUIET", None)
+    cmd = ["sh", "-c", f"dd if={data / 'big.bin'} of=/dev/null bs=4M 2>/dev/null; "
+           f"dd if={data / 'big.bin'} of=/dev/null bs=4M 2>/dev/null; echo done >&2"]
+    p = subprocess.run(ACCIO + ["run", "-l", "64k", "--", *cmd], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stderr == "done\n", p.stderr
+    cmd = ["dd", f"if={data / 'big.bin'}", "of=/dev/null", "bs=4M", "status=none"]
+    p = subprocess.run(ACCIO + ["run", "--verbose", "-l", "64k", "--", *cmd], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and "no tuning profile" in p.stderr, p.stderr
+
+
+def test_name_that_is_not_utf8(data, tmp_path):
+    """A file name with byte 0xff keeps its statistics: written as \\udcff (surrogateescape), shown
+    with the byte escaped, and os.fsencode gives the name's bytes back."""
+    name = os.fsdecode(b"bad\xffname \xe2\x82\xac.bin")  # an invalid byte, then a valid euro sign
+    path = tmp_path / name
+    shutil.copyfile(data / "big.bin", path)
+    stats = tmp_path / "s.json"
+    p = subprocess.run(ACCIO + ["run", "-l", "64k", "--stats", "--stats-json", str(stats), "--", "dd",
+                                f"if={path}", "of=/dev/null", "bs=1M", "status=none"], capture_output=True)
+    assert p.returncode == 0, p.stderr
+    raw = stats.read_bytes()
+    assert b"\\udcff" in raw and "€".encode() not in raw  # json.dumps escapes every non-ASCII character
+    rep = json.loads(raw)
+    f = next(f for f in rep["files"] if f["path"].endswith(".bin"))
+    assert os.fsencode(f["path"]) == os.fsencode(path)
+    assert f["read"]["bytes"] == path.stat().st_size and engine_calls(rep) > 0
+    assert b"bad\\xffname \xe2\x82\xac.bin" in p.stderr  # the table: the byte escaped, the valid name as is
+
+
+def test_planner_decides_above_the_gate(data, tmp_path):
+    """Without -l every large call is the planner's: served by the engine or passed back to libc
+    (declined_calls) when it would run posix; never both, never lost."""
+    cmd = ["dd", f"if={data / 'big.bin'}", "of=/dev/null", "bs=2M", "status=none"]
+    plain(cmd)  # hot
+    env = dict(os.environ, ACCIO_PROFILE_DIR=str(tmp_path / "none"))  # the built-in model: gate 1 MiB
+    _, rep = accio_run(cmd, tmp_path, threshold=None, env=env)
+    f = next(f for f in rep["files"] if f["path"].endswith("big.bin"))
+    large = sum(f["read"]["size_histogram"][5:])  # buckets above 1 MiB
+    assert large >= 3 and f["read"]["accelerated_calls"] + f["read"]["declined_calls"] == large
+    # with -l, the threshold rules: every call at or above it goes to the engine
+    _, rep = accio_run(cmd, tmp_path, threshold="1m")
+    f = next(f for f in rep["files"] if f["path"].endswith("big.bin"))
+    assert f["read"]["declined_calls"] == 0 and f["read"]["accelerated_calls"] >= 3
+
+
+@pytest.mark.parametrize("reader", ["cat", "sha256sum", "python"])
+def test_prefetch_for_cold_sequential_readers(tmp_path, reader):
+    """A sequential reader of small requests on a cold file gets its stream asked for ahead
+    (prefetch_windows); on a hot file nothing is asked (the RWF_NOWAIT probe finds the pages); the
+    output is the program's own either way."""
+    from accio._system import drop_pages
+    f = tmp_path / "stream.bin"
+    f.write_bytes(os.urandom(24 * 2**20))
+    cmds = {"cat": ["cat", str(f)], "sha256sum": ["sha256sum", str(f)],
+            "python": [sys.executable, "-c", "import sys\nwith open(sys.argv[1], 'rb', buffering=0) as f:\n"
+                       "    while f.read(65536): pass\nprint('ok')", str(f)]}
+    cmd = cmds[reader]
+    want = plain(cmd).stdout
+    drop_pages(str(f))
+    p, rep = accio_run(cmd, tmp_path, threshold=None)
+    assert p.stdout == want
+    assert sum(pr["prefetch_windows"] for pr in rep["processes"]) >= 1
+    p, rep = accio_run(cmd, tmp_path, threshold=None)  # now hot
+    assert p.stdout == want and sum(pr["prefetch_windows"] for pr in rep["processes"]) == 0
+    env = dict(os.environ, ACCIO_PRELOAD_PREFETCH="0")
+    drop_pages(str(f))
+    p, rep = accio_run(cmd, tmp_path, threshold=None, env=env)
+    assert p.stdout == want and sum(pr["prefetch_windows"] for pr in rep["processes"]) == 0
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
+def test_the_one_note_comes_once_from_the_launcher(data, tmp_path):
+    """At a terminal, with no tuning profile, the launcher says so once before the program starts;
+    the program's processes (two dd here, each loading the engine) say nothing."""
+    launcher = Path(sys.executable).with_name("accio-run")
+    inner = (f"{launcher} -- sh -c 'dd if={data / 'big.bin'} of=/dev/null bs=4M status=none; "
+             f"dd if={data / 'big.bin'} of=/dev/null bs=4M status=none'")
+    env = dict(os.environ, ACCIO_PROFILE_DIR=str(tmp_path / "none"))
+    env.pop("ACCIO_QUIET", None)
+    out = subprocess.run(["script", "-qec", inner, "/dev/null"], env=env, capture_output=True, text=True).stdout
+    assert out.count("no tuning profile") == 1 and out.startswith("accio run: note:"), out
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "some.json").write_text("{}")
+    env["ACCIO_PROFILE_DIR"] = str(tmp_path / "profiles")
+    out = subprocess.run(["script", "-qec", f"{launcher} -- true", "/dev/null"], env=env, capture_output=True,
+                         text=True).stdout
+    assert "no tuning profile" not in out, out
+
+
+def test_python_cli_without_its_launcher(tmp_path):
+    """A package whose launcher is gone: accio run says so and exits 125 (accio's own error)."""
+    code = ("import sys, accio.run as r\nr.launcher_path = lambda: sys.argv[1]\n"
+            "sys.exit(r.launch(['--', 'true']))")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "gone")], capture_output=True, text=True)
+    assert p.returncode == 125 and "cannot be run" in p.stderr and "reinstall accio" in p.stderr, p.stderr

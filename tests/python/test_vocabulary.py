@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import accio
-from accio import _ext, info, run
+from accio import _ext, info
 from accio.bench import spec
 from accio.tune import profile, search
 from accio.tune.measure import MiB, Plan
@@ -112,7 +112,10 @@ def test_labels_and_alignment_come_from_the_engine():
 def test_mechanism_lists_come_from_the_registry():
     ms = _ext.mechanisms()
     host = [m["name"] for m in ms if not m["device"]]
-    assert run.mechanisms() == ("auto", *host)
+    # accio run's launcher (C) asks the same registry: its refusal lists auto and the host mechanisms
+    p = subprocess.run([sys.executable, "-m", "accio.cli", "run", "-m", "warp", "--", "true"], capture_output=True,
+                       text=True)
+    assert p.returncode == 125 and p.stderr.strip().endswith("not one of " + ", ".join(("auto", *host))), p.stderr
     assert spec.host_mechanisms() == tuple(host)
     assert {"posix", "parallel", "direct", "uring"} <= set(host)
     assert {"naive", "staged", "gds"} <= {m["name"] for m in ms if m["device"]}
@@ -120,7 +123,7 @@ def test_mechanism_lists_come_from_the_registry():
     for m in ms:
         assert set(m["knobs"]) <= names, m
     assert "queue_depth" in next(m for m in ms if m["name"] == "uring")["knobs"]
-    assert [c.label for c in spec.parse_mechanisms("all")] == host
+    assert [c.label for c in spec.parse_mechanisms("all")] == [*host, "auto"]  # auto beside the fixed ones
     assert spec.Column("direct", "direct").o_direct and not spec.Column("parallel", "parallel").o_direct
     assert spec.Column("uring+direct", "uring", (("direct", "on"),)).o_direct
 

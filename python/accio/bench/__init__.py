@@ -1,13 +1,16 @@
 """`accio bench`: every accio mechanism measured side by side with the methodology of IOzone and IOR.
 
-    accio bench --preset quick --report report.html
+    accio bench --preset quick --report report.html      (the same as `accio bench run ...`)
     accio bench -T write,write+sync,cold-read -s 1g -r 1m,16m -t 1,2 -m all --json out.json
+    accio bench -T random-read -r 4k -Q 1,4,16 --runtime 10 --json qd.json
     mpirun -np 4 accio bench --preset ior --json ior.json
     accio bench compare A.json B.json
+    accio bench report run.json -o run.html
+    accio bench safetensors model.safetensors
 
 Modules: spec (tests, parameters, presets), runner (the phases, caches, ranks), comm (MPI),
-fio (--vs-fio), output (tables, JSON, CSV, compare), report (plots, HTML). docs/methodology.md
-explains what is measured and how.
+fio (--vs-fio), latency (percentiles), output (tables, JSON, CSV, compare), report (plots, HTML),
+checkpoint (safetensors). docs/methodology.md explains what is measured and how.
 """
 from __future__ import annotations
 
@@ -15,13 +18,14 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
 
 from .. import __version__, _ext, settings as effective_settings
 from .._usage import UsageError, check_output_path, stdout_outputs
-from ..info import gather, path_info
+from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
 from .runner import Runner
@@ -36,7 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Measure every mechanism with IOzone/IOR semantics: write, rewrite, read, reread,\n"
                      "write+sync (fsync timed), cold-read (page cache dropped and verified), random-read,\n"
                      "random-write. Under mpirun, one rank per process with IOR's rules.\n"
-                     "`accio bench compare A.json B.json` prints the ratios of two runs.\n"
+                     "Sub-commands beside the run (`accio bench run ...` is the same as `accio bench ...`):\n"
+                     "  compare A.json B.json   ratios of two runs, each called faster/slower/within noise\n"
+                     "  report RUN.json         redraw the HTML report (and the table) of a run\n"
+                     "  safetensors FILE        checkpoint loading against safetensors and fastsafetensors\n"
                      "Methodology: docs/methodology.md.")
     g = p.add_argument_group("what to measure")
     g.add_argument("--preset", choices=("quick", "veaccio", "xeonphi", "ior"),
@@ -53,6 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: all ranks)")
     g.add_argument("-i", "--iterations", type=int, help="repetitions of every test (default 3); "
                    "median, min, max and stddev are reported")
+    g.add_argument("-Q", "--iodepth", dest="iodepths", help="requests in flight per thread, a list or doubling "
+                   "range: 1,4,16 or 1:32 (default 1; above 1 the requests are submitted asynchronously)")
+    g.add_argument("--runtime", type=_seconds, metavar="SECONDS", help="time-based: every phase runs this long, "
+                   "going round its range again if need be (fio's time_based; default: once over the range)")
     g.add_argument("--target", default="host", help="where the buffers live: host or cuda:N (GPU memory: the "
                    "columns are naive, staged, gds plus the ceilings host and pinned-copy)")
     g.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -85,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_spec(args, world: int) -> Spec:
     explicit = {k for k in ("tests", "mechanisms", "file_sizes", "records", "threads", "processes", "iterations",
-                            "dirs", "layout") if getattr(args, k) is not None}
+                            "dirs", "layout", "iodepths") if getattr(args, k) is not None}
     explicit = {{"layout": "layouts"}.get(k, k) for k in explicit}
     n = online_cpus()
     get = lambda k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS.get(k)  # noqa: E731
@@ -98,11 +109,25 @@ def build_spec(args, world: int) -> Spec:
                 iterations=get("iterations"), target=args.target,
                 files=[f for f in (args.files or "").split(",") if f],
                 settings=dict(_kv(x) for x in args.set), drop_caches=args.drop_caches, vs_fio=args.vs_fio,
-                keep=args.keep, verify=args.verify)
+                keep=args.keep, verify=args.verify,
+                iodepths=parse_counts(args.iodepths, 1 << 16) if args.iodepths else [1], runtime=args.runtime or 0.0)
     if args.preset:
         spec = apply_preset(spec, args.preset, world, explicit)
     _check(spec, world)
     return spec
+
+
+def _seconds(text: str) -> float:
+    """--runtime: seconds, '30', '30s', '2m' or '1.5h'."""
+    t = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600}.get(t[-1:], None)
+    try:
+        v = float(t[:-1] if scale else t) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time: give seconds, e.g. 30, 30s, 2m") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the runtime must be positive")
+    return v
 
 
 def _layouts(text: str | None) -> list[str]:
@@ -151,6 +176,9 @@ def _check(spec: Spec, world: int) -> None:
                          "use posix_fadvise(DONTNEED), verified with a residency check")
     if spec.vs_fio and not fio.available():
         raise ValueError("--vs-fio needs fio on PATH (apt-get install fio)")
+    if spec.vs_fio and (spec.iodepths != [1] or spec.runtime):
+        raise ValueError("--vs-fio runs fio's equivalent of one synchronous pass over the range: "
+                         "it does not combine with --iodepth above 1 or --runtime")
     if spec.vs_fio and world > 1:
         raise ValueError("--vs-fio runs in a single process; run it without mpirun")
     if max(spec.processes) > world:
@@ -233,14 +261,44 @@ def count_phases(spec: Spec) -> int:
 
 def environment(spec: Spec, world: int) -> dict:
     info = gather(spec.dirs[0])
-    paths = {d: path_info(d) for d in dict.fromkeys(spec.dirs + [os.path.dirname(os.path.abspath(f))
-                                                                  for f in spec.files])}
+    paths = {d: {**path_info(d), "block_device": block_device(filesystem(d)["device"]),
+                 "tuning_profile": tuning_profile(d)}
+             for d in dict.fromkeys(spec.dirs + [os.path.dirname(os.path.abspath(f)) for f in spec.files])}
     return {"kernel": info["kernel"], "machine": info["machine"], "cpu": info["cpu"], "memory": info["memory"],
             "hostname": os.uname().nodename, "processes": world, "huge_pages": info["huge_pages"],
             "rlimit_memlock": info["rlimit_memlock"], "io_uring": info["io_uring"],
             "residency_query": info["residency_query"], "paths": paths,
             "settings": {k: v for k, v in effective_settings(**spec.settings).items() if k != "mechanism"},
             "mechanisms": info["mechanisms"], "fio": _fio_version() if spec.vs_fio else None}
+
+
+def block_device(device: str) -> dict | None:
+    """The block device under a filesystem, from /sys/class/block (the queue of the whole disk for
+    a partition): model, rotational, scheduler, queue depth, block size, read-ahead. None for a
+    filesystem without one (tmpfs, overlay, NFS)."""
+    name = os.path.basename(os.path.realpath(device)) if device.startswith("/dev/") else ""
+    sys_dir = f"/sys/class/block/{name}"
+    if not name or not os.path.isdir(sys_dir):
+        return None
+    disk = os.path.realpath(sys_dir)
+    if os.path.exists(os.path.join(disk, "partition")):
+        disk = os.path.dirname(disk)
+
+    def read(rel: str) -> str | None:
+        try:
+            with open(os.path.join(disk, rel)) as f:
+                return f.read().strip()
+        except OSError:
+            return None
+    sched = read("queue/scheduler")
+    if sched and "[" in sched:
+        sched = sched[sched.index("[") + 1:sched.index("]")]
+    facts = {"name": name, "disk": os.path.basename(disk), "model": read("device/model"),
+             "rotational": read("queue/rotational") == "1" if read("queue/rotational") else None,
+             "scheduler": sched, "nr_requests": read("queue/nr_requests"),
+             "logical_block_size": read("queue/logical_block_size"), "max_sectors_kb": read("queue/max_sectors_kb"),
+             "read_ahead_kb": read("queue/read_ahead_kb")}
+    return {k: v for k, v in facts.items() if v is not None}
 
 
 def _fio_version() -> str:
@@ -252,7 +310,8 @@ def parameters(spec: Spec) -> dict:
     return {"tests": spec.tests, "mechanisms": [m.label for m in spec.mechanisms], "file_sizes": spec.file_sizes,
             "records": spec.records, "threads": spec.threads, "processes": spec.processes, "layouts": spec.layouts,
             "dirs": spec.dirs, "files": spec.files, "iterations": spec.iterations, "target": spec.target,
-            "drop_caches": spec.drop_caches, "vs_fio": spec.vs_fio, "verify": spec.verify}
+            "drop_caches": spec.drop_caches, "vs_fio": spec.vs_fio, "verify": spec.verify,
+            "iodepths": spec.iodepths, "runtime_s": spec.runtime}
 
 
 def check_outputs(args) -> str | None:
@@ -287,19 +346,44 @@ def main(args) -> int:
         print(f"accio bench{' --preset ' + spec.preset if spec.preset else ''}: {phases} timed phases, "
               f"{len(spec.mechanisms)} mechanism(s), {world.size} process(es), in {', '.join(spec.files or spec.dirs)}",
               file=sys.stderr, flush=True)
+    doc = None
+    if world.rank == 0:
+        doc = {"schema": output.SCHEMA, "accio": {"version": __version__, "git_commit": _ext.git_commit()},
+               "command": ["accio", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else sys.argv,
+               "preset": spec.preset, "table": spec.table, "started": started, "duration_s": 0.0, "complete": False,
+               "environment": environment(spec, world.size), "parameters": parameters(spec),
+               "warnings": [], "results": []}
+
+    def keep(_result=None) -> None:
+        """After every cell (and at the end): the JSON so far, replaced atomically, so that a run that
+        is interrupted or killed keeps every cell it finished."""
+        doc["duration_s"] = time.monotonic() - t0
+        doc["warnings"] = [w for w in _ext.warnings().splitlines() if w]
+        if args.json and args.json != "-":
+            output.write_json(args.json, doc)
+
+    runner = Runner(spec, world, progress, on_result=keep if world.rank == 0 else None)
+    if doc is not None:
+        doc["results"] = runner.results  # the list the runner appends to
+    interrupted = False
+    term = signal.signal(signal.SIGTERM, signal.default_int_handler) if world.size == 1 else None
     try:
-        results = Runner(spec, world, progress).run()
+        runner.run()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: report what was measured, then exit 130
+        interrupted = True
     finally:
         progress.close()
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
     if world.rank != 0:
-        return 0
-    doc = {"schema": output.SCHEMA, "accio": {"version": __version__, "git_commit": _ext.git_commit()},
-           "command": ["accio", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else sys.argv,
-           "preset": spec.preset, "started": started, "duration_s": time.monotonic() - t0,
-           "environment": environment(spec, world.size), "parameters": parameters(spec),
-           "warnings": [w for w in _ext.warnings().splitlines() if w], "results": results}
+        return 130 if interrupted else 0
+    doc["complete"] = not interrupted
+    keep()
+    results = doc["results"]
     table_out = sys.stderr if to_stdout else sys.stdout  # stdout holds the JSON, CSV or HTML asked for
     print(output.render_table(results, spec.table), file=table_out)
+    if lat := output.render_latency(results):
+        print("\n" + lat, file=table_out)
     if spec.target != "host" and (ratios := output.device_ratios(results)):
         print("\n" + ratios, file=table_out)
     fio_table = output.render_fio(results)
@@ -308,7 +392,8 @@ def main(args) -> int:
     table_out.flush()
     written = []
     if args.json:
-        output.write_json(args.json, doc)
+        if args.json == "-":
+            output.write_json(args.json, doc)
         written.append(args.json)
     if args.csv:
         output.write_csv(args.csv, results)
@@ -321,22 +406,83 @@ def main(args) -> int:
     written = [w for w in written if w != "-"]
     if written and not args.quiet:
         print("wrote " + ", ".join(written), file=sys.stderr)
+    if interrupted:
+        print(f"accio bench: interrupted after {len(results)} result(s); the output holds those "
+              "(\"complete\": false in the JSON)", file=sys.stderr)
+        return 130
     return 0
 
 
 def compare_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="accio bench compare", description="Ratios B/A of two accio bench JSON "
-                                "files, for every result (test, mechanism, sizes, threads, ...) present in both.")
+                                "files, for every result (test, mechanism, sizes, threads, ...) present in both, "
+                                "each with its 95%% bootstrap interval and verdict: faster, slower, within noise "
+                                "(the interval holds 1 and lies inside ±5%%), undecided, or too few samples "
+                                "(fewer than 7 a side: run with -i 7). docs/methodology.md.")
     p.add_argument("a", metavar="A.json")
     p.add_argument("b", metavar="B.json")
     args = p.parse_args(argv)
-    try:  # a file that is missing or not a bench JSON: it ran and failed (1); OSError goes to the guard
-        with open(args.a) as fa, open(args.b) as fb:
-            a, b = json.load(fa), json.load(fb)
+    a, b = _load_run(args.a, "A"), _load_run(args.b, "B")  # missing or not a bench JSON: exit 1
+    try:
         print(output.compare(a, b))
     except (ValueError, KeyError) as e:
         raise RuntimeError(str(e)) from None
     return 0
 
 
-__all__ = ["add_arguments", "main", "compare_main"]
+def _load_run(path: str, name: str = "") -> dict:
+    """A bench JSON file: a missing or unreadable one is an OSError, one that is not a bench JSON (or
+    not JSON) a RuntimeError: both exit 1 (it ran and failed) with one sentence."""
+    with open(path) as f:
+        try:
+            doc = json.load(f)
+        except ValueError as e:
+            raise RuntimeError(f"{name or path} is not JSON ({e})") from None
+    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("accio.bench/"):
+        raise RuntimeError(f"{name or path} is not an accio bench JSON file "
+                           f"(schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
+    return doc
+
+
+def report_main(argv: list[str]) -> int:
+    """`accio bench report RUN.json`: the table again, and the HTML report redrawn from the JSON
+    (also from a run that was interrupted: it holds the cells that finished)."""
+    p = argparse.ArgumentParser(prog="accio bench report", description="Redraw the report of an accio bench "
+                                "run from its JSON: the table on stdout and the HTML report (tables, plots, "
+                                "summary), e.g. after an interrupted run or with a newer accio.")
+    p.add_argument("run", metavar="RUN.json")
+    p.add_argument("-o", "--output", metavar="FILE", help="the HTML report (default: RUN.html beside the JSON; "
+                   "'-' for stdout, the table then goes to stderr)")
+    args = p.parse_args(argv)
+    out = args.output or (args.run[:-5] if args.run.endswith(".json") else args.run) + ".html"
+    doc = _load_run(args.run)  # the input's error first: it is the one to fix
+    check_output_path("--output", out)
+    try:
+        preset = doc.get("preset")  # files from before "table": the preset's layout
+        kind = doc.get("table") or (preset if preset in output.ROW_DIMS else "generic")
+        print(output.render_table(doc["results"], kind), file=sys.stderr if out == "-" else sys.stdout)
+        report.write_html(out, doc, kind)
+    except (KeyError, TypeError) as e:
+        raise RuntimeError(f"{args.run}: a result lacks {e}: not a complete accio bench file") from None
+    if out != "-":
+        print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+# `accio bench NAME ...`: the sub-commands beside the run; `accio bench run ...` is the run itself.
+SUBCOMMANDS = ("run", "compare", "report", "safetensors")
+
+
+def subcommand(name: str):
+    """The function behind `accio bench NAME argv...` for a SUBCOMMANDS name other than run."""
+    if name == "compare":
+        return compare_main
+    if name == "report":
+        return report_main
+    if name == "safetensors":
+        from .checkpoint import main as safetensors_main
+        return safetensors_main
+    raise KeyError(name)
+
+
+__all__ = ["add_arguments", "main", "compare_main", "report_main", "SUBCOMMANDS", "subcommand"]

@@ -2,8 +2,10 @@
 --vs-fio table, JSON (schema accio.bench/1, see schema.json), CSV, and `accio bench compare`."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import os
 import statistics
 from typing import Iterable
 
@@ -16,13 +18,13 @@ FIO_TOLERANCE = 0.10
 
 # Row dimensions of the table for each layout (a dimension is shown only if it varies).
 ROW_DIMS = {
-    "generic": ("directory", "layout", "processes", "threads", "file_size", "record_size", "test"),
+    "generic": ("directory", "layout", "processes", "threads", "file_size", "record_size", "iodepth", "test"),
     "veaccio": ("record_size", "threads", "test"),
-    "ior": ("layout", "processes", "threads", "file_size", "record_size", "test"),
+    "ior": ("layout", "processes", "threads", "file_size", "record_size", "iodepth", "test"),
     "xeonphi": ("directory", "test"),
 }
 HEAD = {"directory": "directory", "layout": "layout", "processes": "procs", "threads": "threads",
-        "file_size": "file", "record_size": "record", "test": "test"}
+        "file_size": "file", "record_size": "record", "iodepth": "iodepth", "test": "test"}
 
 
 
@@ -35,8 +37,13 @@ def _columns(results: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["mechanism"] for r in results))
 
 
+def spread_pct(r: dict) -> float | None:
+    """Half the range of a result's iterations in % of their median; None for a single iteration."""
+    return (r["max"] - r["min"]) / 2 / r["mib_s"] * 100 if r["mib_s"] and len(r["samples"]) > 1 else None
+
+
 def _spread(r: dict) -> str:
-    return f"±{(r['max'] - r['min']) / 2 / r['mib_s'] * 100:.0f}%" if r["mib_s"] and len(r["samples"]) > 1 else ""
+    return "" if (p := spread_pct(r)) is None else f"±{p:.0f}%"
 
 
 def _grid(heads: list[str], rows: list[list[str]], left: int) -> list[str]:
@@ -48,7 +55,7 @@ def _grid(heads: list[str], rows: list[list[str]], left: int) -> list[str]:
 
 
 def _row_key(r: dict, dims: Iterable[str]):
-    return tuple(TESTS.index(r[d]) if d == "test" else r[d] for d in dims)
+    return tuple(TESTS.index(r[d]) if d == "test" else r.get(d, 1) for d in dims)
 
 
 def device_ratios(results: list[dict]) -> str:
@@ -78,17 +85,41 @@ def device_ratios(results: list[dict]) -> str:
     return "staged against its ceilings (medians of this run)\n" + "\n".join(lines) if lines else ""
 
 
-def render_table(results: list[dict], kind: str = "generic") -> str:
-    """The stdout table. Cells: median MiB/s and the spread (half of max - min, in % of the median).
-    Marks: '!' a cold read that the residency check shows was not cold; '*' the mechanism fell back."""
-    if not results:
-        return "(no results)"
+def sig3(x: float) -> str:
+    """Three significant digits, whole numbers from 100 up: 0.412, 1.90, 12.3, 812, 2345 (a 4 KiB write
+    at 0.41 MiB/s must not read 0)."""
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 99.95:
+        return f"{x:.0f}"
+    t = f"{x:#.3g}"  # '#' keeps the trailing zeros of 1.90
+    return t[:-1] if t.endswith(".") else t
+
+
+# Columns that are ceilings of a device target, not contenders: never the best of a row.
+CEILINGS = ("host", "pinned-copy")
+# The column others are compared with: posix for host memory, naive for GPU memory.
+BASELINES = ("posix", "naive")
+
+
+def noisy(r: dict) -> bool:
+    """A cell whose iterations spread more than the project's noise band (accio.stats.NOISE: half the
+    range above 5% of the median); its figure says little about small differences."""
+    from ..stats import NOISE
+    return (p := spread_pct(r)) is not None and p > NOISE * 100
+
+
+def table_model(results: list[dict], kind: str = "generic") -> dict:
+    """The results table that the text and the HTML report both show: rows by the dimensions that
+    vary (test last), a column per mechanism. {'heads': row heads, 'cols': mechanisms, 'baseline':
+    the column ratios are taken against or None, 'rows': [{'cells': row labels, 'slice': the labels
+    but the test, 'test', 'by': {mechanism: result}, 'best': mechanism or None}], 'notes': marks}."""
     cols = _columns(results)
     dims = [d for d in ROW_DIMS.get(kind, ROW_DIMS["generic"])
-            if d == "test" or len({r[d] for r in results}) > 1]
+            if d == "test" or len({r.get(d, 1) for r in results}) > 1]
     rows: dict[tuple, dict] = {}
     for r in results:
-        key = tuple(r[d] for d in dims)
+        key = tuple(r.get(d, 1) for d in dims)
         if kind == "xeonphi":  # one thread, and the best of more threads (Xeon Phi study, Table 1)
             key += ("1" if r["threads"] == 1 else "best",)
         cur = rows.setdefault(key, {}).get(r["mechanism"])
@@ -96,35 +127,89 @@ def render_table(results: list[dict], kind: str = "generic") -> str:
             rows[key][r["mechanism"]] = r
     heads = [HEAD[d] for d in dims] + (["threads"] if kind == "xeonphi" else [])
     notes: list[str] = []
-    lines = []
+    out = []
     for key in sorted(rows, key=lambda k: _row_key(next(iter(rows[k].values())), dims) + k[len(dims):]):
+        by = rows[key]
         cells = [_cell_value(d, v) for d, v in zip(dims, key)]
         if kind == "xeonphi":
             cells.append("1" if key[-1] == "1" else "best")
-        for m in cols:
-            r = rows[key].get(m)
-            if r is None:
-                cells.append("-")
-                continue
-            mark = ""
-            if r["cache"] and r["test"] == "cold-read" and not r["cache"]["cold"]:
-                mark += "!"
+        for m, r in by.items():
+            marks = cell_marks(r)
+            if "!" in marks:
                 note = (f"! {r['test']} {m} in {r['directory']}: not cold, {r['cache']['residency'] * 100:.0f}% "
                         f"resident after {r['cache']['method']}: a cached read")
                 if note not in notes:
                     notes.append(note)
-            if r["ran"] != r["engine_mechanism"]:
-                mark += "*"
-                note = f"* {m} ran as {r['ran']}"
+            if "*" in marks:
+                chose = [p["plan"] for p in r.get("plans") or []] if r["engine_mechanism"] == "auto" else []
+                note = f"* {m} chose {', '.join(chose)}" if chose else f"* {m} ran as {r['ran']}"
                 if note not in notes:
                     notes.append(note)
-            best = f" ({r['threads']})" if kind == "xeonphi" and key[-1] == "best" else ""
-            cells.append(f"{r['mib_s']:.0f}{best} {_spread(r)}{mark}".strip())
+        contenders = {m: r for m, r in by.items() if m not in CEILINGS}
+        best = max(contenders, key=lambda m: contenders[m]["mib_s"]) if len(contenders) > 1 else None
+        test_at = dims.index("test")
+        out.append({"cells": cells, "slice": tuple(cells[:test_at] + cells[test_at + 1:]), "test": key[test_at],
+                    "by": by, "best": best})
+    baseline = next((b for b in BASELINES if b in cols), None)
+    return {"heads": heads, "cols": cols, "baseline": baseline, "rows": out, "notes": notes,
+            "xeonphi": kind == "xeonphi"}
+
+
+def cell_marks(r: dict) -> str:
+    """'!' a cold read that was not cold, '*' the mechanism ran as another (auto: always, its plan)."""
+    return ("!" if r["cache"] and r["test"] == "cold-read" and not r["cache"]["cold"] else "") + \
+        ("*" if r["ran"] != r["engine_mechanism"] else "")
+
+
+def render_table(results: list[dict], kind: str = "generic") -> str:
+    """The stdout table. Cells: median MiB/s and the spread (half of max - min, in % of the median).
+    Marks: '!' a cold read that the residency check shows was not cold; '*' the mechanism fell back
+    (or, for auto, ran as the plan it chose); '<' the best of the row."""
+    if not results:
+        return "(no results)"
+    t = table_model(results, kind)
+    lines = []
+    for row in t["rows"]:
+        cells = list(row["cells"])
+        for m in t["cols"]:
+            r = row["by"].get(m)
+            if r is None:
+                cells.append("-")
+                continue
+            best = f" ({r['threads']})" if t["xeonphi"] and row["cells"][-1] == "best" else ""
+            win = "<" if m == row["best"] else ""
+            cells.append(f"{sig3(r['mib_s'])}{best} {_spread(r)}{cell_marks(r)}{win}".strip())
         lines.append(cells)
-    out = _grid(heads + cols, lines, len(heads))
-    out.append("MiB/s, median of the iterations ± half the range"
-               + ("; best: the best thread count (in parentheses)" if kind == "xeonphi" else ""))
-    return "\n".join(out + notes)
+    out = _grid(t["heads"] + t["cols"], lines, len(t["heads"]))
+    out.append("MiB/s, median of the iterations ± half the range; < the best of the row"
+               + ("; best: the best thread count (in parentheses)" if t["xeonphi"] else ""))
+    return "\n".join(out + t["notes"])
+
+
+LATENCY_HEADS = ["IOPS", "p50", "p99", "p99.9"]
+
+
+def latency_cells(r: dict) -> list[str]:
+    """IOPS (median of the iterations) and the latency percentiles of every request of the cell."""
+    from .latency import PERCENTILES, fmt_ns
+    lat = r.get("latency") or {}
+    if not lat.get("requests"):
+        return [sig3(r["iops"]) if "iops" in r else "-"] + ["-"] * len(PERCENTILES)
+    return [sig3(r["iops"])] + [fmt_ns(lat[f"p{p:g}_ns"]) for p in PERCENTILES]
+
+
+def render_latency(results: list[dict]) -> str:
+    """IOPS and request latency percentiles per result (fio's clat percentiles)."""
+    rows = [r for r in results if (r.get("latency") or {}).get("requests")]
+    if not rows:
+        return ""
+    dims = [d for d in ("threads", "file_size", "record_size", "iodepth") if len({r.get(d, 1) for r in rows}) > 1]
+    heads = ["test", "mechanism"] + [HEAD.get(d, d) for d in dims] + LATENCY_HEADS
+    body = [[r["test"], r["mechanism"]] + [_cell_value(d, r.get(d, 1)) for d in dims] + latency_cells(r)
+            for r in rows]
+    return "\n".join(_grid(heads, body, 2 + len(dims)) +
+                     ["IOPS: requests per second (median); p50..p99.9: latency of single requests, submission "
+                      "to completion, over every request of every iteration"])
 
 
 def render_fio(results: list[dict]) -> str:
@@ -142,13 +227,24 @@ def render_fio(results: list[dict]) -> str:
 
 
 def write_json(path: str, doc: dict) -> None:
-    """'-' is stdout; NaN is refused (schema.json has no such number)."""
-    _write_json(path, doc, allow_nan=False)
+    """'-' is stdout; NaN is refused (schema.json has no such number). A file is replaced atomically
+    (written beside it, then renamed), so that a run killed while writing keeps the previous version."""
+    if path == "-":
+        _write_json(path, doc, allow_nan=False)
+        return
+    tmp = f"{path}.partial"
+    try:
+        _write_json(tmp, doc, allow_nan=False)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 CSV_FIELDS = ("test", "mechanism", "ran", "target", "directory", "layout", "processes", "threads", "file_size",
-              "record_size", "mib_s", "min", "max", "stddev", "iterations", "cache_method", "residency", "cold",
-              "fio_mib_s", "fio_ratio")
+              "record_size", "iodepth", "mib_s", "min", "max", "stddev", "iops", "p50_ns", "p99_ns", "p99.9_ns",
+              "iterations", "cache_method", "residency", "cold", "fio_mib_s", "fio_ratio")
 
 
 def write_csv(path: str, results: list[dict]) -> None:
@@ -158,35 +254,64 @@ def write_csv(path: str, results: list[dict]) -> None:
         w.writeheader()
         for r in results:
             c = r["cache"] or {}
-            w.writerow({**{k: r[k] for k in CSV_FIELDS if k in r}, "iterations": len(r["samples"]),
+            lat = {k: v for k, v in (r.get("latency") or {}).items() if k in CSV_FIELDS}
+            w.writerow({**{k: r[k] for k in CSV_FIELDS if k in r}, **lat, "iterations": len(r["samples"]),
                         "cache_method": c.get("method", ""), "residency": c.get("residency", ""),
                         "cold": c.get("cold", ""), "fio_mib_s": (r.get("fio") or {}).get("mib_s", ""),
                         "fio_ratio": (r.get("fio") or {}).get("ratio", "")})
 
 
-KEY = ("test", "mechanism", "target", "directory", "layout", "processes", "threads", "file_size", "record_size")
+KEY = ("test", "mechanism", "target", "directory", "layout", "processes", "threads", "file_size", "record_size",
+       "iodepth")
+
+
+def _key(r: dict) -> tuple:
+    return tuple(r.get(k, 1) if k == "iodepth" else r[k] for k in KEY)  # files from before iodepth: 1
+
+
+def compare_verdict(a: list[float], b: list[float]):
+    """B against A by the project's rule (accio.stats): the median ratio B/A with its 95% bootstrap
+    interval, unpaired (two runs, not interleaved rounds); 'faster'/'slower' when the interval
+    excludes 1, 'within noise' when it holds 1 and lies inside ±5%, else 'undecided'; with fewer
+    than 7 samples a side nothing is claimed: 'too few samples'."""
+    from .. import stats
+    r = stats.ratio(b, a, paired=False)
+    if not (stats.enough(a) and stats.enough(b)):
+        return r, f"too few samples ({len(a)}, {len(b)}; {stats.MIN_SAMPLES} needed)"
+    return r, stats.verdict(r)
 
 
 def compare(a: dict, b: dict) -> str:
-    """`accio bench compare A.json B.json`: B / A for every result present in both."""
+    """`accio bench compare A.json B.json`: B / A for every result present in both, each with its
+    interval and verdict (compare_verdict)."""
     for d, name in ((a, "A"), (b, "B")):
         if not str(d.get("schema", "")).startswith("accio.bench/"):
             raise ValueError(f"{name} is not an accio bench JSON file (schema {d.get('schema')!r})")
-    index = {tuple(r[k] for k in KEY): r for r in a["results"]}
-    rows, ratios = [], []
-    for r in b["results"]:
-        old = index.get(tuple(r[k] for k in KEY))
-        if old is None or not old["mib_s"]:
+    index = {_key(r): r for r in a["results"]}
+    both = [(index[_key(r)], r) for r in b["results"] if _key(r) in index]
+    qd = len({r.get("iodepth", 1) for _o, r in both}) > 1
+    rows, ratios, verdicts = [], [], {}
+    for old, r in both:
+        sa, sb = [s["mib_s"] for s in old["samples"]], [s["mib_s"] for s in r["samples"]]
+        try:
+            ratio, verdict = compare_verdict(sa, sb)
+        except ValueError:  # a sample of 0 MiB/s or none: no ratio to speak of
             continue
-        ratio = r["mib_s"] / old["mib_s"]
-        ratios.append(ratio)
-        rows.append((r["test"], r["mechanism"], fmt_size(r["record_size"]), str(r["threads"]), str(r["processes"]),
-                     r["layout"], f"{old['mib_s']:.0f}", f"{r['mib_s']:.0f}", f"{ratio:.2f}"))
+        ratios.append(ratio.estimate)
+        verdicts[verdict.split(" (")[0]] = verdicts.get(verdict.split(" (")[0], 0) + 1
+        rows.append([r["test"], r["mechanism"], fmt_size(r["record_size"]), str(r["threads"]), str(r["processes"]),
+                     r["layout"]] + ([str(r.get("iodepth", 1))] if qd else []) +
+                    [sig3(old["mib_s"]), sig3(r["mib_s"]), f"{ratio.estimate:.3f}",
+                     f"{ratio.low:.3f}-{ratio.high:.3f}", verdict])
     if not rows:
         return "no result appears in both files"
-    heads = ["test", "mechanism", "record", "threads", "procs", "layout", "A MiB/s", "B MiB/s", "B/A"]
-    out = _grid(heads, rows, 6)
+    heads = ["test", "mechanism", "record", "threads", "procs", "layout"] + (["iodepth"] if qd else []) + \
+        ["A MiB/s", "B MiB/s", "B/A", "95% interval", "verdict"]
+    out = _grid(heads, rows, 7 if qd else 6)
     geo = math.exp(statistics.fmean(math.log(x) for x in ratios))
-    out.append(f"{len(rows)} results in both; geometric mean of B/A {geo:.3f} "
+    out.append(f"{len(rows)} results in both: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) +
+               f"; geometric mean of B/A {geo:.3f} "
                f"(A: {a.get('accio', {}).get('git_commit', '?')}, B: {b.get('accio', {}).get('git_commit', '?')})")
+    out.append("B/A: median of B's samples over A's, 95% bootstrap interval; within noise: the interval holds 1 "
+               "and lies inside ±5%; at least 7 samples a side (-i 7) for any verdict (docs/methodology.md)")
     return "\n".join(out)

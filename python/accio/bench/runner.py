@@ -2,9 +2,12 @@
 
 Each timed phase: files prepared (created, or written untimed when a read test finds no data),
 caches handled (cold-read: fsync, drop, verify the residency), handles opened, a barrier across
-ranks, then the native phase (accio._ext.bench_phase: every thread of every rank starts at the
-barrier and times itself), then IOR's bandwidth: total bytes / (latest end - earliest start).
+ranks, then the native phase (accio._ext.bench_run: every thread of every rank starts at the
+barrier and times itself and every request), then IOR's bandwidth: total bytes / (latest end -
+earliest start), IOPS (requests / the same span) and the latency histogram of every request.
 Open and close are outside the timed region (IOzone without -c); fsync is inside for write+sync.
+Every result is handed to `on_result` as soon as its configuration is done (the CLI writes the
+JSON then, so that a run cut off keeps what it measured).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 
 from .. import File, _ext
 from .._system import COLD_MAX_RESIDENCY, drop_all_caches, drop_pages, fmt_size
-from . import fio
+from . import fio, latency
 from .spec import READ_TESTS, Column, Spec
 
 MiB = 1 << 20
@@ -29,6 +32,7 @@ class Config:
     file_size: int
     record: int
     mechanism: Column
+    iodepth: int = 1
 
     @property
     def data_key(self):
@@ -63,8 +67,8 @@ def _close_quietly(handles) -> None:
 
 
 class Runner:
-    def __init__(self, spec: Spec, comm, progress=None):
-        self.spec, self.comm, self.progress = spec, comm, progress
+    def __init__(self, spec: Spec, comm, progress=None, on_result=None):
+        self.spec, self.comm, self.progress, self.on_result = spec, comm, progress, on_result
         self.tag = comm.bcast(f"{os.getpid()}")
         self.data_key = None  # what the files under test hold (None: unknown, no verification)
         self.created: set[str] = set()
@@ -158,14 +162,18 @@ class Runner:
             cached, total = comm.allreduce(cached, "sum"), comm.allreduce(total, "sum")
         self._raise_if_any(err, f"preparing {test}")
         comm.barrier()
-        ran = []
+        ran, plans, hist = [], [], []
         try:
             if jobs:
-                local = _ext.bench_phase([h._f for h in handles], [j.offset for j in jobs],
-                                         [j.length for j in jobs], c.record, write, test.startswith("random"),
-                                         test == "write+sync", (not write) and spec.verify and
-                                         self.data_key == c.data_key, seed, device)
-            ran = sorted({h.stats()["last_mechanism"] or mech.name for h in handles})
+                out = _ext.bench_run([h._f for h in handles], [j.offset for j in jobs], [j.length for j in jobs],
+                                     c.record, write, test.startswith("random"), test == "write+sync",
+                                     (not write) and spec.verify and self.data_key == c.data_key, seed, device,
+                                     int(spec.runtime * 1e9) if timed else 0, c.iodepth)
+                local, hist = out["intervals"], out["latency_ns"]
+            for h in handles:
+                st = h.stats()
+                ran.append(st["last_mechanism"] or mech.name)
+                plans += st["plans"]  # the plans that served the requests, and why (auto's choice)
             for h in handles:
                 h.close()
         except Exception as e:  # noqa: BLE001
@@ -177,15 +185,18 @@ class Runner:
         if not timed:
             return None
         off = comm.offset_ns
-        start = comm.allreduce(min(s for s, _e, _b in local) - off if local else float("inf"), "min")
-        end = comm.allreduce(max(e for _s, e, _b in local) - off if local else float("-inf"), "max")
-        nbytes = comm.allreduce(sum(b for _s, _e, b in local), "sum")
-        ran = comm.gather(ran)
+        start = comm.allreduce(min(iv[0] for iv in local) - off if local else float("inf"), "min")
+        end = comm.allreduce(max(iv[1] for iv in local) - off if local else float("-inf"), "max")
+        nbytes = comm.allreduce(sum(iv[2] for iv in local), "sum")
+        ops = comm.allreduce(sum(iv[3] for iv in local), "sum")
+        ran, plans, hist = comm.gather(ran), comm.gather(plans), comm.gather(hist)
         if comm.rank != 0:
             return None
         seconds = (end - start) / 1e9
         sample = {"mib_s": nbytes / MiB / seconds if seconds > 0 else float("inf"), "seconds": seconds,
-                  "bytes": nbytes, "ran": "/".join(sorted({m for r in ran for m in r}))}
+                  "bytes": nbytes, "ran": "/".join(sorted({m for r in ran for m in r})), "ops": ops,
+                  "iops": ops / seconds if seconds > 0 else float("inf"),
+                  "plans": sum_plans(p for rank in plans for p in rank), "latency_ns": latency.merge(hist)}
         if not write:
             sample["residency"] = cached / total if total else 0.0
         return sample
@@ -198,7 +209,7 @@ class Runner:
         nbytes = sum(j.length for j in jobs)
         seconds = _ext.cuda_copy_seconds(device, not write, nbytes, chunk, len(jobs))
         sample = {"mib_s": nbytes / MiB / seconds if seconds > 0 else float("inf"), "seconds": seconds,
-                  "bytes": nbytes, "ran": "pinned-copy"}
+                  "bytes": nbytes, "ran": "pinned-copy", "ops": 0, "iops": 0.0, "plans": [], "latency_ns": []}
         if not write:
             sample["residency"] = 0.0  # no file: nothing is cached
         return sample
@@ -218,11 +229,11 @@ class Runner:
     def run(self) -> list[dict]:
         spec = self.spec
         try:
-            for d, layout, p, t, fs, r, m in spec.configurations():
+            for d, layout, p, t, fs, r, qd, m in spec.configurations():
                 if p > self.comm.size:
                     raise BenchError(f"{p} processes asked for, but only {self.comm.size} ranks run "
                                      f"(start with mpirun -np {p} accio bench ...)")
-                c = Config(d, layout, p, t, fs, r, m)
+                c = Config(d, layout, p, t, fs, r, m, qd)
                 self._run_config(c)
         finally:
             self.cleanup()
@@ -258,11 +269,14 @@ class Runner:
         if self.comm.rank == 0:
             for test in spec.tests:
                 self.results.append(make_result(spec, c, test, samples[test], fio_samples[test]))
+                if self.on_result:
+                    self.on_result(self.results[-1])
 
     def _note(self, c: Config, test: str, it: int, who: str = "") -> None:
         if self.progress:
             self.progress.step(f"{who}{c.mechanism.label} {test} {fmt_size(c.record)} x{c.threads}"
-                          f"{'' if c.processes == 1 else f' p{c.processes}'} it{it + 1}")
+                               f"{'' if c.processes == 1 else f' p{c.processes}'}"
+                               f"{'' if c.iodepth == 1 else f' qd{c.iodepth}'} it{it + 1}")
 
 
 def cache_summary(test: str, mech: Column, samples: list[dict], drop_caches: bool) -> dict | None:
@@ -275,19 +289,35 @@ def cache_summary(test: str, mech: Column, samples: list[dict], drop_caches: boo
     return {"method": method, "residency": worst, "cold": worst is not None and worst <= COLD_MAX_RESIDENCY}
 
 
+def sum_plans(plans) -> list[dict]:
+    """Plan statistics ({'plan', 'why', 'calls'}) of several handles, ranks or iterations, summed per
+    plan and reason, the most used first."""
+    calls: dict[tuple[str, str], int] = {}
+    for p in plans:
+        calls[(p["plan"], p["why"])] = calls.get((p["plan"], p["why"]), 0) + p["calls"]
+    return [{"plan": p, "why": w, "calls": n} for (p, w), n in sorted(calls.items(), key=lambda x: -x[1])]
+
+
 def stats_of(values: list[float]) -> dict:
     return {"mib_s": statistics.median(values), "min": min(values), "max": max(values),
             "stddev": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
 def make_result(spec: Spec, c: Config, test: str, samples: list[dict], fio_samples: list[dict] | None) -> dict:
+    """One cell: medians over the iterations; the latency histogram holds every request of every
+    iteration (percentiles per phase, as fio's clat), kept out of the samples to keep them small."""
     bw = [s["mib_s"] for s in samples]
+    hist = latency.merge(s.pop("latency_ns") for s in samples)
     out = {"test": test, "mechanism": c.mechanism.label, "engine_mechanism": c.mechanism.name,
            "ran": "/".join(sorted({s["ran"] for s in samples})), "target": spec.target,
            "record_size": c.record, "file_size": c.file_size, "threads": c.threads, "processes": c.processes,
-           "layout": c.layout, "directory": c.directory,
+           "layout": c.layout, "directory": c.directory, "iodepth": c.iodepth, "runtime_s": spec.runtime,
            "cache": cache_summary(test, c.mechanism, samples, spec.drop_caches),
-           **stats_of(bw), "samples": samples}
+           **stats_of(bw), "iops": statistics.median(s["iops"] for s in samples),
+           "plans": sum_plans(p for s in samples for p in s["plans"]),
+           "latency": latency.summary(hist), "samples": samples}
+    for s in samples:
+        del s["plans"]  # summed into the result's
     if fio_samples:
         fbw = [s["mib_s"] for s in fio_samples]
         out["fio"] = {**stats_of(fbw), "samples": fio_samples, "job": fio_samples[0]["job"]}

@@ -103,9 +103,10 @@ def parse_mechanisms(text: str, target: str = "host") -> list[Column]:
     known = {m["name"] for m in _ext.mechanisms()} | {"auto"}
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
-        if item == "all":
-            out.extend(Column(m["name"], m["name"]) for m in _ext.mechanisms()
-                       if m["device"] == device and (m["available"] or not device))
+        if item == "all":  # every mechanism that can run, and auto (the planner's choice) beside them
+            found = [Column(m["name"], m["name"]) for m in _ext.mechanisms()
+                     if m["device"] == device and (m["available"] or not device)]
+            out += found + [Column("auto", "auto")] * bool(found)
             continue
         name, *flags = item.split("+")
         if name not in known:
@@ -141,9 +142,11 @@ class Spec:
     verify: bool = True
     preset: str | None = None
     table: str = "generic"  # how rows are laid out: generic, veaccio, xeonphi, ior
+    iodepths: list[int] = field(default_factory=lambda: [1])  # requests in flight per thread (a sweep)
+    runtime: float = 0.0  # > 0: every phase runs this many seconds, round its range again if need be
 
     def configurations(self):
-        """(dir, layout, processes, threads, file_size, record, mechanism) in execution order;
+        """(dir, layout, processes, threads, file_size, record, iodepth, mechanism) in execution order;
         records larger than the file are skipped (IOR: transfer size <= block size)."""
         for d in self.dirs:
             for layout in self.layouts:
@@ -155,8 +158,9 @@ class Spec:
                             for r in self.records:
                                 if r > fs:
                                     continue
-                                for m in self.mechanisms:
-                                    yield d, layout, p, t, fs, r, m
+                                for qd in self.iodepths:
+                                    for m in self.mechanisms:
+                                        yield d, layout, p, t, fs, r, qd, m
 
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from .. import File, __version__, _ext
+from .. import File, __version__, _ext, stats
 from .._system import drop_pages
 from .._usage import UsageError, check_output_path, write_json
 from . import evaluate as evaluate_mod
@@ -38,7 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file-sizes", default="8m,128m", metavar="LIST", help="--evaluate file sizes (default 8m,128m)")
     p.add_argument("--transfers", default="4k,256k,8m", metavar="LIST",
                    help="--evaluate transfer sizes (default 4k,256k,8m)")
-    p.add_argument("-i", "--reps", type=int, default=5, help="--evaluate samples per contender and cell (default 5)")
+    p.add_argument("-i", "--reps", type=int, default=stats.MIN_SAMPLES,
+                   help=f"--evaluate samples per contender and cell (default {stats.MIN_SAMPLES}, the fewest that make "
+                   "a result)")
+    p.add_argument("--max-reps", type=int, default=evaluate_mod.MAX_SAMPLES, metavar="N",
+                   help="--evaluate: where auto vs the cell's best is undecided, more rounds up to N samples "
+                   f"(default {evaluate_mod.MAX_SAMPLES})")
     p.add_argument("--json", metavar="FILE", help="--evaluate: write the results as JSON ('-' for stdout; "
                    "the table then goes to stderr)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -100,6 +105,8 @@ def _check_usage(args) -> None:
         raise UsageError(f"--threads {args.threads}: must be at least 1 (0: online CPUs)")
     if args.reps < 1:
         raise UsageError("--reps must be at least 1")
+    if args.max_reps < args.reps:
+        raise UsageError(f"--max-reps {args.max_reps}: must be at least --reps ({args.reps})")
     if not args.evaluate and not args.show and args.budget < 5:
         raise UsageError("--budget must be at least 5 seconds")
     if args.evaluate:
@@ -134,7 +141,7 @@ def main(args) -> int:
 def show(path: str, key: dict, directory: str) -> int:
     if not os.path.exists(path):
         print(f"no profile for {key['filesystem']} on {key['device']} (kernel {key['kernel']}, accio {key['accio']}) "
-              f"at {path}: auto uses the built-in model (posix below 1 MiB, parallel above).\n"
+              f"at {path}: auto uses the built-in model (posix below 1 MiB, parallel above, scaled with the CPUs).\n"
               f"Run `accio tune {directory}` to measure this filesystem.", file=sys.stderr)
         return 1
     print(profile_mod.render(profile_mod.load(path), path))
@@ -199,7 +206,7 @@ def evaluate(args, directory: str, path: str) -> int:
             cells = evaluate_mod.grid(file_sizes, transfers, threads, bench.cold_reads)
             if args.profile and have:
                 os.environ["ACCIO_PROFILE"] = args.profile  # the auto handles of the run use this profile
-            result = evaluate_mod.run(bench, cells, args.reps, progress=progress)
+            result = evaluate_mod.run(bench, cells, args.reps, progress=progress, max_reps=args.max_reps)
             result["decision_ns"] = decision_cost(bench, args.profile if have else None, transfers)
             result["cold_reads"] = bench.cold_reads
             result["notes"] = [bench.cold_note] if bench.cold_note else []
@@ -209,6 +216,7 @@ def evaluate(args, directory: str, path: str) -> int:
     info = gather(directory)
     result.update({"schema": "accio.tune-evaluate/1", "profile": path if have else "built-in model",
                    "path": os.path.abspath(directory), "threads": threads, "reps": args.reps,
+                   "max_reps": args.max_reps, "command": "accio " + " ".join(sys.argv[1:]),
                    "machine": {k: info[k] for k in ("kernel", "cpu", "memory")}, "accio": __version__,
                    "git_commit": _ext.git_commit(), "filesystem": info.get("filesystem"),
                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})

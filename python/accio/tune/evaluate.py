@@ -1,25 +1,38 @@
-"""`accio tune --evaluate`: how close `auto` comes to the best mechanism of every cell.
+"""`accio tune --evaluate`: how close `auto` comes to the best fixed mechanism of every cell, with
+the project's statistics rule (accio.stats, docs/methodology.md).
 
 A grid of cells (file size x transfer size x hot/cold x 1 and N threads x read/write). In every cell
-`auto` and every fixed mechanism (with default settings) are measured in the same run, interleaved
-in a rotating order (accio.stats.interleave), `reps` samples each. The oracle of a cell is its best median; a contender's
-ratio is its median over the oracle's (1.0 = as fast as the best), its regret 1 - ratio. The
-verdict compares auto's worst and geometric-mean ratio with those of the best single fixed
-mechanism (the one with the highest geometric mean).
+`auto` and every fixed mechanism (default settings) are measured in the same run, interleaved in a
+rotating order (accio.stats.interleave), `reps` rounds (at least MIN_SAMPLES for a result). The
+oracle of a cell is the fixed mechanism with the best median; a contender's ratio is its median over
+the oracle's (auto's can exceed 1). auto is compared with the oracle and with every fixed mechanism
+by the paired ratio of the rounds and its 95% bootstrap interval: faster or slower when the interval
+excludes 1.0, within noise when it contains 1.0 and lies inside +-5%, else undecided. An undecided
+comparison with the oracle gets more rounds (auto and the fixed mechanisms within 10% of the oracle,
+EXTRA_ROUNDS at a time) up to max_reps samples; what is still undecided then is reported so.
+
+A cell meets the goal when auto's median ratio to the oracle is at least GOAL (0.9) or the two are
+within noise. The summary compares auto's geometric mean over the cells with every fixed
+mechanism's (geomean of the per-cell ratios auto/m, with an interval from resampling every cell).
 """
 from __future__ import annotations
 
 import math
 import time
 
+from .. import stats
 from ..bench.spec import host_mechanisms
-from ..stats import interleave, median
 from .measure import MiB, Bench, fmt
 
 KiB = 1 << 10
 FILE_SIZES = (8 * MiB, 128 * MiB)
 TRANSFERS = (4 * KiB, 256 * KiB, 8 * MiB)
 SAMPLE_SECONDS = 0.05  # timed transfer per sample: short phases are repeated (see Bench.sample)
+MAX_SAMPLE_SECONDS = 0.25  # a contender that moves the cell's file in longer than this moves a part of it
+MAX_SAMPLES = 15       # the cap of the extra rounds for an undecided cell (--max-reps)
+EXTRA_ROUNDS = 4       # rounds added at a time to an undecided cell
+GOAL = 0.9             # a cell is fine when auto reaches this fraction of the oracle, or is within noise
+NEAR = 0.9             # fixed mechanisms at least this close to the oracle join the extra rounds
 
 
 def grid(file_sizes, transfers, threads: int, cold_reads: bool) -> list[dict]:
@@ -41,33 +54,96 @@ def geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=None) -> dict:
+def _pair(rounds: dict, samples: dict, a: str, b: str) -> tuple[list, list, bool]:
+    """a's and b's samples, paired when both were measured in the same rounds."""
+    return samples[a], samples[b], rounds[a] == rounds[b]
+
+
+def _compare(rounds: dict, samples: dict, a: str, b: str) -> dict:
+    xa, xb, paired = _pair(rounds, samples, a, b)
+    r = stats.ratio(xa, xb, paired=paired)
+    verdict = stats.verdict(r) if min(len(xa), len(xb)) >= stats.MIN_SAMPLES else "undecided"
+    return {"estimate": round(r.estimate, 4), "low": round(r.low, 4), "high": round(r.high, 4),
+            "method": r.method, "n": min(len(xa), len(xb)), "verdict": verdict}
+
+
+def measure_cell(sample, contenders, reps: int, max_reps: int, note=None) -> tuple[dict, dict]:
+    """Interleaved samples of every contender (sample(name) -> MiB/s), `reps` rounds, plus extra
+    rounds while auto vs the oracle is undecided (up to max_reps). Returns (samples, rounds), rounds
+    naming for each contender the rounds it was measured in (so that pairs are paired)."""
+    samples = {m: [] for m in contenders}
+    rounds = {m: [] for m in contenders}
+    fixed = [m for m in contenders if m != "auto"]
+    n_round = 0
+
+    def more(names, k):
+        nonlocal n_round
+        got = stats.interleave({m: (lambda m=m: sample(m)) for m in names}, k, on_sample=note)
+        for m, v in got.items():
+            samples[m] += v
+            rounds[m] += range(n_round, n_round + k)
+        n_round += k
+
+    more(contenders, reps)
+    while "auto" in samples and fixed and len(samples["auto"]) < max_reps:
+        med = {m: stats.median(samples[m]) for m in fixed}
+        oracle = max(med, key=med.get)
+        if _compare(rounds, samples, "auto", oracle)["verdict"] != "undecided":
+            break
+        near = ["auto", *(m for m in fixed if med[m] >= NEAR * med[oracle])]
+        more(near, min(EXTRA_ROUNDS, max_reps - len(samples["auto"])))
+    return samples, rounds
+
+
+def judge(cell: dict, samples: dict, rounds: dict) -> None:
+    """Adds to the cell: medians, the oracle, ratios to it, auto's comparisons, and whether it is fine."""
+    med = {m: stats.median(v) for m, v in samples.items()}
+    fixed = [m for m in samples if m != "auto"]
+    oracle = max(fixed, key=med.get) if fixed else max(med, key=med.get)
+    cell.update({"samples": {m: [round(x, 1) for x in v] for m, v in samples.items()},
+                 "median": {m: round(v, 1) for m, v in med.items()},
+                 "oracle": oracle, "ratio": {m: round(v / med[oracle], 4) for m, v in med.items()}})
+    if "auto" in samples:
+        cell["auto_vs"] = {m: _compare(rounds, samples, "auto", m) for m in fixed}
+        vs = cell["auto_vs"].get(oracle)
+        cell["verdict"] = vs["verdict"] if vs else "undecided"
+        cell["fine"] = cell["ratio"]["auto"] >= GOAL or cell["verdict"] in ("within noise", "faster")
+    cell["rounds"] = {m: r for m, r in rounds.items()}
+
+
+def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=None, max_reps: int = MAX_SAMPLES) -> dict:
     """contenders: auto and every host mechanism (the engine's registry) unless given."""
-    contenders = contenders or ("auto", *host_mechanisms())
+    contenders = tuple(contenders or ("auto", *host_mechanisms()))
+    max_reps = max(max_reps, reps)
     total = len(cells) * reps * len(contenders)
     done = 0
     t0 = time.monotonic()
+    last: dict = {}  # (op, cache, threads, transfer, contender) -> its latest MiB/s, over file sizes
     for c in cells:
         used: set = set()
 
         def sample(m: str, c=c, used=used) -> float:
-            return bench.sample({"mechanism": m}, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
-                                c["file_size"], used if m == "auto" else None, min_seconds=SAMPLE_SECONDS)
+            # A slow contender (direct or uring at 4 KiB: 50-100 MiB/s) moves what it moves in about
+            # MAX_SAMPLE_SECONDS, a part of the cell's file, rather than seconds per sample: its rate
+            # is its per-request cost, the same over 16 MiB as over 128 MiB.
+            k = (c["op"], c["cache"], c["threads"], c["transfer"], m)
+            nbytes = c["file_size"]
+            if k in last:
+                nbytes = min(nbytes, max(c["transfer"] * c["threads"], int(last[k] * MiB * MAX_SAMPLE_SECONDS)))
+            last[k] = bench.sample({"mechanism": m}, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
+                                   nbytes, used if m == "auto" else None, min_seconds=SAMPLE_SECONDS)
+            return last[k]
 
         def note(m: str, _round: int, _value: float, c=c) -> None:
             nonlocal done
             done += 1
             if progress:
                 progress(f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",
-                         done / total)
+                         min(1.0, done / total))
 
-        samples = interleave({m: (lambda m=m: sample(m)) for m in contenders}, reps, on_sample=note)
-        med = {m: median(v) for m, v in samples.items()}
-        oracle = max(med.values())
-        c.update({"samples": {m: [round(x, 1) for x in v] for m, v in samples.items()},
-                  "median": {m: round(v, 1) for m, v in med.items()},
-                  "oracle": max(med, key=med.get), "ratio": {m: round(v / oracle, 4) for m, v in med.items()},
-                  "auto_plans": sorted(used)})
+        samples, rounds = measure_cell(sample, contenders, reps, max_reps, note)
+        judge(c, samples, rounds)
+        c["auto_plans"] = sorted(used)
     return summarize(cells, contenders, time.monotonic() - t0)
 
 
@@ -76,44 +152,83 @@ def summarize(cells: list[dict], contenders, elapsed: float) -> dict:
     for m in contenders:
         ratios = [c["ratio"][m] for c in cells]
         per[m] = {"geomean": round(geomean(ratios), 4), "worst": round(min(ratios), 4),
-                  "cells_within_10pct": sum(r >= 0.9 for r in ratios)}
+                  "cells_within_10pct": sum(r >= GOAL for r in ratios)}
     fixed = [m for m in contenders if m != "auto"]
     best_fixed = max(fixed, key=lambda m: per[m]["geomean"]) if fixed else None
     verdict = {}
     if "auto" in per and best_fixed:
+        # auto over each fixed mechanism across the grid: the geomean of the per-cell ratios.
+        vs = {}
+        for m in fixed:
+            r = stats.geomean_ratio([_pair(c["rounds"], c["samples"], "auto", m) for c in cells])
+            vs[m] = {"estimate": round(r.estimate, 4), "low": round(r.low, 4), "high": round(r.high, 4),
+                     "verdict": stats.verdict(r)}
         verdict = {
-            "auto_within_10pct_every_cell": per["auto"]["worst"] >= 0.9,
-            "auto_within_5pct_geomean": per["auto"]["geomean"] >= 0.95,
+            "auto_geomean_vs": vs,
+            "auto_at_least_every_fixed": per["auto"]["geomean"] >= per[best_fixed]["geomean"],
+            "cells_fine": sum(c["fine"] for c in cells),
+            "cells_slower": sum(c["verdict"] == "slower" for c in cells),
+            "cells_undecided": sum(c["verdict"] == "undecided" for c in cells),
+            "auto_fine_every_cell": all(c["fine"] for c in cells),
             "best_fixed": best_fixed,
             "best_fixed_worst": per[best_fixed]["worst"],
-            "best_fixed_over_20pct_off_somewhere": per[best_fixed]["worst"] < 0.8,
         }
     return {"cells": cells, "contenders": list(contenders), "summary": per, "verdict": verdict,
+            "rule": {"min_samples": stats.MIN_SAMPLES, "confidence": stats.CONFIDENCE, "noise": stats.NOISE,
+                     "goal": GOAL},
             "elapsed_s": round(elapsed, 1)}
+
+
+def _cell_name(c: dict) -> str:
+    return f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])}"
 
 
 def render(result: dict) -> str:
     cont = result["contenders"]
-    rows = [("op", "cache", "thr", "file", "xfer", *cont, "auto/best", "auto plan")]
+    has_auto = "auto" in cont
+    head = ("op", "cache", "thr", "file", "xfer", *cont) + (("auto/oracle [95% CI]", "verdict", "auto plan") if has_auto else ())
+    rows = [head]
     for c in result["cells"]:
-        rows.append((c["op"], c["cache"], str(c["threads"]), fmt(c["file_size"]), fmt(c["transfer"]),
-                     *[f"{c['median'][m]:.0f}" + ("*" if m == c["oracle"] else "") for m in cont],
-                     f"{c['ratio'].get('auto', float('nan')):.2f}", ", ".join(c.get("auto_plans", []))))
+        row = (c["op"], c["cache"], str(c["threads"]), fmt(c["file_size"]), fmt(c["transfer"]),
+               *[f"{c['median'][m]:.0f}" + ("*" if m == c["oracle"] else "") for m in cont])
+        if has_auto:
+            vs = c["auto_vs"][c["oracle"]]
+            row += (f"{c['ratio']['auto']:.2f} [{vs['low']:.2f}-{vs['high']:.2f}]",
+                    c["verdict"] + ("" if c["fine"] else " !"), ", ".join(c.get("auto_plans", [])))
+        rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = ["median MiB/s per cell (* = the cell's best, the oracle)"]
-    out += ["  ".join(v.rjust(w) if 4 < i < len(r) - 1 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))).rstrip()
+    ncol = 5 + len(cont)
+    out = ["median MiB/s per cell (* = the oracle: the best fixed mechanism); auto/oracle: the median ratio and "
+           "the 95% bootstrap interval of the paired ratio; ! = auto below "
+           f"{GOAL:.0%} of the oracle and not within noise"]
+    out += ["  ".join(v.rjust(w) if 4 < i < ncol + 1 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))).rstrip()
             for r in rows]
+    if has_auto:
+        diff = [c for c in result["cells"] if c["verdict"] in ("slower", "faster")]
+        out.append("")
+        out.append(f"cells where auto differs significantly from the oracle ({len(diff)}):" if diff else
+                   "no cell where auto differs significantly from the oracle")
+        for c in diff:
+            vs = c["auto_vs"][c["oracle"]]
+            out.append(f"  {_cell_name(c):28s} auto {c['verdict']} than {c['oracle']} by "
+                       f"{abs(1 - vs['estimate']):.1%} [{vs['low']:.3f}-{vs['high']:.3f}], n={vs['n']}")
+        und = [c for c in result["cells"] if c["verdict"] == "undecided"]
+        if und:
+            out.append(f"undecided after up to {max(c['auto_vs'][c['oracle']]['n'] for c in und)} samples "
+                       f"({len(und)}): " + "; ".join(f"{_cell_name(c)} {c['ratio']['auto']:.2f}" for c in und))
     out.append("")
-    out.append("ratio to the oracle (1.00 = the best in every cell):")
+    out.append("ratio to the oracle per contender (geometric mean over the cells):")
     for m, s in result["summary"].items():
         out.append(f"  {m:9s} geomean {s['geomean']:.3f}  worst {s['worst']:.3f}  "
-                   f"within 10%: {s['cells_within_10pct']}/{len(result['cells'])} cells")
+                   f"within {1 - GOAL:.0%}: {s['cells_within_10pct']}/{len(result['cells'])} cells")
     v = result.get("verdict")
     if v:
-        out.append(f"best single fixed mechanism: {v['best_fixed']} (worst cell {v['best_fixed_worst']:.3f}, "
-                   f"{'more' if v['best_fixed_over_20pct_off_somewhere'] else 'not more'} than 20% off somewhere)")
-        out.append(f"auto within 10% in every cell: {'yes' if v['auto_within_10pct_every_cell'] else 'no'}; "
-                   f"within 5% on the geometric mean: {'yes' if v['auto_within_5pct_geomean'] else 'no'}")
+        out.append("auto over each fixed mechanism (geomean of the per-cell ratios, 95% interval):")
+        for m, g in v["auto_geomean_vs"].items():
+            out.append(f"  auto/{m:9s} {g['estimate']:.3f} [{g['low']:.3f}-{g['high']:.3f}]  {g['verdict']}")
+        out.append(f"auto >= every fixed mechanism (geomean to the oracle >= {v['best_fixed']}'s): "
+                   f"{'yes' if v['auto_at_least_every_fixed'] else 'no'}; cells within {1 - GOAL:.0%} of the oracle "
+                   f"or within noise: {v['cells_fine']}/{len(result['cells'])}")
     if "decision_ns" in result:
         d = result["decision_ns"]
         out.append("auto decision cost: " + ", ".join(f"{k} {v:.0f} ns" for k, v in d.items()))

@@ -12,7 +12,7 @@ import tempfile
 
 from .. import _ext
 from .measure import Plan, fmt
-from .search import Group, Search
+from .search import COARSE_SIZES, Group, Search
 
 
 def builtin_model() -> dict:
@@ -73,7 +73,9 @@ def build(search: Search, meta: dict) -> dict:
 
 def _cells(search: Search, g: Group, index) -> list[dict]:
     """Size cells of one group: each measured size decides up to the boundary with the next one;
-    neighbours that decide the same (best plan and best plan without alignment needs) merge."""
+    neighbours that decide the same (best plan and best plan without alignment needs) merge. Where
+    the budget ran out before the largest size was measured, the largest measured size decides only
+    for itself and the built-in model's cells apply above it."""
     cells: list[dict] = []
     sizes = search.sizes(g)
     for i, size in enumerate(sizes):
@@ -81,20 +83,33 @@ def _cells(search: Search, g: Group, index) -> list[dict]:
         if not r:
             continue
         ranked = [p for p, _ in r]
-        keep = ranked[:1] + [next((p for p in ranked if not p.needs_alignment), Plan("posix"))]
-        keep = list(dict.fromkeys(keep))
+        # The winner, and the best plan without alignment needs (unaligned requests), each only
+        # where it beats the built-in plan by more than the noise measured (Search.decide).
+        first, set_aside = search.decide(g, size, ranked)
+        unaligned = [p for p in ranked if not p.needs_alignment]
+        fallback = search.decide(g, size, unaligned)[0] if unaligned else Plan("posix")
+        keep = list(dict.fromkeys([first, fallback]))
         cell = {"max_size": _boundary(size, sizes[i + 1]) - 1 if i + 1 < len(sizes) else None,
                 "plans": [index(p) for p in keep],
                 "measured": {"size": size, "mibps": round(r[0][1], 1),
                              "next": r[1][0].label if len(r) > 1 else None,
                              "next_mibps": round(r[1][1], 1) if len(r) > 1 else None}}
+        if set_aside:
+            cell["measured"]["kept_builtin"] = set_aside
         if cells and cells[-1]["plans"] == cell["plans"]:
             cells[-1]["max_size"] = cell["max_size"]
             cells[-1].setdefault("also_measured", []).append(cell["measured"])
         else:
             cells.append(cell)
-    if cells:
+    if not cells:
+        return cells
+    largest = max((x for x in COARSE_SIZES if x * g.threads <= search.bench.file_size), default=0)
+    if sizes[-1] >= largest:
         cells[-1]["max_size"] = None
+        return cells
+    cells[-1]["max_size"] = sizes[-1]
+    cells += [{**c, "builtin": True} for c in _builtin_cells(g.op, g.concurrency, index)
+              if c["max_size"] is None or c["max_size"] > sizes[-1]]
     return cells
 
 
@@ -165,7 +180,12 @@ def render(doc: dict, source: str) -> str:
                     prev[cache] = c
                     text = plans[c["plans"][0]].label
                     m = c.get("measured")
-                    if m:
+                    if c.get("builtin"):
+                        text += "  (built-in model: not measured)"
+                    elif m and m.get("kept_builtin"):
+                        text += (f"  (built-in kept: {m['kept_builtin']['winner']} {m['mibps']:.0f} MiB/s at "
+                                 f"{fmt(m['size'])} did not win beyond the noise)")
+                    elif m:
                         text += f"  {m['mibps']:.0f} MiB/s at {fmt(m['size'])}"
                         if m.get("next"):
                             text += f" (next {m['next']} {m['next_mibps']:.0f})"

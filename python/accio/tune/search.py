@@ -11,15 +11,23 @@ cache state and concurrency, measured in the time the user allows rather than ce
 5. polish: the closest contests get more samples.
 Each step stops when the budget is spent; what was not measured falls back to the built-in model
 (recorded in the profile). Ties within 3% go to the simpler plan (posix, parallel, uring, direct).
+
+A profile never plans worse than the built-in model within what was measured: the built-in model's
+plan for each size is measured beside the others, and a measured winner replaces it only where it
+wins by more than the noise measured (decide(): at least GUARD_SAMPLES samples of each, and the 95%
+bootstrap interval of winner/built-in above 1.0, accio.stats); otherwise the cell keeps the
+built-in plan.
 """
 from __future__ import annotations
 
+import functools
+import json
 import math
 import statistics
 import time
 from dataclasses import dataclass, field, replace
 
-from .. import _ext
+from .. import _ext, stats
 from .measure import MiB, Bench, Plan, knobs
 
 KiB = 1 << 10
@@ -28,6 +36,7 @@ TIE = 0.03            # within 3%: prefer the simpler plan
 CONFIRM_WITHIN = 0.50  # plans this close to the best get more samples (one sample can be far off)
 MIN_EVEN_TASK = _ext.MIN_EVEN_TASK  # parallel(even) of at most this many bytes runs as one task: posix
 SAMPLE_SECONDS = 0.04  # aim of one sample's timed part
+GUARD_SAMPLES = 3      # samples of a winner and of the built-in plan before the winner may replace it
 # Tuning policy, not engine facts: which of the built-in mechanisms wins a tie (within TIE), and the
 # plans the search starts from. A mechanism the engine registers beyond these is tried too, at its
 # default settings (and with direct=on where it reads `direct`), and loses ties to them.
@@ -59,6 +68,26 @@ def variants(p: Plan, size: int) -> list[Plan]:
     if "task_size" in knobs(p.mechanism):
         out += [replace(p, task_size=t) for t in (MiB, 4 * MiB) if t < size]
     return [v for v in out if v != p]
+
+
+def as_run(plan: Plan, size: int) -> Plan:
+    """The plan a request of `size` actually runs: a parallel plan of one task is posix."""
+    if plan.mechanism == "parallel" and size <= (plan.task_size or MIN_EVEN_TASK):
+        return Plan("posix")
+    return plan
+
+
+@functools.lru_cache(maxsize=None)
+def _builtin_table(op: str, conc: str) -> tuple:
+    model = json.loads(_ext.profile_describe(None))
+    plans = [Plan.from_json(p) for p in model["plans"]]
+    return tuple((c["max_size"], plans[c["plans"][0]]) for c in model["decisions"][op][conc]["hot"])
+
+
+def builtin_plan(op: str, conc: str, size: int) -> Plan:
+    """The engine's built-in model's plan for a request of `size` (this machine), as it runs."""
+    plan = next(p for max_size, p in _builtin_table(op, conc) if max_size is None or size <= max_size)
+    return as_run(plan, size)
 
 
 @dataclass(frozen=True)
@@ -102,7 +131,7 @@ class Search:
     def measure(self, g: Group, size: int, plan: Plan) -> bool:
         """One more sample; False (and nothing measured) once the budget is spent. A parallel plan
         that would run as one task is posix exactly: not measured (ties between the two are noise)."""
-        if plan.mechanism == "parallel" and size <= (plan.task_size or MIN_EVEN_TASK):
+        if as_run(plan, size) != plan:
             return True
         if self.left() <= 0:
             self.exhausted = True
@@ -137,6 +166,30 @@ class Search:
             return (not tied, simplicity(plan.mechanism) if tied else 0, -mibps)
         return sorted(got, key=key)
 
+    def builtin(self, g: Group, size: int) -> Plan:
+        return builtin_plan(g.op, g.concurrency, size)
+
+    def contenders(self, g: Group, size: int) -> list[Plan]:
+        """The base plans and the built-in model's plan for this size (the guard needs its samples)."""
+        b = self.builtin(g, size)
+        return self.plans + ([b] if b not in self.plans else [])
+
+    def decide(self, g: Group, size: int, ranked: list[Plan]) -> tuple[Plan, dict | None]:
+        """The first of `ranked` (best first) if it beats the built-in plan by more than the noise
+        measured, else the built-in plan; with the comparison when the winner was set aside."""
+        best, builtin = ranked[0], self.builtin(g, size)
+        if best == builtin:
+            return best, None
+        a, b = self.samples.get((g, size, best), []), self.samples.get((g, size, builtin), [])
+        if len(a) >= GUARD_SAMPLES and len(b) >= GUARD_SAMPLES:
+            r = stats.ratio(a, b, paired=False)
+            if r.low > 1.0:
+                return best, None
+            why = {"winner": best.label, "vs_builtin": [round(r.estimate, 3), round(r.low, 3), round(r.high, 3)]}
+        else:
+            why = {"winner": best.label, "vs_builtin": None, "samples": [len(a), len(b)]}
+        return builtin, why
+
     def plans_at(self, g: Group, size: int) -> list[Plan]:
         return [p for (gg, s, p) in self.samples if gg == g and s == size]
 
@@ -158,7 +211,7 @@ class Search:
             for g in self.groups():
                 if size * g.threads > self.bench.file_size:
                     continue  # the scratch file is too small for this cell (--file-size)
-                for p in self.plans:
+                for p in self.contenders(g, size):
                     if not self.measure(g, size, p):
                         return
 
@@ -169,7 +222,7 @@ class Search:
                 if not r:
                     continue
                 best = max(m for _, m in r)
-                close = [p for p, m in r if m >= best * (1 - CONFIRM_WITHIN)]
+                close = [p for p, m in r if m >= best * (1 - CONFIRM_WITHIN) or p == self.builtin(g, size)]
                 for _ in range(extra):
                     for p in close:
                         if len(self.samples[(g, size, p)]) < 1 + extra and not self.measure(g, size, p):
@@ -197,7 +250,7 @@ class Search:
                     ra, rb = self.ranking(g, a), self.ranking(g, b)
                     if ra and rb and ra[0][0] != rb[0][0] and b > 2 * a:
                         mid = 1 << round((math.log2(a) + math.log2(b)) / 2)
-                        todo.append((g, mid, [ra[0][0], rb[0][0]]))
+                        todo.append((g, mid, list(dict.fromkeys([ra[0][0], rb[0][0], self.builtin(g, mid)]))))
             if not todo:
                 return
             for g, mid, contenders in todo:

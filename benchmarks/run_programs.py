@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Unmodified programs, plain and under `accio run` (the native launcher accio-run, default
+settings), side by side in one run (issue 20). For each case and cache state the two contenders
+run interleaved (accio.stats: rotating order, >= 7 rounds each), and the report gives the median
+ratio (shim over plain, as rates: > 1 is faster under the shim) with its 95% bootstrap interval,
+each side's spread, the goal (>= 0.98: never slower) and which calls the shim served (one extra
+untimed run with --stats-json: engine calls, calls the planner passed back to libc, prefetch
+windows asked for).
+
+Cases: cat, cp, dd at bs 128K/1M/64M, sha256sum, tar c, gzip -1, numpy.fromfile, Python readinto
+of 64 KiB and 64 MiB, fio's psync engine at 128K and 4M, torch.load when torch is installed.
+Beside them, measured in the same run:
+  engine   accio's own read of the whole file, parallel vs posix (64 MiB requests): the ratio the
+           large-request goal compares with (dd bs=64M and readinto 64 MiB >= 0.8 x it, hot);
+  fio-qd   with --cache cold: fio libaio O_DIRECT sequential 128K reads at queue depth 16 vs 1:
+           where it is >= 1.5x, the cold small-request readers (cat, sha256sum, numpy.fromfile,
+           readinto 64 KiB) should gain >= 1.5x from the shim's prefetch;
+  launch   `accio-run -- true` vs `true`: the launcher's cost (goal: within 2 ms).
+Cold runs drop the file's pages first (accio._system.drop_pages; residency checked).
+
+    python benchmarks/run_programs.py --quick                       # small file, 7 rounds, a minute
+    python benchmarks/run_programs.py --size 2g --cache hot --json results/run/run_programs_hot.json
+    python benchmarks/run_programs.py --size 1g --cache cold --json results/run/run_programs_cold.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import accio
+from accio import stats
+from accio._system import drop_pages, parse_size, residency
+from accio._usage import write_json
+from accio.run import launcher_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from preload_bench import make_file, timed  # noqa: E402  (the file maker and the timed run of issue 5's bench)
+
+MiB = 1 << 20
+GOAL_NEVER_SLOWER = 0.98
+GOAL_LARGE = 0.8      # of the engine's own parallel/posix ratio
+GOAL_PREFETCH = 1.5   # cold small-request readers, where fio QD16/QD1 >= 1.5
+GOAL_LAUNCH_MS = 2.0
+
+READINTO = ("import sys\nn = int(sys.argv[2])\nbuf = bytearray(n)\nwith open(sys.argv[1], 'rb', buffering=0) as f:\n"
+            "    while f.readinto(buf):\n        pass\n")
+FROMFILE = "import sys, numpy\nnumpy.fromfile(sys.argv[1], dtype=numpy.uint8)\n"
+TORCH_LOAD = "import sys, torch\ntorch.load(sys.argv[1])\n"
+SMALL_READERS = {"cat", "sha256sum", "numpy.fromfile", "readinto-64k"}
+
+
+def launcher() -> str:
+    """accio-run as installed beside this interpreter (it finds that Python for --stats), else on PATH."""
+    beside = Path(sys.executable).with_name("accio-run")
+    return str(beside) if beside.is_file() else shutil.which("accio-run") or launcher_path()
+
+
+def cases(big: Path, work: Path, size: int) -> dict[str, list[str]]:
+    py = sys.executable
+    fio = ["fio", "--name=accio-run-bench", f"--filename={big}", f"--size={size}", "--rw=read", "--ioengine=psync",
+           "--invalidate=0", "--readonly", "--output-format=terse"]
+    c = {
+        "cat": ["cat", str(big)],
+        "cp": ["cp", str(big), str(work / "copy.bin")],
+        "dd-128k": ["dd", f"if={big}", "of=/dev/null", "bs=128k"],
+        "dd-1m": ["dd", f"if={big}", "of=/dev/null", "bs=1M"],
+        "dd-64m": ["dd", f"if={big}", "of=/dev/null", "bs=64M"],
+        "sha256sum": ["sha256sum", str(big)],
+        "tar-c": ["tar", "cf", str(work / "out.tar"), "-C", str(big.parent), big.name],
+        "gzip-1": ["sh", "-c", f"gzip -1 -c '{big}' > /dev/null"],
+        "numpy.fromfile": [py, "-c", FROMFILE, str(big)],
+        "readinto-64k": [py, "-c", READINTO, str(big), str(64 << 10)],
+        "readinto-64m": [py, "-c", READINTO, str(big), str(64 << 20)],
+        "fio-psync-128k": fio + ["--bs=128k"],
+        "fio-psync-4m": fio + ["--bs=4M"],
+    }
+    if shutil.which("fio") is None:
+        del c["fio-psync-128k"], c["fio-psync-4m"]
+    try:
+        import torch  # noqa: F401
+        c["torch.load"] = [py, "-c", TORCH_LOAD, str(work / "tensor.pt")]
+    except ImportError:
+        pass
+    return c
+
+
+def prepare(big: Path, size: int, cold: bool) -> None:
+    if cold:
+        drop_pages(str(big), 0, size)
+        if residency(str(big)) > 0.05:
+            raise SystemExit(f"{big}: more than 5% of the file stayed cached after dropping its pages")
+    else:
+        with open(big, "rb", buffering=0) as f:  # read it in, then check
+            buf = bytearray(16 * MiB)
+            while f.readinto(buf):
+                pass
+        if residency(str(big)) < 0.95:
+            raise SystemExit(f"{big}: not fully cached (memory pressure?): the hot runs would not be hot")
+
+
+def compare(name: str, contenders: dict, rounds: int, goal: float | None = None, base: str = "plain") -> dict:
+    """Interleaved rounds of rate-returning callables; the ratio of the other contender over base."""
+    samples = stats.interleave(contenders, rounds)
+    other = next(n for n in contenders if n != base)
+    r = stats.ratio(samples[other], samples[base])
+    rec = {"case": name, "samples": samples, "summary": {n: stats.summary(v) for n, v in samples.items()},
+           "ratio": r.as_dict(), "ratio_text": stats.describe(r), "verdict": stats.verdict(r)}
+    if goal is not None:
+        rec["goal"] = goal
+        rec["goal_result"] = stats.goal(r, goal)
+    spread = " ".join(f"{n} ±{rec['summary'][n]['spread_pct']:.0f}%" for n in samples)
+    print(f"{name:18s} {other}/{base} {stats.describe(r):24s} {rec['verdict']:13s} "
+          f"{'goal ' + format(goal, '.2f') + ' ' + rec['goal_result'] if goal is not None else '':18s} {spread}",
+          flush=True)
+    return rec
+
+
+def served(cmd: list[str], tmp: Path) -> dict:
+    """One untimed run under the shim with --stats-json: what it did with the program's calls."""
+    out = tmp / "stats.json"
+    subprocess.run([launcher(), "--stats-json", str(out), "--", *cmd], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True, env=dict(os.environ, ACCIO_RUN_PYTHON=sys.executable))
+    rep = json.loads(out.read_text())
+    tot = {k: sum(f[op].get(k, 0) for f in rep["files"] for op in ("read", "write"))
+           for k in ("calls", "accelerated_calls", "accelerated_bytes", "declined_calls", "bytes")}
+    tot["prefetch_windows"] = sum(p.get("prefetch_windows", 0) for p in rep["processes"])
+    tot["plans"] = sorted({p["plan"] for f in rep["files"] for p in f["plans"]})
+    if not tot["calls"]:
+        tot["note"] = ("no read/write calls counted: the program copies inside the kernel (cp: copy_file_range), "
+                       "reads through stdio (only the prefetch sees fread), or its processes end with _exit "
+                       "(fio's job processes), which writes no statistics")
+    return tot
+
+
+def engine_ratio(big: Path, size: int, rounds: int, cold: bool) -> dict:
+    buf = bytearray(64 * MiB)
+    view = memoryview(buf)
+
+    def read_all(mechanism: str):
+        def go() -> float:
+            prepare(big, size, cold)
+            with accio.open(str(big), "r", mechanism) as f:
+                t0 = time.perf_counter()
+                for off in range(0, size, len(buf)):
+                    f.read_into(view[:min(len(buf), size - off)], off)
+                return size / MiB / (time.perf_counter() - t0)
+        return go
+    return compare("engine", {"posix": read_all("posix"), "parallel": read_all("parallel")}, rounds, base="posix")
+
+
+def fio_qd(big: Path, size: int, rounds: int) -> dict:
+    def go(qd: int):
+        def one() -> float:
+            out = subprocess.run(["fio", "--name=qd", f"--filename={big}", f"--size={size}", "--rw=read", "--bs=128k",
+                                  "--direct=1", "--ioengine=libaio", f"--iodepth={qd}", "--readonly",
+                                  "--output-format=json"], capture_output=True, text=True, check=True).stdout
+            job = json.loads(out)["jobs"][0]
+            return job["read"]["io_bytes"] / MiB / (job["job_runtime"] / 1000.0)
+        return one
+    return compare("fio-qd16/qd1", {"qd1": go(1), "qd16": go(16)}, rounds, base="qd1")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", default="/tmp", help="directory for the test file (default /tmp)")
+    ap.add_argument("--size", default="2g", help="file size (default 2g)")
+    ap.add_argument("--rounds", type=int, default=stats.MIN_SAMPLES, help="interleaved rounds (>= 7)")
+    ap.add_argument("--cache", choices=("hot", "cold", "both"), default="both")
+    ap.add_argument("--cases", default="all", help="comma-separated subset (names as printed)")
+    ap.add_argument("--quick", action="store_true", help="development setting: 64 MiB file, hot and cold")
+    ap.add_argument("--json", help="write every sample and the summary here")
+    a = ap.parse_args()
+    if a.quick:
+        a.size = "64m"
+    if a.rounds < stats.MIN_SAMPLES:
+        ap.error(f"--rounds must be at least {stats.MIN_SAMPLES} (the project's statistics rule)")
+    size = parse_size(a.size)
+    work = Path(a.dir) / f"accio-run-programs.{os.getpid()}"
+    work.mkdir(parents=True)
+    big = work / "big.bin"
+    results: dict = {"schema": "accio.run-programs/1", "command": " ".join([sys.executable, *sys.argv]),
+                     "accio_version": accio.__version__, "machine": {"cpus": os.cpu_count(),
+                     "kernel": platform.release(), "load_before": os.getloadavg()},
+                     "size": size, "rounds": a.rounds, "launcher": launcher(), "runs": []}
+    try:
+        make_file(big, size)
+        all_cases = cases(big, work, size)
+        if "torch.load" in all_cases:
+            import torch
+            torch.save(torch.zeros(size // 4, dtype=torch.float32), work / "tensor.pt")
+        want = None if a.cases == "all" else set(a.cases.split(","))
+        pick = {n: c for n, c in all_cases.items() if want is None or n in want}
+        results["launch"] = compare("launch", {
+            "plain": lambda: 1 / timed(["true"]),
+            "shim": lambda: 1 / timed([launcher(), "--", "true"])}, max(a.rounds, 15))
+        med = results["launch"]["summary"]
+        results["launch"]["added_ms"] = (1 / med["shim"]["median"] - 1 / med["plain"]["median"]) * 1e3
+        results["launch"]["goal_ms"] = GOAL_LAUNCH_MS
+        print(f"{'':18s} launcher adds {results['launch']['added_ms']:.2f} ms (goal <= {GOAL_LAUNCH_MS} ms)")
+        for cache in (("hot", "cold") if a.cache == "both" else (a.cache,)):
+            cold = cache == "cold"
+            print(f"-- {cache}, {size / MiB:.0f} MiB file, {a.rounds} rounds", flush=True)
+            block = {"cache": cache, "cases": []}
+            block["engine"] = engine_ratio(big, size, a.rounds, cold)
+            if cold and shutil.which("fio"):
+                block["fio_qd"] = fio_qd(big, size, a.rounds)
+            for name, cmd in pick.items():
+                def side(argv):
+                    def go() -> float:
+                        prepare(big, size, cold)
+                        return size / MiB / timed(argv)
+                    return go
+                rec = compare(f"{name} ({cache})", {"plain": side(cmd), "shim": side([launcher(), "--", *cmd])},
+                              a.rounds, GOAL_NEVER_SLOWER)
+                prepare(big, size, cold)
+                rec["served"] = served(cmd, work)
+                rec["name"], rec["command"] = name, " ".join(cmd)
+                eng = block["engine"]["ratio"]["estimate"]
+                if name in ("dd-64m", "readinto-64m") and not cold:
+                    rec["large_goal"] = {"target": GOAL_LARGE * eng, "of_engine_ratio": eng,
+                                         "result": stats.goal(stats.Ratio(**rec["ratio"]), GOAL_LARGE * eng)}
+                if name in SMALL_READERS and cold and "fio_qd" in block:
+                    qd = block["fio_qd"]["ratio"]["estimate"]
+                    rec["prefetch_goal"] = {"applies": qd >= GOAL_PREFETCH, "fio_qd16_over_qd1": qd,
+                                            "result": stats.goal(stats.Ratio(**rec["ratio"]), GOAL_PREFETCH)
+                                            if qd >= GOAL_PREFETCH else "n/a (the device gains < 1.5x at QD16)"}
+                block["cases"].append(rec)
+            results["runs"].append(block)
+        results["machine"]["load_after"] = os.getloadavg()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if a.json:
+            Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+            write_json(a.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

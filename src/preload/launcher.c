@@ -1,0 +1,495 @@
+/* accio-run: the native launcher of `accio run` (the Python CLI execs it; it is also installed as a
+ * command of its own). It checks the options (src/preload/run_cli.h, shared with the Python CLI),
+ * puts libaccio_preload.so in LD_PRELOAD and execs the program: no Python start-up, no process in
+ * between. Only with --stats/--stats-json does it stay: it forks the program, waits for it
+ * (forwarding SIGTERM/SIGHUP/SIGQUIT), then has the Python CLI render the statistics
+ * (`python -m accio.run --report ...`), and exits with the program's status or dies of its signal.
+ *
+ * Silence: unless --verbose (or ACCIO_QUIET is set by the user), the program runs with
+ * ACCIO_QUIET=1, so the shim and the engine print nothing into its stderr; the one warning worth
+ * giving (no tuning profile at all on this machine) is printed here, once, when stderr is a
+ * terminal. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "run_cli.h"
+
+extern char** environ;
+
+#ifndef ACCIO_RUN_SHIM_FROM_SCRIPTS
+#define ACCIO_RUN_SHIM_FROM_SCRIPTS "" /* where the package's lib/ is, relative to the scripts directory */
+#endif
+
+enum {
+#define ID(id, l, s, m, h) OPT_##id,
+  ACCIO_RUN_OPTIONS(ID)
+#undef ID
+  NOPTS
+};
+static const struct opt {
+  const char *name, *letter, *metavar, *help;
+} kOpts[NOPTS] = {
+#define ROW(id, l, s, m, h) {l, s, m, h},
+    ACCIO_RUN_OPTIONS(ROW)
+#undef ROW
+};
+
+static void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char* fmt, ...) {
+  char msg[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "accio run: %s\n", msg);
+}
+
+/* strerror with a lower-case first letter, as the Python CLI writes it. */
+static const char* why(int e) {
+  static char buf[256];
+  snprintf(buf, sizeof buf, "%s", strerror(e));
+  if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z')) buf[0] = (char)(buf[0] - 'A' + 'a');
+  return buf;
+}
+
+static void usage(FILE* f) {
+  fprintf(f, "usage: accio run [options] -- program [args...]\n\n"
+             "Runs PROGRAM with accio's preload shim: reads and writes on regular files that the engine\n"
+             "serves faster than the kernel go through it, everything else straight to libc. Returns the\n"
+             "program's exit status; %d if it is not found, %d if it cannot be run, %d for accio's own errors.\n\n"
+             "options:\n",
+          ACCIO_RUN_NOT_FOUND, ACCIO_RUN_CANNOT_EXECUTE, ACCIO_RUN_OWN_ERROR);
+  for (int i = 0; i < NOPTS; ++i) {
+    char head[96];
+    const struct opt* o = &kOpts[i];
+    if (o->letter)
+      snprintf(head, sizeof head, "%s%s%s, %s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "",
+               o->letter, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+    else
+      snprintf(head, sizeof head, "%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+    fprintf(f, "  %-28s %s\n", head, o->help);
+  }
+  fprintf(f, "\nexamples:\n  accio run -- dd if=big.bin of=/dev/null bs=64M\n  accio run --stats -- python train.py\n"
+             "  accio run --threshold 256k --stats-json io.json -- tar cf out.tar data/\n");
+}
+
+/* The directory of this executable (its real path), with a trailing '/'. */
+static int self_dir(char* out, size_t len) {
+  ssize_t n = readlink("/proc/self/exe", out, len - 1);
+  if (n <= 0) return 0;
+  out[n] = '\0';
+  char* slash = strrchr(out, '/');
+  if (!slash) return 0;
+  slash[1] = '\0';
+  return 1;
+}
+
+static int is_file(const char* p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* libaccio_preload.so: next to this program (accio/lib/accio-run), or, for the copy in the
+ * scripts directory, in the package's lib/ (ACCIO_RUN_SHIM_FROM_SCRIPTS). */
+static int find_shim(char* out, size_t len) {
+  char dir[PATH_MAX];
+  if (!self_dir(dir, sizeof dir)) return 0;
+  if (snprintf(out, len, "%slibaccio_preload.so", dir) < (int)len && is_file(out)) return 1;
+  if (ACCIO_RUN_SHIM_FROM_SCRIPTS[0]) {
+    char p[PATH_MAX + 256], real[PATH_MAX];
+    snprintf(p, sizeof p, "%s%s/libaccio_preload.so", dir, ACCIO_RUN_SHIM_FROM_SCRIPTS);
+    if (realpath(p, real) && is_file(real)) {
+      snprintf(out, len, "%s", real);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* What --mechanism takes: auto and the engine's host mechanisms (the shim sees host buffers). Asks
+ * libaccio next to the shim, loaded only when --mechanism is given. Returns 1 when `m` is one. */
+static int mechanism_ok(const char* shim, const char* m, char* choices, size_t len) {
+  snprintf(choices, len, "auto");
+  if (!strcmp(m, "auto")) return 1;
+  char lib[PATH_MAX];
+  snprintf(lib, sizeof lib, "%s", shim);
+  char* slash = strrchr(lib, '/');
+  snprintf(slash ? slash + 1 : lib, sizeof lib - (size_t)(slash ? slash + 1 - lib : 0), "libaccio.so");
+  void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return 0;
+  int (*count)(void);
+  const char* (*name)(int);
+  int (*device)(int);
+  *(void**)&count = dlsym(h, "accio_mechanism_count"); /* POSIX's way round ISO C's function pointers */
+  *(void**)&name = dlsym(h, "accio_mechanism_name");
+  *(void**)&device = dlsym(h, "accio_mechanism_device");
+  int found = 0;
+  for (int i = 0; count && name && device && i < count(); ++i) {
+    if (device(i) != 0 || !name(i)) continue;
+    size_t used = strlen(choices);
+    snprintf(choices + used, len - used, ", %s", name(i));
+    found |= !strcmp(name(i), m);
+  }
+  return found;
+}
+
+/* Checked before the program runs (a report that cannot be written is 125 before, not after). */
+static int output_ok(const char* path) {
+  if (!path || !strcmp(path, "-")) return 1;
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    say("--stats-json %s: %s (errno %d)", path, why(EISDIR), EISDIR);
+    return 0;
+  }
+  char parent[PATH_MAX];
+  if (path[0] == '/') {
+    snprintf(parent, sizeof parent, "%s", path);
+  } else {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
+    snprintf(parent, sizeof parent, "%s/%s", cwd, path);
+  }
+  char* slash = strrchr(parent, '/');
+  if (slash == parent) slash[1] = '\0';
+  else *slash = '\0';
+  if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    say("--stats-json %s: %s: %s (errno %d)", path, parent, why(ENOENT), ENOENT);
+    return 0;
+  }
+  if (access(parent, W_OK) != 0 && access(path, W_OK) != 0) {
+    say("--stats-json %s: %s (errno %d)", path, why(EACCES), EACCES);
+    return 0;
+  }
+  return 1;
+}
+
+/* The program as execve needs it: a name with '/' as given, else the first executable file of that
+ * name in PATH (as the shell). Returns 0 (and the exit status in *status) when it cannot be run. */
+static int locate(const char* name, char* out, size_t len, int* status) {
+  if (strchr(name, '/')) {
+    snprintf(out, len, "%s", name);
+  } else {
+    const char* path = getenv("PATH");
+    if (!path) path = "/bin:/usr/bin";
+    int found = 0;
+    for (const char* p = path; !found;) {
+      const char* colon = strchrnul(p, ':');
+      if (colon == p) snprintf(out, len, "./%s", name); /* an empty entry is the current directory */
+      else snprintf(out, len, "%.*s/%s", (int)(colon - p), p, name);
+      found = is_file(out) && access(out, X_OK) == 0;
+      if (!*colon) break;
+      p = colon + 1;
+    }
+    if (!found) {
+      say("%s: command not found", name);
+      *status = ACCIO_RUN_NOT_FOUND;
+      return 0;
+    }
+  }
+  struct stat st;
+  if (stat(out, &st) != 0) {
+    say("%s: command not found", name);
+    *status = ACCIO_RUN_NOT_FOUND;
+    return 0;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    say("%s: is a directory", name);
+    *status = ACCIO_RUN_CANNOT_EXECUTE;
+    return 0;
+  }
+  if (access(out, X_OK) != 0) {
+    say("%s: permission denied", name);
+    *status = ACCIO_RUN_CANNOT_EXECUTE;
+    return 0;
+  }
+  return 1;
+}
+
+static int exec_failed(const char* name, int e) {
+  say("exec %s: %s (errno %d)", name, why(e), e);
+  return e == ENOENT || e == ENOTDIR ? ACCIO_RUN_NOT_FOUND : ACCIO_RUN_CANNOT_EXECUTE;
+}
+
+/* LD_PRELOAD with the shim first (once), the user's own preloads after it. */
+static int set_preload(const char* shim) {
+  const char* old = getenv("LD_PRELOAD");
+  size_t cap = strlen(shim) + (old ? strlen(old) : 0) + 2;
+  char* v = malloc(cap);
+  char* rest = old ? strdup(old) : NULL;
+  if (!v || (old && !rest)) return -1;
+  snprintf(v, cap, "%s", shim);
+  for (char *save = NULL, *tok = rest ? strtok_r(rest, ": ", &save) : NULL; tok; tok = strtok_r(NULL, ": ", &save)) {
+    if (!strcmp(tok, shim)) continue;
+    strcat(v, ":");
+    strcat(v, tok);
+  }
+  int r = setenv("LD_PRELOAD", v, 1);
+  free(v);
+  free(rest);
+  return r;
+}
+
+/* The one warning worth giving, once per `accio run` and only to a person at a terminal: no
+ * tuning profile for any filesystem, so auto decides from the built-in model. */
+static void warn_no_profile(void) {
+  if (!isatty(2)) return;
+  char dir[PATH_MAX];
+  const char *d = getenv("ACCIO_PROFILE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (d && *d) snprintf(dir, sizeof dir, "%s", d);
+  else if (x && *x) snprintf(dir, sizeof dir, "%s/accio/profiles", x);
+  else snprintf(dir, sizeof dir, "%s/.cache/accio/profiles", home && *home ? home : "/tmp");
+  DIR* dp = opendir(dir);
+  int any = 0;
+  for (struct dirent* e; dp && !any && (e = readdir(dp));) any = e->d_name[0] != '.';
+  if (dp) closedir(dp);
+  if (!any)
+    fprintf(stderr, "accio run: note: no tuning profile in %s: the shim decides from the built-in model; "
+                    "`accio tune DIR` measures this machine (--verbose for the engine's own notes)\n", dir);
+}
+
+static void remove_dir(const char* dir) {
+  DIR* dp = opendir(dir);
+  if (dp) {
+    for (struct dirent* e; (e = readdir(dp));) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      unlinkat(dirfd(dp), e->d_name, 0);
+    }
+    closedir(dp);
+  }
+  rmdir(dir);
+}
+
+static volatile sig_atomic_t g_child;
+static void forward(int sig) {
+  if (g_child > 0) kill((pid_t)g_child, sig);
+}
+
+static int wait_for(pid_t pid) {
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return -1;
+  return st;
+}
+
+/* The Python that renders the statistics: ACCIO_RUN_PYTHON (the Python CLI sets it), else python3
+ * next to this program (a virtual environment's bin/), else python3 on PATH. */
+static const char* report_python(char* buf, size_t len) {
+  const char* p = getenv("ACCIO_RUN_PYTHON");
+  if (p && *p) return p;
+  char dir[PATH_MAX];
+  if (self_dir(dir, sizeof dir)) {
+    if (snprintf(buf, len, "%spython3", dir) < (int)len && access(buf, X_OK) == 0) return buf;
+  }
+  return "python3";
+}
+
+int main(int argc, char** argv) {
+  const char* val[NOPTS] = {0};
+  int i = 1;
+  for (; i < argc; ++i) {
+    const char* a = argv[i];
+    if (!strcmp(a, "--")) {
+      ++i;
+      break;
+    }
+    if (a[0] != '-' || !a[1]) break;
+    int k = 0;
+    const char* v = NULL;
+    size_t alen = strcspn(a, "=");
+    for (; k < NOPTS; ++k) {
+      const struct opt* o = &kOpts[k];
+      if (!strcmp(a, o->name) || (o->letter && !strcmp(a, o->letter))) break;
+      if (o->metavar && a[1] == '-' && a[alen] == '=' && alen == strlen(o->name) && !strncmp(a, o->name, alen)) {
+        v = a + alen + 1; /* --threshold=64k */
+        break;
+      }
+      if (o->metavar && o->letter && a[1] != '-' && a[1] == o->letter[1] && a[2]) {
+        v = a + 2; /* -l64k */
+        break;
+      }
+    }
+    if (k == NOPTS) {
+      if (!strcmp(a, "-t"))
+        say("-t is not an option of run (in `accio bench` it is the thread count); the threshold is --threshold or -l");
+      else
+        say("unrecognized option '%s' (accio run --help lists them)", a);
+      return ACCIO_RUN_OWN_ERROR;
+    }
+    if (kOpts[k].metavar && !v) {
+      if (i + 1 >= argc) {
+        say("%s needs a value (%s)", a, kOpts[k].metavar);
+        return ACCIO_RUN_OWN_ERROR;
+      }
+      v = argv[++i];
+    }
+    val[k] = kOpts[k].metavar ? v : a;
+  }
+  if (val[OPT_HELP]) {
+    usage(stdout);
+    return 0;
+  }
+  char** prog = argv + i;
+  if (i >= argc) {
+    say("no program given (usage: accio run [options] -- program [args...])");
+    return ACCIO_RUN_OWN_ERROR;
+  }
+
+  char shim[PATH_MAX];
+  if (!find_shim(shim, sizeof shim)) {
+    say("the preload library libaccio_preload.so is missing next to %s; reinstall accio", argv[0]);
+    return ACCIO_RUN_OWN_ERROR;
+  }
+  char num[32];
+  if (val[OPT_THRESHOLD]) {
+    int ok;
+    size_t t = accio_run_parse_size(val[OPT_THRESHOLD], &ok);
+    if (!ok) {
+      say("--threshold '%s': not a size (examples: 4096, 64k, 16MiB, 1g)", val[OPT_THRESHOLD]);
+      return ACCIO_RUN_OWN_ERROR;
+    }
+    snprintf(num, sizeof num, "%zu", t ? t : 1);
+  }
+  if (val[OPT_MECHANISM]) {
+    char choices[1024];
+    if (!mechanism_ok(shim, val[OPT_MECHANISM], choices, sizeof choices)) {
+      say("--mechanism '%s': not one of %s", val[OPT_MECHANISM], choices);
+      return ACCIO_RUN_OWN_ERROR;
+    }
+  }
+  const int stats = val[OPT_STATS] || val[OPT_STATS_JSON];
+  if (!output_ok(val[OPT_STATS_JSON])) return ACCIO_RUN_OWN_ERROR;
+  char exe[PATH_MAX];
+  int status;
+  if (!locate(prog[0], exe, sizeof exe, &status)) return status;
+
+  /* The report's environment is the user's own: save what it needs before changing ours. */
+  char pybuf[PATH_MAX];
+  const char* python = stats ? report_python(pybuf, sizeof pybuf) : NULL;
+  if (set_preload(shim) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
+      (val[OPT_MECHANISM] && setenv("ACCIO_MECHANISM", val[OPT_MECHANISM], 1) != 0) ||
+      (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0)) {
+    say("cannot set the environment: %s (errno %d)", why(errno), errno);
+    return ACCIO_RUN_OWN_ERROR;
+  }
+  unsetenv("ACCIO_RUN_PYTHON");
+  if (!val[OPT_VERBOSE]) warn_no_profile();
+
+  if (!stats) { /* nothing to do afterwards: become the program (its signals and status are its own) */
+    unsetenv("ACCIO_PRELOAD_STATS_DIR");
+    fflush(NULL);
+    execve(exe, prog, environ);
+    return exec_failed(prog[0], errno);
+  }
+
+  const char* tmp = getenv("TMPDIR");
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/accio-run.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir) || setenv("ACCIO_PRELOAD_STATS_DIR", dir, 1) != 0) {
+    say("cannot make a directory for the statistics (%s): %s (errno %d)", dir, why(errno), errno);
+    return ACCIO_RUN_OWN_ERROR;
+  }
+  int pipefd[2]; /* the child's exec errno, if exec fails (closed on a successful exec) */
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    say("pipe: %s (errno %d)", why(errno), errno);
+    remove_dir(dir);
+    return ACCIO_RUN_OWN_ERROR;
+  }
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pipefd[0]);
+    execve(exe, prog, environ);
+    int e = errno;
+    ssize_t unused = write(pipefd[1], &e, sizeof e);
+    (void)unused;
+    _exit(ACCIO_RUN_CANNOT_EXECUTE);
+  }
+  close(pipefd[1]);
+  if (pid < 0) {
+    say("fork: %s (errno %d)", why(errno), errno);
+    remove_dir(dir);
+    return ACCIO_RUN_OWN_ERROR;
+  }
+  g_child = pid;
+  struct sigaction fw = {0}, ign = {0};
+  fw.sa_handler = forward;
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGTERM, &fw, NULL);
+  sigaction(SIGHUP, &fw, NULL);
+  sigaction(SIGQUIT, &fw, NULL);
+  sigaction(SIGINT, &ign, NULL); /* the terminal sends it to the program too */
+  int e = 0;
+  ssize_t got;
+  while ((got = read(pipefd[0], &e, sizeof e)) < 0 && errno == EINTR) {}
+  close(pipefd[0]);
+  const int ws = wait_for(pid);
+  if (got == (ssize_t)sizeof e) {
+    remove_dir(dir);
+    return exec_failed(prog[0], e);
+  }
+  status = WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : WEXITSTATUS(ws);
+
+  /* The report, rendered by the Python CLI without the shim. */
+  unsetenv("LD_PRELOAD");
+  unsetenv("ACCIO_PRELOAD_STATS_DIR");
+  char st_arg[16];
+  snprintf(st_arg, sizeof st_arg, "%d", status);
+  const char* rargv[32 + 1024];
+  int n = 0;
+  rargv[n++] = python;
+  rargv[n++] = "-m";
+  rargv[n++] = "accio.run";
+  rargv[n++] = "--report";
+  rargv[n++] = dir;
+  rargv[n++] = "--status";
+  rargv[n++] = st_arg;
+  if (val[OPT_STATS]) rargv[n++] = "--stats";
+  if (val[OPT_STATS_JSON]) {
+    rargv[n++] = "--stats-json";
+    rargv[n++] = val[OPT_STATS_JSON];
+  }
+  if (val[OPT_THRESHOLD]) {
+    rargv[n++] = "--threshold";
+    rargv[n++] = num;
+  }
+  if (val[OPT_MECHANISM]) {
+    rargv[n++] = "--mechanism";
+    rargv[n++] = val[OPT_MECHANISM];
+  }
+  rargv[n++] = "--";
+  for (char** p = prog; *p && n < (int)(sizeof rargv / sizeof *rargv) - 1; ++p) rargv[n++] = *p;
+  rargv[n] = NULL;
+  int rc = ACCIO_RUN_OWN_ERROR;
+  pid_t rp = fork();
+  if (rp == 0) {
+    execvp(python, (char* const*)rargv);
+    say("cannot start %s to render the statistics: %s (errno %d); the program's exit status was %d", python,
+        why(errno), errno, status);
+    _exit(ACCIO_RUN_OWN_ERROR);
+  }
+  if (rp > 0) {
+    g_child = rp;
+    const int rs = wait_for(rp);
+    rc = WIFEXITED(rs) && WEXITSTATUS(rs) == 0 ? 0 : ACCIO_RUN_OWN_ERROR;
+  }
+  remove_dir(dir);
+  if (rc) return rc;
+  if (WIFSIGNALED(ws)) { /* die of the program's signal, as the exec'd program would have */
+    signal(WTERMSIG(ws), SIG_DFL);
+    fflush(NULL);
+    kill(getpid(), WTERMSIG(ws));
+  }
+  return status;
+}

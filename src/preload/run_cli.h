@@ -1,0 +1,56 @@
+/* `accio run`: the one definition of its options and exit statuses. The native launcher
+ * (src/preload/launcher.c, installed as accio-run) parses with this table, the shim parses sizes
+ * with accio_run_parse_size, and the Python extension exports both (accio._ext.RUN_OPTIONS and
+ * RUN_*), from which the Python CLI builds `accio run`'s help and its exit statuses. */
+#ifndef ACCIO_RUN_CLI_H
+#define ACCIO_RUN_CLI_H
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Exit statuses, as env(1) and nohup(1): otherwise the program's own. */
+#define ACCIO_RUN_OWN_ERROR 125      /* accio's own error, a usage error of `accio run` included */
+#define ACCIO_RUN_CANNOT_EXECUTE 126 /* found but cannot be run */
+#define ACCIO_RUN_NOT_FOUND 127      /* not found */
+
+/* X(id, long name, short name or NULL, metavar or NULL when it takes no value, help) */
+#define ACCIO_RUN_OPTIONS(X)                                                                              \
+  X(MECHANISM, "--mechanism", "-m", "M",                                                                  \
+    "mechanism for the requests the shim takes: auto or a host mechanism (default: ACCIO_MECHANISM or auto)") \
+  X(THRESHOLD, "--threshold", "-l", "BYTES",                                                              \
+    "smallest request the shim considers, e.g. 64k (default: ACCIO_PRELOAD_THRESHOLD, else 1MiB raised "  \
+    "to where the planner's model of this machine says the engine beats the kernel)")                     \
+  X(STATS, "--stats", NULL, NULL, "print per-file counters to stderr when the program ends")             \
+  X(STATS_JSON, "--stats-json", NULL, "FILE", "write the per-file counters as JSON ('-' for stdout)")      \
+  X(VERBOSE, "--verbose", "-v", NULL,                                                                     \
+    "let the shim and the engine print their notes and warnings (silent otherwise)")                      \
+  X(HELP, "--help", "-h", NULL, "show this help and exit")
+
+/* A size as the shim and the launcher read it: 4096, 64k, 16MiB, 1g (powers of 1024). *ok is 0 for
+ * anything else, a sign or an overflow included. Plain C: the shim reads it before libaccio is loaded. */
+static inline size_t accio_run_parse_size(const char* s, int* ok) {
+  char* end;
+  *ok = 0;
+  if (*s < '0' || *s > '9') return 0;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno) return 0;
+  while (*end == ' ') ++end;
+  unsigned long long mul = 1;
+  switch (*end) {
+    case 'k': case 'K': mul = 1ull << 10; ++end; break;
+    case 'm': case 'M': mul = 1ull << 20; ++end; break;
+    case 'g': case 'G': mul = 1ull << 30; ++end; break;
+    case 't': case 'T': mul = 1ull << 40; ++end; break;
+    default: break;
+  }
+  if (mul > 1 && (*end == 'i' || *end == 'I')) ++end;
+  if (*end == 'b' || *end == 'B') ++end;
+  *ok = *end == '\0' && v <= ULLONG_MAX / mul && v * mul <= (unsigned long long)SIZE_MAX;
+  return *ok ? (size_t)(v * mul) : 0;
+}
+
+#endif

@@ -1,0 +1,180 @@
+"""The statistics of `accio tune --evaluate` and the noise guard of `accio tune`, on synthetic
+measurements (no I/O): extra rounds for undecided cells up to the cap, verdicts per cell, the grid's
+geometric mean with its interval, and a tuned decision kept only where it wins beyond the noise."""
+import importlib
+import random
+
+import pytest
+
+from accio import stats
+from accio.tune import profile
+from accio.tune.measure import MiB, Plan
+from accio.tune.search import GUARD_SAMPLES, Group, Search, as_run, builtin_plan
+
+KiB = 1 << 10
+evaluate = importlib.import_module("accio.tune.evaluate")  # accio.tune.evaluate is also a function's name
+
+
+def synthetic(speeds: dict, noise: float, seed: int = 1):
+    """sample(name) -> speed x (1 + uniform noise), and the count of calls per name."""
+    rng = random.Random(seed)
+    calls = {m: 0 for m in speeds}
+
+    def sample(m):
+        calls[m] += 1
+        return speeds[m] * (1 + rng.uniform(-noise, noise))
+    return sample, calls
+
+
+def cell_of(speeds, noise, reps=7, max_reps=15, seed=1):
+    sample, calls = synthetic(speeds, noise, seed)
+    samples, rounds = evaluate.measure_cell(sample, tuple(speeds), reps, max_reps)
+    c = {"op": "read", "cache": "hot", "threads": 1, "file_size": 8 * MiB, "transfer": 4 * KiB}
+    evaluate.judge(c, samples, rounds)
+    return c, calls
+
+
+def test_a_quiet_tie_is_within_noise_after_the_minimum_samples():
+    c, calls = cell_of({"auto": 1000, "posix": 1000, "direct": 100}, noise=0.01)
+    assert c["oracle"] == "posix" and c["verdict"] == "within noise" and c["fine"]
+    assert calls == {"auto": 7, "posix": 7, "direct": 7}  # decided: no extra rounds
+    assert c["auto_vs"]["direct"]["verdict"] == "faster" and c["auto_vs"]["direct"]["method"] == "paired"
+    assert c["ratio"]["posix"] == 1.0 and c["ratio"]["direct"] == pytest.approx(0.1, rel=0.05)
+
+
+def test_a_clear_loss_is_slower_and_not_fine():
+    c, _ = cell_of({"auto": 800, "posix": 1000, "parallel": 990}, noise=0.0)
+    assert c["verdict"] == "slower" and not c["fine"]
+    vs = c["auto_vs"]["posix"]
+    assert vs["high"] < 1.0 and vs["estimate"] == pytest.approx(0.8, abs=0.03)
+    out = evaluate.render(evaluate.summarize([c], ("auto", "posix", "parallel"), 1.0))
+    assert "differs significantly" in out and "auto slower than posix by 20.0%" in out
+    assert "auto >= every fixed mechanism" in out and ": no;" in out
+
+
+def test_a_noisy_tie_gets_more_rounds_then_is_undecided_at_the_cap():
+    c, calls = cell_of({"auto": 1000, "posix": 1000, "direct": 100}, noise=0.3, max_reps=15)
+    # auto and the contenders near the oracle got rounds up to the cap; direct (far below) did not.
+    assert calls["auto"] == 15 and calls["posix"] == 15 and calls["direct"] == 7
+    assert c["verdict"] == "undecided" and c["auto_vs"]["posix"]["n"] == 15
+    assert c["auto_vs"]["posix"]["method"] == "paired"      # measured in the same rounds
+    assert c["auto_vs"]["direct"]["method"] == "unpaired"   # 15 vs 7 samples
+    assert c["fine"] == (c["ratio"]["auto"] >= evaluate.GOAL)
+
+
+def test_a_noisy_difference_is_resolved_by_the_extra_rounds():
+    # 10% apart with +-12% noise: 7 rounds may not decide; the extra rounds do.
+    c, calls = cell_of({"auto": 1000, "posix": 1100}, noise=0.12, seed=3, max_reps=31)
+    assert c["verdict"] == "slower", c["auto_vs"]
+    assert calls["auto"] >= 7
+
+
+def test_fewer_than_the_minimum_samples_is_never_a_verdict():
+    c, calls = cell_of({"auto": 1000, "posix": 500}, noise=0.0, reps=3, max_reps=3)
+    assert calls["auto"] == 3 and c["verdict"] == "undecided"
+    assert c["fine"]  # its median is above the oracle's all the same
+
+
+def test_the_summary_compares_geometric_means_with_intervals():
+    cells = [cell_of({"auto": a, "posix": p, "parallel": q}, noise=0.0, seed=i)[0]
+             for i, (a, p, q) in enumerate([(1000, 1000, 800), (2000, 1600, 2000), (500, 500, 500)])]
+    res = evaluate.summarize(cells, ("auto", "posix", "parallel"), 1.0)
+    v = res["verdict"]
+    assert v["auto_at_least_every_fixed"] and v["auto_fine_every_cell"] and v["cells_slower"] == 0
+    g = v["auto_geomean_vs"]
+    assert g["posix"]["estimate"] == pytest.approx((2000 / 1600) ** (1 / 3), rel=0.02)
+    assert g["posix"]["low"] > 1.0 and g["posix"]["verdict"] == "faster"
+    assert [c["verdict"] for c in cells] == ["within noise"] * 3
+    assert g["parallel"]["estimate"] == pytest.approx((1000 / 800) ** (1 / 3), rel=0.02)
+    assert res["summary"]["auto"]["geomean"] >= res["summary"]["posix"]["geomean"]
+    out = evaluate.render(res)
+    assert "auto/posix" in out and "no cell where auto differs significantly" in out
+
+
+def test_geomean_ratio():
+    same = [100.0, 120, 90, 110, 105, 95, 130]
+    r = stats.geomean_ratio([([2 * x for x in same], same, True), ([x / 2 for x in same], same, True)])
+    assert (r.estimate, r.low, r.high) == (pytest.approx(1.0), pytest.approx(1.0), pytest.approx(1.0))
+    assert r.method == "geomean" and r.n_a == 2
+    r = stats.geomean_ratio([([1.0, 2, 3], [1.0, 1, 1, 1], False)])
+    assert r.estimate == pytest.approx(2.0) and r.low <= 2.0 <= r.high
+    with pytest.raises(ValueError):
+        stats.geomean_ratio([])
+    with pytest.raises(ValueError):
+        stats.geomean_ratio([([1.0, 2], [1.0], True)])
+    with pytest.raises(ValueError):
+        stats.geomean_ratio([([1.0, -2], [1.0, 1], True)])
+
+
+class FakeBench:
+    cold_reads = False
+    cold_note = ""
+    file_size = 256 * MiB
+
+
+def search_with(samples: dict) -> Search:
+    s = Search(FakeBench(), threads=2, budget=0, plans=[Plan("posix"), Plan("parallel"), Plan("uring", queue_depth=16)])
+    s.samples.update(samples)
+    return s
+
+
+def noisy(speed, n, noise, seed):
+    rng = random.Random(seed)
+    return [speed * (1 + rng.uniform(-noise, noise)) for _ in range(n)]
+
+
+def decided(s: Search, op="read", conc="1"):
+    doc = profile.build(s, {"key": {}})
+    plans = [Plan.from_json(p) for p in doc["plans"]]
+    return {c["measured"]["size"]: (plans[c["plans"][0]], c["measured"].get("kept_builtin"))
+            for c in doc["decisions"][op][conc]["hot"] if "measured" in c}, doc
+
+
+def test_tune_keeps_a_decision_only_where_it_wins_beyond_the_noise():
+    g = Group("read", "hot", 1)
+    small, big = 64 * KiB, 64 * MiB
+    bs, bb = builtin_plan("read", "1", small), builtin_plan("read", "1", big)
+    uring = Plan("uring", queue_depth=16)
+    assert bs == Plan("posix")  # the model's plan below 1 MiB, on every machine
+    # At 64 KiB uring's median is 8% ahead, inside +-15% noise: the built-in plan stays.
+    # At 64 MiB uring wins by 60% with little noise: the profile takes it.
+    s = search_with({(g, small, bs): [850.0, 1000, 1150, 900, 1100], (g, small, uring): [900.0, 1080, 1200, 950, 1150],
+                     (g, big, bb): noisy(1000, 5, 0.02, 3), (g, big, uring): noisy(1600, 5, 0.02, 4)})
+    got, doc = decided(s)
+    assert got[small][0] == bs and got[small][1]["winner"] == uring.label
+    lo, hi = got[small][1]["vs_builtin"][1:]
+    assert lo <= 1.0 <= hi  # its interval held 1.0: not a win
+    assert got[big] == (uring, None)
+    shown = profile.render(doc, "synthetic")
+    assert "built-in kept: " + uring.label in shown
+    # Too few samples of either side to tell: the built-in plan stays.
+    s = search_with({(g, big, bb): [1000.0] * (GUARD_SAMPLES - 1), (g, big, uring): [5000.0] * 5})
+    got, _ = decided(s)
+    assert got[big][0] == bb and got[big][1]["samples"] == [5, GUARD_SAMPLES - 1]
+
+
+def test_the_search_measures_the_builtin_plan_beside_the_base_plans():
+    s = search_with({})
+    for size in (4 * KiB, MiB, 64 * MiB, 1 << 31):
+        b = builtin_plan("read", "1", size)
+        assert b in s.contenders(Group("read", "hot", 1), size)
+    assert Plan("parallel") not in [builtin_plan("read", "1", 4 * KiB)]  # one task: runs as posix
+
+
+def test_sizes_above_the_largest_measured_one_follow_the_builtin_model_when_the_budget_ran_out():
+    """A search cut short after 4 KiB decides for 4 KiB, not for every size: above, the model's cells."""
+    g = Group("read", "hot", 1)
+    s = search_with({(g, 4 * KiB, Plan("posix")): [1000.0] * 3, (g, 4 * KiB, Plan("uring", queue_depth=16)): [500.0] * 3})
+    doc = profile.build(s, {"key": {}})
+    plans = [Plan.from_json(p) for p in doc["plans"]]
+    cells = doc["decisions"]["read"]["1"]["hot"]
+    assert cells[0]["max_size"] == 4 * KiB and plans[cells[0]["plans"][0]] == Plan("posix")
+    assert all(c.get("builtin") for c in cells[1:]) and cells[-1]["max_size"] is None
+    for size in (64 * KiB, 2 * MiB, 64 * MiB, 1 << 31):
+        c = next(c for c in cells if c["max_size"] is None or size <= c["max_size"])
+        assert as_run(plans[c["plans"][0]], size) == builtin_plan("read", "1", size), size
+    assert "built-in model: not measured" in profile.render(doc, "synthetic")
+    # Measured up to the largest size the scratch file allows: the last measured cell is unbounded.
+    big = {(g, x, Plan("posix")): [1000.0] * 3 for x in (4 * KiB, 64 * MiB)}
+    cells = profile.build(search_with(big), {"key": {}})["decisions"]["read"]["1"]["hot"]
+    assert not any(c.get("builtin") for c in cells) and cells[-1]["max_size"] is None
