@@ -21,6 +21,13 @@ One section per stage of `make gpu-check` (benchmarks/gpu_check.py); each can ru
                (goal: <= the staging pool).
   cold-read    the page cache dropped before every sample (drop_caches as root, else posix_fadvise, checked
                with a residency query): staged, staged+direct, KvikIO.
+  zerocopy     pagecache (DMA straight from registered page-cache pages, issue 24) on the hot file at each
+               thread count: its first read (registration included: pagecache_pin_limit 0) and its
+               repeated reads (registrations kept) vs staged, KvikIO compat and pinned H2D (goals on the
+               first read: >= 0.9x pinned, >= 1.15x KvikIO compat and staged), with the CPU time per GiB
+               (getrusage user+system) of each; the file half cached (second half dropped before every
+               sample) vs staged (goal 1.0); 4 KiB, 64 KiB and 1 MiB requests through auto's GPU path
+               (pagecache, which runs them staged) vs staged (goal 1.0).
 
 Statistics (accio.stats, docs/methodology.md): contenders interleaved in rotating order, >= 7 samples
 each after one untimed warm-up, median ratios with 95% bootstrap intervals, "within noise" only inside
@@ -56,9 +63,9 @@ from accio._system import drop_pages, fmt_size, fsync_path, parse_size, residenc
 
 MiB = 1 << 20
 PAGE = 4096
-SECTIONS = ("hot-read", "naive", "write", "safetensors", "cold-read")
+SECTIONS = ("hot-read", "naive", "write", "safetensors", "cold-read", "zerocopy")
 PEERS = ("kvikio", "torch", "safetensors", "fastsafetensors")
-DEFAULT_ROUNDS = {"hot-read": 11, "naive": 7, "write": 7, "safetensors": 7, "cold-read": 7}
+DEFAULT_ROUNDS = {"hot-read": 11, "naive": 7, "write": 7, "safetensors": 7, "cold-read": 7, "zerocopy": 7}
 SCHEMA = "accio.gpu-bench/1"
 
 
@@ -1341,9 +1348,171 @@ def sec_cold_read(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
         s.note(f"some samples were not cold: up to {max(cached):.1%} of the file was cached after the drop")
     s.finish()
 
+class CpuTimed(Contender):
+    """Wraps a contender and keeps the process's CPU time (getrusage user+system) of each sample."""
+
+    def __init__(self, inner: Contender):
+        self.inner, self.name, self.nbytes, self.checks = inner, inner.name, inner.nbytes, inner.checks
+        self.cpu_s: list[float] = []
+
+    def before(self):
+        self.inner.before()
+
+    def run(self):
+        import resource
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        t = self.inner.run()
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        self.cpu_s.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+        self.ran = self.inner.ran
+        return t
+
+    def check(self):
+        return self.inner.check()
+
+    def final_check(self):
+        return self.inner.final_check()
+
+    def close(self):
+        self.inner.close()
+
+
+def cpu_per_gib(g: dict, cs: list[Contender]) -> None:
+    """Adds each CpuTimed contender's median CPU seconds per GiB moved (warm-up excluded) to the group."""
+    for c in cs:
+        if isinstance(c, CpuTimed) and len(c.cpu_s) > 1 and c.nbytes:
+            v = sorted(c.cpu_s[1:])
+            g["contenders"][c.name]["cpu_s_per_gib"] = round(v[len(v) // 2] / (c.nbytes / (1 << 30)), 4)
+
+
+class DevicePart:
+    """n bytes of GPU memory at ptr, as a CAI v3 object (a slice of any GPU array)."""
+
+    def __init__(self, ptr: int, n: int):
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr, False), "version": 3,
+                                         "strides": None, "stream": None}
+
+
+class ManyReads(Contender):
+    """Requests of `req` bytes covering ref's data region, one after another, into one GPU buffer."""
+    checks = "every sample: word sum and page stamps on the GPU"
+
+    def __init__(self, name, gpu: Gpu, buf, ref: DataFile, req: int, **settings):
+        self.name, self.gpu, self.buf, self.ref, self.req = name, gpu, buf, ref, req
+        self.nbytes = ref.size
+        self.f = accio.open(ref.path, **settings)
+        base = buf.__cuda_array_interface__["data"][0]
+        self.parts = [(DevicePart(base + o, min(req, ref.size - o)), o) for o in range(0, ref.size, req)]
+
+    def before(self):
+        self.gpu.zero(self.buf)
+
+    def run(self):
+        def go():
+            for part, o in self.parts:
+                self.f.read_into(part, o)
+        t = timed(go, self.gpu.sync)
+        self.ran = self.f.stats()["last_mechanism"]
+        return t
+
+    def check(self):
+        return self.gpu.check(self.buf, 0, self.ref.file_sum)
+
+    def close(self):
+        self.f.close()
+
+
+def best_thread_counts(s: Section, hot: list[dict]) -> None:
+    """The issue-24 goals at each contender's best thread count: pagecache's first read at its best
+    group against each peer at its own best (an unpaired ratio: the groups ran in different rounds)."""
+    def best(name):
+        runs = [(g["contenders"][name]["median"], g) for g in hot if g["contenders"].get(name, {}).get("check") == "ok"
+                and g["contenders"][name].get("n", 0) > 0]
+        return max(runs, key=lambda x: x[0])[1] if runs else None
+    first = "accio pagecache first read"
+    out = s.doc["best_thread_counts"] = []
+    ga = best(first)
+    for peer, target in (("pinned h2d", 0.9), ("kvikio compat", 1.15), ("accio staged", 1.15)):
+        gb = best(peer)
+        row = {"a": first, "b": peer, "goal": target}
+        if not ga or not gb:
+            row["withheld"] = f"no checked samples of {first if not ga else peer}"
+        else:
+            sa = [x for x in ga["contenders"][first]["samples_mib_s"] if x is not None]
+            sb = [x for x in gb["contenders"][peer]["samples_mib_s"] if x is not None]
+            r = stats.ratio(sa, sb, paired=False)
+            row.update(r.as_dict(), a_threads=ga["params"]["threads"], b_threads=gb["params"]["threads"],
+                       verdict=stats.verdict(r), goal_verdict=stats.goal(r, target))
+        out.append(row)
+    s.rec.save()
+
+
+def sec_zerocopy(a, rec: Recorder, peers: Peers, gpu: Gpu) -> None:
+    s = Section(rec, "zerocopy", {"size": a.size, "threads": a.threads, "rounds": a.rounds_of("zerocopy")},
+                a.budget_s)
+    ref = data_file(a.dir, a.size)
+    s.doc["params"]["cached_before"] = warm(ref.path)
+    buf = gpu.empty(ref.size)
+    chunk = int(accio.settings()["buffer_size"])
+    groups = len(a.threads) + 2
+    for i, t in enumerate(a.threads):
+        cs, skipped, handles = [], {}, []
+        for name, keep in (("accio pagecache first read", 0), ("accio pagecache repeated", ref.size + (64 << 20))):
+            f, read, ran = accio_reader(ref.path, buf, mechanism="pagecache", threads=t, pagecache_pin_limit=keep)
+            handles.append(f)
+            cs.append(CpuTimed(GpuRead(name, gpu, buf, ref, read, ran)))
+        f, read, ran = accio_reader(ref.path, buf, mechanism="staged", threads=t, task_size=a.task_size)
+        handles.append(f)
+        cs.append(CpuTimed(GpuRead("accio staged", gpu, buf, ref, read, ran)))
+        for c, h in kvikio_reads(a, peers, gpu, buf, ref, t, skipped):
+            cs.append(CpuTimed(c))
+            handles.append(h)
+        cs.append(PinnedCopy(a.device, ref.size, chunk, t))
+        first = "accio pagecache first read"
+        comps = [(first, "pinned h2d", 0.9), (first, "kvikio compat", 1.15), (first, "accio staged", 1.15),
+                 ("accio pagecache repeated", first, None), ("accio staged", "kvikio compat", None)]
+        try:
+            g = s.group(f"hot, {t} threads", {"threads": t, "size": ref.size}, cs, skipped, comps,
+                        a.rounds_of("zerocopy"), groups - i)
+            cpu_per_gib(g, cs)
+        finally:
+            for h in handles:
+                h.close()
+        s.rec.save()
+    best_thread_counts(s, [g for g in s.doc["groups"] if g["label"].startswith("hot, ")])
+    t = max(a.threads)
+    half = ref.size // 2 // PAGE * PAGE
+
+    def half_cached():
+        warm(ref.path)
+        drop_pages(ref.path, half, 0)
+    cs, handles = [], []
+    for name, mech in (("accio pagecache", "pagecache"), ("accio staged", "staged")):
+        f, read, ran = accio_reader(ref.path, buf, mechanism=mech, threads=t)
+        handles.append(f)
+        cs.append(CpuTimed(GpuRead(name, gpu, buf, ref, read, ran, setup=half_cached)))
+    try:
+        g = s.group(f"half cached, {t} threads", {"threads": t, "size": ref.size, "cached": half}, cs, {},
+                    [("accio pagecache", "accio staged", 1.0)], a.rounds_of("zerocopy"), 2)
+        cpu_per_gib(g, cs)
+    finally:
+        for h in handles:
+            h.close()
+    s.rec.save()
+    warm(ref.path)
+    small = data_file(a.dir, min(ref.size, 256 << 20), seed=3)
+    sbuf = gpu.empty(small.size)
+    cs = []
+    for req in (4096, 64 << 10, 1 << 20):
+        cs.append(ManyReads(f"auto {fmt_size(req)}", gpu, sbuf, small, req, threads=t))
+        cs.append(ManyReads(f"staged {fmt_size(req)}", gpu, sbuf, small, req, mechanism="staged", threads=t))
+    comps = [(f"auto {fmt_size(r)}", f"staged {fmt_size(r)}", 1.0) for r in (4096, 64 << 10, 1 << 20)]
+    s.group("small requests", {"threads": t, "size": small.size}, cs, {}, comps, a.rounds_of("zerocopy"), 1)
+    s.finish()
+
 
 SECTION_RUN = {"hot-read": sec_hot_read, "naive": sec_naive, "write": sec_write, "safetensors": sec_safetensors,
-               "cold-read": sec_cold_read}
+               "cold-read": sec_cold_read, "zerocopy": sec_zerocopy}
 
 
 def wanted_peers(text: str) -> set[str]:

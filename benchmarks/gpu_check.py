@@ -14,6 +14,7 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   bench-write        benchmarks/gpu_bench.py write      (GPU -> new file vs KvikIO and the host's own write)
   bench-safetensors  benchmarks/gpu_bench.py safetensors
   bench-cold         benchmarks/gpu_bench.py cold-read
+  bench-zerocopy     benchmarks/gpu_bench.py zerocopy   (pagecache: first/repeated reads, CPU per GiB, mixed, small)
   bench-cli          `accio bench --target cuda:0 --preset quick`, timed (goal: under 2 minutes)
 
 Resuming: state lives in build/gpu-check/ (stages/<name>.json, logs/, bench/). A run skips the stages
@@ -79,10 +80,12 @@ STAGES = (
           "and fastsafetensors (defaults and the best of a settings sweep); save vs safetensors; host memory vs "
           "safetensors.numpy; VmHWM rise"),
     Stage("bench-cold", 150, "cold reads: staged, staged+direct, KvikIO"),
+    Stage("bench-zerocopy", 300, "pagecache (DMA from registered page-cache pages): first and repeated reads vs "
+          "staged, KvikIO compat and pinned H2D with CPU time per GiB; half-cached file; 4 KiB-1 MiB requests"),
     Stage("bench-cli", 150, "accio bench --target cuda:0 --preset quick, timed"),
 )
 BENCH_SECTION = {"bench-hot": "hot-read", "bench-naive": "naive", "bench-write": "write",
-                 "bench-safetensors": "safetensors", "bench-cold": "cold-read"}
+                 "bench-safetensors": "safetensors", "bench-cold": "cold-read", "bench-zerocopy": "zerocopy"}
 NAMES = [s.name for s in STAGES]
 
 

@@ -208,20 +208,23 @@ planner::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
-  const io::Mechanism& m = *choose(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1).plan->mechanism;
-  const io::Mechanism* other = for_target(m, mem::cuda::classify(buf), nullptr);
-  return other ? *other : m;
+  const planner::Choice c = choose(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1);
+  const mem::cuda::Target target = mem::cuda::classify(buf);
+  const io::Mechanism* other = for_target(*c.plan->mechanism, target, nullptr);
+  return (other ? other : c.plan->mechanism)->route({ref_, other ? settings_ : c.plan->settings, ThreadPool::shared(), target}, n, write);
 }
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
   const planner::Choice c = choose(buf, n, off, write, g_inflight->load() + 1);
   const mem::cuda::Target target = mem::cuda::classify(buf, true);
-  std::string target_why;
-  if (const io::Mechanism* m = for_target(*c.plan->mechanism, target, &target_why)) {
-    const std::string name = m->name();
-    return {name, name, target_why};
-  }
-  return {c.plan->mechanism->name(), c.plan->label, planner_->why(c.route)};
+  std::string why;
+  const io::Mechanism* other = for_target(*c.plan->mechanism, target, &why);
+  const io::Mechanism* m = other ? other : c.plan->mechanism;
+  const io::Mechanism& r = m->route({ref_, other ? settings_ : c.plan->settings, ThreadPool::shared(), target}, n, write);
+  if (!other) why = planner_->why(c.route);
+  if (&r != m) why += std::string("; ") + m->name() + " hands this request to " + r.name();
+  if (other || &r != m) return {r.name(), r.name(), why};
+  return {c.plan->mechanism->name(), c.plan->label, why};
 }
 
 const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const {
@@ -235,7 +238,9 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
   }
   const bool fixed = planner_->fixed();
   const std::string& was = settings_.mechanism;  // the mechanism set, or "auto"
-  const io::Mechanism* m = io::find(t.on_device() ? "staged" : "parallel");
+  // GPU reads under auto: pagecache, which itself sends writes, small reads and ranges not in the
+  // page cache through staged.
+  const io::Mechanism* m = io::find(!t.on_device() ? "parallel" : fixed ? "staged" : "pagecache");
   if (t.on_device()) {
     io::IoContext ctx{ref_, settings_, ThreadPool::shared(), t};
     m = &m->resolve(ctx);
@@ -258,7 +263,10 @@ uint64_t File::min_accelerated(bool write) const { return planner_->min_accelera
 
 std::vector<planner::PlanStat> File::plan_stats() const {
   const Stats s = stats_.snapshot();
-  return planner_->stats(s.reads + s.writes, s.bytes_read + s.bytes_written);
+  std::vector<planner::PlanStat> out = planner_->stats(s.reads + s.writes, s.bytes_read + s.bytes_written);
+  for (const io::Mechanism* m : io::all())
+    for (io::Detail& d : m->details(ref_.id)) out.push_back({std::move(d.path), std::move(d.why), d.calls, d.bytes});
+  return out;
 }
 
 bool File::valid(const void* buf, size_t n, uint64_t off) {
@@ -284,9 +292,11 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
   try {
     for (;;) {
       other = for_target(*choice.plan->mechanism, target, nullptr);
-      m = other ? other : choice.plan->mechanism;
+      const io::IoContext ctx{ref_, other ? settings_ : choice.plan->settings, ThreadPool::shared(), target,
+                              settings_.cache_probe == "off" ? nullptr : &planner::resident};
+      m = &(other ? other : choice.plan->mechanism)->route(ctx, n, write);
       try {
-        got = move(*m, {ref_, other ? settings_ : choice.plan->settings, ThreadPool::shared(), target}, buf, n, off, write);
+        got = move(*m, ctx, buf, n, off, write);
         break;
       } catch (const Error& e) {
         // A GPU buffer taken for host memory because libcuda arrived after this thread last looked

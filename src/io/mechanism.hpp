@@ -50,6 +50,16 @@ struct IoContext {
   const base::Settings& settings;
   TaskRunner& runner;
   mem::cuda::Target target{};  // where the request's buffer lives (host unless a device mechanism runs)
+  // Whether file bytes [off, off+len) are all in the page cache (the planner's residency probe, set
+  // by the engine); null: unknown, taken as cached (as the planner takes a range it cannot see).
+  bool (*resident)(int fd, uint64_t off, uint64_t len) = nullptr;
+};
+
+// How a mechanism served a handle's requests below its name (pagecache: the bytes it moved zero-copy
+// and those it read through staged, with why); the handle's plan statistics list them.
+struct Detail {
+  std::string path, why;
+  uint64_t calls = 0, bytes = 0;
 };
 
 class Mechanism {
@@ -78,6 +88,12 @@ class Mechanism {
     (void)c;
     return {};
   }
+  // The mechanism that runs one request of n bytes: itself, or one it hands such requests to
+  // (pagecache: staged for writes and small reads), so that statistics name what ran.
+  virtual const Mechanism& route(const IoContext& c, size_t n, bool write) const {
+    (void)c, (void)n, (void)write;
+    return *this;
+  }
   // Reads up to n bytes at off; returns the bytes read (short only at end of file).
   virtual size_t read(const IoContext&, void* buf, size_t n, uint64_t off) const = 0;
   // Writes exactly n bytes at off or throws base::Error.
@@ -94,6 +110,11 @@ class Mechanism {
   }
   // The handle `file_id` is closing: drop anything cached for it.
   virtual void forget(uint64_t file_id) const { (void)file_id; }
+  // How this mechanism served the handle `file_id` beyond its own counts (empty for most).
+  virtual std::vector<Detail> details(uint64_t file_id) const {
+    (void)file_id;
+    return {};
+  }
 
   // Whether a request to this mechanism needs its buffer, offset and length aligned (always
   // O_DIRECT: direct); with `direct`, the settings say (uring, staged).

@@ -34,6 +34,7 @@ enum DeviceAttribute : int {
   kAttrUnifiedAddressing = 41, kAttrPciDomainId = 50, kAttrCcMajor = 75, kAttrCcMinor = 76,
 };
 inline constexpr unsigned kHostRegisterPortable = 0x01;
+inline constexpr unsigned kHostRegisterReadOnly = 0x08;  // the device only reads the range (file pages)
 inline constexpr unsigned kMemAttachGlobal = 0x1;
 inline constexpr unsigned kStreamNonBlocking = 0x1;
 inline constexpr unsigned kEventDisableTiming = 0x2;

@@ -85,6 +85,11 @@ bool residency(int fd, uint64_t off, uint64_t len, Residency* out) {
   return mincore_residency(fd, off, end, out);
 }
 
+bool resident(int fd, uint64_t off, uint64_t len) {
+  Residency r;
+  return residency(fd, off, len, &r) && r.cached >= r.total;
+}
+
 Probe parse_probe(const std::string& s) {
   if (s == "auto") return Probe::automatic;
   if (s == "cachestat") return Probe::cachestat;

@@ -7,12 +7,17 @@
 #include <accio/accio.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
+#include <chrono>
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -291,6 +296,7 @@ struct FakeCounters {
   uint64_t async_copies, async_unpinned, sync_copies, events_recorded, event_waits, max_queued;
   uint64_t registered, live_allocs, streams;
   uint64_t cufile_reads, cufile_writes, cufile_buf_registers, cufile_batch_ios, cufile_handles;
+  uint64_t register_calls, register_readonly, register_refused, unregister_calls, registered_bytes, unregister_busy;
 };
 FakeCounters counters() {
   FakeCounters c{};
@@ -689,6 +695,332 @@ TEST(FakeGpu, GdsBatchRequestThatFailsIsRetriedAlone) {
   EXPECT_EQ(st.reads, 2 * rs.size() - 1);
   accio_close(f);
   accio_settings_free(s);
+}
+
+// ---- pagecache: DMA straight from registered page-cache pages ----
+
+// The plan statistics of a handle: plan label -> {why, bytes}.
+std::map<std::string, std::pair<std::string, uint64_t>> plans(accio_file* f) {
+  std::map<std::string, std::pair<std::string, uint64_t>> out;
+  accio_plan_stat st[16];
+  const int n = accio_file_plans(f, st, 16);
+  for (int i = 0; i < n && i < 16; ++i) out[st[i].plan] = {st[i].why, st[i].bytes};
+  return out;
+}
+uint64_t plan_bytes(accio_file* f, const std::string& plan) {
+  auto p = plans(f);
+  return p.count(plan) ? p[plan].second : 0;
+}
+// Drops file pages [0, size) from the page cache; false where the filesystem keeps them.
+bool evict(const std::string& path, size_t off, size_t n) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  fdatasync(fd);
+  posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+  struct stat st;
+  fstat(fd, &st);
+  void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  std::vector<unsigned char> v((static_cast<size_t>(st.st_size) + 4095) / 4096);
+  const bool ok = p != MAP_FAILED && mincore(p, static_cast<size_t>(st.st_size), v.data()) == 0 && !(v[off / 4096] & 1);
+  if (p != MAP_FAILED) munmap(p, static_cast<size_t>(st.st_size));
+  close(fd);
+  return ok;
+}
+accio_settings* pagecache(std::initializer_list<std::pair<const char*, const char*>> kv = {}) {
+  accio_settings* s = settings("pagecache", {{"pagecache_min", "0"}, {"pagecache_chunk", "1MiB"}});
+  for (auto& [k, v] : kv) accio_settings_set(s, k, v);
+  return s;
+}
+
+// Hot, cold and half-resident files, chunk boundaries and unaligned offsets and sizes: the bytes of
+// pread, zero-copy where the range is in the page cache and staged elsewhere, in one request.
+TEST(Gpu, PagecacheReadsHotColdAndHalfResidentFiles) {
+  REQUIRE_GPU();
+  TempDir dir;
+  const std::string path = dir.file("f");
+  const std::vector<char> data = pattern((9u << 20) + 1234, 31);
+  write_file(path, data);
+  DeviceMem dev(data.size(), false);
+  const FakeCounters a = counters();
+  accio_settings* s = pagecache();
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, path.c_str(), "r", s), 0) << accio_last_error();
+  struct Range {
+    size_t off, n;
+  };
+  for (const Range r : {Range{0, data.size()}, Range{4097, data.size() - 5000}, Range{(1u << 20) - 1, (2u << 20) + 2},
+                        Range{(3u << 20) + 4096, 1u << 20}, Range{data.size() - 10, 4096}}) {
+    const int64_t want = static_cast<int64_t>(std::min(r.n, data.size() - r.off));
+    ASSERT_EQ(accio_pread(f, dev.p, r.n, static_cast<int64_t>(r.off)), want) << r.off << " " << accio_last_error();
+    EXPECT_TRUE(from_device(dev.p, static_cast<size_t>(want)) ==
+                std::vector<char>(data.begin() + static_cast<long>(r.off), data.begin() + static_cast<long>(r.off) + want))
+        << "offset " << r.off << " size " << r.n;
+    EXPECT_EQ(ran(f), "pagecache");
+  }
+  EXPECT_GT(plan_bytes(f, "pagecache(zero-copy)"), 0u) << "a hot file goes zero-copy";
+  if (fake()) {
+    const FakeCounters b = counters();
+    EXPECT_GT(b.register_readonly, a.register_readonly) << "file pages are registered READ_ONLY";
+    EXPECT_EQ(b.registered_bytes, a.registered_bytes) << "every registration is released (pagecache_pin_limit 0)";
+    EXPECT_EQ(b.register_calls - a.register_calls - (b.registered - a.registered), b.unregister_calls - a.unregister_calls);
+    EXPECT_EQ(b.unregister_busy, a.unregister_busy) << "no registration released under a copy in flight";
+  }
+  // Cold, then half resident (the first half read back into the page cache).
+  if (evict(path, 0, data.size())) {
+    accio_close(f);
+    ASSERT_EQ(accio_open(&f, path.c_str(), "r", s), 0);
+    ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+    EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+    // The first chunk is cold; staged's reads may bring later ones in (readahead), which then go
+    // zero-copy.
+    EXPECT_GE(plan_bytes(f, "pagecache(staged)"), 1u << 20) << "a cold range is read through staged";
+    EXPECT_EQ(plan_bytes(f, "pagecache(staged)") + plan_bytes(f, "pagecache(zero-copy)"), data.size());
+    EXPECT_NE(plans(f)["pagecache(staged)"].first.find("not wholly in the page cache"), std::string::npos);
+    accio_close(f);
+    ASSERT_TRUE(evict(path, 0, data.size()));
+    std::vector<char> half(4u << 20);
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);  // no readahead past the half
+    ASSERT_EQ(::pread(fd, half.data(), half.size(), 0), static_cast<ssize_t>(half.size()));
+    close(fd);
+    ASSERT_EQ(accio_open(&f, path.c_str(), "r", s), 0);
+    ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+    EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+    EXPECT_GE(plan_bytes(f, "pagecache(zero-copy)"), 3u << 20) << "the cached half zero-copy";
+    EXPECT_GE(plan_bytes(f, "pagecache(staged)"), 1u << 20) << "the cold half staged (its first chunk at least)";
+    EXPECT_EQ(plan_bytes(f, "pagecache(staged)") + plan_bytes(f, "pagecache(zero-copy)"), data.size());
+  } else {
+    std::cout << "the page cache of " << path << " cannot be dropped here: cold and half-resident cases not run\n";
+  }
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+// A file with no page cache to map (a character device: size 0, pread works) is read staged.
+TEST(Gpu, PagecacheReadsACharacterDeviceThroughStaged) {
+  REQUIRE_GPU();
+  const size_t n = 3u << 20;
+  DeviceMem dev(n, false);
+  ASSERT_EQ(accio_device_copy(dev.p, pattern(n, 41).data(), n), 0);
+  accio_settings* s = pagecache();
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, "/dev/zero", "r", s), 0) << accio_last_error();
+  ASSERT_EQ(accio_pread(f, dev.p, n, 4096), static_cast<int64_t>(n)) << accio_last_error();
+  EXPECT_TRUE(from_device(dev.p, n) == std::vector<char>(n, 0));
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+// Writes, and reads below pagecache_min, run staged: no registration for small requests.
+TEST(Gpu, PagecacheSendsWritesAndSmallReadsToStaged) {
+  REQUIRE_GPU();
+  TempDir dir;
+  const std::vector<char> data = pattern(2u << 20, 32);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("pagecache", {{"pagecache_min", "2MiB"}});
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r+", s), 0);
+  const FakeCounters a = counters();
+  for (size_t n : {size_t{4096}, size_t{65536}, size_t{1} << 20}) {
+    ASSERT_EQ(accio_pread(f, dev.p, n, 4096), static_cast<int64_t>(n));
+    EXPECT_EQ(ran(f), "staged") << n;
+    EXPECT_TRUE(from_device(dev.p, n) == std::vector<char>(data.begin() + 4096, data.begin() + 4096 + static_cast<long>(n)));
+  }
+  char plan[128], why[512];
+  ASSERT_EQ(accio_explain(f, dev.p, 4096, 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why), 0);
+  EXPECT_STREQ(plan, "staged") << why;
+  EXPECT_NE(std::string(why).find("pagecache hands this request to staged"), std::string::npos) << why;
+  if (fake()) {
+    EXPECT_EQ(counters().register_readonly, a.register_readonly) << "small reads register nothing";
+  }
+  ASSERT_EQ(accio_pwrite(f, dev.p, 1u << 20, 0), 1 << 20) << accio_last_error();
+  EXPECT_EQ(ran(f), "staged");
+  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
+  EXPECT_EQ(ran(f), "pagecache");
+  std::vector<char> want(data);
+  std::copy(data.begin() + 4096, data.begin() + 4096 + (1 << 20), want.begin());
+  EXPECT_TRUE(from_device(dev.p, data.size()) == want) << "the write reached the file and the read sees it";
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+// The driver refusing registration, and a memlock limit, fall back to staged with the reason in
+// the statistics and one warning.
+TEST(FakeGpu, PagecacheRefusedRegistrationRunsStagedWithTheReason) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(4u << 20, 33);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  for (int how = 0; how < 2; ++how) {
+    accio_settings* s = pagecache();
+    accio_file* f;
+    ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+    ASSERT_EQ(accio_pread(f, dev.p, 4096, 0), 4096);  // the staging rings are registered now
+    const FakeCounters a = counters();
+    if (how == 0) setenv("FAKE_CUDA_FAIL_REGISTER", "1", 1);
+    else setenv("FAKE_CUDA_MEMLOCK", std::to_string(a.registered_bytes + (768u << 10)).c_str(), 1);
+    // From 512KiB: the first and last chunks are 512KiB (they fit the limit), the others 1MiB.
+    const size_t from = 512u << 10, n = data.size() - from;
+    ASSERT_EQ(accio_pread(f, dev.p, n, from), static_cast<int64_t>(n)) << accio_last_error();
+    unsetenv("FAKE_CUDA_FAIL_REGISTER");
+    unsetenv("FAKE_CUDA_MEMLOCK");
+    EXPECT_TRUE(from_device(dev.p, n) == std::vector<char>(data.begin() + from, data.end()));
+    const auto p = plans(f);
+    ASSERT_TRUE(p.count("pagecache(staged)")) << how;
+    EXPECT_NE(p.at("pagecache(staged)").first.find("registration refused: cuMemHostRegister: CUDA_ERROR_OUT_OF_MEMORY"),
+              std::string::npos)
+        << p.at("pagecache(staged)").first;
+    if (how == 1) {
+      EXPECT_GT(plan_bytes(f, "pagecache(zero-copy)"), 0u) << "what fits the limit still goes zero-copy";
+    }
+    const FakeCounters b = counters();
+    EXPECT_GT(b.register_refused, a.register_refused);
+    EXPECT_EQ(b.registered_bytes, a.registered_bytes) << "nothing stays pinned";
+    EXPECT_NE(warnings().find("pagecache cannot pin page-cache pages"), std::string::npos) << warnings();
+    accio_close(f);
+    accio_settings_free(s);
+  }
+}
+
+// A file truncated while it is read: the bytes of the file before or after, a count that ends at
+// one of its sizes, never a crash, nothing left pinned.
+TEST(FakeGpu, PagecacheFileTruncatedDuringTheRead) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::string path = dir.file("f");
+  const std::vector<char> data = pattern(16u << 20, 34);
+  DeviceMem dev(data.size(), false);
+  setenv("FAKE_CUDA_COPY_US", "300", 1);  // copies slow enough for the truncation to land mid-read
+  const FakeCounters a = counters();
+  for (int i = 0; i < 12; ++i) {
+    write_file(path, data);
+    accio_settings* s = pagecache({{"threads", "2"}});
+    accio_file* f;
+    ASSERT_EQ(accio_open(&f, path.c_str(), "r", s), 0);
+    const size_t cut = (static_cast<size_t>(i) * 1234567) % data.size();
+    std::thread t([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(200 * i));
+      ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(cut)), 0);
+    });
+    const int64_t got = accio_pread(f, dev.p, data.size(), 0);
+    t.join();
+    ASSERT_GE(got, 0) << accio_last_error();
+    // Parts read before the truncation are whole; none read after it goes past the new end.
+    EXPECT_GE(static_cast<size_t>(got), cut);
+    EXPECT_LE(static_cast<size_t>(got), data.size());
+    EXPECT_TRUE(from_device(dev.p, static_cast<size_t>(got)) ==
+                std::vector<char>(data.begin(), data.begin() + got))
+        << "the bytes before the truncation (truncation zeroes nothing that was read)";
+    accio_close(f);
+    accio_settings_free(s);
+  }
+  unsetenv("FAKE_CUDA_COPY_US");
+  const FakeCounters b = counters();
+  EXPECT_EQ(b.registered_bytes, a.registered_bytes) << "no pinned page leaks";
+  EXPECT_EQ(b.unregister_busy, a.unregister_busy);
+}
+
+// pagecache_pin_limit keeps registrations for files read again, at most that many bytes, and drops
+// them when the file's size, mtime, ctime or inode change.
+TEST(FakeGpu, PagecacheRegistrationCacheAndItsInvalidation) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::string path = dir.file("f");
+  std::vector<char> data = pattern(4u << 20, 35);
+  write_file(path, data);
+  DeviceMem dev(8u << 20, false);
+  const FakeCounters a = counters();
+  accio_settings* s = pagecache({{"pagecache_pin_limit", "64MiB"}});
+  auto read_all = [&](const std::vector<char>& want, const char* what) {
+    accio_file* f;
+    ASSERT_EQ(accio_open(&f, path.c_str(), "r", s), 0);
+    ASSERT_EQ(accio_pread(f, dev.p, 8u << 20, 0), static_cast<int64_t>(want.size())) << what << accio_last_error();
+    EXPECT_TRUE(from_device(dev.p, want.size()) == want) << what << ": the file's bytes now, not the kept pages";
+    accio_close(f);
+  };
+  read_all(data, "first read");
+  const FakeCounters b = counters();
+  EXPECT_EQ(b.registered_bytes - a.registered_bytes, 4u << 20) << "kept after the read";
+  read_all(data, "read again");
+  EXPECT_EQ(counters().register_calls, b.register_calls) << "a read again registers nothing";
+
+  struct stat st;
+  // Same size and mtime, new bytes (ctime changes): the kept registration is dropped.
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  data = pattern(4u << 20, 36);
+  write_file(path, data);
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  read_all(data, "rewritten, mtime restored");
+  // A new mtime.
+  data = pattern(4u << 20, 37);
+  write_file(path, data);
+  const timespec later[2] = {st.st_atim, {st.st_mtim.tv_sec + 100, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), later, 0), 0);
+  read_all(data, "new mtime");
+  // A new size.
+  data = pattern(3u << 20, 38);
+  write_file(path, data);
+  read_all(data, "new size");
+  // A new inode under the same path.
+  data = pattern(3u << 20, 39);
+  write_file(dir.file("g"), data);
+  ASSERT_EQ(rename(dir.file("g").c_str(), path.c_str()), 0);
+  read_all(data, "new inode");
+  EXPECT_LE(counters().registered_bytes - a.registered_bytes, 4u << 20) << "stale registrations were released";
+
+  // A read with pagecache_pin_limit 0 leaves what others keep; a lower limit bounds what stays
+  // pinned, and one below a chunk releases it all.
+  const uint64_t kept = counters().registered_bytes;
+  accio_settings_set(s, "pagecache_pin_limit", "0");
+  read_all(data, "limit 0");
+  EXPECT_EQ(counters().registered_bytes, kept) << "a handle that keeps nothing leaves the cache alone";
+  accio_settings_set(s, "pagecache_pin_limit", "2MiB");
+  read_all(data, "small limit");
+  EXPECT_LE(counters().registered_bytes - a.registered_bytes, 2u << 20);
+  accio_settings_set(s, "pagecache_pin_limit", "4KiB");
+  read_all(data, "limit below a chunk");
+  const FakeCounters c = counters();
+  EXPECT_EQ(c.registered_bytes, a.registered_bytes) << "nothing stays pinned";
+  EXPECT_EQ(c.unregister_busy, a.unregister_busy);
+  accio_settings_free(s);
+}
+
+// The fake pins as a GPU does: READ_ONLY registrations of file pages copy what they held when they
+// were registered, read-only memory needs the READ_ONLY flag, and pages past end of file cannot be
+// pinned (no SIGBUS).
+TEST(FakeGpu, FakeRegistrationPinsReadOnlyFilePages) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(h, nullptr);
+  auto reg = reinterpret_cast<int (*)(void*, size_t, unsigned)>(dlsym(h, "cuMemHostRegister_v2"));
+  auto unreg = reinterpret_cast<int (*)(void*)>(dlsym(h, "cuMemHostUnregister"));
+  auto push = reinterpret_cast<int (*)(void*)>(dlsym(h, "cuCtxPushCurrent_v2"));
+  auto pop = reinterpret_cast<int (*)(void**)>(dlsym(h, "cuCtxPopCurrent_v2"));
+  auto retain = reinterpret_cast<int (*)(void**, int)>(dlsym(h, "cuDevicePrimaryCtxRetain"));
+  TempDir dir;
+  const std::vector<char> data = pattern(8192, 40);
+  write_file(dir.file("f"), data);
+  const int fd = ::open(dir.file("f").c_str(), O_RDWR);
+  void* ctx = nullptr;
+  ASSERT_EQ(retain(&ctx, 0), 0);
+  ASSERT_EQ(push(ctx), 0);
+  char* p = static_cast<char*>(mmap(nullptr, 16384, PROT_READ, MAP_SHARED, fd, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  EXPECT_EQ(reg(p, 8192, 0), 800) << "read-only memory without READ_ONLY: CUDA_ERROR_NOT_PERMITTED";
+  EXPECT_NE(reg(p, 16384, 0x08), 0) << "pages past end of file cannot be pinned";
+  ASSERT_EQ(reg(p, 8192, 0x08), 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);  // the pinned pages keep the old bytes
+  DeviceMem dev(8192, false);
+  ASSERT_EQ(accio_device_copy(dev.p, p, 8192), 0) << accio_last_error();
+  EXPECT_TRUE(from_device(dev.p, 8192) == data);
+  EXPECT_NE(accio_device_copy(p, dev.p, 4096), 0) << "the device may not write a READ_ONLY registration";
+  EXPECT_EQ(unreg(p), 0);
+  munmap(p, 16384);
+  void* old = nullptr;
+  pop(&old);
+  close(fd);
 }
 
 }  // namespace

@@ -9,7 +9,10 @@
  *
  * Knobs: FAKE_CUDA_DEVICES (default 1; 0 = cuInit fails with CUDA_ERROR_NO_DEVICE),
  * FAKE_CUDA_DEVICE_MEM (bytes per device, default 1 GiB), FAKE_CUDA_COPY_US,
- * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
+ * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails), FAKE_CUDA_MEMLOCK=BYTES (a simulated
+ * RLIMIT_MEMLOCK: a registration that would pin more than BYTES in all fails with
+ * CUDA_ERROR_OUT_OF_MEMORY, as for a user process; root ignores the real limit, so only the fake can
+ * refuse), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
  * asynchronous copy fails), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path),
  * FAKE_CUFILE_REGISTER_ERR=E (cuFileHandleRegister refuses every descriptor with cuFile error E),
  * FAKE_CUFILE_REGISTER_ERR_DIRECT=E (only O_DIRECT ones), FAKE_CUFILE_NO_COMPAT=1 (the driver
@@ -17,6 +20,15 @@
  * request of each batch submission fails with -EIO, moving nothing), FAKE_CUFILE_EIO_AT=OFF (every
  * cuFile read or write, batched or not, that starts at file offset OFF fails with -EIO). Batch status comes back at
  * most 16 events per cuFileBatchIOGetStatus, as if its timeout had passed.
+ *
+ * cuMemHostRegister pins: a registration with CU_MEMHOSTREGISTER_READ_ONLY (file pages mapped
+ * read-only) takes a private snapshot of the range's bytes, read with process_vm_readv so that a page
+ * beyond end of file fails the registration (as pinning it fails) instead of raising SIGBUS, and
+ * copies from the range read that snapshot, as DMA from a pinned page whose file was truncated or
+ * rewritten afterwards would. Writable registrations (staging buffers, which the CPU refills
+ * between copies) stay live. Read-only memory registered without READ_ONLY is refused
+ * (CUDA_ERROR_NOT_PERMITTED), a copy into a READ_ONLY registration fails, and unregistering a range
+ * that copies still read is counted (unregister_busy) and waits for them.
  * fake_cuda_counters() tells tests what happened; fake_cuda_stream_syncs() which streams were
  * synchronized, in order. */
 #define _GNU_SOURCE
@@ -28,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,13 +48,18 @@
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 enum { OK = 0, E_INVALID_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_INVALID_DEVICE = 101,
-       E_INVALID_CONTEXT = 201, E_ALREADY_REGISTERED = 712, E_NOT_REGISTERED = 713, E_ILLEGAL_ADDRESS = 700 };
+       E_INVALID_CONTEXT = 201, E_ALREADY_REGISTERED = 712, E_NOT_REGISTERED = 713, E_ILLEGAL_ADDRESS = 700,
+       E_NOT_PERMITTED = 800 };
+#define REGISTER_READ_ONLY 0x08u
 
 typedef struct fake_counters_t {
   uint64_t async_copies, async_unpinned, sync_copies, events_recorded, event_waits;
   uint64_t max_queued;  /* most copies queued on one stream and not yet run */
   uint64_t registered, live_allocs, streams;
   uint64_t cufile_reads, cufile_writes, cufile_buf_registers, cufile_batch_ios, cufile_handles;
+  /* cuMemHostRegister calls that succeeded (of which READ_ONLY) and failed, cuMemHostUnregister
+   * calls that succeeded, bytes registered now, unregistrations while copies still read the range. */
+  uint64_t register_calls, register_readonly, register_refused, unregister_calls, registered_bytes, unregister_busy;
 } fake_counters_t;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -60,6 +78,9 @@ typedef struct Alloc {
 typedef struct Reg {
   char* p;
   size_t n;
+  unsigned flags;
+  char* snap;    /* READ_ONLY: the bytes at registration, which copies from the range read */
+  long inflight; /* copies queued that read snap */
   struct Reg* next;
 } Reg;
 static Alloc* g_allocs;
@@ -83,10 +104,27 @@ static Alloc* find_alloc(const char* p, size_t n) {
     if (p >= a->dev && p < a->dev + a->size) return (n <= (size_t)(a->dev + a->size - p)) ? a : NULL;
   return NULL;
 }
-static int is_registered(const char* p, size_t n) {
+static Reg* find_reg(const char* p, size_t n) {
   for (Reg* r = g_regs; r; r = r->next)
-    if (p >= r->p && p + n <= r->p + r->n) return 1;
-  return 0;
+    if (p >= r->p && p + n <= r->p + r->n) return r;
+  return NULL;
+}
+static int is_registered(const char* p, size_t n) { return find_reg(p, n) != NULL; }
+/* Whether every page of [p, p+n) is mapped writable (from /proc/self/maps). */
+static int writable(const char* p, size_t n) {
+  FILE* f = fopen("/proc/self/maps", "re");
+  if (!f) return 1;
+  uintptr_t at = (uintptr_t)p, end = at + n;
+  char line[512];
+  while (at < end && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || hi <= at) continue;
+    if (lo > at || perms[1] != 'w') break;
+    at = hi;
+  }
+  fclose(f);
+  return at >= end;
 }
 /* Host-usable address for p (device memory through its shadow); NULL if p is device memory but
  * [p, p+n) leaves the allocation. */
@@ -255,33 +293,69 @@ EXPORT CUresult cuMemGetInfo_v2(size_t* free_b, size_t* total) {
   *free_b = *total - g_used[0];
   return OK;
 }
+/* Copies n bytes at p into out as the kernel would (a fault is an error, never SIGBUS):
+ * process_vm_readv, or where a sandbox refuses it, a write into a memfd read back. */
+static int pin_copy(char* out, const void* p, size_t n) {
+  struct iovec local = {out, n}, remote = {(void*)p, n};
+  ssize_t r = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  if (r >= 0 || (errno != EPERM && errno != ENOSYS)) return r == (ssize_t)n;
+  int fd = memfd_create("fake-pin", MFD_CLOEXEC);
+  if (fd < 0) return 0;
+  int ok = write(fd, p, n) == (ssize_t)n && pread(fd, out, n, 0) == (ssize_t)n;
+  close(fd);
+  return ok;
+}
 EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
-  (void)flags;
   if (!have_ctx()) return E_INVALID_CONTEXT;
-  if (env_long("FAKE_CUDA_FAIL_REGISTER", 0)) return E_OOM;
+  CUresult rc = OK;
+  char* snap = NULL;
+  if (env_long("FAKE_CUDA_FAIL_REGISTER", 0)) rc = E_OOM;
+  else if (!(flags & REGISTER_READ_ONLY) && !writable(p, n)) rc = E_NOT_PERMITTED;
+  else if (flags & REGISTER_READ_ONLY) {
+    /* Pin: take the bytes now. A page that cannot be read (beyond end of file) fails the pin. */
+    snap = malloc(n ? n : 1);
+    if (!snap || !pin_copy(snap, p, n)) rc = E_INVALID_VALUE;
+  }
   pthread_mutex_lock(&g_mu);
-  if (is_registered(p, 1)) {
+  const long memlock = env_long("FAKE_CUDA_MEMLOCK", -1);
+  if (rc == OK && is_registered(p, 1)) rc = E_ALREADY_REGISTERED;
+  else if (rc == OK && memlock >= 0 && g_cnt.registered_bytes + n > (uint64_t)memlock) rc = E_OOM;
+  if (rc != OK) {
+    g_cnt.register_refused++;
     pthread_mutex_unlock(&g_mu);
-    return E_ALREADY_REGISTERED;
+    free(snap);
+    return rc;
   }
   Reg* r = calloc(1, sizeof *r);
   r->p = p;
   r->n = n;
+  r->flags = flags;
+  r->snap = snap;
   r->next = g_regs;
   g_regs = r;
   g_cnt.registered++;
+  g_cnt.register_calls++;
+  g_cnt.registered_bytes += n;
+  if (flags & REGISTER_READ_ONLY) g_cnt.register_readonly++;
   pthread_mutex_unlock(&g_mu);
   return OK;
 }
+static pthread_cond_t g_reg_cv = PTHREAD_COND_INITIALIZER;
 EXPORT CUresult cuMemHostUnregister(void* p) {
   pthread_mutex_lock(&g_mu);
   for (Reg** pr = &g_regs; *pr; pr = &(*pr)->next)
     if ((*pr)->p == p) {
       Reg* r = *pr;
+      if (r->inflight) g_cnt.unregister_busy++;  /* the caller did not wait for its copies */
+      while (r->inflight) pthread_cond_wait(&g_reg_cv, &g_mu);
+      for (pr = &g_regs; *pr != r; pr = &(*pr)->next) {}
       *pr = r->next;
-      free(r);
       g_cnt.registered--;
+      g_cnt.unregister_calls++;
+      g_cnt.registered_bytes -= r->n;
       pthread_mutex_unlock(&g_mu);
+      free(r->snap);
+      free(r);
       return OK;
     }
   pthread_mutex_unlock(&g_mu);
@@ -292,7 +366,16 @@ static CUresult copy_now(void* dst, const void* src, size_t n) {
   char* d = resolve(dst, n);
   const char* s = resolve(src, n);
   if (!d || !s) return E_ILLEGAL_ADDRESS;
+  pthread_mutex_lock(&g_mu);  /* held for the copy: an unregistration cannot free the snapshot */
+  Reg* r = find_reg(dst, n);
+  if (r && (r->flags & REGISTER_READ_ONLY)) {
+    pthread_mutex_unlock(&g_mu);
+    return E_INVALID_VALUE;
+  }
+  r = find_reg(src, n);
+  if (r && r->snap) s = r->snap + ((const char*)src - r->p);
   memmove(d, s, n);
+  pthread_mutex_unlock(&g_mu);
   return OK;
 }
 EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
@@ -313,6 +396,7 @@ typedef struct Op {
   char *dst;
   const char* src;
   size_t n;
+  Reg* reg;  /* a READ_ONLY registration the copy reads (its snapshot) */
   Event* ev;
   unsigned long long seq;
   struct Op* next;
@@ -342,6 +426,11 @@ static void* stream_main(void* arg) {
     } else {
       if (g_copy_us) usleep((useconds_t)g_copy_us);
       memmove(op->dst, op->src, op->n);
+      if (op->reg) {
+        pthread_mutex_lock(&g_mu);
+        if (--op->reg->inflight == 0) pthread_cond_broadcast(&g_reg_cv);
+        pthread_mutex_unlock(&g_mu);
+      }
     }
     pthread_mutex_lock(&s->mu);
     s->head = op->next;
@@ -428,9 +517,6 @@ static CUresult copy_async(void* dst, const void* src, size_t n, Stream* s, cons
   g_fail_copy_after = env_long("FAKE_CUDA_FAIL_COPY_AFTER", -1);  /* read each time: tests change it */
   g_copy_us = env_long("FAKE_CUDA_COPY_US", 0);
   if (g_fail_copy_after >= 0 && (long)k >= g_fail_copy_after) return E_ILLEGAL_ADDRESS;
-  pthread_mutex_lock(&g_mu);
-  if (!is_registered(host, n)) g_cnt.async_unpinned++;
-  pthread_mutex_unlock(&g_mu);
   Op* op = calloc(1, sizeof *op);
   op->dst = resolve(dst, n);
   op->src = resolve(src, n);
@@ -439,6 +525,20 @@ static CUresult copy_async(void* dst, const void* src, size_t n, Stream* s, cons
     free(op);
     return E_ILLEGAL_ADDRESS;
   }
+  pthread_mutex_lock(&g_mu);
+  Reg* r = find_reg(host, n);
+  if (!r) g_cnt.async_unpinned++;
+  if (r && (r->flags & REGISTER_READ_ONLY)) {
+    if (host == dst) {  /* the device may not write a read-only registration */
+      pthread_mutex_unlock(&g_mu);
+      free(op);
+      return E_INVALID_VALUE;
+    }
+    op->src = r->snap + ((const char*)src - r->p);
+    op->reg = r;
+    r->inflight++;
+  }
+  pthread_mutex_unlock(&g_mu);
   push(s, op);
   return OK;
 }
@@ -482,9 +582,10 @@ EXPORT void fake_cuda_counters(fake_counters_t* out) {
 }
 EXPORT void fake_cuda_reset_counters(void) {
   pthread_mutex_lock(&g_mu);
-  uint64_t reg = g_cnt.registered, live = g_cnt.live_allocs, streams = g_cnt.streams;
+  uint64_t reg = g_cnt.registered, live = g_cnt.live_allocs, streams = g_cnt.streams, bytes = g_cnt.registered_bytes;
   memset(&g_cnt, 0, sizeof g_cnt);
   g_cnt.registered = reg;
+  g_cnt.registered_bytes = bytes;
   g_cnt.live_allocs = live;
   g_cnt.streams = streams;
   g_syncs = 0;

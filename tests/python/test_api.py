@@ -15,8 +15,8 @@ import accio
 def test_version_and_mechanisms():
     assert accio.__version__ == "0.1.0"
     names = [m[0] for m in accio.mechanisms()]
-    assert names == ["posix", "parallel", "direct", "uring", "naive", "staged", "gds"]
-    assert [accio._ext.mechanism_is_device(n) for n in names] == [False] * 4 + [True] * 3
+    assert names == ["posix", "parallel", "direct", "uring", "naive", "staged", "gds", "pagecache"]
+    assert [accio._ext.mechanism_is_device(n) for n in names] == [False] * 4 + [True] * 4
 
 
 @pytest.mark.parametrize("kind", ["bytearray", "memoryview", "numpy", "numpy2d", "mmap", "dlpack"])
@@ -177,7 +177,8 @@ def test_append_mode(tmp_path):
 def test_settings_names_env_and_api(monkeypatch):
     s = accio.settings()
     core = {"mechanism", "threads", "task_size", "buffer_size", "buffer_count",
-            "queue_depth", "ring_depth", "huge_pages", "direct", "profile", "cache_probe"}
+            "queue_depth", "ring_depth", "huge_pages", "direct", "profile", "cache_probe",
+            "pagecache_min", "pagecache_chunk", "pagecache_pin_limit"}
     # plus the offload runtime's rows once libaccio_offload is loaded (another test may have)
     assert core <= set(s) and all(n.startswith("offload_") for n in set(s) - core)
     monkeypatch.setenv("ACCIO_TASK_SIZE", "8m")

@@ -36,7 +36,7 @@ def test_info_text_and_json(tmp_path):
         assert word in text
     data = json.loads(run("info", "--json", str(tmp_path)).stdout)
     assert data["path"]["fstype"] != "unknown"
-    assert {m["name"] for m in data["mechanisms"]} == {"posix", "parallel", "direct", "uring", "naive", "staged", "gds"}
+    assert {m["name"] for m in data["mechanisms"]} == {"posix", "parallel", "direct", "uring", "naive", "staged", "gds", "pagecache"}
     assert data["residency_query"]["method"] in ("cachestat", "mincore")
     assert any(s["name"] == "threads" and s["env"] == "ACCIO_THREADS" for s in data["settings"])
 

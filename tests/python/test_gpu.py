@@ -282,7 +282,7 @@ def test_bench_target_cuda_has_device_columns_and_both_ceilings(fake_lib, tmp_pa
     assert r.returncode == 0, r.stderr
     res = json.load(open(tmp_path / "b.json"))
     cols = {x["mechanism"] for x in res["results"]}
-    assert cols == {"naive", "staged", "gds", "auto", "host", "pinned-copy"}, cols
+    assert cols == {"naive", "staged", "gds", "pagecache", "auto", "host", "pinned-copy"}, cols
     assert all(x["target"] == "cuda:0" for x in res["results"])
     assert "staged against its ceilings" in r.stdout and "x naive" in r.stdout
     # Host mechanisms are refused on a device target; an unknown GPU is a clear error.
@@ -743,10 +743,11 @@ def test_torch_round_trip_and_read_to_device(mech, tmp_path):
     assert c.device.type == "cpu" and c.numpy().tobytes() == data.tobytes()
 
 
-def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path):
+@pytest.mark.parametrize("size", [3 << 20, (9 << 20) + 5])
+def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path, size):
     """An unmodified program's read(2) into GPU memory fails with EFAULT; under `accio run` the shim
-    hands it to the engine, which sees a device pointer and runs staged."""
-    data = os.urandom(3 << 20)
+    hands it to the engine, which sees a device pointer and runs staged (pagecache from 8 MiB)."""
+    data = os.urandom(size)
     (tmp_path / "in").write_bytes(data)
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent(f"""
@@ -795,3 +796,64 @@ def test_pinned_empty_registers_with_the_driver_and_falls_back_to_mlock(fake_lib
     first, warned = r.stdout.splitlines()
     assert first == "mlock host"
     assert "cuMemHostRegister" in warned and "mlock" in warned
+
+
+def test_pagecache_reads_device_arrays_from_the_page_cache_and_reports_fallbacks(fake_lib, tmp_path):
+    """pagecache (issue 24) from Python: every device array kind, accio.read, auto's routing by size,
+    the plan statistics, nothing left pinned, and a memlock refusal that runs staged with the reason."""
+    r = run_py("""
+        import ctypes, os, warnings
+        os.environ["ACCIO_QUIET"] = "0"  # the warning is part of the test
+        import accio, numpy as np
+        fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
+        def pinned():  # fake_counters_t: 20 uint64, registered_bytes is the 19th
+            c = (ctypes.c_uint64 * 20)()
+            fake.fake_cuda_counters(c)
+            return c[18]
+        class CAI:
+            def __init__(self, a): self.a = a; self.__cuda_array_interface__ = a.__cuda_array_interface__
+        n = (9 << 20) + 5
+        data = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8)
+        data.tofile("in.bin")
+        before = pinned()
+        kw = dict(mechanism="pagecache", pagecache_min=0, pagecache_chunk="1m", threads=3)
+        for wrap in (lambda a: a, CAI):
+            a = accio.device_array(n)
+            with accio.open("in.bin", **kw) as f:
+                assert f.read_into(wrap(a), 0) == n
+                st = f.stats()
+            assert st["last_mechanism"] == "pagecache", st
+            plans = {p["plan"]: p for p in st["plans"]}
+            assert plans["pagecache(zero-copy)"]["bytes"] > 0, plans
+            assert a.to_bytes() == data.tobytes()
+        g = accio.read("in.bin", device="cuda:0", **kw)
+        assert g.to_bytes() == data.tobytes()
+        assert pinned() == before, "every registration released"
+        # auto: GPU reads of at least pagecache_min go pagecache, smaller ones staged.
+        a = accio.device_array(n)
+        with accio.open("in.bin") as f:
+            f.read_into(a, 0)
+            big = f.stats()["last_mechanism"]
+            small = accio.device_array(1 << 20)
+            f.read_into(small, 4096)
+            assert f.stats()["last_mechanism"] == "staged"
+            assert small.to_bytes() == data[4096:4096 + (1 << 20)].tobytes()
+        assert big == "pagecache" and a.to_bytes() == data.tobytes(), big
+        # A memlock limit that binds: staged runs, the reason is in the statistics and a warning.
+        before = pinned()  # staging rings (kept for the process) registered since
+        os.environ["FAKE_CUDA_MEMLOCK"] = str(before)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with accio.open("in.bin", **kw) as f:
+                b = accio.device_array(n)
+                assert f.read_into(b, 0) == n
+                plans = {p["plan"]: p for p in f.stats()["plans"]}
+        del os.environ["FAKE_CUDA_MEMLOCK"]
+        assert b.to_bytes() == data.tobytes()
+        assert "registration refused: cuMemHostRegister: CUDA_ERROR_OUT_OF_MEMORY" in plans["pagecache(staged)"]["why"], plans
+        assert plans["pagecache(staged)"]["bytes"] == n and "pagecache(zero-copy)" not in plans, plans
+        assert any("pagecache cannot pin page-cache pages" in str(x.message) for x in w), [str(x.message) for x in w]
+        assert pinned() == before
+        print("ok")
+    """, fake_lib, tmp_path)
+    assert "ok" in r.stdout

@@ -72,7 +72,7 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     record(run, "bench-write", "running")         # the command was killed mid-stage: runs again
     record(run, "bench-cold", "skipped")
     assert [s.name for s in gc.plan(run, None)] == ["bench-hot", "bench-naive", "bench-write", "bench-safetensors",
-                                                    "bench-cli"]
+                                                    "bench-zerocopy", "bench-cli"]
     assert [s.name for s in gc.plan(run, ["bench-cli", "build"])] == ["build", "bench-cli"]  # asked: in stage order
     assert gc.needs_build(run, gc.STAGES[2]) is None
     # The build's record without its outputs (state brought back from a machine that was given
@@ -80,7 +80,7 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     shutil.rmtree(run.site_accio)
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
     assert [s.name for s in gc.plan(run, None)] == ["build", "bench-hot", "bench-naive", "bench-write",
-                                                    "bench-safetensors", "bench-cli"]
+                                                    "bench-safetensors", "bench-zerocopy", "bench-cli"]
     record(run, "build", "failed")
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
 
@@ -123,8 +123,8 @@ def test_execute_stops_before_a_stage_that_would_pass_the_deadline_and_resumes(t
     assert gc.estimate(run, gc.STAGES[3]) == 5.0
     assert gc.execute(make_run(tmp_path, "--deadline-s", "100000"), None) == 0
     assert stages.calls == ["build", "correctness", "hot-read", "naive", "write", "safetensors", "cold-read",
-                            "bench-cli"]
-    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 8  # all done: nothing runs
+                            "zerocopy", "bench-cli"]
+    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 9  # all done: nothing runs
     assert "every stage has finished" in capsys.readouterr().out
     # Asked for by name, a finished stage runs again.
     gc.execute(make_run(tmp_path), ["bench-naive"])
@@ -313,7 +313,7 @@ def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fak
     doc = json.loads((tmp_path / "b.json").read_text())
     assert doc["schema"] == "accio.gpu-bench/1" and doc["machine"]["gpus"][0]["name"] == "accio fake GPU 0"
     assert doc["machine"]["peers"]["kvikio"] == {"available": False, "reason": "not asked for (--peers)"}
-    assert set(doc["sections"]) == {"hot-read", "naive", "write", "safetensors", "cold-read"}
+    assert set(doc["sections"]) == {"hot-read", "naive", "write", "safetensors", "cold-read", "zerocopy"}
     for name, sec in doc["sections"].items():
         assert sec["status"] == "done" and sec["checks_ok"], (name, sec)
         for g in sec["groups"]:
@@ -337,7 +337,18 @@ def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fak
     assert peer["withheld_because"] == "skipped" and "estimate" not in peer
     naive = doc["sections"]["naive"]["groups"][0]
     assert naive["contenders"]["accio naive"]["ran"] == "naive"
-    assert naive["contenders"]["accio.read(device)"]["ran"] == "staged"
+    assert naive["contenders"]["accio.read(device)"]["ran"] == "pagecache"  # auto's GPU read of 8 MiB
+    zc = doc["sections"]["zerocopy"]["groups"]
+    assert [x["label"] for x in zc] == ["hot, 2 threads", "hot, 4 threads", "half cached, 4 threads", "small requests"]
+    for name in ("accio pagecache first read", "accio pagecache repeated", "accio staged"):
+        assert zc[0]["contenders"][name]["ran"] == name.split()[1] and zc[0]["contenders"][name]["cpu_s_per_gib"] >= 0
+    first = next(c for c in zc[0]["comparisons"] if c["a"] == "accio pagecache first read" and c["b"] == "pinned h2d")
+    assert first["goal"] == 0.9 and first["goal_verdict"] in ("met", "missed", "undecided")
+    assert zc[2]["contenders"]["accio pagecache"]["ran"] == "pagecache"
+    best = doc["sections"]["zerocopy"]["best_thread_counts"]
+    assert [(r["b"], r["goal"]) for r in best] == [("pinned h2d", 0.9), ("kvikio compat", 1.15), ("accio staged", 1.15)]
+    assert best[0]["method"] == "unpaired" and best[0]["a_threads"] in (2, 4) and "withheld" in best[1]
+    assert zc[3]["contenders"]["auto 1 MiB"]["ran"] == "staged" and zc[3]["contenders"]["staged 4 KiB"]["ran"] == "staged"
     assert "skipped" in naive["contenders"]["torch from_numpy(np.fromfile()).cuda()"]
     w = doc["sections"]["write"]["groups"]
     assert [x["label"] for x in w] == ["write", "write+sync"]
@@ -351,7 +362,7 @@ def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fak
     assert host["params"]["dtype"] == "F16" and host["comparisons"][0]["goal"] == 2.0
     assert sec["notes"] == ["fastsafetensors sweep skipped: not asked for (--peers)"]
     st = sec["groups"][0]["contenders"]
-    assert st["accio.read(device) whole file"]["check"] == "ok" and st["accio.safetensors load_file"]["ran"] == "staged"
+    assert st["accio.read(device) whole file"]["check"] == "ok" and st["accio.safetensors load_file"]["ran"] == "pagecache"  # auto: GPU reads of 8 MiB and up
     goals = {(c["a"], c["b"]): c["goal"] for g in sec["groups"] for c in g["comparisons"]}
     assert goals[("accio.safetensors load_file", "safetensors load_file")] == 5.0
     assert goals[("accio.safetensors load_file", "fastsafetensors (best of sweep)")] == 1.5

@@ -22,7 +22,7 @@ from .search import Search, base_plans
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", default=".", help="a directory (or file) on the filesystem to tune (default .)")
-    p.add_argument("--target", default="host", help="where the bytes go: host (the only target profiles cover; GPU buffers run staged under auto)")
+    p.add_argument("--target", default="host", help="where the bytes go: host (the only target profiles cover; GPU reads run pagecache under auto, staged below pagecache_min)")
     p.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
                    help="wall-clock limit of the calibration (default 120)")
     p.add_argument("--file-size", default="256m", metavar="SIZE",
@@ -92,8 +92,8 @@ def _sizes(option: str, text: str) -> list[int]:
 def _check_usage(args) -> None:
     """Usage errors, all before the path is looked at or anything is measured (exit 2)."""
     if args.target != "host":
-        raise UsageError(f"target {args.target!r}: profiles are measured for host memory only; GPU buffers "
-                         "run staged under auto (compare the device mechanisms with `accio bench --target "
+        raise UsageError(f"target {args.target!r}: profiles are measured for host memory only; GPU reads "
+                         "run pagecache under auto, staged below pagecache_min (compare the device mechanisms with `accio bench --target "
                          "cuda:N`); use --target host")
     if args.show and args.evaluate:
         raise UsageError("--show and --evaluate do not go together")
