@@ -224,7 +224,7 @@ def open(path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
     """Open path. mode: r, r+ (rw), w, w+, a, a+, each also with b (rb, r+b, wb: always binary).
     For an io.RawIOBase (io.BufferedReader(...), open()-style code) use accio.RawFile. mechanism: "auto" (the default: a plan per
     request) or a name from mechanisms(): posix, parallel, direct, uring for host memory, naive,
-    staged, gds for GPU memory. Other keyword arguments are settings (threads=4, task_size="8M", ...)."""
+    staged, gds, pagecache for GPU memory. Other keyword arguments are settings (threads=4, task_size="8M", ...)."""
     return File(path, mode, mechanism, **settings)
 
 

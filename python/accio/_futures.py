@@ -143,8 +143,9 @@ class _Watcher:
                 oldest = self._pending[0]
             asked = oldest._lock.locked()  # a caller waits on it: the watcher does not block on it
             if oldest._settle(wait, wait_for_lock=False):
-                with self._cv:
-                    self._pending.popleft()
+                with self._cv:  # drain() may have emptied the queue meanwhile
+                    if self._pending and self._pending[0] is oldest:
+                        self._pending.popleft()
                 wait = _MIN_WAIT
                 continue
             with self._cv:
@@ -152,8 +153,8 @@ class _Watcher:
             settled = [f for f in younger if f._native is None or f.done()]
             if settled:
                 with self._cv:
-                    for f in settled:
-                        self._pending.remove(f)
+                    gone = set(map(id, settled))
+                    self._pending = deque(f for f in self._pending if id(f) not in gone)
                 wait = _MIN_WAIT
             else:
                 if asked:
@@ -164,7 +165,6 @@ class _Watcher:
         self._cv = threading.Condition()
         self._pending = deque()
         self._thread = None
-
 
     def drain(self) -> None:
         """At exit: waits for the requests still in flight (closing their files would) and lets go of

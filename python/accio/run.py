@@ -45,6 +45,12 @@ def launch(argv: list[str]) -> int:
     env = dict(os.environ, ACCIO_RUN_PYTHON=sys.executable)  # for the --stats report
     sys.stdout.flush()
     sys.stderr.flush()
+    # CPython starts with SIGPIPE and SIGXFSZ ignored, and an ignored signal survives exec: without
+    # this, `accio run -- yes | head -1` would print "Broken pipe" where `yes | head -1` dies quietly.
+    # Reset here, not in the launcher, so that a user's own ignore through `accio-run` is kept.
+    import signal
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
     try:
         os.execve(exe, ["accio-run", *argv], env)
     except OSError as e:

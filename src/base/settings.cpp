@@ -3,6 +3,7 @@
 // mechanism that reads it.
 #include "base/settings.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -92,11 +93,6 @@ std::vector<std::string> split_choices(const std::string& c) {
 
 std::string bound(const SettingSpec& s, int64_t v) {
   return s.kind == "size" ? format_size(static_cast<size_t>(v)) : std::to_string(v);
-}
-
-unsigned online_cpus() {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<unsigned>(n) : 1u;
 }
 
 bool name_ok(const std::string& s, bool upper) {
@@ -207,7 +203,7 @@ Table::Table() {
         "count", "0",
         0, 1024},
        &Settings::threads, [](SettingValue& v) {
-         if (v.num == 0) v.num = online_cpus();
+         if (v.num == 0) v.num = usable_cpus();
        });
   core({"task_size", "ACCIO_TASK_SIZE",
         "bytes per task when a request is split, also the io_uring piece size; 0 = split evenly over threads "
@@ -368,6 +364,13 @@ Settings Settings::from_env() {
     }
   }
   return s;
+}
+
+unsigned usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<unsigned>(n) : 1u;
 }
 
 }  // namespace accio::base

@@ -118,6 +118,10 @@ class Knob {
 
 // "4096", "4k", "4KiB", "1m", "2G" -> bytes. Throws std::invalid_argument.
 size_t parse_size(const std::string& s);
+
+// The CPUs this process may run on (its affinity mask: taskset, cgroups' cpusets), else the online
+// ones. threads=0 and the planner's built-in model both count with it, so they agree.
+unsigned usable_cpus();
 std::string format_size(size_t bytes);  // 4194304 -> "4MiB"
 
 }  // namespace accio::base

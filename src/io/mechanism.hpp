@@ -50,8 +50,12 @@ struct IoContext {
   const base::Settings& settings;
   TaskRunner& runner;
   mem::cuda::Target target{};  // where the request's buffer lives (host unless a device mechanism runs)
-  // Whether file bytes [off, off+len) are all in the page cache (the planner's residency probe, set
-  // by the engine); null: unknown, taken as cached (as the planner takes a range it cannot see).
+  // Whether file bytes [off, off+len) are all in the page cache, page by page (cachestat, else
+  // mincore), set by the engine; a range it cannot see counts as not cached, so pagecache reads it
+  // staged (always correct) rather than pinning pages that would first have to be read from the
+  // device. Null (cache_probe=off): every range counts as cached. The planner's own check
+  // (mostly_cached) samples instead and takes what it cannot see as cached: it picks a plan, where
+  // a wrong guess costs speed only.
   bool (*resident)(int fd, uint64_t off, uint64_t len) = nullptr;
 };
 

@@ -51,6 +51,23 @@ const base::Knob kPinLimit{{"pagecache_pin_limit", "ACCIO_PAGECACHE_PIN_LIMIT",
                             "leave what other handles keep)",
                             "size", "0", 0, int64_t{1} << 50}};
 
+// Whether `device` takes cuMemHostRegister's READ_ONLY flag (asked once per device): without it
+// every registration of page-cache pages would be refused, chunk after chunk.
+bool read_only_registration(int device) {
+  static std::atomic<int> known[64];  // 0 unknown, 1 yes, 2 no
+  if (device < 0 || device >= 64) return true;
+  int k = known[device].load(std::memory_order_relaxed);
+  if (!k) {
+    const cu::Driver& d = *cu::load();
+    cu::CUdevice dev = 0;
+    int v = 1;  // a driver that cannot say is tried, and a refusal then says why
+    if (d.DeviceGet(&dev, device) == cu::kSuccess) d.DeviceGetAttribute(&v, cu::kAttrReadOnlyHostRegister, dev);
+    k = v ? 1 : 2;
+    known[device].store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
+}
+
 uint64_t page_size() {
   static const uint64_t p = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   return p;
@@ -231,6 +248,7 @@ struct Tally {
   uint64_t calls = 0, bytes = 0;
 };
 constexpr const char* kZeroCopy = "zero-copy";
+const std::string kRefused = "registration refused: ";
 
 class PageCache final : public Mechanism {
  public:
@@ -263,6 +281,14 @@ class PageCache final : public Mechanism {
     base::Settings one = c.settings;  // a worker's staged reads run in the worker itself
     one.threads = 1;
     const IoContext inner{c.file, one, c.runner, c.target, c.resident};
+    if (!read_only_registration(c.target.device)) {
+      static const std::string kWhy = "the device cannot register read-only host memory "
+                                      "(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED is 0)";
+      base::warn_once("pagecache-readonly", "pagecache: " + kWhy + ": GPU reads run staged");
+      const size_t got = staged.read(c, buf, n, off);
+      count(c.file.id, kWhy, got);
+      return got;
+    }
     const Identity ident(st);
     auto* dev = static_cast<char*>(buf);
     return split_run(c.runner, width, off, n, task, [&](uint64_t o, size_t len, size_t bo) {
@@ -313,11 +339,13 @@ class PageCache final : public Mechanism {
       }
     } drain{d, lane->stream, busy};
     size_t done = 0;
+    std::string refused;  // once the driver refuses a pin, the rest of this worker's range runs staged
     for (unsigned k = 0; done < n; k ^= 1) {
       const uint64_t o = off + done;
       const size_t len = static_cast<size_t>(std::min<uint64_t>(n - done, align_down(o, chunk) + chunk - o));
-      std::string why;
-      std::shared_ptr<Pin> pin = pinned(c, ident, o, len, &why);
+      std::string why = refused;
+      std::shared_ptr<Pin> pin = refused.empty() ? pinned(c, ident, o, len, &why) : nullptr;
+      if (!pin && why.rfind(kRefused, 0) == 0) refused = why;
       size_t got = len;
       if (pin) {
         // Pinned pages stay the file's old pages if it shrank since: copy only what is still in it.
@@ -371,7 +399,7 @@ class PageCache final : public Mechanism {
                       "pagecache cannot pin page-cache pages of '" + c.file.path + "' (" + *why +
                           "): those ranges run staged; raise the memlock limit (ulimit -l) or lower "
                           "pagecache_chunk/threads");
-      *why = "registration refused: " + *why;
+      *why = kRefused + *why;
       return nullptr;
     }
     if (limit) cache.keep(c.file.path, ident, pin, limit);

@@ -5,8 +5,9 @@
 // Buffered writes go to the ring with RWF_NOWAIT: a filesystem that cannot write buffered without
 // blocking answers -EAGAIN (ext4: no FOP_BUFFER_WASYNC) or -EOPNOTSUPP (tmpfs), where io_uring
 // would otherwise hand every piece to an io-wq worker thread (a wake-up and a hand-back per piece: 20x slower than pwrite for
-// 4 KiB writes). From then on that file's buffered writes are plain pwrite in the calling thread,
-// which is what the worker would have done, without the round trip (docs/api.md, Mechanisms).
+// 4 KiB writes). From then on (at once for -EOPNOTSUPP, after three refused requests in a row for
+// -EAGAIN, which XFS or btrfs may give in passing) that handle's buffered writes are plain pwrite in
+// the calling thread, which is what the worker would have done, without the round trip (docs/api.md).
 #include <liburing.h>
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "base/error.hpp"
 #include "base/fork.hpp"
@@ -110,22 +111,30 @@ struct IoUringSets {
 base::PerProcess<IoUringSets> g_sets;
 
 // Open handles (file ids) whose buffered writes the kernel would punt to io-wq (a RWF_NOWAIT write
-// came back -EAGAIN or -EOPNOTSUPP): uring writes them with pwrite in the calling thread.
+// came back -EAGAIN or -EOPNOTSUPP): uring writes them with pwrite in the calling thread. -EOPNOTSUPP
+// (tmpfs) is final at once. -EAGAIN is final on ext4 (no FMODE_BUF_WASYNC: every such write gets
+// it) but can be passing on XFS or btrfs (a contended inode lock, dirty throttling), so a handle
+// goes inline for good only after kStrikes requests in a row were refused; a request whose ring
+// writes all went through clears its strikes.
 struct InlineWrites {
+  static constexpr int kStrikes = 3;
   std::mutex mu;
-  std::unordered_set<uint64_t> files;
+  std::unordered_map<uint64_t, int> strikes;
   bool has(uint64_t id) {
     std::lock_guard lk(mu);
-    return files.count(id) != 0;
+    auto it = strikes.find(id);
+    return it != strikes.end() && it->second >= kStrikes;
   }
-  void add(uint64_t id) {
+  void strike(uint64_t id, bool final) {
     std::lock_guard lk(mu);
-    files.insert(id);
+    int& n = strikes[id];
+    n = final ? kStrikes : std::min(n + 1, kStrikes);
   }
-  void erase(uint64_t id) {
+  void clear(uint64_t id) {
     std::lock_guard lk(mu);
-    files.erase(id);
+    strikes.erase(id);
   }
+  void erase(uint64_t id) { clear(id); }
 };
 base::PerProcess<InlineWrites> g_inline_writes;
 
@@ -359,7 +368,7 @@ class Uring final : public Mechanism {
         --inflight;
         // The kernel would block or punt (-EAGAIN), or takes no RWF_NOWAIT for this file: write it here.
         if (buffered_write && (res == -EAGAIN || res == -EOPNOTSUPP)) {
-          if (!inline_rest) g_inline_writes->add(c.file.id);
+          if (!inline_rest) g_inline_writes->strike(c.file.id, res == -EOPNOTSUPP);
           inline_rest = true;
           if (!err) write_inline(o.foff + o.done, o.len - o.done);
           finish_op(i);
@@ -395,6 +404,7 @@ class Uring final : public Mechanism {
       for (unsigned i : resubmit) submit_op(i);
     }
     if (err) throw Error(err, write ? "io_uring write" : "io_uring read", c.file.path, static_cast<int64_t>(err_off));
+    if (buffered_write && !inline_rest) g_inline_writes->clear(c.file.id);  // the ring took them all
     return static_cast<size_t>(std::clamp(eof_at, off, end) - off);
   }
 };

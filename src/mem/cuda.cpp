@@ -314,7 +314,9 @@ bool register_host(void* p, size_t n, const char* consequence) {
   ContextGuard g(0);
   const CUresult rc = d->MemHostRegister(p, n, kHostRegisterPortable);
   if (rc == kSuccess || rc == kErrorHostMemoryAlreadyRegistered) return true;
-  base::warn_once("cuda-register", error_text(*d, rc, "cuMemHostRegister") + ": " +
+  // One warning per consequence: the staging rings' and accio_host_alloc's refusals are told apart.
+  base::warn_once(std::string("cuda-register:") + (consequence ? consequence : "staging"),
+                  error_text(*d, rc, "cuMemHostRegister") + ": " +
                                        (consequence ? consequence
                                                     : "staging buffers stay pageable, so host-to-device copies cannot "
                                                       "overlap file reads; free host memory or lower "

@@ -32,6 +32,7 @@ enum MemoryType : unsigned { kMemHost = 1, kMemDevice = 2, kMemArray = 3, kMemUn
 enum DeviceAttribute : int {
   kAttrMultiprocessors = 16, kAttrPciBusId = 33, kAttrPciDeviceId = 34, kAttrAsyncEngines = 40,
   kAttrUnifiedAddressing = 41, kAttrPciDomainId = 50, kAttrCcMajor = 75, kAttrCcMinor = 76,
+  kAttrReadOnlyHostRegister = 113,  // cuMemHostRegister takes READ_ONLY (pagecache needs it)
 };
 inline constexpr unsigned kHostRegisterPortable = 0x01;
 inline constexpr unsigned kHostRegisterReadOnly = 0x08;  // the device only reads the range (file pages)

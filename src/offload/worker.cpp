@@ -56,6 +56,7 @@ std::atomic<int> g_nchannels{0};
 
 thread_local WorkerChannel* t_channel = nullptr;
 thread_local sigjmp_buf* t_copy_jmp = nullptr;  // set while copying for read/write_mem
+thread_local sigjmp_buf* t_flush_jmp = nullptr;  // set while the fatal handler flushes stdio
 
 void send_response(WorkerChannel* c, uint64_t index, const Slot& s) {
   SocketResponse r{index, s.status, s.err, s.result};
@@ -117,6 +118,7 @@ void flush_kernel_output() {
 // (SA_RESETHAND re-raises it).
 void on_fatal(int sig, siginfo_t* si, void*) {
   if (t_copy_jmp) siglongjmp(*t_copy_jmp, sig);
+  if (t_flush_jmp) siglongjmp(*t_flush_jmp, sig);  // the flush below faulted: give up the output
   const int n = g_nchannels.load(std::memory_order_acquire);
   Slot* marked[kMaxChannels] = {};
   for (int i = 0; i < n; ++i) {
@@ -133,7 +135,20 @@ void on_fatal(int sig, siginfo_t* si, void*) {
     }
     c->h->crash_signal.store(sig, std::memory_order_release);
   }
-  flush_kernel_output();  // before the host hears of the crash, so the output comes first
+  // Before the host hears of the crash, so the output comes first. A kernel that crashed inside
+  // stdio holds its stream's (recursive) lock, so the flush may fault on a half-updated stream: the
+  // handlers are put back for the flush (SA_RESETHAND took this one) and such a fault comes back
+  // here, losing only the output; the host is told either way.
+  sigjmp_buf jb;
+  if (sigsetjmp(jb, 1) == 0) {
+    install_fatal_handlers();
+    t_flush_jmp = &jb;
+    flush_kernel_output();
+  }
+  t_flush_jmp = nullptr;
+  struct sigaction dfl{};  // as SA_RESETHAND left it: returning re-runs the fault, which now kills
+  dfl.sa_handler = SIG_DFL;
+  sigaction(sig, &dfl, nullptr);
   for (int i = 0; i < n; ++i) {
     WorkerChannel* c = g_channels[i];
     if (!c) continue;
@@ -228,7 +243,7 @@ void do_copy(Slot& s, void* dst, const void* src, size_t n) {
   }
   t_copy_jmp = &jb;
   std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the stores around the copy
-  std::memcpy(dst, src, n);
+  std::memmove(dst, src, n);  // veo_hmemcpy within one worker may overlap, as memmove allows
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_copy_jmp = nullptr;
   s.status = kOk;

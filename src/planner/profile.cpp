@@ -20,6 +20,7 @@
 #include "base/fork.hpp"
 #include "base/json.hpp"
 #include "base/log.hpp"
+#include "base/settings.hpp"
 #include "base/sys.hpp"
 #include "io/mechanism.hpp"
 
@@ -174,9 +175,7 @@ size_t Profile::cell_index(bool write, bool concurrent, uint64_t n) const {
 
 MachineFacts MachineFacts::detect() {
   MachineFacts f;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) f.cpus = static_cast<unsigned>(CPU_COUNT(&set));
-  else if (const long n = sysconf(_SC_NPROCESSORS_ONLN); n > 0) f.cpus = static_cast<unsigned>(n);
+  f.cpus = base::usable_cpus();
   return f;
 }
 

@@ -245,6 +245,8 @@ static int set_preload(const char* shim) {
  * tuning profile for any filesystem, so auto decides from the built-in model. */
 static void warn_no_profile(void) {
   if (!isatty(2)) return;
+  const char* chosen = getenv("ACCIO_PROFILE"); /* off, or a profile file: the user chose already */
+  if (chosen && *chosen && strcmp(chosen, "auto") != 0) return;
   char dir[PATH_MAX];
   const char *d = getenv("ACCIO_PROFILE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (d && *d) snprintf(dir, sizeof dir, "%s", d);
@@ -407,8 +409,19 @@ int main(int argc, char** argv) {
     return ACCIO_RUN_OWN_ERROR;
   }
   fflush(NULL);
+  /* The signals the launcher forwards are blocked from before the fork until the handlers are in
+   * place, so a Ctrl-C or SIGTERM in between neither kills the launcher (orphaning the program and
+   * leaving the statistics directory) nor is lost; the program gets the mask it was given. */
+  sigset_t fwd, was;
+  sigemptyset(&fwd);
+  sigaddset(&fwd, SIGTERM);
+  sigaddset(&fwd, SIGHUP);
+  sigaddset(&fwd, SIGQUIT);
+  sigaddset(&fwd, SIGINT);
+  sigprocmask(SIG_BLOCK, &fwd, &was);
   pid_t pid = fork();
   if (pid == 0) {
+    sigprocmask(SIG_SETMASK, &was, NULL);
     close(pipefd[0]);
     execve(exe, prog, environ);
     int e = errno;
@@ -418,23 +431,26 @@ int main(int argc, char** argv) {
   }
   close(pipefd[1]);
   if (pid < 0) {
+    sigprocmask(SIG_SETMASK, &was, NULL);
     say("fork: %s (errno %d)", why(errno), errno);
     remove_dir(dir);
     return ACCIO_RUN_OWN_ERROR;
   }
   g_child = pid;
-  struct sigaction fw = {0}, ign = {0};
+  struct sigaction fw = {0}, ign = {0}, old_int;
   fw.sa_handler = forward;
   ign.sa_handler = SIG_IGN;
   sigaction(SIGTERM, &fw, NULL);
   sigaction(SIGHUP, &fw, NULL);
   sigaction(SIGQUIT, &fw, NULL);
-  sigaction(SIGINT, &ign, NULL); /* the terminal sends it to the program too */
+  sigaction(SIGINT, &ign, &old_int); /* the terminal sends it to the program too */
+  sigprocmask(SIG_SETMASK, &was, NULL);
   int e = 0;
   ssize_t got;
   while ((got = read(pipefd[0], &e, sizeof e)) < 0 && errno == EINTR) {}
   close(pipefd[0]);
   const int ws = wait_for(pid);
+  g_child = 0; /* reaped: nothing to forward to until the report runs */
   if (got == (ssize_t)sizeof e) {
     remove_dir(dir);
     return exec_failed(prog[0], e);
@@ -474,6 +490,7 @@ int main(int argc, char** argv) {
   int rc = ACCIO_RUN_OWN_ERROR;
   pid_t rp = fork();
   if (rp == 0) {
+    sigaction(SIGINT, &old_int, NULL); /* Ctrl-C stops the report as it would the program */
     execvp(python, (char* const*)rargv);
     say("cannot start %s to render the statistics: %s (errno %d); the program's exit status was %d", python,
         why(errno), errno, status);

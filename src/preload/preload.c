@@ -120,6 +120,17 @@ static int g_gate_set = 0;         /* the threshold was given: it rules over the
  * posix on any file opened so far (accio_min_accelerated): below that the engine cannot win here. */
 static size_t g_pass[2] = {ACCIO_PRELOAD_THRESHOLD_DEFAULT, ACCIO_PRELOAD_THRESHOLD_DEFAULT};
 static int g_pass_learned = 0;
+/* Descriptors whose file the engine has looked at (its crossing point is in g_pass). A request from
+ * g_gate up on a descriptor not seen yet goes to the slow path once, so that a file whose own
+ * crossing point is lower than those of the files before it (another filesystem, another profile)
+ * can lower the gate instead of being shut out by it. Cleared at close(). */
+#define SEEN_MAX_FD 4096
+static unsigned char g_fd_seen[SEEN_MAX_FD];
+/* Whether a request of n bytes on fd goes straight to libc: below the gate, and below the
+ * threshold or on a descriptor already seen (two compares and, in the band between, one load). */
+static inline int below_gate(int fd, size_t n, int w) {
+  return n < g_pass[w] && (n < g_gate || ((unsigned)fd < SEEN_MAX_FD && g_fd_seen[fd]));
+}
 static int g_mechanism_set = 0;    /* ACCIO_MECHANISM was given */
 static int g_quiet = 0;
 static char g_stats_dir[PATH_MAX]; /* empty: no statistics */
@@ -466,6 +477,7 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
   }
   if (direct && (c->off > 0 && (c->off & 4095))) return TO_LIBC;
   struct handle* h = handle_get(c->fd, st, acc, direct);
+  if ((unsigned)c->fd < SEEN_MAX_FD) g_fd_seen[c->fd] = 1; /* its crossing point is in g_pass now */
   if (!h) return TO_LIBC;
   if (c->total < h->min_accel[c->write]) {
     handle_put(h);
@@ -560,8 +572,11 @@ static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
   const off_t pos = lseek(fd, 0, SEEK_CUR);
   const off_t last = s->last_pos;
   s->last_pos = pos;
-  if (pos < 0 || pos <= last || pos - last > (off_t)(2 * kPfCheck)) goto out; /* not a forward stream */
-  if (s->ahead < pos) s->ahead = pos;
+  if (pos < 0 || pos <= last || pos - last > (off_t)(2 * kPfCheck)) { /* not a forward stream */
+    s->ahead = 0; /* nor a window to trust: the descriptor may now be another file (fclose, dup2) */
+    goto out;
+  }
+  if (s->ahead < pos || s->ahead > pos + (off_t)g_pf_window) s->ahead = pos;
   if (s->ahead - pos >= (off_t)(g_pf_window / 2)) goto out; /* enough is on its way */
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || pos >= st.st_size) goto out;
@@ -602,7 +617,7 @@ EXPORT void accio_preload_counters(uint64_t* taken, uint64_t* redone) {
 static ssize_t dispatch(const struct call* c) {
   if (t_inside) return call_libc(c);
   const int stats = g_stats_dir[0] != 0;
-  if (c->total < g_pass[c->write] && !stats) {
+  if (below_gate(c->fd, c->total, c->write) && !stats) {
     const ssize_t got = call_libc(c);
     if (!c->write && c->off < 0) pf_count(c->fd, got); /* readv below the gate */
     return got;
@@ -612,6 +627,7 @@ static ssize_t dispatch(const struct call* c) {
   struct stat st;
   ssize_t r;
   if (fstat(c->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if ((unsigned)c->fd < SEEN_MAX_FD) g_fd_seen[c->fd] = 1; /* a pipe or a device: nothing to learn */
     errno = saved;
     t_inside = 0;
     return call_libc(c);
@@ -619,7 +635,7 @@ static ssize_t dispatch(const struct call* c) {
   errno = saved;
   const uint64_t t0 = stats ? now_ns() : 0;
   int accel = 0, fallback = 0, declined = 0;
-  if (c->total < g_pass[c->write] || serve_with_engine(c, &st, &r, &accel, &fallback, &declined) == TO_LIBC) {
+  if (below_gate(c->fd, c->total, c->write) || serve_with_engine(c, &st, &r, &accel, &fallback, &declined) == TO_LIBC) {
     errno = saved;
     r = call_libc(c);
     if (!c->write && c->off < 0) pf_count(c->fd, r);
@@ -669,7 +685,7 @@ static ssize_t dispatch_vector(int fd, const struct iovec* iov, int cnt, off_t o
 #define FAST (!g_stats_dir[0])
 
 EXPORT ssize_t read(int fd, void* buf, size_t n) {
-  if (n < g_pass[READ] && FAST) {
+  if (below_gate(fd, n, READ) && FAST) {
     const ssize_t r = REAL(read)(fd, buf, n);
     pf_count(fd, r);
     return r;
@@ -677,16 +693,16 @@ EXPORT ssize_t read(int fd, void* buf, size_t n) {
   return dispatch_buffer(fd, buf, n, -1, READ);
 }
 EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
-  if ((n < g_pass[READ] && FAST) || off < 0) return REAL(pread)(fd, buf, n, off);
+  if ((below_gate(fd, n, READ) && FAST) || off < 0) return REAL(pread)(fd, buf, n, off);
   return dispatch_buffer(fd, buf, n, off, READ);
 }
 EXPORT ssize_t pread64(int fd, void* buf, size_t n, off_t off) { return pread(fd, buf, n, off); }
 EXPORT ssize_t write(int fd, const void* buf, size_t n) {
-  if (n < g_pass[WRITE] && FAST) return REAL(write)(fd, buf, n);
+  if (below_gate(fd, n, WRITE) && FAST) return REAL(write)(fd, buf, n);
   return dispatch_buffer(fd, (void*)buf, n, -1, WRITE);
 }
 EXPORT ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
-  if ((n < g_pass[WRITE] && FAST) || off < 0) return REAL(pwrite)(fd, buf, n, off);
+  if ((below_gate(fd, n, WRITE) && FAST) || off < 0) return REAL(pwrite)(fd, buf, n, off);
   return dispatch_buffer(fd, (void*)buf, n, off, WRITE);
 }
 EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off_t off) { return pwrite(fd, buf, n, off); }
@@ -721,6 +737,7 @@ EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off_t off, 
 
 EXPORT int close(int fd) {
   pf_forget(fd);
+  if ((unsigned)fd < SEEN_MAX_FD) g_fd_seen[fd] = 0;
   if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside) return REAL(close)(fd);
   struct stat st;
   const int saved = errno;

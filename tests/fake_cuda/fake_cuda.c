@@ -186,6 +186,7 @@ EXPORT CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
     case 50: *v = 0; break;           /* PCI domain */
     case 75: *v = 9; break;
     case 76: *v = 0; break;
+    case 113: *v = !getenv("FAKE_CUDA_NO_READONLY_REGISTER"); break; /* READ_ONLY host registration */
     default: *v = 0;
   }
   return OK;

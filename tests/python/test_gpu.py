@@ -857,3 +857,49 @@ def test_pagecache_reads_device_arrays_from_the_page_cache_and_reports_fallbacks
         print("ok")
     """, fake_lib, tmp_path)
     assert "ok" in r.stdout
+
+
+def test_pagecache_asks_once_per_worker_and_heeds_a_device_without_read_only_registration(fake_lib, tmp_path):
+    """A refused registration is not retried chunk after chunk (one refusal per worker, the rest of
+    its range staged), and a device that reports no READ_ONLY host registration
+    (CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED = 0) runs staged without trying, with the
+    reason in the statistics and one warning."""
+    code = """
+        import ctypes, os, warnings
+        os.environ["ACCIO_QUIET"] = "0"
+        import accio, numpy as np
+        fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
+        def counters():
+            c = (ctypes.c_uint64 * 20)()
+            fake.fake_cuda_counters(c)
+            return c
+        n = (9 << 20) + 5
+        data = np.random.default_rng(3).integers(0, 256, n, dtype=np.uint8)
+        data.tofile("in.bin")
+        kw = dict(mechanism="pagecache", pagecache_min=0, pagecache_chunk="1m", threads=3)
+        if os.environ.get("LIMIT"):
+            with accio.open("in.bin", **kw) as f:  # rings registered first, then the limit at what is pinned
+                f.read_into(accio.device_array(1 << 20), 0)
+            os.environ["FAKE_CUDA_MEMLOCK"] = str(counters()[18])
+        refused = counters()[16]
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with accio.open("in.bin", **kw) as f:
+                b = accio.device_array(n)
+                assert f.read_into(b, 0) == n
+                plans = {p["plan"]: p for p in f.stats()["plans"]}
+        assert b.to_bytes() == data.tobytes()
+        print(counters()[16] - refused)
+        print(plans["pagecache(staged)"]["why"], plans["pagecache(staged)"]["bytes"] == n, "pagecache(zero-copy)" in plans)
+        print(sum("pagecache" in str(x.message) for x in w))
+    """
+    r = run_py(code, fake_lib, tmp_path, LIMIT="1")
+    refusals, why, warned = r.stdout.splitlines()
+    assert 1 <= int(refusals) <= 3, r.stdout + r.stderr  # one per worker at most, not one per 1 MiB chunk
+    assert why.startswith("registration refused: cuMemHostRegister") and why.endswith("True False"), why
+    assert warned == "1", r.stdout
+    r = run_py(code, fake_lib, tmp_path, FAKE_CUDA_NO_READONLY_REGISTER="1")
+    refusals, why, warned = r.stdout.splitlines()
+    assert refusals == "0", r.stdout + r.stderr
+    assert "READ_ONLY_HOST_REGISTER_SUPPORTED is 0" in why and why.endswith("True False"), why
+    assert warned == "1", r.stdout

@@ -436,3 +436,37 @@ def test_python_cli_without_its_launcher(tmp_path):
             "sys.exit(r.launch(['--', 'true']))")
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "gone")], capture_output=True, text=True)
     assert p.returncode == 125 and "cannot be run" in p.stderr and "reinstall accio" in p.stderr, p.stderr
+
+
+def test_a_lower_crossing_point_is_not_shut_out_by_the_first_file(tmp_path, monkeypatch):
+    """The gate is the lowest crossing point of the files seen, and a descriptor not seen yet reaches
+    the slow path once: a first file whose profile never accelerates (posix at every size) must not
+    keep a second file on another filesystem (no profile: the built-in model, 1 MiB) from the engine."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another filesystem than the test directory")
+    from accio import _ext
+    pdir = tmp_path / "profiles"
+    monkeypatch.setenv("ACCIO_PROFILE_DIR", str(pdir))
+    a = tmp_path / "a.bin"
+    a.write_bytes(os.urandom(4 << 20))
+    b = shm / f"accio-gate-{os.getpid()}.bin"
+    b.write_bytes(os.urandom(4 << 20))
+    try:
+        k = _ext.profile_key(str(a))
+        posix = {"hot": [{"max_size": None, "plans": [0]}], "cold": [{"max_size": None, "plans": [0]}]}
+        pdir.mkdir()
+        Path(k["file"]).write_text(json.dumps({
+            "schema": "accio.profile/1", "key": {"filesystem": k["filesystem"], "device": k["device"]},
+            "plans": [{"mechanism": "posix"}],
+            "decisions": {op: {"1": posix, "N": posix} for op in ("read", "write")}}))
+        reader = ("import os, sys\nfor p in sys.argv[1:]:\n    fd = os.open(p, os.O_RDONLY)\n"
+                  "    while os.read(fd, 2 << 20): pass\n    os.close(fd)\n")
+        _, rep = accio_run([sys.executable, "-c", reader, str(a), str(b)], tmp_path, threshold=None,
+                           env=dict(os.environ))
+        got = {Path(f["path"]).name: f["read"] for f in rep["files"]}
+        fa, fb = got["a.bin"], got[b.name]
+        assert fa["accelerated_calls"] == 0, fa  # its profile says posix everywhere: libc
+        assert fb["accelerated_calls"] + fb["declined_calls"] >= 2, fb  # asked of the planner, not shut out
+    finally:
+        b.unlink()
