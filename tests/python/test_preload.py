@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
+import signal
 import os
 import shutil
 import subprocess
@@ -470,3 +472,16 @@ def test_a_lower_crossing_point_is_not_shut_out_by_the_first_file(tmp_path, monk
         assert fb["accelerated_calls"] + fb["declined_calls"] >= 2, fb  # asked of the planner, not shut out
     finally:
         b.unlink()
+
+
+def test_programs_get_default_sigpipe(tmp_path):
+    """CPython ignores SIGPIPE and SIGXFSZ, and an ignored signal survives exec: `accio run` must hand
+    the program the defaults, so `yes | head -1` ends quietly by SIGPIPE under it as it does plain."""
+    cmd = " ".join(shlex.quote(a) for a in ACCIO) + " run -- yes | head -1; echo status=${PIPESTATUS[0]}"
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert p.stdout.splitlines() == ["y", "status=141"], p.stdout + p.stderr  # 128 + SIGPIPE
+    assert "Broken pipe" not in p.stderr, p.stderr
+    # cat's own ignored signals (Python would ignore both itself at start-up, so ask a C program)
+    p = subprocess.run([*ACCIO, "run", "--", "cat", "/proc/self/status"], capture_output=True, text=True)
+    ignored = int(next(x for x in p.stdout.splitlines() if x.startswith("SigIgn:")).split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1)), hex(ignored)
