@@ -113,6 +113,8 @@ void flush_kernel_output() {
   _exit(0);
 }
 
+void install_fatal_handlers();
+
 // Fatal signals: a fault in a memory copy returns to it; anything else marks the running
 // requests as exceptions, flushes the kernels' output, wakes the host and dies of the signal
 // (SA_RESETHAND re-raises it).

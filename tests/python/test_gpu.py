@@ -878,8 +878,10 @@ def test_pagecache_asks_once_per_worker_and_heeds_a_device_without_read_only_reg
         data.tofile("in.bin")
         kw = dict(mechanism="pagecache", pagecache_min=0, pagecache_chunk="1m", threads=3)
         if os.environ.get("LIMIT"):
-            with accio.open("in.bin", **kw) as f:  # rings registered first, then the limit at what is pinned
-                f.read_into(accio.device_array(1 << 20), 0)
+            # staged's rings (kept for the process) registered first, by a read as wide as the one
+            # below, then the limit at what is pinned: only pagecache's pins are refused after it
+            with accio.open("in.bin", mechanism="staged", threads=3) as f:
+                f.read_into(accio.device_array(n), 0)
             os.environ["FAKE_CUDA_MEMLOCK"] = str(counters()[18])
         refused = counters()[16]
         with warnings.catch_warnings(record=True) as w:
