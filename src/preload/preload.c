@@ -557,7 +557,10 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
  * window (0: off). */
 #define PF_MAX_FD 4096
 static const uint64_t kPfCheck = 4u << 20;
-static size_t g_pf_window = 32u << 20;
+/* Off by default: on the 2-vCPU VM's disk (QD16/QD1 1.40x by fio) a 32 MiB window made cold cat,
+ * dd bs=128k and a 64 KiB readinto loop 0.82x, 0.74x and 0.59x of plain (results/run/). Until the
+ * tuner measures whether a device gains from depth, a user who knows turns it on. */
+static size_t g_pf_window = 0;
 struct stream {
   uint64_t since; /* bytes read since the last look */
   off_t last_pos; /* the file offset at the last look */

@@ -401,16 +401,17 @@ def test_prefetch_for_cold_sequential_readers(tmp_path, reader):
                        "    while f.read(65536): pass\nprint('ok')", str(f)]}
     cmd = cmds[reader]
     want = plain(cmd).stdout
+    on = dict(os.environ, ACCIO_PRELOAD_PREFETCH="32m")  # off by default (docs/preload.md says why)
     drop_pages(str(f))
-    p, rep = accio_run(cmd, tmp_path, threshold=None)
+    p, rep = accio_run(cmd, tmp_path, threshold=None, env=on)
     assert p.stdout == want
     assert sum(pr["prefetch_windows"] for pr in rep["processes"]) >= 1
-    p, rep = accio_run(cmd, tmp_path, threshold=None)  # now hot
+    p, rep = accio_run(cmd, tmp_path, threshold=None, env=on)  # now hot
     assert p.stdout == want and sum(pr["prefetch_windows"] for pr in rep["processes"]) == 0
-    env = dict(os.environ, ACCIO_PRELOAD_PREFETCH="0")
-    drop_pages(str(f))
-    p, rep = accio_run(cmd, tmp_path, threshold=None, env=env)
-    assert p.stdout == want and sum(pr["prefetch_windows"] for pr in rep["processes"]) == 0
+    for env in (dict(os.environ, ACCIO_PRELOAD_PREFETCH="0"), None):  # off, and the default
+        drop_pages(str(f))
+        p, rep = accio_run(cmd, tmp_path, threshold=None, env=env)
+        assert p.stdout == want and sum(pr["prefetch_windows"] for pr in rep["processes"]) == 0
 
 
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
