@@ -154,12 +154,17 @@ static int output_ok(const char* path) {
     return 0;
   }
   char parent[PATH_MAX];
+  int len;
   if (path[0] == '/') {
-    snprintf(parent, sizeof parent, "%s", path);
+    len = snprintf(parent, sizeof parent, "%s", path);
   } else {
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
-    snprintf(parent, sizeof parent, "%s/%s", cwd, path);
+    len = snprintf(parent, sizeof parent, "%s/%s", cwd, path);
+  }
+  if (len < 0 || (size_t)len >= sizeof parent) {
+    say("--stats-json %s: %s (errno %d)", path, why(ENAMETOOLONG), ENAMETOOLONG);
+    return 0;
   }
   char* slash = strrchr(parent, '/');
   if (slash == parent) slash[1] = '\0';
