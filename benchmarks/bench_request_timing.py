@@ -14,13 +14,13 @@ cache) and "within noise" from 64 KiB up.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 
 from accio import _ext, stats
 from accio._system import fmt_size, parse_size, parse_sizes
+from accio._usage import write_json
 
 MiB = 1 << 20
 
@@ -69,9 +69,7 @@ def main() -> int:
     finally:
         os.unlink(path)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
-            f.write("\n")
+        write_json(a.json, out)
     return 0
 
 

@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 import accio
 from accio import _ext, stats
 from accio._system import fmt_size, parse_sizes
+from accio._usage import write_json
 
 GOAL = 0.01
 
@@ -111,9 +112,7 @@ def main() -> int:
                "decisions": a.decisions, "dir": a.dir, "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
                "git_commit": _ext.git_commit(), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "rows": rows}
-        with open(a.json, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+        write_json(a.json, doc)
     return 0 if all(r["goal"] == "met" for r in rows) else 1
 
 

@@ -24,6 +24,7 @@ import time
 
 from accio import stats
 from accio._system import cpu_model
+from accio._usage import write_json
 from accio.offload_bench import TARGETS_US
 
 METRICS = ["test1", "test2", "test3", "test4", "read_1b", "write_1b"]
@@ -83,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{m:<9} {stats.median(base):8.3f} {stats.median(new):8.3f}  {stats.describe(r):<26} "
               f"{stats.verdict(r):<13} <= {TARGETS_US[m]} us {met}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        write_json(a.json, result)
     return 0
 
 

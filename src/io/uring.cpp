@@ -134,7 +134,6 @@ struct InlineWrites {
     std::lock_guard lk(mu);
     strikes.erase(id);
   }
-  void erase(uint64_t id) { clear(id); }
 };
 base::PerProcess<InlineWrites> g_inline_writes;
 
@@ -223,7 +222,7 @@ class Uring final : public Mechanism {
         r->drop(file_id * 2 + 1);
       }
     }
-    g_inline_writes->erase(file_id);
+    g_inline_writes->clear(file_id);
   }
 
  private:

@@ -798,18 +798,28 @@ def test_pinned_empty_registers_with_the_driver_and_falls_back_to_mlock(fake_lib
     assert "cuMemHostRegister" in warned and "mlock" in warned
 
 
+# The fake driver's counters (fake_counters_t: 20 uint64) for code run by run_py, indented as its
+# code strings are: counters(), and pinned() for the bytes registered now.
+FAKE_COUNTERS = """
+        import ctypes, os
+        fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
+        REFUSED, REGISTERED_BYTES = 16, 18  # register_refused, registered_bytes
+        def counters():
+            c = (ctypes.c_uint64 * 20)()
+            fake.fake_cuda_counters(c)
+            return c
+        def pinned():
+            return counters()[REGISTERED_BYTES]
+"""
+
+
 def test_pagecache_reads_device_arrays_from_the_page_cache_and_reports_fallbacks(fake_lib, tmp_path):
     """pagecache (issue 24) from Python: every device array kind, accio.read, auto's routing by size,
     the plan statistics, nothing left pinned, and a memlock refusal that runs staged with the reason."""
-    r = run_py("""
-        import ctypes, os, warnings
+    r = run_py(FAKE_COUNTERS + """
+        import warnings
         os.environ["ACCIO_QUIET"] = "0"  # the warning is part of the test
         import accio, numpy as np
-        fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
-        def pinned():  # fake_counters_t: 20 uint64, registered_bytes is the 19th
-            c = (ctypes.c_uint64 * 20)()
-            fake.fake_cuda_counters(c)
-            return c[18]
         class CAI:
             def __init__(self, a): self.a = a; self.__cuda_array_interface__ = a.__cuda_array_interface__
         n = (9 << 20) + 5
@@ -864,15 +874,10 @@ def test_pagecache_asks_once_per_worker_and_heeds_a_device_without_read_only_reg
     its range staged), and a device that reports no READ_ONLY host registration
     (CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED = 0) runs staged without trying, with the
     reason in the statistics and one warning."""
-    code = """
-        import ctypes, os, warnings
+    code = FAKE_COUNTERS + """
+        import warnings
         os.environ["ACCIO_QUIET"] = "0"
         import accio, numpy as np
-        fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
-        def counters():
-            c = (ctypes.c_uint64 * 20)()
-            fake.fake_cuda_counters(c)
-            return c
         n = (9 << 20) + 5
         data = np.random.default_rng(3).integers(0, 256, n, dtype=np.uint8)
         data.tofile("in.bin")
@@ -882,8 +887,8 @@ def test_pagecache_asks_once_per_worker_and_heeds_a_device_without_read_only_reg
             # below, then the limit at what is pinned: only pagecache's pins are refused after it
             with accio.open("in.bin", mechanism="staged", threads=3) as f:
                 f.read_into(accio.device_array(n), 0)
-            os.environ["FAKE_CUDA_MEMLOCK"] = str(counters()[18])
-        refused = counters()[16]
+            os.environ["FAKE_CUDA_MEMLOCK"] = str(pinned())
+        refused = counters()[REFUSED]
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             with accio.open("in.bin", **kw) as f:
@@ -891,7 +896,7 @@ def test_pagecache_asks_once_per_worker_and_heeds_a_device_without_read_only_reg
                 assert f.read_into(b, 0) == n
                 plans = {p["plan"]: p for p in f.stats()["plans"]}
         assert b.to_bytes() == data.tobytes()
-        print(counters()[16] - refused)
+        print(counters()[REFUSED] - refused)
         print(plans["pagecache(staged)"]["why"], plans["pagecache(staged)"]["bytes"] == n, "pagecache(zero-copy)" in plans)
         print(sum("pagecache" in str(x.message) for x in w))
     """
