@@ -73,12 +73,24 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-// veo_free_mem's check: only an address the proc allocated, once.
-bool forget_alloc(Proc* p, uint64_t addr, const char* who) {
+// veo_free_mem's check: only an address the proc allocated, once. The record is taken before
+// the free is sent (so two racing frees of one address cannot both pass) and put back with
+// restore_alloc when the free is not carried out, so a failed free can be retried.
+bool take_alloc(Proc* p, uint64_t addr, const char* who, size_t* size) {
   std::lock_guard<std::mutex> g(p->mu);
-  if (p->allocs.erase(addr)) return true;
+  auto it = p->allocs.find(addr);
+  if (it != p->allocs.end()) {
+    *size = it->second;
+    p->allocs.erase(it);
+    return true;
+  }
   report(std::string(who) + ": " + hex(addr) + " was not allocated by veo_alloc_mem (or was freed)");
   return false;
+}
+
+void restore_alloc(Proc* p, uint64_t addr, size_t size) {
+  std::lock_guard<std::mutex> g(p->mu);
+  p->allocs.emplace(addr, size);
 }
 
 // veo_alloc_mem_async/veo_free_mem_async with a hook registered: as in AVEO, a host function
@@ -121,16 +133,31 @@ uint64_t free_async_hook(AsyncHook* a) {
   return 0;
 }
 
+// hmem: a worker address tagged with bit 63 and the proc's identifier in bits 62:59 (AVEO's layout).
+constexpr uint64_t kHmemFlag = 1ull << 63;
+constexpr int kHmemIdentShift = 59;
+constexpr uint64_t kHmemIdentMask = 0xfull << kHmemIdentShift;
+constexpr int kMaxHmemProcs = 16;
+
+void* hmem_tag(uint64_t addr, int ident) {
+  if (ident < 0 || ident >= kMaxHmemProcs) return nullptr;
+  return reinterpret_cast<void*>(addr | kHmemFlag | uint64_t(ident) << kHmemIdentShift);
+}
+
 // veo_register_hmem_hook_functions: hooks on the four allocation functions that tell the
 // registered functions the hmem address (tagged) of what was allocated or freed.
 std::atomic<void (*)(void*, size_t)> g_hmem_alloc{nullptr};
 std::atomic<void (*)(uint64_t)> g_hmem_free{nullptr};
 
+// A proc whose identifier does not fit the tag's four bits (the 17th proc and later) has no hmem
+// address: its allocations do not reach these functions (no error, no null address).
 void hmem_alloc(int ident, uint64_t addr, size_t size) {
-  if (auto f = g_hmem_alloc.load()) f(veo_set_proc_identifier(reinterpret_cast<void*>(addr), ident), size);
+  auto f = g_hmem_alloc.load();
+  if (void* tagged = f ? hmem_tag(addr, ident) : nullptr) f(tagged, size);
 }
 void hmem_free(int ident, uint64_t addr) {
-  if (auto f = g_hmem_free.load()) f(reinterpret_cast<uint64_t>(veo_set_proc_identifier(reinterpret_cast<void*>(addr), ident)));
+  auto f = g_hmem_free.load();
+  if (void* tagged = f ? hmem_tag(addr, ident) : nullptr) f(reinterpret_cast<uint64_t>(tagged));
 }
 void hmem_alloc_hook(void* payload, ...) {  // (proc, uint64_t* addr, size)
   va_list ap;
@@ -166,12 +193,6 @@ void hmem_free_async_hook(void* payload, ...) {  // (context, addr)
   va_end(ap);
   hmem_free(c->proc->ident, addr);
 }
-
-// hmem: a worker address tagged with bit 63 and the proc's identifier in bits 62:59 (AVEO's layout).
-constexpr uint64_t kHmemFlag = 1ull << 63;
-constexpr int kHmemIdentShift = 59;
-constexpr uint64_t kHmemIdentMask = 0xfull << kHmemIdentShift;
-constexpr int kMaxHmemProcs = 16;
 
 Proc* hmem_proc(const void* addr) {
   const uint64_t a = reinterpret_cast<uint64_t>(addr);
@@ -338,11 +359,15 @@ int veo_alloc_mem(struct veo_proc_handle* h, uint64_t* addr, const size_t size) 
 
 int veo_free_mem(struct veo_proc_handle* h, uint64_t addr) {
   if (!h) return -1;
-  if (!forget_alloc(P(h), addr, "veo_free_mem")) return -1;
+  size_t size = 0;
+  if (!take_alloc(P(h), addr, "veo_free_mem", &size)) return -1;
   Piece p;
   p.op = kFree;
   p.addr = addr;
-  if (P(h)->chan->call(p, nullptr, nullptr) != VEO_COMMAND_OK) return -1;
+  if (P(h)->chan->call(p, nullptr, nullptr) != VEO_COMMAND_OK) {
+    restore_alloc(P(h), addr, size);
+    return -1;
+  }
   fire_hook(reinterpret_cast<void*>(&veo_free_mem), h, addr);
   return 0;
 }
@@ -366,11 +391,13 @@ uint64_t veo_free_mem_async(struct veo_thr_ctxt* c, uint64_t addr) {
     report("veo_free_mem_async: no context");
     return VEO_REQUEST_ID_INVALID;
   }
-  if (!forget_alloc(c->proc, addr, "veo_free_mem_async")) return VEO_REQUEST_ID_INVALID;
+  size_t size = 0;
+  if (!take_alloc(c->proc, addr, "veo_free_mem_async", &size)) return VEO_REQUEST_ID_INVALID;
   Piece p;
   p.op = kFree;
   p.addr = addr;
   const uint64_t req = c->submit(p);
+  if (req == VEO_REQUEST_ID_INVALID) restore_alloc(c->proc, addr, size);
   if (req == VEO_REQUEST_ID_INVALID || !find_hook(reinterpret_cast<void*>(&veo_free_mem_async), nullptr, nullptr))
     return req;
   return submit_async_hook(c, new AsyncHook{c, req, addr, &free_async_hook});
@@ -428,7 +455,7 @@ void* veo_set_proc_identifier(void* addr, int ident) {
            std::to_string(kMaxHmemProcs - 1));
     return nullptr;
   }
-  return reinterpret_cast<void*>(reinterpret_cast<uint64_t>(addr) | kHmemFlag | uint64_t(ident) << kHmemIdentShift);
+  return hmem_tag(reinterpret_cast<uint64_t>(addr), ident);
 }
 
 struct veo_proc_handle* veo_get_proc_handle_from_hmem(const void* addr) {

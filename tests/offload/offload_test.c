@@ -657,6 +657,8 @@ static void test_killed_worker(void) {
   CHECK(p);
   uint64_t lib = veo_load_library(p, g_lib);
   struct veo_thr_ctxt* c = veo_context_open(p);
+  uint64_t mem = 0;
+  CHECK(veo_alloc_mem(p, &mem, 64) == 0);
   struct veo_args* a = veo_args_alloc();
   veo_args_set_u64(a, 0, 10000);
   uint64_t id = veo_call_async(c, sym(p, lib, "k_sleep_ms"), a);
@@ -671,6 +673,12 @@ static void test_killed_worker(void) {
   CHECK(now_s() - t0 < 1.0);
   uint64_t dev;
   CHECK(veo_alloc_mem(p, &dev, 10) != 0);
+  /* a free that the dead worker cannot carry out keeps the allocation on record: the second try
+     fails for the same reason, not as a double free */
+  CHECK(veo_free_mem(p, mem) == -1);
+  CHECK(strstr(accio_offload_last_error(), "was not allocated") == NULL);
+  CHECK(veo_free_mem(p, mem) == -1);
+  CHECK(strstr(accio_offload_last_error(), "was not allocated") == NULL);
   veo_args_free(a);
   CHECK(veo_proc_destroy(p) == 0);
 }
@@ -1182,6 +1190,24 @@ static void test_hooks(void) {
   CHECK(veo_get_hmem_addr(g_hmem_alloced) == (void*)got && g_hmem_size == 512);
   id = veo_free_mem_async(c, got);
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && veo_get_hmem_addr((void*)g_hmem_freed) == (void*)got);
+  /* a proc whose identifier does not fit the tag (the 17th and later) has no hmem address: its
+     allocations do not reach the functions, and no error is reported */
+  struct veo_proc_handle* more[VEO_MAX_HMEM_PROCS];
+  accio_offload_options idle = g_opts;
+  idle.spin_us = 0; /* sixteen workers spinning would starve the machine */
+  int n = 0;
+  while (n < VEO_MAX_HMEM_PROCS &&
+         veo_proc_identifier(more[n] = accio_offload_proc_create(&idle)) < VEO_MAX_HMEM_PROCS)
+    ++n;
+  CHECK(n < VEO_MAX_HMEM_PROCS && more[n] && veo_proc_identifier(more[n]) >= VEO_MAX_HMEM_PROCS);
+  struct veo_proc_handle* untagged = more[n];
+  g_hmem_alloced = NULL;
+  g_hmem_freed = 0;
+  veo_register_hook(NULL, hook_handle_u64, NULL); /* refused: sets a known last error */
+  CHECK(veo_alloc_mem(untagged, &addr, 64) == 0 && g_hmem_alloced == NULL);
+  CHECK(veo_free_mem(untagged, addr) == 0 && g_hmem_freed == 0);
+  CHECK(strstr(accio_offload_last_error(), "veo_register_hook")); /* nothing reported since */
+  for (int i = 0; i <= n; ++i) veo_proc_destroy(more[i]);
   veo_unregister_hmem_hook_functions();
   CHECK(veo_get_hook((void*)&veo_alloc_mem) == NULL && veo_get_hook((void*)&veo_free_mem_async) == NULL);
   g_hmem_alloced = NULL;
