@@ -10,6 +10,8 @@ import sys
 from . import __version__
 from ._usage import FAILURE, USAGE, UsageError, describe, report
 
+REPORT = "--run-report"  # what the launcher (src/preload/launcher.c) runs to render --stats
+
 
 def _cmd_info(args) -> int:
     from . import info
@@ -156,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["run"]:  # the native launcher parses run's options (one table: run_cli.h)
         from . import run
         return run.launch(argv[1:])
+    if argv[:1] == [REPORT]:  # the launcher, after a --stats run: not a command for people
+        from . import run
+        return run.report_main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
