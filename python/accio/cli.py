@@ -28,7 +28,8 @@ def _cmd_info(args) -> int:
 
 def _pkg_dir():
     from pathlib import Path
-    return Path(__file__).resolve().parent
+    from .run import package_dir  # the compiled parts' folder (not the sources' in an editable install)
+    return Path(package_dir())
 
 
 def _cmd_config(args) -> int:

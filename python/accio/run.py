@@ -32,12 +32,19 @@ def usage_line() -> str:
     return f"accio run {opts} -- PROGRAM ARGS..."
 
 
+def package_dir() -> str:
+    """Where the compiled parts are installed (_ext, lib/, include/): the package's folder, except in
+    an editable install, whose Python sources are elsewhere."""
+    from . import _ext
+    return os.path.dirname(os.path.realpath(_ext.__file__))
+
+
 def launcher_path() -> str:
-    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib", "accio-run")
+    return os.path.join(package_dir(), "lib", "accio-run")
 
 
 def shim_path() -> str:
-    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib", "libaccio_preload.so")
+    return os.path.join(package_dir(), "lib", "libaccio_preload.so")
 
 
 def launch(argv: list[str]) -> int:

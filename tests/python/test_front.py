@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import accio
-from accio.run import shim_path
+from accio.run import package_dir, shim_path
 
 BIN = Path(sys.executable).parent
 FRONT = BIN / "accio"
@@ -108,7 +108,7 @@ def test_the_rest_is_the_python_cli(argv):
     py = subprocess.run([str(BIN / "accio-py"), *argv], capture_output=True)
     assert (native.returncode, native.stdout, native.stderr) == (py.returncode, py.stdout, py.stderr)
     if argv == ["config", "--prefix"]:
-        assert native.stdout.decode().strip() == str(Path(accio.__file__).resolve().parent)
+        assert native.stdout.decode().strip() == package_dir()
 
 
 def test_python_m_accio_is_the_python_cli():
