@@ -17,15 +17,15 @@ Beside them, measured in the same run:
            readinto 64 KiB) should gain >= 1.5x from the shim's prefetch;
   launch   `true` plainly, as `accio-run -- true` and as `accio run -- true` (the native `accio`
            front end, src/preload/front.c), interleaved: each one's cost (goal: within 2 ms);
-  front    `accio --version` and `accio info` vs the same through accio-py, the Python CLI that
-           the front end execs for every command but run (goal: one exec, about 1 ms); and the
-           exec alone, with true(1) standing in for accio-py (no Python start-up to blur it).
+  front    the exec the front end adds in front of accio-py (the Python CLI it execs for every
+           command but run), alone, with true(1) standing in for accio-py (goal: <= 1 ms); and
+           `accio --version` and `accio info` vs the same through accio-py (goal: within noise).
 Cold runs drop the file's pages first (accio._system.drop_pages; residency checked).
 
     python benchmarks/run_programs.py --quick                       # small file, 7 rounds, a minute
     python benchmarks/run_programs.py --size 2g --cache hot --json results/run/run_programs_hot.json
     python benchmarks/run_programs.py --size 1g --cache cold --json results/run/run_programs_cold.json
-    python benchmarks/run_programs.py --launch-only --rounds 41 --json results/run/launch.json   # about 2 min
+    python benchmarks/run_programs.py --launch-only --rounds 61 --json results/run/launch.json   # under a minute
 """
 from __future__ import annotations
 
@@ -76,11 +76,10 @@ def launcher() -> str:
 
 
 def added_ms(samples: dict, name: str, base: str, r: stats.Ratio) -> dict:
-    """What name adds to base in milliseconds (samples are 1/seconds): from the medians, with the
-    interval of the paired ratio carried over to the base's median time."""
-    t = 1 / stats.median(samples[base])
-    return {"added_ms": (1 / stats.median(samples[name]) - t) * 1e3,
-            "interval_ms": [t * (1 / r.high - 1) * 1e3, t * (1 / r.low - 1) * 1e3]}
+    """What name adds to base in milliseconds (samples are 1/seconds): the paired median ratio of name
+    over base and its interval, applied to base's median time."""
+    t = 1 / stats.median(samples[base]) * 1e3
+    return {"added_ms": t * (1 / r.estimate - 1), "interval_ms": [t * (1 / r.high - 1), t * (1 / r.low - 1)]}
 
 
 def launch(rounds: int) -> dict:
@@ -121,11 +120,16 @@ def front_end(rounds: int) -> list[dict]:
         rec = compare(label, {"accio-py": lambda p=p, a=args: 1 / timed([p, *a]),
                               "accio": lambda f=fr, a=args: 1 / timed([f, *a])}, rounds, base="accio-py")
         rec.update(added_ms(rec["samples"], "accio", "accio-py", stats.Ratio(**rec["ratio"])))
-        rec["goal_ms"] = GOAL_FRONT_MS
-        rec["goal_result"] = "met" if rec["added_ms"] <= GOAL_FRONT_MS else "missed"
+        if fr == front:  # behind a Python start-up one exec is noise: the goal is "not slower"
+            rec["goal"] = "within noise of accio-py, or faster"
+            rec["goal_result"] = {"within noise": "met", "faster": "met", "slower": "missed"}.get(rec["verdict"],
+                                                                                                "undecided")
+        else:
+            rec["goal_ms"] = GOAL_FRONT_MS
+            rec["goal_result"] = "met" if rec["added_ms"] <= GOAL_FRONT_MS else "missed"
         lo, hi = rec["interval_ms"]
         print(f"{'':18s} accio adds {rec['added_ms']:.2f} ms [{lo:.2f}-{hi:.2f}] over accio-py "
-              f"(goal <= {GOAL_FRONT_MS} ms: {rec['goal_result']})", flush=True)
+              f"(goal {rec.get('goal') or f'<= {GOAL_FRONT_MS} ms'}: {rec['goal_result']})", flush=True)
         out.append(rec)
     shutil.rmtree(bare)
     return out
