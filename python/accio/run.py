@@ -3,12 +3,12 @@
 The launcher is native (src/preload/launcher.c): the `accio` command on PATH (front.c) runs it in
 its own process, `accio-run` is the same launcher alone, and `python -m accio run` execs its copy
 in the package (accio/lib/accio-run). It puts the shim (lib/libaccio_preload.so) in LD_PRELOAD and
-execs the program, so no Python runs in front of the program. Its options and exit statuses are defined once, in
-src/preload/run_cli.h, which the extension exports (accio._ext.RUN_OPTIONS, RUN_*). With --stats or
---stats-json every process of the run writes its per-file counters to a private directory; the
-launcher waits for the program and then runs the Python CLI of the same installation (`accio-py
---run-report DIR ...`, or `python -m accio.cli --run-report ...`: report_main below), which merges
-and renders them. See docs/preload.md.
+execs the program, so no Python runs in front of the program. Its options and exit statuses are
+defined once, in src/preload/run_cli.h, which the extension exports (accio._ext.RUN_OPTIONS,
+RUN_*). With --stats or --stats-json every process of the run writes its per-file counters to a
+private directory; the launcher waits for the program and then runs the Python CLI of the same
+installation (`accio-py --run-report DIR ...`, or `python -m accio.cli --run-report ...`:
+report_main below), which merges and renders them. See docs/preload.md.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def report_main(argv: list[str]) -> int:
     [--mechanism M] -- program...`: what the launcher runs after the program when asked for
     statistics. Exit 0, or 1 when the report cannot be written (the launcher then exits 125)."""
     import argparse
-    p = argparse.ArgumentParser(prog="accio run --run-report")
+    p = argparse.ArgumentParser(prog="accio --run-report")
     p.add_argument("--run-report", dest="report", required=True)
     p.add_argument("--status", type=int, required=True)
     p.add_argument("--stats", action="store_true")
