@@ -107,6 +107,14 @@ def smoke(python: str, wheel: Path, where: Path) -> None:
     run([py, "-m", "pip", "install", "-q", wheel])
     with tempfile.TemporaryDirectory() as cwd:
         run([py, "-c", SMOKE], cwd=cwd, env=dict(os.environ, ACCIO_QUIET="1"))
+        # The native accio on PATH: `accio run` puts this environment's shim in LD_PRELOAD (no Python),
+        # the rest is accio-py beside it.
+        front = where / "bin" / "accio"
+        got = run([front, "run", "--", "sh", "-c", 'echo "$LD_PRELOAD"'], cwd=cwd, capture_output=True,
+                  text=True).stdout.strip()
+        if not got.startswith(f"{where.resolve()}/") or not got.endswith("/accio/lib/libaccio_preload.so"):
+            raise ValueError(f"{front} run: LD_PRELOAD is {got!r}, not the shim installed in {where}")
+        run([front, "--version"], cwd=cwd)
 
 
 def build(python: str, work: Path, out: Path, auditwheel: Path) -> Path:

@@ -10,7 +10,8 @@ Cases, each run alternately with and without the shim, `--repeat` times, medians
   git-status     `git status` in a repository of --small-files files          (small I/O overhead)
   tar-small      `tar cf OUT.tar dir` of --small-files files                  (small I/O overhead)
 For the small-I/O cases the shim is set with LD_PRELOAD directly (what a program pays), and the
-`accio run` launcher (a Python start-up) is reported on its own line.
+`accio run` launcher (native: benchmarks/run_programs.py --launch-only measures it closely) is
+reported on its own line.
 
     python benchmarks/preload_bench.py [--dir /tmp] [--size 2g] [--repeat 5] [--json results/preload.json]
 """
@@ -170,8 +171,8 @@ def main() -> int:
                                     note="shim set with LD_PRELOAD; the launcher is measured separately"))
         if use("launcher"):
             results.append(run_pair("launcher", ["true"], accio_cmd() + ["true"], a.small_repeat,
-                                    note="`accio run -- true` against `true`: the Python start-up of the "
-                                    "launcher, paid once per run"))
+                                    note="`accio run -- true` against `true`: the launcher's start-up, paid "
+                                    "once per run"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     doc = {

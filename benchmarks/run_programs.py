@@ -15,12 +15,17 @@ Beside them, measured in the same run:
   fio-qd   with --cache cold: fio libaio O_DIRECT sequential 128K reads at queue depth 16 vs 1:
            where it is >= 1.5x, the cold small-request readers (cat, sha256sum, numpy.fromfile,
            readinto 64 KiB) should gain >= 1.5x from the shim's prefetch;
-  launch   `accio-run -- true` vs `true`: the launcher's cost (goal: within 2 ms).
+  launch   `true` plainly, as `accio-run -- true` and as `accio run -- true` (the native `accio`
+           front end, src/preload/front.c), interleaved: each one's cost (goal: within 2 ms);
+  front    the exec the front end adds in front of accio-py (the Python CLI it execs for every
+           command but run), alone, with true(1) standing in for accio-py (goal: <= 1 ms); and
+           `accio --version` and `accio info` vs the same through accio-py (goal: within noise).
 Cold runs drop the file's pages first (accio._system.drop_pages; residency checked).
 
     python benchmarks/run_programs.py --quick                       # small file, 7 rounds, a minute
     python benchmarks/run_programs.py --size 2g --cache hot --json results/run/run_programs_hot.json
     python benchmarks/run_programs.py --size 1g --cache cold --json results/run/run_programs_cold.json
+    python benchmarks/run_programs.py --launch-only --rounds 61 --json results/run/launch.json   # under a minute
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,6 +54,7 @@ GOAL_NEVER_SLOWER = 0.98
 GOAL_LARGE = 0.8      # of the engine's own parallel/posix ratio
 GOAL_PREFETCH = 1.5   # cold small-request readers, where fio QD16/QD1 >= 1.5
 GOAL_LAUNCH_MS = 2.0
+GOAL_FRONT_MS = 1.0   # accio COMMAND over accio-py COMMAND: one exec
 
 READINTO = ("import sys\nn = int(sys.argv[2])\nbuf = bytearray(n)\nwith open(sys.argv[1], 'rb', buffering=0) as f:\n"
             "    while f.readinto(buf):\n        pass\n")
@@ -56,10 +63,76 @@ TORCH_LOAD = "import sys, torch\ntorch.load(sys.argv[1])\n"
 SMALL_READERS = {"cat", "sha256sum", "numpy.fromfile", "readinto-64k"}
 
 
+def installed(name: str) -> str | None:
+    """A command as installed beside this interpreter (the scripts directory), else on PATH."""
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
 def launcher() -> str:
-    """accio-run as installed beside this interpreter (it finds that Python for --stats), else on PATH."""
-    beside = Path(sys.executable).with_name("accio-run")
-    return str(beside) if beside.is_file() else shutil.which("accio-run") or launcher_path()
+    """accio-run beside this interpreter (it finds that installation's accio-py for --stats), else on
+    PATH, else the package's own."""
+    return installed("accio-run") or launcher_path()
+
+
+def added_ms(samples: dict, name: str, base: str, r: stats.Ratio) -> dict:
+    """What name adds to base in milliseconds (samples are 1/seconds): the paired median ratio of name
+    over base and its interval, applied to base's median time."""
+    t = 1 / stats.median(samples[base]) * 1e3
+    return {"added_ms": t * (1 / r.estimate - 1), "interval_ms": [t * (1 / r.high - 1), t * (1 / r.low - 1)]}
+
+
+def launch(rounds: int) -> dict:
+    """`true` plainly, through accio-run and through the native accio, interleaved: what each adds."""
+    front = installed("accio")
+    contenders = {"plain": lambda: 1 / timed(["true"]), "accio-run": lambda: 1 / timed([launcher(), "--", "true"])}
+    if front:
+        contenders["accio run"] = lambda: 1 / timed([front, "run", "--", "true"])
+    samples = stats.interleave(contenders, rounds)
+    rec = {"case": "launch", "samples": samples, "summary": {n: stats.summary(v) for n, v in samples.items()},
+           "goal_ms": GOAL_LAUNCH_MS, "front": front, "added": {}}
+    for name in samples:
+        if name == "plain":
+            continue
+        r = stats.ratio(samples[name], samples["plain"])
+        add = dict(added_ms(samples, name, "plain", r), ratio=r.as_dict(), ratio_text=stats.describe(r))
+        add["goal_result"] = "met" if add["added_ms"] <= GOAL_LAUNCH_MS else "missed"
+        rec["added"][name] = add
+        lo, hi = add["interval_ms"]
+        print(f"{'launch':18s} {name + ' -- true':22s} adds {add['added_ms']:.2f} ms [{lo:.2f}-{hi:.2f}] over `true` "
+              f"(goal <= {GOAL_LAUNCH_MS} ms: {add['goal_result']})", flush=True)
+    return rec
+
+
+def front_end(rounds: int) -> list[dict]:
+    """accio's other commands: the native front end execs accio-py; against accio-py itself."""
+    front, py = installed("accio"), installed("accio-py")
+    if not front or not py:
+        print("front: no accio and accio-py installed beside this interpreter or on PATH: skipped")
+        return []
+    # The exec alone, without Python's noise: a copy of the front end whose accio-py is true(1).
+    bare = Path(tempfile.mkdtemp(prefix="accio-front-"))
+    shutil.copy2(front, bare / "accio")
+    shutil.copy2(shutil.which("true"), bare / "accio-py")
+    out = []
+    for label, fr, p, args in (("exec only", str(bare / "accio"), str(bare / "accio-py"), ["--version"]),
+                               ("accio --version", front, py, ["--version"]), ("accio info", front, py, ["info", "."])):
+        rec = compare(label, {"accio-py": lambda p=p, a=args: 1 / timed([p, *a]),
+                              "accio": lambda f=fr, a=args: 1 / timed([f, *a])}, rounds, base="accio-py")
+        rec.update(added_ms(rec["samples"], "accio", "accio-py", stats.Ratio(**rec["ratio"])))
+        if fr == front:  # behind a Python start-up one exec is noise: the goal is "not slower"
+            rec["goal"] = "within noise of accio-py, or faster"
+            rec["goal_result"] = {"within noise": "met", "faster": "met", "slower": "missed"}.get(rec["verdict"],
+                                                                                                "undecided")
+        else:
+            rec["goal_ms"] = GOAL_FRONT_MS
+            rec["goal_result"] = "met" if rec["added_ms"] <= GOAL_FRONT_MS else "missed"
+        lo, hi = rec["interval_ms"]
+        print(f"{'':18s} accio adds {rec['added_ms']:.2f} ms [{lo:.2f}-{hi:.2f}] over accio-py "
+              f"(goal {rec.get('goal') or f'<= {GOAL_FRONT_MS} ms'}: {rec['goal_result']})", flush=True)
+        out.append(rec)
+    shutil.rmtree(bare)
+    return out
 
 
 def cases(big: Path, work: Path, size: int) -> dict[str, list[str]]:
@@ -175,6 +248,7 @@ def main() -> int:
     ap.add_argument("--cache", choices=("hot", "cold", "both"), default="both")
     ap.add_argument("--cases", default="all", help="comma-separated subset (names as printed)")
     ap.add_argument("--quick", action="store_true", help="development setting: 64 MiB file, hot and cold")
+    ap.add_argument("--launch-only", action="store_true", help="only the launch and front-end costs (no file)")
     ap.add_argument("--json", help="write every sample and the summary here")
     a = ap.parse_args()
     if a.quick:
@@ -190,6 +264,10 @@ def main() -> int:
                      "kernel": platform.release(), "load_before": os.getloadavg()},
                      "size": size, "rounds": a.rounds, "launcher": launcher(), "runs": []}
     try:
+        results["launch"] = launch(max(a.rounds, 15))
+        results["front"] = front_end(max(a.rounds, 15))
+        if a.launch_only:
+            return 0
         make_file(big, size)
         all_cases = cases(big, work, size)
         if "torch.load" in all_cases:
@@ -197,13 +275,6 @@ def main() -> int:
             torch.save(torch.zeros(size // 4, dtype=torch.float32), work / "tensor.pt")
         want = None if a.cases == "all" else set(a.cases.split(","))
         pick = {n: c for n, c in all_cases.items() if want is None or n in want}
-        results["launch"] = compare("launch", {
-            "plain": lambda: 1 / timed(["true"]),
-            "shim": lambda: 1 / timed([launcher(), "--", "true"])}, max(a.rounds, 15))
-        med = results["launch"]["summary"]
-        results["launch"]["added_ms"] = (1 / med["shim"]["median"] - 1 / med["plain"]["median"]) * 1e3
-        results["launch"]["goal_ms"] = GOAL_LAUNCH_MS
-        print(f"{'':18s} launcher adds {results['launch']['added_ms']:.2f} ms (goal <= {GOAL_LAUNCH_MS} ms)")
         for cache in (("hot", "cold") if a.cache == "both" else (a.cache,)):
             cold = cache == "cold"
             print(f"-- {cache}, {size / MiB:.0f} MiB file, {a.rounds} rounds", flush=True)
@@ -233,8 +304,8 @@ def main() -> int:
                                             if qd >= GOAL_PREFETCH else "n/a (the device gains < 1.5x at QD16)"}
                 block["cases"].append(rec)
             results["runs"].append(block)
-        results["machine"]["load_after"] = os.getloadavg()
     finally:
+        results["machine"]["load_after"] = os.getloadavg()
         shutil.rmtree(work, ignore_errors=True)
         if a.json:
             Path(a.json).parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,8 @@
 """The `accio` command: info, config, bench, tune, run. `accio COMMAND --help` describes each.
 
+This is the Python CLI, installed as accio-py (and `python -m accio`); the `accio` on PATH is native
+(src/preload/front.c): it runs `accio run` itself and execs accio-py, unchanged, for the rest.
+
 Exit statuses (accio._usage, docs/api.md): 2 called wrongly, 1 ran and failed; `accio run` returns
 the program's status, 126/127 when it cannot be run or found, 125 for accio's own errors.
 """
@@ -26,7 +29,8 @@ def _cmd_info(args) -> int:
 
 def _pkg_dir():
     from pathlib import Path
-    return Path(__file__).resolve().parent
+    from .run import package_dir  # the compiled parts' folder (not the sources' in an editable install)
+    return Path(package_dir())
 
 
 def _cmd_config(args) -> int:
@@ -156,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["run"]:  # the native launcher parses run's options (one table: run_cli.h)
         from . import run
         return run.launch(argv[1:])
+    if argv[:1] == ["--run-report"]:  # the launcher's, after a --stats run (launcher.c): not for people
+        from . import run
+        return run.report_main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

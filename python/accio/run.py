@@ -1,12 +1,14 @@
 """`accio run -- program args...`: run an unmodified program with the preload shim.
 
-The launcher is native (accio/lib/accio-run, also installed as the command `accio-run`): `accio run`
-execs it, and it puts the shim (lib/libaccio_preload.so) in LD_PRELOAD and execs the program, so
-no Python runs in front of the program. Its options and exit statuses are defined once, in
-src/preload/run_cli.h, which the extension exports (accio._ext.RUN_OPTIONS, RUN_*). With --stats or
---stats-json every process of the run writes its per-file counters to a private directory; the
-launcher waits for the program and then runs `python -m accio.run --report DIR ...` (report_main
-below), which merges and renders them. See docs/preload.md.
+The launcher is native (src/preload/launcher.c): the `accio` command on PATH (front.c) runs it in
+its own process, `accio-run` is the same launcher alone, and `python -m accio run` execs its copy
+in the package (accio/lib/accio-run). It puts the shim (lib/libaccio_preload.so) in LD_PRELOAD and
+execs the program, so no Python runs in front of the program. Its options and exit statuses are
+defined once, in src/preload/run_cli.h, which the extension exports (accio._ext.RUN_OPTIONS,
+RUN_*). With --stats or --stats-json every process of the run writes its per-file counters to a
+private directory; the launcher waits for the program and then runs the Python CLI of the same
+installation (`accio-py --run-report DIR ...`, or `python -m accio.cli --run-report ...`:
+report_main below), which merges and renders them. See docs/preload.md.
 """
 from __future__ import annotations
 
@@ -30,12 +32,19 @@ def usage_line() -> str:
     return f"accio run {opts} -- PROGRAM ARGS..."
 
 
+def package_dir() -> str:
+    """Where the compiled parts are installed (_ext, lib/, include/): the package's folder, except in
+    an editable install, whose Python sources are elsewhere."""
+    from . import _ext
+    return os.path.dirname(os.path.realpath(_ext.__file__))
+
+
 def launcher_path() -> str:
-    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib", "accio-run")
+    return os.path.join(package_dir(), "lib", "accio-run")
 
 
 def shim_path() -> str:
-    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib", "libaccio_preload.so")
+    return os.path.join(package_dir(), "lib", "libaccio_preload.so")
 
 
 def launch(argv: list[str]) -> int:
@@ -60,12 +69,12 @@ def launch(argv: list[str]) -> int:
 
 
 def report_main(argv: list[str]) -> int:
-    """`python -m accio.run --report DIR --status N [--stats] [--stats-json FILE] [--threshold B]
+    """`accio-py --run-report DIR --status N [--stats] [--stats-json FILE] [--threshold B]
     [--mechanism M] -- program...`: what the launcher runs after the program when asked for
     statistics. Exit 0, or 1 when the report cannot be written (the launcher then exits 125)."""
     import argparse
-    p = argparse.ArgumentParser(prog="accio run --report")
-    p.add_argument("--report", required=True)
+    p = argparse.ArgumentParser(prog="accio --run-report")
+    p.add_argument("--run-report", dest="report", required=True)
     p.add_argument("--status", type=int, required=True)
     p.add_argument("--stats", action="store_true")
     p.add_argument("--stats-json")
@@ -190,6 +199,3 @@ def shown(path: str) -> str:
     """A file name for the table: bytes that are not UTF-8 (kept as surrogateescape gives them) as \\xNN."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
-
-if __name__ == "__main__":
-    sys.exit(report_main(sys.argv[1:]))

@@ -1,9 +1,16 @@
-/* accio-run: the native launcher of `accio run` (the Python CLI execs it; it is also installed as a
- * command of its own). It checks the options (src/preload/run_cli.h, shared with the Python CLI),
- * puts libaccio_preload.so in LD_PRELOAD and execs the program: no Python start-up, no process in
- * between. Only with --stats/--stats-json does it stay: it forks the program, waits for it
- * (forwarding SIGTERM/SIGHUP/SIGQUIT), then has the Python CLI render the statistics
- * (`python -m accio.run --report ...`), and exits with the program's status or dies of its signal.
+/* accio-run: the native launcher of `accio run`. The `accio` command on PATH (front.c) runs it in its
+ * own process for `accio run ...`; it is also installed as the command `accio-run`, and in the
+ * package (accio/lib/accio-run), which `python -m accio run` execs. It checks the options
+ * (src/preload/run_cli.h, shared with the Python CLI), puts libaccio_preload.so in LD_PRELOAD and
+ * execs the program: no Python start-up, no process in between. Only with --stats/--stats-json does
+ * it stay: it forks the program, waits for it (forwarding SIGTERM/SIGHUP/SIGQUIT), then has the
+ * Python CLI of the same installation render the statistics (accio-py next to this program, or
+ * ACCIO_RUN_PYTHON -m accio.cli: never a python3 found on PATH), and exits with the program's
+ * status or dies of its signal.
+ *
+ * The shim is found next to this program (the package's lib/), else in the package beside the
+ * scripts directory, wherever pip put it (venv, --prefix, --user, --target, Debian's
+ * dist-packages), else by asking accio-py (`accio-py config --prefix`: slow, the last resort).
  *
  * Silence: unless --verbose (or ACCIO_QUIET is set by the user), the program runs with
  * ACCIO_QUIET=1, so the shim and the engine print nothing into its stderr; the one warning worth
@@ -24,12 +31,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "launcher.h"
 #include "run_cli.h"
 
 extern char** environ;
 
-#ifndef ACCIO_RUN_SHIM_FROM_SCRIPTS
-#define ACCIO_RUN_SHIM_FROM_SCRIPTS "" /* where the package's lib/ is, relative to the scripts directory */
+/* Set by the Python build (CMakeLists.txt): the package directory (platlib) relative to the scripts
+ * directory in the build interpreter's own scheme, and the interpreter's library folder name. */
+#ifndef ACCIO_RUN_SCRIPTS_TO_PLATLIB
+#define ACCIO_RUN_SCRIPTS_TO_PLATLIB ""
+#endif
+#ifndef ACCIO_RUN_PYTHON_LIB
+#define ACCIO_RUN_PYTHON_LIB "" /* e.g. python3.11 */
 #endif
 
 enum {
@@ -56,8 +69,7 @@ static void say(const char* fmt, ...) {
   fprintf(stderr, "accio run: %s\n", msg);
 }
 
-/* strerror with a lower-case first letter, as the Python CLI writes it. */
-static const char* why(int e) {
+const char* why(int e) {
   static char buf[256];
   snprintf(buf, sizeof buf, "%s", strerror(e));
   if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z')) buf[0] = (char)(buf[0] - 'A' + 'a');
@@ -85,11 +97,16 @@ static void usage(FILE* f) {
              "  accio run --threshold 256k --stats-json io.json -- tar cf out.tar data/\n");
 }
 
+/* This executable's real path. */
+static int self_exe(char* out, size_t len) {
+  ssize_t n = readlink("/proc/self/exe", out, len - 1);
+  out[n > 0 ? n : 0] = '\0';
+  return n > 0;
+}
+
 /* The directory of this executable (its real path), with a trailing '/'. */
 static int self_dir(char* out, size_t len) {
-  ssize_t n = readlink("/proc/self/exe", out, len - 1);
-  if (n <= 0) return 0;
-  out[n] = '\0';
+  if (!self_exe(out, len)) return 0;
   char* slash = strrchr(out, '/');
   if (!slash) return 0;
   slash[1] = '\0';
@@ -101,21 +118,78 @@ static int is_file(const char* p) {
   return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* libaccio_preload.so: next to this program (accio/lib/accio-run), or, for the copy in the
- * scripts directory, in the package's lib/ (ACCIO_RUN_SHIM_FROM_SCRIPTS). */
-static int find_shim(char* out, size_t len) {
+int accio_sibling(const char* name, char* out, size_t len) {
   char dir[PATH_MAX];
+  out[0] = '\0';
   if (!self_dir(dir, sizeof dir)) return 0;
-  if (snprintf(out, len, "%slibaccio_preload.so", dir) < (int)len && is_file(out)) return 1;
-  if (ACCIO_RUN_SHIM_FROM_SCRIPTS[0]) {
-    char p[PATH_MAX + 256], real[PATH_MAX];
-    snprintf(p, sizeof p, "%s%s/libaccio_preload.so", dir, ACCIO_RUN_SHIM_FROM_SCRIPTS);
-    if (realpath(p, real) && is_file(real)) {
-      snprintf(out, len, "%s", real);
-      return 1;
-    }
+  int n = snprintf(out, len, "%s%s", dir, name);
+  return n > 0 && (size_t)n < len && is_file(out) && access(out, X_OK) == 0;
+}
+
+static int wait_for(pid_t pid) {
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return -1;
+  return st;
+}
+
+/* p with every link and dot-dot resolved, when it is a regular file. */
+static int resolved_file(const char* p, char* out, size_t len) {
+  char real[PATH_MAX];
+  return realpath(p, real) && is_file(real) && snprintf(out, len, "%s", real) < (int)len;
+}
+
+/* Where pip puts the package (platlib) relative to the scripts directory. (Outside a Python build
+ * the first four are empty or absent: the launcher is then installed next to the shim.) */
+static const char* const kPackageFromScripts[] = {
+    ACCIO_RUN_SCRIPTS_TO_PLATLIB,                      /* the build interpreter's own scheme */
+    "../lib/" ACCIO_RUN_PYTHON_LIB "/site-packages",   /* venv, --prefix, --user, pyenv, conda */
+    "../lib/" ACCIO_RUN_PYTHON_LIB "/dist-packages",   /* Debian's python3: /usr/local, --prefix P (P/local/bin) */
+    "../lib64/" ACCIO_RUN_PYTHON_LIB "/site-packages", /* Fedora's and SUSE's platlib */
+    "..",                                              /* --target DIR: DIR/bin beside DIR/accio */
+};
+
+/* The last resort: the Python CLI of this installation says where its package is
+ * (`accio-py config --prefix`: a Python start-up, tens of milliseconds). */
+static int shim_from_python(char* out, size_t len) {
+  char py[PATH_MAX], prefix[PATH_MAX + 64];
+  int fd[2];
+  if (!accio_sibling(ACCIO_PY, py, sizeof py) || pipe2(fd, O_CLOEXEC) != 0) return 0;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    const char* args[] = {py, "config", "--prefix", NULL};
+    if (dup2(fd[1], 1) == 1) execv(py, (char* const*)args);
+    _exit(127);
   }
-  return 0;
+  close(fd[1]);
+  size_t got = 0;
+  for (ssize_t n; pid > 0 && got < PATH_MAX;) {
+    n = read(fd[0], prefix + got, PATH_MAX - got);
+    if (n > 0) got += (size_t)n;
+    else if (n == 0 || errno != EINTR) break;
+  }
+  close(fd[0]);
+  if (pid < 0) return 0;
+  const int st = wait_for(pid);
+  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || got == 0 || got >= PATH_MAX) return 0;
+  while (got && prefix[got - 1] == '\n') --got;
+  snprintf(prefix + got, sizeof prefix - got, "/lib/libaccio_preload.so");
+  return resolved_file(prefix, out, len);
+}
+
+/* libaccio_preload.so: next to this program (accio/lib/accio-run), else in the package beside the
+ * scripts directory that holds it (accio, accio-run), else where accio-py says. */
+static int find_shim(char* out, size_t len) {
+  char dir[PATH_MAX], p[2 * PATH_MAX];
+  if (!self_dir(dir, sizeof dir)) return 0;
+  snprintf(p, sizeof p, "%slibaccio_preload.so", dir);
+  if (resolved_file(p, out, len)) return 1;
+  for (size_t i = 0; i < sizeof kPackageFromScripts / sizeof *kPackageFromScripts; ++i) {
+    snprintf(p, sizeof p, "%s%s/accio/lib/libaccio_preload.so", dir, kPackageFromScripts[i]);
+    if (kPackageFromScripts[i][0] && resolved_file(p, out, len)) return 1;
+  }
+  return shim_from_python(out, len);
 }
 
 /* What --mechanism takes: auto and the engine's host mechanisms (the shim sees host buffers). Asks
@@ -283,26 +357,24 @@ static void forward(int sig) {
   if (g_child > 0) kill((pid_t)g_child, sig);
 }
 
-static int wait_for(pid_t pid) {
-  int st;
-  while (waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR) return -1;
-  return st;
-}
-
-/* The Python that renders the statistics: ACCIO_RUN_PYTHON (the Python CLI sets it), else python3
- * next to this program (a virtual environment's bin/), else python3 on PATH. */
-static const char* report_python(char* buf, size_t len) {
+/* The Python CLI of this installation, which renders the statistics: ACCIO_RUN_PYTHON -m accio.cli
+ * (`python -m accio run` sets it when it execs the launcher), else accio-py next to this program
+ * (the scripts directory). Never a python3 from PATH: it may be another interpreter, without accio.
+ * Puts the command's first words in argv and returns how many; 0 when there is none. */
+static int report_command(const char** argv, char* buf, size_t len) {
   const char* p = getenv("ACCIO_RUN_PYTHON");
-  if (p && *p) return p;
-  char dir[PATH_MAX];
-  if (self_dir(dir, sizeof dir)) {
-    if (snprintf(buf, len, "%spython3", dir) < (int)len && access(buf, X_OK) == 0) return buf;
+  if (p && *p) {
+    if (snprintf(buf, len, "%s", p) >= (int)len) return 0;
+    argv[0] = buf;
+    argv[1] = "-m";
+    argv[2] = "accio.cli";
+    return 3;
   }
-  return "python3";
+  argv[0] = buf;
+  return accio_sibling(ACCIO_PY, buf, len) ? 1 : 0;
 }
 
-int main(int argc, char** argv) {
+int accio_run_main(int argc, char** argv) {
   const char* val[NOPTS] = {0};
   int i = 1;
   for (; i < argc; ++i) {
@@ -355,7 +427,10 @@ int main(int argc, char** argv) {
 
   char shim[PATH_MAX];
   if (!find_shim(shim, sizeof shim)) {
-    say("the preload library libaccio_preload.so is missing next to %s; reinstall accio", argv[0]);
+    char self[PATH_MAX];
+    self_exe(self, sizeof self);
+    say("the preload library libaccio_preload.so is not in this installation of accio (looked beside %s, in "
+        "the package beside it, and asked " ACCIO_PY "); reinstall accio", self);
     return ACCIO_RUN_OWN_ERROR;
   }
   char num[32];
@@ -377,13 +452,19 @@ int main(int argc, char** argv) {
   }
   const int stats = val[OPT_STATS] || val[OPT_STATS_JSON];
   if (!output_ok(val[OPT_STATS_JSON])) return ACCIO_RUN_OWN_ERROR;
+  /* The report's command, found before the program runs (and before our environment changes). */
+  const char* rargv[32 + 1024];
+  char pybuf[PATH_MAX];
+  int n = stats ? report_command(rargv, pybuf, sizeof pybuf) : 0;
+  if (stats && !n) {
+    say("%s: the statistics are rendered by " ACCIO_PY ", the Python part of accio, which is missing (%s); "
+        "reinstall accio, or use python -m accio run", val[OPT_STATS] ? "--stats" : "--stats-json", pybuf);
+    return ACCIO_RUN_OWN_ERROR;
+  }
   char exe[PATH_MAX];
   int status;
   if (!locate(prog[0], exe, sizeof exe, &status)) return status;
 
-  /* The report's environment is the user's own: save what it needs before changing ours. */
-  char pybuf[PATH_MAX];
-  const char* python = stats ? report_python(pybuf, sizeof pybuf) : NULL;
   if (set_preload(shim) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
       (val[OPT_MECHANISM] && setenv("ACCIO_MECHANISM", val[OPT_MECHANISM], 1) != 0) ||
       (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0)) {
@@ -467,12 +548,7 @@ int main(int argc, char** argv) {
   unsetenv("ACCIO_PRELOAD_STATS_DIR");
   char st_arg[16];
   snprintf(st_arg, sizeof st_arg, "%d", status);
-  const char* rargv[32 + 1024];
-  int n = 0;
-  rargv[n++] = python;
-  rargv[n++] = "-m";
-  rargv[n++] = "accio.run";
-  rargv[n++] = "--report";
+  rargv[n++] = "--run-report";
   rargv[n++] = dir;
   rargv[n++] = "--status";
   rargv[n++] = st_arg;
@@ -496,8 +572,8 @@ int main(int argc, char** argv) {
   pid_t rp = fork();
   if (rp == 0) {
     sigaction(SIGINT, &old_int, NULL); /* Ctrl-C stops the report as it would the program */
-    execvp(python, (char* const*)rargv);
-    say("cannot start %s to render the statistics: %s (errno %d); the program's exit status was %d", python,
+    execvp(rargv[0], (char* const*)rargv);
+    say("cannot start %s to render the statistics: %s (errno %d); the program's exit status was %d", rargv[0],
         why(errno), errno, status);
     _exit(ACCIO_RUN_OWN_ERROR);
   }
@@ -515,3 +591,7 @@ int main(int argc, char** argv) {
   }
   return status;
 }
+
+#ifndef ACCIO_RUN_NO_MAIN
+int main(int argc, char** argv) { return accio_run_main(argc, argv); }
+#endif

@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -159,10 +160,16 @@ EXIT_TABLE = [
 ]
 
 
+# Through the Python CLI, and through the native `accio` users type (src/preload/front.c: run is its
+# own, the rest is exec'd to accio-py): the same table holds for both.
+FRONTS = {"python": ACCIO, "native": [str(Path(sys.executable).with_name("accio"))]}
+
+
+@pytest.mark.parametrize("front", FRONTS)
 @pytest.mark.parametrize("argv, status, fragment", EXIT_TABLE, ids=[" ".join(a) for a, _, _ in EXIT_TABLE])
-def test_exit_status_and_message(places, argv, status, fragment):
+def test_exit_status_and_message(places, argv, status, fragment, front):
     argv = [a.format(**places) for a in argv]
-    r = subprocess.run([*ACCIO, *argv], capture_output=True, text=True, cwd=places["tmp"], timeout=120)
+    r = subprocess.run([*FRONTS[front], *argv], capture_output=True, text=True, cwd=places["tmp"], timeout=120)
     assert r.returncode == status, r.stderr
     assert fragment.format(**places) in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
