@@ -9,7 +9,7 @@ the whole file once:
          window of qd x bs bytes (the window is mapped again and again over the file's length), so
          that both tools move the data through the same physical memory: fio cycles through its
          iodepth buffers of bs each. With a file-sized buffer, a hot buffered read writes the whole
-         file to DRAM where fio's 1 MiB window at 64 KiB stays in the CPU cache (1.5 x the CPU time
+         file to DRAM where fio's 1 MiB window at 64 KiB stays in the CPU cache (1.4 x the CPU time
          per byte: 0.82 x fio, docs/performance.md)
   fio    ioengine=io_uring bs=<bs> iodepth=<qd> direct=0|1 registerfiles=1, one job, the same file;
          fio's runtime counts whole milliseconds, so the file grows with the block size (bs x 16384,
