@@ -177,12 +177,13 @@ class IoUringLease {
 
 // Pieces per io_uring_enter on the O_DIRECT side: at most half the queue. The block layer merges
 // contiguous bios submitted together (one plug) into one device request, up to max_sectors_kb: a
-// whole queue of 16 x 64 KiB pieces went to the disk as one ~1 MiB request (perf: 1137 requests for
-// 16384 pieces; fio's io_uring engine, one piece per enter, 11389), so the disk had one request in
-// flight and sat idle while the caller reaped it and submitted the next (0.79 x fio on hot 64 KiB
-// O_DIRECT writes). In two halves, the second is in flight while the first is reaped and replaced;
-// a refill is usually half a queue anyway, so this costs about one extra enter per request.
-// Buffered pieces do not reach the block layer as bios (page-cache copies, readahead, writeback).
+// whole queue of 16 x 64 KiB pieces went to the disk as one ~1 MiB request (perf, a liburing loop
+// submitting so: 1137 requests for 16384 pieces; fio, one piece per enter, 11389), so the disk had
+// one request in flight and sat idle while the caller reaped it and submitted the next (0.79 x fio
+// on hot 64 KiB O_DIRECT writes). In two halves, the second is in flight while the first is reaped
+// and replaced; a refill is usually half a queue anyway, so this costs about one extra enter per
+// request. Buffered pieces do not reach the block layer as bios (page-cache copies, readahead,
+// writeback).
 unsigned submit_batch(unsigned qd) { return std::max(1u, (qd + 1) / 2); }
 
 bool probe(std::string* why) {
