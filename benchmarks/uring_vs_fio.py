@@ -243,7 +243,9 @@ def main() -> int:
     doc = {"command": ["python", "benchmarks/uring_vs_fio.py", *sys.argv[1:]], "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "fio": fio_version,
                        "accio": accio.__version__, "load_before": os.getloadavg()},
-           "quick": a.quick, "goal": GOAL, "cells": []}
+           "quick": a.quick, "goal": GOAL,
+           "accio_buffer": "one window of qd x bs bytes mapped over the file's length (fio's footprint)",
+           "cells": []}
     print(f"{'bs':>5} {'file':>7} {'rw':5} {'buffering':9} {'cache':5} {'accio MiB/s':>11} {'fio MiB/s':>10}  accio/fio")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run removes its file too
     fd, path = tempfile.mkstemp(prefix="accio-uring-fio-", dir=a.dir)

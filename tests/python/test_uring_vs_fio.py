@@ -29,6 +29,7 @@ def test_quick_cells(tmp_path):
               "buffered,direct", "--cache", "cold", "--json", str(out))
     doc = json.loads(out.read_text())
     assert doc["quick"] and doc["goal"] == 0.9 and doc["command"][1] == "benchmarks/uring_vs_fio.py"
+    assert "window of qd x bs" in doc["accio_buffer"]  # which accio side made these figures
     cells = doc["cells"]
     assert [(c["bs"], c["rw"], c["buffering"]) for c in cells] == [
         (bs, rw, b) for bs in (4096, 65536) for rw in ("write", "read") for b in ("buffered", "direct")]
