@@ -58,6 +58,7 @@ from accio._system import drop_pages, fmt_size, fsync_path, parse_size, residenc
 MiB = 1 << 20
 GOAL = 0.9
 MAP_FIXED, MAP_POPULATE = 0x10, 0x8000  # Linux's values (the mmap module names neither everywhere)
+MAX_WINDOWS = 32768  # mappings per WindowBuffer (each window is one; the kernel's default limit is 65530)
 
 
 def prepare(path: str, size: int, rw: str, cache: str, direct: bool) -> dict:
@@ -239,6 +240,11 @@ def main() -> int:
             ap.error(f"unknown cell {rw}/{buf}/{cache}")
         if size_for(bs) < bs:
             ap.error(f"--max-size {a.max_size} is smaller than the block size {fmt_size(bs)}")
+        windows = -(-size_for(bs) // (a.qd * bs))
+        if windows > MAX_WINDOWS:
+            ap.error(f"a {fmt_size(size_for(bs))} file in windows of qd x bs = {fmt_size(a.qd * bs)} needs {windows} "
+                     f"mappings, more than {MAX_WINDOWS} (vm.max_map_count is 65530 by default): raise --qd or "
+                     f"lower --size/--max-size")
     fio_version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
     doc = {"command": ["python", "benchmarks/uring_vs_fio.py", *sys.argv[1:]], "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "fio": fio_version,

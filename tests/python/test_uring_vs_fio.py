@@ -57,6 +57,7 @@ def test_quick_cells(tmp_path):
     (["--rounds", "3"], "at least 7"),
     (["--quick", "--rw", "append"], "unknown cell"),
     (["--quick", "--bs", "8m", "--max-size", "4m"], "smaller than the block size"),
+    (["--quick", "--bs", "4k", "--qd", "1", "--size", "1g", "--max-size", "1g"], "262144 mappings"),
 ])
 def test_bad_arguments(tmp_path, args, message):
     r = bench("--dir", str(tmp_path), *args, check=False)
