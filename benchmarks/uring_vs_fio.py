@@ -5,7 +5,12 @@ buffering, interleaved sample by sample (accio.stats: median ratio with a 95% bo
 Grid: block size (4K, 64K, 1M, 8M) x read/write x buffered/O_DIRECT x hot/cold. One sample moves
 the whole file once:
   accio  one request of the whole file on a `uring` handle with task_size=<bs>, queue_depth=<qd>,
-         direct=on|off, timed by the engine's own loop (accio._ext.bench_phase, CLOCK_MONOTONIC)
+         direct=on|off, timed around the call (CLOCK_MONOTONIC), into a buffer whose pages alias one
+         window of qd x bs bytes (the window is mapped again and again over the file's length), so
+         that both tools move the data through the same physical memory: fio cycles through its
+         iodepth buffers of bs each. With a file-sized buffer, a hot buffered read writes the whole
+         file to DRAM where fio's 1 MiB window at 64 KiB stays in the CPU cache (1.4 x the CPU time
+         per byte: 0.82 x fio, docs/performance.md)
   fio    ioengine=io_uring bs=<bs> iodepth=<qd> direct=0|1 registerfiles=1, one job, the same file;
          fio's runtime counts whole milliseconds, so the file grows with the block size (bs x 16384,
          at least --size, at most --max-size: 128 MiB at 4K, 1 GiB from 64K) and every run of
@@ -33,8 +38,10 @@ Buffered write cells also time, in the same rounds, the file written in requests
 from __future__ import annotations
 
 import argparse
+import ctypes
 import itertools
 import json
+import mmap
 import os
 import platform
 import signal
@@ -50,6 +57,8 @@ from accio._system import drop_pages, fmt_size, fsync_path, parse_size, residenc
 
 MiB = 1 << 20
 GOAL = 0.9
+MAP_FIXED, MAP_POPULATE = 0x10, 0x8000  # Linux's values (the mmap module names neither everywhere)
+MAX_WINDOWS = 32768  # mappings per WindowBuffer (each window is one; the kernel's default limit is 65530)
 
 
 def prepare(path: str, size: int, rw: str, cache: str, direct: bool) -> dict:
@@ -86,14 +95,57 @@ def prepare(path: str, size: int, rw: str, cache: str, direct: bool) -> dict:
     return {"residency": r}
 
 
+class WindowBuffer:
+    """`size` bytes of address space whose pages alias one `window` of memory (a memfd mapped again
+    and again), filled with random bytes: a whole-file request that touches only `window` bytes of
+    physical memory, as fio's rotating buffers do."""
+
+    def __init__(self, size: int, window: int):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        self._munmap, self.size = libc.munmap, size
+        fd = os.memfd_create("accio-uring-window")
+        try:
+            os.ftruncate(fd, window)
+            os.pwrite(fd, os.urandom(window), 0)
+            # address space only (PROT_NONE), replaced window by window below
+            self.base = libc.mmap(None, size, 0, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+            if self.base in (None, ctypes.c_void_p(-1).value):
+                raise OSError(ctypes.get_errno(), f"mmap of {size} bytes of address space failed")
+            for off in range(0, size, window):
+                at = libc.mmap(self.base + off, min(window, size - off), mmap.PROT_READ | mmap.PROT_WRITE,
+                               mmap.MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0)
+                if at != self.base + off:
+                    err = ctypes.get_errno()
+                    self.close()
+                    raise OSError(err, f"mapping the {window}-byte window at +{off} failed")
+        finally:
+            os.close(fd)
+        self.view = (ctypes.c_char * size).from_address(self.base)
+
+    def close(self) -> None:
+        if self.base:
+            self._munmap(self.base, self.size)
+            self.base = 0
+
+
 def accio_sample(path: str, size: int, bs: int, qd: int, rw: str, direct: bool, mechanism: str = "uring",
-                 record: int = 0) -> float:
-    """One pass over the file by `mechanism` in requests of `record` bytes (0: one request)."""
+                 record: int = 0, window: WindowBuffer | None = None) -> float:
+    """One pass over the file by `mechanism`: one request from/into `window` (record 0), or requests of
+    `record` bytes by the engine's timed loop (accio._ext.bench_phase, one reused record buffer)."""
     write = rw == "write"
     f = accio.File(path, "r+" if write and os.path.exists(path) else ("w" if write else "r"), mechanism,
                    task_size=bs, queue_depth=qd, direct="on" if direct else "off")
     try:
-        (start, end, moved), = _ext.bench_phase([f._f], [0], [size], record or size, write)
+        if record:
+            (start, end, moved), = _ext.bench_phase([f._f], [0], [size], record, write)
+        else:
+            start = time.monotonic_ns()
+            moved = f.write_from(window.view, 0) if write else f.read_into(window.view, 0)
+            end = time.monotonic_ns()
         ran = f.stats()["last_mechanism"]
     finally:
         f.close()
@@ -131,15 +183,19 @@ def run_cell(path: str, size: int, bs: int, qd: int, rw: str, buffering: str, ca
             return fn()
         return go
 
+    window = WindowBuffer(size, qd * bs)
     contenders = {
-        "accio": sample(lambda: accio_sample(path, size, bs, qd, rw, direct)),
+        "accio": sample(lambda: accio_sample(path, size, bs, qd, rw, direct, window=window)),
         "fio": sample(lambda: fio_sample(path, size, bs, qd, rw, direct, short)),
     }
     small_writes = rw == "write" and not direct
     if small_writes:
         contenders["uring_requests"] = sample(lambda: accio_sample(path, size, bs, qd, rw, False, "uring", bs))
         contenders["posix_requests"] = sample(lambda: accio_sample(path, size, bs, qd, rw, False, "posix", bs))
-    samples = stats.interleave(contenders, rounds)
+    try:
+        samples = stats.interleave(contenders, rounds)
+    finally:
+        window.close()
     r = stats.ratio(samples["accio"], samples["fio"])
     res = [c["residency"] for c in checks if "residency" in c]
     cell = {"bs": bs, "rw": rw, "buffering": buffering, "cache": cache, "qd": qd, "size": size,
@@ -184,11 +240,18 @@ def main() -> int:
             ap.error(f"unknown cell {rw}/{buf}/{cache}")
         if size_for(bs) < bs:
             ap.error(f"--max-size {a.max_size} is smaller than the block size {fmt_size(bs)}")
+        windows = -(-size_for(bs) // (a.qd * bs))
+        if windows > MAX_WINDOWS:
+            ap.error(f"a {fmt_size(size_for(bs))} file in windows of qd x bs = {fmt_size(a.qd * bs)} needs {windows} "
+                     f"mappings, more than {MAX_WINDOWS} (vm.max_map_count is 65530 by default): raise --qd or "
+                     f"lower --size/--max-size")
     fio_version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
     doc = {"command": ["python", "benchmarks/uring_vs_fio.py", *sys.argv[1:]], "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "fio": fio_version,
                        "accio": accio.__version__, "load_before": os.getloadavg()},
-           "quick": a.quick, "goal": GOAL, "cells": []}
+           "quick": a.quick, "goal": GOAL,
+           "accio_buffer": "one window of qd x bs bytes mapped over the file's length (fio's footprint)",
+           "cells": []}
     print(f"{'bs':>5} {'file':>7} {'rw':5} {'buffering':9} {'cache':5} {'accio MiB/s':>11} {'fio MiB/s':>10}  accio/fio")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run removes its file too
     fd, path = tempfile.mkstemp(prefix="accio-uring-fio-", dir=a.dir)

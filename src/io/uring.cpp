@@ -175,6 +175,17 @@ class IoUringLease {
   IoUring* ring_ = nullptr;
 };
 
+// Pieces per io_uring_enter on the O_DIRECT side: at most half the queue. The block layer merges
+// contiguous bios submitted together (one plug) into one device request, up to max_sectors_kb: a
+// whole queue of 16 x 64 KiB pieces went to the disk as one ~1 MiB request (perf, a liburing loop
+// submitting so: 1137 requests for 16384 pieces; fio, one piece per enter, 11389), so the disk had
+// one request in flight and sat idle while the caller reaped it and submitted the next (0.79 x fio
+// on hot 64 KiB O_DIRECT writes). In two halves, the second is in flight while the first is reaped
+// and replaced; a refill is usually half a queue anyway, so this costs about one extra enter per
+// request. Buffered pieces do not reach the block layer as bios (page-cache copies, readahead,
+// writeback).
+unsigned submit_batch(unsigned qd) { return std::max(1u, (qd + 1) / 2); }
+
 bool probe(std::string* why) {
   static const std::pair<bool, std::string> result = [] {
     io_uring r;
@@ -256,6 +267,7 @@ class Uring final : public Mechanism {
     const size_t chunk = std::max<size_t>(align_down(pool.buffer_size(), A), A);
     const unsigned qd = std::min(static_cast<unsigned>(kQueueDepth.num(c.settings)), kRingEntries);
     const size_t step = task_bytes(c.settings, hi - lo, qd, A);
+    const unsigned batch = direct ? submit_batch(qd) : qd;  // pieces per io_uring_enter
     const bool user_aligned_mode = direct && is_aligned(user + (align_up(off, A) - off), c.file.mem_align);
 
     IoUringLease ring(pool);
@@ -341,11 +353,18 @@ class Uring final : public Mechanism {
         write_inline(cur, static_cast<size_t>(hi - cur));
         cur = hi;
       }
+      unsigned unsent = 0;
       while (!err && inflight < qd && cur < hi && cur < eof_at && !free_ops.empty()) {
         unsigned i = free_ops.back();
         if (!next_piece(ops[i])) break;
         free_ops.pop_back();
         submit_op(i);
+        // A failure here leaves the pieces in the SQ ring: the submit_and_wait below sends them again
+        // and reports the error.
+        if (++unsent == batch && inflight < qd && cur < hi) {
+          io_uring_submit(&ring->ring);
+          unsent = 0;
+        }
       }
       if (inflight == 0) break;
       int rc;

@@ -1,6 +1,8 @@
 """benchmarks/uring_vs_fio.py at its --quick setting: every cell it is asked for runs both tools on
 the same file, the ratio is the paired median of the per-round ratios, the goal follows from it, and
-bad arguments are refused before anything runs. Speeds are not checked (benchmarks are not tests)."""
+bad arguments are refused before anything runs; accio's window buffer aliases one window of memory.
+Speeds are not checked (benchmarks are not tests)."""
+import importlib.util
 import json
 import os
 import shutil
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "uring_vs_fio.py"
-pytestmark = pytest.mark.skipif(not shutil.which("fio"), reason="fio not installed")
+needs_fio = pytest.mark.skipif(not shutil.which("fio"), reason="fio not installed")
 
 
 def bench(*args, check=True):
@@ -20,12 +22,14 @@ def bench(*args, check=True):
                           timeout=600)
 
 
+@needs_fio
 def test_quick_cells(tmp_path):
     out = tmp_path / "r" / "u.json"
     r = bench("--quick", "--dir", str(tmp_path), "--bs", "4k,64k", "--rw", "write,read", "--buffering",
               "buffered,direct", "--cache", "cold", "--json", str(out))
     doc = json.loads(out.read_text())
     assert doc["quick"] and doc["goal"] == 0.9 and doc["command"][1] == "benchmarks/uring_vs_fio.py"
+    assert "window of qd x bs" in doc["accio_buffer"]  # which accio side made these figures
     cells = doc["cells"]
     assert [(c["bs"], c["rw"], c["buffering"]) for c in cells] == [
         (bs, rw, b) for bs in (4096, 65536) for rw in ("write", "read") for b in ("buffered", "direct")]
@@ -48,12 +52,43 @@ def test_quick_cells(tmp_path):
     assert not any(p.name.startswith("accio-uring-fio-") for p in tmp_path.iterdir())  # its file is gone
 
 
+@needs_fio
 @pytest.mark.parametrize("args, message", [
     (["--rounds", "3"], "at least 7"),
     (["--quick", "--rw", "append"], "unknown cell"),
     (["--quick", "--bs", "8m", "--max-size", "4m"], "smaller than the block size"),
+    (["--quick", "--bs", "4k", "--qd", "1", "--size", "1g", "--max-size", "1g"], "262144 mappings"),
 ])
 def test_bad_arguments(tmp_path, args, message):
     r = bench("--dir", str(tmp_path), *args, check=False)
     assert r.returncode == 2 and message in r.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_window_buffer_aliases_one_window(tmp_path):
+    """The whole-file buffer touches qd x bs bytes of memory, as fio's iodepth buffers: every window of
+    its address space is the same memory, the last one cut short, and accio writes it whole."""
+    spec = importlib.util.spec_from_file_location("uring_vs_fio", SCRIPT)
+    bench_mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_mod)
+    import accio
+    window, size = 64 << 10, 3 * (64 << 10) + 4096 + 100
+    w = bench_mod.WindowBuffer(size, window)
+    try:
+        view = memoryview(w.view).cast("B")
+        assert len(view) == size
+        first = bytes(view[:window])
+        assert len(set(first)) > 200  # random bytes, not zeros
+        for off in range(window, size, window):
+            assert bytes(view[off:off + window]) == first[:min(window, size - off)]
+        view[5] = first[5] ^ 0xFF  # one store, seen in every window
+        assert view[window + 5] == view[2 * window + 5] == view[5] != first[5]
+        first = bytes(view[:window])
+        path = tmp_path / "w"
+        with accio.File(path, "w", "uring", task_size="4k", queue_depth=4) as f:
+            assert f.write_from(w.view, 0) == size
+        assert path.read_bytes() == (first * 4)[:size]
+        view.release()
+    finally:
+        w.close()
+        w.close()  # closing twice is harmless
