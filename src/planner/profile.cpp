@@ -179,6 +179,12 @@ MachineFacts MachineFacts::detect() {
   return f;
 }
 
+uint64_t MachineFacts::split_from() const {
+  if (cpus <= 1) return UINT64_MAX;
+  const uint64_t n = (handoff_bytes * cpus + cpus - 2) / (cpus - 1);  // ceil(handoff x cpus / (cpus - 1))
+  return (n + 4095) & ~uint64_t{4095};
+}
+
 std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts) {
   auto m = std::make_shared<Profile>();
   m->source = m->name = "built-in model";
@@ -188,10 +194,9 @@ std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts)
   const uint64_t even_up_to = std::max<uint64_t>(facts.cpus, 1) * kTask;
   for (int w = 0; w < 2; ++w)
     for (int c = 0; c < 2; ++c) {
-      const uint64_t split_from = c ? 4u << 20 : 1u << 20;
-      if (facts.cpus <= 1) m->table[w][c] = {Cell{UINT64_MAX, {0}, {}}};
-      else  // cpus >= 2: even_up_to (8 MiB or more) lies above split_from (at most 4 MiB); from
-            // even_up_to on, 4 MiB tasks are the even split's tasks or smaller
+      const uint64_t split_from = c ? std::max<uint64_t>(4u << 20, facts.split_from()) : facts.split_from();
+      if (split_from >= even_up_to) m->table[w][c] = {Cell{UINT64_MAX, {0}, {}}};  // one CPU (or a slow hand-off)
+      else  // from even_up_to on, 4 MiB tasks are the even split's tasks or smaller
         m->table[w][c] = {Cell{split_from - 1, {0}, {}}, Cell{even_up_to - 1, {1, 0}, {}}, Cell{UINT64_MAX, {2, 0}, {}}};
     }
   return m;

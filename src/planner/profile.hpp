@@ -54,7 +54,16 @@ struct FsKey {
 // (its affinity mask, as containers and taskset limit it); tests build models for other machines.
 struct MachineFacts {
   unsigned cpus = 1;
+  // The bytes one CPU copies from the page cache in the time a request's hand-off to the thread
+  // pool and back costs (waking the workers, joining their tasks). An estimate, not measured per
+  // machine: on the 2-vCPU VM a hot 1 MiB read split in two ran at 0.74x of one pread and a 2 MiB
+  // one at 1.40x (results/tune/profile_ext4_vda.json), which puts it between 0.5 and 1 MiB.
+  uint64_t handoff_bytes = 768 << 10;
   static MachineFacts detect();
+  // The smallest request an even split over the CPUs serves faster than one call, with one request
+  // in flight: where the copy time the split saves, n x (1 - 1/cpus), exceeds the hand-off,
+  // rounded up to a page (1.5 MiB on 2 CPUs, 1 MiB on 4, 820 KiB on 16); UINT64_MAX on one CPU.
+  uint64_t split_from() const;
 };
 
 struct Profile {
@@ -69,8 +78,9 @@ struct Profile {
   size_t cell_index(bool write, bool concurrent, uint64_t n) const;
 
   // Built-in model, scaled with the machine: on one CPU posix at every size (a split only adds
-  // hand-offs to copies the one CPU makes anyway); else posix below 1 MiB (4 MiB with several
-  // requests in flight), an even split over the handle's threads (parallel) below cpus x 4 MiB, and
+  // hand-offs to copies the one CPU makes anyway); else posix below MachineFacts::split_from() (with
+  // several requests in flight, below 4 MiB or that if larger: the CPUs are shared), an even split
+  // over the handle's threads (parallel) below cpus x 4 MiB, and
   // from there 4 MiB tasks (an even split of a huge request into one task per CPU finishes with
   // its slowest task; 4 MiB tasks keep every CPU busy to the end); posix as the fallback. Cache
   // state is not used (hot and cold plans are the same: no residency probe). builtin_model() is

@@ -143,9 +143,11 @@ TEST(Profile, BuiltinModelScalesWithTheCpus) {
   // One CPU: a split only adds hand-offs, posix at every size.
   for (const uint64_t n : {uint64_t{4096}, MiB, 64 * MiB, uint64_t{2} << 30})
     for (int w = 0; w < 2; ++w) EXPECT_EQ(label(1, w, false, n), "posix") << n;
-  // Two CPUs (this VM): posix below 1 MiB, even split below 2 x 4 MiB, 4 MiB tasks from there.
-  EXPECT_EQ(label(2, false, false, MiB - 1), "posix");
-  EXPECT_EQ(label(2, false, false, MiB), "parallel(even)");
+  // Two CPUs (this VM): posix below 1.5 MiB (a hot 1 MiB read split in two loses to one pread:
+  // half the copy saved is less than the hand-off), even split below 2 x 4 MiB, 4 MiB tasks from there.
+  EXPECT_EQ(label(2, false, false, MiB), "posix");
+  EXPECT_EQ(label(2, false, false, 3 * MiB / 2 - 1), "posix");
+  EXPECT_EQ(label(2, false, false, 3 * MiB / 2), "parallel(even)");
   EXPECT_EQ(label(2, false, false, 8 * MiB - 1), "parallel(even)");
   EXPECT_EQ(label(2, false, false, 8 * MiB), "parallel(task=4MiB)");
   EXPECT_EQ(label(2, true, true, 4 * MiB - 1), "posix");  // several in flight: split from 4 MiB
@@ -157,6 +159,19 @@ TEST(Profile, BuiltinModelScalesWithTheCpus) {
   EXPECT_EQ(label(16, false, false, uint64_t{2} << 30), "parallel(task=4MiB)");
   EXPECT_EQ(label(16, true, false, uint64_t{2} << 30), "parallel(task=4MiB)");
   EXPECT_EQ(label(16, false, true, 2 * MiB), "posix");
+  // The crossing point falls with the CPUs (the split saves n x (1 - 1/cpus) of the copy): 1 MiB
+  // on 4, just above 800 KiB on 16, where a 1 MiB read is split; and rises with a dearer hand-off.
+  EXPECT_EQ(label(4, false, false, MiB - 1), "posix");
+  EXPECT_EQ(label(4, false, false, MiB), "parallel(even)");
+  EXPECT_EQ(label(16, false, false, 800 << 10), "posix");
+  EXPECT_EQ(label(16, false, false, MiB), "parallel(even)");
+  EXPECT_EQ((planner::MachineFacts{16, 768 << 10}.split_from()), 820u << 10);
+  EXPECT_EQ((planner::MachineFacts{2, 2 * MiB}.split_from()), 4 * MiB);
+  EXPECT_EQ(planner::MachineFacts{1}.split_from(), UINT64_MAX);
+  // A hand-off so dear that no split pays below the 4 MiB tasks: posix at every size.
+  auto slow = planner::Profile::builtin_model(planner::MachineFacts{2, 8 * MiB});
+  EXPECT_EQ(slow->table[0][0].size(), 1u);
+  EXPECT_EQ(slow->plans[slow->cell(false, false, uint64_t{1} << 30).hot[0]].label(), "posix");
   // The model is a profile like any other: its document parses back to the same decisions.
   auto m = planner::Profile::builtin_model(planner::MachineFacts{16});
   auto decisions = [](const std::string& doc) { return doc.substr(doc.find("\"plans\"")); };

@@ -388,6 +388,49 @@ def test_planner_decides_above_the_gate(data, tmp_path):
     assert f["read"]["declined_calls"] == 0 and f["read"]["accelerated_calls"] >= 3
 
 
+def _profile_hot_posix_cold_parallel(tmp_path: Path, of: Path) -> dict:
+    """An environment whose profile for `of`'s filesystem runs posix on cached ranges at every size
+    and parallel on cold ranges from 1 MiB: every 1 MiB request asks the planner (its crossing point
+    is 1 MiB), which passes hot ones back."""
+    from accio import _ext
+    pdir = tmp_path / "profiles"
+    pdir.mkdir(exist_ok=True)
+    k = _ext.profile_key(str(of))
+    group = {"hot": [{"max_size": None, "plans": [0]}],
+             "cold": [{"max_size": 2**20 - 1, "plans": [0]}, {"max_size": None, "plans": [1, 0]}]}
+    (pdir / os.path.basename(k["file"])).write_text(json.dumps({
+        "schema": "accio.profile/1", "key": {"filesystem": k["filesystem"], "device": k["device"]},
+        "plans": [{"mechanism": "posix"}, {"mechanism": "parallel"}],
+        "decisions": {op: {"1": group, "N": group} for op in ("read", "write")}}))
+    return dict(os.environ, ACCIO_PROFILE_DIR=str(pdir))
+
+
+def test_the_memo_passes_equal_requests_back_without_asking(tmp_path):
+    """dd bs=1M of a hot file whose planner runs posix there: every call is passed back, but the
+    planner is asked once per 16 MiB of equal requests (the memo), not once per call; a request of
+    another size asks again; close() forgets the memo."""
+    f = tmp_path / "hot.bin"
+    f.write_bytes(os.urandom(64 << 20))
+    env = _profile_hot_posix_cold_parallel(tmp_path, f)
+    plain(["cat", str(f)], check=True)  # hot
+    _, rep = accio_run(["dd", f"if={f}", "of=/dev/null", "bs=1M", "status=none"], tmp_path, threshold=None, env=env)
+    r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
+    assert r["accelerated_calls"] == 0 and r["declined_calls"] == 64, r
+    assert r["remembered_calls"] == 60, r  # asked at calls 1, 18, 35, 52 (16 MiB each time between)
+    # Alternating sizes: neither is the last size passed back, so every call asks.
+    alt = ("import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+           "for i in range(16):\n    os.read(fd, (1 << 20) + (i % 2) * 4096)\n")
+    _, rep = accio_run([sys.executable, "-c", alt, str(f)], tmp_path, threshold=None, env=env)
+    r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
+    assert r["declined_calls"] == 16 and r["remembered_calls"] == 0, r
+    # close() forgets: each open asks once, the next two equal reads are remembered.
+    reopen = ("import os, sys\nfor _ in range(2):\n    fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+              "    for i in range(3): os.read(fd, 1 << 20)\n    os.close(fd)\n")
+    _, rep = accio_run([sys.executable, "-c", reopen, str(f)], tmp_path, threshold=None, env=env)
+    r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
+    assert r["declined_calls"] == 6 and r["remembered_calls"] == 4, r
+
+
 @pytest.mark.parametrize("reader", ["cat", "sha256sum", "python"])
 def test_prefetch_for_cold_sequential_readers(tmp_path, reader):
     """A sequential reader of small requests on a cold file gets its stream asked for ahead
