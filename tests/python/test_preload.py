@@ -415,8 +415,8 @@ def test_the_memo_passes_equal_requests_back_without_asking(tmp_path):
     plain(["cat", str(f)], check=True)  # hot
     _, rep = accio_run(["dd", f"if={f}", "of=/dev/null", "bs=1M", "status=none"], tmp_path, threshold=None, env=env)
     r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
-    assert r["accelerated_calls"] == 0 and r["declined_calls"] == 64, r
-    assert r["remembered_calls"] == 60, r  # asked at calls 1, 18, 35, 52 (16 MiB each time between)
+    assert r["calls"] == 65 and r["accelerated_calls"] == 0 and r["declined_calls"] == 65, r  # 64 + EOF
+    assert r["remembered_calls"] == 61, r  # asked at calls 1, 18, 35, 52 (16 MiB each time between)
     # Alternating sizes: neither is the last size passed back, so every call asks.
     alt = ("import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
            "for i in range(16):\n    os.read(fd, (1 << 20) + (i % 2) * 4096)\n")
