@@ -417,7 +417,8 @@ def test_the_memo_passes_equal_requests_back_without_asking(tmp_path):
     r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
     assert r["calls"] == 65 and r["accelerated_calls"] == 0 and r["declined_calls"] == 65, r  # 64 + EOF
     assert r["remembered_calls"] == 61, r  # asked at calls 1, 18, 35, 52 (16 MiB each time between)
-    # Alternating sizes: neither is the last size passed back, so every call asks.
+    # Alternating sizes: neither is the last size passed back, so every call asks. (The script
+    # leaves its descriptor open: the statistics are then read at exit, which once crashed.)
     alt = ("import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
            "for i in range(16):\n    os.read(fd, (1 << 20) + (i % 2) * 4096)\n")
     _, rep = accio_run([sys.executable, "-c", alt, str(f)], tmp_path, threshold=None, env=env)
