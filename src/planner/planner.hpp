@@ -85,7 +85,8 @@ class Planner {
   };
   bool cold(const Signals& r) const;
   // Whether r does not continue the previous request of a stream_matters cell on this handle (and
-  // remembers where r ends). Racing threads may see each other's ends: a heuristic, as the probe's.
+  // remembers where r ends); the same request asked again (same offset) gets the same answer.
+  // Racing threads may see each other's ends: a heuristic, as the probe's.
   bool starts_stream(const Signals& r) const;
   unsigned route_of(int w, int c, size_t cell, int state, int aligned) const;
 
@@ -110,7 +111,9 @@ class Planner {
   static constexpr uint64_t kReprobeBytes = 4 << 20;
   mutable std::atomic<uint64_t> since_probe_{kReprobeBytes};
   mutable std::atomic<bool> last_cold_{false};
-  mutable std::atomic<uint64_t> next_off_{UINT64_MAX};  // where the last stream_matters request ended
+  // The last stream_matters request on this handle: where it began and ended, and whether it started a stream.
+  mutable std::atomic<uint64_t> last_off_{UINT64_MAX}, next_off_{UINT64_MAX};
+  mutable std::atomic<bool> last_starts_{false};
 };
 
 }  // namespace accio::planner

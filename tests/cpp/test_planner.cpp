@@ -232,9 +232,11 @@ TEST(Planner, ColdReadsThatStartAStreamRunDirect) {
   std::string first = plan(8 * MiB, 0);  // a first read: starts a stream
   EXPECT_EQ(label(first), "direct(even)");
   EXPECT_NE(first.find("range cold, starts a stream"), std::string::npos) << first;
+  EXPECT_EQ(label(plan(8 * MiB, 0)), "direct(even)");  // the same request asked again (plan, then run)
   std::string next = plan(8 * MiB, 8 * MiB);  // continues it
   EXPECT_EQ(label(next), "parallel(task=4MiB)");
   EXPECT_NE(next.find("continues the previous request"), std::string::npos) << next;
+  EXPECT_EQ(label(plan(8 * MiB, 8 * MiB)), "parallel(task=4MiB)");  // asked again: still continues
   EXPECT_EQ(label(plan(8 * MiB, 24 * MiB)), "direct(even)");     // a jump: starts another
   EXPECT_EQ(label(plan(8 * MiB, 0, b.data(1))), "parallel(task=4MiB)");  // unaligned: no direct
   EXPECT_EQ(label(plan(4 * MiB, 4 * MiB)), "parallel(even)");     // below 8 MiB: the hot plan
