@@ -432,6 +432,29 @@ def test_the_memo_passes_equal_requests_back_without_asking(tmp_path):
     assert r["declined_calls"] == 6 and r["remembered_calls"] == 4, r
 
 
+def test_a_cold_stream_starts_with_direct_and_continues_as_the_hot_plan(tmp_path):
+    """Built-in model, dd bs=8M of a cold file: the first call starts a stream (direct), the next
+    ones continue it (the kernel reads ahead: the hot plan), though the shim asks the planner before
+    each call it runs; the bytes are the file's."""
+    from accio._system import drop_pages, residency
+    f = tmp_path / "cold.bin"
+    f.write_bytes(os.urandom(40 << 20))
+    try:
+        os.close(os.open(f, os.O_RDONLY | os.O_DIRECT))
+    except OSError:
+        pytest.skip("no O_DIRECT on this filesystem")
+    drop_pages(str(f))
+    if residency(str(f)) > 0.1:
+        pytest.skip("this filesystem keeps pages cached")
+    env = dict(os.environ, ACCIO_PROFILE="off")
+    p, rep = accio_run(["sh", "-c", f"dd if={f} bs=8M status=none | sha256sum"], tmp_path, threshold=None, env=env)
+    assert p.stdout.split()[0].decode() == sha(f)
+    plans = next(x for x in rep["files"] if x["path"].endswith("cold.bin"))["plans"]
+    direct = [x for x in plans if x["plan"] == "direct(even)"]
+    assert len(direct) == 1 and direct[0]["calls"] == 1 and "starts a stream" in direct[0]["why"], plans
+    assert sum(x["calls"] for x in plans if x["plan"] != "direct(even)") >= 3, plans
+
+
 @pytest.mark.parametrize("reader", ["cat", "sha256sum", "python"])
 def test_prefetch_for_cold_sequential_readers(tmp_path, reader):
     """A sequential reader of small requests on a cold file gets its stream asked for ahead
