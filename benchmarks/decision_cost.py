@@ -8,7 +8,8 @@ Per request size, interleaved (accio.stats), --rounds samples of each of:
                handle), made as a request makes it (accio_mechanism_for_at: the C API, the
                planner, the buffer's memory kind);
   decide/noprobe  the same with cache_probe=off (what the probe itself costs is the difference);
-  decide/model    the same under the built-in model (no probe: its hot and cold plans agree);
+  decide/model    the same under the built-in model (no probe below 8 MiB, where its hot and cold plans
+                  agree; from 8 MiB a cold read that starts a stream runs direct, so it probes);
   fixed        the same path with mechanism=posix (no decision: one plan), so that decide - fixed is
                what auto's decision adds to a request;
   request      ns per request of a hot posix read of that size from the page cache (the fastest

@@ -202,7 +202,8 @@ def served(cmd: list[str], tmp: Path) -> dict:
                    stderr=subprocess.DEVNULL, check=True, env=dict(os.environ, ACCIO_RUN_PYTHON=sys.executable))
     rep = json.loads(out.read_text())
     tot = {k: sum(f[op].get(k, 0) for f in rep["files"] for op in ("read", "write"))
-           for k in ("calls", "accelerated_calls", "accelerated_bytes", "declined_calls", "bytes")}
+           for k in ("calls", "accelerated_calls", "accelerated_bytes", "declined_calls", "remembered_calls",
+                     "bytes")}
     tot["prefetch_windows"] = sum(p.get("prefetch_windows", 0) for p in rep["processes"])
     tot["plans"] = sorted({p["plan"] for f in rep["files"] for p in f["plans"]})
     if not tot["calls"]:

@@ -98,7 +98,8 @@ def report_main(argv: list[str]) -> int:
 
 
 def _add_side(into: dict, side: dict) -> None:
-    for k in ("calls", "bytes", "ns", "accelerated_calls", "accelerated_bytes", "fallbacks", "declined_calls"):
+    for k in ("calls", "bytes", "ns", "accelerated_calls", "accelerated_bytes", "fallbacks", "declined_calls",
+              "remembered_calls"):
         into[k] = into.get(k, 0) + side.get(k, 0)
     hist = into.setdefault("size_histogram", [0] * len(side["size_histogram"]))
     for i, v in enumerate(side["size_histogram"]):

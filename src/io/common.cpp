@@ -29,14 +29,17 @@ bool Mechanism::reads(const std::string& knob) const {
 }
 
 const std::vector<const Mechanism*>& all() {
-  static const std::vector<const Mechanism*> list = [] {
+  // Never destroyed: it may first be built after an exit handler that reads it was registered (the
+  // preload shim's, which collects statistics at exit), and that handler then runs after its
+  // destructor would have (a process leaving a file open under `accio run --stats` crashed so).
+  static const std::vector<const Mechanism*>* const list = new std::vector<const Mechanism*>([] {
     std::vector<const Mechanism*> v;
     for (auto& m : owned()) v.push_back(m.get());
     std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->rank() < b->rank(); });
     for (size_t i = 0; i < v.size(); ++i) const_cast<Mechanism*>(v[i])->id = static_cast<int>(i);
     return v;
-  }();
-  return list;
+  }());
+  return *list;
 }
 
 const Mechanism* find(const std::string& name) {

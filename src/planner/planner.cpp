@@ -30,12 +30,19 @@ Planner::Planner(std::shared_ptr<const Profile> profile, const io::FileRef& file
       first_route_[w][c] = route_plan_.size();
       for (const Cell& cell : profile_->table[w][c]) {
         const std::vector<int>& cold = cell.cold.empty() ? cell.hot : cell.cold;
-        CellRoutes r{{{first(cell.hot, false), first(cell.hot, true)}, {first(cold, false), first(cold, true)}}, false, false};
-        r.cache_matters = r.plan[0][0] != r.plan[1][0] || r.plan[0][1] != r.plan[1][1];
-        r.align_matters = r.plan[0][0] != r.plan[0][1] || r.plan[1][0] != r.plan[1][1];
+        const std::vector<int>& start = cell.cold_start.empty() ? cold : cell.cold_start;
+        CellRoutes r{{{first(cell.hot, false), first(cell.hot, true)},
+                      {first(cold, false), first(cold, true)},
+                      {first(start, false), first(start, true)}},
+                     false, false, false};
+        for (int a = 0; a < 2; ++a) {
+          r.cache_matters |= r.plan[kHot][a] != r.plan[kCold][a] || r.plan[kHot][a] != r.plan[kColdStart][a];
+          r.stream_matters |= r.plan[kCold][a] != r.plan[kColdStart][a];
+        }
+        for (int st = 0; st < kStates; ++st) r.align_matters |= r.plan[st][0] != r.plan[st][1];
         cells_[w][c].push_back(r);
-        for (int cold_ = 0; cold_ < 2; ++cold_)
-          for (int aligned = 0; aligned < 2; ++aligned) route_plan_.push_back(r.plan[cold_][aligned]);
+        for (int st = 0; st < kStates; ++st)
+          for (int aligned = 0; aligned < 2; ++aligned) route_plan_.push_back(r.plan[st][aligned]);
       }
     }
   counters_ = std::make_unique<Counter[]>(route_plan_.size());
@@ -53,14 +60,26 @@ uint64_t Planner::min_accelerated(bool write) const {
   if (!profile_) return std::string_view(plans_[0].mechanism->name()) == "posix" ? UINT64_MAX : 0;
   const std::vector<Cell>& cells = profile_->table[write][0];
   for (size_t i = 0; i < cells.size(); ++i)
-    for (const auto& by_cache : cells_[write][0][i].plan)
+    for (const auto& by_cache : cells_[write][0][i].plan)  // every state: hot, cold, cold_start
       for (int p : by_cache)
         if (std::string_view(plans_[p].mechanism->name()) != "posix") return i ? cells[i - 1].max_size + 1 : 0;
   return UINT64_MAX;
 }
 
-unsigned Planner::route_of(int w, int c, size_t cell, int cold, int aligned) const {
-  return static_cast<unsigned>(first_route_[w][c] + cell * 4 + static_cast<size_t>(cold * 2 + aligned));
+unsigned Planner::route_of(int w, int c, size_t cell, int state, int aligned) const {
+  return static_cast<unsigned>(first_route_[w][c] + cell * kStates * 2 + static_cast<size_t>(state * 2 + aligned));
+}
+
+bool Planner::starts_stream(const Signals& r) const {
+  // A request at the offset of the previous one is that request asked about again (the shim asks
+  // what would run, then runs it; explain() asks too): it gets the same answer.
+  constexpr auto relaxed = std::memory_order_relaxed;
+  if (r.offset == last_off_.load(relaxed)) return last_starts_.load(relaxed);
+  const bool starts = r.offset != next_off_.load(relaxed);
+  last_starts_.store(starts, relaxed);
+  next_off_.store(r.offset + r.size, relaxed);
+  last_off_.store(r.offset, relaxed);
+  return starts;
 }
 
 bool Planner::cold(const Signals& r) const {
@@ -82,11 +101,12 @@ Choice Planner::choose(const Signals& r) const {
   const int w = r.write, c = r.inflight > 1;
   const size_t cell = profile_->cell_index(r.write, c, r.size);
   const CellRoutes& routes = cells_[w][c][cell];
-  const int is_cold = routes.cache_matters && cold(r);
+  const bool starts = routes.stream_matters && starts_stream(r);  // kept up to date hot or cold
+  const int state = !(routes.cache_matters && cold(r)) ? kHot : starts ? kColdStart : kCold;
   // Only where the cell's plans differ by alignment is the request's alignment looked at (two
   // divisions); elsewhere the request takes the aligned route, whose plan is the same.
   const int aligned = !routes.align_matters || (r.offset % file_.off_align == 0 && io::is_aligned(r.buf, file_.mem_align));
-  return Choice{&plans_[routes.plan[is_cold][aligned]], route_of(w, c, cell, is_cold, aligned)};
+  return Choice{&plans_[routes.plan[state][aligned]], route_of(w, c, cell, state, aligned)};
 }
 
 void Planner::record(const Choice& ch, uint64_t bytes, bool rerouted) const {
@@ -99,10 +119,10 @@ std::string Planner::why(unsigned route) const {
   if (!profile_) return route == 0 ? fixed_why_ : "unknown";
   for (int w = 0; w < 2; ++w)
     for (int c = 0; c < 2; ++c) {
-      const size_t b = first_route_[w][c], n = cells_[w][c].size() * 4;
+      const size_t b = first_route_[w][c], n = cells_[w][c].size() * kStates * 2;
       if (route < b || route >= b + n) continue;
-      const size_t cell = (route - b) / 4;
-      const int cold = static_cast<int>((route - b) % 4) / 2, aligned = static_cast<int>(route - b) % 2;
+      const size_t cell = (route - b) / (kStates * 2);
+      const int state = static_cast<int>((route - b) % (kStates * 2)) / 2, aligned = static_cast<int>(route - b) % 2;
       const auto& cells = profile_->table[w][c];
       const uint64_t lo = cell ? cells[cell - 1].max_size + 1 : 0, hi = cells[cell].max_size;
       // Sizes as a person reads them, the cell as a half-open range: "16 MiB..64 MiB", not "16MiB..67108863B".
@@ -114,9 +134,11 @@ std::string Planner::why(unsigned route) const {
       std::string out = profile_->name + ": " + (w ? "write" : "read") + ", " +
                         (c ? "several requests in flight" : "one request in flight") + ", " + range;
       const CellRoutes& routes = cells_[w][c][cell];
-      out += routes.cache_matters ? (cold ? ", range cold" : ", range cached") : "";
-      const int best = routes.plan[cold][1];
-      if (!aligned && routes.plan[cold][0] != best) out += ", unaligned buffer or offset (" + plans_[best].label + " needs alignment)";
+      out += routes.cache_matters ? (state != kHot ? ", range cold" : ", range cached") : "";
+      if (routes.stream_matters && state != kHot)
+        out += state == kColdStart ? ", starts a stream (does not continue the previous request)" : ", continues the previous request";
+      const int best = routes.plan[state][1];
+      if (!aligned && routes.plan[state][0] != best) out += ", unaligned buffer or offset (" + plans_[best].label + " needs alignment)";
       if (profile_->builtin) out += "; run `accio tune` to measure this filesystem";
       return out;
     }

@@ -4,7 +4,8 @@
 // settings applied, direct plans dropped where the file takes no O_DIRECT) and every table cell gets
 // its first eligible plan for aligned and unaligned requests, hot and cold: a route. Per request,
 // choose() looks up the cell by size and concurrency and, only where the hot and cold plans differ,
-// probes the page-cache residency of the range. Counts the requests each route served, so
+// probes the page-cache residency of the range, and only where a cold range's plan depends on it,
+// whether the request continues the previous one (cold_start). Counts the requests each route served, so
 // statistics can say which plan ran and why.
 #pragma once
 #include <atomic>
@@ -74,13 +75,20 @@ class Planner {
   const Plan* only_plan() const { return profile_ ? nullptr : &plans_[0]; }
 
  private:
+  // The cache state of a request's range, as the routes tell them apart.
+  enum State { kHot = 0, kCold = 1, kColdStart = 2, kStates = 3 };
   struct CellRoutes {
-    int plan[2][2];     // [cold][aligned] -> index into plans_
-    bool cache_matters; // hot and cold plans differ: probe the residency
-    bool align_matters; // aligned and unaligned plans differ: check the request's alignment
+    int plan[kStates][2]; // [state][aligned] -> index into plans_
+    bool cache_matters;   // hot and cold plans differ: probe the residency
+    bool stream_matters;  // cold and cold_start plans differ: look at whether the request continues the last
+    bool align_matters;   // aligned and unaligned plans differ: check the request's alignment
   };
   bool cold(const Signals& r) const;
-  unsigned route_of(int w, int c, size_t cell, int cold, int aligned) const;
+  // Whether r does not continue the previous request of a stream_matters cell on this handle (and
+  // remembers where r ends); the same request asked again (same offset) gets the same answer.
+  // Racing threads may see each other's ends: a heuristic, as the probe's.
+  bool starts_stream(const Signals& r) const;
+  unsigned route_of(int w, int c, size_t cell, int state, int aligned) const;
 
   std::shared_ptr<const Profile> profile_;  // nullptr for a fixed mechanism
   const io::FileRef& file_;
@@ -103,6 +111,9 @@ class Planner {
   static constexpr uint64_t kReprobeBytes = 4 << 20;
   mutable std::atomic<uint64_t> since_probe_{kReprobeBytes};
   mutable std::atomic<bool> last_cold_{false};
+  // The last stream_matters request on this handle: where it began and ended, and whether it started a stream.
+  mutable std::atomic<uint64_t> last_off_{UINT64_MAX}, next_off_{UINT64_MAX};
+  mutable std::atomic<bool> last_starts_{false};
 };
 
 }  // namespace accio::planner

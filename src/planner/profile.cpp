@@ -179,20 +179,42 @@ MachineFacts MachineFacts::detect() {
   return f;
 }
 
+uint64_t MachineFacts::split_from() const {
+  if (cpus <= 1) return UINT64_MAX;
+  const uint64_t n = (handoff_bytes * cpus + cpus - 2) / (cpus - 1);  // ceil(handoff x cpus / (cpus - 1))
+  return (n + 4095) & ~uint64_t{4095};
+}
+
 std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts) {
   auto m = std::make_shared<Profile>();
   m->source = m->name = "built-in model";
   m->builtin = true;
   constexpr uint64_t kTask = 4 << 20;  // the parallel mechanism's default task_size
-  m->plans = {PlanSpec{"posix"}, PlanSpec{"parallel"}, PlanSpec{"parallel", kTask}};
+  m->plans = {PlanSpec{"posix"}, PlanSpec{"parallel"}, PlanSpec{"parallel", kTask}, PlanSpec{"direct"}};
+  constexpr int kDirect = 3;
   const uint64_t even_up_to = std::max<uint64_t>(facts.cpus, 1) * kTask;
   for (int w = 0; w < 2; ++w)
     for (int c = 0; c < 2; ++c) {
-      const uint64_t split_from = c ? 4u << 20 : 1u << 20;
-      if (facts.cpus <= 1) m->table[w][c] = {Cell{UINT64_MAX, {0}, {}}};
-      else  // cpus >= 2: even_up_to (8 MiB or more) lies above split_from (at most 4 MiB); from
-            // even_up_to on, 4 MiB tasks are the even split's tasks or smaller
-        m->table[w][c] = {Cell{split_from - 1, {0}, {}}, Cell{even_up_to - 1, {1, 0}, {}}, Cell{UINT64_MAX, {2, 0}, {}}};
+      const uint64_t split_from = c ? std::max<uint64_t>(4u << 20, facts.split_from()) : facts.split_from();
+      if (split_from >= even_up_to) m->table[w][c] = {Cell{UINT64_MAX, {0}, {}, {}}};  // one CPU (or a slow hand-off)
+      else  // from even_up_to on, 4 MiB tasks are the even split's tasks or smaller
+        m->table[w][c] = {Cell{split_from - 1, {0}, {}, {}}, Cell{even_up_to - 1, {1, 0}, {}, {}}, Cell{UINT64_MAX, {2, 0}, {}, {}}};
+      if (w) continue;
+      // Reads of cold_direct_from or more that start a stream on a cold range: direct first (a
+      // file that takes no O_DIRECT, or an unaligned request, falls through to the hot plans).
+      std::vector<Cell>& t = m->table[w][c];
+      const uint64_t from = std::max<uint64_t>(facts.cold_direct_from, 1);
+      for (size_t i = 0; i < t.size(); ++i) {
+        const uint64_t lo = i ? t[i - 1].max_size + 1 : 0;
+        if (lo < from && t[i].max_size >= from) {  // split the cell at from
+          t.insert(t.begin() + static_cast<std::ptrdiff_t>(i), Cell{from - 1, t[i].hot, {}, {}});
+          continue;
+        }
+        if (lo >= from) {
+          t[i].cold_start = {kDirect};
+          t[i].cold_start.insert(t[i].cold_start.end(), t[i].hot.begin(), t[i].hot.end());
+        }
+      }
     }
   return m;
 }
@@ -300,12 +322,13 @@ std::vector<std::pair<uint64_t, std::vector<int>>> parse_group(const Value& v, s
   return out;
 }
 
-// Merges the hot and cold groups into cells over the union of their boundaries.
-std::vector<Cell> merge(const std::vector<std::pair<uint64_t, std::vector<int>>>& hot,
-                        const std::vector<std::pair<uint64_t, std::vector<int>>>& cold) {
+using Group = std::vector<std::pair<uint64_t, std::vector<int>>>;
+
+// Merges the hot, cold and cold_start groups into cells over the union of their boundaries.
+std::vector<Cell> merge(const Group& hot, const Group& cold, const Group& cold_start) {
   std::vector<uint64_t> bounds;
-  for (auto& c : hot) bounds.push_back(c.first);
-  for (auto& c : cold) bounds.push_back(c.first);
+  for (const Group* g : {&hot, &cold, &cold_start})
+    for (auto& c : *g) bounds.push_back(c.first);
   std::sort(bounds.begin(), bounds.end());
   bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
   auto covering = [](const auto& g, uint64_t b) -> std::vector<int> {
@@ -315,8 +338,9 @@ std::vector<Cell> merge(const std::vector<std::pair<uint64_t, std::vector<int>>>
   };
   std::vector<Cell> out;
   for (uint64_t b : bounds) {
-    Cell c{b, covering(hot, b), cold.empty() ? std::vector<int>{} : covering(cold, b)};
-    if (!out.empty() && out.back().hot == c.hot && out.back().cold == c.cold) out.back().max_size = b;
+    Cell c{b, covering(hot, b), covering(cold, b), covering(cold_start, b)};
+    if (!out.empty() && out.back().hot == c.hot && out.back().cold == c.cold && out.back().cold_start == c.cold_start)
+      out.back().max_size = b;
     else out.push_back(std::move(c));
   }
   return out;
@@ -366,18 +390,22 @@ std::string Profile::to_json() const {
     for (int c = 0; c < 2; ++c) {
       const std::vector<Cell>& cells = table[w][c];
       o += c ? ", \"N\": {" : "\"1\": {";
-      bool any_cold = false;
-      for (const Cell& cell : cells) any_cold |= !cell.cold.empty();
-      for (int cold = 0; cold < 2; ++cold) {
-        o += cold ? ", \"cold\": " : "\"hot\": ";
-        if (cold && !any_cold) {
+      bool any_cold = false, any_start = false;
+      for (const Cell& cell : cells) any_cold |= !cell.cold.empty(), any_start |= !cell.cold_start.empty();
+      for (int cold = 0; cold < 3; ++cold) {
+        if (cold == 2 && !any_start) break;  // cold_start is written only where the profile has it
+        o += cold == 2 ? ", \"cold_start\": " : cold ? ", \"cold\": " : "\"hot\": ";
+        if (cold == 1 && !any_cold) {
           o += "null";
           continue;
         }
-        // Consecutive cells that decide the same for this cache state are one cell here.
+        // Consecutive cells that decide the same for this cache state are one cell here. A cell
+        // whose cold_start is empty (cold applies) is written with its cold (or hot) plans.
         std::vector<std::pair<uint64_t, const std::vector<int>*>> out;
         for (const Cell& cell : cells) {
-          const std::vector<int>* pl = cold ? &cell.cold : &cell.hot;
+          const std::vector<int>* pl = &cell.hot;
+          if (cold >= 1 && !cell.cold.empty()) pl = &cell.cold;
+          if (cold == 2 && !cell.cold_start.empty()) pl = &cell.cold_start;
           if (!out.empty() && *out.back().second == *pl) out.back().first = cell.max_size;
           else out.emplace_back(cell.max_size, pl);
         }
@@ -429,10 +457,11 @@ std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std
       if (!g) bad(source, std::string("decisions.") + (w ? "write" : "read") + "." + (c ? "N" : "1") + " is missing");
       const Value* hot = g->get("hot");
       if (!hot) bad(source, "every decision group needs hot cells");
-      const Value* cold = g->get("cold");
-      p->table[w][c] = merge(parse_group(*hot, p->plans.size(), source),
-                             cold && !cold->is(Value::null) ? parse_group(*cold, p->plans.size(), source)
-                                                            : std::vector<std::pair<uint64_t, std::vector<int>>>{});
+      auto optional = [&](const char* name) {
+        const Value* v = g->get(name);
+        return v && !v->is(Value::null) ? parse_group(*v, p->plans.size(), source) : Group{};
+      };
+      p->table[w][c] = merge(parse_group(*hot, p->plans.size(), source), optional("cold"), optional("cold_start"));
     }
   }
   return p;

@@ -39,9 +39,11 @@ struct PlanSpec {
 
 // Requests of at most max_size bytes (and more than the previous cell's) use these plans, best
 // first; cold empty means the cold range was not measured (or cannot be cold): hot applies.
+// cold_start: plans for a cold range that does not continue the previous request on the handle (a
+// first or a random read: the kernel's readahead has no stream to follow); empty: cold applies.
 struct Cell {
   uint64_t max_size = UINT64_MAX;
-  std::vector<int> hot, cold;  // indexes into Profile::plans
+  std::vector<int> hot, cold, cold_start;  // indexes into Profile::plans
 };
 
 struct FsKey {
@@ -54,7 +56,22 @@ struct FsKey {
 // (its affinity mask, as containers and taskset limit it); tests build models for other machines.
 struct MachineFacts {
   unsigned cpus = 1;
+  // The bytes one CPU copies from the page cache in the time a request's hand-off to the thread
+  // pool and back costs (waking the workers, joining their tasks). An estimate, not measured per
+  // machine: on the 2-vCPU VM a hot 1 MiB read split in two ran at 0.74x of one pread and a 2 MiB
+  // one at 1.40x (results/tune/profile_ext4_vda.json), which puts it between 0.5 and 1 MiB.
+  uint64_t handoff_bytes = 768 << 10;
+  // The smallest cold read that starts a stream (one that does not continue the previous request)
+  // for which O_DIRECT beats the page cache: one request at the device's depth against the
+  // kernel's readahead ramping up behind the copy. An estimate: on the 2-vCPU VM a single cold
+  // 8 MiB read ran 1.2x faster with direct than with posix, while a stream of cold 8 MiB reads ran
+  // 2x slower with it (results/tune/evaluate_intervals_model_ext4_vda.json).
+  uint64_t cold_direct_from = 8 << 20;
   static MachineFacts detect();
+  // The smallest request an even split over the CPUs serves faster than one call, with one request
+  // in flight: where the copy time the split saves, n x (1 - 1/cpus), exceeds the hand-off,
+  // rounded up to a page (1.5 MiB on 2 CPUs, 1 MiB on 4, 820 KiB on 16); UINT64_MAX on one CPU.
+  uint64_t split_from() const;
 };
 
 struct Profile {
@@ -69,12 +86,14 @@ struct Profile {
   size_t cell_index(bool write, bool concurrent, uint64_t n) const;
 
   // Built-in model, scaled with the machine: on one CPU posix at every size (a split only adds
-  // hand-offs to copies the one CPU makes anyway); else posix below 1 MiB (4 MiB with several
-  // requests in flight), an even split over the handle's threads (parallel) below cpus x 4 MiB, and
+  // hand-offs to copies the one CPU makes anyway); else posix below MachineFacts::split_from() (with
+  // several requests in flight, below 4 MiB or that if larger: the CPUs are shared), an even split
+  // over the handle's threads (parallel) below cpus x 4 MiB, and
   // from there 4 MiB tasks (an even split of a huge request into one task per CPU finishes with
-  // its slowest task; 4 MiB tasks keep every CPU busy to the end); posix as the fallback. Cache
-  // state is not used (hot and cold plans are the same: no residency probe). builtin_model() is
-  // the model for MachineFacts::detect(), built once.
+  // its slowest task; 4 MiB tasks keep every CPU busy to the end); posix as the fallback. Reads
+  // from MachineFacts::cold_direct_from on that find their range cold and start a stream run
+  // direct (cold_start), which makes the planner probe the residency of those sizes; elsewhere
+  // the cache state is not used. builtin_model() is the model for MachineFacts::detect(), built once.
   static std::shared_ptr<const Profile> builtin_model();
   static std::shared_ptr<const Profile> builtin_model(const MachineFacts& facts);
   // Parses a profile document; throws base::Error(EINVAL) naming `source` on anything malformed.

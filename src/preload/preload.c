@@ -131,6 +131,50 @@ static unsigned char g_fd_seen[SEEN_MAX_FD];
 static inline int below_gate(int fd, size_t n, int w) {
   return n < g_pass[w] && (n < g_gate || ((unsigned)fd < SEEN_MAX_FD && g_fd_seen[fd]));
 }
+/* The pass-back memo, per descriptor and direction: the size of the last request the planner passed
+ * back to libc (posix would have run it), and how many more bytes of requests of exactly that size
+ * go straight to libc without asking again. A program reading a hot file in 1 MiB requests, where
+ * the planner runs posix, would otherwise pay the slow path (fstat, fcntl, the handle's lock, lseek,
+ * the planner's decision: a few microseconds, ~3% of a hot 1 MiB read) on every call; with the memo
+ * it pays it once per kMemoBytes. The price: after the file's cache state changes, such requests
+ * run posix where the planner would now choose otherwise, for up to kMemoBytes times the requests
+ * the planner's own probe verdict serves (it probes once per 4 MiB of the requests it is asked
+ * about: 4 x 17 MiB for 1 MiB calls, 16 MiB from 4 MiB calls on). Passing through is
+ * always correct, so racing threads and a descriptor reused without close() (dup2, fclose) cost at
+ * most that many bytes at libc's speed. Cleared at close(). */
+#define MEMO_MAX_FD 4096
+static const uint64_t kMemoBytes = 16u << 20;
+struct memo {
+  size_t size;   /* 0: nothing remembered */
+  uint64_t left; /* bytes that may still pass without asking */
+};
+static struct memo g_memo[MEMO_MAX_FD][2];
+/* A descriptor that is not a regular file (a pipe, /dev/null, a socket) passes every size back for
+ * kMemoOtherBytes before its fstat is looked at again: `dd of=/dev/null bs=1M` would otherwise pay
+ * an fstat on every write. */
+#define MEMO_ANY SIZE_MAX
+static const uint64_t kMemoOtherBytes = 1u << 30;
+/* Whether a request of n bytes passes back as the last one of its size did (and counts it). */
+static inline int memo_pass(int fd, size_t n, int w) {
+  if ((unsigned)fd >= MEMO_MAX_FD) return 0;
+  struct memo* m = &g_memo[fd][w];
+  const size_t size = __atomic_load_n(&m->size, __ATOMIC_RELAXED);
+  if (size != n && size != MEMO_ANY) return 0;
+  const uint64_t left = __atomic_load_n(&m->left, __ATOMIC_RELAXED);
+  if (left < n) return 0;
+  __atomic_store_n(&m->left, left - n, __ATOMIC_RELAXED);
+  return 1;
+}
+/* The `declined` of a call the memo passed back (1: the planner was asked and declined). */
+#define DECLINED_BY_MEMO 2
+static void memo_set(int fd, size_t n, int w) {
+  if ((unsigned)fd >= MEMO_MAX_FD) return;
+  __atomic_store_n(&g_memo[fd][w].left, n == MEMO_ANY ? kMemoOtherBytes : kMemoBytes, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_memo[fd][w].size, n, __ATOMIC_RELAXED);
+}
+static void memo_forget(int fd) {
+  if ((unsigned)fd < MEMO_MAX_FD) memset(g_memo[fd], 0, sizeof g_memo[fd]);
+}
 static int g_mechanism_set = 0;    /* ACCIO_MECHANISM was given */
 static int g_quiet = 0;
 static char g_stats_dir[PATH_MAX]; /* empty: no statistics */
@@ -234,7 +278,7 @@ struct plan_rec {
   uint64_t calls, bytes;
 };
 struct side {
-  uint64_t calls, bytes, ns, accel_calls, accel_bytes, fallbacks, declined, hist[NBUCKETS];
+  uint64_t calls, bytes, ns, accel_calls, accel_bytes, fallbacks, declined, remembered, hist[NBUCKETS];
 };
 struct file_rec {
   dev_t dev;
@@ -298,7 +342,8 @@ static void record(int fd, const struct stat* st, int write, size_t asked, ssize
     if (done > 0) s->accel_bytes += (uint64_t)done;
   }
   s->fallbacks += (uint64_t)fallback;
-  s->declined += (uint64_t)declined;
+  s->declined += declined != 0;
+  s->remembered += declined == DECLINED_BY_MEMO;
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -470,31 +515,40 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
   const int acc = fl & O_ACCMODE;
   if (c->write ? acc == O_RDONLY : acc == O_WRONLY) return TO_LIBC; /* libc reports EBADF */
   const int direct = (fl & O_DIRECT) != 0;
-  for (int i = 0; i < c->cnt; ++i) {
-    if (!mapped(c->iov[i].iov_base, c->iov[i].iov_len)) return TO_LIBC;
-    /* O_DIRECT keeps the kernel's alignment rules: a misaligned request gets its EINVAL from libc. */
-    if (direct && (((uintptr_t)c->iov[i].iov_base | c->iov[i].iov_len) & 4095)) return TO_LIBC;
-  }
+  /* O_DIRECT keeps the kernel's alignment rules: a misaligned request gets its EINVAL from libc. */
+  for (int i = 0; i < c->cnt && direct; ++i)
+    if (((uintptr_t)c->iov[i].iov_base | c->iov[i].iov_len) & 4095) return TO_LIBC;
   if (direct && (c->off > 0 && (c->off & 4095))) return TO_LIBC;
   struct handle* h = handle_get(c->fd, st, acc, direct);
   if ((unsigned)c->fd < SEEN_MAX_FD) g_fd_seen[c->fd] = 1; /* its crossing point is in g_pass now */
   if (!h) return TO_LIBC;
   if (c->total < h->min_accel[c->write]) {
     handle_put(h);
+    memo_set(c->fd, c->total, c->write);
+    *declined = 1;
     return TO_LIBC;
   }
   /* Per request, unless the threshold was given (then every request at or above it is the
    * engine's): what the planner would run here (size, alignment, the pages' residency in the page
-   * cache). Where that is posix, libc does the same work without the engine's bookkeeping. */
+   * cache). Where that is posix, libc does the same work without the engine's bookkeeping, and the
+   * memo passes the next requests of this size back without asking. */
   if (!g_gate_set) {
     const off_t at = c->off >= 0 ? c->off : lseek(c->fd, 0, SEEK_CUR);
     const char* mech = at >= 0 ? eng.mechanism_for_at(h->f, c->iov[0].iov_base, c->total, at, c->write) : NULL;
     if (!mech || !strcmp(mech, "posix")) {
       handle_put(h);
+      if (mech) memo_set(c->fd, c->total, c->write);
       *declined = 1;
       return TO_LIBC;
     }
   }
+  /* Only a request the engine will serve is checked for unmapped pages (after the decision: a
+   * declined one goes to libc anyway). */
+  for (int i = 0; i < c->cnt; ++i)
+    if (!mapped(c->iov[i].iov_base, c->iov[i].iov_len)) {
+      handle_put(h);
+      return TO_LIBC;
+    }
   off_t start = c->off;
   if (start < 0) { /* reserve [start, start+total) of the shared file offset atomically */
     const off_t end = lseek(c->fd, (off_t)c->total, SEEK_CUR);
@@ -620,7 +674,7 @@ EXPORT void accio_preload_counters(uint64_t* taken, uint64_t* redone) {
 static ssize_t dispatch(const struct call* c) {
   if (t_inside) return call_libc(c);
   const int stats = g_stats_dir[0] != 0;
-  if (below_gate(c->fd, c->total, c->write) && !stats) {
+  if (!stats && (below_gate(c->fd, c->total, c->write) || memo_pass(c->fd, c->total, c->write))) {
     const ssize_t got = call_libc(c);
     if (!c->write && c->off < 0) pf_count(c->fd, got); /* readv below the gate */
     return got;
@@ -629,8 +683,10 @@ static ssize_t dispatch(const struct call* c) {
   const int saved = errno;
   struct stat st;
   ssize_t r;
-  if (fstat(c->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  const int not_open = fstat(c->fd, &st) != 0;
+  if (not_open || !S_ISREG(st.st_mode)) {
     if ((unsigned)c->fd < SEEN_MAX_FD) g_fd_seen[c->fd] = 1; /* a pipe or a device: nothing to learn */
+    if (!not_open) memo_set(c->fd, MEMO_ANY, c->write);
     errno = saved;
     t_inside = 0;
     return call_libc(c);
@@ -638,7 +694,9 @@ static ssize_t dispatch(const struct call* c) {
   errno = saved;
   const uint64_t t0 = stats ? now_ns() : 0;
   int accel = 0, fallback = 0, declined = 0;
-  if (below_gate(c->fd, c->total, c->write) || serve_with_engine(c, &st, &r, &accel, &fallback, &declined) == TO_LIBC) {
+  if (below_gate(c->fd, c->total, c->write) ||
+      (memo_pass(c->fd, c->total, c->write) && (declined = DECLINED_BY_MEMO)) ||
+      serve_with_engine(c, &st, &r, &accel, &fallback, &declined) == TO_LIBC) {
     errno = saved;
     r = call_libc(c);
     if (!c->write && c->off < 0) pf_count(c->fd, r);
@@ -740,6 +798,7 @@ EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off_t off, 
 
 EXPORT int close(int fd) {
   pf_forget(fd);
+  memo_forget(fd);
   if ((unsigned)fd < SEEN_MAX_FD) g_fd_seen[fd] = 0;
   if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside) return REAL(close)(fd);
   struct stat st;
@@ -833,10 +892,11 @@ static void json_str(FILE* f, const char* str) {
 
 static void write_side(FILE* f, const char* name, const struct side* s) {
   fprintf(f, "\"%s\": {\"calls\": %llu, \"bytes\": %llu, \"ns\": %llu, \"accelerated_calls\": %llu, "
-             "\"accelerated_bytes\": %llu, \"fallbacks\": %llu, \"declined_calls\": %llu, \"size_histogram\": [",
+             "\"accelerated_bytes\": %llu, \"fallbacks\": %llu, \"declined_calls\": %llu, \"remembered_calls\": %llu, "
+             "\"size_histogram\": [",
           name, (unsigned long long)s->calls, (unsigned long long)s->bytes, (unsigned long long)s->ns,
           (unsigned long long)s->accel_calls, (unsigned long long)s->accel_bytes, (unsigned long long)s->fallbacks,
-          (unsigned long long)s->declined);
+          (unsigned long long)s->declined, (unsigned long long)s->remembered);
   for (int b = 0; b < NBUCKETS; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)s->hist[b]);
   fputs("]}", f);
 }

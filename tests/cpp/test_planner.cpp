@@ -143,9 +143,11 @@ TEST(Profile, BuiltinModelScalesWithTheCpus) {
   // One CPU: a split only adds hand-offs, posix at every size.
   for (const uint64_t n : {uint64_t{4096}, MiB, 64 * MiB, uint64_t{2} << 30})
     for (int w = 0; w < 2; ++w) EXPECT_EQ(label(1, w, false, n), "posix") << n;
-  // Two CPUs (this VM): posix below 1 MiB, even split below 2 x 4 MiB, 4 MiB tasks from there.
-  EXPECT_EQ(label(2, false, false, MiB - 1), "posix");
-  EXPECT_EQ(label(2, false, false, MiB), "parallel(even)");
+  // Two CPUs (this VM): posix below 1.5 MiB (a hot 1 MiB read split in two loses to one pread:
+  // half the copy saved is less than the hand-off), even split below 2 x 4 MiB, 4 MiB tasks from there.
+  EXPECT_EQ(label(2, false, false, MiB), "posix");
+  EXPECT_EQ(label(2, false, false, 3 * MiB / 2 - 1), "posix");
+  EXPECT_EQ(label(2, false, false, 3 * MiB / 2), "parallel(even)");
   EXPECT_EQ(label(2, false, false, 8 * MiB - 1), "parallel(even)");
   EXPECT_EQ(label(2, false, false, 8 * MiB), "parallel(task=4MiB)");
   EXPECT_EQ(label(2, true, true, 4 * MiB - 1), "posix");  // several in flight: split from 4 MiB
@@ -157,10 +159,95 @@ TEST(Profile, BuiltinModelScalesWithTheCpus) {
   EXPECT_EQ(label(16, false, false, uint64_t{2} << 30), "parallel(task=4MiB)");
   EXPECT_EQ(label(16, true, false, uint64_t{2} << 30), "parallel(task=4MiB)");
   EXPECT_EQ(label(16, false, true, 2 * MiB), "posix");
+  // The crossing point falls with the CPUs (the split saves n x (1 - 1/cpus) of the copy): 1 MiB
+  // on 4, just above 800 KiB on 16, where a 1 MiB read is split; and rises with a dearer hand-off.
+  EXPECT_EQ(label(4, false, false, MiB - 1), "posix");
+  EXPECT_EQ(label(4, false, false, MiB), "parallel(even)");
+  EXPECT_EQ(label(16, false, false, 800 << 10), "posix");
+  EXPECT_EQ(label(16, false, false, MiB), "parallel(even)");
+  EXPECT_EQ((planner::MachineFacts{16, 768 << 10}.split_from()), 820u << 10);
+  EXPECT_EQ((planner::MachineFacts{2, 2 * MiB}.split_from()), 4 * MiB);
+  EXPECT_EQ(planner::MachineFacts{1}.split_from(), UINT64_MAX);
+  // A hand-off so dear that no split pays below the 4 MiB tasks: posix at every size.
+  auto slow = planner::Profile::builtin_model(planner::MachineFacts{2, 8 * MiB});
+  EXPECT_EQ(slow->table[1][0].size(), 1u);  // writes: one cell (reads are split at 8 MiB for cold_start)
+  EXPECT_EQ(slow->plans[slow->cell(false, false, uint64_t{1} << 30).hot[0]].label(), "posix");
+  // Cold reads that start a stream run direct from 8 MiB, on every machine (one CPU too); below,
+  // and for writes, the cache state is not looked at.
+  for (const unsigned cpus : {1u, 2u, 16u}) {
+    auto m = planner::Profile::builtin_model(planner::MachineFacts{cpus});
+    for (const bool conc : {false, true}) {
+      EXPECT_TRUE(m->cell(false, conc, 8 * MiB - 1).cold_start.empty()) << cpus;
+      for (const uint64_t n : {8 * MiB, 64 * MiB, uint64_t{2} << 30}) {
+        const planner::Cell& c = m->cell(false, conc, n);
+        ASSERT_FALSE(c.cold_start.empty()) << cpus << " " << n;
+        EXPECT_EQ(m->plans[c.cold_start[0]].label(), "direct(even)");
+        EXPECT_EQ(std::vector<int>(c.cold_start.begin() + 1, c.cold_start.end()), c.hot) << "then the hot plans";
+        EXPECT_TRUE(m->cell(true, conc, n).cold_start.empty()) << "writes";
+      }
+    }
+  }
+  // On 16 CPUs the even-split cell is split at 8 MiB; the hot plans stay as they were.
+  EXPECT_EQ(label(16, false, false, 8 * MiB - 1), "parallel(even)");
+  EXPECT_EQ(label(16, false, false, 8 * MiB), "parallel(even)");
+  EXPECT_EQ((planner::MachineFacts{2, 768 << 10, 32 * MiB}.cold_direct_from), 32 * MiB);
+  EXPECT_TRUE(planner::Profile::builtin_model(planner::MachineFacts{2, 768 << 10, 32 * MiB})
+                  ->cell(false, false, 16 * MiB).cold_start.empty());
   // The model is a profile like any other: its document parses back to the same decisions.
   auto m = planner::Profile::builtin_model(planner::MachineFacts{16});
   auto decisions = [](const std::string& doc) { return doc.substr(doc.find("\"plans\"")); };
   EXPECT_EQ(decisions(planner::Profile::parse(m->to_json(), "model")->to_json()), decisions(m->to_json()));
+}
+
+// The built-in model's cold_start: a cold read of 8 MiB or more that does not continue the previous
+// request runs direct; one that continues it (the kernel's readahead follows the stream) and a
+// cached one run the hot plan; writes never look.
+TEST(Planner, ColdReadsThatStartAStreamRunDirect) {
+  TempDir d;
+  auto s = base::Settings::defaults();
+  s.set("profile", "off");
+  s.set("threads", "2");
+  const std::string path = d.file("data");
+  constexpr uint64_t MiB = 1 << 20, kSize = 32 * MiB;
+  {
+    auto f = engine::File::open(path, "w", s);
+    std::vector<char> buf(kSize, 'x');
+    f->pwrite(buf.data(), buf.size(), 0);
+    f->fsync();
+  }
+  auto f = engine::File::open(path, "r", s);
+  if (f->ref().direct_fd < 0) GTEST_SKIP() << "no O_DIRECT here: " << f->ref().no_direct;
+  const auto model = planner::Profile::builtin_model(planner::MachineFacts{2});
+  Buffer b(8 * MiB);
+  ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  planner::Residency res;
+  ASSERT_TRUE(planner::residency(f->ref().fd, 0, kSize, &res));
+  if (res.cached * 100 > res.total) GTEST_SKIP() << "this filesystem keeps pages cached (tmpfs?)";
+  planner::Planner p(model, f->ref(), s);
+  auto plan = [&](uint64_t n, uint64_t off, const void* buf = nullptr, bool write = false) {
+    const planner::Choice c = p.choose({buf ? buf : b.data(), n, off, write, 1, kSize});
+    return c.plan->spec.label() + " | " + p.why(c.route);
+  };
+  auto label = [](const std::string& text) { return text.substr(0, text.find(" | ")); };
+  std::string first = plan(8 * MiB, 0);  // a first read: starts a stream
+  EXPECT_EQ(label(first), "direct(even)");
+  EXPECT_NE(first.find("range cold, starts a stream"), std::string::npos) << first;
+  EXPECT_EQ(label(plan(8 * MiB, 0)), "direct(even)");  // the same request asked again (plan, then run)
+  std::string next = plan(8 * MiB, 8 * MiB);  // continues it
+  EXPECT_EQ(label(next), "parallel(task=4MiB)");
+  EXPECT_NE(next.find("continues the previous request"), std::string::npos) << next;
+  EXPECT_EQ(label(plan(8 * MiB, 8 * MiB)), "parallel(task=4MiB)");  // asked again: still continues
+  EXPECT_EQ(label(plan(8 * MiB, 24 * MiB)), "direct(even)");     // a jump: starts another
+  EXPECT_EQ(label(plan(8 * MiB, 0, b.data(1))), "parallel(task=4MiB)");  // unaligned: no direct
+  EXPECT_EQ(label(plan(4 * MiB, 4 * MiB)), "parallel(even)");     // below 8 MiB: the hot plan
+  EXPECT_EQ(label(plan(8 * MiB, 0, nullptr, true)), "parallel(task=4MiB)");  // a write
+  // Cached: the hot plan, starting a stream or not.
+  std::vector<char> all(kSize);
+  ASSERT_EQ(pread(f->ref().fd, all.data(), all.size(), 0), static_cast<ssize_t>(all.size()));
+  EXPECT_EQ(label(plan(8 * MiB, 16 * MiB)), "parallel(task=4MiB)");
+  ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  // The fallback where the file takes no O_DIRECT is the hot plan: cold_start lists them after direct.
+  EXPECT_EQ(model->plans[model->cell(false, false, 8 * MiB).cold_start[1]].label(), "parallel(task=4MiB)");
 }
 
 TEST(Planner, FollowsSizeConcurrencyCacheAndAlignment) {

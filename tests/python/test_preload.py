@@ -388,6 +388,73 @@ def test_planner_decides_above_the_gate(data, tmp_path):
     assert f["read"]["declined_calls"] == 0 and f["read"]["accelerated_calls"] >= 3
 
 
+def _profile_hot_posix_cold_parallel(tmp_path: Path, of: Path) -> dict:
+    """An environment whose profile for `of`'s filesystem runs posix on cached ranges at every size
+    and parallel on cold ranges from 1 MiB: every 1 MiB request asks the planner (its crossing point
+    is 1 MiB), which passes hot ones back."""
+    from accio import _ext
+    pdir = tmp_path / "profiles"
+    pdir.mkdir(exist_ok=True)
+    k = _ext.profile_key(str(of))
+    group = {"hot": [{"max_size": None, "plans": [0]}],
+             "cold": [{"max_size": 2**20 - 1, "plans": [0]}, {"max_size": None, "plans": [1, 0]}]}
+    (pdir / os.path.basename(k["file"])).write_text(json.dumps({
+        "schema": "accio.profile/1", "key": {"filesystem": k["filesystem"], "device": k["device"]},
+        "plans": [{"mechanism": "posix"}, {"mechanism": "parallel"}],
+        "decisions": {op: {"1": group, "N": group} for op in ("read", "write")}}))
+    return dict(os.environ, ACCIO_PROFILE_DIR=str(pdir))
+
+
+def test_the_memo_passes_equal_requests_back_without_asking(tmp_path):
+    """dd bs=1M of a hot file whose planner runs posix there: every call is passed back, but the
+    planner is asked once per 16 MiB of equal requests (the memo), not once per call; a request of
+    another size asks again; close() forgets the memo."""
+    f = tmp_path / "hot.bin"
+    f.write_bytes(os.urandom(64 << 20))
+    env = _profile_hot_posix_cold_parallel(tmp_path, f)
+    plain(["cat", str(f)], check=True)  # hot
+    _, rep = accio_run(["dd", f"if={f}", "of=/dev/null", "bs=1M", "status=none"], tmp_path, threshold=None, env=env)
+    r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
+    assert r["calls"] == 65 and r["accelerated_calls"] == 0 and r["declined_calls"] == 65, r  # 64 + EOF
+    assert r["remembered_calls"] == 61, r  # asked at calls 1, 18, 35, 52 (16 MiB each time between)
+    # Alternating sizes: neither is the last size passed back, so every call asks. (The script
+    # leaves its descriptor open: the statistics are then read at exit, which once crashed.)
+    alt = ("import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+           "for i in range(16):\n    os.read(fd, (1 << 20) + (i % 2) * 4096)\n")
+    _, rep = accio_run([sys.executable, "-c", alt, str(f)], tmp_path, threshold=None, env=env)
+    r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
+    assert r["declined_calls"] == 16 and r["remembered_calls"] == 0, r
+    # close() forgets: each open asks once, the next two equal reads are remembered.
+    reopen = ("import os, sys\nfor _ in range(2):\n    fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+              "    for i in range(3): os.read(fd, 1 << 20)\n    os.close(fd)\n")
+    _, rep = accio_run([sys.executable, "-c", reopen, str(f)], tmp_path, threshold=None, env=env)
+    r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
+    assert r["declined_calls"] == 6 and r["remembered_calls"] == 4, r
+
+
+def test_a_cold_stream_starts_with_direct_and_continues_as_the_hot_plan(tmp_path):
+    """Built-in model, dd bs=8M of a cold file: the first call starts a stream (direct), the next
+    ones continue it (the kernel reads ahead: the hot plan), though the shim asks the planner before
+    each call it runs; the bytes are the file's."""
+    from accio._system import drop_pages, residency
+    f = tmp_path / "cold.bin"
+    f.write_bytes(os.urandom(40 << 20))
+    try:
+        os.close(os.open(f, os.O_RDONLY | os.O_DIRECT))
+    except OSError:
+        pytest.skip("no O_DIRECT on this filesystem")
+    drop_pages(str(f))
+    if residency(str(f)) > 0.1:
+        pytest.skip("this filesystem keeps pages cached")
+    env = dict(os.environ, ACCIO_PROFILE="off")
+    p, rep = accio_run(["sh", "-c", f"dd if={f} bs=8M status=none | sha256sum"], tmp_path, threshold=None, env=env)
+    assert p.stdout.split()[0].decode() == sha(f)
+    plans = next(x for x in rep["files"] if x["path"].endswith("cold.bin"))["plans"]
+    direct = [x for x in plans if x["plan"] == "direct(even)"]
+    assert len(direct) == 1 and direct[0]["calls"] == 1 and "starts a stream" in direct[0]["why"], plans
+    assert sum(x["calls"] for x in plans if x["plan"] != "direct(even)") >= 3, plans
+
+
 @pytest.mark.parametrize("reader", ["cat", "sha256sum", "python"])
 def test_prefetch_for_cold_sequential_readers(tmp_path, reader):
     """A sequential reader of small requests on a cold file gets its stream asked for ahead

@@ -159,16 +159,17 @@ def render(doc: dict, source: str) -> str:
     for op in ("read", "write"):
         for conc in ("1", "N"):
             entry = doc["decisions"][op][conc]
-            bounds = sorted({c["max_size"] for cache in ("hot", "cold") for c in (entry.get(cache) or [])},
+            caches = ("hot", "cold") + (("cold_start",) if entry.get("cold_start") else ())
+            bounds = sorted({c["max_size"] for cache in caches for c in (entry.get(cache) or [])},
                             key=lambda v: math.inf if v is None else v)
             who = "1 request in flight" if conc == "1" else "several requests in flight"
             out.append(f"\n{op}, {who}:")
-            rows = [("size", "hot (cached) range", "cold range")]
+            rows = [("size", "hot (cached) range", "cold range") + (("cold, starting a stream",) if len(caches) > 2 else ())]
             lo = 0
             prev: dict = {}
             for hi in bounds:
                 cols = []
-                for cache in ("hot", "cold"):
+                for cache in caches:
                     cells = entry.get(cache)
                     if not cells:
                         cols.append("as hot" if cache == "cold" else "-")
@@ -192,7 +193,7 @@ def render(doc: dict, source: str) -> str:
                     cols.append(text)
                 rows.append((_range(lo, hi), *cols))
                 lo = (hi or 0) + 1
-            widths = [max(len(r[i]) for r in rows) for i in range(3)]
+            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
             for r in rows:
                 out.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
     return "\n".join(out)
