@@ -239,6 +239,20 @@ std::string read_line(const std::string& path) {
 }
 }  // namespace
 
+std::string device_name(int ordinal) {
+  static std::mutex mu;
+  static std::map<int, std::string> names;
+  std::lock_guard lk(mu);
+  if (auto it = names.find(ordinal); it != names.end()) return it->second;
+  const Driver* d = load();
+  CUdevice dev;
+  char name[256] = {};
+  if (!d || ordinal < 0 || ordinal >= d->devices || d->DeviceGet(&dev, ordinal) != kSuccess ||
+      d->DeviceGetName(name, sizeof name - 1, dev) != kSuccess)
+    name[0] = 0;
+  return names.emplace(ordinal, name).first->second;
+}
+
 std::vector<GpuInfo> gpus() {
   std::vector<GpuInfo> out;
   const Driver* d = load();
