@@ -72,7 +72,7 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     record(run, "bench-write", "running")         # the command was killed mid-stage: runs again
     record(run, "bench-cold", "skipped")
     assert [s.name for s in gc.plan(run, None)] == ["bench-hot", "bench-naive", "bench-write", "bench-safetensors",
-                                                    "bench-zerocopy", "bench-cli"]
+                                                    "bench-zerocopy", "bench-cli", "tune-device"]
     assert [s.name for s in gc.plan(run, ["bench-cli", "build"])] == ["build", "bench-cli"]  # asked: in stage order
     assert gc.needs_build(run, gc.STAGES[2]) is None
     # The build's record without its outputs (state brought back from a machine that was given
@@ -80,7 +80,7 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     shutil.rmtree(run.site_accio)
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
     assert [s.name for s in gc.plan(run, None)] == ["build", "bench-hot", "bench-naive", "bench-write",
-                                                    "bench-safetensors", "bench-zerocopy", "bench-cli"]
+                                                    "bench-safetensors", "bench-zerocopy", "bench-cli", "tune-device"]
     record(run, "build", "failed")
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
 
@@ -94,6 +94,7 @@ class FakeStages:
         monkeypatch.setattr(gc, "stage_build", lambda run, log, dl: self.one("build", run))
         monkeypatch.setattr(gc, "stage_correctness", lambda run, log, dl: self.one("correctness"))
         monkeypatch.setattr(gc, "stage_cli", lambda run, log, dl: self.one("bench-cli"))
+        monkeypatch.setattr(gc, "stage_tune", lambda run, log, dl: self.one("tune-device"))
         monkeypatch.setattr(gc, "stage_bench", lambda run, log, dl, section: self.one(section))
 
     def one(self, name, run=None):
@@ -123,8 +124,8 @@ def test_execute_stops_before_a_stage_that_would_pass_the_deadline_and_resumes(t
     assert gc.estimate(run, gc.STAGES[3]) == 5.0
     assert gc.execute(make_run(tmp_path, "--deadline-s", "100000"), None) == 0
     assert stages.calls == ["build", "correctness", "hot-read", "naive", "write", "safetensors", "cold-read",
-                            "zerocopy", "bench-cli"]
-    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 9  # all done: nothing runs
+                            "zerocopy", "bench-cli", "tune-device"]
+    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 10  # all done: nothing runs
     assert "every stage has finished" in capsys.readouterr().out
     # Asked for by name, a finished stage runs again.
     gc.execute(make_run(tmp_path), ["bench-naive"])
