@@ -247,8 +247,9 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
     if (why) *why = std::string(planned.name()) + " cannot serve this file here (see the warning): it runs as " + r.name();
     return &r;
   }
-  // A fixed mechanism for the other kind of memory (auto's GPU buffers got their device plan in
-  // for_device): staged for GPU buffers, parallel for host ones.
+  // A fixed mechanism for the other kind of memory, or a device plan of auto for memory it does not
+  // take (gds: managed memory): staged for GPU buffers, parallel for host ones.
+  const bool fixed = planner_->fixed();
   const std::string& was = settings_.mechanism;
   const io::Mechanism* m = io::find(t.on_device() ? "staged" : "parallel");
   if (t.on_device()) {
@@ -256,9 +257,12 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
     m = &m->resolve(ctx);
   }
   const std::string where = t.on_device() ? t.name() : "host";
-  base::warn_once("target:" + was + ":" + where, "mechanism " + was + " cannot serve " + where + " memory: those requests run " +
-                                                    m->name());
-  if (why) *why = "the buffer is in " + where + " memory: " + m->name() + " (mechanism=" + was + " cannot serve it)";
+  if (fixed)
+    base::warn_once("target:" + was + ":" + where, "mechanism " + was + " cannot serve " + where + " memory: those requests run " +
+                                                      m->name());
+  if (why)
+    *why = "the buffer is in " + where + " memory: " + m->name() + " (" +
+           (fixed ? "mechanism=" + was : std::string(planned.name())) + " cannot serve it)";
   return m;
 }
 

@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "base/error.hpp"
+#include "base/fork.hpp"
 #include "base/log.hpp"
 #include "base/sys.hpp"
 #include "mem/staging.hpp"
@@ -240,9 +241,14 @@ std::string read_line(const std::string& path) {
 }  // namespace
 
 std::string device_name(int ordinal) {
-  static std::mutex mu;
-  static std::map<int, std::string> names;
-  std::lock_guard lk(mu);
+  struct Names {
+    std::mutex mu;
+    std::map<int, std::string> map;
+  };
+  static base::PerProcess<Names> cache;  // a lock held at fork is not the child's
+  Names& c = cache.get();
+  std::lock_guard lk(c.mu);
+  auto& names = c.map;
   if (auto it = names.find(ordinal); it != names.end()) return it->second;
   const Driver* d = load();
   CUdevice dev;

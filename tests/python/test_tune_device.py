@@ -292,3 +292,23 @@ def test_evaluate_prints_the_device_cells_beside_the_host_ones(fake_lib, tmp_pat
         assert c["auto_plans"], c  # the plans auto ran, from the engine's statistics
         assert c["oracle"] in dev["contenders"] and c["oracle"] != "auto"
     assert f"GPU buffers on cuda:0 ({MODEL})" in r.stdout and "auto/staged" in r.stdout
+
+
+def test_a_device_plan_that_cannot_take_managed_memory_runs_staged_quietly(fake_lib, tmp_path):
+    # The table says gds for cold reads of 1 MiB and more; cuFile does not take managed memory.
+    table = dict(DEVICE, decisions=dict(DEVICE["decisions"], read={
+        c: {"hot": [cell(None, 3, 0)]} for c in ("1", "N")}))
+    prof = write_profile(tmp_path, [table])
+    (tmp_path / "in.bin").write_bytes(bytes(range(256)) * 8192)
+    r = run_py(f'''
+        import warnings, accio
+        warnings.simplefilter("error")  # no warning: auto was not told to run gds
+        a = accio.device_array(2 << 20, 0, managed=True)
+        with accio.open("in.bin", profile="{prof}") as f:
+            assert f.read_into(a) == 2 << 20
+            print(f.stats()["last_mechanism"])
+        with open("in.bin", "rb") as g:
+            assert a.to_bytes() == g.read()
+    ''', {**env_for(fake_lib, tmp_path), "ACCIO_QUIET": "0"}, tmp_path)
+    assert r.stdout.split("\n")[0] == "staged", r.stdout
+    assert "cannot serve" not in r.stderr and "warning" not in r.stderr.lower(), r.stderr
