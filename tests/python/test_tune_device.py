@@ -312,3 +312,19 @@ def test_a_device_plan_that_cannot_take_managed_memory_runs_staged_quietly(fake_
     ''', {**env_for(fake_lib, tmp_path), "ACCIO_QUIET": "0"}, tmp_path)
     assert r.stdout.split("\n")[0] == "staged", r.stdout
     assert "cannot serve" not in r.stderr and "warning" not in r.stderr.lower(), r.stderr
+
+
+def test_the_device_search_guards_against_the_built_in_rule_as_it_runs():
+    from accio.tune.measure import Plan
+    from accio.tune.search import Group, Search, as_run, builtin_plan
+    # The built-in device rule as it runs: pagecache hands reads below pagecache_min (8 MiB) to staged.
+    assert builtin_plan("read", "1", 4 * KiB, device=True) == Plan("staged")
+    assert builtin_plan("read", "N", 16 * MiB, device=True) == Plan("pagecache")
+    assert builtin_plan("write", "1", 64 * MiB, device=True) == Plan("staged")
+    assert as_run(Plan("pagecache", pagecache_min=4 * KiB), 4 * KiB) == Plan("pagecache", pagecache_min=4 * KiB)
+    assert as_run(Plan("pagecache"), 4 * MiB) == Plan("staged")  # measured once, as staged
+    # pagecache is not a write contender; the built-in plan always is.
+    plans = [Plan("staged"), Plan("naive"), Plan("pagecache", pagecache_min=4 * KiB)]
+    s = Search(bench=None, threads=2, budget=0, plans=plans, device=0)
+    assert s.contenders(Group("write", "hot", 1), MiB) == [Plan("staged"), Plan("naive")]
+    assert s.contenders(Group("read", "hot", 1), 16 * MiB) == plans + [Plan("pagecache")]

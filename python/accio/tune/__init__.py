@@ -153,8 +153,7 @@ def _gpu(args, directory: str) -> dict | None:
     if want is not None and want not in gpus:
         raise OSError(19, f"--device cuda:{want}: no such GPU (the driver reports {len(gpus)}: "
                       + ", ".join(f"cuda:{o} {g['name']}" for o, g in sorted(gpus.items())) + ")")
-    g = dict(gpus[min(gpus) if want is None else want], cufile=found["cufile"])
-    return g
+    return dict(gpus[min(gpus) if want is None else want], cufile=found["cufile"])
 
 
 def _gpu_notes(gpu: dict, plans) -> list[str]:

@@ -13,13 +13,7 @@ import tempfile
 
 from .. import _ext
 from .measure import Plan, fmt
-from .search import COARSE_SIZES, Group, Search
-
-
-def builtin_model() -> dict:
-    """The engine's built-in model as a profile document, with every plan's label (the planner's own:
-    accio._ext.profile_describe)."""
-    return json.loads(_ext.profile_describe(None))
+from .search import COARSE_SIZES, Group, Search, builtin_model
 
 
 SCHEMA = builtin_model()["schema"]  # the format the engine reads
@@ -35,7 +29,7 @@ def _boundary(a: int, b: int) -> int:
 def _builtin_cells(op: str, conc: str, index, device: bool = False) -> list[dict]:
     """The built-in model's (device: device rule's) cells for op and concurrency, its plans added to
     this profile's."""
-    model = builtin_model()["builtin_device"] if device else builtin_model()
+    model = builtin_model(device)
     plans = [Plan.from_json(p) for p in model["plans"]]
     return [{"max_size": c["max_size"], "plans": [index(plans[i]) for i in c["plans"]]}
             for c in model["decisions"][op][conc]["hot"]]
