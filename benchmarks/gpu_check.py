@@ -87,7 +87,8 @@ STAGES = (
     Stage("bench-cli", 150, "accio bench --target cuda:0 --preset quick, timed"),
     Stage("tune-device", 120, "accio tune --device 0: the host profile and GPU 0's measured device table"),
 )
-TUNE_BUDGET_S = (90, 60)  # tune-device: --budget (total) and --device-budget: the stage stays under 2 minutes
+# tune-device: --budget (the total) and the GPU's share of it: the stage stays under 2 minutes.
+TUNE_ARGS = ("--budget", "90", "--device-budget", "60")
 BENCH_SECTION = {"bench-hot": "hot-read", "bench-naive": "naive", "bench-write": "write",
                  "bench-safetensors": "safetensors", "bench-cold": "cold-read", "bench-zerocopy": "zerocopy"}
 NAMES = [s.name for s in STAGES]
@@ -476,9 +477,7 @@ def stage_tune(run: Run, log, deadline: float):
     out = run.state / "bench" / "tune-profile.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     run.data.mkdir(parents=True, exist_ok=True)
-    budget, device_budget = TUNE_BUDGET_S
-    cmd = [run.python, "-m", "accio.cli", "tune", str(run.data), "--device", "0", "--budget", str(budget),
-           "--device-budget", str(device_budget), "--profile", str(out), "-q"]
+    cmd = [run.python, "-m", "accio.cli", "tune", str(run.data), "--device", "0", *TUNE_ARGS, "--profile", str(out), "-q"]
     t0 = time.monotonic()
     rc = run_cmd(cmd, log, run.env(), deadline)
     summary = {"command": " ".join(["accio", *cmd[3:]]), "exit": rc, "wall_s": round(time.monotonic() - t0, 1),

@@ -590,3 +590,24 @@ def test_fastsafetensors_defaults_and_swept_settings_reach_its_api():
                                                  "framework": "pytorch"}),
                      ("files", {0: ["x.st", "y.st"]}), "fb.close", "loader.close"]
     assert len(gb.FST_SWEEP) == len(set(gb.FST_SWEEP)) >= 4 and (16, 16 * 1024) in gb.FST_SWEEP  # its defaults
+
+
+def test_stage_tune_device_keeps_the_measured_device_table(tmp_path, tmp_path_factory, monkeypatch):
+    from conftest import fake_cuda
+    lib = fake_cuda(tmp_path_factory)
+    monkeypatch.setenv("ACCIO_LIBCUDA", lib)
+    monkeypatch.setenv("ACCIO_LIBCUFILE", lib)
+    monkeypatch.setattr(gc, "TUNE_ARGS", ("--budget", "10", "--device-budget", "5", "--file-size", "16m"))
+    run = make_run(tmp_path, "--installed", "--data", str(tmp_path / "data"))
+    st = next(s for s in gc.STAGES if s.name == "tune-device")
+    rec = gc.run_stage(run, st, time.monotonic() + 120)
+    assert rec["status"] == "ok", rec
+    s = rec["summary"]
+    assert [d["model"] for d in s["devices"]] == ["accio fake GPU 0"] and s["devices"][0]["measurements"]
+    assert "--device 0" in s["command"] and (run.state / s["profile"]).is_file()
+    assert json.loads(run.stage_file("tune-device").read_text())["status"] == "ok"  # a finished stage: not rerun
+    assert "tune-device" not in [x.name for x in gc.plan(run, None)]
+    # Without a GPU the stage fails, with tune's reason in its log.
+    monkeypatch.setenv("ACCIO_LIBCUDA", str(tmp_path / "none.so"))
+    rec = gc.run_stage(run, st, time.monotonic() + 120)
+    assert rec["status"] == "failed" and rec["summary"]["exit"] != 0, rec
