@@ -16,6 +16,8 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   bench-cold         benchmarks/gpu_bench.py cold-read
   bench-zerocopy     benchmarks/gpu_bench.py zerocopy   (pagecache: first/repeated reads, CPU per GiB, mixed, small)
   bench-cli          `accio bench --target cuda:0 --preset quick`, timed (goal: under 2 minutes)
+  tune-device        `accio tune --device 0` (host and GPU 0's device table, 90 s budget): the measured
+                     device profile that `auto` uses for GPU buffers, kept in the report
 
 Resuming: state lives in build/gpu-check/ (stages/<name>.json, logs/, bench/). A run skips the stages
 that already finished for the same sources (a hash of src/, include/, python/, benchmarks/, tests/, CMake
@@ -83,7 +85,10 @@ STAGES = (
     Stage("bench-zerocopy", 300, "pagecache (DMA from registered page-cache pages): first and repeated reads vs "
           "staged, KvikIO compat and pinned H2D with CPU time per GiB; half-cached file; 4 KiB-1 MiB requests"),
     Stage("bench-cli", 150, "accio bench --target cuda:0 --preset quick, timed"),
+    Stage("tune-device", 120, "accio tune --device 0: the host profile and GPU 0's measured device table"),
 )
+# tune-device: --budget (the total) and the GPU's share of it: the stage stays under 2 minutes.
+TUNE_ARGS = ("--budget", "90", "--device-budget", "60")
 BENCH_SECTION = {"bench-hot": "hot-read", "bench-naive": "naive", "bench-write": "write",
                  "bench-safetensors": "safetensors", "bench-cold": "cold-read", "bench-zerocopy": "zerocopy"}
 NAMES = [s.name for s in STAGES]
@@ -466,6 +471,23 @@ def stage_cli(run: Run, log, deadline: float):
     return ("ok" if rc == 0 else "failed"), summary
 
 
+def stage_tune(run: Run, log, deadline: float):
+    """accio tune on the data directory's filesystem with GPU 0's device table, into a profile file of
+    the run (not the user's cache): what auto chooses for GPU buffers on this machine, measured."""
+    out = run.state / "bench" / "tune-profile.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run.data.mkdir(parents=True, exist_ok=True)
+    cmd = [run.python, "-m", "accio.cli", "tune", str(run.data), "--device", "0", *TUNE_ARGS, "--profile", str(out), "-q"]
+    t0 = time.monotonic()
+    rc = run_cmd(cmd, log, run.env(), deadline)
+    summary = {"command": " ".join(["accio", *cmd[3:]]), "exit": rc, "wall_s": round(time.monotonic() - t0, 1),
+               "profile": str(out.relative_to(run.state))}
+    doc = read_json(out) if rc == 0 else None
+    if doc:
+        summary["devices"] = doc.get("devices") or []
+    return ("ok" if rc == 0 and summary.get("devices") else "failed"), summary
+
+
 def run_stage(run: Run, st: Stage, deadline: float) -> dict:
     log_path = run.log_file(st.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -481,6 +503,8 @@ def run_stage(run: Run, st: Stage, deadline: float) -> dict:
                 status, summary = stage_correctness(run, log, deadline)
             elif st.name == "bench-cli":
                 status, summary = stage_cli(run, log, deadline)
+            elif st.name == "tune-device":
+                status, summary = stage_tune(run, log, deadline)
             else:
                 status, summary = stage_bench(run, log, deadline, BENCH_SECTION[st.name])
         except StageTimeout as e:
@@ -665,6 +689,8 @@ def render_md(doc: dict) -> str:
                              for k, v in s.items() if isinstance(v, dict))
         if name == "bench-cli" and s.get("wall_s") is not None:
             note = f"{s['wall_s']} s (goal < {s['goal_s']} s), {s['progress_lines']} progress lines"
+        if name == "tune-device" and s.get("devices"):
+            note = f"{s['wall_s']} s; device table of " + ", ".join(d.get("model", "?") for d in s["devices"])
         lines.append(f"| {name} | {st.get('status')} | {st.get('duration_s', '')} | {cell(note)} |")
     for name, sec in doc["sections"].items():
         lines += ["", f"## {name}", ""]

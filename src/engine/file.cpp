@@ -203,25 +203,36 @@ void File::end() {
   if (--inflight_ == 0) idle_.notify_all();
 }
 
-planner::Choice File::choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const {
-  return planner_->choose(planner::Signals{buf, n, off, write, inflight, end_.load(std::memory_order_relaxed)});
+planner::Signals File::signals(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const {
+  return planner::Signals{buf, n, off, write, inflight, end_.load(std::memory_order_relaxed)};
+}
+
+const planner::Planner* File::for_device(const mem::cuda::Target& t, planner::Choice& c, const planner::Signals& s) const {
+  if (!t.on_device() || planner_->fixed() || c.plan->mechanism->serves(t)) return nullptr;
+  const planner::Planner& d = planner_->device(t.device);
+  c = d.choose(s);
+  return &d;
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
-  const planner::Choice c = choose(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1);
+  const planner::Signals s = signals(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1);
+  planner::Choice c = planner_->choose(s);
   const mem::cuda::Target target = mem::cuda::classify(buf);
+  for_device(target, c, s);
   const io::Mechanism* other = for_target(*c.plan->mechanism, target, nullptr);
   return (other ? other : c.plan->mechanism)->route({ref_, other ? settings_ : c.plan->settings, ThreadPool::shared(), target}, n, write);
 }
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
-  const planner::Choice c = choose(buf, n, off, write, g_inflight->load() + 1);
+  const planner::Signals s = signals(buf, n, off, write, g_inflight->load() + 1);
+  planner::Choice c = planner_->choose(s);
   const mem::cuda::Target target = mem::cuda::classify(buf, true);
+  const planner::Planner* by = for_device(target, c, s);
   std::string why;
   const io::Mechanism* other = for_target(*c.plan->mechanism, target, &why);
   const io::Mechanism* m = other ? other : c.plan->mechanism;
   const io::Mechanism& r = m->route({ref_, other ? settings_ : c.plan->settings, ThreadPool::shared(), target}, n, write);
-  if (!other) why = planner_->why(c.route);
+  if (!other) why = by ? "the buffer is in " + target.name() + " memory: " + by->why(c.route) : planner_->why(c.route);
   if (&r != m) why += std::string("; ") + m->name() + " hands this request to " + r.name();
   if (other || &r != m) return {r.name(), r.name(), why};
   return {c.plan->mechanism->name(), c.plan->label, why};
@@ -236,11 +247,11 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
     if (why) *why = std::string(planned.name()) + " cannot serve this file here (see the warning): it runs as " + r.name();
     return &r;
   }
+  // A fixed mechanism for the other kind of memory, or a device plan of auto for memory it does not
+  // take (gds: managed memory): staged for GPU buffers, parallel for host ones.
   const bool fixed = planner_->fixed();
-  const std::string& was = settings_.mechanism;  // the mechanism set, or "auto"
-  // GPU reads under auto: pagecache, which itself sends writes, small reads and ranges not in the
-  // page cache through staged.
-  const io::Mechanism* m = io::find(!t.on_device() ? "parallel" : fixed ? "staged" : "pagecache");
+  const std::string& was = settings_.mechanism;
+  const io::Mechanism* m = io::find(t.on_device() ? "staged" : "parallel");
   if (t.on_device()) {
     io::IoContext ctx{ref_, settings_, ThreadPool::shared(), t};
     m = &m->resolve(ctx);
@@ -250,8 +261,8 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
     base::warn_once("target:" + was + ":" + where, "mechanism " + was + " cannot serve " + where + " memory: those requests run " +
                                                       m->name());
   if (why)
-    *why = "the buffer is in " + where + " memory: " + m->name() +
-           (fixed ? " (mechanism=" + was + " cannot serve it)" : " (auto's choice for GPU buffers)");
+    *why = "the buffer is in " + where + " memory: " + m->name() + " (" +
+           (fixed ? "mechanism=" + was : std::string(planned.name())) + " cannot serve it)";
   return m;
 }
 
@@ -283,14 +294,17 @@ void File::check(const void* buf, size_t n, uint64_t off, bool write) const {
 size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
   check(buf, n, off, write);
   const Inflight inflight;
-  const planner::Choice choice = choose(buf, n, off, write, inflight.n);
+  const planner::Signals sig = signals(buf, n, off, write, inflight.n);
+  planner::Choice choice = planner_->choose(sig);
   mem::cuda::Target target = mem::cuda::classify(buf, choice.plan->mechanism->cpu_touches_buffer());
+  const planner::Planner* by = planner_.get();  // the planner whose choice runs (device(): a GPU buffer's)
   const io::Mechanism* other = nullptr;
   const io::Mechanism* m = nullptr;
   const uint64_t t0 = now_ns();
   size_t got;
   try {
     for (;;) {
+      if (const planner::Planner* d = for_device(target, choice, sig)) by = d;
       other = for_target(*choice.plan->mechanism, target, nullptr);
       const io::IoContext ctx{ref_, other ? settings_ : choice.plan->settings, ThreadPool::shared(), target,
                               settings_.cache_probe == "off" ? nullptr : &planner::resident};
@@ -313,7 +327,7 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
     throw;
   }
   const uint64_t dt = now_ns() - t0;
-  planner_->record(choice, got, other != nullptr);
+  by->record(choice, got, other != nullptr);
   stats_.record(write, m->id, got, dt);
   global_stats().record(write, m->id, got, dt);
   return got;

@@ -134,10 +134,14 @@ class File : public std::enable_shared_from_this<File> {
     ~Scope() { f->end(); }
   };
   std::future<size_t> async(void* buf, size_t n, uint64_t off, bool write);
-  // The plan for a request; `inflight` counts the engine requests in flight, this one included.
-  planner::Choice choose(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
+  // What the planner sees of a request; `inflight` counts the engine requests in flight, this one included.
+  planner::Signals signals(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
+  // Under auto, a buffer in GPU memory gets its GPU's device plan (Planner::device) in place of the
+  // host plan `c`, which cannot address it: returns the device planner (whose record() counts the
+  // request), or nullptr when `c` stands.
+  const planner::Planner* for_device(const mem::cuda::Target& t, planner::Choice& c, const planner::Signals& s) const;
   // The mechanism that serves a buffer at `t` when the planned one cannot address that memory
-  // (staged for GPU buffers under a host mechanism or auto, parallel for host buffers under a
+  // (staged for GPU buffers under a fixed host mechanism, parallel for host buffers under a
   // device mechanism), or the fallback of a device mechanism that cannot serve this file (gds when
   // cuFile refuses it: Mechanism::resolve); nullptr when the planned one runs. *why says so.
   const io::Mechanism* for_target(const io::Mechanism& planned, const mem::cuda::Target& t, std::string* why) const;

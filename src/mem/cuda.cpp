@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "base/error.hpp"
+#include "base/fork.hpp"
 #include "base/log.hpp"
 #include "base/sys.hpp"
 #include "mem/staging.hpp"
@@ -238,6 +239,25 @@ std::string read_line(const std::string& path) {
   return s.substr(0, s.find('\n'));
 }
 }  // namespace
+
+std::string device_name(int ordinal) {
+  struct Names {
+    std::mutex mu;
+    std::map<int, std::string> map;
+  };
+  static base::PerProcess<Names> cache;  // a lock held at fork is not the child's
+  Names& c = cache.get();
+  std::lock_guard lk(c.mu);
+  auto& names = c.map;
+  if (auto it = names.find(ordinal); it != names.end()) return it->second;
+  const Driver* d = load();
+  CUdevice dev;
+  char name[256] = {};
+  if (!d || ordinal < 0 || ordinal >= d->devices || d->DeviceGet(&dev, ordinal) != kSuccess ||
+      d->DeviceGetName(name, sizeof name - 1, dev) != kSuccess)
+    name[0] = 0;
+  return names.emplace(ordinal, name).first->second;
+}
 
 std::vector<GpuInfo> gpus() {
   std::vector<GpuInfo> out;

@@ -155,6 +155,9 @@ struct GpuInfo {
   std::string cpus;              // local_cpulist from sysfs, "0-15,32-47"; "" unknown
 };
 std::vector<GpuInfo> gpus();  // empty without a driver
+// The GPU's name as the driver reports it ("NVIDIA H100 80GB HBM3"), which keys a profile's device
+// tables; "" when the driver does not know the ordinal. Asked once per ordinal, then cached.
+std::string device_name(int ordinal);
 
 // ---- device memory owned by accio (Python's device arrays, the bench, tests) ----
 void* alloc(int device, size_t n, bool managed);  // throws base::Error (ENOMEM on GPU out of memory)

@@ -5,11 +5,12 @@
 
 #include "base/settings.hpp"
 #include "io/odirect.hpp"
+#include "mem/cuda.hpp"
 
 namespace accio::planner {
 
 Planner::Planner(std::shared_ptr<const Profile> profile, const io::FileRef& file, const base::Settings& handle)
-    : profile_(std::move(profile)), file_(file), probe_(parse_probe(handle.cache_probe)) {
+    : profile_(std::move(profile)), file_(file), probe_(parse_probe(handle.cache_probe)), handle_(handle) {
   for (const PlanSpec& spec : profile_->plans) {
     Plan p{spec, io::find(spec.mechanism), spec.apply(handle), spec.label()};
     std::string why;
@@ -17,8 +18,10 @@ Planner::Planner(std::shared_ptr<const Profile> profile, const io::FileRef& file
     if (spec.needs_alignment() && !io::direct_usable(file, handle, nullptr)) p.mechanism = nullptr;
     plans_.push_back(std::move(p));
   }
-  // Appended last: the last resort of every cell, posix with the handle's settings.
-  plans_.push_back(Plan{PlanSpec{"posix"}, io::find("posix"), PlanSpec{"posix"}.apply(handle), PlanSpec{"posix"}.label()});
+  // Appended last: the last resort of every cell, with the handle's settings: posix, or staged in a
+  // device table (it runs wherever a GPU does).
+  const PlanSpec resort{profile_->device ? "staged" : "posix"};
+  plans_.push_back(Plan{resort, io::find(resort.mechanism), resort.apply(handle), resort.label()});
   const int last_resort = static_cast<int>(plans_.size() - 1);
   auto first = [&](const std::vector<int>& ranked, bool aligned) {
     for (int i : ranked)
@@ -54,6 +57,19 @@ Planner::Planner(const io::Mechanism& set, const io::IoContext& ctx) : file_(ctx
   route_plan_.push_back(0);
   fixed_why_ = "mechanism=" + std::string(set.name()) + " is set";
   if (&runs != &set) fixed_why_ += " but cannot run here (see the warning): it runs as " + std::string(runs.name());
+}
+
+const Planner& Planner::device(int ordinal) const {
+  const bool cached = ordinal >= 0 && ordinal < kDevices;
+  if (cached)
+    if (const Planner* p = device_[ordinal].load(std::memory_order_acquire)) return *p;
+  std::lock_guard lk(device_mu_);
+  for (const auto& [o, p] : device_owned_)
+    if (o == ordinal) return *p;
+  const auto table = profile_->device_table(mem::cuda::device_name(ordinal));
+  const Planner* out = device_owned_.emplace_back(ordinal, std::make_unique<const Planner>(table, file_, handle_)).second.get();
+  if (cached) device_[ordinal].store(out, std::memory_order_release);
+  return *out;
 }
 
 uint64_t Planner::min_accelerated(bool write) const {
@@ -130,7 +146,8 @@ std::string Planner::why(unsigned route) const {
         std::string t = base::format_size(static_cast<size_t>(v));
         return t.insert(t.find_first_not_of("0123456789"), " ");
       };
-      std::string range = hi == UINT64_MAX ? ">= " + readable(lo) : readable(lo) + ".." + readable(hi + 1);
+      std::string range = hi == UINT64_MAX ? (lo ? ">= " + readable(lo) : std::string("any size"))
+                                           : readable(lo) + ".." + readable(hi + 1);
       std::string out = profile_->name + ": " + (w ? "write" : "read") + ", " +
                         (c ? "several requests in flight" : "one request in flight") + ", " + range;
       const CellRoutes& routes = cells_[w][c][cell];
@@ -139,7 +156,8 @@ std::string Planner::why(unsigned route) const {
         out += state == kColdStart ? ", starts a stream (does not continue the previous request)" : ", continues the previous request";
       const int best = routes.plan[state][1];
       if (!aligned && routes.plan[state][0] != best) out += ", unaligned buffer or offset (" + plans_[best].label + " needs alignment)";
-      if (profile_->builtin) out += "; run `accio tune` to measure this filesystem";
+      if (profile_->builtin)
+        out += profile_->device ? "; run `accio tune` with this GPU to measure it" : "; run `accio tune` to measure this filesystem";
       return out;
     }
   return "unknown";
@@ -157,6 +175,9 @@ std::vector<PlanStat> Planner::stats(uint64_t handle_calls, uint64_t handle_byte
     const auto route = static_cast<unsigned>(r);
     out.push_back({plans_[route_plan_[r]].label, why(route), calls, counters_[r].bytes.load(std::memory_order_relaxed)});
   }
+  std::lock_guard lk(device_mu_);
+  for (const auto& [ordinal, d] : device_owned_)
+    for (PlanStat& s : d->stats(0, 0)) out.push_back(std::move(s));
   return out;
 }
 

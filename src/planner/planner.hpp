@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,11 @@ class Planner {
   // (hot or cold, aligned or not); UINT64_MAX if posix serves every size; 0 for a fixed mechanism
   // other than posix.
   uint64_t min_accelerated(bool write) const;
+  // `auto` for a buffer in GPU memory on device `ordinal`: the planner of the profile's device table
+  // for that GPU's model (Profile::device_table: measured by `accio tune`, else the built-in device
+  // rule), compiled for this file on the first such request and kept. Its choose() and record() work
+  // as this planner's; stats() lists its routes after this one's. Only under auto.
+  const Planner& device(int ordinal) const;
   // Whether a fixed mechanism is set (not `auto`).
   bool fixed() const { return !profile_; }
   // The plan every request gets (a fixed mechanism), or nullptr when it depends on the request.
@@ -102,6 +108,12 @@ class Planner {
     std::atomic<uint64_t> calls{0}, bytes{0};
   };
   std::unique_ptr<Counter[]> counters_;  // one per route (auto)
+  // device(): the planners of device tables by ordinal, built under device_mu_, then read lock-free.
+  static constexpr int kDevices = 64;
+  mutable std::atomic<const Planner*> device_[kDevices] = {};
+  mutable std::mutex device_mu_;
+  mutable std::vector<std::pair<int, std::unique_ptr<const Planner>>> device_owned_;  // by ordinal
+  base::Settings handle_;  // the handle's settings (device tables are compiled with them)
   // The residency probe is amortized: one verdict serves at most kReprobeBytes of requests, so that
   // the probe (two cachestat calls, under a microsecond on a VM) stays well under 1% of the time of
   // the bytes it decides for at every request size (4 MiB take about 200 us from the page cache);

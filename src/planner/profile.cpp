@@ -357,14 +357,12 @@ PlanSpec PlanSpec::parse(const std::string& json, const std::string& source) {
   return parse_plan(v, source);
 }
 
-std::string Profile::to_json() const {
-  std::string o = "{\"schema\": \"accio.profile/1\", \"source\": ";
-  json_string(o, source);
-  o += ", \"name\": ";
-  json_string(o, name);
-  o += std::string(", \"builtin\": ") + (builtin ? "true" : "false") + ", \"plans\": [";
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const PlanSpec& p = plans[i];
+namespace {
+// A table's "plans" and "decisions" members (without braces): the form parse_table() reads.
+std::string table_json(const Profile& t) {
+  std::string o = "\"plans\": [";
+  for (size_t i = 0; i < t.plans.size(); ++i) {
+    const PlanSpec& p = t.plans[i];
     o += i ? ", {\"mechanism\": " : "{\"mechanism\": ";
     json_string(o, p.mechanism);
     if (p.task_size) o += ", \"task_size\": " + std::to_string(p.task_size);
@@ -388,7 +386,7 @@ std::string Profile::to_json() const {
   for (int w = 0; w < 2; ++w) {
     o += w ? ", \"write\": {" : "\"read\": {";
     for (int c = 0; c < 2; ++c) {
-      const std::vector<Cell>& cells = table[w][c];
+      const std::vector<Cell>& cells = t.table[w][c];
       o += c ? ", \"N\": {" : "\"1\": {";
       bool any_cold = false, any_start = false;
       for (const Cell& cell : cells) any_cold |= !cell.cold.empty(), any_start |= !cell.cold_start.empty();
@@ -423,7 +421,75 @@ std::string Profile::to_json() const {
     }
     o += "}";
   }
-  return o + "}}";
+  return o + "}";
+}
+
+// Reads a table's "plans" and "decisions" members of `v` into p; `where` prefixes the members'
+// names in errors ("devices[0]."). A device table takes device mechanisms only.
+void parse_table(const Value& v, Profile& p, const std::string& source, const std::string& where) {
+  const Value* plans = v.get("plans");
+  if (!plans || !plans->is(Value::array) || plans->items.empty()) bad(source, where + "plans must be a non-empty array");
+  for (const Value& x : plans->items) {
+    p.plans.push_back(parse_plan(x, source));
+    if (p.device && !io::find(p.plans.back().mechanism)->device())
+      bad(source, where + "plans: " + p.plans.back().mechanism + " does not serve GPU memory (device tables take "
+                          "device mechanisms)");
+  }
+  const Value* dec = v.get("decisions");
+  if (!dec || !dec->is(Value::object)) bad(source, where + "decisions must be an object");
+  for (int w = 0; w < 2; ++w) {
+    const std::string op = where + "decisions." + (w ? "write" : "read");
+    const Value* ops = dec->get(w ? "write" : "read");
+    if (!ops) bad(source, op + " is missing");
+    for (int c = 0; c < 2; ++c) {
+      const Value* g = ops->get(c ? "N" : "1");
+      if (!g) bad(source, op + "." + (c ? "N" : "1") + " is missing");
+      const Value* hot = g->get("hot");
+      if (!hot) bad(source, where + "every decision group needs hot cells");
+      auto optional = [&](const char* name) {
+        const Value* x = g->get(name);
+        return x && !x->is(Value::null) ? parse_group(*x, p.plans.size(), source) : Group{};
+      };
+      p.table[w][c] = merge(parse_group(*hot, p.plans.size(), source), optional("cold"), optional("cold_start"));
+    }
+  }
+}
+}  // namespace
+
+std::string Profile::to_json() const {
+  std::string o = "{\"schema\": \"accio.profile/1\", \"source\": ";
+  json_string(o, source);
+  o += ", \"name\": ";
+  json_string(o, name);
+  o += std::string(", \"builtin\": ") + (builtin ? "true" : "false") + ", " + table_json(*this) + ", \"devices\": [";
+  for (size_t i = 0; i < devices.size(); ++i) {
+    o += i ? ", {\"model\": " : "{\"model\": ";
+    json_string(o, devices[i].first);
+    o += ", " + table_json(*devices[i].second) + "}";
+  }
+  // The rule a GPU without a measured table gets (the tuner's guard measures against it).
+  return o + "], \"builtin_device\": {" + table_json(*builtin_device_model()) + "}}";
+}
+
+std::shared_ptr<const Profile> Profile::builtin_device_model() {
+  static const std::shared_ptr<const Profile> p = [] {
+    auto m = std::make_shared<Profile>();
+    m->source = m->name = "built-in device rule";
+    m->builtin = m->device = true;
+    m->plans = {PlanSpec{"pagecache"}, PlanSpec{"staged"}};
+    for (int c = 0; c < 2; ++c) {
+      m->table[0][c] = {Cell{UINT64_MAX, {0, 1}, {}, {}}};
+      m->table[1][c] = {Cell{UINT64_MAX, {1}, {}, {}}};
+    }
+    return m;
+  }();
+  return p;
+}
+
+std::shared_ptr<const Profile> Profile::device_table(const std::string& model) const {
+  for (const auto& [m, t] : devices)
+    if (m == model) return t;
+  return builtin_device_model();
 }
 
 std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std::string& source) {
@@ -444,24 +510,25 @@ std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std
     const Value* dev = k->get("device");
     if (fs && dev && fs->is(Value::string) && dev->is(Value::string)) p->name = fs->str + " on " + dev->str;
   }
-  const Value* plans = doc.get("plans");
-  if (!plans || !plans->is(Value::array) || plans->items.empty()) bad(source, "plans must be a non-empty array");
-  for (const Value& v : plans->items) p->plans.push_back(parse_plan(v, source));
-  const Value* dec = doc.get("decisions");
-  if (!dec || !dec->is(Value::object)) bad(source, "decisions must be an object");
-  for (int w = 0; w < 2; ++w) {
-    const Value* op = dec->get(w ? "write" : "read");
-    if (!op) bad(source, std::string("decisions.") + (w ? "write" : "read") + " is missing");
-    for (int c = 0; c < 2; ++c) {
-      const Value* g = op->get(c ? "N" : "1");
-      if (!g) bad(source, std::string("decisions.") + (w ? "write" : "read") + "." + (c ? "N" : "1") + " is missing");
-      const Value* hot = g->get("hot");
-      if (!hot) bad(source, "every decision group needs hot cells");
-      auto optional = [&](const char* name) {
-        const Value* v = g->get(name);
-        return v && !v->is(Value::null) ? parse_group(*v, p->plans.size(), source) : Group{};
-      };
-      p->table[w][c] = merge(parse_group(*hot, p->plans.size(), source), optional("cold"), optional("cold_start"));
+  parse_table(doc, *p, source, "");
+  // The optional device section (profiles written before it existed have none: every GPU then
+  // gets the built-in device rule): [{"model": "...", "plans": [...], "decisions": {...}}, ...].
+  if (const Value* devs = doc.get("devices"); devs && !devs->is(Value::null)) {
+    if (!devs->is(Value::array)) bad(source, "devices must be an array");
+    for (size_t i = 0; i < devs->items.size(); ++i) {
+      const Value& d = devs->items[i];
+      const std::string where = "devices[" + std::to_string(i) + "].";
+      const Value* model = d.is(Value::object) ? d.get("model") : nullptr;
+      if (!model || !model->is(Value::string) || model->str.empty())
+        bad(source, where + "model must be the GPU's name (a non-empty string)");
+      for (const auto& [m, t] : p->devices)
+        if (m == model->str) bad(source, where + "model '" + m + "' appears twice");
+      auto t = std::make_shared<Profile>();
+      t->source = source;
+      t->name = model->str + " (" + p->name + ")";
+      t->device = true;
+      parse_table(d, *t, source, where);
+      p->devices.emplace_back(model->str, std::move(t));
     }
   }
   return p;

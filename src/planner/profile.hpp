@@ -78,8 +78,14 @@ struct Profile {
   std::string source;  // the file it came from, or "built-in model"
   std::string name;    // "ext4 on /dev/vda1" or "built-in model"
   bool builtin = false;
+  // A device table: the plans for buffers in GPU memory (device mechanisms only; staged is every
+  // cell's last resort, as posix is a host table's).
+  bool device = false;
   std::vector<PlanSpec> plans;
   std::vector<Cell> table[2][2];  // [write][several requests in flight]
+  // The device tables `accio tune` measured, one per GPU model ("NVIDIA H100 80GB HBM3": GPUs of
+  // one model share it), from the profile's optional "devices" section.
+  std::vector<std::pair<std::string, std::shared_ptr<const Profile>>> devices;
 
   // The first cell whose max_size >= n (the last cell is unbounded).
   const Cell& cell(bool write, bool concurrent, uint64_t n) const;
@@ -96,11 +102,16 @@ struct Profile {
   // the cache state is not used. builtin_model() is the model for MachineFacts::detect(), built once.
   static std::shared_ptr<const Profile> builtin_model();
   static std::shared_ptr<const Profile> builtin_model(const MachineFacts& facts);
+  // The device table of a GPU model: the profile's measured one, else the built-in device rule
+  // (builtin_device_model: reads run pagecache, which sends reads below `pagecache_min` and ranges
+  // not in the page cache through staged; writes run staged).
+  std::shared_ptr<const Profile> device_table(const std::string& model) const;
+  static std::shared_ptr<const Profile> builtin_device_model();
   // Parses a profile document; throws base::Error(EINVAL) naming `source` on anything malformed.
   static std::shared_ptr<const Profile> parse(const std::string& text, const std::string& source);
   // The profile as the planner reads it, as a profile document (docs/tuning.md) that parse()
   // accepts: every plan with its "label" and "needs_alignment" added, the decisions over the merged
-  // cells. How the Python tuner and `accio tune --show` see the built-in model and parsed profiles.
+  // cells, the device tables ("devices") and the built-in device rule ("builtin_device"). How the Python tuner and `accio tune --show` see the built-in model and parsed profiles.
   std::string to_json() const;
 };
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <algorithm>
 #include <string>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -269,6 +270,40 @@ TEST(Gpu, AutoAndHostMechanismsServeDeviceBuffersStaged) {
   EXPECT_EQ(accio_pread(f, host.data(), host.size(), 0), static_cast<int64_t>(host.size()));
   EXPECT_EQ(ran(f), "parallel");
   EXPECT_TRUE(host == data);
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+// Under auto, the first GPU requests of a handle race to build its device planner
+// (Planner::device): one is built, every request is planned and counted by it.
+TEST(Gpu, AutoPlansConcurrentFirstGpuRequestsFromOneDeviceTable) {
+  REQUIRE_GPU();
+  TempDir dir;
+  constexpr size_t kThreads = 8, kEach = 256 << 10;
+  const std::vector<char> data = pattern(kThreads * kEach, 9);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("auto");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (size_t t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      if (accio_pread(f, dev.at(t * kEach), kEach, t * kEach) != static_cast<int64_t>(kEach)) bad.fetch_add(1);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0) << accio_last_error();
+  accio_plan_stat st[16];
+  const int n = accio_file_plans(f, st, 16);
+  uint64_t calls = 0, bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_NE(std::string(st[i].why).find("built-in device rule: read"), std::string::npos) << st[i].why;
+    calls += st[i].calls, bytes += st[i].bytes;
+  }
+  EXPECT_EQ(calls, kThreads);
+  EXPECT_EQ(bytes, data.size());
+  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
   accio_close(f);
   accio_settings_free(s);
 }

@@ -546,6 +546,61 @@ TEST(Profile, DescribeRoundTrips) {
   EXPECT_NE(std::string(accio_last_error()).find("bad.json"), std::string::npos);
 }
 
+// The optional device section: one table per GPU model, parsed as the host table is (device
+// mechanisms only), looked up by model with the built-in device rule for any other, kept by to_json;
+// a planner over a device table falls back to staged, as a host one falls back to posix.
+TEST(Profile, DeviceTablesByGpuModel) {
+  std::string text = kProfile;
+  text.insert(text.rfind('}'), R"(, "devices": [{"model": "GPU A", "measured_on": {"ordinal": 0},
+    "plans": [{"mechanism": "naive"}, {"mechanism": "pagecache", "pagecache_min": 4096}, {"mechanism": "staged"}],
+    "decisions": {"read": {"1": {"hot": [{"max_size": 1048575, "plans": [0]}, {"max_size": null, "plans": [1, 2]}]},
+                           "N": {"hot": [{"max_size": null, "plans": [2]}]}},
+                  "write": {"1": {"hot": [{"max_size": null, "plans": [0]}]}, "N": {"hot": [{"max_size": null, "plans": [2]}]}}}}])");
+  auto p = planner::Profile::parse(text, "p.json");
+  ASSERT_EQ(p->devices.size(), 1u);
+  auto a = p->device_table("GPU A");
+  EXPECT_TRUE(a->device && !a->builtin);
+  EXPECT_EQ(a->name, "GPU A (testfs on /dev/test)");
+  EXPECT_EQ(a->cell(false, false, 4096).hot, std::vector<int>{0});
+  EXPECT_EQ(a->cell(false, false, 1 << 20).hot, (std::vector<int>{1, 2}));
+  EXPECT_EQ(a->plans[1].label(), "pagecache(pagecache_min=4KiB)");
+  EXPECT_EQ(p->device_table("GPU B"), planner::Profile::builtin_device_model());
+  EXPECT_EQ(planner::Profile::parse(kProfile, "old.json")->device_table("GPU A"), planner::Profile::builtin_device_model());
+  // to_json keeps the tables and names the built-in rule; parsing it again gives the same tables.
+  const std::string once = p->to_json();
+  EXPECT_NE(once.find(R"("builtin_device": {"plans": [{"mechanism": "pagecache")"), std::string::npos) << once;
+  auto again = planner::Profile::parse(once, "again.json");
+  ASSERT_EQ(again->devices.size(), 1u);
+  EXPECT_EQ(again->devices[0].first, "GPU A");
+  EXPECT_EQ(again->device_table("GPU A")->cell(false, false, 1 << 20).hot, (std::vector<int>{1, 2}));
+  // Malformed sections: every one names the file and the member.
+  auto with = [&](const std::string& devices) {
+    std::string t = kProfile;
+    return t.insert(t.rfind('}'), ", \"devices\": " + devices);
+  };
+  expect_bad(with("{}"), "devices must be an array");
+  expect_bad(with("[{\"plans\": []}]"), "devices[0].model");
+  expect_bad(with(R"([{"model": "X", "plans": [{"mechanism": "posix"}], "decisions": {}}])"), "posix does not serve GPU memory");
+  expect_bad(with(R"([{"model": "X", "plans": [{"mechanism": "staged"}], "decisions": {}}])"), "devices[0].decisions.read is missing");
+  expect_bad(with(R"([{"model": "X", "plans": [{"mechanism": "staged"}], "decisions": {"read": {"1": {"hot": [{"max_size": null, "plans": [3]}]}}}}])"),
+             "plan index 3 out of range");
+  // A planner over a device table: plans that cannot run here fall to staged, the last resort.
+  TempDir d;
+  auto s = base::Settings::defaults();
+  const std::string path = write_text(d, "data", std::string(1 << 20, 'x'));
+  auto f = engine::File::open(path, "r", s);
+  planner::Planner dev(a, f->ref(), s);
+  const planner::Choice c = dev.choose(planner::Signals{nullptr, 4096, 0, false, 1, 1 << 20});
+  const char* want = io::find("naive")->available(nullptr) ? "naive" : "staged";
+  EXPECT_EQ(c.plan->spec.mechanism, want);
+  EXPECT_NE(dev.why(c.route).find("GPU A (testfs on /dev/test): read, one request in flight"), std::string::npos)
+      << dev.why(c.route);
+  planner::Planner builtin(planner::Profile::builtin_device_model(), f->ref(), s);
+  const planner::Choice w = builtin.choose(planner::Signals{nullptr, 4096, 0, true, 1, 1 << 20});
+  EXPECT_EQ(w.plan->spec.mechanism, "staged");
+  EXPECT_NE(builtin.why(w.route).find("built-in device rule: write"), std::string::npos) << builtin.why(w.route);
+}
+
 // A plan sets a mechanism's own knobs by name, checked as the settings table checks them.
 TEST(Profile, PlansSetTheMechanismsKnobs) {
   auto p = planner::PlanSpec::parse(R"({"mechanism": "uring", "queue_depth": 4, "label": "ignored"})", "plan");

@@ -72,7 +72,7 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     record(run, "bench-write", "running")         # the command was killed mid-stage: runs again
     record(run, "bench-cold", "skipped")
     assert [s.name for s in gc.plan(run, None)] == ["bench-hot", "bench-naive", "bench-write", "bench-safetensors",
-                                                    "bench-zerocopy", "bench-cli"]
+                                                    "bench-zerocopy", "bench-cli", "tune-device"]
     assert [s.name for s in gc.plan(run, ["bench-cli", "build"])] == ["build", "bench-cli"]  # asked: in stage order
     assert gc.needs_build(run, gc.STAGES[2]) is None
     # The build's record without its outputs (state brought back from a machine that was given
@@ -80,7 +80,7 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     shutil.rmtree(run.site_accio)
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
     assert [s.name for s in gc.plan(run, None)] == ["build", "bench-hot", "bench-naive", "bench-write",
-                                                    "bench-safetensors", "bench-zerocopy", "bench-cli"]
+                                                    "bench-safetensors", "bench-zerocopy", "bench-cli", "tune-device"]
     record(run, "build", "failed")
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
 
@@ -94,6 +94,7 @@ class FakeStages:
         monkeypatch.setattr(gc, "stage_build", lambda run, log, dl: self.one("build", run))
         monkeypatch.setattr(gc, "stage_correctness", lambda run, log, dl: self.one("correctness"))
         monkeypatch.setattr(gc, "stage_cli", lambda run, log, dl: self.one("bench-cli"))
+        monkeypatch.setattr(gc, "stage_tune", lambda run, log, dl: self.one("tune-device"))
         monkeypatch.setattr(gc, "stage_bench", lambda run, log, dl, section: self.one(section))
 
     def one(self, name, run=None):
@@ -123,8 +124,8 @@ def test_execute_stops_before_a_stage_that_would_pass_the_deadline_and_resumes(t
     assert gc.estimate(run, gc.STAGES[3]) == 5.0
     assert gc.execute(make_run(tmp_path, "--deadline-s", "100000"), None) == 0
     assert stages.calls == ["build", "correctness", "hot-read", "naive", "write", "safetensors", "cold-read",
-                            "zerocopy", "bench-cli"]
-    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 9  # all done: nothing runs
+                            "zerocopy", "bench-cli", "tune-device"]
+    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 10  # all done: nothing runs
     assert "every stage has finished" in capsys.readouterr().out
     # Asked for by name, a finished stage runs again.
     gc.execute(make_run(tmp_path), ["bench-naive"])
@@ -589,3 +590,24 @@ def test_fastsafetensors_defaults_and_swept_settings_reach_its_api():
                                                  "framework": "pytorch"}),
                      ("files", {0: ["x.st", "y.st"]}), "fb.close", "loader.close"]
     assert len(gb.FST_SWEEP) == len(set(gb.FST_SWEEP)) >= 4 and (16, 16 * 1024) in gb.FST_SWEEP  # its defaults
+
+
+def test_stage_tune_device_keeps_the_measured_device_table(tmp_path, tmp_path_factory, monkeypatch):
+    from conftest import fake_cuda
+    lib = fake_cuda(tmp_path_factory)
+    monkeypatch.setenv("ACCIO_LIBCUDA", lib)
+    monkeypatch.setenv("ACCIO_LIBCUFILE", lib)
+    monkeypatch.setattr(gc, "TUNE_ARGS", ("--budget", "10", "--device-budget", "5", "--file-size", "16m"))
+    run = make_run(tmp_path, "--installed", "--data", str(tmp_path / "data"))
+    st = next(s for s in gc.STAGES if s.name == "tune-device")
+    rec = gc.run_stage(run, st, time.monotonic() + 120)
+    assert rec["status"] == "ok", rec
+    s = rec["summary"]
+    assert [d["model"] for d in s["devices"]] == ["accio fake GPU 0"] and s["devices"][0]["measurements"]
+    assert "--device 0" in s["command"] and (run.state / s["profile"]).is_file()
+    assert json.loads(run.stage_file("tune-device").read_text())["status"] == "ok"  # a finished stage: not rerun
+    assert "tune-device" not in [x.name for x in gc.plan(run, None)]
+    # Without a GPU the stage fails, with tune's reason in its log.
+    monkeypatch.setenv("ACCIO_LIBCUDA", str(tmp_path / "none.so"))
+    rec = gc.run_stage(run, st, time.monotonic() + 120)
+    assert rec["status"] == "failed" and rec["summary"]["exit"] != 0, rec

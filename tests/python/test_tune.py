@@ -205,7 +205,7 @@ def test_tune_error_paths(tmp_path):
     r = tune(str(tmp_path), "--show", check=False)
     assert r.returncode == 1 and "no profile" in r.stderr and "accio tune" in r.stderr
     r = tune(str(tmp_path), "--target", "cuda:0", check=False)
-    assert r.returncode == 2 and "host memory only" in r.stderr
+    assert r.returncode == 2 and "--device cuda:N" in r.stderr  # a GPU is measured with --device
     r = tune(str(tmp_path), "--file-size", "lots", check=False)
     assert r.returncode == 2 and "--file-size" in r.stderr
     r = tune(str(tmp_path), "--budget", "1", check=False)

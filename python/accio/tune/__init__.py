@@ -1,5 +1,6 @@
 """`accio tune`: profile the filesystem holding PATH so that the `auto` mechanism picks the fastest
-plan for every request; `--show` prints a profile's decisions, `--evaluate` measures how close
+plan for every request, into host memory and, where a GPU is present, into GPU memory (the device
+table of the GPU's model); `--show` prints a profile's decisions, `--evaluate` measures how close
 `auto` comes to the best fixed mechanism of every cell. How it works: docs/tuning.md.
 """
 from __future__ import annotations
@@ -17,14 +18,19 @@ from .._usage import UsageError, check_output_path, write_json
 from . import evaluate as evaluate_mod
 from . import profile as profile_mod
 from .measure import MiB, Bench, fmt
-from .search import Search, base_plans
+from .search import Search, base_plans, device_plans
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", default=".", help="a directory (or file) on the filesystem to tune (default .)")
-    p.add_argument("--target", default="host", help="where the bytes go: host (the only target profiles cover; GPU reads run pagecache under auto, staged below pagecache_min)")
+    p.add_argument("--target", default="host", help="where the bytes go: host (GPU memory is measured with --device)")
     p.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
-                   help="wall-clock limit of the calibration (default 120)")
+                   help="wall-clock limit of the calibration, the GPU's share included (default 120)")
+    p.add_argument("--device", metavar="GPU", help="the GPU whose device table is measured and evaluated (cuda:N or N; "
+                   "default: cuda:0 when the CUDA driver reports a GPU); its table serves every GPU of its model")
+    p.add_argument("--no-device", action="store_true", help="measure and evaluate host memory only")
+    p.add_argument("--device-budget", type=float, metavar="SECONDS",
+                   help="the GPU's share of --budget (default a third of it)")
     p.add_argument("--file-size", default="256m", metavar="SIZE",
                    help="scratch file size for the calibration (default 256m; two such files are written in PATH)")
     p.add_argument("--threads", type=int, default=0, metavar="N",
@@ -92,9 +98,14 @@ def _sizes(option: str, text: str) -> list[int]:
 def _check_usage(args) -> None:
     """Usage errors, all before the path is looked at or anything is measured (exit 2)."""
     if args.target != "host":
-        raise UsageError(f"target {args.target!r}: profiles are measured for host memory only; GPU reads "
-                         "run pagecache under auto, staged below pagecache_min (compare the device mechanisms with `accio bench --target "
-                         "cuda:N`); use --target host")
+        raise UsageError(f"target {args.target!r}: --target is host; a GPU's device table is measured with "
+                         "--device cuda:N (by default, cuda:0 when a GPU is present)")
+    if args.device is not None and args.no_device:
+        raise UsageError("--device and --no-device do not go together")
+    if args.device is not None:
+        _ordinal(args.device)
+    if args.device_budget is not None and not 0 < args.device_budget < args.budget:
+        raise UsageError(f"--device-budget {args.device_budget:g}: must be above 0 and below --budget ({args.budget:g})")
     if args.show and args.evaluate:
         raise UsageError("--show and --evaluate do not go together")
     if args.json and not args.evaluate:
@@ -113,6 +124,50 @@ def _check_usage(args) -> None:
         _sizes("--file-sizes", args.file_sizes)
         _sizes("--transfers", args.transfers)
         check_output_path("--json", args.json)
+
+
+def _ordinal(device: str) -> int:
+    from .. import _ordinal as ordinal
+    try:
+        return ordinal(device if not device.isdigit() else int(device))
+    except ValueError as e:
+        raise UsageError(f"--device {device!r}: expected cuda:N or N") from e
+
+
+def _gpu(args, directory: str) -> dict | None:
+    """The GPU whose device table this run measures: its facts (name, ordinal, PCI bus id, link) and
+    cuFile's mode for the directory; None (and one line saying why) where none is measured. An
+    explicit --device that names no GPU here is an error."""
+    if args.no_device:
+        return None
+    from ..info import _gpus
+    found = _gpus(directory)
+    want = None if args.device is None else _ordinal(args.device)
+    if not found["available"] or not found["devices"]:
+        why = found["detail"] or "the driver reports no GPU"
+        if want is not None:
+            raise OSError(19, f"--device cuda:{want}: no GPU here ({why})")
+        print(f"accio tune: no GPU ({why}): host memory only", file=sys.stderr)
+        return None
+    gpus = {g["ordinal"]: g for g in found["devices"]}
+    if want is not None and want not in gpus:
+        raise OSError(19, f"--device cuda:{want}: no such GPU (the driver reports {len(gpus)}: "
+                      + ", ".join(f"cuda:{o} {g['name']}" for o, g in sorted(gpus.items())) + ")")
+    return dict(gpus[min(gpus) if want is None else want], cufile=found["cufile"])
+
+
+def _gpu_notes(gpu: dict, plans) -> list[str]:
+    cf = gpu["cufile"]
+    names = [p.mechanism for p in plans]
+    notes = [f"measured {', '.join(names)}"]
+    if "gds" not in names:
+        notes.append(f"gds not measured: cuFile does not load ({cf.get('detail', '')})")
+    elif cf.get("path") == "compat":
+        notes.append("gds ran in cuFile's compatibility mode (no nvidia-fs for this filesystem): its POSIX path, "
+                     "not direct DMA from storage")
+    if "pagecache" not in names:
+        notes.append("pagecache not measured: not available with this driver")
+    return notes
 
 
 def _check_space(directory: str, need: int) -> None:
@@ -144,6 +199,8 @@ def show(path: str, key: dict, directory: str) -> int:
               f"at {path}: auto uses the built-in model (posix below 1 MiB, parallel above, scaled with the CPUs).\n"
               f"Run `accio tune {directory}` to measure this filesystem.", file=sys.stderr)
         return 1
+    with open(path) as f:
+        _ext.profile_describe(f.read(), path)  # the engine's own parse: what it refuses, --show refuses, naming it
     print(profile_mod.render(profile_mod.load(path), path))
     return 0
 
@@ -151,14 +208,24 @@ def show(path: str, key: dict, directory: str) -> int:
 def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
     t0 = time.monotonic()
     threads = args.threads or os.cpu_count() or 1
+    gpu = _gpu(args, directory)
+    device_budget = (args.device_budget or args.budget / 3) if gpu else 0.0
     _check_space(directory, 2 * file_size)
     progress = _Progress(not args.quiet and sys.stderr.isatty())
+    device = None
     try:
         with Bench(directory, file_size) as bench:
             takes_direct = _ext.probe("o_direct", directory)[0]
-            search = Search(bench, threads, args.budget - (time.monotonic() - t0) - 1.0, base_plans(takes_direct),
-                            progress)
+            search = Search(bench, threads, args.budget - device_budget - (time.monotonic() - t0) - 1.0,
+                            base_plans(takes_direct), progress)
             search.run()
+            if gpu:
+                t1 = time.monotonic()
+                plans = device_plans()
+                device = Search(bench, threads, args.budget - (t1 - t0) - 1.0, plans, progress, device=gpu["ordinal"])
+                device.notes += _gpu_notes(gpu, plans)
+                device.run()
+                device_elapsed = round(time.monotonic() - t1, 1)
     finally:
         progress.close()
     meta = {"key": {k: key[k] for k in ("filesystem", "device", "kernel", "accio")}, "target": "host",
@@ -167,9 +234,16 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
             "budget_s": args.budget, "elapsed_s": round(time.monotonic() - t0, 1), "file_size": file_size,
             "o_direct": takes_direct}
     doc = profile_mod.build(search, meta)
+    devices = profile_mod.kept_devices(path, gpu["name"] if gpu else None)
+    if device is not None:
+        devices.append(profile_mod.build_device(device, gpu, {"budget_s": round(device_budget, 1),
+                                                              "elapsed_s": device_elapsed, "cufile": gpu["cufile"]}))
+    if devices:
+        doc["devices"] = devices
     profile_mod.save(doc, path)
     print(profile_mod.render(doc, path))
-    print(f"\nsaved {path}; `auto` uses it for files on {key['filesystem']} on {key['device']}")
+    print(f"\nsaved {path}; `auto` uses it for files on {key['filesystem']} on {key['device']}"
+          + (f" and for GPU buffers on {gpu['name']}" if gpu else ""))
     return 0
 
 
@@ -199,6 +273,7 @@ def evaluate(args, directory: str, path: str) -> int:
         print(f"accio tune: no profile at {path}: auto is evaluated with the built-in model "
               f"(run `accio tune {directory}` first to evaluate a measured profile)", file=sys.stderr)
     big = max(file_sizes)
+    gpu = _gpu(args, directory)
     _check_space(directory, 2 * big)
     progress = _Progress(not args.quiet and sys.stderr.isatty())
     try:
@@ -210,6 +285,15 @@ def evaluate(args, directory: str, path: str) -> int:
             result["decision_ns"] = decision_cost(bench, args.profile if have else None, transfers)
             result["cold_reads"] = bench.cold_reads
             result["notes"] = [bench.cold_note] if bench.cold_note else []
+            if gpu:
+                # The same grid into the GPU's memory: auto (the profile's device table for this
+                # GPU's model, or the built-in device rule) against every device mechanism.
+                fixed = [p.mechanism for p in device_plans()]
+                dev = evaluate_mod.run(bench, evaluate_mod.grid(file_sizes, transfers, threads, bench.cold_reads),
+                                       args.reps, contenders=("auto", *fixed), progress=progress,
+                                       max_reps=args.max_reps, device=gpu["ordinal"])
+                dev["gpu"] = {k: gpu[k] for k in ("ordinal", "name", "pci_bus_id", "cufile") if k in gpu}
+                result["device"] = dev
     finally:
         progress.close()
     from ..info import gather
@@ -220,7 +304,12 @@ def evaluate(args, directory: str, path: str) -> int:
                    "machine": {k: info[k] for k in ("kernel", "cpu", "memory")}, "accio": __version__,
                    "git_commit": _ext.git_commit(), "filesystem": info.get("filesystem"),
                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    print(evaluate_mod.render(result), file=sys.stderr if args.json == "-" else sys.stdout)
+    text = evaluate_mod.render(result)
+    if "device" in result:
+        g = result["device"]["gpu"]
+        text += (f"\n\nGPU buffers on cuda:{g['ordinal']} ({g['name']}): auto against every device mechanism\n"
+                 + evaluate_mod.render(result["device"]))
+    print(text, file=sys.stderr if args.json == "-" else sys.stdout)
     if args.json:
         write_json(args.json, result)
     return 0

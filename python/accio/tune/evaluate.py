@@ -111,8 +111,10 @@ def judge(cell: dict, samples: dict, rounds: dict) -> None:
     cell["rounds"] = {m: r for m, r in rounds.items()}
 
 
-def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=None, max_reps: int = MAX_SAMPLES) -> dict:
-    """contenders: auto and every host mechanism (the engine's registry) unless given."""
+def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=None, max_reps: int = MAX_SAMPLES,
+        device: int = -1) -> dict:
+    """contenders: auto and every host mechanism (the engine's registry) unless given; device >= 0:
+    the buffers are in that GPU's memory (contenders: auto and the device mechanisms)."""
     contenders = tuple(contenders or ("auto", *host_mechanisms()))
     max_reps = max(max_reps, reps)
     total = len(cells) * reps * len(contenders)
@@ -131,14 +133,14 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
             if k in last:
                 nbytes = min(nbytes, max(c["transfer"] * c["threads"], int(last[k] * MiB * MAX_SAMPLE_SECONDS)))
             last[k] = bench.sample({"mechanism": m}, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
-                                   nbytes, used if m == "auto" else None, min_seconds=SAMPLE_SECONDS)
+                                   nbytes, used if m == "auto" else None, min_seconds=SAMPLE_SECONDS, device=device)
             return last[k]
 
         def note(m: str, _round: int, _value: float, c=c) -> None:
             nonlocal done
             done += 1
             if progress:
-                progress(f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",
+                progress(("" if device < 0 else f"cuda:{device} ") + f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",
                          min(1.0, done / total))
 
         samples, rounds = measure_cell(sample, contenders, reps, max_reps, note)

@@ -4,7 +4,8 @@ A Bench owns two scratch files in the tuned directory: one that reads use (writt
 that writes use. sample() measures one plan on one cell: operation (read/write), cache state
 (hot: the range is in the page cache; cold: reads after fsync + posix_fadvise(DONTNEED) with the
 residency checked, writes into a freshly truncated file), concurrency (that many threads, each with
-its own handle and byte range, started together) and request size. Timing is the native loop of
+its own handle and byte range, started together), request size and target (host memory, or GPU
+`device`: the records then live in that GPU's memory). Timing is the native loop of
 `accio bench` (accio._ext.bench_phase); bandwidth is IOR's: total bytes / (latest end - earliest
 start). Writes are followed by an untimed fsync, so every sample starts with a clean page cache.
 """
@@ -27,6 +28,7 @@ class Plan:
     threads: int = 0
     queue_depth: int = 0
     direct: bool = False
+    pagecache_min: int = 0  # pagecache: reads below this run staged
 
     def settings(self) -> dict:
         s = {"mechanism": self.mechanism, "task_size": self.task_size}
@@ -34,6 +36,8 @@ class Plan:
             s["threads"] = self.threads
         if self.queue_depth:
             s["queue_depth"] = self.queue_depth
+        if self.pagecache_min:
+            s["pagecache_min"] = self.pagecache_min
         if "direct" in knobs(self.mechanism):
             s["direct"] = self.direct
         return s
@@ -54,7 +58,7 @@ class Plan:
     @staticmethod
     def from_json(d: dict) -> "Plan":
         return Plan(d["mechanism"], int(d.get("task_size", 0)), int(d.get("threads", 0)),
-                    int(d.get("queue_depth", 0)), bool(d.get("direct", False)))
+                    int(d.get("queue_depth", 0)), bool(d.get("direct", False)), int(d.get("pagecache_min", 0)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,17 +124,17 @@ class Bench:
                     f.read_into(buf, off)
 
     def sample(self, settings: dict, op: str, cold: bool, threads: int, size: int, nbytes: int,
-               plans_used: set | None = None, min_seconds: float = 0.0) -> float:
+               plans_used: set | None = None, min_seconds: float = 0.0, device: int = -1) -> float:
         """MiB/s of `threads` threads moving about nbytes in requests of `size`, on handles opened with
         these settings; plans_used collects the plans that served the requests. Short phases are
         repeated (each prepared untimed as the first) until min_seconds of timed transfer add up."""
         moved = span = passes = 0
         while passes == 0 or (span < min_seconds * 1e9 and passes < 64):
-            m, s = self._phase(settings, op, cold, threads, size, nbytes, plans_used)
+            m, s = self._phase(settings, op, cold, threads, size, nbytes, plans_used, device)
             moved, span, passes = moved + m, span + s, passes + 1
         return moved / MiB / (max(span, 1) / 1e9)
 
-    def _phase(self, settings, op, cold, threads, size, nbytes, plans_used) -> tuple[int, int]:
+    def _phase(self, settings, op, cold, threads, size, nbytes, plans_used, device) -> tuple[int, int]:
         """One prepared, timed phase: (bytes moved, ns from the earliest start to the latest end)."""
         write = op == "write"
         path = self.write_path if write else self.read_path
@@ -151,7 +155,7 @@ class Bench:
         handles = [File(path, "r+" if write else "r", **settings) for _ in range(threads)]
         try:
             iv = _ext.bench_phase([h._f for h in handles], [i * per for i in range(threads)], [per] * threads,
-                                  size, write)
+                                  size, write, device=device)
             if plans_used is not None:
                 plans_used.update(p["plan"] for h in handles for p in h.stats()["plans"])
         finally:

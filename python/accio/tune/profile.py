@@ -8,17 +8,12 @@ import json
 import math
 import os
 import statistics
+import sys
 import tempfile
 
 from .. import _ext
 from .measure import Plan, fmt
-from .search import COARSE_SIZES, Group, Search
-
-
-def builtin_model() -> dict:
-    """The engine's built-in model as a profile document, with every plan's label (the planner's own:
-    accio._ext.profile_describe)."""
-    return json.loads(_ext.profile_describe(None))
+from .search import COARSE_SIZES, Group, Search, builtin_model
 
 
 SCHEMA = builtin_model()["schema"]  # the format the engine reads
@@ -31,15 +26,17 @@ def _boundary(a: int, b: int) -> int:
     return p if a < p <= b else b
 
 
-def _builtin_cells(op: str, conc: str, index) -> list[dict]:
-    """The built-in model's cells for op and concurrency, its plans added to this profile's."""
-    model = builtin_model()
+def _builtin_cells(op: str, conc: str, index, device: bool = False) -> list[dict]:
+    """The built-in model's (device: device rule's) cells for op and concurrency, its plans added to
+    this profile's."""
+    model = builtin_model(device)
     plans = [Plan.from_json(p) for p in model["plans"]]
     return [{"max_size": c["max_size"], "plans": [index(plans[i]) for i in c["plans"]]}
             for c in model["decisions"][op][conc]["hot"]]
 
 
-def build(search: Search, meta: dict) -> dict:
+def _tables(search: Search) -> dict:
+    """What a search measured as a table the engine reads: plans, decisions, and every sample."""
     plans: list[Plan] = []
 
     def index(p: Plan) -> int:
@@ -47,7 +44,7 @@ def build(search: Search, meta: dict) -> dict:
             plans.append(p)
         return plans.index(p)
 
-    index(Plan("posix"))
+    index(Plan(_last_resort(search)))
     decisions: dict = {"read": {}, "write": {}}
     groups = {(g.op, g.concurrency, g.cache): g for g in search.groups()}
     for op in ("read", "write"):
@@ -58,7 +55,7 @@ def build(search: Search, meta: dict) -> dict:
                 if g is None:
                     entry[cache] = None  # not measurable (cold reads on tmpfs): hot applies
                     continue
-                entry[cache] = _cells(search, g, index) or _builtin_cells(op, conc, index)
+                entry[cache] = _cells(search, g, index) or _builtin_cells(op, conc, index, search.device >= 0)
             decisions[op][conc] = entry
     measurements = []
     for (g, size, plan), mibps in sorted(search.samples.items(),
@@ -66,9 +63,27 @@ def build(search: Search, meta: dict) -> dict:
         measurements.append({"op": g.op, "cache": g.cache, "threads": g.threads, "size": size,
                              "plan": index(plan), "mibps": [round(x, 1) for x in mibps],
                              "median": round(statistics.median(mibps), 1)})
+    return {"plans": [p.to_json() for p in plans], "decisions": decisions, "measurements": measurements}
+
+
+def _last_resort(search: Search) -> str:
+    """Every cell's last resort in the engine (the planner appends it): posix, staged for a GPU."""
+    return "staged" if search.device >= 0 else "posix"
+
+
+def build(search: Search, meta: dict) -> dict:
+    t = _tables(search)
     return {"schema": SCHEMA, **meta, "threads": search.threads, "cold_reads": search.bench.cold_reads,
             "notes": search.notes + ([search.bench.cold_note] if search.bench.cold_note else []),
-            "plans": [p.to_json() for p in plans], "decisions": decisions, "measurements": measurements}
+            "plans": t["plans"], "decisions": t["decisions"], "measurements": t["measurements"]}
+
+
+def build_device(search: Search, gpu: dict, meta: dict) -> dict:
+    """A device table: what a search over one GPU measured, for every GPU of its model."""
+    t = _tables(search)
+    return {"model": gpu["name"], "measured_on": {k: gpu[k] for k in ("ordinal", "pci_bus_id", "link") if k in gpu},
+            **meta, "threads": search.threads, "notes": list(search.notes),
+            "plans": t["plans"], "decisions": t["decisions"], "measurements": t["measurements"]}
 
 
 def _cells(search: Search, g: Group, index) -> list[dict]:
@@ -87,7 +102,7 @@ def _cells(search: Search, g: Group, index) -> list[dict]:
         # where it beats the built-in plan by more than the noise measured (Search.decide).
         first, set_aside = search.decide(g, size, ranked)
         unaligned = [p for p in ranked if not p.needs_alignment]
-        fallback = search.decide(g, size, unaligned)[0] if unaligned else Plan("posix")
+        fallback = search.decide(g, size, unaligned)[0] if unaligned else Plan(_last_resort(search))
         keep = list(dict.fromkeys([first, fallback]))
         cell = {"max_size": _boundary(size, sizes[i + 1]) - 1 if i + 1 < len(sizes) else None,
                 "plans": [index(p) for p in keep],
@@ -108,9 +123,26 @@ def _cells(search: Search, g: Group, index) -> list[dict]:
         cells[-1]["max_size"] = None
         return cells
     cells[-1]["max_size"] = sizes[-1]
-    cells += [{**c, "builtin": True} for c in _builtin_cells(g.op, g.concurrency, index)
+    cells += [{**c, "builtin": True} for c in _builtin_cells(g.op, g.concurrency, index, search.device >= 0)
               if c["max_size"] is None or c["max_size"] > sizes[-1]]
     return cells
+
+
+def kept_devices(path: str, measured: str | None) -> list[dict]:
+    """The device tables of the profile at path (which a new one replaces) for GPU models other than
+    `measured`: a table stays valid for its model on this filesystem, kernel and accio version."""
+    try:
+        old = load(path)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        print(f"accio tune: {path}: not kept ({e})", file=sys.stderr)
+        return []
+    kept = [d for d in old.get("devices") or [] if isinstance(d, dict) and d.get("model") != measured]
+    if kept:
+        print(f"accio tune: kept the device tables of {', '.join(str(d.get('model')) for d in kept)} from {path}",
+              file=sys.stderr)
+    return kept
 
 
 def key(path: str) -> dict:
@@ -147,8 +179,8 @@ def _range(lo: int, hi: int | None) -> str:
 
 
 def render(doc: dict, source: str) -> str:
-    """The decisions as a table: per operation and concurrency, size ranges with the hot and cold plan."""
-    plans = [Plan.from_json(p) for p in doc["plans"]]
+    """The decisions as a table: per operation and concurrency, size ranges with the hot and cold
+    plan; then each GPU model's device table, or the rule GPUs get without one."""
     k = doc.get("key", {})
     out = [f"profile {source}",
            f"  {k.get('filesystem')} on {k.get('device')}, kernel {k.get('kernel')}, accio {k.get('accio')}; "
@@ -156,6 +188,23 @@ def render(doc: dict, source: str) -> str:
            f"N = {doc.get('threads')} threads"]
     for n in doc.get("notes", []):
         out.append(f"  note: {n}")
+    out += _render_decisions(doc, "")
+    for d in doc.get("devices") or []:
+        on = d.get("measured_on", {})
+        out.append(f"\nGPU buffers on {d['model']} (measured on cuda:{on.get('ordinal', '?')} {on.get('pci_bus_id', '')}, "
+                   f"{d.get('elapsed_s', '?')} s, N = {d.get('threads')} threads; every GPU of this model uses it):")
+        for n in d.get("notes", []):
+            out.append(f"  note: {n}")
+        out += _render_decisions(d, "GPU ")
+    if not doc.get("devices"):
+        out.append("\nGPU buffers: no device table measured: reads run pagecache (staged below pagecache_min and "
+                   "for ranges not in the page cache), writes staged. `accio tune` on a machine with a GPU measures it.")
+    return "\n".join(out)
+
+
+def _render_decisions(doc: dict, prefix: str) -> list[str]:
+    plans = [Plan.from_json(p) for p in doc["plans"]]
+    out = []
     for op in ("read", "write"):
         for conc in ("1", "N"):
             entry = doc["decisions"][op][conc]
@@ -163,7 +212,7 @@ def render(doc: dict, source: str) -> str:
             bounds = sorted({c["max_size"] for cache in caches for c in (entry.get(cache) or [])},
                             key=lambda v: math.inf if v is None else v)
             who = "1 request in flight" if conc == "1" else "several requests in flight"
-            out.append(f"\n{op}, {who}:")
+            out.append(f"\n{prefix}{op}, {who}:")
             rows = [("size", "hot (cached) range", "cold range") + (("cold, starting a stream",) if len(caches) > 2 else ())]
             lo = 0
             prev: dict = {}
@@ -196,4 +245,4 @@ def render(doc: dict, source: str) -> str:
             widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
             for r in rows:
                 out.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
-    return "\n".join(out)
+    return out

@@ -43,7 +43,23 @@ GUARD_SAMPLES = 3      # samples of a winner and of the built-in plan before the
 SIMPLICITY = {"posix": 0, "parallel": 1, "uring": 2, "direct": 3}
 
 
+# The device tables' base plans, simplest first (ties go to the earlier one). pagecache runs at every
+# measured size (its pagecache_min at the smallest, 4 KiB): the table's boundary is its crossing.
+DEVICE_SIMPLICITY = {"staged": 0, "naive": 1, "gds": 2, "pagecache": 3}
+READ_ONLY = {"pagecache"}  # writes through it run staged: not measured for writes
+
+
+def device_plans() -> list[Plan]:
+    """The device mechanisms that run here (gds only where cuFile loads, pagecache only where the
+    driver registers read-only pages), at their default settings."""
+    avail = [m["name"] for m in _ext.mechanisms() if m["device"] and m["available"]]
+    return [Plan(m, pagecache_min=COARSE_SIZES[0]) if m == "pagecache" else Plan(m)
+            for m in sorted(avail, key=lambda m: DEVICE_SIMPLICITY.get(m, len(DEVICE_SIMPLICITY)))]
+
+
 def simplicity(mechanism: str) -> int:
+    if mechanism in DEVICE_SIMPLICITY:
+        return DEVICE_SIMPLICITY[mechanism]
     return SIMPLICITY.get(mechanism, len(SIMPLICITY))
 
 
@@ -70,23 +86,42 @@ def variants(p: Plan, size: int) -> list[Plan]:
     return [v for v in out if v != p]
 
 
+@functools.lru_cache(maxsize=None)
+def _pagecache_min() -> int:
+    """The pagecache_min setting (default, or ACCIO_PAGECACHE_MIN) that a pagecache plan without its
+    own runs with."""
+    from .. import settings
+    return _ext.parse_size(settings()["pagecache_min"])
+
+
 def as_run(plan: Plan, size: int) -> Plan:
-    """The plan a request of `size` actually runs: a parallel plan of one task is posix."""
+    """The plan a request of `size` actually runs: a parallel plan of one task is posix; a pagecache
+    read below its pagecache_min is staged (pagecache hands it over)."""
     if plan.mechanism == "parallel" and size <= (plan.task_size or MIN_EVEN_TASK):
         return Plan("posix")
+    if plan.mechanism == "pagecache" and size < (plan.pagecache_min or _pagecache_min()):
+        return Plan("staged")
     return plan
 
 
 @functools.lru_cache(maxsize=None)
-def _builtin_table(op: str, conc: str) -> tuple:
+def builtin_model(device: bool = False) -> dict:
+    """The engine's built-in model (device: its built-in device rule) as a profile document, with
+    every plan's label (accio._ext.profile_describe)."""
     model = json.loads(_ext.profile_describe(None))
+    return model["builtin_device"] if device else model
+
+
+@functools.lru_cache(maxsize=None)
+def _builtin_table(op: str, conc: str, device: bool) -> tuple:
+    model = builtin_model(device)
     plans = [Plan.from_json(p) for p in model["plans"]]
     return tuple((c["max_size"], plans[c["plans"][0]]) for c in model["decisions"][op][conc]["hot"])
 
 
-def builtin_plan(op: str, conc: str, size: int) -> Plan:
+def builtin_plan(op: str, conc: str, size: int, device: bool = False) -> Plan:
     """The engine's built-in model's plan for a request of `size` (this machine), as it runs."""
-    plan = next(p for max_size, p in _builtin_table(op, conc) if max_size is None or size <= max_size)
+    plan = next(p for max_size, p in _builtin_table(op, conc, device) if max_size is None or size <= max_size)
     return as_run(plan, size)
 
 
@@ -113,6 +148,7 @@ class Search:
     notes: list = field(default_factory=list)
     start: float = field(default_factory=time.monotonic)
     exhausted: bool = False
+    device: int = -1  # >= 0: a GPU's device table (buffers in its memory, device mechanisms)
 
     # ---- bookkeeping ----
     def left(self) -> float:
@@ -140,11 +176,12 @@ class Search:
         nbytes = int(bw * MiB * SAMPLE_SECONDS)
         nbytes = max(nbytes, size * g.threads, min(self.bench.file_size, 8 * MiB))
         mibps = self.bench.sample(plan.settings(), g.op, g.cache == "cold", g.threads, size, nbytes,
-                                  min_seconds=SAMPLE_SECONDS / 2)
+                                  min_seconds=SAMPLE_SECONDS / 2, device=self.device)
         self.samples.setdefault((g, size, plan), []).append(mibps)
         self.est[(g, plan)] = mibps
         if self.progress:
-            self.progress(f"{g.op} {g.cache} {g.threads}t {size >> 10}KiB {plan.label}",
+            where = f"cuda:{self.device} " if self.device >= 0 else ""
+            self.progress(f"{where}{g.op} {g.cache} {g.threads}t {size >> 10}KiB {plan.label}",
                           min(1.0, (time.monotonic() - self.start) / self.budget))
         return True
 
@@ -167,12 +204,14 @@ class Search:
         return sorted(got, key=key)
 
     def builtin(self, g: Group, size: int) -> Plan:
-        return builtin_plan(g.op, g.concurrency, size)
+        return builtin_plan(g.op, g.concurrency, size, self.device >= 0)
 
     def contenders(self, g: Group, size: int) -> list[Plan]:
-        """The base plans and the built-in model's plan for this size (the guard needs its samples)."""
+        """The base plans that serve the group's operation (pagecache only reads) and the built-in
+        model's plan for this size (the guard needs its samples)."""
         b = self.builtin(g, size)
-        return self.plans + ([b] if b not in self.plans else [])
+        plans = [p for p in self.plans if g.op == "read" or p.mechanism not in READ_ONLY]
+        return plans + ([b] if b not in plans else [])
 
     def decide(self, g: Group, size: int, ranked: list[Plan]) -> tuple[Plan, dict | None]:
         """The first of `ranked` (best first) if it beats the built-in plan by more than the noise
