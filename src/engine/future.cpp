@@ -3,15 +3,36 @@
 // thread, and runs outside it, so a callback may wait on, read or free its own future.
 #include "engine/future.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <future>
 #include <stdexcept>
 #include <utility>
 
 #include "base/error.hpp"
+#include "base/fork.hpp"
 
 namespace accio::engine {
 namespace {
+
+// How many forks led to this process: a request started under an older count belongs to a parent.
+std::atomic<unsigned> g_forks{0};
+struct CountForks final : base::ForkReset {
+  void reset_in_child() override { g_forks.fetch_add(1, std::memory_order_relaxed); }
+};
+CountForks g_count_forks;
+
+// With st.mu held: a request of the parent's, waited for in a forked child, is complete with
+// ECANCELED, and its callback (the parent's) is counted as run.
+void settle_if_orphaned(detail::FutureState& st) {
+  if (st.done || st.forks == g_forks.load(std::memory_order_relaxed)) return;
+  st.done = true;
+  st.errnum = ECANCELED;
+  st.error = std::make_exception_ptr(base::Error(
+      ECANCELED, "wait", "", base::kNoOffset, "the request was started before fork() and runs in the parent only"));
+  st.fn = nullptr;
+  st.called = true;
+}
 
 // The future whose callback this thread is running (finish() must not wait for itself).
 thread_local const detail::FutureState* t_calling = nullptr;
@@ -34,15 +55,19 @@ detail::FutureState& state(const std::shared_ptr<detail::FutureState>& st) {
 
 }  // namespace
 
+detail::FutureState::FutureState() : forks(g_forks.load(std::memory_order_relaxed)) {}
+
 void Future::wait() const {
   detail::FutureState& st = state(st_);
   std::unique_lock lk(st.mu);
+  settle_if_orphaned(st);
   st.cv.wait(lk, [&] { return st.done; });
 }
 
 bool Future::wait_for(std::chrono::nanoseconds timeout) const {
   detail::FutureState& st = state(st_);
   std::unique_lock lk(st.mu);
+  settle_if_orphaned(st);
   return st.cv.wait_for(lk, timeout, [&] { return st.done; });
 }
 
@@ -77,6 +102,7 @@ bool Future::on_complete(CompletionFn fn, void* arg) {
 void Future::finish() const {
   detail::FutureState& st = state(st_);
   std::unique_lock lk(st.mu);
+  settle_if_orphaned(st);
   st.cv.wait(lk, [&] { return st.done && (!st.claimed || st.called || t_calling == &st); });
 }
 

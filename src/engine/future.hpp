@@ -29,9 +29,13 @@ struct FutureState {
   std::exception_ptr error;
   CompletionFn fn = nullptr;  // set until the completing thread takes it
   void* arg = nullptr;
+  unsigned forks;             // fork_count() when the request started (see Future)
+  FutureState();
 };
 }  // namespace detail
 
+// A request started before fork() runs in the parent only: in the child, its future is complete
+// with ECANCELED as soon as someone waits, and its callback never runs there.
 class Future {
  public:
   Future() = default;

@@ -5,6 +5,8 @@
 // after it, or while it runs (the free waits). Requests are held in flight deterministically through
 // the syscall table (a pread that waits for the test to open a gate). Run under TSan too.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -209,6 +211,40 @@ TEST(EngineFuture, DestroyedInsideItsCallbackAfterThePromiseWentAway) {
       },
       &ctx));
   EXPECT_EQ(calls, 1);
+}
+
+// fork() copies a request's future but not the worker that completes it: in the child, waiting
+// for it ends at once with ECANCELED (instead of for ever), its callback is not run, and finish()
+// returns; the child's own requests and the parent's copy are unaffected.
+TEST(EngineFuture, AParentsRequestFailsInAForkedChildInsteadOfHanging) {
+  engine::Promise p;
+  engine::Future f = p.get_future();
+  Seen s;
+  s.fut = &f;
+  ASSERT_TRUE(f.on_complete(&record, &s));
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!f.wait_for(0ns)) _exit(2);  // (would wait for ever below)
+    bool ok = f.result() == -ECANCELED && s.calls == 0;
+    try {
+      f.get();
+      ok = false;
+    } catch (const base::Error& e) {
+      ok = ok && e.errnum() == ECANCELED && std::string(e.what()).find("fork") != std::string::npos;
+    }
+    f.finish();
+    engine::Promise q;
+    q.set_value(5);
+    _exit(ok && q.get_future().get() == 5 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(f.wait_for(0ns));
+  p.set_value(1);
+  EXPECT_EQ(s.calls, 1);
+  EXPECT_EQ(s.result, 1);
 }
 
 TEST(EngineFuture, EmptyFutureIsAnError) {

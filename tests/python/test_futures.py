@@ -163,20 +163,30 @@ def test_many_threads_waiting_on_one_future_all_get_its_result():
         assert [w.result() for w in waits[:16]] == [7] * 16
 
 
-def test_a_future_works_after_fork(data):
-    """A forked child settles its own requests (the parent's in flight at fork stay the parent's)."""
-    p, content = data
+def test_a_future_works_after_fork(big):
+    """A forked child settles its own requests. The parent's requests in flight at the fork run in the
+    parent only: in the child their futures fail with ECANCELED instead of waiting for ever, and
+    dropping them returns; in the parent they complete. (The child leaves with os._exit: closing the
+    file there would wait for the parent's requests, which the handle still counts.)"""
+    p, content = big
     code = textwrap.dedent(f"""
-        import os, accio, concurrent.futures as cf
+        import errno, os, accio, concurrent.futures as cf
         with accio.open({str(p)!r}) as f:
             f.read_into_async(bytearray(10), 0).result()
+            held = [f.read_into_async(bytearray({len(content)}), 0) for _ in range(4)]
+            held[0].add_done_callback(lambda x: None)
             pid = os.fork()
             if pid == 0:
                 fut = f.read_into_async(bytearray(10), 0)
                 done, _ = cf.wait([fut], timeout=60)
-                os._exit(0 if done and fut.result() == 10 else 1)
+                ok = done and fut.result() == 10
+                errs = [x.exception(timeout=60) for x in held if not x.done() or x.exception()]
+                ok = ok and all(isinstance(e, accio.Error) and e.errno == errno.ECANCELED for e in errs)
+                del held  # dropping them does not wait
+                os._exit(0 if ok else 1)
             _, status = os.waitpid(pid, 0)
             assert os.waitstatus_to_exitcode(status) == 0, status
+            assert [x.result(timeout=60) for x in held] == [{len(content)}] * 4
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, ACCIO_QUIET="1"))
