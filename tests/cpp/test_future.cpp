@@ -70,13 +70,20 @@ void record(void* p) {
   s->calls++;
 }
 
-TEST(EngineFuture, AlreadyCompleteRunsAtOnceOnTheCaller) {
+// A promise, its future, and what record() saw of the future's callback.
+struct Watched {
   engine::Promise p;
   engine::Future f = p.get_future();
-  p.set_value(4096);
   Seen s;
-  s.fut = &f;
-  ASSERT_TRUE(f.on_complete(&record, &s));
+  Watched() { s.fut = &f; }
+  bool arm() { return f.on_complete(&record, &s); }
+};
+
+TEST(EngineFuture, AlreadyCompleteRunsAtOnceOnTheCaller) {
+  Watched w;
+  auto& [p, f, s] = w;
+  p.set_value(4096);
+  ASSERT_TRUE(w.arm());
   EXPECT_EQ(s.calls, 1);
   EXPECT_EQ(s.result, 4096);
   EXPECT_EQ(s.thread, std::this_thread::get_id());
@@ -86,11 +93,9 @@ TEST(EngineFuture, AlreadyCompleteRunsAtOnceOnTheCaller) {
 }
 
 TEST(EngineFuture, CompletesLaterOnTheCompletingThread) {
-  engine::Promise p;
-  engine::Future f = p.get_future();
-  Seen s;
-  s.fut = &f;
-  ASSERT_TRUE(f.on_complete(&record, &s));
+  Watched w;
+  auto& [p, f, s] = w;
+  ASSERT_TRUE(w.arm());
   EXPECT_EQ(s.calls, 0);
   EXPECT_FALSE(f.wait_for(1ms));
   std::thread::id worker;
@@ -108,11 +113,9 @@ TEST(EngineFuture, CompletesLaterOnTheCompletingThread) {
 }
 
 TEST(EngineFuture, ErrorCarriesErrnoAndDetails) {
-  engine::Promise p;
-  engine::Future f = p.get_future();
-  Seen s;
-  s.fut = &f;
-  ASSERT_TRUE(f.on_complete(&record, &s));
+  Watched w;
+  auto& [p, f, s] = w;
+  ASSERT_TRUE(w.arm());
   p.set_error(std::make_exception_ptr(base::Error(ENOSPC, "pwrite", "/data/x", 8192)));
   EXPECT_EQ(s.calls, 1);
   EXPECT_EQ(s.result, -ENOSPC);
@@ -135,17 +138,15 @@ TEST(EngineFuture, ErrorCarriesErrnoAndDetails) {
 TEST(EngineFuture, RegistrationRacingCompletionRunsOnce) {
   constexpr int kRounds = 2000;
   for (int i = 0; i < kRounds; ++i) {
-    engine::Promise p;
-    engine::Future f = p.get_future();
-    Seen s;
-    s.fut = &f;
+    Watched w;
+    auto& [p, f, s] = w;
     std::atomic<bool> go{false};
     std::thread t([&] {
       while (!go.load(std::memory_order_acquire)) {}
       p.set_value(static_cast<size_t>(i));
     });
     go.store(true, std::memory_order_release);
-    ASSERT_TRUE(f.on_complete(&record, &s));
+    ASSERT_TRUE(w.arm());
     t.join();
     f.finish();
     ASSERT_EQ(s.calls, 1) << "round " << i;
@@ -217,11 +218,9 @@ TEST(EngineFuture, DestroyedInsideItsCallbackAfterThePromiseWentAway) {
 // for it ends at once with ECANCELED (instead of for ever), its callback is not run, and finish()
 // returns; the child's own requests and the parent's copy are unaffected.
 TEST(EngineFuture, AParentsRequestFailsInAForkedChildInsteadOfHanging) {
-  engine::Promise p;
-  engine::Future f = p.get_future();
-  Seen s;
-  s.fut = &f;
-  ASSERT_TRUE(f.on_complete(&record, &s));
+  Watched w;
+  auto& [p, f, s] = w;
+  ASSERT_TRUE(w.arm());
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {

@@ -23,14 +23,6 @@ import accio
 
 
 @pytest.fixture
-def data(tmp_path):
-    p = tmp_path / "data.bin"
-    content = os.urandom((4 << 20) + 123)
-    p.write_bytes(content)
-    return p, content
-
-
-@pytest.fixture
 def big(tmp_path):
     """A file whose whole read takes milliseconds: long enough to still be in flight a moment later."""
     p = tmp_path / "big.bin"

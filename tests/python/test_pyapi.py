@@ -11,14 +11,6 @@ import pytest
 import accio
 
 
-@pytest.fixture
-def data(tmp_path):
-    p = tmp_path / "data.bin"
-    content = os.urandom((4 << 20) + 123)
-    p.write_bytes(content)
-    return p, content
-
-
 @pytest.fixture(autouse=True)
 def clean_defaults():
     accio.defaults.reset()
