@@ -128,16 +128,21 @@ void Promise::set_error(std::exception_ptr e) {
   complete(std::move(lk));
 }
 
-// Called with the mutex held and the outcome set: publishes it, wakes the waiters, and runs the
-// callback when one was registered before (a later one runs in its registering thread instead).
+// Called with the mutex held and the outcome set: publishes it, runs the callback when one was
+// registered before (a later one runs in its registering thread instead), and wakes the waiters.
+// They are woken once, after the callback (which must be prompt): a waiter that goes on to free the
+// future then need not wait for the callback again (a thread switch on a small machine). The
+// outcome is visible to anyone who looks before that (done is checked before sleeping).
 void Promise::complete(std::unique_lock<std::mutex> lk) {
   detail::FutureState& st = *st_;  // this promise's reference keeps the state alive throughout
   st.done = true;
   const CompletionFn fn = std::exchange(st.fn, nullptr);
   void* const arg = st.arg;
   lk.unlock();
-  st.cv.notify_all();
-  if (fn) run_callback(st, fn, arg);
+  if (fn)
+    run_callback(st, fn, arg);  // notifies
+  else
+    st.cv.notify_all();
 }
 
 }  // namespace accio::engine
