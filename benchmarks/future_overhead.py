@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""What accio.Future (a concurrent.futures.Future settled by one watcher thread) costs per request
+"""What accio.Future (a concurrent.futures.Future the engine settles at completion) costs per request
 against the engine's bare future (accio._ext.Future), side by side: each round submits the same
-batch of small cached reads both ways and waits for every result, contenders interleaved
-(accio.stats). Prints the rate ratio accio.Future / bare with its 95% interval; --json stores the
-samples and the command.
+batch of cached reads both ways and waits for every result with result(), contenders interleaved
+(accio.stats), for each request size. Prints, per size, the rate ratio accio.Future / bare with its
+95% interval and the difference in microseconds per request; --json stores the samples and the
+command.
 
-    python benchmarks/future_overhead.py [--requests 2000] [--size 4k] [--rounds 9] [--json FILE]
+    python benchmarks/future_overhead.py [--sizes 4k,1m] [--requests 2000] [--bytes 256m] [--rounds 9]
+                                         [--json FILE]
 """
 from __future__ import annotations
 
@@ -21,42 +23,54 @@ from accio._system import parse_size
 from accio._usage import write_json
 
 
+def measure(path: str, size: int, requests: int, rounds: int) -> dict:
+    bufs = [bytearray(size) for _ in range(requests)]
+    reqs = [(b, i * size) for i, b in enumerate(bufs)]
+    with accio.open(path, mechanism="posix") as f:
+        f.submit(reqs)  # the file into the page cache, the pool's threads started
+        def bare() -> float:
+            t = time.perf_counter()
+            for fut in f._f.submit(reqs, False):
+                fut.result(None)
+            return requests / (time.perf_counter() - t)
+
+        def wrapped() -> float:
+            t = time.perf_counter()
+            for fut in f.submit(reqs):
+                fut.result()
+            return requests / (time.perf_counter() - t)
+
+        samples = stats.interleave({"accio.Future": wrapped, "bare": bare}, rounds)
+    r = stats.ratio(samples["accio.Future"], samples["bare"])
+    extra_us = (1 / stats.median(samples["accio.Future"]) - 1 / stats.median(samples["bare"])) * 1e6
+    print(f"{requests} reads of {size} B: bare {stats.median(samples['bare']):,.0f} req/s, accio.Future "
+          f"{stats.median(samples['accio.Future']):,.0f} req/s; ratio {stats.describe(r)} ({stats.verdict(r)}); "
+          f"about {extra_us:.2f} us more per request", flush=True)
+    return {"size": size, "requests": requests, "samples": samples, "ratio": r.__dict__,
+            "extra_us_per_request": extra_us}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--size", default="4k")
+    ap.add_argument("--sizes", default="4k,1m", help="request sizes, comma-separated")
+    ap.add_argument("--requests", type=int, default=2000, help="requests per batch (at most --bytes in all)")
+    ap.add_argument("--bytes", default="256m", help="the most one batch reads")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--json")
     a = ap.parse_args()
-    size = parse_size(a.size)
+    sizes = [parse_size(s) for s in a.sizes.split(",")]
+    cap = parse_size(a.bytes)
+    results = []
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "f")
         with open(path, "wb") as w:
-            w.write(os.urandom(size * a.requests))
-        bufs = [bytearray(size) for _ in range(a.requests)]
-        reqs = [(b, i * size) for i, b in enumerate(bufs)]
-        with accio.open(path, mechanism="posix") as f:
-            def bare() -> float:
-                t = time.perf_counter()
-                for fut in f._f.submit(reqs, False):
-                    fut.result(None)
-                return a.requests / (time.perf_counter() - t)
-
-            def wrapped() -> float:
-                t = time.perf_counter()
-                for fut in f.submit(reqs):
-                    fut.result()
-                return a.requests / (time.perf_counter() - t)
-
-            samples = stats.interleave({"accio.Future": wrapped, "bare": bare}, a.rounds)
-    r = stats.ratio(samples["accio.Future"], samples["bare"])
-    per_req_us = (1 / stats.median(samples["accio.Future"]) - 1 / stats.median(samples["bare"])) * 1e6
-    print(f"{a.requests} reads of {size} B: bare {stats.median(samples['bare']):,.0f} req/s, accio.Future "
-          f"{stats.median(samples['accio.Future']):,.0f} req/s; ratio {stats.describe(r)} ({stats.verdict(r)}); "
-          f"about {per_req_us:.1f} us more per request")
+            w.write(os.urandom(min(cap, max(s * a.requests for s in sizes))))
+        for size in sizes:
+            requests = max(1, min(a.requests, cap // size))
+            results.append(measure(path, size, requests, a.rounds))
     if a.json:
-        write_json(a.json, {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "samples": samples,
-                            "ratio": r.__dict__, "extra_us_per_request": per_req_us})
+        write_json(a.json, {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+                            "results": results})
     return 0
 
 

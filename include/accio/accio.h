@@ -165,9 +165,23 @@ int accio_pread_async(accio_file* f, void* buf, size_t size, int64_t offset, acc
 int accio_pwrite_async(accio_file* f, const void* buf, size_t size, int64_t offset, accio_future** out);
 /* Submits n requests at once; futures[i] receives one future per request (all or none). */
 int accio_submit(accio_file* f, int op, const accio_request* reqs, size_t n, accio_future** futures);
-int64_t accio_future_wait(accio_future* fut);  /* bytes or -errno; may be called again */
+/* bytes or -errno (with the error recorded for the calling thread); may be called again, from any thread */
+int64_t accio_future_wait(accio_future* fut);
 int accio_future_ready(accio_future* fut, int64_t timeout_ns);  /* 1 done, 0 not yet */
-void accio_future_free(accio_future* fut);     /* waits for the request if still running */
+/* Waits for the request if still running, and for its completion callback to return (not when
+ * called from inside that callback), then frees fut. */
+void accio_future_free(accio_future* fut);
+/* A completion callback: result is what accio_future_wait returns (bytes or -errno); arg is the
+ * registrant's. */
+typedef void (*accio_future_fn)(accio_future* fut, int64_t result, void* arg);
+/* Registers fn, called exactly once when the request completes: on the engine worker thread that
+ * completed it, or at once on the calling thread when it has completed already. On a worker, fn must
+ * return promptly (other requests wait for that thread): hand the result off, do not wait for another
+ * request or thread. Inside fn, accio_future_wait(fut) returns at once and records the request's
+ * error (operation, path, offset) for accio_last_error(), and fn may call accio_future_free(fut);
+ * after freeing, fut is gone. A future takes one callback: 0, -EBUSY when it has one already, -EINVAL
+ * for a NULL fut or fn. */
+int accio_future_on_complete(accio_future* fut, accio_future_fn fn, void* arg);
 
 /* ---- statistics and machine facts ---- */
 int accio_global_stats(accio_stats* out);

@@ -7,6 +7,7 @@
 #pragma once
 #include <cerrno>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -83,6 +84,20 @@ class Settings {
   accio_settings* s_;
 };
 
+// What an asynchronous request came to, as its completion callback (Future::on_complete) sees it.
+class Completion {
+ public:
+  Completion(accio_future* f, int64_t result) : f_(f), r_(result) {}
+  int64_t result() const { return r_; }  // bytes, or -errno
+  bool ok() const { return r_ >= 0; }
+  // The byte count, or throws the request's Error (operation, path, offset and errno).
+  size_t get() const { return static_cast<size_t>(detail::check(r_ >= 0 ? r_ : accio_future_wait(f_))); }
+
+ private:
+  accio_future* f_;
+  int64_t r_;
+};
+
 // The result of an asynchronous request; get() returns the byte count or throws Error.
 class Future {
  public:
@@ -97,6 +112,26 @@ class Future {
   size_t get() { return static_cast<size_t>(detail::check(accio_future_wait(f_))); }
   bool ready(int64_t timeout_ns = 0) { return accio_future_ready(f_, timeout_ns) == 1; }
   bool valid() const { return f_ != nullptr; }
+  accio_future* handle() const { return f_; }
+  // Calls fn(Completion) exactly once when the request completes: on the engine worker that completed
+  // it (fn must return promptly and not throw), or now, on this thread, when it has completed already
+  // (accio_future_on_complete). Destroying the Future waits for fn to return. Throws Error (EBUSY) when
+  // a callback is registered already.
+  template <class F>
+  void on_complete(F fn) {
+    auto* held = new F(std::move(fn));
+    const int rc = accio_future_on_complete(
+        f_,
+        [](accio_future* f, int64_t result, void* arg) {
+          const std::unique_ptr<F> call(static_cast<F*>(arg));
+          (*call)(Completion(f, result));
+        },
+        held);
+    if (rc < 0) {
+      delete held;
+      throw Error::last();
+    }
+  }
 
  private:
   accio_future* f_ = nullptr;

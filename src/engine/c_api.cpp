@@ -9,8 +9,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -31,12 +34,9 @@ struct accio_settings {
   accio::base::Settings s;
 };
 struct accio_future {
-  std::future<size_t> fut;
-  bool have = false;
-  int64_t result = 0;
-  int errnum = 0;
-  std::string op, path, message;
-  int64_t offset = -1;
+  accio::engine::Future fut;
+  std::atomic<accio_future_fn> fn{nullptr};  // claimed once (accio_future_on_complete)
+  void* arg = nullptr;
 };
 
 namespace {
@@ -351,15 +351,10 @@ static int start_async(accio_file* f, void* buf, size_t size, int64_t offset, bo
   *out = nullptr;
   if (int64_t rc = check_off(offset, write ? "pwrite_async" : "pread_async", f)) return static_cast<int>(rc);
   return guard([&] {
-    auto* fut = new accio_future;
-    try {
-      fut->fut = write ? f->f->pwrite_async(buf, size, static_cast<uint64_t>(offset))
-                       : f->f->pread_async(buf, size, static_cast<uint64_t>(offset));
-    } catch (...) {
-      delete fut;
-      throw;
-    }
-    *out = fut;
+    auto fut = std::make_unique<accio_future>();
+    fut->fut = write ? f->f->pwrite_async(buf, size, static_cast<uint64_t>(offset))
+                     : f->f->pread_async(buf, size, static_cast<uint64_t>(offset));
+    *out = fut.release();
     return 0;
   });
 }
@@ -388,33 +383,30 @@ int accio_submit(accio_file* f, int op, const accio_request* reqs, size_t n, acc
 }
 int64_t accio_future_wait(accio_future* fut) {
   ACCIO_CHECK(fut, "accio_future_wait");
-  if (!fut->have) {
-    fut->have = true;
-    try {
-      fut->result = static_cast<int64_t>(fut->fut.get());
-    } catch (const Error& e) {
-      fut->errnum = e.errnum();
-      fut->op = e.op();
-      fut->path = e.path();
-      fut->offset = e.offset();
-      fut->message = e.what();
-    } catch (const std::exception& e) {
-      fut->errnum = EIO;
-      fut->op = "accio";
-      fut->message = accio::base::format_error(EIO, "accio", "", -1, e.what());
-    }
-  }
-  if (fut->errnum) return fail_as(fut->errnum, fut->op, fut->path, fut->offset, fut->message);
-  return fut->result;
+  return guard([&] { return static_cast<int64_t>(fut->fut.get()); });
 }
 int accio_future_ready(accio_future* fut, int64_t timeout_ns) {
   if (!fut) return fail(EINVAL, "accio_future_ready", "", -1, "null future");
-  if (fut->have) return 1;
-  return fut->fut.wait_for(std::chrono::nanoseconds(timeout_ns > 0 ? timeout_ns : 0)) == std::future_status::ready;
+  return fut->fut.wait_for(std::chrono::nanoseconds(timeout_ns > 0 ? timeout_ns : 0));
+}
+// The engine's callback for a C one: after fn returns, fut may be freed (fn may free it), so nothing
+// here touches it then.
+static void call_c_callback(void* p) {
+  auto* fut = static_cast<accio_future*>(p);
+  fut->fn.load(std::memory_order_relaxed)(fut, fut->fut.result(), fut->arg);
+}
+int accio_future_on_complete(accio_future* fut, accio_future_fn fn, void* arg) {
+  ACCIO_CHECK(fut && fn, "accio_future_on_complete");
+  accio_future_fn none = nullptr;
+  if (!fut->fn.compare_exchange_strong(none, fn))
+    return fail(EBUSY, "accio_future_on_complete", "", -1, "the future has a completion callback already");
+  fut->arg = arg;  // before the engine can run the callback: on_complete below publishes both
+  fut->fut.on_complete(&call_c_callback, fut);
+  return 0;
 }
 void accio_future_free(accio_future* fut) {
   if (!fut) return;
-  if (!fut->have && fut->fut.valid()) fut->fut.wait();
+  fut->fut.finish();
   delete fut;
 }
 

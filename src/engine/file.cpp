@@ -365,24 +365,31 @@ uint64_t File::append(const void* buf, size_t n) {
   return off;
 }
 
-std::future<size_t> File::async(void* buf, size_t n, uint64_t off, bool write) {
+Future File::async(void* buf, size_t n, uint64_t off, bool write) {
   begin(write ? "pwrite_async" : "pread_async", static_cast<int64_t>(off), write);
-  auto task = std::make_shared<std::packaged_task<size_t()>>([self = shared_from_this(), buf, n, off, write] {
-    const Scope scope(self.get());
-    return self->transfer(buf, n, off, write);
+  Promise promise;
+  Future fut = promise.get_future();
+  ThreadPool::shared().submit([self = shared_from_this(), promise, buf, n, off, write]() mutable {
+    size_t done;
+    try {  // the request leaves the handle (Scope) before it completes: close() never waits for a callback
+      const Scope scope(self.get());
+      done = self->transfer(buf, n, off, write);
+    } catch (...) {
+      promise.set_error(std::current_exception());
+      return;
+    }
+    promise.set_value(done);
   });
-  auto fut = task->get_future();
-  ThreadPool::shared().submit([task] { (*task)(); });
   return fut;
 }
 
-std::future<size_t> File::pread_async(void* buf, size_t n, uint64_t off) { return async(buf, n, off, false); }
-std::future<size_t> File::pwrite_async(const void* buf, size_t n, uint64_t off) {
+Future File::pread_async(void* buf, size_t n, uint64_t off) { return async(buf, n, off, false); }
+Future File::pwrite_async(const void* buf, size_t n, uint64_t off) {
   return async(const_cast<void*>(buf), n, off, true);
 }
 
-std::vector<std::future<size_t>> File::submit(const std::vector<Request>& reqs, bool write) {
-  std::vector<std::future<size_t>> out(reqs.size());
+std::vector<Future> File::submit(const std::vector<Request>& reqs, bool write) {
+  std::vector<Future> out(reqs.size());
   // Requests the fixed mechanism runs together (gds: small requests into GPU memory, one cuFile
   // batch), grouped by the memory they address; the others run one by one.
   struct Group {
@@ -448,7 +455,7 @@ void File::run_batch(BatchJob& job, bool write) {
       global_stats().record_error();
       // Moved, not copied: the future's state then holds the only reference, so the exception is
       // freed by whoever drops that state last, never by this thread behind the reader's back.
-      job.results[i].set_exception(std::move(it.error));
+      job.results[i].set_error(std::move(it.error));
       continue;
     }
     if (write) extend(it.off + it.n);

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "base/settings.hpp"
+#include "engine/future.hpp"
 #include "io/mechanism.hpp"
 #include "planner/planner.hpp"
 
@@ -75,9 +75,9 @@ class File : public std::enable_shared_from_this<File> {
   size_t pread(void* buf, size_t n, uint64_t off);  // bytes read; short only at end of file
   size_t pwrite(const void* buf, size_t n, uint64_t off);  // n, or throws
   uint64_t append(const void* buf, size_t n);  // offset written at; reserves [end, end+n) atomically
-  std::future<size_t> pread_async(void* buf, size_t n, uint64_t off);
-  std::future<size_t> pwrite_async(const void* buf, size_t n, uint64_t off);
-  std::vector<std::future<size_t>> submit(const std::vector<Request>& reqs, bool write);
+  Future pread_async(void* buf, size_t n, uint64_t off);
+  Future pwrite_async(const void* buf, size_t n, uint64_t off);
+  std::vector<Future> submit(const std::vector<Request>& reqs, bool write);
   void fsync();
   uint64_t size();
   int fd();      // the buffered descriptor (owned by the File); EBADF once closed
@@ -121,7 +121,7 @@ class File : public std::enable_shared_from_this<File> {
   struct BatchJob {
     mem::cuda::Target target;
     std::vector<io::BatchItem> items;
-    std::vector<std::promise<size_t>> results;
+    std::vector<Promise> results;
   };
   void run_batch(BatchJob& job, bool write);
   // Every request runs between begin() (checks the handle is open and, when `write` is given, its
@@ -133,7 +133,7 @@ class File : public std::enable_shared_from_this<File> {
     explicit Scope(File* file) : f(file) {}
     ~Scope() { f->end(); }
   };
-  std::future<size_t> async(void* buf, size_t n, uint64_t off, bool write);
+  Future async(void* buf, size_t n, uint64_t off, bool write);
   // What the planner sees of a request; `inflight` counts the engine requests in flight, this one included.
   planner::Signals signals(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
   // Under auto, a buffer in GPU memory gets its GPU's device plan (Planner::device) in place of the

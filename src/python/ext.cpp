@@ -10,6 +10,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -376,15 +380,91 @@ class PinnedBuffer {
 
 PyType_Slot kPinnedSlots[] = {{Py_bf_getbuffer, reinterpret_cast<void*>(&PinnedBuffer::get_buffer)}, {0, nullptr}};
 
+// The Python exception for an accio error: accio._errors.from_native (an accio.Error that is also the
+// matching OSError subclass).
+nb::object python_error(const accio::Error& e) {
+  nb::object make = nb::module_::import_("accio._errors").attr("from_native");
+  return make(e.errnum(), e.op(), e.path(), e.offset(), std::string(e.what()));
+}
+
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+  return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
+// ---- accio.Future, settled when its request completes ----
+// PyFuture::notify registers an engine completion callback for the accio.Future around the request
+// (accio._futures). Until someone must be told of the outcome, the callback takes no GIL: it marks
+// the request complete (deferred) and the outcome is stored in the accio.Future when a thread looks
+// (result(), done(), or anything concurrent.futures does, all of which observe() first), so a worker
+// never waits for the GIL while nobody listens. Once observed (a waiter in wait()/as_completed(),
+// add_done_callback, `await`), the callback settles the future on the worker that completed the
+// request: it takes the GIL, sets the result or the exception (waking the waiters, running the
+// callbacks) and releases the buffer, so no thread polls. At exit futures_drain (atexit) stops
+// taking observed callbacks and waits for those in flight, so that no worker enters the interpreter
+// once it is finalizing; a future observed after that is waited for by the thread that observes it.
+struct Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t count = 0;     // observed futures whose callbacks have not finished
+  bool closed = false;  // futures_drain ran
+};
+Pending* g_pending = new Pending;  // leaked: workers may finish after static destruction
+
+// Interned attribute names of concurrent.futures.Future and its FINISHED state (made on first use).
+struct FutureNames {
+  PyObject *condition, *state, *result, *exception, *finished;
+};
+const FutureNames& future_names() {  // GIL held
+  static const FutureNames names = [] {
+    nb::object finished = nb::module_::import_("concurrent.futures._base").attr("FINISHED");
+    return FutureNames{PyUnicode_InternFromString("_condition"), PyUnicode_InternFromString("_state"),
+                       PyUnicode_InternFromString("_result"), PyUnicode_InternFromString("_exception"),
+                       finished.release().ptr()};
+  }();
+  return names;
+}
+
+// The GIL for a completion callback. An engine worker is a thread Python does not know: the first
+// time, it makes a thread state and keeps it (one PyGILState_Ensure more than it releases), so later
+// callbacks there do not create and destroy one each (microseconds). On a Python thread (a callback
+// run at once by the registering thread) it is a plain PyGILState_Ensure.
+class CallbackGil {
+ public:
+  CallbackGil() {
+    if (!PyGILState_GetThisThreadState()) {
+      PyGILState_Ensure();
+      PyEval_SaveThread();
+    }
+    state_ = PyGILState_Ensure();
+  }
+  ~CallbackGil() { PyGILState_Release(state_); }
+  CallbackGil(const CallbackGil&) = delete;
+  CallbackGil& operator=(const CallbackGil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
 // The result of read_into_async / write_from_async; holds the buffer until the request is done.
 class PyFuture {
  public:
   PyFuture(accio::Future f, std::unique_ptr<View> v) : fut_(std::move(f)), view_(std::move(v)) {}
+  // Dropping a future whose request runs waits for it (the request writes into the buffer this
+  // holds), and for its callback: before anything else here goes. A completed one waits for the
+  // GIL-free part of a callback at most (an observed future's callback holds owner, which holds
+  // this, until it has given up the GIL), so the GIL is kept then.
   ~PyFuture() {
-    if (fut_.valid()) {
-      nb::gil_scoped_release nogil;
-      fut_ = accio::Future();  // waits for the request
+    if (!fut_.valid()) return;
+    if (fut_.ready(0)) {
+      fut_ = accio::Future();
+      return;
     }
+    nb::gil_scoped_release nogil;
+    fut_ = accio::Future();
   }
   size_t result(std::optional<double> timeout) {
     if (timeout) {
@@ -412,10 +492,130 @@ class PyFuture {
     return fut_.ready(0);
   }
 
+  // ---- for accio.Future (owner) ----
+  // Registers the completion callback; owner is the accio.Future holding this (not referenced: it
+  // outlives this, but while observed the callback holds a reference).
+  void notify(nb::handle owner) {
+    owner_ = owner.ptr();
+    fut_.on_complete([this](const accio::Completion&) { completed(); });
+  }
+  // Someone must be told of owner's outcome (concurrent.futures made its Condition): from now on the
+  // callback settles owner; if the request completed already, owner is settled here and now.
+  void observe() {
+    Pending& p = *g_pending;
+    bool closed;
+    {
+      std::lock_guard lk(p.mu);
+      closed = p.closed;
+      if (!closed) ++p.count;  // before the callback can see kObserved
+    }
+    int phase = closed ? phase_.load() : kRunning;
+    if (!closed) {
+      if (phase_.compare_exchange_strong(phase, kObserved)) {
+        Py_INCREF(owner_);  // until the callback: a future nobody holds still runs its callbacks
+        return;
+      }
+      finished(p);  // not counted after all: the callback will not enter Python
+    }
+    if (phase == kObserved) return;  // by another thread, first
+    if (phase == kRunning) {  // exiting: no worker may enter the interpreter now, so wait here. With
+      // the GIL (this request needs none): a daemon thread that let go of it could not take it back.
+      accio_future_wait(fut_.handle());
+    }
+    settle();
+  }
+  // Waits up to timeout seconds (None: as long as it takes; the GIL released) for the request and
+  // settles owner (unless settled already); false when the time ran out first.
+  bool wait(std::optional<double> timeout) {
+    if (!fut_.ready(0)) {
+      nb::gil_scoped_release nogil;
+      if (timeout && *timeout < 1e9) {
+        if (!fut_.ready(static_cast<int64_t>(*timeout * 1e9))) return false;
+      } else {
+        accio_future_wait(fut_.handle());
+      }
+    }
+    settle();
+    return true;
+  }
+  // Settles owner if the request has completed; whether it has.
+  bool poll() {
+    if (!fut_.ready(0)) return false;
+    settle();
+    return true;
+  }
+
  private:
+  enum Phase : int { kRunning, kDeferred, kObserved };
+
+  // The engine's callback: on the worker that completed the request, or on the registering thread.
+  void completed() {
+    int phase = kRunning;
+    if (phase_.compare_exchange_strong(phase, kDeferred)) return;  // settled when someone looks
+    Pending& p = *g_pending;
+    if (!finalizing()) {  // else the interpreter is gone (no drain at exit): owner is left as it is
+      CallbackGil gil;
+      settle();
+      Py_DECREF(owner_);  // may free owner, and this with it
+    }
+    finished(p);
+  }
+  static void finished(Pending& p) {
+    std::lock_guard lk(p.mu);
+    if (--p.count == 0) p.cv.notify_all();
+  }
+  // Records the request's outcome in owner (a concurrent.futures.Future; GIL held) unless it is
+  // settled already (the callback, wait() and poll() may all try), and lets go of the buffer. With no
+  // _condition yet nobody waits on owner and it has no callbacks (both need the condition first):
+  // the outcome is stored as set_result would store it, with no Python code run in between (so no
+  // other thread can make the condition meanwhile). Otherwise owner._settle calls set_result or
+  // set_exception, which take the condition, tell the waiters and run the callbacks.
+  void settle() {
+    try {
+      const FutureNames& n = future_names();
+      const nb::object d = nb::steal(PyObject_GenericGetDict(owner_, nullptr));
+      if (!d) throw nb::python_error();
+      if (PyDict_GetItemWithError(d.ptr(), n.state) != n.finished) {
+        nb::object outcome;
+        bool ok = true;
+        try {
+          outcome = nb::int_(accio::Completion(fut_.handle(), accio_future_wait(fut_.handle())).get());
+        } catch (const accio::Error& e) {
+          outcome = python_error(e);
+          ok = false;
+        }
+        const int waited = PyDict_Contains(d.ptr(), n.condition);
+        if (waited < 0) throw nb::python_error();
+        if (!waited) {
+          if (PyDict_SetItem(d.ptr(), ok ? n.result : n.exception, outcome.ptr()) != 0 ||
+              PyDict_SetItem(d.ptr(), n.state, n.finished) != 0)
+            throw nb::python_error();
+        } else {
+          nb::handle(owner_).attr("_settle")(outcome, ok);
+        }
+      }
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("accio: settling a Future");
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      PyErr_WriteUnraisable(owner_);
+    }
+    view_.reset();
+  }
+
   accio::Future fut_;
   std::unique_ptr<View> view_;
+  PyObject* owner_ = nullptr;
+  std::atomic<int> phase_{kRunning};
 };
+
+void futures_drain() {
+  nb::gil_scoped_release nogil;  // the callbacks in flight need the GIL
+  Pending& p = *g_pending;
+  std::unique_lock lk(p.mu);
+  p.closed = true;
+  p.cv.wait(lk, [&] { return p.count == 0; });
+}
 
 // The Python end of accio_set_log_callback: accio._log._emit (warnings and logging). It never
 // blocks: a message issued on a thread that holds the GIL goes out at once; one from any other
@@ -430,14 +630,6 @@ struct LogMessage {
 std::mutex g_log_mu;
 std::vector<LogMessage> g_log_queue;  // guarded by g_log_mu
 bool g_log_drain_pending = false;     // guarded by g_log_mu
-
-bool finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return !Py_IsInitialized() || Py_IsFinalizing();
-#else
-  return !Py_IsInitialized() || _Py_IsFinalizing();
-#endif
-}
 
 void emit_python(const LogMessage& m) {  // GIL held
   if (!g_log_sink || !g_log_sink->is_valid()) return;
@@ -652,15 +844,22 @@ NB_MODULE(_ext, m) {
     try {
       std::rethrow_exception(p);
     } catch (const accio::Error& e) {
-      nb::object make = nb::module_::import_("accio._errors").attr("from_native");
-      nb::object exc = make(e.errnum(), e.op(), e.path(), e.offset(), std::string(e.what()));
+      nb::object exc = python_error(e);
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     }
   });
 
   nb::class_<PyFuture>(m, "Future")
       .def("result", &PyFuture::result, "timeout"_a = nb::none())
-      .def("done", &PyFuture::done);
+      .def("done", &PyFuture::done)
+      .def("notify", &PyFuture::notify, "owner"_a, "Register the completion callback for owner, an accio.Future.")
+      .def("observe", &PyFuture::observe, "From now on the callback settles owner (settled now if done).")
+      .def("wait", &PyFuture::wait, "timeout"_a = nb::none(),
+           "Wait for the request (None: as long as it takes) and settle owner; False on timeout.")
+      .def("poll", &PyFuture::poll, "Settle owner if the request has completed; whether it has.");
+  m.def("futures_drain", &futures_drain, "At exit: take no more completion callbacks; wait for those in flight.");
+  // A forked child has none of the parent's requests, and perhaps a lock its workers held.
+  pthread_atfork(nullptr, nullptr, [] { g_pending = new Pending; });
 
   nb::class_<PyFile>(m, "File")
       .def(nb::init<const std::string&, const std::string&, const std::vector<std::pair<std::string, std::string>>&>())

@@ -80,7 +80,7 @@ TEST_P(Concurrency, CloseWaitsForRequestsInFlight) {
   TempDir d;
   auto f = engine::File::open(d.file("c"), "w+", mech(GetParam()));
   std::vector<char> src(4 << 20, 'q');
-  std::vector<std::future<size_t>> futs;
+  std::vector<engine::Future> futs;
   for (int i = 0; i < 4; ++i) futs.push_back(f->pwrite_async(src.data(), src.size(), i * src.size()));
   f->close();  // must not return while writes still use the descriptors
   for (auto& fu : futs) EXPECT_EQ(fu.get(), src.size());

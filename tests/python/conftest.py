@@ -18,6 +18,15 @@ def mechanism(request):
     return request.param
 
 
+@pytest.fixture
+def data(tmp_path):
+    """A 4 MiB + 123 B file of random bytes: (path, content). Some test files have their own `data`."""
+    p = tmp_path / "data.bin"
+    content = os.urandom((4 << 20) + 123)
+    p.write_bytes(content)
+    return p, content
+
+
 def compile_shared(tmp_path_factory, source: str, name: str, *flags: str) -> str:
     """Builds tests/<source> into a shared library `name` in a fresh temporary directory (skips the
     test when there is no C compiler); returns its path."""
