@@ -222,7 +222,7 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def pip_install(python: str, wheel: Path, *options: str, env: dict | None = None, into: Path | None = None) -> None:
-    """pip install of the wheel with options; into: that virtual environment's Python (pip --python)."""
+    """pip install of the wheel with options; into: the Python to install for (pip --python)."""
     subprocess.run([python, "-m", "pip", *(["--python", str(into)] if into else []), "install", "--ignore-installed", "-q", "--no-deps", "--no-index", "--no-warn-script-location",
                     *options, str(wheel)], check=True, env=env, capture_output=True)
 
@@ -245,8 +245,9 @@ def layouts(root: Path, wheel: Path) -> dict[str, tuple[Path, Path]]:
     pip_install(sys.executable, wheel, "--target", str(root / "target"))
     out["--target"] = (root / "target" / "bin", root / "target" / "accio")
     user = root / "user"
-    pip_install(base_python(), wheel, "--user", "--break-system-packages",
-                env=dict(os.environ, PYTHONUSERBASE=str(user)))
+    # this environment's pip run for the base interpreter (--python): a fresh Debian has no pip of its own
+    pip_install(sys.executable, wheel, "--user", "--break-system-packages",
+                env=dict(os.environ, PYTHONUSERBASE=str(user)), into=Path(base_python()))
     out["--user"] = (user / "bin", user / sp / "accio")
     debian = Path(f"/usr/bin/{PYLIB}")
     if debian.is_file() and subprocess.run([str(debian), "-m", "pip", "--version"], capture_output=True).returncode == 0 \
