@@ -151,8 +151,9 @@ static inline int below_gate(int fd, size_t n, int w) {
  * run posix where the planner would now choose otherwise, for up to kMemoBytes times the requests
  * the planner's own probe verdict serves (it probes once per 4 MiB of the requests it is asked
  * about: 4 x 17 MiB for 1 MiB calls, 16 MiB from 4 MiB calls on). Passing through is
- * always correct, so racing threads cost at most that many bytes at libc's speed. Cleared at close(),
- * dup2(), dup3() and close_range() of the descriptor. */
+ * always correct, so racing threads and a descriptor reused where no preload sees it (fclose, which
+ * closes inside libc; a raw system call) cost at most that many bytes at libc's speed. Cleared at
+ * close(), dup2(), dup3() and close_range() of the descriptor. */
 #define MEMO_MAX_FD 4096
 static const uint64_t kMemoBytes = 16u << 20;
 struct memo {
@@ -162,9 +163,9 @@ struct memo {
 static struct memo g_memo[MEMO_MAX_FD][2];
 /* A descriptor that is not a regular file (a pipe, /dev/null, a socket) passes every size back for
  * kMemoOtherBytes before its fstat is looked at again: `dd of=/dev/null bs=1M` would otherwise pay
- * an fstat on every write (one fstat per 64 MiB is lost in the noise). A descriptor number can be
- * reused by a path no preload sees (a raw system call): a regular file there passes back at most
- * kMemoOtherBytes, after which the slow path's fstat finds it regular and forgets the entry. */
+ * an fstat on every write (one fstat per 64 MiB is lost in the noise). A regular file put on the
+ * descriptor where no preload sees it passes back at most kMemoOtherBytes, after which the slow
+ * path's fstat finds it regular and forgets the entry (memo_regular). */
 #define MEMO_ANY SIZE_MAX
 static const uint64_t kMemoOtherBytes = 64u << 20;
 /* Whether a request of n bytes passes back as the last one of its size did (and counts it). */
