@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "accio/accio.h"
 #include "base/error.hpp"
@@ -253,6 +255,20 @@ TEST(Planner, ColdReadsThatStartAStreamRunDirect) {
   };
   for (const uint64_t off : {uint64_t{0}, 16 * MiB, 8 * MiB, 24 * MiB})  // streams at 0 and 16 MiB
     EXPECT_EQ(concurrent(off), "parallel(task=4MiB)") << off;
+  // Threads sharing the handle, one request each in flight: the stream memory is updated without
+  // a lock (atomics: the TSan build checks there is no data race) and every answer is one of the
+  // cell's plans.
+  std::atomic<int> odd{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t)
+    readers.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 64; ++i) {
+        const std::string l = p.choose({b.data(), 8 * MiB, (2 * i + t) * 8 * MiB % kSize, false, 1, kSize}).plan->spec.label();
+        if (l != "direct(even)" && l != "parallel(task=4MiB)") odd.fetch_add(1);
+      }
+    });
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(odd.load(), 0);
   // Cached: the hot plan, starting a stream or not.
   std::vector<char> all(kSize);
   ASSERT_EQ(pread(f->ref().fd, all.data(), all.size(), 0), static_cast<ssize_t>(all.size()));
