@@ -208,31 +208,52 @@ planner::Signals File::signals(const void* buf, size_t n, uint64_t off, bool wri
 }
 
 const planner::Planner* File::for_device(const mem::cuda::Target& t, planner::Choice& c, const planner::Signals& s) const {
-  if (!t.on_device() || planner_->fixed() || c.plan->mechanism->serves(t)) return nullptr;
+  if (!t.on_device() || planner_->fixed()) return nullptr;
   const planner::Planner& d = planner_->device(t.device);
   c = d.choose(s);
   return &d;
 }
 
+planner::Choice File::choose(const planner::Signals& s, bool recheck, mem::cuda::Target* t, const planner::Planner** by) const {
+  *by = planner_.get();
+  if (planner_->fixed()) {  // one plan, whatever the buffer: the buffer is looked at for for_target
+    const planner::Choice c = planner_->choose(s);
+    *t = mem::cuda::classify(s.buf, recheck || c.plan->mechanism->cpu_touches_buffer());
+    return c;
+  }
+  *t = mem::cuda::classify(s.buf, recheck);
+  if (!t->on_device()) {
+    const planner::Choice c = planner_->choose(s);
+    // A plan whose CPU touches the buffer would fault on a GPU buffer taken for host memory: look
+    // again whether libcuda has arrived since this thread last looked.
+    if (recheck || !c.plan->mechanism->cpu_touches_buffer()) return c;
+    *t = mem::cuda::classify(s.buf, true);
+    if (!t->on_device()) return c;
+  }
+  *by = &planner_->device(t->device);
+  return (*by)->choose(s);
+}
+
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
   const planner::Signals s = signals(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1);
-  planner::Choice c = planner_->choose(s);
-  const mem::cuda::Target target = mem::cuda::classify(buf);
-  for_device(target, c, s);
+  mem::cuda::Target target;
+  const planner::Planner* by;
+  const planner::Choice c = choose(s, false, &target, &by);
   const io::Mechanism* other = for_target(*c.plan->mechanism, target, nullptr);
   return (other ? other : c.plan->mechanism)->route({ref_, other ? settings_ : c.plan->settings, ThreadPool::shared(), target}, n, write);
 }
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
   const planner::Signals s = signals(buf, n, off, write, g_inflight->load() + 1);
-  planner::Choice c = planner_->choose(s);
-  const mem::cuda::Target target = mem::cuda::classify(buf, true);
-  const planner::Planner* by = for_device(target, c, s);
+  mem::cuda::Target target;
+  const planner::Planner* by;
+  const planner::Choice c = choose(s, true, &target, &by);
   std::string why;
   const io::Mechanism* other = for_target(*c.plan->mechanism, target, &why);
   const io::Mechanism* m = other ? other : c.plan->mechanism;
   const io::Mechanism& r = m->route({ref_, other ? settings_ : c.plan->settings, ThreadPool::shared(), target}, n, write);
-  if (!other) why = by ? "the buffer is in " + target.name() + " memory: " + by->why(c.route) : planner_->why(c.route);
+  if (!other)
+    why = by != planner_.get() ? "the buffer is in " + target.name() + " memory: " + by->why(c.route) : by->why(c.route);
   if (&r != m) why += std::string("; ") + m->name() + " hands this request to " + r.name();
   if (other || &r != m) return {r.name(), r.name(), why};
   return {c.plan->mechanism->name(), c.plan->label, why};
@@ -295,16 +316,15 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
   check(buf, n, off, write);
   const Inflight inflight;
   const planner::Signals sig = signals(buf, n, off, write, inflight.n);
-  planner::Choice choice = planner_->choose(sig);
-  mem::cuda::Target target = mem::cuda::classify(buf, choice.plan->mechanism->cpu_touches_buffer());
-  const planner::Planner* by = planner_.get();  // the planner whose choice runs (device(): a GPU buffer's)
+  mem::cuda::Target target;
+  const planner::Planner* by;  // the planner whose choice runs (device(): a GPU buffer's)
+  planner::Choice choice = choose(sig, false, &target, &by);
   const io::Mechanism* other = nullptr;
   const io::Mechanism* m = nullptr;
   const uint64_t t0 = now_ns();
   size_t got;
   try {
     for (;;) {
-      if (const planner::Planner* d = for_device(target, choice, sig)) by = d;
       other = for_target(*choice.plan->mechanism, target, nullptr);
       const io::IoContext ctx{ref_, other ? settings_ : choice.plan->settings, ThreadPool::shared(), target,
                               settings_.cache_probe == "off" ? nullptr : &planner::resident};
@@ -319,6 +339,7 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
         if (e.errnum() != EFAULT || target.on_device()) throw;
         target = mem::cuda::classify(buf, true);
         if (!target.on_device()) throw;
+        if (const planner::Planner* d = for_device(target, choice, sig)) by = d;
       }
     }
   } catch (...) {

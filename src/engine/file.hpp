@@ -136,9 +136,15 @@ class File : public std::enable_shared_from_this<File> {
   Future async(void* buf, size_t n, uint64_t off, bool write);
   // What the planner sees of a request; `inflight` counts the engine requests in flight, this one included.
   planner::Signals signals(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const;
-  // Under auto, a buffer in GPU memory gets its GPU's device plan (Planner::device) in place of the
-  // host plan `c`, which cannot address it: returns the device planner (whose record() counts the
-  // request), or nullptr when `c` stands.
+  // The plan for a request and the planner that chose it (whose record() counts the request), with
+  // where the buffer lives in *t. The buffer is classified first: under auto a buffer in GPU memory
+  // asks its GPU's device planner (Planner::device) only, so a GPU request pays one residency probe
+  // and leaves the host planner's stream state alone. `recheck`: look again whether libcuda has
+  // arrived (mem::cuda::classify), which is also done when the host plan's CPU touches the buffer.
+  planner::Choice choose(const planner::Signals& s, bool recheck, mem::cuda::Target* t, const planner::Planner** by) const;
+  // Under auto, the device planner's choice for a buffer found in GPU memory after the host plan
+  // was chosen (File::transfer's retry of a GPU buffer taken for host memory): returns that
+  // planner, or nullptr when `c` stands.
   const planner::Planner* for_device(const mem::cuda::Target& t, planner::Choice& c, const planner::Signals& s) const;
   // The mechanism that serves a buffer at `t` when the planned one cannot address that memory
   // (staged for GPU buffers under a fixed host mechanism, parallel for host buffers under a

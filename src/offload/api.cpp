@@ -397,6 +397,11 @@ uint64_t veo_free_mem_async(struct veo_thr_ctxt* c, uint64_t addr) {
   p.op = kFree;
   p.addr = addr;
   const uint64_t req = c->submit(p);
+  // Only a free that was never sent is put back. Once sent, the worker's kFree cannot fail (free()
+  // reports nothing); a failed result means the worker died or the wait passed its deadline, and
+  // then the free may have been carried out: a record put back there would let the address be
+  // freed twice. (veo_free_mem's restore after a failed call has the same window; it is kept for
+  // a call refused before it was sent.)
   if (req == VEO_REQUEST_ID_INVALID) restore_alloc(c->proc, addr, size);
   if (req == VEO_REQUEST_ID_INVALID || !find_hook(reinterpret_cast<void*>(&veo_free_mem_async), nullptr, nullptr))
     return req;

@@ -124,6 +124,10 @@ class Planner {
   mutable std::atomic<uint64_t> since_probe_{kReprobeBytes};
   mutable std::atomic<bool> last_cold_{false};
   // The last stream_matters request on this handle: where it began and ended, and whether it started a stream.
+  // Threads sharing the handle update them without a lock: each is atomic (no data race), and two
+  // racing requests can at worst mix their fields, which misjudges one request's stream (a plan
+  // choice, never a wrong transfer). Only one-in-flight cells look at them (the built-in model's
+  // cold_start), where such races are rare.
   mutable std::atomic<uint64_t> last_off_{UINT64_MAX}, next_off_{UINT64_MAX};
   mutable std::atomic<bool> last_starts_{false};
 };

@@ -358,12 +358,15 @@ static void forward(int sig) {
 }
 
 /* The Python CLI of this installation, which renders the statistics: ACCIO_RUN_PYTHON -m accio.cli
- * (`python -m accio run` sets it when it execs the launcher), else accio-py next to this program
- * (the scripts directory). Never a python3 from PATH: it may be another interpreter, without accio.
- * Puts the command's first words in argv and returns how many; 0 when there is none. */
+ * (`python -m accio run` sets it to its sys.executable when it execs the launcher), else accio-py
+ * next to this program (the scripts directory). Never a python3 from PATH: it may be another
+ * interpreter, without accio; so ACCIO_RUN_PYTHON counts only as an absolute path, and the command
+ * is run with execv. Puts the command's first words in argv and returns how many; 0 when there is
+ * none. */
 static int report_command(const char** argv, char* buf, size_t len) {
   const char* p = getenv("ACCIO_RUN_PYTHON");
-  if (p && *p) {
+  if (p && *p && *p != '/') say("ACCIO_RUN_PYTHON=%s is not an absolute path: ignored", p);
+  if (p && *p == '/') {
     if (snprintf(buf, len, "%s", p) >= (int)len) return 0;
     argv[0] = buf;
     argv[1] = "-m";
@@ -572,7 +575,7 @@ int accio_run_main(int argc, char** argv) {
   pid_t rp = fork();
   if (rp == 0) {
     sigaction(SIGINT, &old_int, NULL); /* Ctrl-C stops the report as it would the program */
-    execvp(rargv[0], (char* const*)rargv);
+    execv(rargv[0], (char* const*)rargv); /* an absolute path (report_command): no PATH lookup */
     say("cannot start %s to render the statistics: %s (errno %d); the program's exit status was %d", rargv[0],
         why(errno), errno, status);
     _exit(ACCIO_RUN_OWN_ERROR);

@@ -53,6 +53,8 @@ static struct {
   ssize_t (*pwritev)(int, const struct iovec*, int, off_t);
   ssize_t (*pwritev2)(int, const struct iovec*, int, off_t, int);
   int (*close)(int);
+  int (*dup2)(int, int);
+  int (*dup3)(int, int, int);
   size_t (*fread)(void*, size_t, size_t, FILE*);
   size_t (*fread_unlocked_)(void*, size_t, size_t, FILE*); /* the name is a macro in glibc's stdio.h */
 } real;
@@ -72,6 +74,15 @@ static ssize_t k_pwritev2(int fd, const struct iovec* v, int c, off_t o, int f) 
   return syscall(SYS_pwritev2, fd, v, c, o, 0, f);
 }
 static int k_close(int fd) { return (int)syscall(SYS_close, fd); }
+static int k_dup3(int o, int n, int f) { return (int)syscall(SYS_dup3, o, n, f); }
+static int k_dup2(int o, int n) {
+#ifdef SYS_dup2
+  return (int)syscall(SYS_dup2, o, n);
+#else
+  if (o == n) return fcntl(o, F_GETFD) < 0 ? -1 : n; /* dup3 refuses o == n; dup2 checks o */
+  return k_dup3(o, n, 0);
+#endif
+}
 /* stdio has no system call of its own: until dlsym answers, a fread reads nothing (EAGAIN). That can
  * only be a call from another library's constructor while this one resolves. */
 static size_t k_fread(void* b, size_t s, size_t n, FILE* f) {
@@ -99,11 +110,11 @@ static void* resolve(void* const* where, const char* sym, const char* alt) {
 static const char* const kSym[][2] = {
     {"read", NULL},        {"pread64", "pread"},           {"readv", NULL},  {"preadv64", "preadv"},
     {"preadv64v2", "preadv2"}, {"write", NULL},            {"pwrite64", "pwrite"}, {"writev", NULL},
-    {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"fread", NULL},
-    {"fread_unlocked", NULL},
+    {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"dup2", NULL},
+    {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL},
 };
 enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close,
-       S_fread, S_fread_unlocked_ };
+       S_dup2, S_dup3, S_fread, S_fread_unlocked_ };
 
 #define REAL(name)                                                                                     \
   (__builtin_expect(real.name != NULL, 1)                                                              \
@@ -140,8 +151,9 @@ static inline int below_gate(int fd, size_t n, int w) {
  * run posix where the planner would now choose otherwise, for up to kMemoBytes times the requests
  * the planner's own probe verdict serves (it probes once per 4 MiB of the requests it is asked
  * about: 4 x 17 MiB for 1 MiB calls, 16 MiB from 4 MiB calls on). Passing through is
- * always correct, so racing threads and a descriptor reused without close() (dup2, fclose) cost at
- * most that many bytes at libc's speed. Cleared at close(). */
+ * always correct, so racing threads and a descriptor reused where no preload sees it (fclose, which
+ * closes inside libc; a raw system call) cost at most that many bytes at libc's speed. Cleared at
+ * close(), dup2(), dup3() and close_range() of the descriptor. */
 #define MEMO_MAX_FD 4096
 static const uint64_t kMemoBytes = 16u << 20;
 struct memo {
@@ -151,9 +163,11 @@ struct memo {
 static struct memo g_memo[MEMO_MAX_FD][2];
 /* A descriptor that is not a regular file (a pipe, /dev/null, a socket) passes every size back for
  * kMemoOtherBytes before its fstat is looked at again: `dd of=/dev/null bs=1M` would otherwise pay
- * an fstat on every write. */
+ * an fstat on every write (one fstat per 64 MiB is lost in the noise). A regular file put on the
+ * descriptor where no preload sees it passes back at most kMemoOtherBytes, after which the slow
+ * path's fstat finds it regular and forgets the entry (memo_regular). */
 #define MEMO_ANY SIZE_MAX
-static const uint64_t kMemoOtherBytes = 1u << 30;
+static const uint64_t kMemoOtherBytes = 64u << 20;
 /* Whether a request of n bytes passes back as the last one of its size did (and counts it). */
 static inline int memo_pass(int fd, size_t n, int w) {
   if ((unsigned)fd >= MEMO_MAX_FD) return 0;
@@ -174,6 +188,13 @@ static void memo_set(int fd, size_t n, int w) {
 }
 static void memo_forget(int fd) {
   if ((unsigned)fd < MEMO_MAX_FD) memset(g_memo[fd], 0, sizeof g_memo[fd]);
+}
+/* The memo of a descriptor found to be a regular file: an "any size" entry (left by a pipe or a
+ * device that had this number before) no longer holds. */
+static void memo_regular(int fd) {
+  if ((unsigned)fd >= MEMO_MAX_FD) return;
+  for (int w = 0; w < 2; ++w)
+    if (__atomic_load_n(&g_memo[fd][w].size, __ATOMIC_RELAXED) == MEMO_ANY) memset(&g_memo[fd][w], 0, sizeof g_memo[fd][w]);
 }
 static int g_mechanism_set = 0;    /* ACCIO_MECHANISM was given */
 static int g_quiet = 0;
@@ -691,6 +712,7 @@ static ssize_t dispatch(const struct call* c) {
     t_inside = 0;
     return call_libc(c);
   }
+  memo_regular(c->fd);
   errno = saved;
   const uint64_t t0 = stats ? now_ns() : 0;
   int accel = 0, fallback = 0, declined = 0;
@@ -796,11 +818,14 @@ EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off_t off, 
   return pwritev2(fd, iov, cnt, off, flags);
 }
 
-EXPORT int close(int fd) {
+/* What the shim knows of a descriptor about to be closed, or replaced by dup2/dup3 (which close
+ * the target without a close() call): its stream, memo and gate state, and the engine's handle of
+ * its file. */
+static void forget_fd(int fd) {
   pf_forget(fd);
   memo_forget(fd);
   if ((unsigned)fd < SEEN_MAX_FD) g_fd_seen[fd] = 0;
-  if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside) return REAL(close)(fd);
+  if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside) return;
   struct stat st;
   const int saved = errno;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -809,8 +834,33 @@ EXPORT int close(int fd) {
     t_inside = 0;
   }
   errno = saved;
+}
+
+EXPORT int close(int fd) {
+  forget_fd(fd);
   return REAL(close)(fd);
 }
+EXPORT int dup2(int oldfd, int newfd) {
+  if (oldfd != newfd) forget_fd(newfd);
+  return REAL(dup2)(oldfd, newfd);
+}
+EXPORT int dup3(int oldfd, int newfd, int flags) {
+  if (oldfd != newfd) forget_fd(newfd);
+  return REAL(dup3)(oldfd, newfd, flags);
+}
+#ifdef SYS_close_range
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+/* close_range is a thin wrapper of its system call in libc: called directly. With
+ * CLOSE_RANGE_CLOEXEC nothing is closed. Descriptors from MEMO_MAX_FD up have no table entries to
+ * forget; an engine handle of a file closed there is kept, as after a raw close system call. */
+EXPORT int close_range(unsigned first, unsigned last, int flags) {
+  if (!(flags & CLOSE_RANGE_CLOEXEC))
+    for (unsigned fd = first; fd <= last && fd < MEMO_MAX_FD; ++fd) forget_fd((int)fd);
+  return (int)syscall(SYS_close_range, first, last, flags);
+}
+#endif
 
 /* _FORTIFY_SOURCE variants: the buffer-size check first, as glibc does. */
 extern void __chk_fail(void) __attribute__((noreturn));

@@ -274,6 +274,45 @@ TEST(Gpu, AutoAndHostMechanismsServeDeviceBuffersStaged) {
   accio_settings_free(s);
 }
 
+// Under auto a GPU buffer asks its device planner only: the host planner neither probes for it nor
+// takes it into its stream memory, so a host read that follows a GPU read of the range before
+// still starts a stream (cold: direct) rather than continuing the GPU's.
+TEST(Gpu, AutoSendsGpuBuffersStraightToTheDevicePlanner) {
+  REQUIRE_GPU();
+  TempDir dir;
+  constexpr size_t MiB = 1 << 20;
+  const std::vector<char> data = pattern(32 * MiB, 3);
+  write_file(dir.file("f"), data);
+  {
+    const int fd = open(dir.file("f").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(fsync(fd), 0);
+    ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    close(fd);
+  }
+  DeviceMem dev(8 * MiB, false);
+  accio_settings* s = settings("auto");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0) << accio_last_error();
+  char plan[128], why[512];
+  ASSERT_EQ(accio_explain(f, dev.p, 8 * MiB, 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why), 0);
+  EXPECT_NE(std::string(why).find("cuda:0"), std::string::npos) << why;
+  void* host = aligned_alloc(4096, 8 * MiB);
+  ASSERT_EQ(accio_explain(f, host, 8 * MiB, 8 * MiB, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why), 0);
+  const std::string w = why;
+  if (w.find("range cold") == std::string::npos) {
+    free(host);
+    accio_close(f);
+    accio_settings_free(s);
+    GTEST_SKIP() << "the pages stayed cached or the file takes no O_DIRECT: " << plan << " | " << w;
+  }
+  EXPECT_NE(w.find("starts a stream"), std::string::npos) << plan << " | " << w;
+  EXPECT_EQ(w.find("continues the previous request"), std::string::npos) << w;
+  free(host);
+  accio_close(f);
+  accio_settings_free(s);
+}
+
 // Under auto, the first GPU requests of a handle race to build its device planner
 // (Planner::device): one is built, every request is planned and counted by it.
 TEST(Gpu, AutoPlansConcurrentFirstGpuRequestsFromOneDeviceTable) {

@@ -188,6 +188,33 @@ def test_stats_are_rendered_by_accio_py_not_python3_on_path(tmp_path):
     assert p.returncode == 125
 
 
+def test_accio_run_python_counts_only_as_an_absolute_path(tmp_path):
+    """ACCIO_RUN_PYTHON=python3 (a name, to be looked up in PATH) is ignored with a warning and
+    accio-py renders the report; an absolute ACCIO_RUN_PYTHON is run as `P -m accio.cli ...`."""
+    exe = front_in(tmp_path)
+    trap = tmp_path / "path"
+    trap.mkdir()
+    (trap / "python3").write_text(f"#!/bin/sh\ntouch {tmp_path / 'path-python-ran'}\nexit 99\n")
+    (trap / "python3").chmod(0o755)
+    env = dict(os.environ, PATH=f"{trap}:{os.environ['PATH']}", FAKE_RC="0", ACCIO_RUN_PYTHON="python3")
+    p = subprocess.run([str(exe), "run", "--stats", "-l", "64k", "--", "sh", "-c", "exit 5"], capture_output=True,
+                       env=env, stdin=subprocess.DEVNULL)
+    assert p.returncode == 5, p.stderr
+    assert b"ACCIO_RUN_PYTHON=python3 is not an absolute path: ignored" in p.stderr, p.stderr
+    _, *argv = fields(p.stdout)
+    assert argv[0] == b"--run-report", argv  # accio-py's words: no -m accio.cli
+    assert not (tmp_path / "path-python-ran").exists()
+    # an absolute one is the report's interpreter
+    py = tmp_path / "py"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    p = subprocess.run([str(exe), "run", "--stats", "-l", "64k", "--", "true"], capture_output=True,
+                       env=dict(env, ACCIO_RUN_PYTHON=str(py)), stdin=subprocess.DEVNULL)
+    assert p.returncode == 0 and b"not an absolute path" not in p.stderr, p.stderr
+    _, *argv = fields(p.stdout)
+    assert argv[:3] == [b"-m", b"accio.cli", b"--run-report"], argv
+
+
 def test_real_stats_with_no_python_on_path(tmp_path):
     """The installed accio renders --stats with PATH holding no Python with accio at all."""
     data = tmp_path / "d.bin"

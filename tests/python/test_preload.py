@@ -432,6 +432,42 @@ def test_the_memo_passes_equal_requests_back_without_asking(tmp_path):
     assert r["declined_calls"] == 6 and r["remembered_calls"] == 4, r
 
 
+@pytest.mark.parametrize("how", ["dup2", "dup3", "closerange", "syscall"])
+def test_a_file_put_on_a_former_pipe_descriptor_is_not_passed_back(tmp_path, how):
+    """A pipe read on descriptor N leaves an "any size" memo; a regular file put on N without
+    close() (dup2, dup3, close_range then F_DUPFD, or a raw system call no preload sees) must not
+    inherit it. With statistics (where every call reaches the slow path) its 8 MiB reads are asked
+    about and served by the engine, none remembered; without, the interposed calls forget N at once
+    (the engine serves every read of the file), while after a raw dup2 the first 64 MiB pass back."""
+    import platform
+    if how == "syscall" and platform.machine() != "x86_64":
+        pytest.skip("SYS_dup2's number is x86_64's")
+    f = tmp_path / "after-pipe.bin"
+    data = os.urandom(64 << 20)
+    f.write_bytes(data)
+    put = {"dup2": "os.dup2(src, N)", "dup3": "os.dup2(src, N, inheritable=False)",
+           "closerange": "os.closerange(N, N + 1)\nassert fcntl.fcntl(src, fcntl.F_DUPFD, N) == N",
+           "syscall": "assert ctypes.CDLL(None, use_errno=True).syscall(33, src, N) == N"}[how]
+    script = ("import ctypes, fcntl, hashlib, os, sys\nN = 100\nr, w = os.pipe()\nos.write(w, b'x' * 16384)\n"
+              "os.dup2(r, N)\nos.close(r)\nassert len(os.read(N, 65536)) == 16384\n"
+              "src = os.open(sys.argv[1], os.O_RDONLY)\n" + put + "\nos.close(src)\n"
+              "taken, before = ctypes.c_uint64(), ctypes.c_uint64()\n"
+              "counters = ctypes.CDLL(None).accio_preload_counters\ncounters(ctypes.byref(before), None)\n"
+              "h = hashlib.sha256()\nwhile b := os.read(N, 8 << 20): h.update(b)\n"
+              "counters(ctypes.byref(taken), None)\nprint(h.hexdigest(), taken.value - before.value)\n")
+    p, rep = accio_run([sys.executable, "-c", script, str(f)], tmp_path, mechanism="parallel")  # any CPU count
+    digest, _ = p.stdout.decode().split()
+    assert digest == hashlib.sha256(data).hexdigest()
+    r = next(x for x in rep["files"] if x["path"].endswith("after-pipe.bin"))["read"]
+    assert r["remembered_calls"] == 0 and r["accelerated_calls"] > 0, r
+    p = plain(ACCIO + ["run", "--threshold", THRESHOLD, "--mechanism", "parallel", "--", sys.executable, "-c", script,
+                       str(f)])
+    digest, taken = p.stdout.decode().split()  # the calls of the loop the engine served
+    assert digest == hashlib.sha256(data).hexdigest()
+    # 8 reads of 8 MiB and the one at the end of the file: a raw dup2 passes the first 64 MiB back
+    assert int(taken) == (1 if how == "syscall" else 9), (how, taken)
+
+
 def test_a_cold_stream_starts_with_direct_and_continues_as_the_hot_plan(tmp_path):
     """Built-in model, dd bs=8M of a cold file: the first call starts a stream (direct), the next
     ones continue it (the kernel reads ahead: the hot plan), though the shim asks the planner before
