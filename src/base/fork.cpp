@@ -6,8 +6,10 @@
 namespace accio::base {
 namespace {
 std::atomic<ForkReset*> g_head{nullptr};
+std::atomic<unsigned> g_forks{0};
 
 void in_child() {
+  g_forks.fetch_add(1, std::memory_order_relaxed);
   for (ForkReset* r = g_head.load(); r; r = r->next_) r->reset_in_child();
 }
 
@@ -16,6 +18,8 @@ bool install() {
   return true;
 }
 }  // namespace
+
+unsigned fork_count() { return g_forks.load(std::memory_order_relaxed); }
 
 ForkReset::ForkReset() {
   static const bool installed = install();

@@ -502,6 +502,10 @@ class PyFuture {
   // Someone must be told of owner's outcome (concurrent.futures made its Condition): from now on the
   // callback settles owner; if the request completed already, owner is settled here and now.
   void observe() {
+    if (fut_.ready(0)) {  // complete (a parent's request in a forked child is, with ECANCELED): no
+      settle();           // callback will come for it here, so it is neither counted nor held
+      return;
+    }
     Pending& p = *g_pending;
     bool closed;
     {

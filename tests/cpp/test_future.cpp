@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -246,6 +247,30 @@ TEST(EngineFuture, AParentsRequestFailsInAForkedChildInsteadOfHanging) {
   EXPECT_EQ(s.result, 1);
 }
 
+// In a forked child, a callback registered on a parent's unfinished request runs at once, with
+// ECANCELED, exactly once (it used to be stored and never run); the parent's copy is unaffected.
+TEST(EngineFuture, ACallbackAddedInAForkedChildToAParentsRequestRunsAtOnce) {
+  Watched w;
+  auto& [p, f, s] = w;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(30);  // a hang fails the test instead of stalling it
+    bool ok = w.arm() && s.calls == 1 && s.result == -ECANCELED && s.thread == std::this_thread::get_id();
+    ok = ok && !f.on_complete(&record, &s);  // one callback, still
+    f.finish();
+    _exit(ok && s.calls == 1 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_TRUE(w.arm());
+  EXPECT_EQ(s.calls, 0);
+  p.set_value(3);
+  EXPECT_EQ(s.calls, 1);
+  EXPECT_EQ(s.result, 3);
+}
+
 TEST(EngineFuture, EmptyFutureIsAnError) {
   engine::Future f;
   EXPECT_FALSE(f.valid());
@@ -476,6 +501,51 @@ TEST_F(CFuture, ManyConcurrentFuturesEachCalledOnce) {
 }
 
 // ---- the C++ API ----
+
+// A forked child closes a file that had a request in flight at the fork (running in the parent, held
+// at the gate): the parent's request never ends in the child, so close() must not wait for it (it
+// waited for ever). The child's own requests on the file work; the parent's completes in the parent.
+TEST_F(CFuture, AForkedChildClosesAFileWithTheParentsRequestInFlight) {
+  base::sys::ops().pread = &gated_pread;
+  std::vector<char> buf(65536);
+  accio_future* fut;
+  ASSERT_EQ(accio_pread_async(f_, buf.data(), buf.size(), 4096, &fut), 0);
+  while (g_entered.load() == 0) std::this_thread::yield();  // in flight, held at the gate
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(30);  // a hang fails the test instead of stalling it
+    base::sys::ops() = base::sys::real_ops();
+    std::vector<char> mine(4096);
+    bool ok = accio_pread(f_, mine.data(), mine.size(), 0) == 4096 && memcmp(mine.data(), data_.data(), 4096) == 0;
+    ok = ok && accio_future_wait(fut) == -ECANCELED;
+    accio_future_free(fut);
+    ok = ok && accio_close(f_) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(accio_future_ready(fut, 0), 0) << "the parent's request is still held";
+  gate_.open();
+  EXPECT_EQ(accio_future_wait(fut), 65536);
+  accio_future_free(fut);
+}
+
+// A C++ callback that throws ends the process with its message (it used to escape into the engine
+// worker or the registering thread, leaving the future never called back and its free waiting for ever).
+TEST_F(CFuture, CppOnCompleteThatThrowsTerminates) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  accio::File f(path_, "r", accio::Settings().set("mechanism", "posix"));
+  std::vector<char> buf(4096);
+  EXPECT_DEATH(
+      {
+        accio::Future fut = f.pread_async(buf.data(), buf.size(), 0);
+        fut.get();
+        fut.on_complete([](accio::Completion) { throw std::runtime_error("callback threw here"); });
+      },
+      "callback threw here");
+}
 
 TEST_F(CFuture, CppOnCompleteGetsAValueOrAnError) {
   accio::File f(path_, "r", accio::Settings().set("mechanism", "posix"));
