@@ -24,6 +24,7 @@
 #include "base/sys.hpp"
 #include "engine/future.hpp"
 #include "helpers.hpp"
+#include "io/mechanism.hpp"
 
 using namespace accio;
 using namespace testing_accio;
@@ -545,6 +546,53 @@ TEST_F(CFuture, CppOnCompleteThatThrowsTerminates) {
         fut.on_complete([](accio::Completion) { throw std::runtime_error("callback threw here"); });
       },
       "callback threw here");
+}
+
+}  // namespace
+
+// A mechanism whose batch() throws (its contract says it never does): File::submit must still
+// complete each request of the batch, with the error, instead of dropping their promises.
+namespace accio::io {
+namespace {
+class BatchThrows final : public Mechanism {
+ public:
+  const char* name() const override { return "test_batch_throws"; }
+  int rank() const override { return 1; }
+  size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
+    return read_full(c.file.fd, buf, n, off, c.file.path);
+  }
+  void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
+    write_full(c.file.fd, buf, n, off, c.file.path);
+  }
+  size_t batch_limit(const IoContext&, size_t) const override { return 8; }
+  void batch(const IoContext& c, BatchItem*, size_t, bool) const override {
+    throw base::Error(EIO, "batch", c.file.path, base::kNoOffset, "the test's batch failed");
+  }
+};
+ACCIO_REGISTER_MECHANISM(BatchThrows);
+}  // namespace
+}  // namespace accio::io
+
+namespace {
+
+TEST_F(CFuture, ABatchThatThrowsFailsEachOfItsRequests) {
+  accio_settings* s = accio_settings_new();
+  ASSERT_EQ(accio_settings_set(s, "mechanism", "test_batch_throws"), 0) << accio_last_error();
+  accio_file* f = nullptr;
+  ASSERT_EQ(accio_open(&f, path_.c_str(), "r", s), 0) << accio_last_error();
+  accio_settings_free(s);
+  std::vector<char> buf(3 * 4096);
+  accio_request reqs[3];
+  for (int i = 0; i < 3; ++i) reqs[i] = accio_request{buf.data() + i * 4096, 4096, i * 4096};
+  accio_future* futs[3] = {};
+  ASSERT_EQ(accio_submit(f, ACCIO_OP_READ, reqs, 3, futs), 0) << accio_last_error();
+  for (accio_future* fut : futs) {
+    EXPECT_EQ(accio_future_ready(fut, 30'000'000'000), 1) << "the request was never completed";
+    EXPECT_EQ(accio_future_wait(fut), -EIO);
+    EXPECT_NE(std::string(accio_last_error()).find("the test's batch failed"), std::string::npos) << accio_last_error();
+  }
+  for (accio_future* fut : futs) accio_future_free(fut);
+  EXPECT_EQ(accio_close(f), 0);
 }
 
 TEST_F(CFuture, CppOnCompleteGetsAValueOrAnError) {
