@@ -114,15 +114,16 @@ class Future {
   bool valid() const { return f_ != nullptr; }
   accio_future* handle() const { return f_; }
   // Calls fn(Completion) exactly once when the request completes: on the engine worker that completed
-  // it (fn must return promptly and not throw), or now, on this thread, when it has completed already
-  // (accio_future_on_complete). Destroying the Future waits for fn to return. Throws Error (EBUSY) when
-  // a callback is registered already.
+  // it (fn must return promptly), or now, on this thread, when it has completed already
+  // (accio_future_on_complete). fn must not throw: an exception that leaves it ends the process
+  // (std::terminate). Destroying the Future waits for fn to return. Throws Error (EBUSY) when a
+  // callback is registered already.
   template <class F>
   void on_complete(F fn) {
     auto* held = new F(std::move(fn));
     const int rc = accio_future_on_complete(
         f_,
-        [](accio_future* f, int64_t result, void* arg) {
+        [](accio_future* f, int64_t result, void* arg) noexcept {
           const std::unique_ptr<F> call(static_cast<F*>(arg));
           (*call)(Completion(f, result));
         },

@@ -8,6 +8,10 @@
 
 namespace accio::base {
 
+// How many forks led to this process (0 in the one that was started): state recorded under an older
+// count belongs to a parent, e.g. work its threads were doing, which never finishes in the child.
+unsigned fork_count();
+
 class ForkReset {
  public:
   ForkReset();  // registers itself; the registry is walked in the child right after fork

@@ -182,7 +182,7 @@ void File::close() {
   std::unique_lock lk(mu_);
   if (closed_) return;
   closed_ = true;
-  idle_.wait(lk, [&] { return inflight_ == 0; });
+  idle_.wait(lk, [&] { return inflight_ == 0 || inflight_forks_ != base::fork_count(); });
   for (auto* m : io::all()) m->forget(ref_.id);
   if (ref_.direct_fd >= 0) ::close(ref_.direct_fd);
   int rc = ::close(ref_.fd);
@@ -195,11 +195,16 @@ void File::begin(const char* op, int64_t off, std::optional<bool> write) {
   if (closed_) throw Error(EBADF, op, ref_.path, off, "file is closed");
   if (write && (*write ? !writable_ : !readable_))
     throw Error(EBADF, op, ref_.path, off, *write ? "file not opened for writing" : "file not opened for reading");
+  if (inflight_forks_ != base::fork_count()) {  // the first request in a forked child
+    inflight_forks_ = base::fork_count();
+    inflight_ = 0;
+  }
   ++inflight_;
 }
 
 void File::end() {
   std::lock_guard lk(mu_);
+  if (inflight_forks_ != base::fork_count()) return;  // a parent's request (a child forked inside it)
   if (--inflight_ == 0) idle_.notify_all();
 }
 
@@ -467,7 +472,16 @@ void File::run_batch(BatchJob& job, bool write) {
   const io::IoContext ctx{ref_, plan.settings, ThreadPool::shared(), job.target};
   const Inflight inflight;
   const uint64_t t0 = now_ns();
-  m.batch(ctx, job.items.data(), job.items.size(), write);
+  try {
+    m.batch(ctx, job.items.data(), job.items.size(), write);
+  } catch (...) {  // the batch failed as a whole: each of its requests fails with its error
+    for (Promise& r : job.results) {
+      stats_.record_error();
+      global_stats().record_error();
+      r.set_error(std::current_exception());
+    }
+    return;
+  }
   const uint64_t dt = now_ns() - t0;  // each request is charged the batch's time, as if run alone
   for (size_t i = 0; i < job.items.size(); ++i) {
     io::BatchItem& it = job.items[i];

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/fork.hpp"
 #include "base/settings.hpp"
 #include "engine/future.hpp"
 #include "io/mechanism.hpp"
@@ -161,7 +162,10 @@ class File : public std::enable_shared_from_this<File> {
   StatCounters stats_;
   std::mutex mu_;
   std::condition_variable idle_;
+  // Requests in flight, counted in the process base::fork_count() names: in a forked child the
+  // parent's count is void (its requests run in the parent only and never end() here).
   unsigned inflight_ = 0;
+  unsigned inflight_forks_ = base::fork_count();
   bool closed_ = false;
 };
 

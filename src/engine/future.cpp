@@ -3,7 +3,6 @@
 // thread, and runs outside it, so a callback may wait on, read or free its own future.
 #include "engine/future.hpp"
 
-#include <atomic>
 #include <cerrno>
 #include <future>
 #include <stdexcept>
@@ -15,29 +14,24 @@
 namespace accio::engine {
 namespace {
 
-// How many forks led to this process: a request started under an older count belongs to a parent.
-std::atomic<unsigned> g_forks{0};
-struct CountForks final : base::ForkReset {
-  void reset_in_child() override { g_forks.fetch_add(1, std::memory_order_relaxed); }
-};
-CountForks g_count_forks;
-
-// With st.mu held: a request of the parent's, waited for in a forked child, is complete with
-// ECANCELED, and its callback (the parent's) is counted as run.
+// With st.mu held: a request of the parent's, looked at in a forked child, is complete with
+// ECANCELED, and a callback the parent registered is counted as run (it runs in the parent only).
 void settle_if_orphaned(detail::FutureState& st) {
-  if (st.done || st.forks == g_forks.load(std::memory_order_relaxed)) return;
+  if (st.done || st.forks == base::fork_count()) return;
   st.done = true;
   st.errnum = ECANCELED;
   st.error = std::make_exception_ptr(base::Error(
       ECANCELED, "wait", "", base::kNoOffset, "the request was started before fork() and runs in the parent only"));
   st.fn = nullptr;
-  st.called = true;
+  st.called = st.claimed;  // one the child registers later runs at once (on_complete)
 }
 
 // The future whose callback this thread is running (finish() must not wait for itself).
 thread_local const detail::FutureState* t_calling = nullptr;
 
-void run_callback(detail::FutureState& st, CompletionFn fn, void* arg) {
+// noexcept: a callback that throws ends the process (std::terminate) where it threw, instead of
+// leaving its future never called back (finish() would wait for ever) and unwinding a worker.
+void run_callback(detail::FutureState& st, CompletionFn fn, void* arg) noexcept {
   const detail::FutureState* outer = std::exchange(t_calling, &st);  // a callback may complete another
   fn(arg);
   t_calling = outer;
@@ -55,7 +49,7 @@ detail::FutureState& state(const std::shared_ptr<detail::FutureState>& st) {
 
 }  // namespace
 
-detail::FutureState::FutureState() : forks(g_forks.load(std::memory_order_relaxed)) {}
+detail::FutureState::FutureState() : forks(base::fork_count()) {}
 
 void Future::wait() const {
   detail::FutureState& st = state(st_);
@@ -87,6 +81,7 @@ bool Future::on_complete(CompletionFn fn, void* arg) {
   detail::FutureState& st = state(st_);
   std::unique_lock lk(st.mu);
   if (st.claimed) return false;
+  settle_if_orphaned(st);  // a parent's request in a forked child: called back now, with ECANCELED
   st.claimed = true;
   if (!st.done) {  // the completing thread runs it
     st.fn = fn;

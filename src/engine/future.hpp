@@ -2,7 +2,8 @@
 // it once, with a byte count or an error; any thread may then wait for it and read the outcome, as
 // often as it likes. One completion callback may be registered: it runs exactly once, on the thread
 // that completes the request (an engine worker: the callback must not block), or at once on the
-// registering thread when the request has already completed. Replaces std::future, which has no way
+// registering thread when the request has already completed. A callback must not throw: one that
+// does ends the process (std::terminate). Replaces std::future, which has no way
 // to be told of completion but to park a thread in get().
 #pragma once
 #include <chrono>
@@ -29,13 +30,14 @@ struct FutureState {
   std::exception_ptr error;
   CompletionFn fn = nullptr;  // set until the completing thread takes it
   void* arg = nullptr;
-  unsigned forks;             // fork_count() when the request started (see Future)
+  unsigned forks;             // base::fork_count() when the request started (see Future)
   FutureState();
 };
 }  // namespace detail
 
 // A request started before fork() runs in the parent only: in the child, its future is complete
-// with ECANCELED as soon as someone waits, and its callback never runs there.
+// with ECANCELED as soon as someone waits or registers a callback (which then runs at once); a
+// callback the parent registered never runs there.
 class Future {
  public:
   Future() = default;

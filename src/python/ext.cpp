@@ -502,6 +502,14 @@ class PyFuture {
   // Someone must be told of owner's outcome (concurrent.futures made its Condition): from now on the
   // callback settles owner; if the request completed already, owner is settled here and now.
   void observe() {
+    // Complete (a parent's request in a forked child is, with ECANCELED) and not observed yet: no
+    // callback will come for it here, so it is neither counted nor held. Observed already, the
+    // callback settles it: settling here could run concurrent.futures' callbacks in the middle of
+    // add_done_callback, between its check of the state and its append.
+    if (phase_.load() != kObserved && fut_.ready(0)) {
+      settle();
+      return;
+    }
     Pending& p = *g_pending;
     bool closed;
     {

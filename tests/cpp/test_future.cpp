@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "base/sys.hpp"
 #include "engine/future.hpp"
 #include "helpers.hpp"
+#include "io/mechanism.hpp"
 
 using namespace accio;
 using namespace testing_accio;
@@ -244,6 +246,30 @@ TEST(EngineFuture, AParentsRequestFailsInAForkedChildInsteadOfHanging) {
   p.set_value(1);
   EXPECT_EQ(s.calls, 1);
   EXPECT_EQ(s.result, 1);
+}
+
+// In a forked child, a callback registered on a parent's unfinished request runs at once, with
+// ECANCELED, exactly once (it used to be stored and never run); the parent's copy is unaffected.
+TEST(EngineFuture, ACallbackAddedInAForkedChildToAParentsRequestRunsAtOnce) {
+  Watched w;
+  auto& [p, f, s] = w;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(30);  // a hang fails the test instead of stalling it
+    bool ok = w.arm() && s.calls == 1 && s.result == -ECANCELED && s.thread == std::this_thread::get_id();
+    ok = ok && !f.on_complete(&record, &s);  // one callback, still
+    f.finish();
+    _exit(ok && s.calls == 1 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_TRUE(w.arm());
+  EXPECT_EQ(s.calls, 0);
+  p.set_value(3);
+  EXPECT_EQ(s.calls, 1);
+  EXPECT_EQ(s.result, 3);
 }
 
 TEST(EngineFuture, EmptyFutureIsAnError) {
@@ -476,6 +502,98 @@ TEST_F(CFuture, ManyConcurrentFuturesEachCalledOnce) {
 }
 
 // ---- the C++ API ----
+
+// A forked child closes a file that had a request in flight at the fork (running in the parent, held
+// at the gate): the parent's request never ends in the child, so close() must not wait for it (it
+// waited for ever). The child's own requests on the file work; the parent's completes in the parent.
+TEST_F(CFuture, AForkedChildClosesAFileWithTheParentsRequestInFlight) {
+  base::sys::ops().pread = &gated_pread;
+  std::vector<char> buf(65536);
+  accio_future* fut;
+  ASSERT_EQ(accio_pread_async(f_, buf.data(), buf.size(), 4096, &fut), 0);
+  while (g_entered.load() == 0) std::this_thread::yield();  // in flight, held at the gate
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(30);  // a hang fails the test instead of stalling it
+    base::sys::ops() = base::sys::real_ops();
+    std::vector<char> mine(4096);
+    bool ok = accio_pread(f_, mine.data(), mine.size(), 0) == 4096 && memcmp(mine.data(), data_.data(), 4096) == 0;
+    ok = ok && accio_future_wait(fut) == -ECANCELED;
+    accio_future_free(fut);
+    ok = ok && accio_close(f_) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(accio_future_ready(fut, 0), 0) << "the parent's request is still held";
+  gate_.open();
+  EXPECT_EQ(accio_future_wait(fut), 65536);
+  accio_future_free(fut);
+}
+
+// A C++ callback that throws ends the process with its message (it used to escape into the engine
+// worker or the registering thread, leaving the future never called back and its free waiting for ever).
+TEST_F(CFuture, CppOnCompleteThatThrowsTerminates) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  accio::File f(path_, "r", accio::Settings().set("mechanism", "posix"));
+  std::vector<char> buf(4096);
+  EXPECT_DEATH(
+      {
+        accio::Future fut = f.pread_async(buf.data(), buf.size(), 0);
+        fut.get();
+        fut.on_complete([](accio::Completion) { throw std::runtime_error("callback threw here"); });
+      },
+      "callback threw here");
+}
+
+}  // namespace
+
+// A mechanism whose batch() throws (its contract says it never does): File::submit must still
+// complete each request of the batch, with the error, instead of dropping their promises.
+namespace accio::io {
+namespace {
+class BatchThrows final : public Mechanism {
+ public:
+  const char* name() const override { return "test_batch_throws"; }
+  int rank() const override { return 1; }
+  size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
+    return read_full(c.file.fd, buf, n, off, c.file.path);
+  }
+  void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
+    write_full(c.file.fd, buf, n, off, c.file.path);
+  }
+  size_t batch_limit(const IoContext&, size_t) const override { return 8; }
+  void batch(const IoContext& c, BatchItem*, size_t, bool) const override {
+    throw base::Error(EIO, "batch", c.file.path, base::kNoOffset, "the test's batch failed");
+  }
+};
+ACCIO_REGISTER_MECHANISM(BatchThrows);
+}  // namespace
+}  // namespace accio::io
+
+namespace {
+
+TEST_F(CFuture, ABatchThatThrowsFailsEachOfItsRequests) {
+  accio_settings* s = accio_settings_new();
+  ASSERT_EQ(accio_settings_set(s, "mechanism", "test_batch_throws"), 0) << accio_last_error();
+  accio_file* f = nullptr;
+  ASSERT_EQ(accio_open(&f, path_.c_str(), "r", s), 0) << accio_last_error();
+  accio_settings_free(s);
+  std::vector<char> buf(3 * 4096);
+  accio_request reqs[3];
+  for (int i = 0; i < 3; ++i) reqs[i] = accio_request{buf.data() + i * 4096, 4096, i * 4096};
+  accio_future* futs[3] = {};
+  ASSERT_EQ(accio_submit(f, ACCIO_OP_READ, reqs, 3, futs), 0) << accio_last_error();
+  for (accio_future* fut : futs) {
+    EXPECT_EQ(accio_future_ready(fut, 30'000'000'000), 1) << "the request was never completed";
+    EXPECT_EQ(accio_future_wait(fut), -EIO);
+    EXPECT_NE(std::string(accio_last_error()).find("the test's batch failed"), std::string::npos) << accio_last_error();
+  }
+  for (accio_future* fut : futs) accio_future_free(fut);
+  EXPECT_EQ(accio_close(f), 0);
+}
 
 TEST_F(CFuture, CppOnCompleteGetsAValueOrAnError) {
   accio::File f(path_, "r", accio::Settings().set("mechanism", "posix"));
