@@ -810,6 +810,14 @@ FAKE_COUNTERS = """
             return c
         def pinned():
             return counters()[REGISTERED_BYTES]
+        def read_whole(path, n, **kw):  # a device array read from path: (array, plans by name, warnings)
+            import accio, warnings
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                with accio.open(path, **kw) as f:
+                    b = accio.device_array(n)
+                    assert f.read_into(b, 0) == n
+                    return b, {p["plan"]: p for p in f.stats()["plans"]}, w
 """
 
 
@@ -817,7 +825,6 @@ def test_pagecache_reads_device_arrays_from_the_page_cache_and_reports_fallbacks
     """pagecache (issue 24) from Python: every device array kind, accio.read, auto's routing by size,
     the plan statistics, nothing left pinned, and a memlock refusal that runs staged with the reason."""
     r = run_py(FAKE_COUNTERS + """
-        import warnings
         os.environ["ACCIO_QUIET"] = "0"  # the warning is part of the test
         import accio, numpy as np
         class CAI:
@@ -852,12 +859,7 @@ def test_pagecache_reads_device_arrays_from_the_page_cache_and_reports_fallbacks
         # A memlock limit that binds: staged runs, the reason is in the statistics and a warning.
         before = pinned()  # staging rings (kept for the process) registered since
         os.environ["FAKE_CUDA_MEMLOCK"] = str(before)
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            with accio.open("in.bin", **kw) as f:
-                b = accio.device_array(n)
-                assert f.read_into(b, 0) == n
-                plans = {p["plan"]: p for p in f.stats()["plans"]}
+        b, plans, w = read_whole("in.bin", n, **kw)
         del os.environ["FAKE_CUDA_MEMLOCK"]
         assert b.to_bytes() == data.tobytes()
         assert "registration refused: cuMemHostRegister: CUDA_ERROR_OUT_OF_MEMORY" in plans["pagecache(staged)"]["why"], plans
@@ -875,7 +877,6 @@ def test_pagecache_asks_once_per_worker_and_heeds_a_device_without_read_only_reg
     (CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED = 0) runs staged without trying, with the
     reason in the statistics and one warning."""
     code = FAKE_COUNTERS + """
-        import warnings
         os.environ["ACCIO_QUIET"] = "0"
         import accio, numpy as np
         n = (9 << 20) + 5
@@ -889,12 +890,7 @@ def test_pagecache_asks_once_per_worker_and_heeds_a_device_without_read_only_reg
                 f.read_into(accio.device_array(n), 0)
             os.environ["FAKE_CUDA_MEMLOCK"] = str(pinned())
         refused = counters()[REFUSED]
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            with accio.open("in.bin", **kw) as f:
-                b = accio.device_array(n)
-                assert f.read_into(b, 0) == n
-                plans = {p["plan"]: p for p in f.stats()["plans"]}
+        b, plans, w = read_whole("in.bin", n, **kw)
         assert b.to_bytes() == data.tobytes()
         print(counters()[REFUSED] - refused)
         print(plans["pagecache(staged)"]["why"], plans["pagecache(staged)"]["bytes"] == n, "pagecache(zero-copy)" in plans)
