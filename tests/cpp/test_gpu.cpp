@@ -275,13 +275,14 @@ TEST(Gpu, AutoAndHostMechanismsServeDeviceBuffersStaged) {
 }
 
 // Under auto a GPU buffer asks its device planner only: the host planner neither probes for it nor
-// takes it into its stream memory, so a host read that follows a GPU read of the range before
-// still starts a stream (cold: direct) rather than continuing the GPU's.
+// takes it into its stream memory, so a host read of the rest of the file that follows a GPU read
+// of the range before still starts a stream (cold, to the end of the file: direct) rather than
+// continuing the GPU's.
 TEST(Gpu, AutoSendsGpuBuffersStraightToTheDevicePlanner) {
   REQUIRE_GPU();
   TempDir dir;
   constexpr size_t MiB = 1 << 20;
-  const std::vector<char> data = pattern(32 * MiB, 3);
+  const std::vector<char> data = pattern(16 * MiB, 3);
   write_file(dir.file("f"), data);
   {
     const int fd = open(dir.file("f").c_str(), O_RDONLY);

@@ -152,14 +152,21 @@ TEST(Profile, BuiltinModelScalesWithTheCpus) {
   EXPECT_EQ(label(2, false, false, 3 * MiB / 2), "parallel(even)");
   EXPECT_EQ(label(2, false, false, 8 * MiB - 1), "parallel(even)");
   EXPECT_EQ(label(2, false, false, 8 * MiB), "parallel(task=4MiB)");
-  EXPECT_EQ(label(2, true, true, 4 * MiB - 1), "posix");  // several in flight: split from 4 MiB
-  EXPECT_EQ(label(2, true, true, 4 * MiB), "parallel(even)");
+  EXPECT_EQ(label(2, false, true, 4 * MiB - 1), "posix");  // several in flight: split from 4 MiB
+  EXPECT_EQ(label(2, false, true, 4 * MiB), "parallel(even)");
+  // Writes: posix at every size, on every machine (a buffered write holds the inode lock: the
+  // tasks of a split write would run one after another).
+  for (const unsigned cpus : {2u, 16u})
+    for (const bool conc : {false, true})
+      for (const uint64_t n : {uint64_t{4096}, MiB, 8 * MiB, 64 * MiB, uint64_t{2} << 30}) {
+        EXPECT_EQ(label(cpus, true, conc, n), "posix") << cpus << " " << conc << " " << n;
+        EXPECT_EQ(planner::Profile::builtin_model(planner::MachineFacts{cpus})->table[1][conc].size(), 1u);
+      }
   // Sixteen CPUs: the even split runs below 64 MiB (16 tasks under 4 MiB); a hot 2 GiB read runs
   // the plan of the fixed parallel mechanism (4 MiB tasks over every CPU), not 16 tasks of 128 MiB.
   EXPECT_EQ(label(16, false, false, 64 * MiB - 1), "parallel(even)");
   EXPECT_EQ(label(16, false, false, 64 * MiB), "parallel(task=4MiB)");
   EXPECT_EQ(label(16, false, false, uint64_t{2} << 30), "parallel(task=4MiB)");
-  EXPECT_EQ(label(16, true, false, uint64_t{2} << 30), "parallel(task=4MiB)");
   EXPECT_EQ(label(16, false, true, 2 * MiB), "posix");
   // The crossing point falls with the CPUs (the split saves n x (1 - 1/cpus) of the copy): 1 MiB
   // on 4, just above 800 KiB on 16, where a 1 MiB read is split; and rises with a dearer hand-off.
@@ -207,8 +214,9 @@ TEST(Profile, BuiltinModelScalesWithTheCpus) {
 }
 
 // The built-in model's cold_start: a cold read of 8 MiB or more that does not continue the previous
-// request runs direct; one that continues it (the kernel's readahead follows the stream) and a
-// cached one run the hot plan; writes never look.
+// request and runs to the end of the file runs direct; one that continues it (the kernel's readahead
+// follows the stream), the first of a stream that goes on past it, and a cached one run the hot
+// plan; writes never look.
 TEST(Planner, ColdReadsThatStartAStreamRunDirect) {
   TempDir d;
   auto s = base::Settings::defaults();
@@ -236,18 +244,28 @@ TEST(Planner, ColdReadsThatStartAStreamRunDirect) {
     return c.plan->spec.label() + " | " + p.why(c.route);
   };
   auto label = [](const std::string& text) { return text.substr(0, text.find(" | ")); };
-  std::string first = plan(8 * MiB, 0);  // a first read: starts a stream
+  std::string first = plan(8 * MiB, 24 * MiB);  // a first read, to the end of the file
   EXPECT_EQ(label(first), "direct(even)");
-  EXPECT_NE(first.find("range cold, starts a stream"), std::string::npos) << first;
-  EXPECT_EQ(label(plan(8 * MiB, 0)), "direct(even)");  // the same request asked again (plan, then run)
+  EXPECT_NE(first.find("range cold, starts a stream (does not continue the previous request) and reads to the end of the file"),
+            std::string::npos) << first;
+  EXPECT_EQ(label(plan(8 * MiB, 24 * MiB)), "direct(even)");  // the same request asked again (plan, then run)
+  // The first request of a stream that goes on: the cold plan, the readahead starts with it.
+  std::string head = plan(8 * MiB, 0);
+  EXPECT_EQ(label(head), "parallel(task=4MiB)");
+  EXPECT_NE(head.find("continues the previous request or stops before the end of the file"), std::string::npos) << head;
   std::string next = plan(8 * MiB, 8 * MiB);  // continues it
   EXPECT_EQ(label(next), "parallel(task=4MiB)");
   EXPECT_NE(next.find("continues the previous request"), std::string::npos) << next;
   EXPECT_EQ(label(plan(8 * MiB, 8 * MiB)), "parallel(task=4MiB)");  // asked again: still continues
-  EXPECT_EQ(label(plan(8 * MiB, 24 * MiB)), "direct(even)");     // a jump: starts another
-  EXPECT_EQ(label(plan(8 * MiB, 0, b.data(1))), "parallel(task=4MiB)");  // unaligned: no direct
-  EXPECT_EQ(label(plan(4 * MiB, 4 * MiB)), "parallel(even)");     // below 8 MiB: the hot plan
-  EXPECT_EQ(label(plan(8 * MiB, 0, nullptr, true)), "parallel(task=4MiB)");  // a write
+  EXPECT_EQ(label(plan(8 * MiB, 16 * MiB)), "parallel(task=4MiB)");  // continues it
+  EXPECT_EQ(label(plan(8 * MiB, 24 * MiB)), "parallel(task=4MiB)");  // continues it to the end
+  EXPECT_EQ(label(plan(8 * MiB, 0)), "parallel(task=4MiB)");         // a jump back, the file goes on
+  EXPECT_EQ(label(plan(16 * MiB, 16 * MiB)), "direct(even)");        // a jump to the rest of the file
+  EXPECT_EQ(label(plan(kSize, 0)), "direct(even)");                  // the whole file in one request
+  EXPECT_EQ(label(plan(64 * MiB, 0)), "direct(even)");               // more than the file: to its end
+  EXPECT_EQ(label(plan(8 * MiB, 24 * MiB, b.data(1))), "parallel(task=4MiB)");  // unaligned: no direct
+  EXPECT_EQ(label(plan(4 * MiB, 28 * MiB)), "parallel(even)");     // below 8 MiB: the hot plan
+  EXPECT_EQ(label(plan(8 * MiB, 24 * MiB, nullptr, true)), "posix");  // a write
   // Several in flight: two streams read by two threads (or async reads) interleave, so nearly
   // every request looks like a new stream; they get the cold plan, never direct.
   auto concurrent = [&](uint64_t off) {
