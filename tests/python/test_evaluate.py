@@ -2,11 +2,12 @@
 measurements (no I/O): extra rounds for undecided cells up to the cap, verdicts per cell, the grid's
 geometric mean with its interval, and a tuned decision kept only where it wins beyond the noise."""
 import importlib
+import json
 import random
 
 import pytest
 
-from accio import stats
+from accio import _ext, stats
 from accio.tune import profile
 from accio.tune.measure import MiB, Plan
 from accio.tune.search import GUARD_SAMPLES, Group, Search, as_run, builtin_plan
@@ -178,3 +179,34 @@ def test_sizes_above_the_largest_measured_one_follow_the_builtin_model_when_the_
     big = {(g, x, Plan("posix")): [1000.0] * 3 for x in (4 * KiB, 64 * MiB)}
     cells = profile.build(search_with(big), {"key": {}})["decisions"]["read"]["1"]["hot"]
     assert not any(c.get("builtin") for c in cells) and cells[-1]["max_size"] is None
+
+
+def test_a_tuned_profile_keeps_the_models_rule_for_cold_whole_file_reads():
+    """The search measures cold streams; a cold read that starts one and reads to the end of the file
+    keeps the built-in model's rule (direct first, from 8 MiB), then the profile's measured cold plan;
+    the engine parses the document and plans such a read direct."""
+    class ColdBench(FakeBench):
+        cold_reads = True
+    s = Search(ColdBench(), threads=2, budget=0, plans=[Plan("posix"), Plan("parallel"), Plan("uring", queue_depth=16)])
+    g = Group("read", "cold", 1)
+    uring = Plan("uring", queue_depth=16)
+    for size in (64 * KiB, 8 * MiB, 64 * MiB):
+        s.samples[(g, size, builtin_plan("read", "1", size))] = noisy(1000, 5, 0.02, size)
+        s.samples[(g, size, uring)] = noisy(2000, 5, 0.02, size + 1)
+    doc = profile.build(s, {"key": {}})
+    plans = [Plan.from_json(p) for p in doc["plans"]]
+    entry = doc["decisions"]["read"]["1"]
+    assert all(plans[c["plans"][0]] == uring for c in entry["cold"])  # measured: uring won every size
+    start = entry["cold_start"]
+    first = lambda size: next(c for c in start if c["max_size"] is None or size <= c["max_size"])  # noqa: E731
+    assert plans[first(4 * MiB)["plans"][0]] == uring and not first(4 * MiB).get("builtin")
+    for size in (8 * MiB, 1 << 31):
+        c = first(size)
+        assert [plans[i] for i in c["plans"][:2]] == [Plan("direct"), uring] and c["builtin"], c
+    assert "cold_start" not in doc["decisions"]["read"]["N"] and "cold_start" not in doc["decisions"]["write"]["1"]
+    assert "starts a stream and reads to the end" in profile.render(doc, "synthetic")
+    # The engine reads it so.
+    described = json.loads(_ext.profile_describe(json.dumps(doc)))
+    got = described["decisions"]["read"]["1"]["cold_start"]
+    dplans = described["plans"]
+    assert dplans[next(c for c in got if c["max_size"] is None)["plans"][0]]["label"] == "direct(even)"

@@ -35,6 +35,36 @@ def _builtin_cells(op: str, conc: str, index, device: bool = False) -> list[dict
             for c in model["decisions"][op][conc]["hot"]]
 
 
+def _covering(cells: list[dict], hi: int | None) -> dict:
+    """The cell of `cells` that holds the sizes up to hi (None: unbounded)."""
+    return next(c for c in cells if c["max_size"] is None or (hi is not None and hi <= c["max_size"]))
+
+
+def _model_cold_start(op: str, conc: str, cold: list[dict], index) -> list[dict] | None:
+    """The built-in model's cold_start rule over this profile's measured cold cells. The search
+    measures cold streams, not a cold read that starts a stream and runs to the end of the file (a
+    whole file read in one request), so that rule stays the model's: the plans the model puts first
+    there (direct, from 8 MiB) come first, then the profile's cold plans. None where the model has
+    no such rule for op and concurrency."""
+    model = builtin_model(False)
+    entry = model["decisions"][op][conc]
+    if not entry.get("cold_start"):
+        return None
+    mplans = [Plan.from_json(p) for p in model["plans"]]
+    key = lambda v: math.inf if v is None else v  # noqa: E731
+    bounds = sorted({c["max_size"] for c in entry["cold_start"]} | {c["max_size"] for c in cold}, key=key)
+    cells: list[dict] = []
+    for hi in bounds:
+        hot = _covering(entry["hot"], hi)["plans"]
+        first = [index(mplans[i]) for i in _covering(entry["cold_start"], hi)["plans"] if i not in hot]
+        plans = first + [i for i in _covering(cold, hi)["plans"] if i not in first]
+        if cells and cells[-1]["plans"] == plans:
+            cells[-1]["max_size"] = hi
+        else:
+            cells.append({"max_size": hi, "plans": plans, **({"builtin": True} if first else {})})
+    return cells if any(c.get("builtin") for c in cells) else None
+
+
 def _tables(search: Search) -> dict:
     """What a search measured as a table the engine reads: plans, decisions, and every sample."""
     plans: list[Plan] = []
@@ -56,6 +86,10 @@ def _tables(search: Search) -> dict:
                     entry[cache] = None  # not measurable (cold reads on tmpfs): hot applies
                     continue
                 entry[cache] = _cells(search, g, index) or _builtin_cells(op, conc, index, search.device >= 0)
+            if search.device < 0 and entry.get("cold") is not None:
+                start = _model_cold_start(op, conc, entry["cold"], index)
+                if start:
+                    entry["cold_start"] = start
             decisions[op][conc] = entry
     measurements = []
     for (g, size, plan), mibps in sorted(search.samples.items(),
@@ -213,7 +247,7 @@ def _render_decisions(doc: dict, prefix: str) -> list[str]:
                             key=lambda v: math.inf if v is None else v)
             who = "1 request in flight" if conc == "1" else "several requests in flight"
             out.append(f"\n{prefix}{op}, {who}:")
-            rows = [("size", "hot (cached) range", "cold range") + (("cold, starting a stream",) if len(caches) > 2 else ())]
+            rows = [("size", "hot (cached) range", "cold range") + (("cold, starts a stream and reads to the end",) if len(caches) > 2 else ())]
             lo = 0
             prev: dict = {}
             for hi in bounds:
