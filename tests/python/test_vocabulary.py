@@ -89,12 +89,13 @@ def test_builtin_model_is_the_engines():
             engine = model["decisions"][op][conc]["hot"]
             assert [c["max_size"] for c in cells] == [c["max_size"] for c in engine]
             assert [c["plans"] for c in cells] == [[labels[i] for i in c["plans"]] for c in engine]
-    # Cold reads that start a stream (cold_start) run direct from 8 MiB; --show gives them a column.
+    # Cold reads that start a stream and read to the end of the file (cold_start) run direct from
+    # 8 MiB; --show gives them a column.
     start = model["decisions"]["read"]["1"]["cold_start"]
     big = next(c for c in start if c["max_size"] is None)
     assert labels[big["plans"][0]] == "direct(even)" and "cold_start" not in model["decisions"]["write"]["1"]
     shown = profile.render(model, "built-in model")
-    assert "cold, starting a stream" in shown and "direct(even)" in shown
+    assert "cold, starts a stream and reads to the end" in shown and "direct(even)" in shown
     # A search that measured nothing falls back to the engine's built-in cells.
     s = fake_search()
     s.samples.clear()
