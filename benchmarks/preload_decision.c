@@ -7,8 +7,17 @@
  * median ns/call of each and of their difference is printed as JSON, with libc's own read(2) of
  * 64 bytes from /dev/zero for scale.
  *
+ * Two kinds of call: by default 64-byte reads of /dev/zero (below the shim's gate: one compare);
+ * with FILE [SIZE], reads of SIZE bytes (default 1 MiB) of that regular file, which reach the
+ * shim's per-descriptor decision wherever the planner's crossing point for the file is at or below
+ * SIZE (a tuning profile whose cold reads run another plan from 64 KiB: ACCIO_PROFILE=PATH) and are
+ * passed back to libc where the planner runs posix (a hot file). The stub does not move the file
+ * offset, so every call is at offset 0 of a hot range. The first call through the shim (loading the
+ * engine, opening the file, the first decision) is timed alone: "first_call_us".
+ *
  * Built with the tests (build/DIR/preload_decision and preload_decision_stub.so):
- *   build/main/preload_decision build/main/libaccio_preload.so build/main/preload_decision_stub.so [ROUNDS] [CALLS]
+ *   build/main/preload_decision build/main/libaccio_preload.so build/main/preload_decision_stub.so [ROUNDS] [CALLS] [FILE [SIZE]]
+ *   ACCIO_PROFILE=results/tune/profile_ext4_vda.json build/main/preload_decision ... 15 200000 /tmp/hot.bin 1048576
  * The same source with -DACCIO_DECISION_STUB is the stub. Not a test: it asserts nothing about time. */
 #define _GNU_SOURCE
 #include <sys/types.h>
@@ -38,11 +47,17 @@ static double now_ns(void) {
   return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-static double per_call(read_fn f, int fd, char* buf, long calls) {
+static double per_call(read_fn f, int fd, char* buf, size_t n, long calls) {
   const double t0 = now_ns();
   for (long i = 0; i < calls; ++i)
-    if (f(fd, buf, 64) < 0) return -1;
+    if (f(fd, buf, n) < 0) return -1;
   return (now_ns() - t0) / (double)calls;
+}
+
+/* Text inside a JSON string: a character JSON would need escaped (a quote, a backslash, a control
+ * character) is written as '_'. */
+static void put_text(const char* s) {
+  for (; *s; ++s) putchar(*s == '"' || *s == '\\' || (unsigned char)*s < 0x20 ? '_' : *s);
 }
 
 static int cmp(const void* a, const void* b) {
@@ -56,13 +71,15 @@ static double median(double* v, int n) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s SHIM STUB [ROUNDS] [CALLS]\n", argv[0]);
+    fprintf(stderr, "usage: %s SHIM STUB [ROUNDS] [CALLS] [FILE [SIZE]]\n", argv[0]);
     return 2;
   }
   const int rounds = argc > 3 ? atoi(argv[3]) : 15;
   const long calls = argc > 4 ? atol(argv[4]) : 2000000;
-  if (rounds < 7 || calls < 1) {
-    fprintf(stderr, "%s: at least 7 rounds and 1 call\n", argv[0]);
+  const char* file = argc > 5 ? argv[5] : NULL;
+  const long size = argc > 6 ? atol(argv[6]) : file ? 1L << 20 : 64;
+  if (rounds < 7 || calls < 1 || size < 1) {
+    fprintf(stderr, "%s: at least 7 rounds, 1 call and 1 byte\n", argv[0]);
     return 2;
   }
   const char* want = getenv("LD_PRELOAD");
@@ -86,32 +103,45 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int zero = open("/dev/zero", O_RDONLY);
-  if (zero < 0) {
-    perror("/dev/zero");
+  const int fd = file ? open(file, O_RDONLY) : zero;
+  char* buf = malloc((size_t)size > 64 ? (size_t)size : 64);
+  if (zero < 0 || fd < 0 || !buf) {
+    perror(fd < 0 && file ? file : "/dev/zero");
     return 1;
   }
-  char buf[64];
   double s_shim[1000], s_stub[1000], s_diff[1000], k_libc[1000];
   const int n = rounds < 1000 ? rounds : 1000;
-  per_call(shim, zero, buf, calls / 10 + 1); /* warm: resolution of the real read, caches */
+  const double first_us = per_call(shim, fd, buf, (size_t)size, 1) / 1e3; /* engine load, open, decision */
+  per_call(shim, fd, buf, (size_t)size, calls / 10 + 1); /* warm: resolution of the real read, caches */
   for (int r = 0; r < n; ++r) { /* interleaved; the order within a round alternates */
     if (r % 2) {
-      s_stub[r] = per_call(stub, zero, buf, calls);
-      s_shim[r] = per_call(shim, zero, buf, calls);
+      s_stub[r] = per_call(stub, fd, buf, (size_t)size, calls);
+      s_shim[r] = per_call(shim, fd, buf, (size_t)size, calls);
     } else {
-      s_shim[r] = per_call(shim, zero, buf, calls);
-      s_stub[r] = per_call(stub, zero, buf, calls);
+      s_shim[r] = per_call(shim, fd, buf, (size_t)size, calls);
+      s_stub[r] = per_call(stub, fd, buf, (size_t)size, calls);
     }
     s_diff[r] = s_shim[r] - s_stub[r];
   }
   /* For scale: a real read(2) of 64 bytes from /dev/zero, libc's own. */
   const long kcalls = calls / 20 + 1;
-  for (int r = 0; r < n; ++r) k_libc[r] = per_call(libc_read, zero, buf, kcalls);
-  printf("{\"schema\": \"accio.preload-decision/1\", \"rounds\": %d, \"calls_per_round\": %ld,\n"
-         " \"ns_per_call\": {\"through_shim\": %.3f, \"stub_alone\": %.3f, \"decision\": %.3f, "
-         "\"libc_read_64B_dev_zero\": %.1f}}\n",
-         n, calls, median(s_shim, n), median(s_stub, n), median(s_diff, n), median(k_libc, n));
+  for (int r = 0; r < n; ++r) k_libc[r] = per_call(libc_read, zero, buf, 64, kcalls);
+  const char* profile = getenv("ACCIO_PROFILE");
+  printf("{\"schema\": \"accio.preload-decision/1\", \"command\": \"");
+  for (int i = 0; i < argc; ++i) {
+    if (i) putchar(' ');
+    put_text(argv[i]);
+  }
+  printf("\",\n \"rounds\": %d, \"calls_per_round\": %ld,\n \"request\": {\"file\": \"", n, calls);
+  put_text(file ? file : "/dev/zero");
+  printf("\", \"size\": %ld}, \"profile\": \"", size);
+  put_text(profile ? profile : "");
+  printf("\", \"first_call_us\": %.1f,\n \"ns_per_call\": {\"through_shim\": %.3f, \"stub_alone\": %.3f, "
+         "\"decision\": %.3f, \"libc_read_64B_dev_zero\": %.1f}}\n",
+         first_us, median(s_shim, n), median(s_stub, n), median(s_diff, n), median(k_libc, n));
+  if (fd != zero) close(fd);
   close(zero);
+  free(buf);
   return 0;
 }
 #endif
