@@ -74,6 +74,8 @@ static ssize_t k_pwritev2(int fd, const struct iovec* v, int c, off_t o, int f) 
   return syscall(SYS_pwritev2, fd, v, c, o, 0, f);
 }
 static int k_close(int fd) { return (int)syscall(SYS_close, fd); }
+/* lseek is interposed (it moves the file offset: see the memo); the shim's own calls go here. */
+static off_t k_lseek(int fd, off_t off, int whence) { return (off_t)syscall(SYS_lseek, fd, off, whence); }
 static int k_dup3(int o, int n, int f) { return (int)syscall(SYS_dup3, o, n, f); }
 static int k_dup2(int o, int n) {
 #ifdef SYS_dup2
@@ -144,21 +146,31 @@ static inline int below_gate(int fd, size_t n, int w) {
 }
 /* The pass-back memo, per descriptor and direction: the size of the last request the planner passed
  * back to libc (posix would have run it), and how many more bytes of requests of exactly that size
- * go straight to libc without asking again. A program reading a hot file in 1 MiB requests, where
- * the planner runs posix, would otherwise pay the slow path (fstat, fcntl, the handle's lock, lseek,
- * the planner's decision: a few microseconds, ~3% of a hot 1 MiB read) on every call; with the memo
- * it pays it once per kMemoBytes. The price: after the file's cache state changes, such requests
- * run posix where the planner would now choose otherwise, for up to kMemoBytes times the requests
- * the planner's own probe verdict serves (it probes once per 4 MiB of the requests it is asked
- * about: 4 x 17 MiB for 1 MiB calls, 16 MiB from 4 MiB calls on). Passing through is
- * always correct, so racing threads and a descriptor reused where no preload sees it (fclose, which
- * closes inside libc; a raw system call) cost at most that many bytes at libc's speed. Cleared at
- * close(), dup2(), dup3() and close_range() of the descriptor. */
+ * go straight to libc without asking again (the window). A program reading a hot file in 1 MiB
+ * requests, where the planner runs posix, would otherwise pay the slow path (fstat, fcntl, the
+ * handle's lock, lseek, the planner's decision and, where a tuning profile runs another plan on
+ * cold ranges of that size, its residency probe: a few microseconds, ~5% of a hot 1 MiB read) on
+ * every call. The window starts at kMemoBytes and doubles each time the planner, asked again when
+ * it ran out, passes the same size back, up to kMemoMaxBytes: a decision that keeps holding is
+ * asked about less and less often, so that a passed call costs a few nanoseconds whether the
+ * decision came from a profile or the built-in model (benchmarks/preload_decision.c; under a
+ * profile whose cold 1 MiB reads run uring, the fixed 16 MiB window cost 240 ns per passed 1 MiB
+ * call on a loaded 2-vCPU VM, the built-in model 2 ns). The price: after the file's cache state
+ * changes, requests of that size run posix where the planner would now choose otherwise, for at
+ * most the window (the planner probes a range far from the one it probed last anew). So the window
+ * falls back to kMemoBytes when the program moves: an lseek() that moves the file offset, a pread
+ * at another offset than where the previous one of the descriptor ended. Passing through is always
+ * correct, so racing threads and a descriptor reused where no preload sees it (fclose, which closes
+ * inside libc; a raw system call) cost at most a window at libc's speed. Cleared at close(), dup2(),
+ * dup3() and close_range() of the descriptor, and when the engine serves a request on it. */
 #define MEMO_MAX_FD 4096
 static const uint64_t kMemoBytes = 16u << 20;
+static const uint64_t kMemoMaxBytes = 256u << 20;
 struct memo {
-  size_t size;   /* 0: nothing remembered */
-  uint64_t left; /* bytes that may still pass without asking */
+  size_t size;     /* 0: nothing remembered */
+  uint64_t left;   /* bytes that may still pass without asking */
+  uint64_t window; /* what the last decline granted (0: start at kMemoBytes) */
+  int64_t next;    /* where the last pread passed back ended (-1: not known) */
 };
 static struct memo g_memo[MEMO_MAX_FD][2];
 /* A descriptor that is not a regular file (a pipe, /dev/null, a socket) passes every size back for
@@ -168,12 +180,23 @@ static struct memo g_memo[MEMO_MAX_FD][2];
  * path's fstat finds it regular and forgets the entry (memo_regular). */
 #define MEMO_ANY SIZE_MAX
 static const uint64_t kMemoOtherBytes = 64u << 20;
-/* Whether a request of n bytes passes back as the last one of its size did (and counts it). */
-static inline int memo_pass(int fd, size_t n, int w) {
+/* The program moved on descriptor m's file: what is left of the window is cut to kMemoBytes, and
+ * the next window starts there again. */
+static inline void memo_moved(struct memo* m) {
+  if (__atomic_load_n(&m->left, __ATOMIC_RELAXED) > kMemoBytes) __atomic_store_n(&m->left, kMemoBytes, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->window, 0, __ATOMIC_RELAXED);
+}
+/* Whether a request of n bytes (at off, or at the file offset when off < 0) passes back as the last
+ * one of its size did (and counts it). */
+static inline int memo_pass(int fd, size_t n, off_t off, int w) {
   if ((unsigned)fd >= MEMO_MAX_FD) return 0;
   struct memo* m = &g_memo[fd][w];
   const size_t size = __atomic_load_n(&m->size, __ATOMIC_RELAXED);
   if (size != n && size != MEMO_ANY) return 0;
+  if (off >= 0 && size != MEMO_ANY) {
+    if (__atomic_load_n(&m->next, __ATOMIC_RELAXED) != off) memo_moved(m);
+    __atomic_store_n(&m->next, off + (off_t)n, __ATOMIC_RELAXED);
+  }
   const uint64_t left = __atomic_load_n(&m->left, __ATOMIC_RELAXED);
   if (left < n) return 0;
   __atomic_store_n(&m->left, left - n, __ATOMIC_RELAXED);
@@ -181,10 +204,24 @@ static inline int memo_pass(int fd, size_t n, int w) {
 }
 /* The `declined` of a call the memo passed back (1: the planner was asked and declined). */
 #define DECLINED_BY_MEMO 2
-static void memo_set(int fd, size_t n, int w) {
+/* The planner passed a request of n bytes at off (< 0: the file offset) back: a new window, twice
+ * the last one where the same size was passed back before and the program did not move since. */
+static void memo_set(int fd, size_t n, off_t off, int w) {
   if ((unsigned)fd >= MEMO_MAX_FD) return;
-  __atomic_store_n(&g_memo[fd][w].left, n == MEMO_ANY ? kMemoOtherBytes : kMemoBytes, __ATOMIC_RELAXED);
-  __atomic_store_n(&g_memo[fd][w].size, n, __ATOMIC_RELAXED);
+  struct memo* m = &g_memo[fd][w];
+  uint64_t window = kMemoOtherBytes;
+  if (n != MEMO_ANY) {
+    const uint64_t last = __atomic_load_n(&m->size, __ATOMIC_RELAXED) == n ? __atomic_load_n(&m->window, __ATOMIC_RELAXED) : 0;
+    window = last < kMemoBytes ? kMemoBytes : last >= kMemoMaxBytes / 2 ? kMemoMaxBytes : 2 * last;
+  }
+  __atomic_store_n(&m->window, window, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->left, window, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->next, off >= 0 ? off + (off_t)n : -1, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->size, n, __ATOMIC_RELAXED);
+}
+/* The engine serves requests on fd in direction w: nothing of the memo holds there. */
+static void memo_clear(int fd, int w) {
+  if ((unsigned)fd < MEMO_MAX_FD) memset(&g_memo[fd][w], 0, sizeof g_memo[fd][w]);
 }
 static void memo_forget(int fd) {
   if ((unsigned)fd < MEMO_MAX_FD) memset(g_memo[fd], 0, sizeof g_memo[fd]);
@@ -545,7 +582,7 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
   if (!h) return TO_LIBC;
   if (c->total < h->min_accel[c->write]) {
     handle_put(h);
-    memo_set(c->fd, c->total, c->write);
+    memo_set(c->fd, c->total, c->off, c->write);
     *declined = 1;
     return TO_LIBC;
   }
@@ -554,11 +591,11 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
    * cache). Where that is posix, libc does the same work without the engine's bookkeeping, and the
    * memo passes the next requests of this size back without asking. */
   if (!g_gate_set) {
-    const off_t at = c->off >= 0 ? c->off : lseek(c->fd, 0, SEEK_CUR);
+    const off_t at = c->off >= 0 ? c->off : k_lseek(c->fd, 0, SEEK_CUR);
     const char* mech = at >= 0 ? eng.mechanism_for_at(h->f, c->iov[0].iov_base, c->total, at, c->write) : NULL;
     if (!mech || !strcmp(mech, "posix")) {
       handle_put(h);
-      if (mech) memo_set(c->fd, c->total, c->write);
+      if (mech) memo_set(c->fd, c->total, c->off, c->write);
       *declined = 1;
       return TO_LIBC;
     }
@@ -572,14 +609,14 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
     }
   off_t start = c->off;
   if (start < 0) { /* reserve [start, start+total) of the shared file offset atomically */
-    const off_t end = lseek(c->fd, (off_t)c->total, SEEK_CUR);
+    const off_t end = k_lseek(c->fd, (off_t)c->total, SEEK_CUR);
     if (end < 0) {
       handle_put(h);
       return TO_LIBC;
     }
     start = end - (off_t)c->total;
     if (direct && (start & 4095)) { /* the offset was misaligned: libc decides */
-      lseek(c->fd, start, SEEK_SET);
+      k_lseek(c->fd, start, SEEK_SET);
       handle_put(h);
       return TO_LIBC;
     }
@@ -602,7 +639,7 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
      * would have (errno, or the bytes it managed). Rewriting bytes the engine already wrote is
      * harmless; a file the engine extended beyond the kernel's result is cut back. */
     *fallback = 1;
-    if (c->off < 0) lseek(c->fd, start, SEEK_SET);
+    if (c->off < 0) k_lseek(c->fd, start, SEEK_SET);
     ssize_t r = call_libc(c);
     const int e = errno;
     if (c->write) {
@@ -615,7 +652,7 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
     *out = r;
     return SERVED;
   }
-  if (c->off < 0 && done < c->total) lseek(c->fd, start + (off_t)done, SEEK_SET);
+  if (c->off < 0 && done < c->total) k_lseek(c->fd, start + (off_t)done, SEEK_SET);
   *out = (ssize_t)done;
   return SERVED;
 }
@@ -647,7 +684,7 @@ static uint64_t g_prefetches; /* windows asked for ("prefetch_windows" in the st
 static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
   const int saved = errno;
   __atomic_store_n(&s->since, 0, __ATOMIC_RELAXED);
-  const off_t pos = lseek(fd, 0, SEEK_CUR);
+  const off_t pos = k_lseek(fd, 0, SEEK_CUR);
   const off_t last = s->last_pos;
   s->last_pos = pos;
   if (pos < 0 || pos <= last || pos - last > (off_t)(2 * kPfCheck)) { /* not a forward stream */
@@ -695,7 +732,7 @@ EXPORT void accio_preload_counters(uint64_t* taken, uint64_t* redone) {
 static ssize_t dispatch(const struct call* c) {
   if (t_inside) return call_libc(c);
   const int stats = g_stats_dir[0] != 0;
-  if (!stats && (below_gate(c->fd, c->total, c->write) || memo_pass(c->fd, c->total, c->write))) {
+  if (!stats && (below_gate(c->fd, c->total, c->write) || memo_pass(c->fd, c->total, c->off, c->write))) {
     const ssize_t got = call_libc(c);
     if (!c->write && c->off < 0) pf_count(c->fd, got); /* readv below the gate */
     return got;
@@ -707,7 +744,7 @@ static ssize_t dispatch(const struct call* c) {
   const int not_open = fstat(c->fd, &st) != 0;
   if (not_open || !S_ISREG(st.st_mode)) {
     if ((unsigned)c->fd < SEEN_MAX_FD) g_fd_seen[c->fd] = 1; /* a pipe or a device: nothing to learn */
-    if (!not_open) memo_set(c->fd, MEMO_ANY, c->write);
+    if (!not_open) memo_set(c->fd, MEMO_ANY, -1, c->write);
     errno = saved;
     t_inside = 0;
     return call_libc(c);
@@ -717,12 +754,13 @@ static ssize_t dispatch(const struct call* c) {
   const uint64_t t0 = stats ? now_ns() : 0;
   int accel = 0, fallback = 0, declined = 0;
   if (below_gate(c->fd, c->total, c->write) ||
-      (memo_pass(c->fd, c->total, c->write) && (declined = DECLINED_BY_MEMO)) ||
+      (memo_pass(c->fd, c->total, c->off, c->write) && (declined = DECLINED_BY_MEMO)) ||
       serve_with_engine(c, &st, &r, &accel, &fallback, &declined) == TO_LIBC) {
     errno = saved;
     r = call_libc(c);
     if (!c->write && c->off < 0) pf_count(c->fd, r);
   } else {
+    memo_clear(c->fd, c->write);
     __atomic_add_fetch(&g_taken, 1, __ATOMIC_RELAXED);
     if (fallback) __atomic_add_fetch(&g_redone, 1, __ATOMIC_RELAXED);
   }
@@ -848,6 +886,18 @@ EXPORT int dup3(int oldfd, int newfd, int flags) {
   if (oldfd != newfd) forget_fd(newfd);
   return REAL(dup3)(oldfd, newfd, flags);
 }
+/* A program that moves its file offset reads or writes somewhere else next: the memo's window of
+ * the descriptor falls back to kMemoBytes (see the memo). Asking where the offset is
+ * (lseek(fd, 0, SEEK_CUR), as Python's open() and dd do) does not move it. */
+EXPORT off_t lseek(int fd, off_t off, int whence) {
+  if ((whence != SEEK_CUR || off != 0) && (unsigned)fd < MEMO_MAX_FD) {
+    memo_moved(&g_memo[fd][READ]);
+    memo_moved(&g_memo[fd][WRITE]);
+  }
+  return k_lseek(fd, off, whence);
+}
+EXPORT off_t lseek64(int fd, off_t off, int whence) { return lseek(fd, off, whence); }
+
 #ifdef SYS_close_range
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)

@@ -407,7 +407,8 @@ def _profile_hot_posix_cold_parallel(tmp_path: Path, of: Path) -> dict:
 
 def test_the_memo_passes_equal_requests_back_without_asking(tmp_path):
     """dd bs=1M of a hot file whose planner runs posix there: every call is passed back, but the
-    planner is asked once per 16 MiB of equal requests (the memo), not once per call; a request of
+    planner is asked once per window of equal requests (the memo), not once per call, and the window
+    doubles (16, 32, 64 MiB ...) while the planner keeps passing that size back; a request of
     another size asks again; close() forgets the memo."""
     f = tmp_path / "hot.bin"
     f.write_bytes(os.urandom(64 << 20))
@@ -416,7 +417,7 @@ def test_the_memo_passes_equal_requests_back_without_asking(tmp_path):
     _, rep = accio_run(["dd", f"if={f}", "of=/dev/null", "bs=1M", "status=none"], tmp_path, threshold=None, env=env)
     r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
     assert r["calls"] == 65 and r["accelerated_calls"] == 0 and r["declined_calls"] == 65, r  # 64 + EOF
-    assert r["remembered_calls"] == 61, r  # asked at calls 1, 18, 35, 52 (16 MiB each time between)
+    assert r["remembered_calls"] == 62, r  # asked at calls 1, 18 and 51 (16, then 32, then 64 MiB between)
     # Alternating sizes: neither is the last size passed back, so every call asks. (The script
     # leaves its descriptor open: the statistics are then read at exit, which once crashed.)
     alt = ("import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
@@ -430,6 +431,34 @@ def test_the_memo_passes_equal_requests_back_without_asking(tmp_path):
     _, rep = accio_run([sys.executable, "-c", reopen, str(f)], tmp_path, threshold=None, env=env)
     r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
     assert r["declined_calls"] == 6 and r["remembered_calls"] == 4, r
+
+
+@pytest.mark.parametrize("how", ["tell", "lseek", "pread", "pread-jump"])
+def test_the_memo_window_falls_back_when_the_program_moves(tmp_path, how):
+    """The memo's window doubles while the program reads on in equal requests; when it moves (an
+    lseek that moves the offset, a pread at another offset than where the last one ended), what is
+    left of the window is cut to 16 MiB and the next one starts at 16 MiB again: the planner looks
+    at the new place sooner. Asking where the offset is (lseek(fd, 0, SEEK_CUR)) is no move."""
+    f = tmp_path / "hot.bin"
+    f.write_bytes(os.urandom(64 << 20))
+    env = _profile_hot_posix_cold_parallel(tmp_path, f)
+    plain(["cat", str(f)])  # hot
+    # 20 requests of 1 MiB, then (the move) 40 more from offset 0; all inside the file.
+    read = {"tell": "os.read(fd, M)", "lseek": "os.read(fd, M)", "pread": "os.pread(fd, M, off)",
+            "pread-jump": "os.pread(fd, M, off)"}[how]
+    move = {"tell": "os.lseek(fd, 0, os.SEEK_CUR)", "lseek": "os.lseek(fd, 0, os.SEEK_SET)",
+            "pread": "pass", "pread-jump": "pass"}[how]
+    start = {"tell": 20, "lseek": 0, "pread": 20, "pread-jump": 0}[how]
+    script = ("import os, sys\nM = 1 << 20\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+              f"for i in range(20):\n    off = i * M\n    {read}\n{move}\n"
+              f"for i in range(40):\n    off = ({start} + i) * M\n    {read}\n")
+    _, rep = accio_run([sys.executable, "-c", script, str(f)], tmp_path, threshold=None, env=env)
+    r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
+    assert r["calls"] == 60 and r["accelerated_calls"] == 0 and r["declined_calls"] == 60, r
+    if how in ("tell", "pread"):  # no move: asked at calls 1, 18 and 51 (windows of 16, 32, 64 MiB)
+        assert r["remembered_calls"] == 57, r
+    else:  # moved before call 21: 30 MiB of the 32 MiB window left, cut to 16; then 16, 32 MiB
+        assert r["remembered_calls"] == 56, r  # asked at calls 1, 18, 37 and 54
 
 
 @pytest.mark.parametrize("how", ["dup2", "dup3", "closerange", "syscall"])
