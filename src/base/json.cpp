@@ -1,6 +1,7 @@
 // accio base: recursive-descent JSON reader (RFC 8259), depth-limited.
 #include "base/json.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <stdexcept>
 
@@ -9,10 +10,10 @@ namespace {
 
 class Parser {
  public:
-  explicit Parser(std::string_view t) : t_(t) {}
+  Parser(std::string_view t, std::initializer_list<std::string_view> skip) : t_(t), skip_(skip) {}
 
   Value document() {
-    Value v = value(0);
+    Value v = value(0, true);
     ws();
     if (i_ != t_.size()) fail("trailing characters");
     return v;
@@ -42,7 +43,8 @@ class Parser {
     return true;
   }
 
-  Value value(int depth) {
+  // keep: build the value; else only read it (every check made, nothing allocated): a member skipped.
+  Value value(int depth, bool keep) {
     if (depth > 64) fail("nesting too deep");
     ws();
     if (i_ >= t_.size()) fail("unexpected end");
@@ -54,21 +56,25 @@ class Parser {
       if (eat('}')) return v;
       do {
         ws();
-        std::string k = string();
+        std::string k = string(keep);
         expect(':');
-        v.members.emplace_back(std::move(k), value(depth + 1));
+        const bool skipped = depth == 0 && std::find(skip_.begin(), skip_.end(), k) != skip_.end();
+        Value m = value(depth + 1, keep && !skipped);
+        if (keep && !skipped) v.members.emplace_back(std::move(k), std::move(m));
       } while (eat(','));
       expect('}');
     } else if (c == '[') {
       ++i_;
       v.kind = Value::array;
       if (eat(']')) return v;
-      do v.items.push_back(value(depth + 1));
-      while (eat(','));
+      do {
+        Value item = value(depth + 1, keep);
+        if (keep) v.items.push_back(std::move(item));
+      } while (eat(','));
       expect(']');
     } else if (c == '"') {
       v.kind = Value::string;
-      v.str = string();
+      v.str = string(keep);
     } else if (word("true")) {
       v.kind = Value::boolean;
       v.b = true;
@@ -77,14 +83,14 @@ class Parser {
     } else if (word("null")) {
     } else if (c == '-' || (c >= '0' && c <= '9')) {
       v.kind = Value::number;
-      v.num = number();
+      v.num = number(keep);
     } else {
       fail("unexpected character");
     }
     return v;
   }
 
-  double number() {
+  double number(bool keep) {
     const size_t s = i_;
     if (t_[i_] == '-') ++i_;
     auto digits = [&] {
@@ -99,6 +105,7 @@ class Parser {
       if (i_ < t_.size() && (t_[i_] == '+' || t_[i_] == '-')) ++i_;
       digits();
     }
+    if (!keep) return 0;  // the grammar is checked above; only the value's range is not
     // from_chars, not strtod: the decimal point is '.' whatever locale the host program set.
     double v = 0;
     const auto r = std::from_chars(t_.data() + s, t_.data() + i_, v);
@@ -107,7 +114,7 @@ class Parser {
     return v;
   }
 
-  std::string string() {
+  std::string string(bool keep) {
     if (i_ >= t_.size() || t_[i_] != '"') fail("string expected");
     ++i_;
     std::string out;
@@ -117,7 +124,7 @@ class Parser {
       if (c == '"') return out;
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
       if (c != '\\') {
-        out += c;
+        if (keep) out += c;
         continue;
       }
       if (i_ >= t_.size()) fail("unterminated escape");
@@ -153,6 +160,7 @@ class Parser {
   }
 
   std::string_view t_;
+  std::initializer_list<std::string_view> skip_;
   size_t i_ = 0;
 };
 
@@ -165,6 +173,6 @@ const Value* Value::get(std::string_view key) const {
   return nullptr;
 }
 
-Value parse(std::string_view text) { return Parser(text).document(); }
+Value parse(std::string_view text, std::initializer_list<std::string_view> skip) { return Parser(text, skip).document(); }
 
 }  // namespace accio::base::json

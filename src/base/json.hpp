@@ -2,6 +2,7 @@
 // true/false/null; UTF-8 passed through, \u escapes of the BMP decoded). No writer: profiles are
 // written by the Python front end.
 #pragma once
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,7 +23,9 @@ struct Value {
   bool is(Kind k) const { return kind == k; }
 };
 
-// Throws std::runtime_error("... at byte N") on malformed input.
-Value parse(std::string_view text);
+// Throws std::runtime_error("... at byte N") on malformed input. Members of the top-level object
+// named in `skip` are read and checked as the rest, but left out of the result (nothing of them is
+// built): a profile's "measurements", which the engine never reads, are most of its text.
+Value parse(std::string_view text, std::initializer_list<std::string_view> skip = {});
 
 }  // namespace accio::base::json

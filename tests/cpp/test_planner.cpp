@@ -77,6 +77,22 @@ TEST(Json, RejectsMalformed) {
   EXPECT_THROW(base::json::parse(deep), std::runtime_error);
 }
 
+TEST(Json, SkipsTopLevelMembersButChecksThem) {
+  const char* doc = R"({"keep": 1, "big": [{"x": [1.5, "s\u00e9", {"big": 2}]}], "inner": {"big": 3}, "last": "y"})";
+  auto v = base::json::parse(doc, {"big"});
+  EXPECT_EQ(v.get("big"), nullptr);                  // left out at the top level
+  ASSERT_TRUE(v.get("inner") && v.get("inner")->get("big"));  // kept below it
+  EXPECT_EQ(v.get("inner")->get("big")->num, 3);
+  EXPECT_EQ(v.get("keep")->num, 1);
+  EXPECT_EQ(v.get("last")->str, "y");
+  EXPECT_EQ(v.members.size(), 3u);
+  // A skipped member is read as carefully as a kept one: malformed inside it is still an error.
+  for (const char* bad : {R"({"big": [1,], "a": 1})", R"({"big": "\q"})", R"({"big": 01x})", R"({"big": [1)",
+                          "{\"big\": \"\x01\"}"})
+    EXPECT_THROW(base::json::parse(bad, {"big"}), std::runtime_error) << bad;
+  EXPECT_THROW(base::json::parse("{\"big\": " + std::string(100, '[') + "}", {"big"}), std::runtime_error);
+}
+
 TEST(Profile, ParsesAndMergesHotAndColdBoundaries) {
   auto p = planner::Profile::parse(kProfile, "p.json");
   EXPECT_EQ(p->name, "testfs on /dev/test");
