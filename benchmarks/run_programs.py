@@ -22,8 +22,18 @@ Beside them, measured in the same run:
            `accio --version` and `accio info` vs the same through accio-py (goal: within noise).
 Cold runs drop the file's pages first (accio._system.drop_pages; residency checked).
 
+Which tuning profile the shim's planner uses: without --profile, the environment's (ACCIO_PROFILE,
+else the profile `accio tune` wrote for the file's filesystem, else the built-in model). Each
+--profile (`off`: the built-in model, or a profile's path) adds one shim contender run with
+ACCIO_PROFILE set so, all interleaved in the same rounds with plain, so that a profile and the
+built-in model are compared with each other in one run and not across runs of different noise:
+each gets its ratio over plain, and the JSON records the profiles and, with two, the ratio of the
+second over the first ("profile_vs").
+
     python benchmarks/run_programs.py --quick                       # small file, 7 rounds, a minute
     python benchmarks/run_programs.py --size 2g --cache hot --json results/run/run_programs_hot.json
+    python benchmarks/run_programs.py --size 2g --cache hot --profile off --profile results/tune/profile_ext4_vda.json \
+        --cases cat,dd-128k,dd-1m --json results/run/run_programs_hot_profiles.json
     python benchmarks/run_programs.py --size 1g --cache cold --json results/run/run_programs_cold.json
     python benchmarks/run_programs.py --launch-only --rounds 61 --json results/run/launch.json   # under a minute
 """
@@ -179,27 +189,36 @@ def prepare(big: Path, size: int, cold: bool) -> None:
 
 
 def compare(name: str, contenders: dict, rounds: int, goal: float | None = None, base: str = "plain") -> dict:
-    """Interleaved rounds of rate-returning callables; the ratio of the other contender over base."""
+    """Interleaved rounds of rate-returning callables; the ratio of each other contender over base.
+    The record's ratio, verdict and goal are the first other contender's; with several, "others"
+    has each one's."""
     samples = stats.interleave(contenders, rounds)
-    other = next(n for n in contenders if n != base)
-    r = stats.ratio(samples[other], samples[base])
+    others = {}
+    for other in (n for n in contenders if n != base):
+        r = stats.ratio(samples[other], samples[base])
+        o = {"ratio": r.as_dict(), "ratio_text": stats.describe(r), "verdict": stats.verdict(r)}
+        if goal is not None:
+            o["goal_result"] = stats.goal(r, goal)
+        others[other] = o
+        print(f"{name:18s} {other}/{base} {stats.describe(r):24s} {o['verdict']:13s} "
+              f"{'goal ' + format(goal, '.2f') + ' ' + o['goal_result'] if goal is not None else '':18s}", flush=True)
+    first = next(iter(others.values()))
     rec = {"case": name, "samples": samples, "summary": {n: stats.summary(v) for n, v in samples.items()},
-           "ratio": r.as_dict(), "ratio_text": stats.describe(r), "verdict": stats.verdict(r)}
+           "ratio": first["ratio"], "ratio_text": first["ratio_text"], "verdict": first["verdict"]}
     if goal is not None:
         rec["goal"] = goal
-        rec["goal_result"] = stats.goal(r, goal)
-    spread = " ".join(f"{n} ±{rec['summary'][n]['spread_pct']:.0f}%" for n in samples)
-    print(f"{name:18s} {other}/{base} {stats.describe(r):24s} {rec['verdict']:13s} "
-          f"{'goal ' + format(goal, '.2f') + ' ' + rec['goal_result'] if goal is not None else '':18s} {spread}",
-          flush=True)
+        rec["goal_result"] = first["goal_result"]
+    if len(others) > 1:
+        rec["others"] = others
+    print(f"{'':18s} spread " + " ".join(f"{n} ±{rec['summary'][n]['spread_pct']:.0f}%" for n in samples), flush=True)
     return rec
 
 
-def served(cmd: list[str], tmp: Path) -> dict:
+def served(cmd: list[str], tmp: Path, env: dict | None = None) -> dict:
     """One untimed run under the shim with --stats-json: what it did with the program's calls."""
     out = tmp / "stats.json"
     subprocess.run([launcher(), "--stats-json", str(out), "--", *cmd], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=True, env=dict(os.environ, ACCIO_RUN_PYTHON=sys.executable))
+                   stderr=subprocess.DEVNULL, check=True, env=dict(env or os.environ, ACCIO_RUN_PYTHON=sys.executable))
     rep = json.loads(out.read_text())
     tot = {k: sum(f[op].get(k, 0) for f in rep["files"] for op in ("read", "write"))
            for k in ("calls", "accelerated_calls", "accelerated_bytes", "declined_calls", "remembered_calls",
@@ -241,6 +260,18 @@ def fio_qd(big: Path, size: int, rounds: int) -> dict:
     return compare("fio-qd16/qd1", {"qd1": go(1), "qd16": go(16)}, rounds, base="qd1")
 
 
+def shim_contenders(profiles: list[str] | None) -> dict[str, dict]:
+    """The shim's contenders and their environments: one "shim" with the environment's profile, or
+    one per --profile ("shim" alone, else "shim[off]", "shim[NAME.json]")."""
+    if not profiles:
+        return {"shim": dict(os.environ)}
+    name = (lambda p: "shim") if len(profiles) == 1 else (lambda p: f"shim[{p if p == 'off' else Path(p).name}]")
+    out = {name(p): dict(os.environ, ACCIO_PROFILE=p if p == "off" else str(Path(p).resolve())) for p in profiles}
+    if len(out) != len(profiles):
+        raise SystemExit("--profile: two profiles of the same name; give them different names")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="/tmp", help="directory for the test file (default /tmp)")
@@ -250,8 +281,15 @@ def main() -> int:
     ap.add_argument("--cases", default="all", help="comma-separated subset (names as printed)")
     ap.add_argument("--quick", action="store_true", help="development setting: 64 MiB file, hot and cold")
     ap.add_argument("--launch-only", action="store_true", help="only the launch and front-end costs (no file)")
+    ap.add_argument("--profile", action="append", metavar="off|PATH",
+                    help="run the shim with ACCIO_PROFILE set to this (off: the built-in model); repeat it to "
+                         "compare profiles in the same rounds (default: the environment's)")
     ap.add_argument("--json", help="write every sample and the summary here")
     a = ap.parse_args()
+    for p in a.profile or []:
+        if p != "off" and not Path(p).is_file():
+            ap.error(f"--profile {p}: no such file (give `off` or a profile's path)")
+    shims = shim_contenders(a.profile)
     if a.quick:
         a.size = "64m"
     if a.rounds < stats.MIN_SAMPLES:
@@ -263,7 +301,8 @@ def main() -> int:
     results: dict = {"schema": "accio.run-programs/1", "command": " ".join([sys.executable, *sys.argv]),
                      "accio_version": accio.__version__, "machine": {"cpus": os.cpu_count(),
                      "kernel": platform.release(), "load_before": os.getloadavg()},
-                     "size": size, "rounds": a.rounds, "launcher": launcher(), "runs": []}
+                     "size": size, "rounds": a.rounds, "launcher": launcher(),
+                     "profiles": {name: env.get("ACCIO_PROFILE") for name, env in shims.items()}, "runs": []}
     try:
         results["launch"] = launch(max(a.rounds, 15))
         results["front"] = front_end(max(a.rounds, 15))
@@ -284,15 +323,26 @@ def main() -> int:
             if cold and shutil.which("fio"):
                 block["fio_qd"] = fio_qd(big, size, a.rounds)
             for name, cmd in pick.items():
-                def side(argv):
+                def side(argv, env=None):
                     def go() -> float:
                         prepare(big, size, cold)
-                        return size / MiB / timed(argv)
+                        return size / MiB / timed(argv, env=env)
                     return go
-                rec = compare(f"{name} ({cache})", {"plain": side(cmd), "shim": side([launcher(), "--", *cmd])},
-                              a.rounds, GOAL_NEVER_SLOWER)
-                prepare(big, size, cold)
-                rec["served"] = served(cmd, work)
+                contenders = {"plain": side(cmd)}
+                contenders.update({n: side([launcher(), "--", *cmd], env) for n, env in shims.items()})
+                rec = compare(f"{name} ({cache})", contenders, a.rounds, GOAL_NEVER_SLOWER)
+                if len(shims) == 2:  # the second profile over the first, in the same rounds
+                    first, second = shims
+                    r = stats.ratio(rec["samples"][second], rec["samples"][first])
+                    rec["profile_vs"] = {"of": second, "over": first, "ratio": r.as_dict(),
+                                         "ratio_text": stats.describe(r), "verdict": stats.verdict(r)}
+                    print(f"{'':18s} {second}/{first} {stats.describe(r)} {stats.verdict(r)}", flush=True)
+                rec["served"] = {}
+                for n, env in shims.items():
+                    prepare(big, size, cold)
+                    rec["served"][n] = served(cmd, work, env)
+                if len(shims) == 1:
+                    rec["served"] = rec["served"]["shim"]
                 rec["name"], rec["command"] = name, " ".join(cmd)
                 eng = block["engine"]["ratio"]["estimate"]
                 if name in ("dd-64m", "readinto-64m") and not cold:
