@@ -156,8 +156,10 @@ static inline int below_gate(int fd, size_t n, int w) {
  * decision came from a profile or the built-in model (benchmarks/preload_decision.c; under a
  * profile whose cold 1 MiB reads run uring, the fixed 16 MiB window cost 240 ns per passed 1 MiB
  * call on a loaded 2-vCPU VM, the built-in model 2 ns). The price: after the file's cache state
- * changes, requests of that size run posix where the planner would now choose otherwise, for at
- * most the window (the planner probes a range far from the one it probed last anew). So the window
+ * changes, requests of that size run posix where the planner would now choose otherwise, for up to
+ * the window times the requests one verdict of the planner's residency probe serves (it probes once
+ * per 4 MiB of the requests it is asked about: four windows for 1 MiB calls, one from 4 MiB calls
+ * on); a program that starts on a cold file gets the cold plan from its first call. The window
  * falls back to kMemoBytes when the program moves: an lseek() that moves the file offset, a pread
  * at another offset than where the previous one of the descriptor ended. Passing through is always
  * correct, so racing threads and a descriptor reused where no preload sees it (fclose, which closes
