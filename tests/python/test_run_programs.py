@@ -1,0 +1,47 @@
+"""benchmarks/run_programs.py's profile contenders (issue 20): each --profile is one shim contender
+in the same interleaved rounds, and bad input is refused before anything is measured."""
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import run_programs  # noqa: E402
+
+
+def test_one_contender_per_profile(tmp_path):
+    env = run_programs.shim_contenders(None)
+    assert list(env) == ["shim"]  # the environment's profile
+    p = tmp_path / "fs.json"
+    p.write_text("{}")
+    one = run_programs.shim_contenders([str(p)])
+    assert list(one) == ["shim"] and one["shim"]["ACCIO_PROFILE"] == str(p.resolve())
+    two = run_programs.shim_contenders(["off", str(p)])
+    assert list(two) == ["shim[off]", "shim[fs.json]"]
+    assert two["shim[off]"]["ACCIO_PROFILE"] == "off" and two["shim[fs.json]"]["ACCIO_PROFILE"] == str(p.resolve())
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "fs.json").write_text("{}")
+    with pytest.raises(SystemExit, match="same name"):
+        run_programs.shim_contenders([str(p), str(tmp_path / "d" / "fs.json")])
+
+
+def test_compare_gives_every_contender_its_ratio(capsys):
+    rates = {"plain": itertools.cycle([100.0, 102.0]), "a": itertools.cycle([50.0, 51.0]),
+             "b": itertools.cycle([200.0, 204.0])}
+    rec = run_programs.compare("case", {n: (lambda it=it: next(it)) for n, it in rates.items()}, 7, 0.98)
+    assert set(rec["others"]) == {"a", "b"} and len(rec["samples"]["b"]) == 7
+    assert rec["ratio"] == rec["others"]["a"]["ratio"] and rec["goal_result"] == "missed"  # the first other's
+    assert rec["others"]["a"]["verdict"] == "slower" and rec["others"]["b"]["verdict"] == "faster"
+    assert rec["others"]["b"]["goal_result"] == "met"
+
+
+def test_a_missing_profile_is_refused_before_measuring(tmp_path):
+    p = subprocess.run([sys.executable, str(BENCH / "run_programs.py"), "--dir", str(tmp_path), "--profile",
+                        str(tmp_path / "nope.json"), "--quick"], capture_output=True, text=True)
+    assert p.returncode == 2 and "no such file" in p.stderr, p.stderr
+    assert not list(tmp_path.iterdir())  # no test file was made
