@@ -45,6 +45,11 @@ typedef struct accio_request {
 } accio_request;
 
 enum accio_op { ACCIO_OP_READ = 0, ACCIO_OP_WRITE = 1 };
+/* Or'ed into accio_mechanism_for_at's op: look at the page cache anew for this request. Without it the
+ * residency verdict of the handle's last probe serves up to 4 MiB of the requests asked about, which
+ * suits a caller that asks about each request it makes; one that asks only now and then (the preload
+ * shim, after passing a window of calls to libc on its own) would get a verdict from far away. */
+#define ACCIO_OP_FRESH_CACHE 0x100
 
 /* One plan that served a handle's requests (accio_file_plans). */
 typedef struct accio_plan_stat {
@@ -138,7 +143,8 @@ int64_t accio_size(accio_file* f);
 const char* accio_mechanism_for(accio_file* f, size_t size, int op);
 /* The mechanism a request of `size` bytes at `offset` from `buf` would run now: the decision a
  * request makes (auto: profile, size, alignment, concurrency, page-cache residency); buf NULL counts
- * as aligned. NULL on error. */
+ * as aligned. op: ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in for a residency
+ * probe of this request's range whatever the last one was. NULL on error. */
 const char* accio_mechanism_for_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op);
 /* Deprecated names of the two above (they return a mechanism, not a plan); still exported. */
 ACCIO_DEPRECATED("use accio_mechanism_for") const char* accio_plan(accio_file* f, size_t size, int op);

@@ -122,7 +122,8 @@ const char* mechanism_for(accio_file* f, const void* buf, size_t size, int64_t o
     return nullptr;
   }
   try {
-    return f->f->plan(buf, size, static_cast<uint64_t>(offset), op == ACCIO_OP_WRITE).name();
+    return f->f->plan(buf, size, static_cast<uint64_t>(offset), (op & ~ACCIO_OP_FRESH_CACHE) == ACCIO_OP_WRITE,
+                      (op & ACCIO_OP_FRESH_CACHE) != 0).name();
   } catch (const Error& e) {
     fail(e);
     return nullptr;

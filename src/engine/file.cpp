@@ -239,8 +239,9 @@ planner::Choice File::choose(const planner::Signals& s, bool recheck, mem::cuda:
   return (*by)->choose(s);
 }
 
-const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write) {
-  const planner::Signals s = signals(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1);
+const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write, bool fresh_cache) {
+  planner::Signals s = signals(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1);
+  s.fresh_cache = fresh_cache;
   mem::cuda::Target target;
   const planner::Planner* by;
   const planner::Choice c = choose(s, false, &target, &by);

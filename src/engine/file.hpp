@@ -95,7 +95,7 @@ class File : public std::enable_shared_from_this<File> {
   // The mechanism a request of n bytes at offset 0 from an aligned buffer would run (after `auto`
   // and fallbacks), its plan as text ("parallel(even)") and why it was chosen.
   const io::Mechanism& plan(size_t n, bool write) { return plan(nullptr, n, 0, write); }
-  const io::Mechanism& plan(const void* buf, size_t n, uint64_t off, bool write);
+  const io::Mechanism& plan(const void* buf, size_t n, uint64_t off, bool write, bool fresh_cache = false);
   struct Explanation {
     std::string mechanism, plan, why;
   };

@@ -104,7 +104,7 @@ bool Planner::starts_stream(const Signals& r) const {
 bool Planner::cold(const Signals& r) const {
   if (r.offset >= r.known_end) return true;  // nothing there yet (writes that extend the file)
   const uint64_t since = since_probe_.load(std::memory_order_relaxed) + r.size;
-  if (since < kReprobeBytes) {
+  if (since < kReprobeBytes && !r.fresh_cache) {
     since_probe_.store(since, std::memory_order_relaxed);
     return last_cold_.load(std::memory_order_relaxed);
   }

@@ -30,6 +30,7 @@ struct Signals {
   bool write;
   unsigned inflight;   // engine requests in flight in the process, this one included
   uint64_t known_end;  // the file size as the handle knows it (writes beyond it are cold)
+  bool fresh_cache = false;  // probe the residency of this range, whatever the last probe (ACCIO_OP_FRESH_CACHE)
 };
 
 struct Plan {

@@ -157,10 +157,10 @@ static inline int below_gate(int fd, size_t n, int w) {
  * profile whose cold 1 MiB reads run uring, the fixed 16 MiB window cost 240 ns per passed 1 MiB
  * call on a loaded 2-vCPU VM, the built-in model 2 ns). The price: after the file's cache state
  * changes, requests of that size run posix where the planner would now choose otherwise, for up to
- * the window times the requests one verdict of the planner's residency probe serves (it probes once
- * per 4 MiB of the requests it is asked about: four windows for 1 MiB calls, one from 4 MiB calls
- * on); a program that starts on a cold file gets the cold plan from its first call. The window
- * falls back to kMemoBytes when the program moves: an lseek() that moves the file offset, a pread
+ * a window: when the window has passed, the planner is asked to probe the page cache anew
+ * (ACCIO_OP_FRESH_CACHE; its own verdicts otherwise serve 4 MiB of the requests asked about, which
+ * would be four windows for 1 MiB calls). A program that starts on a cold file gets the cold plan
+ * from its first call. The window falls back to kMemoBytes when the program moves: an lseek() that moves the file offset, a pread
  * at another offset than where the previous one of the descriptor ended. Passing through is always
  * correct, so racing threads and a descriptor reused where no preload sees it (fclose, which closes
  * inside libc; a raw system call) cost at most a window at libc's speed. Cleared at close(), dup2(),
@@ -220,6 +220,11 @@ static void memo_set(int fd, size_t n, off_t off, int w) {
   __atomic_store_n(&m->left, window, __ATOMIC_RELAXED);
   __atomic_store_n(&m->next, off >= 0 ? off + (off_t)n : -1, __ATOMIC_RELAXED);
   __atomic_store_n(&m->size, n, __ATOMIC_RELAXED);
+}
+/* Whether the memo has passed a window of requests of n bytes on fd to libc since the planner was
+ * last asked about them. */
+static int memo_passed_window(int fd, size_t n, int w) {
+  return (unsigned)fd < MEMO_MAX_FD && __atomic_load_n(&g_memo[fd][w].size, __ATOMIC_RELAXED) == n;
 }
 /* The engine serves requests on fd in direction w: nothing of the memo holds there. */
 static void memo_clear(int fd, int w) {
@@ -594,7 +599,10 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
    * memo passes the next requests of this size back without asking. */
   if (!g_gate_set) {
     const off_t at = c->off >= 0 ? c->off : k_lseek(c->fd, 0, SEEK_CUR);
-    const char* mech = at >= 0 ? eng.mechanism_for_at(h->f, c->iov[0].iov_base, c->total, at, c->write) : NULL;
+    /* After a window the memo passed on its own, the planner's last residency verdict is from far
+     * back in the file: it probes this range anew. */
+    const int op = c->write | (memo_passed_window(c->fd, c->total, c->write) ? ACCIO_OP_FRESH_CACHE : 0);
+    const char* mech = at >= 0 ? eng.mechanism_for_at(h->f, c->iov[0].iov_base, c->total, at, op) : NULL;
     if (!mech || !strcmp(mech, "posix")) {
       handle_put(h);
       if (mech) memo_set(c->fd, c->total, c->off, c->write);

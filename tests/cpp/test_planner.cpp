@@ -367,6 +367,13 @@ TEST(Planner, FollowsSizeConcurrencyCacheAndAlignment) {
     for (int i = 0; i < 15; ++i) EXPECT_EQ(quarter(), "direct(even)") << i;  // verdict reused
     EXPECT_EQ(quarter(), "parallel(even)");  // 4 MiB later: probed again, hot
     ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    // A request that asks for a fresh probe (ACCIO_OP_FRESH_CACHE) gets one at once; the next
+    // ones reuse that verdict.
+    EXPECT_EQ(quarter(), "parallel(even)");  // the hot verdict reused
+    planner::Signals fresh_one{b.data(), 256 << 10, 0, false, 1, 8 << 20};
+    fresh_one.fresh_cache = true;
+    EXPECT_EQ(ra.choose(fresh_one).plan->spec.label(), "direct(even)");
+    EXPECT_EQ(quarter(), "direct(even)");
   }
 
   // The same decisions with every probe method.

@@ -461,6 +461,28 @@ def test_the_memo_window_falls_back_when_the_program_moves(tmp_path, how):
         assert r["remembered_calls"] == 56, r  # asked at calls 1, 18, 37 and 54
 
 
+def test_after_a_window_the_planner_looks_at_the_page_cache_anew(tmp_path):
+    """The memo passes 1 MiB reads of a hot file back in windows of 16, 32, ... MiB; the pages ahead
+    are dropped (written back first) just before the third question (call 51). The planner, whose own residency verdict
+    would serve 4 MiB of questions (four windows of 1 MiB calls), is asked to probe anew: the range
+    is cold, the engine serves it with the profile's cold plan, and so on to the end."""
+    f = tmp_path / "hot.bin"
+    f.write_bytes(os.urandom(64 << 20))
+    env = _profile_hot_posix_cold_parallel(tmp_path, f)
+    plain(["cat", str(f)])  # hot
+    script = ("import os, sys\nM = 1 << 20\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+              "for i in range(50):\n    os.read(fd, M)\n"
+              "os.fsync(fd)\nos.posix_fadvise(fd, 50 * M, 14 * M, os.POSIX_FADV_DONTNEED)\n"
+              "for i in range(10):\n    os.read(fd, M)\n")
+    _, rep = accio_run([sys.executable, "-c", script, str(f)], tmp_path, threshold=None, env=env)
+    r = next(x for x in rep["files"] if x["path"].endswith("hot.bin"))["read"]
+    # Asked at calls 1 and 18 (passed back, then 16 and 32 remembered), then at 51: cold, served; the
+    # engine serves the next ones too until its own buffered reads' readahead has made the range
+    # ahead cached again (then hot: passed back and remembered). Without the fresh probe: none served.
+    assert r["calls"] == 60 and r["declined_calls"] + r["accelerated_calls"] == 60, r
+    assert r["accelerated_calls"] >= 1 and r["remembered_calls"] >= 48, r
+
+
 @pytest.mark.parametrize("how", ["dup2", "dup3", "closerange", "syscall"])
 def test_a_file_put_on_a_former_pipe_descriptor_is_not_passed_back(tmp_path, how):
     """A pipe read on descriptor N leaves an "any size" memo; a regular file put on N without
