@@ -12,7 +12,9 @@
  * shim's per-descriptor decision wherever the planner's crossing point for the file is at or below
  * SIZE (a tuning profile whose cold reads run another plan from 64 KiB: ACCIO_PROFILE=PATH) and are
  * passed back to libc where the planner runs posix (a hot file). The stub does not move the file
- * offset, so every call is at offset 0 of a hot range. The first call through the shim (loading the
+ * offset, so every call is at offset 0 of a hot range. A size the planner serves (the built-in
+ * model's 4 MiB on 2 CPUs) goes to the engine, which reads for real: that is not a passed call, and
+ * its time is not a decision's. The first call through the shim (loading the
  * engine, opening the file, the first decision) is timed alone: "first_call_us".
  *
  * Built with the tests (build/DIR/preload_decision and preload_decision_stub.so):
