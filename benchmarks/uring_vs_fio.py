@@ -241,6 +241,8 @@ def main() -> int:
 
     def size_for(bs: int) -> int:
         return min(max_size, max(min_size, bs * 16384)) // bs * bs
+    if a.warmup < 0:
+        ap.error(f"--warmup must be 0 or more, not {a.warmup}")
     if a.rounds < stats.MIN_SAMPLES and not a.quick:
         ap.error(f"--rounds must be at least {stats.MIN_SAMPLES} (the project's statistics rule)")
     grid = list(itertools.product([parse_size(b) for b in a.bs.split(",")], a.rw.split(","),
