@@ -191,12 +191,11 @@ unsigned submit_batch(unsigned qd) { return std::max(1u, (qd + 1) / 2); }
 // Writes [at, at+len) of a request that starts at file offset `off` from `user` (the request's
 // buffer) with pwrite in the calling thread, one pwrite per piece the ring would have sent: pieces of
 // `step` bytes from `off`, as an io-wq worker would have written them. Not one pwrite for the whole
-// range: that holds the inode lock for all of it (other requests on the file wait that long), and the
-// page cache sizes its folios by the write, so a 1 GiB pwrite allocates the largest (2 MiB) folios
-// where the caller asked for pieces of `step`: on a VM whose host takes back freed memory (virtio-balloon
-// free page reporting, this project's VM) every such folio can be memory the host must fault in again,
-// which made fresh-file writes 6x slower than fio's pieces of the same size half the time
-// (docs/performance.md, issue 19).
+// range: that holds the inode lock for all of it (other requests on the file wait that long), and
+// the page cache sizes its folios by the write, so one 1 GiB pwrite allocates the largest folios
+// where the caller asked for pieces of `step`. On this project's VM (virtio-balloon free page
+// reporting: the host takes back free memory) those came from memory the host had to fault in
+// again, and fresh-file writes ran at 0.2 x fio in half the samples (docs/performance.md, issue 19).
 void write_pieces(const IoContext& c, const char* user, uint64_t off, uint64_t at, size_t len, size_t step) {
   for (const uint64_t end = at + len; at < end;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(step - (at - off) % step, end - at));
