@@ -25,12 +25,16 @@ opens before its clock; fio 3.x opens in its I/O loop, inside (one open: microse
               buffered writes its pages are cached, for O_DIRECT writes they are dropped (a cached
               page costs an O_DIRECT write its invalidation; the file's creation caches them all)
         cold  the file is deleted before every sample: a fresh file, every page allocated
+Before the timed rounds each contender runs --warmup times (default 1), untimed: round 0 starts with
+accio, so without it accio's first sample alone came after the cell's set-up (a new window, the
+previous cell's statistics) and paid for what comes once per cell (cold buffered writes: the first
+sample of 343-702 MiB/s against 2200-4600 for the others in the same cell, issue 19).
 Ratio = accio / fio (> 1: accio faster); the goal is >= 0.9 in every cell (docs/performance.md).
 Buffered write cells also time, in the same rounds, the file written in requests of <bs> each by
 `uring` and by `posix` (one request per block, what an application doing small writes issues):
 "vs_posix" is uring / posix there, goal >= 0.9 as well.
 
-    python benchmarks/uring_vs_fio.py [--dir /var/tmp] [--size 128m] [--max-size 1g] [--qd 16] [--rounds 7]
+    python benchmarks/uring_vs_fio.py [--dir /var/tmp] [--size 128m] [--max-size 1g] [--qd 16] [--rounds 7] [--warmup 1]
         [--bs 4k,64k,1m,8m] [--rw read,write] [--buffering buffered,direct] [--cache hot,cold]
         [--quick] [--json results/uring/uring_vs_fio.json]
 --quick (development only: 3 rounds, 16 MiB files, not a result) checks that every cell runs.
@@ -172,7 +176,8 @@ def fio_sample(path: str, size: int, bs: int, qd: int, rw: str, direct: bool, sh
     return side["io_bytes"] / MiB / (max(side["runtime"], 1) / 1000.0)
 
 
-def run_cell(path: str, size: int, bs: int, qd: int, rw: str, buffering: str, cache: str, rounds: int) -> dict:
+def run_cell(path: str, size: int, bs: int, qd: int, rw: str, buffering: str, cache: str, rounds: int,
+             warmup: int = 1) -> dict:
     direct = buffering == "direct"
     checks: list[dict] = []
     short: list[int] = []
@@ -193,6 +198,9 @@ def run_cell(path: str, size: int, bs: int, qd: int, rw: str, buffering: str, ca
         contenders["uring_requests"] = sample(lambda: accio_sample(path, size, bs, qd, rw, False, "uring", bs))
         contenders["posix_requests"] = sample(lambda: accio_sample(path, size, bs, qd, rw, False, "posix", bs))
     try:
+        for go in contenders.values():  # one untimed round (see --warmup)
+            for _ in range(warmup):
+                go()
         samples = stats.interleave(contenders, rounds)
     finally:
         window.close()
@@ -216,6 +224,8 @@ def main() -> int:
     ap.add_argument("--max-size", help="largest file (the file is bs x 16384 in between; default 1g, --quick 16m)")
     ap.add_argument("--qd", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=stats.MIN_SAMPLES)
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed samples of each contender before the timed rounds (default 1)")
     ap.add_argument("--bs", default="4k,64k,1m,8m")
     ap.add_argument("--rw", default="read,write")
     ap.add_argument("--buffering", default="buffered,direct")
@@ -231,6 +241,8 @@ def main() -> int:
 
     def size_for(bs: int) -> int:
         return min(max_size, max(min_size, bs * 16384)) // bs * bs
+    if a.warmup < 0:
+        ap.error(f"--warmup must be 0 or more, not {a.warmup}")
     if a.rounds < stats.MIN_SAMPLES and not a.quick:
         ap.error(f"--rounds must be at least {stats.MIN_SAMPLES} (the project's statistics rule)")
     grid = list(itertools.product([parse_size(b) for b in a.bs.split(",")], a.rw.split(","),
@@ -249,7 +261,7 @@ def main() -> int:
     doc = {"command": ["python", "benchmarks/uring_vs_fio.py", *sys.argv[1:]], "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "fio": fio_version,
                        "accio": accio.__version__, "load_before": os.getloadavg()},
-           "quick": a.quick, "goal": GOAL,
+           "quick": a.quick, "goal": GOAL, "warmup": a.warmup,
            "accio_buffer": "one window of qd x bs bytes mapped over the file's length (fio's footprint)",
            "cells": []}
     print(f"{'bs':>5} {'file':>7} {'rw':5} {'buffering':9} {'cache':5} {'accio MiB/s':>11} {'fio MiB/s':>10}  accio/fio")
@@ -258,7 +270,7 @@ def main() -> int:
     os.close(fd)
     try:
         for bs, rw, buf, cache in grid:
-            cell = run_cell(path, size_for(bs), bs, a.qd, rw, buf, cache, a.rounds)
+            cell = run_cell(path, size_for(bs), bs, a.qd, rw, buf, cache, a.rounds, a.warmup)
             doc["cells"].append(cell)
             r = stats.Ratio(**cell["ratio"])
             print(f"{fmt_size(bs):>5} {fmt_size(cell['size']):>7} {rw:5} {buf:9} {cache:5} {cell['accio']['median']:11.0f} "

@@ -7,7 +7,8 @@
 // would otherwise hand every piece to an io-wq worker thread (a wake-up and a hand-back per piece: 20x slower than pwrite for
 // 4 KiB writes). From then on (at once for -EOPNOTSUPP, after three refused requests in a row for
 // -EAGAIN, which XFS or btrfs may give in passing) that handle's buffered writes are plain pwrite in
-// the calling thread, which is what the worker would have done, without the round trip (docs/api.md).
+// the calling thread, which is what the worker would have done, without the round trip (docs/api.md):
+// one pwrite per piece the ring would have sent, never one for the whole request (write_pieces).
 #include <liburing.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@ const base::Knob kQueueDepth{{"queue_depth", "ACCIO_QUEUE_DEPTH",
                               "io_uring requests in flight per request (at most 1024 run at once)", "count", "16", 1,
                               4096}};
 constexpr unsigned kFixedFiles = 64;  // registered-file table size per ring
+constexpr size_t kMaxPiece = size_t{1} << 30;  // bytes per SQE (its length is 32 bits)
 
 // One piece of the request in flight.
 struct Op {
@@ -186,6 +188,22 @@ class IoUringLease {
 // writeback).
 unsigned submit_batch(unsigned qd) { return std::max(1u, (qd + 1) / 2); }
 
+// Writes [at, at+len) of a request that starts at file offset `off` from `user` (the request's
+// buffer) with pwrite in the calling thread, one pwrite per piece the ring would have sent: pieces of
+// `step` bytes from `off`, as an io-wq worker would have written them. Not one pwrite for the whole
+// range: that holds the inode lock for all of it (other requests on the file wait that long), and
+// the page cache sizes its folios by the write, so one 1 GiB pwrite allocates the largest folios
+// where the caller asked for pieces of `step`. On this project's VM (virtio-balloon free page
+// reporting: the host takes back free memory) those came from memory the host had to fault in
+// again, and fresh-file writes ran at 0.2 x fio in half the samples (docs/performance.md, issue 19).
+void write_pieces(const IoContext& c, const char* user, uint64_t off, uint64_t at, size_t len, size_t step) {
+  for (const uint64_t end = at + len; at < end;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(step - (at - off) % step, end - at));
+    write_full(c.file.fd, user + (at - off), n, at, c.file.path);
+    at += n;
+  }
+}
+
 bool probe(std::string* why) {
   static const std::pair<bool, std::string> result = [] {
     io_uring r;
@@ -254,19 +272,19 @@ class Uring final : public Mechanism {
   // whose filesystem would punt them to io-wq are written inline (see the top of this file).
   size_t ring_range(const IoContext& c, char* user, size_t n, uint64_t off, bool write, bool direct) const {
     const bool buffered_write = write && !direct;
-    if (buffered_write && g_inline_writes->has(c.file.id)) {
-      write_full(c.file.fd, user, n, off, c.file.path);
-      return n;
-    }
     const size_t A = direct ? c.file.off_align : 1;
     const uint64_t end = off + n;
     const uint64_t lo = direct ? align_down(off, A) : off, hi = direct ? align_up(end, A) : end;
+    const unsigned qd = std::min(static_cast<unsigned>(kQueueDepth.num(c.settings)), kRingEntries);
+    const size_t step = std::min<size_t>(task_bytes(c.settings, hi - lo, qd, A), kMaxPiece);
+    if (buffered_write && g_inline_writes->has(c.file.id)) {
+      write_pieces(c, user, off, off, n, step);
+      return n;
+    }
     const int fd = direct ? c.file.direct_fd : c.file.fd;
     const uint64_t key = c.file.id * 2 + (direct ? 1 : 0);
     mem::StagingPool& pool = mem::StagingPool::shared(c.settings.buffer_size, c.settings.buffer_count, c.settings.huge_pages);
     const size_t chunk = std::max<size_t>(align_down(pool.buffer_size(), A), A);
-    const unsigned qd = std::min(static_cast<unsigned>(kQueueDepth.num(c.settings)), kRingEntries);
-    const size_t step = task_bytes(c.settings, hi - lo, qd, A);
     const unsigned batch = direct ? submit_batch(qd) : qd;  // pieces per io_uring_enter
     const bool user_aligned_mode = direct && is_aligned(user + (align_up(off, A) - off), c.file.mem_align);
 
@@ -285,11 +303,11 @@ class Uring final : public Mechanism {
     uint64_t err_off = end;
     bool inline_rest = false;  // a buffered write came back refused: the rest is written here
 
-    // Writes [at, at+len) of the user buffer with pwrite; an error is recorded, not thrown, because
-    // pieces may still be in flight.
+    // Writes [at, at+len) of the user buffer with pwrite, piece by piece; an error is recorded, not
+    // thrown, because pieces may still be in flight.
     auto write_inline = [&](uint64_t at, size_t len) {
       try {
-        write_full(c.file.fd, user + (at - off), len, at, c.file.path);
+        write_pieces(c, user, off, at, len, step);
       } catch (const Error& e) {
         const uint64_t at_err = e.offset() >= 0 ? static_cast<uint64_t>(e.offset()) : at;
         if (at_err < err_off) {
@@ -343,7 +361,7 @@ class Uring final : public Mechanism {
         o.len = static_cast<size_t>(std::min<uint64_t>(user_aligned_mode ? A : chunk, hi - cur));
         if (write) std::memcpy(o.mem, user + (cur - off), o.len);
       }
-      o.len = std::min<size_t>(o.len, 1u << 30);
+      o.len = std::min(o.len, kMaxPiece);
       cur += o.len;
       return true;
     };

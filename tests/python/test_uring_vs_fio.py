@@ -29,6 +29,7 @@ def test_quick_cells(tmp_path):
               "buffered,direct", "--cache", "cold", "--json", str(out))
     doc = json.loads(out.read_text())
     assert doc["quick"] and doc["goal"] == 0.9 and doc["command"][1] == "benchmarks/uring_vs_fio.py"
+    assert doc["warmup"] == 1
     assert "window of qd x bs" in doc["accio_buffer"]  # which accio side made these figures
     cells = doc["cells"]
     assert [(c["bs"], c["rw"], c["buffering"]) for c in cells] == [
@@ -56,6 +57,7 @@ def test_quick_cells(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--rounds", "3"], "at least 7"),
     (["--quick", "--rw", "append"], "unknown cell"),
+    (["--quick", "--warmup", "-1"], "--warmup must be 0 or more"),
     (["--quick", "--bs", "8m", "--max-size", "4m"], "smaller than the block size"),
     (["--quick", "--bs", "4k", "--qd", "1", "--size", "1g", "--max-size", "1g"], "262144 mappings"),
 ])
@@ -65,12 +67,41 @@ def test_bad_arguments(tmp_path, args, message):
     assert os.listdir(tmp_path) == []
 
 
-def test_window_buffer_aliases_one_window(tmp_path):
-    """The whole-file buffer touches qd x bs bytes of memory, as fio's iodepth buffers: every window of
-    its address space is the same memory, the last one cut short, and accio writes it whole."""
+def load_bench():
     spec = importlib.util.spec_from_file_location("uring_vs_fio", SCRIPT)
     bench_mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench_mod)
+    return bench_mod
+
+
+@pytest.mark.parametrize("warmup", [0, 1, 2])
+def test_warmup_samples_are_untimed(tmp_path, monkeypatch, warmup):
+    """Each contender runs `warmup` times before the timed rounds, the file prepared as for a sample,
+    and none of those runs is in the samples or the ratio."""
+    bench_mod = load_bench()
+    calls = []
+
+    def fake(name):
+        def sample(*args, **kwargs):
+            calls.append(name)
+            return float(len(calls))  # a value per call: the samples show which calls they were
+        return sample
+    monkeypatch.setattr(bench_mod, "fio_sample", fake("fio"))
+    # the whole-file request passes no mechanism; the per-block ones pass "uring" or "posix"
+    monkeypatch.setattr(bench_mod, "accio_sample", lambda *a, **k: fake(a[6] if len(a) > 6 else "accio")())
+    cell = bench_mod.run_cell(str(tmp_path / "f"), 1 << 20, 64 << 10, 4, "write", "buffered", "cold", 7, warmup)
+    names = ["accio", "fio", "uring", "posix"]
+    assert calls[:4 * warmup] == [n for n in names for _ in range(warmup)]
+    assert len(calls) == 4 * (warmup + 7)
+    timed = {n: cell[k]["samples"] for n, k in zip(names, ["accio", "fio", "uring_requests", "posix_requests"])}
+    for n, got in timed.items():
+        assert got == [float(i + 1) for i, c in enumerate(calls) if c == n][warmup:]
+
+
+def test_window_buffer_aliases_one_window(tmp_path):
+    """The whole-file buffer touches qd x bs bytes of memory, as fio's iodepth buffers: every window of
+    its address space is the same memory, the last one cut short, and accio writes it whole."""
+    bench_mod = load_bench()
     import accio
     window, size = 64 << 10, 3 * (64 << 10) + 4096 + 100
     w = bench_mod.WindowBuffer(size, window)
