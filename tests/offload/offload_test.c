@@ -231,8 +231,8 @@ static void test_contexts(void) {
 }
 
 /* The worker keeps the last call's prepared signature: calls that change the argument types, their
- * number or the result type in between (same count, other types: k_ddiv then k_fmul) must each get
- * their own, and repeated ones the right values. */
+ * number or the result type in between (same count, other types: k_ddiv then k_fmul; same types,
+ * other result: k_ddiv then k_dmul_u64) must each get their own, and repeated ones the right values. */
 static void check_signature_changes(struct veo_proc_handle* p, uint64_t lib, struct veo_thr_ctxt* c) {
   struct veo_args* add = veo_args_alloc();
   struct veo_args* ddiv = veo_args_alloc();
@@ -244,6 +244,7 @@ static void check_signature_changes(struct veo_proc_handle* p, uint64_t lib, str
   veo_args_set_float(fmul, 1, -3.0f);
   accio_offload_args_set_ret(fmul, ACCIO_OFFLOAD_RET_FLOAT);
   uint64_t f_add = sym(p, lib, "k_add"), f_ddiv = sym(p, lib, "k_ddiv"), f_fmul = sym(p, lib, "k_fmul");
+  uint64_t f_dmul = sym(p, lib, "k_dmul_u64");
   for (int i = 0; i < 3; ++i) {
     uint64_t r = 0;
     double d = 0;
@@ -256,6 +257,9 @@ static void check_signature_changes(struct veo_proc_handle* p, uint64_t lib, str
     CHECK(veo_call_wait_result(c, veo_call_async(c, f_ddiv, ddiv), &r) == VEO_COMMAND_OK);
     memcpy(&d, &r, sizeof d);
     CHECK(d == 0.125);
+    accio_offload_args_set_ret(ddiv, ACCIO_OFFLOAD_RET_U64); /* right after: the same argument types, a u64 result */
+    CHECK(veo_call_wait_result(c, veo_call_async(c, f_dmul, ddiv), &r) == VEO_COMMAND_OK && r == 8);
+    accio_offload_args_set_ret(ddiv, ACCIO_OFFLOAD_RET_DOUBLE);
     CHECK(veo_call_wait_result(c, veo_call_async(c, f_fmul, fmul), &r) == VEO_COMMAND_OK);
     memcpy(&f, &r, sizeof f);
     CHECK(f == -4.5f);
