@@ -93,6 +93,7 @@ bool Channel::encode_call(const Piece& p, Slot& s, Shadow& sh, char* data) {
       if (x.type != kStackOut && x.len) std::memcpy(data + stack, x.buf, x.len);
       if (x.type != kStackIn) {
         sh.copies.push_back(Copy{x.buf, s.data_off + stack, x.len});
+        sh.post = true;
         s.flags |= kDataBack;
       }
       stack += align_up(x.len, 16);
@@ -162,7 +163,9 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
     if (p.out) {
       sh.copy = Copy{p.out, s.data_off, s.data_len};
       s.flags |= kDataBack;
+      sh.post = true;
     }
+    if (p.op == kAlloc) sh.post = true;
     if (p.op == kLoadLib || p.op == kGetSym) s.flags |= kDataBack;  // the worker's message
     sh.vh = p.vh;
     sh.vh_arg = p.vh_arg;
@@ -215,13 +218,15 @@ void Channel::finish(uint64_t i) {
   if (sh.reqid < res_base) return;  // dropped
   Result& r = results[sh.reqid - res_base];
   if (s.status == kOk) {
-    if (s.op == kAlloc) {  // veo_free_mem takes only what was allocated (veo_alloc_mem or _async)
-      std::lock_guard<std::mutex> g(proc->mu);
-      proc->allocs[s.result] = s.size;
+    if (sh.post) {  // a success's host side: data to copy back, an allocation to record
+      if (sh.copy.dst)
+        std::memcpy(sh.copy.dst, (s.flags & kDataInSlot) ? slot_data(s) : arena + sh.copy.off, sh.copy.len);
+      for (const Copy& c : sh.copies) std::memcpy(c.dst, arena + c.off, c.len);
+      if (s.op == kAlloc) {  // veo_free_mem takes only what was allocated (veo_alloc_mem or _async)
+        std::lock_guard<std::mutex> g(proc->mu);
+        proc->allocs[s.result] = s.size;
+      }
     }
-    if (sh.copy.dst)
-      std::memcpy(sh.copy.dst, (s.flags & kDataInSlot) ? slot_data(s) : arena + sh.copy.off, sh.copy.len);
-    for (const Copy& c : sh.copies) std::memcpy(c.dst, arena + c.off, c.len);
   } else if (!r.failed) {
     r.failed = true;
     r.status = s.status == kException ? kException : kError;

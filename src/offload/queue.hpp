@@ -44,6 +44,7 @@ struct Shadow {  // host-only bookkeeping of one slot
   uint64_t reqid = 0;
   uint64_t arena_end = 0;  // arena counter once this slot's data is released
   bool last = false;       // the last piece of its request
+  bool post = false;       // a success needs the host's work: data to copy back, an allocation to record
   Copy copy{};             // a read_mem piece
   std::vector<Copy> copies;  // OUT/INOUT stack arguments
   uint64_t (*vh)(void*) = nullptr;
@@ -71,8 +72,10 @@ struct Piece {
   void* out = nullptr;       // the arena range is copied back here when harvested
   size_t data_len = 0;       // arena bytes (>= in_len)
   uint64_t (*vh)(void*) = nullptr;
-  void* vh_arg = nullptr;
-  uint64_t src = 0;          // kCopyMem: the source address
+  union {
+    void* vh_arg = nullptr;  // kVhBarrier: the host function's argument
+    uint64_t src;            // kCopyMem: the source address
+  };
 };
 
 class Channel {
@@ -126,7 +129,7 @@ class Channel {
   // Takes mu for a submission: waits while another thread holds a block.
   std::unique_lock<std::mutex> lock_to_submit() {
     std::unique_lock<std::mutex> lk(mu);
-    if (block_depth_) wait_unblocked(lk);
+    if (block_depth_) [[unlikely]] wait_unblocked(lk);
     return lk;
   }
   // The worker is gone: wakes the host threads that sleep on this queue.
@@ -134,14 +137,15 @@ class Channel {
   std::string name() const { return id == 0 ? std::string("the main context") : "context " + std::to_string(id); }
 
  private:
+  // Every submission touches these (block_depth_ too): together, on the cache lines after mu.
   uint64_t head = 0, harvested = 0;       // published / collected requests
   uint64_t a_head = 0, a_tail = 0;        // arena allocation counters (bytes, monotonic)
   std::vector<Shadow> shadow;
   uint64_t next_reqid = 0, res_base = 0;  // request ids; results[reqid - res_base]
+  unsigned block_depth_ = 0;
   std::deque<Result> results;
   std::condition_variable block_cv_;
   pthread_t block_owner_{};
-  unsigned block_depth_ = 0;
   void wait_unblocked(std::unique_lock<std::mutex>& lk);
 
   bool dead() const;

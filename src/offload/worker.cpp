@@ -44,10 +44,19 @@ struct WorkerChannel {
   int sock = -1;          // socket transport
   uint64_t received = 0;  // socket transport: requests read so far
   std::atomic<Slot*> running{nullptr};
+  // The last call's signature and its prepared libffi description: a kernel called again with
+  // the same argument and result types (the usual case) skips ffi_prep_cif.
+  struct CallSig {
+    int n = -1;  // no signature prepared
+    ffi_type* rtype = nullptr;
+    uint8_t types[kMaxArgs];
+    ffi_type* atypes[kMaxArgs];
+    ffi_cif cif;
+  } sig;
   // Results of the requests this channel executed, for the kernel-side veo_prev_req_result.
   static constexpr uint64_t kRecent = 64;
-  uint64_t recent[kRecent] = {};
   uint64_t nrecent = 0;
+  uint64_t recent[kRecent] = {};
 };
 
 constexpr int kMaxChannels = 1024;
@@ -206,12 +215,22 @@ void do_call(WorkerChannel* c, Slot& s) {
     types = reinterpret_cast<const uint8_t*>(data);
     vals = reinterpret_cast<uint64_t*>(data + ((size_t(n) + 7) & ~size_t(7)));
   }
-  ffi_type* atypes[kMaxArgs];
+  ffi_type* rtype = s.size == kDouble ? &ffi_type_double : s.size == kFloat ? &ffi_type_float : &ffi_type_uint64;
+  WorkerChannel::CallSig& sig = c->sig;
+  if (n != sig.n || rtype != sig.rtype || std::memcmp(types, sig.types, size_t(n)) != 0) {
+    sig.n = -1;
+    for (int i = 0; i < n; ++i) {
+      sig.atypes[i] = ffi_of(types[i]);
+      if (!sig.atypes[i]) return fail(s, EINVAL);
+    }
+    if (ffi_prep_cif(&sig.cif, FFI_DEFAULT_ABI, unsigned(n), rtype, sig.atypes) != FFI_OK) return fail(s, EINVAL);
+    std::memcpy(sig.types, types, size_t(n));
+    sig.rtype = rtype;
+    sig.n = n;
+  }
   void* avalues[kMaxArgs];
   void* ptrs[kMaxArgs];
   for (int i = 0; i < n; ++i) {
-    atypes[i] = ffi_of(types[i]);
-    if (!atypes[i]) return fail(s, EINVAL);
     if (types[i] >= kStackIn) {
       ptrs[i] = data + vals[i];
       avalues[i] = &ptrs[i];
@@ -219,15 +238,12 @@ void do_call(WorkerChannel* c, Slot& s) {
       avalues[i] = &vals[i];  // little-endian: the low bytes hold the narrower types
     }
   }
-  ffi_type* rtype = s.size == kDouble ? &ffi_type_double : s.size == kFloat ? &ffi_type_float : &ffi_type_uint64;
-  ffi_cif cif;
-  if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, unsigned(n), rtype, atypes) != FFI_OK) return fail(s, EINVAL);
   union {
     ffi_arg i;
     double d;
     float f;
   } ret{};
-  ffi_call(&cif, reinterpret_cast<void (*)()>(s.addr), &ret, avalues);
+  ffi_call(&sig.cif, reinterpret_cast<void (*)()>(s.addr), &ret, avalues);
   s.status = kOk;
   s.err = 0;
   s.result = 0;
@@ -238,7 +254,9 @@ void do_call(WorkerChannel* c, Slot& s) {
 
 void do_copy(Slot& s, void* dst, const void* src, size_t n) {
   sigjmp_buf jb;
-  if (sigsetjmp(jb, 1) != 0) {
+  // The signal mask is not saved (no sigprocmask system call per transfer): the handlers run with
+  // SA_NODEFER and an empty sa_mask, so jumping out of one leaves the mask as it was here.
+  if (sigsetjmp(jb, 0) != 0) {
     t_copy_jmp = nullptr;
     install_fatal_handlers();  // SA_RESETHAND reset the one that fired
     return fail(s, EFAULT);

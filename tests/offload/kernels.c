@@ -155,4 +155,5 @@ uint64_t k_omp_max(void) {
 }
 
 double k_ddiv(double a, double b) { return a / b; }
+uint64_t k_dmul_u64(double a, double b) { return (uint64_t)(a * b); } /* k_ddiv's arguments, another result type */
 float k_fmul(float a, float b) { return a * b; }

@@ -230,6 +230,46 @@ static void test_contexts(void) {
   veo_proc_destroy(p);
 }
 
+/* The worker keeps the last call's prepared signature: calls that change the argument types, their
+ * number or the result type in between (same count, other types: k_ddiv then k_fmul; same types,
+ * other result: k_ddiv then k_dmul_u64) must each get their own, and repeated ones the right values. */
+static void check_signature_changes(struct veo_proc_handle* p, uint64_t lib, struct veo_thr_ctxt* c) {
+  struct veo_args* add = veo_args_alloc();
+  struct veo_args* ddiv = veo_args_alloc();
+  struct veo_args* fmul = veo_args_alloc();
+  veo_args_set_double(ddiv, 0, 1.0);
+  veo_args_set_double(ddiv, 1, 8.0);
+  accio_offload_args_set_ret(ddiv, ACCIO_OFFLOAD_RET_DOUBLE);
+  veo_args_set_float(fmul, 0, 1.5f);
+  veo_args_set_float(fmul, 1, -3.0f);
+  accio_offload_args_set_ret(fmul, ACCIO_OFFLOAD_RET_FLOAT);
+  uint64_t f_add = sym(p, lib, "k_add"), f_ddiv = sym(p, lib, "k_ddiv"), f_fmul = sym(p, lib, "k_fmul");
+  uint64_t f_dmul = sym(p, lib, "k_dmul_u64");
+  for (int i = 0; i < 3; ++i) {
+    uint64_t r = 0;
+    double d = 0;
+    float f = 0;
+    for (uint64_t k = 0; k < 2; ++k) { /* the same signature twice: other values */
+      veo_args_set_u64(add, 0, k + (uint64_t)i);
+      veo_args_set_u64(add, 1, 100);
+      CHECK(veo_call_wait_result(c, veo_call_async(c, f_add, add), &r) == VEO_COMMAND_OK && r == 100 + k + (uint64_t)i);
+    }
+    CHECK(veo_call_wait_result(c, veo_call_async(c, f_ddiv, ddiv), &r) == VEO_COMMAND_OK);
+    memcpy(&d, &r, sizeof d);
+    CHECK(d == 0.125);
+    accio_offload_args_set_ret(ddiv, ACCIO_OFFLOAD_RET_U64); /* right after: the same argument types, a u64 result */
+    CHECK(veo_call_wait_result(c, veo_call_async(c, f_dmul, ddiv), &r) == VEO_COMMAND_OK && r == 8);
+    accio_offload_args_set_ret(ddiv, ACCIO_OFFLOAD_RET_DOUBLE);
+    CHECK(veo_call_wait_result(c, veo_call_async(c, f_fmul, fmul), &r) == VEO_COMMAND_OK);
+    memcpy(&f, &r, sizeof f);
+    CHECK(f == -4.5f);
+    CHECK(veo_call_wait_result(c, veo_call_async(c, sym(p, lib, "k_nop"), NULL), &r) == VEO_COMMAND_OK && r == 0);
+  }
+  veo_args_free(add);
+  veo_args_free(ddiv);
+  veo_args_free(fmul);
+}
+
 static void test_arg_types(void) {
   struct veo_proc_handle* p = new_proc();
   CHECK(p);
@@ -309,6 +349,7 @@ static void test_arg_types(void) {
   id = veo_call_async(c, sym(p, lib, "k_nop"), NULL);
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 0);
   CHECK(veo_call_async(c, 0, a) == VEO_REQUEST_ID_INVALID);
+  check_signature_changes(p, lib, c);
   veo_args_free(a);
   veo_proc_destroy(p);
 }
@@ -420,9 +461,15 @@ static void test_memory(void) {
   uint64_t dev = 0;
   CHECK(veo_alloc_mem(p, &dev, 1ull << 50) != 0); /* too large */
   char b[16];
-  CHECK(veo_read_mem(p, b, 8, sizeof b) != 0); /* unmapped worker address: EFAULT... */
-  CHECK(veo_write_mem(p, 8, b, sizeof b) != 0);
-  CHECK(veo_alloc_mem(p, &dev, 64) == 0); /* ...and the worker lives on */
+  for (int i = 0; i < 3; ++i) { /* unmapped worker address: EFAULT, every time... */
+    CHECK(veo_read_mem(p, b, 8, sizeof b) != 0);
+    CHECK(veo_write_mem(p, 8, b, sizeof b) != 0);
+  }
+  CHECK(veo_alloc_mem(p, &dev, 64) == 0); /* ...and the worker lives on, its transfers intact */
+  memcpy(b, "after the faults", sizeof b);
+  char back[16] = {0};
+  CHECK(veo_write_mem(p, dev, b, sizeof b) == 0 && veo_read_mem(p, back, dev, sizeof back) == 0);
+  CHECK(memcmp(back, b, sizeof b) == 0);
   CHECK(veo_free_mem(p, dev) == 0);
   veo_proc_destroy(p);
 }
