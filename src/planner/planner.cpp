@@ -94,9 +94,12 @@ bool Planner::starts_stream(const Signals& r) const {
   if (r.offset == last_off_.load(relaxed)) return last_starts_.load(relaxed);
   const bool starts = r.offset != next_off_.load(relaxed);
   last_starts_.store(starts, relaxed);
-  // It ends where its bytes end: at the end of the file if it asked for more (the read after it,
-  // at the end of the file, continues it).
-  next_off_.store(std::min(r.offset + r.size, std::max(r.known_end, r.offset)), relaxed);
+  // A read that begins inside the file ends where its bytes end: at the end of the file if it asked
+  // for more (the read after it, at the end of the file, continues it). One beyond the end the
+  // handle knows (the file grew where this handle did not see it: the shim passes writes back)
+  // ends where it asked to, so that the next one continues it.
+  const bool inside = !r.write && r.offset < r.known_end;
+  next_off_.store(inside ? std::min(r.offset + r.size, r.known_end) : r.offset + r.size, relaxed);
   last_off_.store(r.offset, relaxed);
   return starts;
 }
@@ -126,7 +129,11 @@ Choice Planner::choose(const Signals& r) const {
   // plan: run direct, it made the readahead start the rest of the stream from nothing (a cold 128 MiB
   // file read in 8 MiB requests: 1663 MiB/s against 2008 with the cold plan for every request,
   // results/tune/evaluate_intervals_model_ext4_vda.txt).
-  const bool starts = routes.stream_matters && starts_stream(r) && r.offset + r.size >= r.known_end;
+  // A read that begins at or beyond the end the handle knows is not one: the handle's size is stale
+  // (the file grew), and what it reads may be in the page cache, dirty, where direct would write it
+  // back first.
+  const bool starts = routes.stream_matters && starts_stream(r) && r.offset < r.known_end &&
+                      r.offset + r.size >= r.known_end;
   const int state = !(routes.cache_matters && cold(r)) ? kHot : starts ? kColdStart : kCold;
   // Only where the cell's plans differ by alignment is the request's alignment looked at (two
   // divisions); elsewhere the request takes the aligned route, whose plan is the same.

@@ -57,6 +57,7 @@ static struct {
   int (*dup3)(int, int, int);
   size_t (*fread)(void*, size_t, size_t, FILE*);
   size_t (*fread_unlocked_)(void*, size_t, size_t, FILE*); /* the name is a macro in glibc's stdio.h */
+  off_t (*lseek)(int, off_t, int);
 } real;
 
 static ssize_t k_read(int fd, void* b, size_t n) { return syscall(SYS_read, fd, b, n); }
@@ -74,7 +75,8 @@ static ssize_t k_pwritev2(int fd, const struct iovec* v, int c, off_t o, int f) 
   return syscall(SYS_pwritev2, fd, v, c, o, 0, f);
 }
 static int k_close(int fd) { return (int)syscall(SYS_close, fd); }
-/* lseek is interposed (it moves the file offset: see the memo); the shim's own calls go here. */
+/* lseek is interposed (it moves the file offset: see the memo); the shim's own calls go here, the
+ * program's to the next lseek (another preload's, or libc's) through REAL(lseek). */
 static off_t k_lseek(int fd, off_t off, int whence) { return (off_t)syscall(SYS_lseek, fd, off, whence); }
 static int k_dup3(int o, int n, int f) { return (int)syscall(SYS_dup3, o, n, f); }
 static int k_dup2(int o, int n) {
@@ -113,10 +115,10 @@ static const char* const kSym[][2] = {
     {"read", NULL},        {"pread64", "pread"},           {"readv", NULL},  {"preadv64", "preadv"},
     {"preadv64v2", "preadv2"}, {"write", NULL},            {"pwrite64", "pwrite"}, {"writev", NULL},
     {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"dup2", NULL},
-    {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL},
+    {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL}, {"lseek64", "lseek"},
 };
 enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close,
-       S_dup2, S_dup3, S_fread, S_fread_unlocked_ };
+       S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek };
 
 #define REAL(name)                                                                                     \
   (__builtin_expect(real.name != NULL, 1)                                                              \
@@ -195,13 +197,14 @@ static inline int memo_pass(int fd, size_t n, off_t off, int w) {
   struct memo* m = &g_memo[fd][w];
   const size_t size = __atomic_load_n(&m->size, __ATOMIC_RELAXED);
   if (size != n && size != MEMO_ANY) return 0;
-  if (off >= 0 && size != MEMO_ANY) {
-    if (__atomic_load_n(&m->next, __ATOMIC_RELAXED) != off) memo_moved(m);
-    __atomic_store_n(&m->next, off + (off_t)n, __ATOMIC_RELAXED);
-  }
+  const int tracked = off >= 0 && size != MEMO_ANY;
+  if (tracked && __atomic_load_n(&m->next, __ATOMIC_RELAXED) != off) memo_moved(m);
   const uint64_t left = __atomic_load_n(&m->left, __ATOMIC_RELAXED);
+  /* Not passed: where it ends is not stored, so that the slow path, which asks this again before
+   * the planner, does not take the same pread for a move (and the window for one to start over). */
   if (left < n) return 0;
   __atomic_store_n(&m->left, left - n, __ATOMIC_RELAXED);
+  if (tracked) __atomic_store_n(&m->next, off + (off_t)n, __ATOMIC_RELAXED);
   return 1;
 }
 /* The `declined` of a call the memo passed back (1: the planner was asked and declined). */
@@ -573,8 +576,13 @@ static ssize_t call_libc(const struct call* c) {
 
 /* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
  * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
+/* Calls that went past the gate and the memo to be decided for their descriptor (the slow path's
+ * questions), with statistics on or off: for tests of the memo (accio_preload_asked). */
+static uint64_t g_asked;
+
 static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback,
                              int* declined) {
+  __atomic_add_fetch(&g_asked, 1, __ATOMIC_RELAXED);
   const int fl = fcntl(c->fd, F_GETFL);
   if (fl < 0 || (fl & (O_APPEND | O_PATH | O_SYNC | O_DSYNC))) return TO_LIBC;
   const int acc = fl & O_ACCMODE;
@@ -737,6 +745,7 @@ EXPORT void accio_preload_counters(uint64_t* taken, uint64_t* redone) {
   if (taken) *taken = __atomic_load_n(&g_taken, __ATOMIC_RELAXED);
   if (redone) *redone = __atomic_load_n(&g_redone, __ATOMIC_RELAXED);
 }
+EXPORT uint64_t accio_preload_asked(void) { return __atomic_load_n(&g_asked, __ATOMIC_RELAXED); }
 
 /* Every interposed call ends here once its size is known. */
 static ssize_t dispatch(const struct call* c) {
@@ -904,7 +913,7 @@ EXPORT off_t lseek(int fd, off_t off, int whence) {
     memo_moved(&g_memo[fd][READ]);
     memo_moved(&g_memo[fd][WRITE]);
   }
-  return k_lseek(fd, off, whence);
+  return REAL(lseek)(fd, off, whence);
 }
 EXPORT off_t lseek64(int fd, off_t off, int whence) { return lseek(fd, off, whence); }
 

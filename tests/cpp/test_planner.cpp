@@ -279,6 +279,10 @@ TEST(Planner, ColdReadsThatStartAStreamRunDirect) {
   EXPECT_EQ(label(plan(16 * MiB, 16 * MiB)), "direct(even)");        // a jump to the rest of the file
   EXPECT_EQ(label(plan(kSize, 0)), "direct(even)");                  // the whole file in one request
   EXPECT_EQ(label(plan(64 * MiB, 0)), "direct(even)");               // more than the file: to its end
+  // At or beyond the end the handle knows (the file grew where the handle did not see it, its pages
+  // maybe dirty in the page cache): never direct, a stream of them neither.
+  for (const uint64_t off : {kSize, kSize + 8 * MiB, kSize + 16 * MiB, kSize + 40 * MiB})
+    EXPECT_EQ(label(plan(8 * MiB, off)), "parallel(task=4MiB)") << off;
   EXPECT_EQ(label(plan(8 * MiB, 24 * MiB, b.data(1))), "parallel(task=4MiB)");  // unaligned: no direct
   EXPECT_EQ(label(plan(4 * MiB, 28 * MiB)), "parallel(even)");     // below 8 MiB: the hot plan
   EXPECT_EQ(label(plan(8 * MiB, 24 * MiB, nullptr, true)), "posix");  // a write

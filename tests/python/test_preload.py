@@ -461,6 +461,24 @@ def test_the_memo_window_falls_back_when_the_program_moves(tmp_path, how):
         assert r["remembered_calls"] == 56, r  # asked at calls 1, 18, 37 and 54
 
 
+@pytest.mark.parametrize("how", ["read", "pread"])
+def test_the_memo_window_doubles_without_statistics(tmp_path, how):
+    """The memo as programs run it, statistics off (the fast path asks the memo, and the slow path
+    asks it again before the planner): 60 equal 1 MiB requests of a hot file, by read or by pread
+    at the offsets read would use, reach the planner three times (calls 1, 18, 51: windows of 16, 32
+    and 64 MiB), not once per 16 MiB."""
+    f = tmp_path / "hot.bin"
+    f.write_bytes(os.urandom(64 << 20))
+    env = _profile_hot_posix_cold_parallel(tmp_path, f)
+    plain(["cat", str(f)])  # hot
+    read = {"read": "os.read(fd, M)", "pread": "os.pread(fd, M, i * M)"}[how]
+    script = ("import ctypes, os, sys\nM = 1 << 20\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+              f"for i in range(60):\n    assert len({read}) == M\n"
+              "asked = ctypes.CDLL(None).accio_preload_asked\nasked.restype = ctypes.c_uint64\nprint(asked())\n")
+    p = plain(ACCIO + ["run", "--", sys.executable, "-c", script, str(f)], env=env)
+    assert int(p.stdout) == 3, (p.stdout, p.stderr)
+
+
 def test_after_a_window_the_planner_looks_at_the_page_cache_anew(tmp_path):
     """The memo passes 1 MiB reads of a hot file back in windows of 16, 32, ... MiB; the pages ahead
     are dropped (written back first) just before the third question (call 51). The planner, whose own residency verdict
