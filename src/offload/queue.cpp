@@ -168,7 +168,7 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
     if (p.op == kAlloc) sh.post = true;
     if (p.op == kLoadLib || p.op == kGetSym) s.flags |= kDataBack;  // the worker's message
     sh.vh = p.vh;
-    sh.vh_arg = p.vh_arg;
+    if (p.op == kVhBarrier) sh.vh_arg = p.vh_arg;  // the union's other member (src) is kCopyMem's
     if (p.op == kCopyMem) s.vals[0] = p.src;
   }
   if (!last) s.flags |= kMorePieces;

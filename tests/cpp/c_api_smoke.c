@@ -118,6 +118,9 @@ int main(void) {
   CHECK(strcmp(plan, "parallel") == 0 && strstr(why, "is set") != NULL);
   CHECK(strcmp(accio_mechanism_for_at(f, dst, n, 0, ACCIO_OP_READ), "parallel") == 0);
   CHECK(accio_mechanism_for_at(f, dst, n, -1, ACCIO_OP_READ) == NULL && accio_last_errno() == EINVAL);
+  CHECK(accio_mechanism_for_at(f, dst, n, 0, 7) == NULL && accio_last_errno() == EINVAL); /* not an op */
+  CHECK(accio_mechanism_for_at(f, dst, n, 0, ACCIO_OP_WRITE | 0x200) == NULL && accio_last_errno() == EINVAL);
+  CHECK(accio_mechanism_for_at(f, dst, n, 0, ACCIO_OP_READ | ACCIO_OP_FRESH_CACHE) != NULL);
   CHECK(accio_mechanism_for(NULL, n, ACCIO_OP_READ) == NULL);
   /* The deprecated names still answer, the same way. */
 #pragma GCC diagnostic push
