@@ -223,7 +223,7 @@ class DepthBench(FakeBench):
 
     def sample(self, settings, op, cold, threads, size, nbytes, plans_used=None, min_seconds=0.0, device=-1):
         assert (op, cold, threads) == ("read", True, 1) and nbytes % size == 0 and nbytes <= self.file_size
-        self.calls.append(settings)
+        self.calls.append((settings, size))
         return self.speed[settings["queue_depth"]] * (1 + self.rng.uniform(-self.noise, self.noise))
 
 
@@ -231,9 +231,11 @@ def test_tune_prefetches_where_depth_pays_beyond_the_noise():
     from accio.tune import prefetch
     b = DepthBench(qd1=150.0, qd16=400.0)
     sec = prefetch.measure(b, 5.0, takes_direct=True)
-    # Interleaved: depth 1, 16, then 16, 1 (stats.interleave), 128 KiB pieces read O_DIRECT.
-    assert [c["queue_depth"] for c in b.calls[:4]] == [1, 16, 16, 1]
-    assert all(c["task_size"] == 128 * KiB and c["direct"] and c["mechanism"] == "uring" for c in b.calls)
+    # Interleaved: depth 1, 16, then 16, 1 (stats.interleave), 128 KiB pieces read O_DIRECT: one per
+    # request at depth 1, 16 MiB requests at depth 16.
+    assert [c["queue_depth"] for c, _ in b.calls[:4]] == [1, 16, 16, 1]
+    assert all(c["task_size"] == 128 * KiB and c["direct"] and c["mechanism"] == "uring" for c, _ in b.calls)
+    assert {(c["queue_depth"], size) for c, size in b.calls} == {(1, 128 * KiB), (16, 16 * MiB)}
     assert len(sec["qd1_mibps"]) == len(sec["qd16_mibps"]) == stats.MIN_SAMPLES
     assert sec["window"] == 32 * MiB and sec["gain"][1] >= 1.5 and "note" not in sec
     # 1.45x (this VM's disk by fio): off, and the note says why.
