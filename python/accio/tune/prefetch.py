@@ -7,8 +7,8 @@ reads of PIECE-sized pieces straight from the device (uring with O_DIRECT) at qu
 piece per request) and at DEPTH (REQUEST-sized requests split into pieces), interleaved, and writes
 a window only where the ratio's 95% interval lies at or above GAIN. Depth 1 is measured with one
 piece per request because a large request split at queue depth 1 adds the engine's per-task hand-off
-to every piece (~580 against ~750 MiB/s for 128 KiB pieces on the 2-vCPU VM's disk, under load),
-which would inflate the gain; fio's iodepth=1 has no such cost.
+to every piece (a fifth of the bandwidth on the 2-vCPU VM's disk while this was written, under load),
+which would inflate the gain; fio's iodepth=1 has no such cost (benchmarks/prefetch_gain.py runs both).
 Section format: docs/tuning.md ("prefetch").
 """
 from __future__ import annotations
