@@ -160,6 +160,12 @@ int accio_explain(accio_file* f, const void* buf, size_t size, int64_t offset, i
 int accio_file_plans(accio_file* f, accio_plan_stat* out, int max);
 /* The profile key of the filesystem holding path (a file or directory). 0 or -errno. */
 int accio_profile_key_of(const char* path, accio_profile_key* out);
+/* The prefetch window for the file open at fd: the bytes the preload shim asks the kernel for ahead
+ * of a sequential reader of a cold file ("prefetch": {"window": N} of a profile; docs/tuning.md),
+ * from the profile `auto` uses for fd (the settings' profile, NULL: ACCIO_* from the environment:
+ * off -> 0, a file -> that profile's, auto -> the profile of fd's filesystem, 0 without one).
+ * Returns the window, or -errno (an unreadable or malformed profile named by the settings). */
+int64_t accio_prefetch_window(int fd, const accio_settings* settings);
 int accio_file_stats(accio_file* f, accio_stats* out);
 /* Calls and bytes of mechanism `id` (0 <= id < accio_mechanism_count(), accio_mechanism_name(id)) on
  * f; either pointer may be NULL. 0, or -EINVAL for an unknown id. */

@@ -338,6 +338,13 @@ int accio_profile_key_of(const char* path, accio_profile_key* out) {
     return 0;
   });
 }
+int64_t accio_prefetch_window(int fd, const accio_settings* settings) {
+  return guard([&]() -> int64_t {
+    const auto s = settings ? settings->s : accio::base::Settings::from_env();
+    const uint64_t w = accio::planner::profile_for(fd, s.profile)->prefetch_window;
+    return w > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(w);
+  });
+}
 int accio_file_stats(accio_file* f, accio_stats* out) {
   ACCIO_CHECK(f && out, "accio_file_stats");
   to_c(f->f->stats(), out);

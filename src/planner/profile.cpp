@@ -473,7 +473,8 @@ std::string Profile::to_json() const {
   json_string(o, source);
   o += ", \"name\": ";
   json_string(o, name);
-  o += std::string(", \"builtin\": ") + (builtin ? "true" : "false") + ", " + table_json(*this) + ", \"devices\": [";
+  o += std::string(", \"builtin\": ") + (builtin ? "true" : "false") + ", \"prefetch\": {\"window\": " +
+       std::to_string(prefetch_window) + "}, " + table_json(*this) + ", \"devices\": [";
   for (size_t i = 0; i < devices.size(); ++i) {
     o += i ? ", {\"model\": " : "{\"model\": ";
     json_string(o, devices[i].first);
@@ -523,6 +524,10 @@ std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std
     if (fs && dev && fs->is(Value::string) && dev->is(Value::string)) p->name = fs->str + " on " + dev->str;
   }
   parse_table(doc, *p, source, "");
+  if (const Value* pf = doc.get("prefetch"); pf && !pf->is(Value::null)) {
+    if (!pf->is(Value::object)) bad(source, "prefetch must be an object");
+    if (const Value* w = pf->get("window")) p->prefetch_window = to_u64(*w, source, "prefetch.window");
+  }
   // The optional device section (profiles written before it existed have none: every GPU then
   // gets the built-in device rule): [{"model": "...", "plans": [...], "decisions": {...}}, ...].
   if (const Value* devs = doc.get("devices"); devs && !devs->is(Value::null)) {

@@ -86,6 +86,10 @@ struct Profile {
   // The device tables `accio tune` measured, one per GPU model ("NVIDIA H100 80GB HBM3": GPUs of
   // one model share it), from the profile's optional "devices" section.
   std::vector<std::pair<std::string, std::shared_ptr<const Profile>>> devices;
+  // Bytes the preload shim asks the kernel for ahead of a sequential reader of a cold file on this
+  // filesystem (the optional "prefetch": {"window": N}; `accio tune` writes N > 0 only where the
+  // device measured >= 1.5x more at queue depth 16 than at 1). 0: no prefetch.
+  uint64_t prefetch_window = 0;
 
   // The first cell whose max_size >= n (the last cell is unbounded).
   const Cell& cell(bool write, bool concurrent, uint64_t n) const;

@@ -320,24 +320,74 @@ static int set_preload(const char* shim) {
   return r;
 }
 
-/* The one warning worth giving, once per `accio run` and only to a person at a terminal: no
- * tuning profile for any filesystem, so auto decides from the built-in model. */
-static void warn_no_profile(void) {
-  if (!isatty(2)) return;
-  const char* chosen = getenv("ACCIO_PROFILE"); /* off, or a profile file: the user chose already */
-  if (chosen && *chosen && strcmp(chosen, "auto") != 0) return;
-  char dir[PATH_MAX];
+/* Whether a profile document's text has a non-zero prefetch window ("window": N, which `accio tune`
+ * writes only in its prefetch section): a cheap gate, the engine decides per device. */
+static int has_window(const char* text) {
+  for (const char* p = text; (p = strstr(p, "\"window\":"));) {
+    p += strlen("\"window\":");
+    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') ++p;
+    if (*p >= '1' && *p <= '9') return 1;
+  }
+  return 0;
+}
+
+static int file_has_window(int dirfd, const char* name) {
+  int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st;
+  char* text = NULL;
+  int yes = 0;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (64 << 20) &&
+      (text = malloc((size_t)st.st_size + 1))) {
+    ssize_t n = read(fd, text, (size_t)st.st_size);
+    text[n > 0 ? n : 0] = 0;
+    yes = has_window(text);
+  }
+  free(text);
+  close(fd);
+  return yes;
+}
+
+/* What the profiles the program's engine would use hold: *any, whether there is one at all (the
+ * profile directory has a file, or ACCIO_PROFILE names one or says off), and, where want_window,
+ * *window: whether one has a non-zero prefetch window (off: none). dir gets the directory. */
+static void look_at_profiles(char* dir, size_t len, int want_window, int* any, int* window) {
+  const char* chosen = getenv("ACCIO_PROFILE");
   const char *d = getenv("ACCIO_PROFILE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  if (d && *d) snprintf(dir, sizeof dir, "%s", d);
-  else if (x && *x) snprintf(dir, sizeof dir, "%s/accio/profiles", x);
-  else snprintf(dir, sizeof dir, "%s/.cache/accio/profiles", home && *home ? home : "/tmp");
+  if (d && *d) snprintf(dir, len, "%s", d);
+  else if (x && *x) snprintf(dir, len, "%s/accio/profiles", x);
+  else snprintf(dir, len, "%s/.cache/accio/profiles", home && *home ? home : "/tmp");
+  *any = *window = 0;
+  if (chosen && *chosen && strcmp(chosen, "auto") != 0) { /* off, or a profile file: the user chose */
+    *any = 1;
+    *window = want_window && strcmp(chosen, "off") != 0 && file_has_window(AT_FDCWD, chosen);
+    return;
+  }
   DIR* dp = opendir(dir);
-  int any = 0;
-  for (struct dirent* e; dp && !any && (e = readdir(dp));) any = e->d_name[0] != '.';
+  for (struct dirent* e; dp && (e = readdir(dp));) {
+    if (e->d_name[0] == '.') continue;
+    *any = 1;
+    if (!want_window || (*window = file_has_window(dirfd(dp), e->d_name))) break;
+  }
   if (dp) closedir(dp);
-  if (!any)
+}
+
+/* The one warning worth giving, once per `accio run` and only to a person at a terminal: no
+ * tuning profile for any filesystem, so auto decides from the built-in model. And the prefetch:
+ * unless ACCIO_PRELOAD_PREFETCH is set, the shim asks each device's profile for its window where
+ * a profile has one (elsewhere it never looks). */
+static int use_profiles(int verbose) {
+  const char* pf = getenv("ACCIO_PRELOAD_PREFETCH");
+  const int want_window = !(pf && *pf), warn = !verbose && isatty(2);
+  if (!want_window && !warn) return 0;
+  char dir[PATH_MAX];
+  int any, window;
+  look_at_profiles(dir, sizeof dir, want_window, &any, &window);
+  if (window && setenv("ACCIO_PRELOAD_PREFETCH", "profile", 1) != 0) return -1;
+  if (!any && warn)
     fprintf(stderr, "accio run: note: no tuning profile in %s: the shim decides from the built-in model; "
                     "`accio tune DIR` measures this machine (--verbose for the engine's own notes)\n", dir);
+  return 0;
 }
 
 static void remove_dir(const char* dir) {
@@ -470,12 +520,12 @@ int accio_run_main(int argc, char** argv) {
 
   if (set_preload(shim) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
       (val[OPT_MECHANISM] && setenv("ACCIO_MECHANISM", val[OPT_MECHANISM], 1) != 0) ||
-      (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0)) {
+      (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0) ||
+      use_profiles(val[OPT_VERBOSE] != NULL) != 0) {
     say("cannot set the environment: %s (errno %d)", why(errno), errno);
     return ACCIO_RUN_OWN_ERROR;
   }
   unsetenv("ACCIO_RUN_PYTHON");
-  if (!val[OPT_VERBOSE]) warn_no_profile();
 
   if (!stats) { /* nothing to do afterwards: become the program (its signals and status are its own) */
     unsetenv("ACCIO_PRELOAD_STATS_DIR");

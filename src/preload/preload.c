@@ -274,6 +274,7 @@ static struct {
   int (*file_plans)(accio_file*, accio_plan_stat*, int);
   const char* (*mechanism_for_at)(accio_file*, const void*, size_t, int64_t, int);
   const char* (*last_error)(void);
+  int64_t (*prefetch_window)(int, const accio_settings*);
 } eng;
 static int g_engine = 0; /* 0 not tried, 1 loaded, -1 unavailable (or exiting) */
 static int g_engine_loaded; /* for the statistics: the engine was loaded at some point */
@@ -316,6 +317,7 @@ static int engine_load_locked(void) {
   SYM(file_plans, "accio_file_plans");
   SYM(mechanism_for_at, "accio_mechanism_for_at");
   SYM(last_error, "accio_last_error");
+  SYM(prefetch_window, "accio_prefetch_window");
 #undef SYM
   g_settings = eng.settings_new();
   g_settings_direct = eng.settings_new();
@@ -684,13 +686,18 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
  * g_pf_window bytes ahead is not yet asked for, and the window's last page is not in the page
  * cache (a preadv2 RWF_NOWAIT probe: hot files cost nothing more), the window is asked for with
  * posix_fadvise(WILLNEED): the kernel queues all of it at once. ACCIO_PRELOAD_PREFETCH sets the
- * window (0: off). */
+ * window (0: off), or "profile": each device's window is its tuning profile's (`accio tune` writes
+ * one only where the device measured >= 1.5x more at queue depth 16 than at 1), asked of the
+ * engine at the first look at a cold stream on the device (the launcher sets "profile" when a
+ * profile has a window). */
 #define PF_MAX_FD 4096
 static const uint64_t kPfCheck = 4u << 20;
-/* Off by default: on the 2-vCPU VM's disk (QD16/QD1 1.40x by fio) a 32 MiB window made cold cat,
- * dd bs=128k and a 64 KiB readinto loop 0.82x, 0.74x and 0.59x of plain (results/run/). Until the
- * tuner measures whether a device gains from depth, a user who knows turns it on. */
-static size_t g_pf_window = 0;
+/* Off unless asked for: on the 2-vCPU VM's disk (QD16/QD1 1.40x by fio) a 32 MiB window made cold
+ * cat, dd bs=128k and a 64 KiB readinto loop 0.82x, 0.74x and 0.59x of plain (results/run/). */
+static size_t g_pf_window = 0; /* fixed window; with g_pf_profile, non-zero to count (kPfFirst) */
+static int g_pf_profile;       /* ACCIO_PRELOAD_PREFETCH=profile: each device's window from the engine */
+/* A device's window before the engine was asked: the probe looks this far ahead (the tuner's window). */
+static const size_t kPfFirst = 32u << 20;
 struct stream {
   uint64_t since; /* bytes read since the last look */
   off_t last_pos; /* the file offset at the last look */
@@ -698,6 +705,56 @@ struct stream {
 };
 static struct stream g_streams[PF_MAX_FD];
 static uint64_t g_prefetches; /* windows asked for ("prefetch_windows" in the statistics) */
+
+/* Devices whose window the engine gave (profile mode), under g_mu: a window of 0 turns the device
+ * off for good; devices beyond the table get none. */
+#define PF_MAX_DEV 16
+static struct {
+  dev_t dev;
+  size_t window;
+} g_pf_devs[PF_MAX_DEV];
+static int g_pf_ndevs;
+
+/* The device's slot in g_pf_devs, g_pf_ndevs if it has none (g_mu held). */
+static int pf_dev_locked(dev_t dev) {
+  int i = 0;
+  while (i < g_pf_ndevs && g_pf_devs[i].dev != dev) ++i;
+  return i;
+}
+
+/* The device's window if known (*known = 1), else kPfFirst: how far the first probe looks. */
+static size_t pf_dev_window(dev_t dev, int* known) {
+  pthread_mutex_lock(&g_mu);
+  const int i = pf_dev_locked(dev);
+  *known = i < g_pf_ndevs || g_pf_ndevs == PF_MAX_DEV;
+  const size_t w = i < g_pf_ndevs ? g_pf_devs[i].window : *known ? 0 : kPfFirst;
+  pthread_mutex_unlock(&g_mu);
+  return w;
+}
+
+/* Asks the engine (loading it) for fd's window and keeps it for the device; 0 on any failure. */
+static size_t pf_ask(int fd, dev_t dev) {
+  pthread_mutex_lock(&g_mu);
+  const int loaded = engine_load_locked();
+  pthread_mutex_unlock(&g_mu);
+  int64_t w = 0;
+  if (loaded) {
+    const int was = t_inside;
+    t_inside = 1; /* the engine's own calls (reading the profile) pass through */
+    w = eng.prefetch_window(fd, g_settings);
+    t_inside = was;
+  }
+  const size_t window = w > 0 ? (size_t)w : 0;
+  pthread_mutex_lock(&g_mu);
+  const int i = pf_dev_locked(dev);
+  if (i < PF_MAX_DEV) {
+    g_pf_devs[i].dev = dev;
+    g_pf_devs[i].window = window;
+    if (i == g_pf_ndevs) ++g_pf_ndevs;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return window;
+}
 
 static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
   const int saved = errno;
@@ -709,15 +766,22 @@ static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
     s->ahead = 0; /* nor a window to trust: the descriptor may now be another file (fclose, dup2) */
     goto out;
   }
-  if (s->ahead < pos || s->ahead > pos + (off_t)g_pf_window) s->ahead = pos;
-  if (s->ahead - pos >= (off_t)(g_pf_window / 2)) goto out; /* enough is on its way */
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || pos >= st.st_size) goto out;
-  const off_t end = pos + (off_t)g_pf_window < st.st_size ? pos + (off_t)g_pf_window : st.st_size;
+  int known = 1;
+  size_t window = g_pf_profile ? pf_dev_window(st.st_dev, &known) : g_pf_window;
+  if (!window) goto out;
+  if (s->ahead < pos || s->ahead > pos + (off_t)window) s->ahead = pos;
+  if (s->ahead - pos >= (off_t)(window / 2)) goto out; /* enough is on its way */
+  off_t end = pos + (off_t)window < st.st_size ? pos + (off_t)window : st.st_size;
   if (end <= s->ahead) goto out;
   char probe;
   struct iovec v = {&probe, 1};
   if (REAL(preadv2)(fd, &v, 1, end - 1, RWF_NOWAIT) < 0 && errno == EAGAIN) {
+    if (!known) { /* the first cold stream on this device: does its profile say depth pays? */
+      if (!(window = pf_ask(fd, st.st_dev))) goto out;
+      end = pos + (off_t)window < st.st_size ? pos + (off_t)window : st.st_size;
+    }
     posix_fadvise(fd, s->ahead, end - s->ahead, POSIX_FADV_WILLNEED);
     __atomic_add_fetch(&g_prefetches, 1, __ATOMIC_RELAXED);
   }
@@ -1087,11 +1151,15 @@ __attribute__((constructor)) static void shim_init(void) {
     }
   }
   const char* pf = getenv("ACCIO_PRELOAD_PREFETCH");
-  if (pf && *pf) {
+  if (pf && !strcmp(pf, "profile")) {
+    g_pf_profile = 1;
+    g_pf_window = kPfFirst; /* counts bytes; each device's window is its profile's */
+  } else if (pf && *pf) {
     int ok;
     size_t v = accio_run_parse_size(pf, &ok);
     if (ok) g_pf_window = v;
-    else tell_user("accio preload: ACCIO_PRELOAD_PREFETCH='%s' is not a size: using %zu\n", pf, g_pf_window);
+    else tell_user("accio preload: ACCIO_PRELOAD_PREFETCH='%s' is not a size nor 'profile': using %zu\n", pf,
+                   g_pf_window);
   }
   const char* m = getenv("ACCIO_MECHANISM");
   g_mechanism_set = m && *m;

@@ -173,6 +173,39 @@ int main(void) {
   accio_profile_key key;
   CHECK(accio_profile_key_of("/tmp", &key) == 0 && key.filesystem[0] && strstr(key.file, ".json") != NULL);
   CHECK(accio_profile_key_of("/nonexistent/x", &key) == -ENOENT);
+  /* The prefetch window of the profile auto uses for a descriptor: a profile file (ACCIO_PROFILE's
+   * setting), off (0), a malformed profile (-EINVAL naming it), a bad descriptor. */
+  {
+    char prof[] = "/tmp/accio-c-prof-XXXXXX";
+    int pfd = mkstemp(prof);
+    CHECK(pfd >= 0);
+#define PROFILE(window)                                                                                   \
+  "{\"schema\": \"accio.profile/1\", \"prefetch\": {\"window\": " window "}, \"plans\": [{\"mechanism\": \"posix\"}], " \
+  "\"decisions\": {\"read\": {\"1\": {\"hot\": [{\"max_size\": null, \"plans\": [0]}]}, "                       \
+  "\"N\": {\"hot\": [{\"max_size\": null, \"plans\": [0]}]}}, \"write\": {\"1\": {\"hot\": [{\"max_size\": null, " \
+  "\"plans\": [0]}]}, \"N\": {\"hot\": [{\"max_size\": null, \"plans\": [0]}]}}}}"
+    const char* doc = PROFILE("33554432");
+    CHECK(write(pfd, doc, strlen(doc)) == (ssize_t)strlen(doc));
+    close(pfd);
+    accio_settings* ps = accio_settings_new();
+    CHECK(ps && accio_settings_set(ps, "profile", prof) == 0);
+    int rfd = open(path, O_RDONLY);
+    CHECK(rfd >= 0);
+    CHECK(accio_prefetch_window(rfd, ps) == 32 << 20);
+    CHECK(accio_settings_set(ps, "profile", "off") == 0 && accio_prefetch_window(rfd, ps) == 0);
+    CHECK(accio_prefetch_window(-1, NULL) == -EBADF);
+    pfd = open(prof, O_WRONLY | O_TRUNC);
+    const char* bad = PROFILE("-4096");
+#undef PROFILE
+    CHECK(pfd >= 0 && write(pfd, bad, strlen(bad)) == (ssize_t)strlen(bad));
+    close(pfd);
+    CHECK(accio_settings_set(ps, "profile", prof) == 0);
+    CHECK(accio_prefetch_window(rfd, ps) == -EINVAL && strstr(accio_last_error(), prof) != NULL);
+    CHECK(strstr(accio_last_error(), "prefetch.window") != NULL);
+    close(rfd);
+    unlink(prof);
+    accio_settings_free(ps);
+  }
 
   CHECK(accio_open(&f, "/nonexistent/x", "r", NULL) == -ENOENT);
   CHECK(accio_last_errno() == ENOENT && strcmp(accio_last_error_op(), "open") == 0);

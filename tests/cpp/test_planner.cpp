@@ -694,3 +694,25 @@ TEST(Profile, PlansSetTheMechanismsKnobs) {
   expect_bad(R"({"schema": "accio.profile/1", "plans": [{"mechanism": "uring", "queue_depth": [1]}]})",
              "plan queue_depth must be a non-negative integer");
 }
+
+// The optional prefetch section: the window `accio tune` decided (0 or absent: no prefetch); any
+// other value is refused naming the profile, as every field.
+TEST(Profile, PrefetchWindowIsParsedAndChecked) {
+  auto with = [](const std::string& section) {
+    std::string t = kProfile;
+    return t.insert(t.find("\"plans\""), "\"prefetch\": " + section + ", ");
+  };
+  EXPECT_EQ(planner::Profile::parse(kProfile, "p.json")->prefetch_window, 0u);
+  EXPECT_EQ(planner::Profile::builtin_model()->prefetch_window, 0u);
+  const auto p = planner::Profile::parse(with(R"({"qd1_mibps": [100.5], "gain": null, "window": 33554432})"), "p.json");
+  EXPECT_EQ(p->prefetch_window, 32u << 20);
+  EXPECT_NE(p->to_json().find(R"("prefetch": {"window": 33554432})"), std::string::npos);
+  EXPECT_EQ(planner::Profile::parse(with(R"({"window": 0})"), "p.json")->prefetch_window, 0u);
+  EXPECT_EQ(planner::Profile::parse(with("null"), "p.json")->prefetch_window, 0u);
+  EXPECT_EQ(planner::Profile::parse(with("{}"), "p.json")->prefetch_window, 0u);
+  expect_bad(with("1"), "prefetch must be an object");
+  expect_bad(with(R"({"window": -1})"), "prefetch.window must be a non-negative integer");
+  expect_bad(with(R"({"window": 1.5})"), "prefetch.window must be a non-negative integer");
+  expect_bad(with(R"({"window": "32m"})"), "prefetch.window must be a non-negative integer");
+  expect_bad(with(R"({"window": null})"), "prefetch.window must be a non-negative integer");
+}

@@ -594,6 +594,82 @@ def test_prefetch_for_cold_sequential_readers(tmp_path, reader):
         assert p.stdout == want and sum(pr["prefetch_windows"] for pr in rep["processes"]) == 0
 
 
+def _profile_with_window(pdir: Path, of: Path, window) -> Path:
+    """A profile for of's filesystem in pdir (posix at every size) whose prefetch window is
+    `window` (None: a profile without the section)."""
+    from accio import _ext
+    pdir.mkdir(exist_ok=True)
+    k = _ext.profile_key(str(of))
+    posix = {"hot": [{"max_size": None, "plans": [0]}], "cold": [{"max_size": None, "plans": [0]}]}
+    doc = {"schema": "accio.profile/1", "key": {"filesystem": k["filesystem"], "device": k["device"]},
+           "plans": [{"mechanism": "posix"}], "decisions": {op: {"1": posix, "N": posix} for op in ("read", "write")}}
+    if window is not None:
+        doc["prefetch"] = {"qd1_mibps": [100.0] * 5, "qd16_mibps": [300.0] * 5, "gain": [3.0, 3.0, 3.0],
+                           "window": window}
+    path = pdir / os.path.basename(k["file"])
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def test_the_launcher_turns_prefetch_on_only_where_a_profile_has_a_window(tmp_path):
+    """ACCIO_PRELOAD_PREFETCH=profile reaches the program only when a profile it can use has a
+    non-zero window; the user's own setting, ACCIO_PROFILE=off and a named profile are respected."""
+    launcher = Path(sys.executable).with_name("accio-run")
+
+    def seen(**env):
+        e = {k: v for k, v in os.environ.items() if k not in ("ACCIO_PRELOAD_PREFETCH", "ACCIO_PROFILE")}
+        p = subprocess.run([str(launcher), "--", "env"], env={**e, **env}, capture_output=True, text=True)
+        assert p.returncode == 0 and not p.stderr, p.stderr
+        got = [x.split("=", 1)[1] for x in p.stdout.splitlines() if x.startswith("ACCIO_PRELOAD_PREFETCH=")]
+        return got[0] if got else None
+
+    pdir = tmp_path / "profiles"
+    assert seen(ACCIO_PROFILE_DIR=str(tmp_path / "none")) is None
+    (pdir).mkdir()
+    (pdir / "other.json").write_text('{"note": "a window of \\"window\\": 7 in a string is not a field"}')
+    old = _profile_with_window(pdir, tmp_path, None)  # written before the tuner measured depth
+    assert seen(ACCIO_PROFILE_DIR=str(pdir)) is None
+    _profile_with_window(pdir, tmp_path, 0)
+    assert seen(ACCIO_PROFILE_DIR=str(pdir)) is None
+    _profile_with_window(pdir, tmp_path, 32 << 20)
+    assert seen(ACCIO_PROFILE_DIR=str(pdir)) == "profile"
+    assert seen(ACCIO_PROFILE_DIR=str(pdir), ACCIO_PRELOAD_PREFETCH="0") == "0"  # the user's setting wins
+    assert seen(ACCIO_PROFILE_DIR=str(pdir), ACCIO_PROFILE="off") is None
+    assert seen(ACCIO_PROFILE_DIR=str(tmp_path / "none"), ACCIO_PROFILE=str(old)) == "profile"  # a named profile
+    _profile_with_window(pdir, tmp_path, 0)
+    assert seen(ACCIO_PROFILE_DIR=str(tmp_path / "none"), ACCIO_PROFILE=str(old)) is None
+
+
+@pytest.mark.parametrize("reader", ["cat", "sha256sum"])
+def test_prefetch_follows_the_devices_profile(tmp_path, reader):
+    """With a profile whose window is 32 MiB, a cold sequential reader under accio run (defaults:
+    the launcher sees the window) gets windows asked for; with a window of 0, none; with
+    ACCIO_PRELOAD_PREFETCH=profile but ACCIO_PROFILE=off, none. The output is the program's own."""
+    from accio._system import drop_pages, residency
+    f = tmp_path / "stream.bin"
+    f.write_bytes(os.urandom(24 * 2**20))
+    drop_pages(str(f))
+    if residency(str(f)) > 0.1:
+        pytest.skip("this filesystem keeps pages cached")
+    cmd = {"cat": ["cat", str(f)], "sha256sum": ["sha256sum", str(f)]}[reader]
+    want = plain(cmd).stdout
+    pdir = tmp_path / "profiles"
+    env = {k: v for k, v in os.environ.items() if k not in ("ACCIO_PRELOAD_PREFETCH", "ACCIO_PROFILE")}
+    env["ACCIO_PROFILE_DIR"] = str(pdir)
+
+    def windows(env):
+        drop_pages(str(f))
+        p, rep = accio_run(cmd, tmp_path, threshold=None, env=env)
+        assert p.stdout == want
+        return sum(pr["prefetch_windows"] for pr in rep["processes"])
+
+    _profile_with_window(pdir, f, 32 << 20)
+    assert windows(env) >= 1
+    assert windows(dict(env, ACCIO_PRELOAD_PREFETCH="profile", ACCIO_PROFILE="off")) == 0
+    _profile_with_window(pdir, f, 0)
+    assert windows(dict(env, ACCIO_PRELOAD_PREFETCH="profile")) == 0  # asked the engine: 0, never again
+
+
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
 def test_the_one_note_comes_once_from_the_launcher(data, tmp_path):
     """At a terminal, with no tuning profile, the launcher says so once before the program starts;

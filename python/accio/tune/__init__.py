@@ -16,6 +16,7 @@ from .. import File, __version__, _ext, stats
 from .._system import drop_pages
 from .._usage import UsageError, check_output_path, write_json
 from . import evaluate as evaluate_mod
+from . import prefetch as prefetch_mod
 from . import profile as profile_mod
 from .measure import MiB, Bench, fmt
 from .search import Search, base_plans, device_plans
@@ -216,6 +217,8 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
     try:
         with Bench(directory, file_size) as bench:
             takes_direct = _ext.probe("o_direct", directory)[0]
+            # First, whether the device gains from depth (the shim's prefetch): a small share.
+            prefetch = prefetch_mod.measure(bench, prefetch_mod.SHARE * (args.budget - device_budget), takes_direct)
             search = Search(bench, threads, args.budget - device_budget - (time.monotonic() - t0) - 1.0,
                             base_plans(takes_direct), progress)
             search.run()
@@ -232,7 +235,7 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
             "path": os.path.abspath(directory), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": "accio tune " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "accio tune",
             "budget_s": args.budget, "elapsed_s": round(time.monotonic() - t0, 1), "file_size": file_size,
-            "o_direct": takes_direct}
+            "o_direct": takes_direct, "prefetch": prefetch}
     doc = profile_mod.build(search, meta)
     devices = profile_mod.kept_devices(path, gpu["name"] if gpu else None)
     if device is not None:

@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 from .. import _ext
+from . import prefetch as prefetch_mod
 from .measure import Plan, fmt
 from .search import COARSE_SIZES, Group, Search, builtin_model
 
@@ -222,6 +223,7 @@ def render(doc: dict, source: str) -> str:
            f"N = {doc.get('threads')} threads"]
     for n in doc.get("notes", []):
         out.append(f"  note: {n}")
+    out.append("  " + prefetch_mod.render(doc.get("prefetch")))
     out += _render_decisions(doc, "")
     for d in doc.get("devices") or []:
         on = d.get("measured_on", {})
