@@ -205,6 +205,22 @@ def test_evaluate_reports_regret_against_the_oracle(tmp_path):
     assert "ratio to the oracle" in r.stdout and "auto decision cost" in r.stdout and "auto/posix" in r.stdout
 
 
+def test_evaluate_with_profile_off_says_built_in_model(tmp_path):
+    """A profile saved for this filesystem and ACCIO_PROFILE=off: the auto handles run the built-in
+    model, and the record says so (not the profile's path)."""
+    key = _ext.profile_key(str(tmp_path))
+    os.makedirs(os.path.dirname(key["file"]), exist_ok=True)
+    with open(key["file"], "w") as f:
+        f.write(_ext.profile_describe(json.dumps(PROFILE)))
+    out = tmp_path / "eval.json"
+    r = tune(str(tmp_path), "--evaluate", "--file-sizes", "1m", "--transfers", "512k", "-i", "1", "--max-reps", "1",
+             "--threads", "1", "--json", str(out), "-q", env={"ACCIO_PROFILE": "off"})
+    assert json.loads(out.read_text())["profile"] == "built-in model" and "ACCIO_PROFILE=off" in r.stderr
+    tune(str(tmp_path), "--evaluate", "--file-sizes", "1m", "--transfers", "512k", "-i", "1", "--max-reps", "1",
+         "--threads", "1", "--json", str(out), "-q")
+    assert json.loads(out.read_text())["profile"] == key["file"]
+
+
 def test_tune_error_paths(tmp_path):
     r = tune(str(tmp_path), "--show", check=False)
     assert r.returncode == 1 and "no profile" in r.stderr and "accio tune" in r.stderr

@@ -271,8 +271,11 @@ def decision_cost(bench: Bench, profile: str | None, sizes: list[int]) -> dict:
 def evaluate(args, directory: str, path: str) -> int:
     file_sizes, transfers = _sizes("--file-sizes", args.file_sizes), _sizes("--transfers", args.transfers)
     threads = args.threads or os.cpu_count() or 1
-    have = os.path.exists(path)
-    if not have:
+    off = not args.profile and os.environ.get("ACCIO_PROFILE") == "off"  # the auto handles read it
+    have = not off and os.path.exists(path)
+    if off:
+        print("accio tune: ACCIO_PROFILE=off: auto is evaluated with the built-in model", file=sys.stderr)
+    elif not have:
         print(f"accio tune: no profile at {path}: auto is evaluated with the built-in model "
               f"(run `accio tune {directory}` first to evaluate a measured profile)", file=sys.stderr)
     big = max(file_sizes)
