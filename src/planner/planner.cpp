@@ -128,7 +128,7 @@ Choice Planner::choose(const Signals& r) const {
   // readahead nothing to serve after it. The first request of a stream that goes on takes the cold
   // plan: run direct, it made the readahead start the rest of the stream from nothing (a cold 128 MiB
   // file read in 8 MiB requests: 1663 MiB/s against 2008 with the cold plan for every request,
-  // results/tune/evaluate_intervals_model_ext4_vda.txt).
+  // results/tune/evaluate_intervals_model_ext4_vda.txt as of d49ba7c).
   // A read that begins at or beyond the end the handle knows is not one: the handle's size is stale
   // (the file grew), and what it reads may be in the page cache, dirty, where direct would write it
   // back first.

@@ -201,7 +201,7 @@ std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts)
       // tasks of a split write run one after another and the split only adds hand-offs: on the
       // 2-vCPU VM parallel wrote a hot 128 MiB file in 8 MiB requests at 7649 MiB/s against
       // posix's 8704, a cold 8 MiB file at 2008 against 4552
-      // (results/tune/evaluate_intervals_model_ext4_vda.txt).
+      // (results/tune/evaluate_intervals_model_ext4_vda.txt as of d49ba7c).
       if (w || split_from >= even_up_to) m->table[w][c] = {Cell{UINT64_MAX, {0}, {}, {}}};  // one CPU (or a slow hand-off)
       else  // from even_up_to on, 4 MiB tasks are the even split's tasks or smaller
         m->table[w][c] = {Cell{split_from - 1, {0}, {}, {}}, Cell{even_up_to - 1, {1, 0}, {}, {}}, Cell{UINT64_MAX, {2, 0}, {}, {}}};
@@ -212,7 +212,7 @@ std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts)
       // Only with one request in flight: with several (threads sharing a file, async reads) the
       // streams interleave, so most requests would look like new streams and run direct, where
       // the kernel's readahead serves each stream (measured: direct 885 vs posix 1596 MiB/s,
-      // results/tune/evaluate_intervals_model_ext4_vda.txt, cold, 2 threads, 8 MiB).
+      // results/tune/evaluate_intervals_model_ext4_vda.txt as of e36ed12, cold, 2 threads, 8 MiB).
       if (w || c) continue;
       std::vector<Cell>& t = m->table[w][c];
       const uint64_t from = std::max<uint64_t>(facts.cold_direct_from, 1);
