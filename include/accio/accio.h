@@ -144,7 +144,8 @@ const char* accio_mechanism_for(accio_file* f, size_t size, int op);
 /* The mechanism a request of `size` bytes at `offset` from `buf` would run now: the decision a
  * request makes (auto: profile, size, alignment, concurrency, page-cache residency); buf NULL counts
  * as aligned. op: ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in for a residency
- * probe of this request's range whatever the last one was. NULL on error. */
+ * probe of this request's range whatever the last one was. NULL on error (EINVAL for a negative
+ * offset or any other op). */
 const char* accio_mechanism_for_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op);
 /* Deprecated names of the two above (they return a mechanism, not a plan); still exported. */
 ACCIO_DEPRECATED("use accio_mechanism_for") const char* accio_plan(accio_file* f, size_t size, int op);
