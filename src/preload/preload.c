@@ -734,16 +734,13 @@ static size_t pf_dev_window(dev_t dev, int* known) {
 
 /* Asks the engine (loading it) for fd's window and keeps it for the device; 0 on any failure. */
 static size_t pf_ask(int fd, dev_t dev) {
+  const int was = t_inside;
+  t_inside = 1; /* the engine's own calls (loading it, reading the profile) pass through */
   pthread_mutex_lock(&g_mu);
   const int loaded = engine_load_locked();
   pthread_mutex_unlock(&g_mu);
-  int64_t w = 0;
-  if (loaded) {
-    const int was = t_inside;
-    t_inside = 1; /* the engine's own calls (reading the profile) pass through */
-    w = eng.prefetch_window(fd, g_settings);
-    t_inside = was;
-  }
+  const int64_t w = loaded ? eng.prefetch_window(fd, g_settings) : 0;
+  t_inside = was;
   const size_t window = w > 0 ? (size_t)w : 0;
   pthread_mutex_lock(&g_mu);
   const int i = pf_dev_locked(dev);
