@@ -5,7 +5,7 @@
 // its first eligible plan for aligned and unaligned requests, hot and cold: a route. Per request,
 // choose() looks up the cell by size and concurrency and, only where the hot and cold plans differ,
 // probes the page-cache residency of the range, and only where a cold range's plan depends on it,
-// whether the request continues the previous one (cold_start). Counts the requests each route served, so
+// whether the request continues the previous one and reaches the end of the file (cold_start). Counts the requests each route served, so
 // statistics can say which plan ran and why.
 #pragma once
 #include <atomic>

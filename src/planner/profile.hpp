@@ -39,8 +39,9 @@ struct PlanSpec {
 
 // Requests of at most max_size bytes (and more than the previous cell's) use these plans, best
 // first; cold empty means the cold range was not measured (or cannot be cold): hot applies.
-// cold_start: plans for a cold range that does not continue the previous request on the handle (a
-// first or a random read: the kernel's readahead has no stream to follow); empty: cold applies.
+// cold_start: plans for a cold range that does not continue the previous request on the handle and
+// reads to the end of the file (a whole file, or its rest, in one request: the kernel's readahead has
+// no stream to follow and nothing after it to serve); empty: cold applies.
 struct Cell {
   uint64_t max_size = UINT64_MAX;
   std::vector<int> hot, cold, cold_start;  // indexes into Profile::plans
