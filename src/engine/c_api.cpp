@@ -121,13 +121,14 @@ const char* mechanism_for(accio_file* f, const void* buf, size_t size, int64_t o
     fail(EINVAL, "plan", f->f->ref().path, offset, "negative offset");
     return nullptr;
   }
-  if ((op & ~ACCIO_OP_FRESH_CACHE) != ACCIO_OP_READ && (op & ~ACCIO_OP_FRESH_CACHE) != ACCIO_OP_WRITE) {
+  const int dir = op & ~ACCIO_OP_FRESH_CACHE;
+  if (dir != ACCIO_OP_READ && dir != ACCIO_OP_WRITE) {
     fail(EINVAL, "plan", f->f->ref().path, offset,
          "op must be ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in or not (got " + std::to_string(op) + ")");
     return nullptr;
   }
   try {
-    return f->f->plan(buf, size, static_cast<uint64_t>(offset), (op & ~ACCIO_OP_FRESH_CACHE) == ACCIO_OP_WRITE,
+    return f->f->plan(buf, size, static_cast<uint64_t>(offset), dir == ACCIO_OP_WRITE,
                       (op & ACCIO_OP_FRESH_CACHE) != 0).name();
   } catch (const Error& e) {
     fail(e);

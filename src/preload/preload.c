@@ -576,12 +576,12 @@ static ssize_t call_libc(const struct call* c) {
   return c->write ? REAL(pwritev)(c->fd, v, c->cnt, c->off) : REAL(preadv)(c->fd, v, c->cnt, c->off);
 }
 
-/* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
- * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
 /* Calls that went past the gate and the memo to be decided for their descriptor (the slow path's
  * questions), with statistics on or off: for tests of the memo (accio_preload_asked). */
 static uint64_t g_asked;
 
+/* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
+ * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
 static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback,
                              int* declined) {
   __atomic_add_fetch(&g_asked, 1, __ATOMIC_RELAXED);
@@ -692,8 +692,9 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
  * profile has a window). */
 #define PF_MAX_FD 4096
 static const uint64_t kPfCheck = 4u << 20;
-/* Off unless asked for: on the 2-vCPU VM's disk (QD16/QD1 1.40x by fio) a 32 MiB window made cold
- * cat, dd bs=128k and a 64 KiB readinto loop 0.82x, 0.74x and 0.59x of plain (results/run/). */
+/* Off unless asked for: on the 2-vCPU VM's disk a 32 MiB window made cold cat, dd bs=128k and a
+ * 64 KiB readinto loop 0.83x, 0.88x and 0.81x of plain, in a run where fio gave 1.59x more at queue
+ * depth 16 than at 1 (results/run/run_programs_cold_prefetch32m.json). */
 static size_t g_pf_window = 0; /* fixed window; with g_pf_profile, non-zero to count (kPfFirst) */
 static int g_pf_profile;       /* ACCIO_PRELOAD_PREFETCH=profile: each device's window from the engine */
 /* A device's window before the engine was asked: the probe looks this far ahead (the tuner's window). */

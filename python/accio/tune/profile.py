@@ -259,7 +259,7 @@ def _render_decisions(doc: dict, prefix: str) -> list[str]:
                     if not cells:
                         cols.append("as hot" if cache == "cold" else "-")
                         continue
-                    c = next(c for c in cells if c["max_size"] is None or (hi is not None and hi <= c["max_size"]))
+                    c = _covering(cells, hi)
                     if prev.get(cache) is c:
                         cols.append('  "')
                         continue
