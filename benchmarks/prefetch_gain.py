@@ -1,10 +1,10 @@
 """Checks `accio tune`'s depth measurement (the prefetch window) against fio in the same run.
 
-The tuner's measurement (accio.tune.prefetch: uring O_DIRECT, 128 KiB pieces, queue depth 16 vs 1,
-interleaved) and fio's (libaio O_DIRECT sequential 128 KiB reads at iodepth 16 vs 1, the issue's
-reference, benchmarks/run_programs.py's fio_qd) run one after the other on the same scratch file.
-Prints both ratios with their 95% intervals and the window the tuner would write; --json keeps them
-(results/run/prefetch_gain.json). About seconds + 14 fio runs of the file (~1-2 min at 256 MiB on a
+The tuner's measurement (accio.tune.prefetch: uring O_DIRECT, 128 KiB pieces, queue depth 16 vs 1
+and vs a buffered reader's own rate, interleaved) and fio's (libaio O_DIRECT sequential 128 KiB
+reads at iodepth 16 vs 1, the issue's reference, and psync buffered: benchmarks/run_programs.py's
+fio_qd) run one after the other on the same scratch file. Prints the ratios with their 95%
+intervals and the window the tuner would write; --json keeps them (results/run/prefetch_gain.json). About seconds + 14 fio runs of the file (~1-2 min at 256 MiB on a
 disk of ~150-250 MiB/s).
 
   .venv/bin/python benchmarks/prefetch_gain.py --dir . --json results/run/prefetch_gain.json
@@ -46,9 +46,13 @@ def main() -> int:
     if fio:
         r = fio["ratio"]
         print(f"fio libaio O_DIRECT 128 KiB, iodepth 16 / 1: {r['estimate']:.2f}x [{r['low']:.2f}-{r['high']:.2f}]"
+              f" (the issue's measure of the device)")
+        r = fio["headroom"]["ratio"]
+        print(f"fio iodepth 16 / psync buffered (a reader's own): {r['estimate']:.2f}x [{r['low']:.2f}-{r['high']:.2f}]"
               f" (the prefetch applies at >= {prefetch.GAIN:g}x)")
     if g and fio:
-        print(f"tuner / fio ratio: {g[0] / fio['ratio']['estimate']:.2f}")
+        print(f"tuner / fio: gain {g[0] / fio['ratio']['estimate']:.2f}, "
+              f"headroom {tuner['headroom'][0] / fio['headroom']['ratio']['estimate']:.2f}")
     if a.json:
         write_json(a.json, {"schema": "accio.prefetch-gain/1", "command": "python " + " ".join(sys.argv),
                             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -684,17 +685,19 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
  * counted (two plain stores on the fast path); every kPfCheck bytes the stream is looked at: if
  * the file offset moved forward by about that much (a sequential reader), its window of
  * g_pf_window bytes ahead is not yet asked for, and the window's last page is not in the page
- * cache (a preadv2 RWF_NOWAIT probe: hot files cost nothing more), the window is asked for with
- * posix_fadvise(WILLNEED): the kernel queues all of it at once. ACCIO_PRELOAD_PREFETCH sets the
- * window (0: off), or "profile": each device's window is its tuning profile's (`accio tune` writes
- * one only where the device measured >= 1.5x more at queue depth 16 than at 1), asked of the
- * engine at the first look at a cold stream on the device (the launcher sets "profile" when a
+ * cache (cachestat(2), which has no side effect; hot files cost nothing more), the window is asked
+ * for with posix_fadvise(WILLNEED), in pieces the kernel reads whole: one WILLNEED reads at most
+ * max(the device's readahead, its largest request) (force_page_cache_ra), so a single call for
+ * the whole window read 8 MiB of 32 on the 2-vCPU VM's disk, and the kernel's own readahead, which
+ * found those pages without its marks, started over from its smallest size each time: that, and
+ * not the prefetch as such, made cold readers slower (0.81-0.88x of plain,
+ * results/run/run_programs_cold_prefetch32m.json, before the pieces). ACCIO_PRELOAD_PREFETCH sets
+ * the window (0: off), or "profile": each device's window is its tuning profile's (`accio tune`
+ * writes one only where the device measured >= 1.5x more at queue depth 16 than at 1), asked of
+ * the engine at the first look at a cold stream on the device (the launcher sets "profile" when a
  * profile has a window). */
 #define PF_MAX_FD 4096
 static const uint64_t kPfCheck = 4u << 20;
-/* Off unless asked for: on the 2-vCPU VM's disk a 32 MiB window made cold cat, dd bs=128k and a
- * 64 KiB readinto loop 0.83x, 0.88x and 0.81x of plain, in a run where fio gave 1.59x more at queue
- * depth 16 than at 1 (results/run/run_programs_cold_prefetch32m.json). */
 static size_t g_pf_window = 0; /* fixed window; with g_pf_profile, non-zero to count (kPfFirst) */
 static int g_pf_profile;       /* ACCIO_PRELOAD_PREFETCH=profile: each device's window from the engine */
 /* A device's window before the engine was asked: the probe looks this far ahead (the tuner's window). */
@@ -707,30 +710,67 @@ struct stream {
 static struct stream g_streams[PF_MAX_FD];
 static uint64_t g_prefetches; /* windows asked for ("prefetch_windows" in the statistics) */
 
-/* Devices whose window the engine gave (profile mode), under g_mu: a window of 0 turns the device
- * off for good; devices beyond the table get none. */
+/* The devices seen, under g_mu: each one's WILLNEED piece, and (profile mode) its window once the
+ * engine was asked (a window of 0 turns the device off for good). Devices beyond the table get no
+ * prefetch. */
 #define PF_MAX_DEV 16
-static struct {
+struct pf_dev {
   dev_t dev;
-  size_t window;
-} g_pf_devs[PF_MAX_DEV];
+  int asked;     /* the window is known: fixed mode, or the engine answered */
+  size_t window; /* before the engine answered: kPfFirst */
+  size_t piece;  /* bytes one WILLNEED reads whole */
+};
+static struct pf_dev g_pf_devs[PF_MAX_DEV];
 static int g_pf_ndevs;
 
+/* A number from the device's block queue in sysfs (a partition's is its disk's), 0 if none. */
+static uint64_t pf_queue_kb(dev_t dev, const char* name) {
+  char path[96];
+  for (int up = 0; up < 2; ++up) {
+    snprintf(path, sizeof path, "/sys/dev/block/%u:%u/%squeue/%s", major(dev), minor(dev), up ? "../" : "", name);
+    const int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char b[32];
+    const ssize_t n = k_read(fd, b, sizeof b - 1);
+    k_close(fd);
+    if (n <= 0) return 0;
+    b[n] = 0;
+    return strtoull(b, NULL, 10);
+  }
+  return 0;
+}
+
+/* The most one WILLNEED reads whole on the device: max(readahead, largest request), as the kernel
+ * caps it; 128 KiB (the kernel's default for both) where sysfs does not say (NFS, FUSE, overlay). */
+static size_t pf_piece(dev_t dev) {
+  const uint64_t ra = pf_queue_kb(dev, "read_ahead_kb"), io = pf_queue_kb(dev, "max_sectors_kb");
+  const uint64_t kb = ra > io ? ra : io;
+  return kb > 128 ? (size_t)kb << 10 : 128u << 10;
+}
+
 /* The device's slot in g_pf_devs, g_pf_ndevs if it has none (g_mu held). */
-static int pf_dev_locked(dev_t dev) {
+static int pf_slot_locked(dev_t dev) {
   int i = 0;
   while (i < g_pf_ndevs && g_pf_devs[i].dev != dev) ++i;
   return i;
 }
 
-/* The device's window if known (*known = 1), else kPfFirst: how far the first probe looks. */
-static size_t pf_dev_window(dev_t dev, int* known) {
+/* The device's entry, added if new (its piece read from sysfs outside the lock); past the table's
+ * end, an entry with no window. */
+static struct pf_dev pf_device(dev_t dev) {
+  struct pf_dev d = {dev, 1, 0, 0};
   pthread_mutex_lock(&g_mu);
-  const int i = pf_dev_locked(dev);
-  *known = i < g_pf_ndevs || g_pf_ndevs == PF_MAX_DEV;
-  const size_t w = i < g_pf_ndevs ? g_pf_devs[i].window : *known ? 0 : kPfFirst;
+  int i = pf_slot_locked(dev);
+  if (i < g_pf_ndevs) d = g_pf_devs[i];
   pthread_mutex_unlock(&g_mu);
-  return w;
+  if (i < g_pf_ndevs || i == PF_MAX_DEV) return d;
+  struct pf_dev n = {dev, !g_pf_profile, g_pf_profile ? kPfFirst : g_pf_window, pf_piece(dev)};
+  pthread_mutex_lock(&g_mu);
+  i = pf_slot_locked(dev); /* another thread may have added it meanwhile */
+  if (i == g_pf_ndevs && i < PF_MAX_DEV) g_pf_devs[g_pf_ndevs++] = n;
+  if (i < g_pf_ndevs) d = g_pf_devs[i];
+  pthread_mutex_unlock(&g_mu);
+  return d;
 }
 
 /* Asks the engine (loading it) for fd's window and keeps it for the device; 0 on any failure. */
@@ -744,14 +784,34 @@ static size_t pf_ask(int fd, dev_t dev) {
   t_inside = was;
   const size_t window = w > 0 ? (size_t)w : 0;
   pthread_mutex_lock(&g_mu);
-  const int i = pf_dev_locked(dev);
-  if (i < PF_MAX_DEV) {
-    g_pf_devs[i].dev = dev;
+  const int i = pf_slot_locked(dev);
+  if (i < g_pf_ndevs) {
     g_pf_devs[i].window = window;
-    if (i == g_pf_ndevs) ++g_pf_ndevs;
+    g_pf_devs[i].asked = 1;
   }
   pthread_mutex_unlock(&g_mu);
   return window;
+}
+
+/* Whether the page at off is in the page cache: cachestat(2) where the kernel has it (6.5), else a
+ * one-byte RWF_NOWAIT read (which starts a one-page read where the page is missing). */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+static int pf_cached(int fd, off_t off) {
+  static int no_cachestat;
+  if (!__atomic_load_n(&no_cachestat, __ATOMIC_RELAXED)) {
+    struct {
+      uint64_t off, len;
+    } range = {(uint64_t)off & ~(uint64_t)4095, 1};
+    uint64_t cs[5]; /* nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted */
+    if (syscall(__NR_cachestat, fd, &range, cs, 0) == 0) return cs[0] != 0;
+    if (errno != ENOSYS) return 1; /* cannot tell: ask for nothing */
+    __atomic_store_n(&no_cachestat, 1, __ATOMIC_RELAXED);
+  }
+  char probe;
+  struct iovec v = {&probe, 1};
+  return !(REAL(preadv2)(fd, &v, 1, off, RWF_NOWAIT) < 0 && errno == EAGAIN);
 }
 
 static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
@@ -766,21 +826,20 @@ static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || pos >= st.st_size) goto out;
-  int known = 1;
-  size_t window = g_pf_profile ? pf_dev_window(st.st_dev, &known) : g_pf_window;
+  const struct pf_dev d = pf_device(st.st_dev);
+  size_t window = d.window;
   if (!window) goto out;
   if (s->ahead < pos || s->ahead > pos + (off_t)window) s->ahead = pos;
   if (s->ahead - pos >= (off_t)(window / 2)) goto out; /* enough is on its way */
   off_t end = pos + (off_t)window < st.st_size ? pos + (off_t)window : st.st_size;
   if (end <= s->ahead) goto out;
-  char probe;
-  struct iovec v = {&probe, 1};
-  if (REAL(preadv2)(fd, &v, 1, end - 1, RWF_NOWAIT) < 0 && errno == EAGAIN) {
-    if (!known) { /* the first cold stream on this device: does its profile say depth pays? */
+  if (!pf_cached(fd, end - 1)) {
+    if (!d.asked) { /* the first cold stream on this device: does its profile say depth pays? */
       if (!(window = pf_ask(fd, st.st_dev))) goto out;
       end = pos + (off_t)window < st.st_size ? pos + (off_t)window : st.st_size;
     }
-    posix_fadvise(fd, s->ahead, end - s->ahead, POSIX_FADV_WILLNEED);
+    for (off_t at = s->ahead; at < end; at += (off_t)d.piece)
+      posix_fadvise(fd, at, end - at < (off_t)d.piece ? end - at : (off_t)d.piece, POSIX_FADV_WILLNEED);
     __atomic_add_fetch(&g_prefetches, 1, __ATOMIC_RELAXED);
   }
   s->ahead = end;
