@@ -80,7 +80,7 @@ class Direct final : public Mechanism {
     const auto* p = static_cast<const char*>(buf);
     const size_t A = c.file.off_align;
     write_direct_split(
-        off, n, A, [&](size_t bo, uint64_t o, size_t len) { write_full(c.file.fd, p + bo, len, o, c.file.path); },
+        c.file, off, n, [&](size_t bo, uint64_t o, size_t len) { write_full(c.file.fd, p + bo, len, o, c.file.path); },
         [&](size_t bo, uint64_t mid, size_t len) {
           const char* m = p + bo;
           split_run(c.runner, c.settings.threads, mid, len, task_bytes(c.settings, len, c.settings.threads, A),

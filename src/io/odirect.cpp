@@ -1,6 +1,8 @@
 // accio mechanisms: O_DIRECT in one place (see odirect.hpp).
 #include "io/odirect.hpp"
 
+#include "base/error.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -61,11 +63,66 @@ DirectSplit split_direct(uint64_t off, size_t n, size_t align) {
   return {off, mid, tail, end};
 }
 
-void write_direct_split(uint64_t off, size_t n, size_t align, const PieceFn& edge, const PieceFn& middle) {
-  const DirectSplit s = split_direct(off, n, align);
-  if (s.head_len()) edge(0, s.off, s.head_len());
-  if (s.tail_len()) edge(static_cast<size_t>(s.tail - off), s.tail, s.tail_len());
-  if (s.has_middle()) middle(static_cast<size_t>(s.mid - off), s.mid, s.middle_len());
+namespace {
+
+// Direct writes that move the end of the file run one at a time: ext4 waits for each such write
+// under the inode lock before it takes the next (xfs and btrfs serialise them too), so a queue of
+// them is a queue of one. fio on this project's VM (ext4, a fresh 1 GiB file, io_uring QD16,
+// O_DIRECT): 64 KiB writes 331-378 MiB/s, 1 MiB 727-878; with the file's size set first
+// (fallocate=native or truncate) 1272-1497 and 1333-1465 (issue 19). So the file gets its new end
+// before the middle is written: fallocate (the blocks allocated, and ENOSPC, EDQUOT or EFBIG before
+// anything is written), else ftruncate (a hole) where the filesystem has no fallocate.
+struct NewEnd {
+  bool set = false;  // this request moved the end
+  uint64_t old_size = 0, end = 0;
+};
+
+// Sets the size back from `from` to `to` unless someone else moved the end meanwhile.
+void shrink_back(const FileRef& f, uint64_t from, uint64_t to) {
+  struct stat st;
+  if (to < from && ::fstat(f.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == from &&
+      ::ftruncate(f.fd, static_cast<off_t>(to)) != 0) {
+    // Nothing better to do: the write's own error is the one to report.
+  }
+}
+
+NewEnd set_end_first(const FileRef& f, uint64_t from, uint64_t end) {
+  NewEnd x;
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) >= end) return x;
+  x.old_size = static_cast<uint64_t>(st.st_size);
+  x.end = end;
+  const uint64_t start = std::max(x.old_size, from);
+  if (::fallocate(f.fd, 0, static_cast<off_t>(start), static_cast<off_t>(end - start)) == 0) {
+    x.set = true;
+    return x;
+  }
+  const int e = errno;
+  if (e == ENOSPC || e == EDQUOT || e == EFBIG) {
+    if (::fstat(f.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > x.old_size)
+      shrink_back(f, static_cast<uint64_t>(st.st_size), x.old_size);
+    throw base::Error(e, "pwrite", f.path, static_cast<int64_t>(start), "allocating the file's new end");
+  }
+  x.set = ::ftruncate(f.fd, static_cast<off_t>(end)) == 0;  // no fallocate here (EOPNOTSUPP...): a hole
+  return x;
+}
+
+}  // namespace
+
+void write_direct_split(const FileRef& file, uint64_t off, size_t n, const PieceFn& edge, const PieceFn& middle) {
+  const DirectSplit s = split_direct(off, n, file.off_align);
+  const NewEnd x = s.has_middle() ? set_end_first(file, s.mid, s.end) : NewEnd{};
+  try {
+    if (s.head_len()) edge(0, s.off, s.head_len());
+    if (s.tail_len()) edge(static_cast<size_t>(s.tail - off), s.tail, s.tail_len());
+    if (s.has_middle()) middle(static_cast<size_t>(s.mid - off), s.mid, s.middle_len());
+  } catch (const base::Error& e) {
+    if (x.set) shrink_back(file, x.end, std::max(x.old_size, e.offset() >= 0 ? static_cast<uint64_t>(e.offset()) : 0));
+    throw;
+  } catch (...) {
+    if (x.set) shrink_back(file, x.end, x.old_size);
+    throw;
+  }
 }
 
 size_t read_direct_widened(uint64_t off, size_t n, size_t align, size_t chunk, const ChunkReadFn& read,

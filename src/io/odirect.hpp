@@ -54,10 +54,13 @@ DirectSplit split_direct(uint64_t off, size_t n, size_t align);
 
 // One piece of a request: `len` bytes at file offset `file_off`, `buf_off` bytes into the buffer.
 using PieceFn = std::function<void(size_t buf_off, uint64_t file_off, size_t len)>;
-// How every O_DIRECT writer writes [off, off+n): the unaligned head and tail, or a range with no
-// whole block, through `edge` (the buffered descriptor: no read-modify-write of a block, the file
-// size exact), then the aligned middle through `middle`. Empty pieces are not passed on.
-void write_direct_split(uint64_t off, size_t n, size_t align, const PieceFn& edge, const PieceFn& middle);
+// How every O_DIRECT writer writes [off, off+n) of `file`: the unaligned head and tail, or a range
+// with no whole block, through `edge` (the buffered descriptor: no read-modify-write of a block, the
+// file size exact), then the aligned middle through `middle`. Empty pieces are not passed on.
+// A middle that goes past the end of the file gets the file's new size first (fallocate, else
+// ftruncate), because filesystems run direct writes that move the end one at a time; a write that
+// fails then sets the size back to where its data ends (see odirect.cpp).
+void write_direct_split(const FileRef& file, uint64_t off, size_t n, const PieceFn& edge, const PieceFn& middle);
 
 // How an O_DIRECT reader that goes through staging buffers reads [off, off+n): widened to whole
 // aligned blocks, in chunks of at most `chunk` bytes (a multiple of align). read(i, file_off, len)

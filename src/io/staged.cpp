@@ -146,7 +146,7 @@ class Staged final : public Mechanism {
     if (!use_direct(c)) return write_range(c, dev, n, off, c.file.fd, 1);
     // O_DIRECT for the aligned middle; the unaligned head and tail through the buffered descriptor.
     write_direct_split(
-        off, n, c.file.off_align, [&](size_t bo, uint64_t o, size_t len) { write_range(c, dev + bo, len, o, c.file.fd, 1); },
+        c.file, off, n, [&](size_t bo, uint64_t o, size_t len) { write_range(c, dev + bo, len, o, c.file.fd, 1); },
         [&](size_t bo, uint64_t o, size_t len) { write_range(c, dev + bo, len, o, c.file.direct_fd, c.file.off_align); });
   }
 

@@ -261,7 +261,7 @@ class Uring final : public Mechanism {
     if (!direct || !write) return ring_range(c, user, n, off, write, direct);
     // Unaligned head and tail through the buffered descriptor, as in `direct`.
     write_direct_split(
-        off, n, c.file.off_align,
+        c.file, off, n,
         [&](size_t bo, uint64_t o, size_t len) { write_full(c.file.fd, user + bo, len, o, c.file.path); },
         [&](size_t bo, uint64_t o, size_t len) { ring_range(c, user + bo, len, o, true, true); });
     return n;

@@ -2,6 +2,10 @@
 // accio_probe share: the head/middle/tail split at every edge, the write policy built on it, the
 // usability check, and opening a file with O_DIRECT (refusals are results, not errors).
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.hpp"
 #include "helpers.hpp"
 #include "io/odirect.hpp"
 
@@ -35,10 +40,13 @@ std::ostream& operator<<(std::ostream& os, const Piece& p) {
   return os << p.kind << "(buf+" << p.buf_off << ", at " << p.file_off << ", " << p.len << ")";
 }
 
+// The pieces of a write on no file (fd -1: the new end is not set first).
 std::vector<Piece> write_pieces(uint64_t off, size_t n) {
   std::vector<Piece> out;
+  io::FileRef none;
+  none.off_align = A;
   io::write_direct_split(
-      off, n, A, [&](size_t b, uint64_t o, size_t l) { out.push_back({"edge", b, o, l}); },
+      none, off, n, [&](size_t b, uint64_t o, size_t l) { out.push_back({"edge", b, o, l}); },
       [&](size_t b, uint64_t o, size_t l) { out.push_back({"middle", b, o, l}); });
   return out;
 }
@@ -101,6 +109,94 @@ TEST(DirectSplit, WritePolicyEdgesFirstThenMiddle) {
 
 // The read side: widened to whole blocks, in chunks, the wanted bytes taken out of each; every
 // offset and length against a 10000-byte "file" (a short last block), 512-byte blocks, 1 KiB chunks.
+namespace {
+uint64_t size_of(int fd) {
+  struct stat st;
+  return ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : ~0ull;
+}
+
+struct OpenFile {
+  io::FileRef ref;
+  explicit OpenFile(const std::string& path, uint64_t size = 0) {
+    ref.path = path;
+    ref.off_align = A;
+    ref.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (ref.fd < 0 || ::ftruncate(ref.fd, static_cast<off_t>(size)) != 0) std::abort();
+  }
+  ~OpenFile() { ::close(ref.fd); }
+};
+}  // namespace
+
+// Filesystems run direct writes that move the end of the file one at a time (ext4 waits for each
+// under the inode lock), so a middle past the end finds the file at its new size already; edges are
+// written first and see it too. An overwrite leaves the size alone.
+TEST(DirectSplit, MiddlePastTheEndFindsTheNewEndSet) {
+  TempDir dir;
+  OpenFile f(dir.file("grow"), 3 * A);
+  std::vector<uint64_t> seen;
+  auto look = [&](size_t, uint64_t, size_t) { seen.push_back(size_of(f.ref.fd)); };
+  io::write_direct_split(f.ref, 2 * A, 8 * A + 7, look, look);  // tail edge, then the middle
+  EXPECT_EQ(seen, (std::vector<uint64_t>{10 * A + 7, 10 * A + 7}));
+  seen.clear();
+  io::write_direct_split(f.ref, 0, 4 * A, look, look);  // inside the file: untouched
+  EXPECT_EQ(seen, (std::vector<uint64_t>{10 * A + 7}));
+  seen.clear();
+  io::write_direct_split(f.ref, 20 * A + 1, 10, look, look);  // no whole block: all edge, size untouched
+  EXPECT_EQ(seen, (std::vector<uint64_t>{10 * A + 7}));
+}
+
+// A middle that fails sets the size back to where its data ends (never below the old size), unless
+// someone else moved the end meanwhile; the write's own error is what the caller gets.
+TEST(DirectSplit, FailedMiddleSetsTheSizeBack) {
+  TempDir dir;
+  OpenFile f(dir.file("fail"), 2 * A);
+  auto fail_at = [&](uint64_t at) {
+    return [&f, at](size_t, uint64_t, size_t) { throw base::Error(EIO, "pwrite", f.ref.path, static_cast<int64_t>(at)); };
+  };
+  auto none = [](size_t, uint64_t, size_t) {};
+  EXPECT_THROW(io::write_direct_split(f.ref, 0, 16 * A, none, fail_at(5 * A)), base::Error);
+  EXPECT_EQ(size_of(f.ref.fd), 5 * A);
+  EXPECT_THROW(io::write_direct_split(f.ref, 8 * A, 16 * A, none, fail_at(8 * A)), base::Error);
+  EXPECT_EQ(size_of(f.ref.fd), 8 * A);  // the hole up to the write stays, as with pwrite
+  EXPECT_THROW(io::write_direct_split(f.ref, 8 * A, 16 * A, none, fail_at(A)), base::Error);
+  EXPECT_EQ(size_of(f.ref.fd), 8 * A);  // not below the size before the write
+  EXPECT_THROW(io::write_direct_split(f.ref, 8 * A, 16 * A, none,
+                                      [&](size_t, uint64_t, size_t) {
+                                        if (::ftruncate(f.ref.fd, 40 * A) != 0) std::abort();  // another writer
+                                        throw base::Error(EIO, "pwrite", f.ref.path, 9 * A);
+                                      }),
+               base::Error);
+  EXPECT_EQ(size_of(f.ref.fd), 40 * A);
+}
+
+// No room for the new end (here RLIMIT_FSIZE; ENOSPC and EDQUOT alike): the write fails before any
+// data is written, with the file's size as it was.
+TEST(DirectSplit, NoRoomFailsBeforeWriting) {
+  TempDir dir;
+  const std::string path = dir.file("full");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    OpenFile f(path, A);
+    const rlimit lim{64 * A, 64 * A};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
+    int called = 0;
+    auto count = [&](size_t, uint64_t, size_t) { ++called; };
+    try {
+      io::write_direct_split(f.ref, 0, 128 * A, count, count);
+      _exit(11);
+    } catch (const base::Error& e) {
+      if (e.errnum() != EFBIG || e.offset() != static_cast<int64_t>(A)) _exit(12);
+    }
+    _exit(called ? 13 : size_of(f.ref.fd) != A ? 14 : 0);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "10 setrlimit, 11 no error, 12 wrong error, 13 data written, 14 size moved";
+}
+
 TEST(DirectSplit, WidenedReadTakesExactlyTheWantedBytes) {
   std::vector<char> file(10000);
   for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<char>(i * 7 + 3);
