@@ -70,8 +70,8 @@ namespace {
 // them is a queue of one. fio on this project's VM (ext4, a fresh 1 GiB file, io_uring QD16,
 // O_DIRECT): 64 KiB writes 331-378 MiB/s, 1 MiB 727-878; with the file's size set first
 // (fallocate=native or truncate) 1272-1497 and 1333-1465 (issue 19). So the file gets its new end
-// before the middle is written: fallocate (the blocks allocated, and ENOSPC, EDQUOT or EFBIG before
-// anything is written), else ftruncate (a hole) where the filesystem has no fallocate.
+// before the middle is written: fallocate (the blocks allocated), else ftruncate (a hole) where the
+// filesystem has no fallocate; where there is no room for it (ENOSPC, EDQUOT, EFBIG), nothing.
 struct NewEnd {
   bool set = false;  // this request moved the end
   uint64_t old_size = 0, end = 0;
@@ -99,9 +99,11 @@ NewEnd set_end_first(const FileRef& f, uint64_t from, uint64_t end) {
   }
   const int e = errno;
   if (e == ENOSPC || e == EDQUOT || e == EFBIG) {
+    // No room for all of it: the writes go as they would have, and the one that finds no room
+    // reports where, with every byte before it written. A partial allocation may have moved the end.
     if (::fstat(f.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > x.old_size)
       shrink_back(f, static_cast<uint64_t>(st.st_size), x.old_size);
-    throw base::Error(e, "pwrite", f.path, static_cast<int64_t>(start), "allocating the file's new end");
+    return x;
   }
   x.set = ::ftruncate(f.fd, static_cast<off_t>(end)) == 0;  // no fallocate here (EOPNOTSUPP...): a hole
   return x;

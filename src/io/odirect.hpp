@@ -58,8 +58,9 @@ using PieceFn = std::function<void(size_t buf_off, uint64_t file_off, size_t len
 // with no whole block, through `edge` (the buffered descriptor: no read-modify-write of a block, the
 // file size exact), then the aligned middle through `middle`. Empty pieces are not passed on.
 // A middle that goes past the end of the file gets the file's new size first (fallocate, else
-// ftruncate), because filesystems run direct writes that move the end one at a time; a write that
-// fails then sets the size back to where its data ends (see odirect.cpp).
+// ftruncate; nothing where there is no room for it), because filesystems run direct writes that
+// move the end one at a time; a write that fails then sets the size back to where its data ends
+// (see odirect.cpp).
 void write_direct_split(const FileRef& file, uint64_t off, size_t n, const PieceFn& edge, const PieceFn& middle);
 
 // How an O_DIRECT reader that goes through staging buffers reads [off, off+n): widened to whole
