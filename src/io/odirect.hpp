@@ -57,10 +57,8 @@ using PieceFn = std::function<void(size_t buf_off, uint64_t file_off, size_t len
 // How every O_DIRECT writer writes [off, off+n) of `file`: the unaligned head and tail, or a range
 // with no whole block, through `edge` (the buffered descriptor: no read-modify-write of a block, the
 // file size exact), then the aligned middle through `middle`. Empty pieces are not passed on.
-// A middle that goes past the end of the file gets the file's new size first (fallocate, else
-// ftruncate; nothing where there is no room for it), because filesystems run direct writes that
-// move the end one at a time; a write that fails then sets the size back to where its data ends
-// (see odirect.cpp).
+// On ext4, a middle of 1 MiB or more that goes past the end of the file gets the file's new size
+// first (fallocate): ext4 runs direct writes that move the end one at a time (see odirect.cpp).
 void write_direct_split(const FileRef& file, uint64_t off, size_t n, const PieceFn& edge, const PieceFn& middle);
 
 // How an O_DIRECT reader that goes through staging buffers reads [off, off+n): widened to whole

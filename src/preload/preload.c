@@ -285,6 +285,11 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* engine loading, hand
 
 static void capture_all_plans(void);
 static void in_child(void);
+/* Registers in_child, once: with the engine loaded, statistics or the prefetch (all use g_mu). */
+static void watch_forks(void) {
+  static int done;
+  if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) pthread_atfork(NULL, NULL, in_child);
+}
 
 static int engine_load_locked(void) {
   if (g_engine) return g_engine > 0;
@@ -329,7 +334,7 @@ static int engine_load_locked(void) {
   if (!g_mechanism_set) eng.settings_set(g_settings_direct, "mechanism", "direct");
   /* Registered after libaccio's own static destructors, so it runs before them. */
   if (g_stats_dir[0]) atexit(capture_all_plans);
-  else pthread_atfork(NULL, NULL, in_child); /* with statistics, shim_init registered it */
+  watch_forks();
   g_engine = g_engine_loaded = 1;
   return 1;
 missing:
@@ -755,20 +760,23 @@ static int pf_slot_locked(dev_t dev) {
   return i;
 }
 
-/* The device's entry, added if new (its piece read from sysfs outside the lock); past the table's
- * end, an entry with no window. */
+/* The device's entry, added if new (its piece read from sysfs outside the lock). A prefetch is
+ * advice and never waits: where g_mu is taken (another thread, or this one interrupted by a signal
+ * handler that reads), the look gets no window. Past the table's end, fixed mode keeps its window
+ * in pieces of the kernel's default size; profile mode has none. */
 static struct pf_dev pf_device(dev_t dev) {
   struct pf_dev d = {dev, 1, 0, 0};
-  pthread_mutex_lock(&g_mu);
+  if (pthread_mutex_trylock(&g_mu) != 0) return d;
   int i = pf_slot_locked(dev);
   if (i < g_pf_ndevs) d = g_pf_devs[i];
   pthread_mutex_unlock(&g_mu);
-  if (i < g_pf_ndevs || i == PF_MAX_DEV) return d;
+  if (i < g_pf_ndevs) return d;
+  if (i == PF_MAX_DEV) return (struct pf_dev){dev, 1, g_pf_profile ? 0 : g_pf_window, 128u << 10};
   struct pf_dev n = {dev, !g_pf_profile, g_pf_profile ? kPfFirst : g_pf_window, pf_piece(dev)};
-  pthread_mutex_lock(&g_mu);
+  if (pthread_mutex_trylock(&g_mu) != 0) return d;
   i = pf_slot_locked(dev); /* another thread may have added it meanwhile */
   if (i == g_pf_ndevs && i < PF_MAX_DEV) g_pf_devs[g_pf_ndevs++] = n;
-  if (i < g_pf_ndevs) d = g_pf_devs[i];
+  d = i < g_pf_ndevs ? g_pf_devs[i] : n;
   pthread_mutex_unlock(&g_mu);
   return d;
 }
@@ -806,7 +814,9 @@ static int pf_cached(int fd, off_t off) {
     } range = {(uint64_t)off & ~(uint64_t)4095, 1};
     uint64_t cs[5]; /* nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted */
     if (syscall(__NR_cachestat, fd, &range, cs, 0) == 0) return cs[0] != 0;
-    if (errno != ENOSYS) return 1; /* cannot tell: ask for nothing */
+    if (errno != ENOSYS && errno != EPERM && errno != EOPNOTSUPP && errno != EINVAL)
+      return 1; /* cannot tell (EBADF...): ask for nothing */
+    /* none here, or refused (a seccomp filter older than cachestat says EPERM): the other probe */
     __atomic_store_n(&no_cachestat, 1, __ATOMIC_RELAXED);
   }
   char probe;
@@ -1224,6 +1234,7 @@ __attribute__((constructor)) static void shim_init(void) {
   if (d && *d && strlen(d) < sizeof g_stats_dir) {
     snprintf(g_stats_dir, sizeof g_stats_dir, "%s", d);
     atexit(flush_stats);
-    pthread_atfork(NULL, NULL, in_child);
+    watch_forks();
   }
+  if (g_pf_window) watch_forks(); /* the prefetch's device table is under g_mu */
 }

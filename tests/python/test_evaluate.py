@@ -250,6 +250,11 @@ def test_tune_prefetches_where_depth_pays_beyond_the_noise():
     # VM's disk, read_ahead_kb 8192): nothing for a prefetch to add, off.
     sec = prefetch.measure(DepthBench(qd1=550.0, qd16=1070.0, reader=1000.0), 5.0, takes_direct=True)
     assert sec["gain"][1] >= 1.5 and sec["window"] == 0 and sec["headroom"][2] < 1.5, sec
+    # A reader held back by something other than the device (the buffered rate under depth 1's):
+    # depth beats the reader by 2x but depth 1 by only 1.2x; off.
+    sec = prefetch.measure(DepthBench(qd1=300.0, qd16=360.0, reader=180.0), 5.0, takes_direct=True)
+    assert sec["headroom"][1] >= 1.5 and sec["gain"][2] < 1.5 and sec["window"] == 0
+    assert "of depth 1" in sec["note"], sec
     # A median above 1.5 whose interval reaches below it is not enough.
     sec = prefetch.decide([100.0] * 5, [200.0, 140, 155, 145, 160], [100.0] * 5)
     assert sec["headroom"][0] >= 1.5 and sec["headroom"][1] < 1.5 and sec["window"] == 0

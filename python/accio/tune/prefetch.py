@@ -7,9 +7,9 @@ once. That pays only where the device delivers more at depth than the reader alr
 tuner measures cold reads of PIECE-sized pieces straight from the device (uring with O_DIRECT) at
 queue depth 1 (one piece per request) and at DEPTH (REQUEST-sized requests split into pieces), and
 the reader's own rate (posix, PIECE-sized buffered requests in order, the kernel's readahead at
-work), interleaved, and writes a window only where the 95% interval of QD16 over the reader's own
-rate (the headroom) lies at or above GAIN. QD16/QD1 (the gain) is the issue's measure of the
-device and is reported; it is not enough: on the 2-vCPU VM's disk (read_ahead_kb 8192) the gain was
+work), interleaved, and writes a window only where the 95% intervals of QD16/QD1 (the gain, the
+issue's measure of the device) and of QD16 over the reader's own rate (the headroom) both lie at
+or above GAIN. The gain alone is not enough: on the 2-vCPU VM's disk (read_ahead_kb 8192) the gain was
 1.4-1.8x while a cold `cat` already read at the QD16 rate, so prefetch had nothing to add.
 Depth 1 is measured with one piece per request because a large request split at queue depth 1 adds
 the engine's per-task hand-off to every piece, which would inflate the gain; fio's iodepth=1 has no
@@ -77,9 +77,9 @@ def measure(bench: Bench, seconds: float, takes_direct: bool) -> dict:
 
 
 def decide(qd1: list[float], qd16: list[float], reader: list[float], note: str | None = None) -> dict:
-    """The section for these samples: window WINDOW where the 95% interval of qd16/reader (the
-    headroom; paired: rounds) lies at or above GAIN, else 0 with a note saying why; the gain
-    (qd16/qd1) beside it."""
+    """The section for these samples: window WINDOW where the 95% intervals (paired: rounds) of
+    qd16/qd1 (the gain) and of qd16/reader (the headroom) both lie at or above GAIN, else 0 with
+    a note saying why."""
     out = {"qd1_mibps": [round(x, 1) for x in qd1], "qd16_mibps": [round(x, 1) for x in qd16],
            "reader_mibps": [round(x, 1) for x in reader], "gain": None, "headroom": None, "window": 0}
     n = min(len(qd1), len(qd16), len(reader))
@@ -90,8 +90,11 @@ def decide(qd1: list[float], qd16: list[float], reader: list[float], note: str |
         h = stats.ratio(qd16[:n], reader[:n], paired=True)
         out["gain"] = [round(g.estimate, 3), round(g.low, 3), round(g.high, 3)]
         out["headroom"] = [round(h.estimate, 3), round(h.low, 3), round(h.high, 3)]
-        if h.low >= GAIN:
+        if g.low >= GAIN and h.low >= GAIN:
             out["window"] = WINDOW
+        elif h.low >= GAIN:
+            note = (f"no prefetch: depth gives {'under' if g.high < GAIN else 'not surely'} {GAIN:g}x of depth 1 "
+                    f"(a reader is held back by something else: a window of WILLNEED would not lift it)")
         else:
             note = (f"no prefetch: depth gives {'under' if h.high < GAIN else 'not surely'} {GAIN:g}x of what a "
                     f"reader already gets with the kernel's readahead")
