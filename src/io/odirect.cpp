@@ -67,8 +67,8 @@ namespace {
 // ext4 runs a direct write that moves the end of the file under the inode lock and waits for it
 // before it takes the next, so the pieces of a request into a fresh file run at a queue depth of
 // one. fio on this project's VM (ext4, a fresh 1 GiB file, io_uring QD16, O_DIRECT, fallocate=none
-// against native: results/uring/fio_fallocate.json): 64 KiB writes gain about 4x, 1 MiB about 1.7x
-// with the file's size set first (issue 19). So on ext4 a middle of at least kSetEndFrom bytes that
+// against native: results/uring/fio_fallocate.json): 64 KiB writes gain 3.8x, 1 MiB 1.6x with the
+// file's size set first (issue 19). So on ext4 a middle of at least kSetEndFrom bytes that
 // goes past the end gives the file its new size first (fallocate), once per request: fallocate
 // waits for the direct writes in flight on the file, so it pays only where a request has pieces to
 // run side by side. Other filesystems are left as they were, unmeasured (xfs and btrfs have rules
