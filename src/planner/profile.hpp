@@ -89,7 +89,8 @@ struct Profile {
   std::vector<std::pair<std::string, std::shared_ptr<const Profile>>> devices;
   // Bytes the preload shim asks the kernel for ahead of a sequential reader of a cold file on this
   // filesystem (the optional "prefetch": {"window": N}; `accio tune` writes N > 0 only where the
-  // device measured >= 1.5x more at queue depth 16 than at 1). 0: no prefetch.
+  // device measured >= 1.5x more at queue depth 16 than at 1 and than a buffered reader gets by
+  // itself). 0: no prefetch.
   uint64_t prefetch_window = 0;
 
   // The first cell whose max_size >= n (the last cell is unbounded).

@@ -698,7 +698,8 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
  * not the prefetch as such, made cold readers slower (0.81-0.88x of plain,
  * results/run/run_programs_cold_prefetch32m.json, before the pieces). ACCIO_PRELOAD_PREFETCH sets
  * the window (0: off), or "profile": each device's window is its tuning profile's (`accio tune`
- * writes one only where the device measured >= 1.5x more at queue depth 16 than at 1), asked of
+ * writes one only where the device measured >= 1.5x more at queue depth 16 than at 1 and than a
+ * buffered reader gets by itself), asked of
  * the engine at the first look at a cold stream on the device (the launcher sets "profile" when a
  * profile has a window). */
 #define PF_MAX_FD 4096
@@ -781,23 +782,26 @@ static struct pf_dev pf_device(dev_t dev) {
   return d;
 }
 
-/* Asks the engine (loading it) for fd's window and keeps it for the device; 0 on any failure. */
+/* Asks the engine (loading it) for fd's window and keeps it for the device; 0 on any failure. Like
+ * every look it never waits for g_mu: where another thread holds it, nothing is asked now and the
+ * next look asks again. */
 static size_t pf_ask(int fd, dev_t dev) {
+  if (pthread_mutex_trylock(&g_mu) != 0) return 0;
   const int was = t_inside;
   t_inside = 1; /* the engine's own calls (loading it, reading the profile) pass through */
-  pthread_mutex_lock(&g_mu);
   const int loaded = engine_load_locked();
   pthread_mutex_unlock(&g_mu);
   const int64_t w = loaded ? eng.prefetch_window(fd, g_settings) : 0;
   t_inside = was;
   const size_t window = w > 0 ? (size_t)w : 0;
-  pthread_mutex_lock(&g_mu);
-  const int i = pf_slot_locked(dev);
-  if (i < g_pf_ndevs) {
-    g_pf_devs[i].window = window;
-    g_pf_devs[i].asked = 1;
+  if (loaded && pthread_mutex_trylock(&g_mu) == 0) {
+    const int i = pf_slot_locked(dev);
+    if (i < g_pf_ndevs) {
+      g_pf_devs[i].window = window;
+      g_pf_devs[i].asked = 1;
+    }
+    pthread_mutex_unlock(&g_mu);
   }
-  pthread_mutex_unlock(&g_mu);
   return window;
 }
 
@@ -814,10 +818,10 @@ static int pf_cached(int fd, off_t off) {
     } range = {(uint64_t)off & ~(uint64_t)4095, 1};
     uint64_t cs[5]; /* nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted */
     if (syscall(__NR_cachestat, fd, &range, cs, 0) == 0) return cs[0] != 0;
-    if (errno != ENOSYS && errno != EPERM && errno != EOPNOTSUPP && errno != EINVAL)
+    if (errno == ENOSYS || errno == EPERM) /* none here, or refused (a seccomp filter older than it) */
+      __atomic_store_n(&no_cachestat, 1, __ATOMIC_RELAXED);
+    else if (errno != EOPNOTSUPP && errno != EINVAL) /* EOPNOTSUPP: this file (hugetlbfs): the other probe */
       return 1; /* cannot tell (EBADF...): ask for nothing */
-    /* none here, or refused (a seccomp filter older than cachestat says EPERM): the other probe */
-    __atomic_store_n(&no_cachestat, 1, __ATOMIC_RELAXED);
   }
   char probe;
   struct iovec v = {&probe, 1};
@@ -838,7 +842,7 @@ static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || pos >= st.st_size) goto out;
   const struct pf_dev d = pf_device(st.st_dev);
   size_t window = d.window;
-  if (!window) goto out;
+  if (!window || !d.piece) goto out;
   if (s->ahead < pos || s->ahead > pos + (off_t)window) s->ahead = pos;
   if (s->ahead - pos >= (off_t)(window / 2)) goto out; /* enough is on its way */
   off_t end = pos + (off_t)window < st.st_size ? pos + (off_t)window : st.st_size;
@@ -1105,6 +1109,7 @@ static void in_child(void) {
   g_nfiles = 0;
   g_dropped = 0;
   g_prefetches = 0;
+  g_pf_ndevs = 0; /* a fork amid an insertion may have left a half-written entry: read sysfs again */
   g_engine_loaded = g_engine > 0;
 }
 
