@@ -58,8 +58,10 @@ typedef struct fake_counters_t {
   uint64_t registered, live_allocs, streams;
   uint64_t cufile_reads, cufile_writes, cufile_buf_registers, cufile_batch_ios, cufile_handles;
   /* cuMemHostRegister calls that succeeded (of which READ_ONLY) and failed, cuMemHostUnregister
-   * calls that succeeded, bytes registered now, unregistrations while copies still read the range. */
+   * calls that succeeded, bytes registered now, unregistrations while copies still read the range;
+   * then the failed calls that asked for READ_ONLY (file pages: pagecache's pins, not staging rings). */
   uint64_t register_calls, register_readonly, register_refused, unregister_calls, registered_bytes, unregister_busy;
+  uint64_t register_readonly_refused;
 } fake_counters_t;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -323,6 +325,7 @@ EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
   else if (rc == OK && memlock >= 0 && g_cnt.registered_bytes + n > (uint64_t)memlock) rc = E_OOM;
   if (rc != OK) {
     g_cnt.register_refused++;
+    if (flags & REGISTER_READ_ONLY) g_cnt.register_readonly_refused++;
     pthread_mutex_unlock(&g_mu);
     free(snap);
     return rc;

@@ -803,9 +803,9 @@ def test_pinned_empty_registers_with_the_driver_and_falls_back_to_mlock(fake_lib
 FAKE_COUNTERS = """
         import ctypes, os
         fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
-        REFUSED, REGISTERED_BYTES = 16, 18  # register_refused, registered_bytes
+        REGISTERED_BYTES, READONLY_REFUSED = 18, 20  # registered_bytes, register_readonly_refused
         def counters():
-            c = (ctypes.c_uint64 * 20)()
+            c = (ctypes.c_uint64 * 21)()
             fake.fake_cuda_counters(c)
             return c
         def pinned():
@@ -889,10 +889,13 @@ def test_pagecache_asks_once_per_worker_and_heeds_a_device_without_read_only_reg
             with accio.open("in.bin", mechanism="staged", threads=3) as f:
                 f.read_into(accio.device_array(n), 0)
             os.environ["FAKE_CUDA_MEMLOCK"] = str(pinned())
-        refused = counters()[REFUSED]
+        # pagecache's pins only (READ_ONLY): a worker that falls back to staged may also find no
+        # staging ring free and have one registered (refused under the limit too), depending on how
+        # many rings the read above left, which depends on how the pool ran its tasks
+        refused = counters()[READONLY_REFUSED]
         b, plans, w = read_whole("in.bin", n, **kw)
         assert b.to_bytes() == data.tobytes()
-        print(counters()[REFUSED] - refused)
+        print(counters()[READONLY_REFUSED] - refused)
         print(plans["pagecache(staged)"]["why"], plans["pagecache(staged)"]["bytes"] == n, "pagecache(zero-copy)" in plans)
         print(sum("pagecache" in str(x.message) for x in w))
     """
