@@ -717,8 +717,8 @@ static struct stream g_streams[PF_MAX_FD];
 static uint64_t g_prefetches; /* windows asked for ("prefetch_windows" in the statistics) */
 
 /* The devices seen, under g_mu: each one's WILLNEED piece, and (profile mode) its window once the
- * engine was asked (a window of 0 turns the device off for good). Devices beyond the table get no
- * prefetch. */
+ * engine was asked (a window of 0 turns the device off for good). Devices beyond the table: see
+ * pf_device. */
 #define PF_MAX_DEV 16
 struct pf_dev {
   dev_t dev;
