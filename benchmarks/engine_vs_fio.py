@@ -30,6 +30,9 @@ import accio
 from accio._system import drop_pages, parse_size, residency
 from accio.info import filesystem, gather
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_programs import fio_mibps  # noqa: E402  (one reading of fio's JSON for the benchmarks)
+
 MiB = 1 << 20
 
 
@@ -54,16 +57,11 @@ def accio_pass(path: str, size: int, record: int, buf, write: bool, fsync: bool,
 
 
 def fio_pass(path: str, size: int, write: bool) -> float:
-    cmd = ["fio", "--name=accio-peer", f"--filename={path}", f"--size={size}", "--bs=1M", "--direct=1",
-           "--ioengine=libaio", "--iodepth=16", f"--rw={'write' if write else 'read'}", "--output-format=json",
-           "--invalidate=1"]
+    cmd = ["--name=accio-peer", f"--filename={path}", f"--size={size}", "--bs=1M", "--direct=1",
+           "--ioengine=libaio", "--iodepth=16", f"--rw={'write' if write else 'read'}", "--invalidate=1"]
     if write:
         cmd.append("--end_fsync=1")
-    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-    job = out["jobs"][0]
-    side = job["write" if write else "read"]
-    # io bytes over the job's wall time (which includes the final fsync for writes)
-    return side["io_bytes"] / MiB / (job["job_runtime"] / 1000.0)
+    return fio_mibps(cmd, "write" if write else "read")  # over the job's wall time: the fsync included
 
 
 def memcpy_scaling(nbytes: int = 256 * MiB, rounds: int = 4) -> tuple[float, float]:

@@ -250,6 +250,14 @@ def engine_ratio(big: Path, size: int, rounds: int, cold: bool) -> dict:
     return compare("engine", {"posix": read_all("posix"), "parallel": read_all("parallel")}, rounds, base="posix")
 
 
+def fio_mibps(args: list[str], side: str) -> float:
+    """MiB/s of one fio job run with these options: the bytes of its `side` ("read" or "write")
+    over the job's wall time (job_runtime, which includes an end_fsync)."""
+    out = subprocess.run(["fio", *args, "--output-format=json"], capture_output=True, text=True, check=True).stdout
+    job = json.loads(out)["jobs"][0]
+    return job[side]["io_bytes"] / MiB / (job["job_runtime"] / 1000.0)
+
+
 def fio_qd(big: Path, size: int, rounds: int) -> dict:
     """fio's sequential 128 KiB reads of the cold file: libaio O_DIRECT at iodepth 1 and 16 (the
     issue's measure of what depth gives), and psync buffered (a reader's own rate: the kernel's
@@ -260,11 +268,8 @@ def fio_qd(big: Path, size: int, rounds: int) -> dict:
             ["--direct=1", "--ioengine=libaio", f"--iodepth={qd}"]
 
         def one() -> float:
-            out = subprocess.run(["fio", "--name=qd", f"--filename={big}", f"--size={size}", "--rw=read", "--bs=128k",
-                                  *opts, "--readonly", "--output-format=json"],
-                                 capture_output=True, text=True, check=True).stdout
-            job = json.loads(out)["jobs"][0]
-            return job["read"]["io_bytes"] / MiB / (job["job_runtime"] / 1000.0)
+            return fio_mibps(["--name=qd", f"--filename={big}", f"--size={size}", "--rw=read", "--bs=128k",
+                              *opts, "--readonly"], "read")
         return one
     rec = compare("fio-qd16/qd1", {"qd1": go(1), "qd16": go(16), "reader": go(0)}, rounds, base="qd1")
     h = stats.ratio(rec["samples"]["qd16"], rec["samples"]["reader"])
