@@ -143,7 +143,10 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
   sh.last = last;
   s.op = p.op;
   s.nargs = 0;
-  s.flags = 0;
+  // Set with the slot's first stores: or'ed in after the encoding instead, this flag (never set
+  // for a call) made AVEO's tests 1-4 12-34% slower on the 2-vCPU VM, for a reason not established
+  // (docs/performance.md, "Offload runtime").
+  s.flags = last ? 0 : kMorePieces;
   s.addr = p.addr;
   s.size = p.size;
   s.data_off = len ? start % arena_size : 0;
@@ -171,7 +174,6 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
     if (p.op == kVhBarrier) sh.vh_arg = p.vh_arg;  // the union's other member (src) is kCopyMem's
     if (p.op == kCopyMem) s.vals[0] = p.src;
   }
-  if (!last) s.flags |= kMorePieces;
   sh.arena_end = len ? start + len : a_head;
   a_head = sh.arena_end;
   head = i + 1;
