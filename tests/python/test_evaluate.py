@@ -29,7 +29,8 @@ def synthetic(speeds: dict, noise: float, seed: int = 1):
 
 def cell_of(speeds, noise, reps=7, max_reps=15, seed=1):
     sample, calls = synthetic(speeds, noise, seed)
-    samples, rounds = evaluate.measure_cell(sample, tuple(speeds), reps, max_reps)
+    samples, rounds = evaluate.measure_cell(lambda names: {m: sample(m) for m in names}, tuple(speeds), reps,
+                                            max_reps)
     c = {"op": "read", "cache": "hot", "threads": 1, "file_size": 8 * MiB, "transfer": 4 * KiB}
     evaluate.judge(c, samples, rounds)
     return c, calls
@@ -68,6 +69,40 @@ def test_a_noisy_difference_is_resolved_by_the_extra_rounds():
     c, calls = cell_of({"auto": 1000, "posix": 1100}, noise=0.12, seed=3, max_reps=31)
     assert c["verdict"] == "slower", c["auto_vs"]
     assert calls["auto"] >= 7
+
+
+def test_rounds_rotate_and_every_sample_is_noted():
+    seen, noted = [], []
+
+    def sample_round(names):
+        seen.append(list(names))
+        return {m: 100.0 + i for i, m in enumerate(names)}
+    samples, rounds = evaluate.measure_cell(sample_round, ("auto", "posix", "direct"), 7, 7,
+                                            note=lambda m, r, v: noted.append((m, r, v)))
+    assert seen[:3] == [["auto", "posix", "direct"], ["posix", "direct", "auto"], ["direct", "auto", "posix"]]
+    assert rounds == {m: list(range(7)) for m in ("auto", "posix", "direct")}
+    assert samples["auto"][:3] == [100.0, 102.0, 101.0]  # each name gets its own value of its round
+    assert len(noted) == 21 and noted[0] == ("auto", 0, 100.0)
+
+
+def test_sample_together_alternates_phases_until_each_has_its_time(monkeypatch, tmp_path):
+    from accio.tune.measure import Bench
+    calls = []
+    span_ns = {"fast": 10_000_000, "slow": 30_000_000}  # 10 ms and 30 ms phases
+
+    def phase(self, settings, op, cold, threads, size, nbytes, plans_used, device):
+        calls.append(settings["mechanism"])
+        return nbytes, span_ns[settings["mechanism"]]
+    monkeypatch.setattr(Bench, "_phase", phase)
+    b = Bench(str(tmp_path), MiB)
+    got = b.sample_together([({"mechanism": "fast"}, MiB, None), ({"mechanism": "slow"}, MiB, None)],
+                            "read", False, 1, 4096, min_seconds=0.05)
+    # Taking turns: both phase once, then only the one still short of 50 ms, until it has them.
+    assert calls == ["fast", "slow", "fast", "slow", "fast", "fast", "fast"]
+    assert got == pytest.approx([5 / 0.05, 2 / 0.06])  # MiB over seconds of timed transfer
+    calls.clear()
+    assert b.sample({"mechanism": "slow"}, "read", False, 1, 4096, MiB, min_seconds=0.0) == pytest.approx(1 / 0.03)
+    assert calls == ["slow"]  # at least one phase, even with no time asked for
 
 
 def test_fewer_than_the_minimum_samples_is_never_a_verdict():

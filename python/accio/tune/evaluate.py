@@ -2,8 +2,10 @@
 the project's statistics rule (accio.stats, docs/methodology.md).
 
 A grid of cells (file size x transfer size x hot/cold x 1 and N threads x read/write). In every cell
-`auto` and every fixed mechanism (default settings) are measured in the same run, interleaved in a
-rotating order (accio.stats.interleave), `reps` rounds (at least MIN_SAMPLES for a result). The
+`auto` and every fixed mechanism (default settings) are measured in the same run, `reps` rounds (at
+least MIN_SAMPLES for a result) in a rotating order (accio.stats.rotation); within a round their
+phases take turns (Bench.sample_together), so that the samples of a round are taken in the same
+tens of milliseconds. The
 oracle of a cell is the fixed mechanism with the best median; a contender's ratio is its median over
 the oracle's (auto's can exceed 1). auto is compared with the oracle and with every fixed mechanism
 by the paired ratio of the rounds and its 95% bootstrap interval: faster or slower when the interval
@@ -67,10 +69,11 @@ def _compare(rounds: dict, samples: dict, a: str, b: str) -> dict:
             "method": r.method, "n": min(len(xa), len(xb)), "verdict": verdict}
 
 
-def measure_cell(sample, contenders, reps: int, max_reps: int, note=None) -> tuple[dict, dict]:
-    """Interleaved samples of every contender (sample(name) -> MiB/s), `reps` rounds, plus extra
-    rounds while auto vs the oracle is undecided (up to max_reps). Returns (samples, rounds), rounds
-    naming for each contender the rounds it was measured in (so that pairs are paired)."""
+def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None) -> tuple[dict, dict]:
+    """Samples of every contender, `reps` rounds, plus extra rounds while auto vs the oracle is
+    undecided (up to max_reps). sample_round(names) measures one round: the contenders named, in
+    that (rotating) order, -> {name: MiB/s}. Returns (samples, rounds), rounds naming for each
+    contender the rounds it was measured in (so that pairs are paired)."""
     samples = {m: [] for m in contenders}
     rounds = {m: [] for m in contenders}
     fixed = [m for m in contenders if m != "auto"]
@@ -78,10 +81,14 @@ def measure_cell(sample, contenders, reps: int, max_reps: int, note=None) -> tup
 
     def more(names, k):
         nonlocal n_round
-        got = stats.interleave({m: (lambda m=m: sample(m)) for m in names}, k, on_sample=note)
-        for m, v in got.items():
-            samples[m] += v
-            rounds[m] += range(n_round, n_round + k)
+        for r in range(n_round, n_round + k):
+            order = stats.rotation(names, r)
+            got = sample_round(order)
+            for m in order:
+                samples[m].append(got[m])
+                rounds[m].append(r)
+                if note:
+                    note(m, r, got[m])
         n_round += k
 
     more(contenders, reps)
@@ -124,17 +131,23 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
     for c in cells:
         used: set = set()
 
-        def sample(m: str, c=c, used=used) -> float:
-            # A slow contender (direct or uring at 4 KiB: 50-100 MiB/s) moves what it moves in about
-            # MAX_SAMPLE_SECONDS, a part of the cell's file, rather than seconds per sample: its rate
-            # is its per-request cost, the same over 16 MiB as over 128 MiB.
-            k = (c["op"], c["cache"], c["threads"], c["transfer"], m)
-            nbytes = c["file_size"]
-            if k in last:
-                nbytes = min(nbytes, max(c["transfer"] * c["threads"], int(last[k] * MiB * MAX_SAMPLE_SECONDS)))
-            last[k] = bench.sample({"mechanism": m}, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
-                                   nbytes, used if m == "auto" else None, min_seconds=SAMPLE_SECONDS, device=device)
-            return last[k]
+        def sample_round(order: list[str], c=c, used=used) -> dict[str, float]:
+            # The contenders' phases take turns (Bench.sample_together), so a round's pairs share the
+            # machine's moment. A slow contender (direct or uring at 4 KiB: 50-100 MiB/s) moves what it
+            # moves in about MAX_SAMPLE_SECONDS, a part of the cell's file, rather than seconds per
+            # sample: its rate is its per-request cost, the same over 16 MiB as over 128 MiB.
+            entries = []
+            for m in order:
+                k = (c["op"], c["cache"], c["threads"], c["transfer"], m)
+                nbytes = c["file_size"]
+                if k in last:
+                    nbytes = min(nbytes, max(c["transfer"] * c["threads"], int(last[k] * MiB * MAX_SAMPLE_SECONDS)))
+                entries.append(({"mechanism": m}, nbytes, used if m == "auto" else None))
+            got = bench.sample_together(entries, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
+                                        min_seconds=SAMPLE_SECONDS, device=device)
+            for m, v in zip(order, got):
+                last[(c["op"], c["cache"], c["threads"], c["transfer"], m)] = v
+            return dict(zip(order, got))
 
         def note(m: str, _round: int, _value: float, c=c) -> None:
             nonlocal done
@@ -143,7 +156,7 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
                 progress(("" if device < 0 else f"cuda:{device} ") + f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",
                          min(1.0, done / total))
 
-        samples, rounds = measure_cell(sample, contenders, reps, max_reps, note)
+        samples, rounds = measure_cell(sample_round, contenders, reps, max_reps, note)
         judge(c, samples, rounds)
         c["auto_plans"] = sorted(used)
     return summarize(cells, contenders, time.monotonic() - t0)

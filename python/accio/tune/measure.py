@@ -128,11 +128,27 @@ class Bench:
         """MiB/s of `threads` threads moving about nbytes in requests of `size`, on handles opened with
         these settings; plans_used collects the plans that served the requests. Short phases are
         repeated (each prepared untimed as the first) until min_seconds of timed transfer add up."""
-        moved = span = passes = 0
-        while passes == 0 or (span < min_seconds * 1e9 and passes < 64):
-            m, s = self._phase(settings, op, cold, threads, size, nbytes, plans_used, device)
-            moved, span, passes = moved + m, span + s, passes + 1
-        return moved / MiB / (max(span, 1) / 1e9)
+        return self.sample_together([(settings, nbytes, plans_used)], op, cold, threads, size, min_seconds,
+                                    device)[0]
+
+    def sample_together(self, contenders: list, op: str, cold: bool, threads: int, size: int,
+                        min_seconds: float = 0.0, device: int = -1) -> list[float]:
+        """sample() of several contenders ((settings, nbytes, plans_used) each) at once: their phases
+        take turns, one phase each in the given order, until every one has min_seconds of timed
+        transfer (or 64 phases). So the samples of one round are measured in the same tens of
+        milliseconds, not one after the other: on a VM whose speed moves from one second to the next
+        (vCPU placement), a pair of them then sees the same machine."""
+        moved = [0] * len(contenders)
+        span = [0] * len(contenders)
+        passes = [0] * len(contenders)
+        todo = list(range(len(contenders)))
+        while todo:
+            for i in todo:
+                settings, nbytes, plans_used = contenders[i]
+                m, s = self._phase(settings, op, cold, threads, size, nbytes, plans_used, device)
+                moved[i], span[i], passes[i] = moved[i] + m, span[i] + s, passes[i] + 1
+            todo = [i for i in todo if span[i] < min_seconds * 1e9 and passes[i] < 64]
+        return [moved[i] / MiB / (max(span[i], 1) / 1e9) for i in range(len(contenders))]
 
     def _phase(self, settings, op, cold, threads, size, nbytes, plans_used, device) -> tuple[int, int]:
         """One prepared, timed phase: (bytes moved, ns from the earliest start to the latest end)."""
