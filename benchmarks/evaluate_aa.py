@@ -14,7 +14,6 @@ MiB = 1 << 20
 op, cache, threads, fs, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) * MiB, int(sys.argv[5])
 rounds = int(sys.argv[6]) if len(sys.argv) > 6 else 15
 with Bench(sys.argv[7] if len(sys.argv) > 7 else "/var/tmp", fs) as b:
-    b.prepare()
     a, c = [], []
     for r in range(rounds):
         e = [({"mechanism": "posix"}, fs, None), ({"mechanism": "posix"}, fs, None)]

@@ -280,7 +280,7 @@ def evaluate(args, directory: str, path: str) -> int:
               f"(run `accio tune {directory}` first to evaluate a measured profile)", file=sys.stderr)
     big = max(file_sizes)
     gpu = _gpu(args, directory)
-    _check_space(directory, 2 * big)
+    _check_space(directory, 2 * big + sum(s for s in set(file_sizes) if s != big))  # the read file of every size
     progress = _Progress(not args.quiet and sys.stderr.isatty())
     try:
         with Bench(directory, big) as bench:

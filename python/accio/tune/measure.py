@@ -1,7 +1,9 @@
 """The one timed measurement `accio tune` and `accio tune --evaluate` are built from.
 
 A Bench owns two scratch files in the tuned directory: one that reads use (written once) and one
-that writes use. sample() measures one plan on one cell: operation (read/write), cache state
+that writes use, both of file_size bytes; a sample can ask for a file of another size (the
+evaluation's 8 MiB file is an 8 MiB file, not the first 8 MiB of a larger one), which the Bench
+writes once, beside them. sample() measures one plan on one cell: operation (read/write), cache state
 (hot: the range is in the page cache; cold: reads after fsync + posix_fadvise(DONTNEED) with the
 residency checked, writes into a freshly truncated file), concurrency (that many threads, each with
 its own handle and byte range, started together), request size and target (host memory, or GPU
@@ -72,6 +74,15 @@ def _describe(plan: Plan) -> tuple[str, bool]:
     return _ext.plan_describe(json.dumps(plan.to_json()))
 
 
+def _fill(path: str, size: int) -> None:
+    """Writes `size` bytes of incompressible data to path and fsyncs it."""
+    chunk = bytearray(os.urandom(1 << 16)) * 128  # 8 MiB
+    with File(path, "w", mechanism="posix") as f:
+        for off in range(0, size, len(chunk)):
+            f.write_from(memoryview(chunk)[:min(len(chunk), size - off)], off)
+        f.fsync()
+
+
 def fmt(n: int) -> str:
     """4194304 -> "4MiB": bench's size format without the space, as the engine's plan labels write it."""
     return fmt_size(n).replace(" ", "")
@@ -86,6 +97,7 @@ class Bench:
         self.write_path = os.path.join(directory, tag + ".w")
         self.cold_reads = True
         self.cold_note = ""
+        self._read_files = {file_size: self.read_path}  # size -> a read file of exactly that size
 
     def __enter__(self) -> "Bench":
         self.prepare()
@@ -96,12 +108,8 @@ class Bench:
 
     def prepare(self) -> None:
         """Writes the read file (file_size bytes) and finds out whether reads can be made cold here."""
-        chunk = bytearray(os.urandom(1 << 16)) * 128  # 8 MiB of incompressible data
         for path in (self.read_path, self.write_path):
-            with File(path, "w", mechanism="posix") as f:
-                for off in range(0, self.file_size, len(chunk)):
-                    f.write_from(memoryview(chunk)[:min(len(chunk), self.file_size - off)], off)
-                f.fsync()
+            _fill(path, self.file_size)
         drop_pages(self.read_path, 0, self.file_size)
         r = residency(self.read_path, 0, self.file_size)
         if r > COLD_MAX_RESIDENCY:
@@ -109,8 +117,21 @@ class Bench:
             self.cold_note = (f"{r:.0%} of the file stayed in memory after fsync + POSIX_FADV_DONTNEED "
                               "(tmpfs and similar keep files in memory): cold reads cannot be measured here")
 
+    def read_file(self, size: int = 0) -> str:
+        """The path of a read file of exactly `size` bytes (0: file_size), written on first use."""
+        size = size or self.file_size
+        if size not in self._read_files:
+            path = f"{self.read_path}.{size}"
+            _fill(path, size)
+            # Dropped, as prepare() drops the first: a hot phase then finds the pages a read brought
+            # in (_warm), as in every file of the bench. Pages cached by the writing read 2.1x
+            # faster here (a hot 8 MiB file in 256 KiB posix reads, 9 rounds taking turns).
+            drop_pages(path, 0, size)
+            self._read_files[size] = path
+        return self._read_files[size]
+
     def cleanup(self) -> None:
-        for p in (self.read_path, self.write_path):
+        for p in (*self._read_files.values(), self.write_path):
             try:
                 os.unlink(p)
             except FileNotFoundError:
@@ -132,12 +153,14 @@ class Bench:
                                     device)[0]
 
     def sample_together(self, contenders: list, op: str, cold: bool, threads: int, size: int,
-                        min_seconds: float = 0.0, device: int = -1) -> list[float]:
+                        min_seconds: float = 0.0, device: int = -1, file_size: int = 0) -> list[float]:
         """sample() of several contenders ((settings, nbytes, plans_used) each) at once: their phases
         take turns, one phase each in the given order, until every one has min_seconds of timed
         transfer (or 64 phases). So the samples of one round are measured in the same tens of
         milliseconds, not one after the other: on a VM whose speed moves from one second to the next
-        (vCPU placement), a pair of them then sees the same machine."""
+        (vCPU placement), a pair of them then sees the same machine. file_size: the phases run on a
+        file of exactly that size (0: file_size), so that a request that reaches the cell's end of
+        file reaches the file's; a cold write starts a fresh file whatever it is."""
         moved = [0] * len(contenders)
         span = [0] * len(contenders)
         passes = [0] * len(contenders)
@@ -145,23 +168,27 @@ class Bench:
         while todo:
             for i in todo:
                 settings, nbytes, plans_used = contenders[i]
-                m, s = self._phase(settings, op, cold, threads, size, nbytes, plans_used, device)
+                m, s = self._phase(settings, op, cold, threads, size, nbytes, plans_used, device, file_size)
                 moved[i], span[i], passes[i] = moved[i] + m, span[i] + s, passes[i] + 1
             todo = [i for i in todo if span[i] < min_seconds * 1e9 and passes[i] < 64]
         return [moved[i] / MiB / (max(span[i], 1) / 1e9) for i in range(len(contenders))]
 
-    def _phase(self, settings, op, cold, threads, size, nbytes, plans_used, device) -> tuple[int, int]:
+    def _phase(self, settings, op, cold, threads, size, nbytes, plans_used, device, file_size=0) -> tuple[int, int]:
         """One prepared, timed phase: (bytes moved, ns from the earliest start to the latest end)."""
         write = op == "write"
-        path = self.write_path if write else self.read_path
-        per = max(size, min(nbytes, self.file_size) // threads // size * size)
+        file_size = file_size or self.file_size
+        path = self.write_path if write else self.read_file(file_size)
+        per = max(size, min(nbytes, file_size) // threads // size * size)
         total = per * threads
         if write:
             if cold:
                 os.truncate(path, 0)
-            elif os.path.getsize(path) < total:
-                with File(path, "r+", mechanism="posix") as f:
-                    f.write_from(bytearray(total), 0)
+            elif (have := os.path.getsize(path)) != (want := max(total, file_size)):
+                # hot: an overwrite inside a file of the cell's size
+                os.truncate(path, min(have, want))
+                if have < want:
+                    with File(path, "r+", mechanism="posix") as f:
+                        f.write_from(bytearray(want - have), have)
             if not cold:
                 self._warm(path, total)
         elif cold:
