@@ -744,18 +744,20 @@ def report(run: Run) -> Path | None:
     write_json(jpath, doc)
     (run.results / f"{base}.md").write_text(render_md(doc))
     if run.a.copy_to:
+        # The device tool brings back at most 8 files, 2 folders down: the report as it is, and the
+        # state (every stage's JSON and log, the benchmarks' JSON) as one archive that unpacks into
+        # build/gpu-check/ here to resume on a new machine.
+        import tarfile
         dest = Path(run.a.copy_to)
-        for sub in ("stages", "logs", "bench"):
-            src = run.state / sub
-            if src.is_dir():
-                shutil.copytree(src, dest / "gpu-check" / sub, dirs_exist_ok=True)
-        for f in ("machine.json", "accio-info.txt", "pytest-gpu.xml"):
-            if (run.state / f).exists():
-                (dest / "gpu-check").mkdir(parents=True, exist_ok=True)
-                shutil.copy2(run.state / f, dest / "gpu-check" / f)
-        (dest / "results-gpu").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(jpath, dest / "results-gpu" / jpath.name)
-        shutil.copy2(jpath.with_suffix(".md"), dest / "results-gpu" / f"{base}.md")
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(jpath, dest / jpath.name)
+        shutil.copy2(jpath.with_suffix(".md"), dest / f"{base}.md")
+        tmp = dest / "gpu-check.tar.gz.tmp"
+        with tarfile.open(tmp, "w:gz") as t:
+            for name in ("stages", "logs", "bench", "machine.json", "accio-info.txt", "pytest-gpu.xml"):
+                if (run.state / name).exists():
+                    t.add(run.state / name, arcname=name)
+        os.replace(tmp, dest / "gpu-check.tar.gz")
     return jpath
 
 
