@@ -11,7 +11,7 @@ Any host buffer works: bytes-like objects (bytearray, memoryview, mmap), NumPy a
 DLPack arrays (e.g. PyTorch CPU tensors). So does GPU memory: CuPy arrays, PyTorch CUDA tensors,
 Numba and JAX arrays (DLPack or ``__cuda_array_interface__``, recognised before the buffer
 protocol, with the producer's stream waited for) go through the device mechanisms (naive, staged,
-gds, pagecache; auto picks pagecache for reads, which runs small ones staged):
+gds, pagecache; auto runs staged unless `accio tune` measured this GPU model):
 
     t = torch.empty(n, dtype=torch.uint8, device="cuda")
     with accio.open("weights.bin") as f:

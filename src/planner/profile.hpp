@@ -109,8 +109,7 @@ struct Profile {
   static std::shared_ptr<const Profile> builtin_model();
   static std::shared_ptr<const Profile> builtin_model(const MachineFacts& facts);
   // The device table of a GPU model: the profile's measured one, else the built-in device rule
-  // (builtin_device_model: reads run pagecache, which sends reads below `pagecache_min` and ranges
-  // not in the page cache through staged; writes run staged).
+  // (builtin_device_model: reads and writes run staged; docs/gpu.md says why not pagecache).
   std::shared_ptr<const Profile> device_table(const std::string& model) const;
   static std::shared_ptr<const Profile> builtin_device_model();
   // Parses a profile document; throws base::Error(EINVAL) naming `source` on anything malformed.

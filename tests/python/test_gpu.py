@@ -746,7 +746,7 @@ def test_torch_round_trip_and_read_to_device(mech, tmp_path):
 @pytest.mark.parametrize("size", [3 << 20, (9 << 20) + 5])
 def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path, size):
     """An unmodified program's read(2) into GPU memory fails with EFAULT; under `accio run` the shim
-    hands it to the engine, which sees a device pointer and runs staged (pagecache from 8 MiB)."""
+    hands it to the engine, which sees a device pointer and runs staged."""
     data = os.urandom(size)
     (tmp_path / "in").write_bytes(data)
     prog = tmp_path / "prog.py"
@@ -846,7 +846,7 @@ def test_pagecache_reads_device_arrays_from_the_page_cache_and_reports_fallbacks
         g = accio.read("in.bin", device="cuda:0", **kw)
         assert g.to_bytes() == data.tobytes()
         assert pinned() == before, "every registration released"
-        # auto: GPU reads of at least pagecache_min go pagecache, smaller ones staged.
+        # auto (built-in device rule): staged at every size.
         a = accio.device_array(n)
         with accio.open("in.bin") as f:
             f.read_into(a, 0)
@@ -855,7 +855,7 @@ def test_pagecache_reads_device_arrays_from_the_page_cache_and_reports_fallbacks
             f.read_into(small, 4096)
             assert f.stats()["last_mechanism"] == "staged"
             assert small.to_bytes() == data[4096:4096 + (1 << 20)].tobytes()
-        assert big == "pagecache" and a.to_bytes() == data.tobytes(), big
+        assert big == "staged" and a.to_bytes() == data.tobytes(), big
         # A memlock limit that binds: staged runs, the reason is in the statistics and a warning.
         before = pinned()  # staging rings (kept for the process) registered since
         os.environ["FAKE_CUDA_MEMLOCK"] = str(before)

@@ -233,8 +233,8 @@ def render(doc: dict, source: str) -> str:
             out.append(f"  note: {n}")
         out += _render_decisions(d, "GPU ")
     if not doc.get("devices"):
-        out.append("\nGPU buffers: no device table measured: reads run pagecache (staged below pagecache_min and "
-                   "for ranges not in the page cache), writes staged. `accio tune` on a machine with a GPU measures it.")
+        out.append("\nGPU buffers: no device table measured: reads and writes run staged. `accio tune` on a "
+                   "machine with a GPU measures it.")
     return "\n".join(out)
 
 
