@@ -33,6 +33,7 @@ SAMPLE_SECONDS = 0.05  # timed transfer per sample: short phases are repeated (s
 MAX_SAMPLE_SECONDS = 0.25  # a contender that moves the cell's file in longer than this moves a part of it
 MAX_SAMPLES = 15       # the cap of the extra rounds for an undecided cell (--max-reps)
 EXTRA_ROUNDS = 4       # rounds added at a time to an undecided cell
+WARMUP_BYTES = 16 * MiB  # each contender's untimed phase before a cell's first round
 GOAL = 0.9             # a cell is fine when auto reaches this fraction of the oracle, or is within noise
 NEAR = 0.9             # fixed mechanisms at least this close to the oracle join the extra rounds
 
@@ -69,10 +70,14 @@ def _compare(rounds: dict, samples: dict, a: str, b: str) -> dict:
             "method": r.method, "n": min(len(xa), len(xb)), "verdict": verdict}
 
 
-def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None) -> tuple[dict, dict]:
+def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, warmup=None,
+                 first: int = 0) -> tuple[dict, dict]:
     """Samples of every contender, `reps` rounds, plus extra rounds while auto vs the oracle is
     undecided (up to max_reps). sample_round(names) measures one round: the contenders named, in
-    that (rotating) order, -> {name: MiB/s}. Returns (samples, rounds), rounds naming for each
+    that (rotating) order, -> {name: MiB/s}. warmup(names), if given, runs first, untimed and not
+    kept: without it the first phase of every cell went to the same contender (round 0 of the
+    rotation) and ran at 0.91-0.93 of its median. `first` offsets the rotation (the cell's index), so
+    that no contender always leads a round. Returns (samples, rounds), rounds naming for each
     contender the rounds it was measured in (so that pairs are paired)."""
     samples = {m: [] for m in contenders}
     rounds = {m: [] for m in contenders}
@@ -82,7 +87,7 @@ def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None) 
     def more(names, k):
         nonlocal n_round
         for r in range(n_round, n_round + k):
-            order = stats.rotation(names, r)
+            order = stats.rotation(names, r + first)
             got = sample_round(order)
             for m in order:
                 samples[m].append(got[m])
@@ -91,6 +96,8 @@ def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None) 
                     note(m, r, got[m])
         n_round += k
 
+    if warmup:
+        warmup(stats.rotation(contenders, first))
     more(contenders, reps)
     while "auto" in samples and fixed and len(samples["auto"]) < max_reps:
         med = {m: stats.median(samples[m]) for m in fixed}
@@ -133,10 +140,10 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
     done = 0
     t0 = time.monotonic()
     last: dict = {}  # (op, cache, threads, transfer, contender) -> its latest MiB/s, over file sizes
-    for c in cells:
+    for index, c in enumerate(cells):
         used: set = set()
 
-        def sample_round(order: list[str], c=c, used=used) -> dict[str, float]:
+        def sample_round(order: list[str], c=c, used=used, warm: bool = False) -> dict[str, float]:
             # The contenders' phases take turns (Bench.sample_together), so a round's pairs share the
             # machine's moment. A slow contender (direct or uring at 4 KiB: 50-100 MiB/s) moves what it
             # moves in about MAX_SAMPLE_SECONDS, a part of the cell's file, rather than seconds per
@@ -147,11 +154,15 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
                 nbytes = c["file_size"]
                 if k in last:
                     nbytes = min(nbytes, max(c["transfer"] * c["threads"], int(last[k] * MiB * MAX_SAMPLE_SECONDS)))
+                if warm:  # the warm-up pass: one short phase each (threads, rings, the planner's first look)
+                    nbytes = min(nbytes, max(c["transfer"] * c["threads"], WARMUP_BYTES))
                 entries.append(({"mechanism": m}, nbytes, used if m == "auto" else None))
             got = bench.sample_together(entries, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
-                                        min_seconds=SAMPLE_SECONDS, device=device, file_size=c["file_size"])
-            for m, v in zip(order, got):
-                last[(c["op"], c["cache"], c["threads"], c["transfer"], m)] = v
+                                        min_seconds=0 if warm else SAMPLE_SECONDS, device=device,
+                                        file_size=c["file_size"])
+            if not warm:
+                for m, v in zip(order, got):
+                    last[(c["op"], c["cache"], c["threads"], c["transfer"], m)] = v
             return dict(zip(order, got))
 
         def note(m: str, _round: int, _value: float, c=c) -> None:
@@ -161,7 +172,8 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
                 progress(("" if device < 0 else f"cuda:{device} ") + f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",
                          min(1.0, done / total))
 
-        samples, rounds = measure_cell(sample_round, contenders, reps, max_reps, note)
+        samples, rounds = measure_cell(sample_round, contenders, reps, max_reps, note,
+                                       warmup=lambda order, f=sample_round: f(order, warm=True), first=index)
         judge(c, samples, rounds)
         c["auto_plans"] = sorted(used)
     return summarize(cells, contenders, time.monotonic() - t0)
