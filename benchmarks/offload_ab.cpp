@@ -12,8 +12,15 @@
 // Each library is loaded RTLD_LOCAL | RTLD_DEEPBIND: its API calls and its own internal calls bind
 // to itself. Per round and metric, A and B run one after the other (the order alternating by
 // round), each after 1 ms of quiet (the other's worker stops polling after SPIN_US, which must be
-// below 500) and 200 untimed round trips that wake its own worker. Prints JSON: per build, per
-// metric (AVEO's tests 1-4 at N calls; 1-byte read and write at LAT_N), microseconds per call.
+// below 500) and 200 untimed round trips through the path the metric times (the context's queue for
+// tests 1-3, the proc's for test 4 and the 1-byte transfers) that wake its own worker. Prints JSON:
+// per build, per metric (AVEO's tests 1-4 at N calls; 1-byte read and write at LAT_N), microseconds
+// per call.
+//
+// Each proc runs the worker program next to its library (accio-offload-worker, named explicitly so
+// that ACCIO_OFFLOAD_WORKER or VEORUN_BIN cannot make both builds run one worker). The two builds
+// share what is outside libaccio_offload: libaccio's settings (ACCIO_* variables) and this file's
+// view of the header's ABI (accio_offload_options, the veo_* signatures), so they must agree on it.
 #include <dlfcn.h>
 
 #include <accio/ve_offload.h>
@@ -48,11 +55,12 @@ struct Build {
   veo_thr_ctxt* c = nullptr;
   uint64_t fn = 0, dev = 0;
   veo_args* a = nullptr;
+  std::string worker;
 };
 
 [[noreturn]] void die(const Build* b, const char* what) {
-  fprintf(stderr, "offload_ab: %s: %s: %s\n", b ? b->path : "", what,
-          b && b->last_error ? b->last_error() : dlerror());
+  const char* why = b && b->last_error ? b->last_error() : dlerror();
+  fprintf(stderr, "offload_ab: %s: %s: %s\n", b ? b->path : "", what, why ? why : "(no error text)");
   exit(1);
 }
 
@@ -82,13 +90,16 @@ void load(Build& b, const char* path, int transport, long long spin_us) {
   bind(b, h, b.last_error, "accio_offload_last_error");
   accio_offload_options o;
   if (b.options_init(&o) != 0) die(&b, "options");
+  const std::string p = path, worker = p.substr(0, p.rfind('/') + 1) + "accio-offload-worker";
+  b.worker = worker;
+  o.worker = b.worker.c_str();
   o.transport = transport;
   o.spin_us = spin_us;
   if (!(b.p = b.proc_create(&o))) die(&b, "veo_proc_create");
   if (!(b.c = b.context_open(b.p))) die(&b, "veo_context_open");
   if (!(b.fn = b.get_sym(b.p, 0, "accio_offload_echo"))) die(&b, "veo_get_sym");
-  b.a = b.args_alloc();
-  b.args_set_u64(b.a, 0, 1);
+  if (!(b.a = b.args_alloc())) die(&b, "veo_args_alloc");
+  if (b.args_set_u64(b.a, 0, 1) != 0) die(&b, "veo_args_set_u64");
   if (b.alloc_mem(b.p, &b.dev, 4096) != 0) die(&b, "veo_alloc_mem");
   char page[4096] = {1};
   if (b.write_mem(b.p, b.dev, page, sizeof page) != 0) die(&b, "veo_write_mem");
@@ -104,7 +115,16 @@ const char* const kMetrics[] = {"test1", "test2", "test3", "test4", "read_1b", "
 double run(Build& b, int m, long n, long lat_n, std::vector<uint64_t>& ids) {
   uint64_t r;
   char byte = 0;
-  for (int i = 0; i < 200; ++i) b.call_wait_result(b.c, b.call_async(b.c, b.fn, b.a), &r);  // wake the worker
+  for (int i = 0; i < 200; ++i) {  // wake the worker, through the queue the metric uses
+    if (m <= 2)
+      b.call_wait_result(b.c, b.call_async(b.c, b.fn, b.a), &r);
+    else if (m == 3)
+      b.call_sync(b.p, b.fn, b.a, &r);
+    else if (m == 4)
+      b.read_mem(b.p, &byte, b.dev, 1);
+    else
+      b.write_mem(b.p, b.dev, &byte, 1);
+  }
   const long count = m >= 4 ? lat_n : n;
   const double t0 = now();
   switch (m) {

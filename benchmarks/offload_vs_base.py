@@ -66,7 +66,18 @@ def copy_build(lib: Path, into: Path) -> Path:
     shutil.copy2(worker, into / worker.name)
     for f in lib.parent.glob("libaccio.so*"):
         (into / f.name).symlink_to(f.resolve())
+    # The copied worker finds libaccio_offload by its soname (libaccio_offload.so.0 in a CMake build):
+    # those names lead to the copy, so that the copy's worker runs the copy's library.
+    for f in lib.parent.glob(LIB + ".*"):
+        (into / f.name).symlink_to(LIB)
     return into / LIB
+
+
+def source_state() -> str:
+    """This checkout's commit and whether it has changes (the default --new is built from it)."""
+    r = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "unknown (no git)"
 
 
 def build_ab(work: Path) -> Path:
@@ -98,20 +109,28 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--spin must be 0..499 microseconds: an idle worker that polls longer takes the CPU from the "
                 "other build's")
     base = library(a.base)
+    if not a.aa and library(a.new).samefile(base):
+        p.error(f"--base and --new are the same library ({base}): give two builds, or --aa for the noise floor")
     with tempfile.TemporaryDirectory(prefix="accio-offload-ab-") as tmp:
         work = Path(tmp)
         new = copy_build(base, work / "copy") if a.aa else library(a.new)
         exe = build_ab(work)
         cmd = [str(exe), str(base), str(new), str(a.rounds), str(a.n), str(a.lat_n), a.transport, str(a.spin)]
         t0 = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        limit = 120 + a.rounds * (a.n + a.lat_n) // 1000  # about 20x what a quiet machine takes
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"offload_ab took over {limit} s: a worker hung, or the machine is far slower "
+                             "than expected (fewer --rounds)")
         if r.returncode != 0:
             raise SystemExit(f"offload_ab failed ({r.returncode}): {r.stderr.strip()}")
         out = json.loads(r.stdout)
     runs = {"base": out["a"], "new": out["b"]}
-    result = {"command": " ".join([sys.executable] + sys.argv), "cpu": cpu_model(), "machine": platform.node(),
-              "method": "in-process A/B (benchmarks/offload_ab.cpp)", "base": str(base),
-              "new": "copy of base (A/A)" if a.aa else str(new), "rounds": a.rounds, "n": a.n, "lat_n": a.lat_n,
+    args = sys.argv[1:] if argv is None else argv
+    result = {"command": " ".join([sys.executable, str(Path(__file__).resolve()), *args]), "cpu": cpu_model(),
+              "machine": platform.node(), "method": "in-process A/B (benchmarks/offload_ab.cpp)", "base": str(base),
+              "new": "copy of base (A/A)" if a.aa else str(new), "checkout": source_state(), "rounds": a.rounds, "n": a.n, "lat_n": a.lat_n,
               "transport": a.transport, "spin_us": a.spin, "seconds": round(time.time() - t0, 1),
               "samples_us": runs, "metrics": {}}
     print(f"{'metric':<9} {'base us':>8} {'new us':>8}  base/new (>1: new faster)   verdict       goal")

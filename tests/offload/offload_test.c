@@ -1017,6 +1017,25 @@ static void test_async_alloc_and_prev_result(void) {
   CHECK(veo_call_wait_result(c, p0, &r) == VEO_COMMAND_OK && r == 42);
   CHECK(veo_call_wait_result(c, p3, &r) == VEO_COMMAND_OK && r == addr2);
   CHECK(veo_call_wait_result(c, p64, &r) == VEO_COMMAND_OK && r == ~(uint64_t)0);
+  /* a transfer larger than a slot goes in pieces (kMorePieces on all but the last): it is one request
+     to veo_prev_req_result, so 1 back from the kernel after it is the k_add before it */
+  enum { kBig = 8 << 20 };
+  uint64_t big = 0;
+  unsigned char* bytes = malloc(kBig);
+  CHECK(bytes && veo_alloc_mem(p, &big, kBig) == 0 && big);
+  memset(bytes, 7, kBig);
+  veo_args_clear(a);
+  veo_args_set_u64(a, 0, 40);
+  veo_args_set_u64(a, 1, 2);
+  veo_call_async(c, add, a);
+  uint64_t id_big = veo_async_write_mem(c, big, bytes, kBig);
+  veo_args_clear(a);
+  veo_args_set_i32(a, 0, 1);
+  uint64_t p1 = veo_call_async(c, prev, a);
+  CHECK(id_big != VEO_REQUEST_ID_INVALID && veo_call_wait_result(c, id_big, &r) == VEO_COMMAND_OK);
+  CHECK(veo_call_wait_result(c, p1, &r) == VEO_COMMAND_OK && r == 42);
+  CHECK(veo_free_mem(p, big) == 0);
+  free(bytes);
   /* free: 0 as result; twice, or something never allocated, is refused at once */
   id = veo_free_mem_async(c, addr);
   CHECK(id != VEO_REQUEST_ID_INVALID && veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 0);

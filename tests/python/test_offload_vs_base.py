@@ -41,10 +41,15 @@ def test_aa_run_pairs_every_metric(tmp_path):
 
 @needs_cxx
 def test_two_builds_by_library_path(tmp_path):
-    r = bench("--base", str(LIB / "libaccio_offload.so"), "--new", str(LIB / "accio-offload-bench"),
-              "--rounds", "7", "--n", "100", "--lat-n", "100")
+    other = tmp_path / "other"
+    shutil.copytree(LIB, other, symlinks=True)  # a second build: the same bytes at another path
+    r = bench("--base", str(LIB / "libaccio_offload.so"), "--new", str(other / "accio-offload-bench"),
+              "--rounds", "7", "--n", "100", "--lat-n", "100", "--json", str(tmp_path / "ab.json"))
     assert r.returncode == 0, r.stderr
     assert "test4" in r.stdout and "write_1b" in r.stdout
+    doc = json.loads((tmp_path / "ab.json").read_text())
+    assert doc["new"] == str(other / "libaccio_offload.so") and doc["checkout"]
+    assert doc["command"].split()[2:4] == ["--base", str(LIB / "libaccio_offload.so")]
 
 
 def test_bad_arguments_refused(tmp_path):
@@ -54,3 +59,6 @@ def test_bad_arguments_refused(tmp_path):
     assert r.returncode == 2 and "0..499" in r.stderr
     r = bench("--base", str(tmp_path))
     assert r.returncode != 0 and "no libaccio_offload.so there" in r.stderr
+    # The same library twice is not an A/B (it once passed as one).
+    r = bench("--base", str(LIB / "libaccio_offload.so"), "--new", str(LIB / "accio-offload-bench"))
+    assert r.returncode == 2 and "the same library" in r.stderr
