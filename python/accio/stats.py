@@ -14,7 +14,8 @@ Verdicts (values are rates, higher is better): "faster" when the whole interval 
 such as "staged >= 0.95 x the ceiling" is "met" when the median ratio reaches it, else "missed"
 (the project's rule); the interval is reported beside it, so a goal met by a noisy median shows.
 
-Used by benchmarks/gpu_bench.py and `accio tune --evaluate` (interleaving); docs/methodology.md.
+Used by benchmarks/gpu_bench.py, benchmarks/offload_vs_base.py and `accio tune --evaluate` (its
+rotation and ratios; its rounds take turns phase by phase, Bench.sample_together); docs/methodology.md.
 """
 from __future__ import annotations
 

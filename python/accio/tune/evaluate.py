@@ -2,10 +2,10 @@
 the project's statistics rule (accio.stats, docs/methodology.md).
 
 A grid of cells (file size x transfer size x hot/cold x 1 and N threads x read/write). In every cell
-`auto` and every fixed mechanism (default settings) are measured in the same run, `reps` rounds (at
-least MIN_SAMPLES for a result) in a rotating order (accio.stats.rotation); within a round their
-phases take turns (Bench.sample_together), so that the samples of a round are taken in the same
-tens of milliseconds. The
+`auto` and every fixed mechanism (default settings) are measured in the same run: one untimed
+warm-up phase each, then `reps` rounds (at least MIN_SAMPLES for a result) in a rotating order
+(accio.stats.rotation, starting at the cell's index); within a round their phases take turns
+(Bench.sample_together), so that the samples of a round are taken close together. The
 oracle of a cell is the fixed mechanism with the best median; a contender's ratio is its median over
 the oracle's (auto's can exceed 1). auto is compared with the oracle and with every fixed mechanism
 by the paired ratio of the rounds and its 95% bootstrap interval: faster or slower when the interval
