@@ -7,7 +7,7 @@ about auto.
 
     python benchmarks/evaluate_aa.py OP CACHE THREADS FILE_MIB TRANSFER_BYTES [--rounds 15] [--dir /var/tmp]
                                      [--json FILE]   (appends this cell's result to FILE's list)
-    python benchmarks/evaluate_aa.py write cold 1 128 4096 --json results/tune/evaluate_aa.json
+    python benchmarks/evaluate_aa.py write cold 1 128 4096 --json results/tune/evaluate_aa_s8.json
 """
 import argparse
 import datetime
@@ -16,7 +16,7 @@ import os
 import sys
 
 from accio import stats
-from accio.tune.evaluate import SAMPLE_SECONDS, WARMUP_BYTES
+from accio.tune.evaluate import SAMPLE_SECONDS, warmup_bytes
 from accio.tune.measure import Bench
 
 MiB = 1 << 20
@@ -35,7 +35,7 @@ if a.rounds < stats.MIN_SAMPLES:
     p.error(f"--rounds must be at least {stats.MIN_SAMPLES}")
 fs, cold = a.file_mib * MiB, a.cache == "cold"
 with Bench(a.dir, fs) as b:
-    warm = min(fs, max(a.transfer * a.threads, WARMUP_BYTES))
+    warm = warmup_bytes(fs, a.transfer, a.threads)
     b.sample_together([({"mechanism": "posix"}, warm, None)] * 2, a.op, cold, a.threads, a.transfer)
     x_a, x_b = [], []
     for r in range(a.rounds):

@@ -754,12 +754,12 @@ def report(run: Run) -> Path | None:
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(jpath, dest / jpath.name)
         shutil.copy2(jpath.with_suffix(".md"), dest / f"{base}.md")
-        tmp = dest / "gpu-check.tar.gz.tmp"
+        tmp = run.state / "gpu-check.tar.gz"  # made beside the state: nothing half-written in dest
         with tarfile.open(tmp, "w:gz") as t:
             for name in ("stages", "logs", "bench", "machine.json", "accio-info.txt", "pytest-gpu.xml"):
                 if (run.state / name).exists():
                     t.add(run.state / name, arcname=name)
-        os.replace(tmp, dest / "gpu-check.tar.gz")
+        shutil.copy2(tmp, dest / "gpu-check.tar.gz")
     return jpath
 
 

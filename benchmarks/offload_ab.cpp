@@ -116,14 +116,11 @@ double run(Build& b, int m, long n, long lat_n, std::vector<uint64_t>& ids) {
   uint64_t r;
   char byte = 0;
   for (int i = 0; i < 200; ++i) {  // wake the worker, through the queue the metric uses
-    if (m <= 2)
-      b.call_wait_result(b.c, b.call_async(b.c, b.fn, b.a), &r);
-    else if (m == 3)
-      b.call_sync(b.p, b.fn, b.a, &r);
-    else if (m == 4)
-      b.read_mem(b.p, &byte, b.dev, 1);
-    else
-      b.write_mem(b.p, b.dev, &byte, 1);
+    const bool ok = m <= 2   ? b.call_wait_result(b.c, b.call_async(b.c, b.fn, b.a), &r) == VEO_COMMAND_OK
+                    : m == 3 ? b.call_sync(b.p, b.fn, b.a, &r) == 0
+                    : m == 4 ? b.read_mem(b.p, &byte, b.dev, 1) == 0
+                             : b.write_mem(b.p, b.dev, &byte, 1) == 0;
+    if (!ok) die(&b, "warm-up");
   }
   const long count = m >= 4 ? lat_n : n;
   const double t0 = now();

@@ -117,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         exe = build_ab(work)
         cmd = [str(exe), str(base), str(new), str(a.rounds), str(a.n), str(a.lat_n), a.transport, str(a.spin)]
         t0 = time.time()
-        limit = 120 + a.rounds * (a.n + a.lat_n) // 1000  # about 20x what a quiet machine takes
+        # Calls per round, both builds: tests 1-4 (n each) and the 1-byte read and write (lat_n each),
+        # each after 200 warm-up calls; at 100 us a call (socket) or 5 us (shm): about 20x a quiet VM.
+        per_call_us = 100 if a.transport == "socket" else 5
+        limit = 60 + a.rounds * 2 * (4 * a.n + 2 * a.lat_n + 6 * 200) * per_call_us // 1_000_000
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
         except subprocess.TimeoutExpired:

@@ -108,7 +108,8 @@ def test_run_warms_each_cell_up_untimed_with_short_phases(monkeypatch, tmp_path)
     calls = []
 
     def together(self, entries, op, cold, threads, size, min_seconds=0.0, device=-1, file_size=0):
-        calls.append((min_seconds, [e[0]["mechanism"] for e in entries], [e[1] for e in entries]))
+        calls.append((min_seconds, [e[0]["mechanism"] for e in entries], [e[1] for e in entries],
+                      [e[2] is not None for e in entries]))
         return [100.0] * len(entries)
     monkeypatch.setattr(Bench, "sample_together", together)
     cells = [{"op": "read", "cache": "hot", "threads": 1, "file_size": 128 * MiB, "transfer": 4 * KiB},
@@ -117,7 +118,9 @@ def test_run_warms_each_cell_up_untimed_with_short_phases(monkeypatch, tmp_path)
     assert len(calls) == 2 * (1 + 7)
     for first, c in ((0, calls[0]), (8, calls[8])):
         assert c[0] == 0 and max(c[2]) <= evaluate.WARMUP_BYTES, c  # untimed, short
+        assert not any(c[3]), c  # the warm-up's plans are not counted as auto's
         assert calls[first + 1][0] == evaluate.SAMPLE_SECONDS
+        assert calls[first + 1][3] == [m == "auto" for m in calls[first + 1][1]]
     assert calls[0][1] == ["auto", "posix"] and calls[8][1] == ["posix", "auto"]  # each cell its own rotation
 
 

@@ -34,6 +34,12 @@ MAX_SAMPLE_SECONDS = 0.25  # a contender that moves the cell's file in longer th
 MAX_SAMPLES = 15       # the cap of the extra rounds for an undecided cell (--max-reps)
 EXTRA_ROUNDS = 4       # rounds added at a time to an undecided cell
 WARMUP_BYTES = 16 * MiB  # each contender's untimed phase before a cell's first round
+
+
+def warmup_bytes(file_size: int, transfer: int, threads: int) -> int:
+    """What a contender's untimed warm-up phase moves: one request per thread at least, else at most
+    WARMUP_BYTES of the cell's file."""
+    return min(file_size, max(transfer * threads, WARMUP_BYTES))
 GOAL = 0.9             # a cell is fine when auto reaches this fraction of the oracle, or is within noise
 NEAR = 0.9             # fixed mechanisms at least this close to the oracle join the extra rounds
 
@@ -155,8 +161,9 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
                 if k in last:
                     nbytes = min(nbytes, max(c["transfer"] * c["threads"], int(last[k] * MiB * MAX_SAMPLE_SECONDS)))
                 if warm:  # the warm-up pass: one short phase each (threads, rings, the planner's first look)
-                    nbytes = min(nbytes, max(c["transfer"] * c["threads"], WARMUP_BYTES))
-                entries.append(({"mechanism": m}, nbytes, used if m == "auto" else None))
+                    nbytes = min(nbytes, warmup_bytes(c["file_size"], c["transfer"], c["threads"]))
+                # auto's plans are those of its timed phases (the warm-up's are not counted)
+                entries.append(({"mechanism": m}, nbytes, used if m == "auto" and not warm else None))
             got = bench.sample_together(entries, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
                                         min_seconds=0 if warm else SAMPLE_SECONDS, device=device,
                                         file_size=c["file_size"])
