@@ -18,6 +18,9 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   bench-cli          `accio bench --target cuda:0 --preset quick`, timed (goal: under 2 minutes)
   tune-device        `accio tune --device 0` (host and GPU 0's device table, 90 s budget): the measured
                      device profile that `auto` uses for GPU buffers, kept in the report
+  host-auto          the host side on the machine's CPUs, built-in model: `accio tune --evaluate --no-device`
+                     on a 2 GiB file in 64 MiB requests, then on the default grid (issue 19)
+  host-programs      benchmarks/run_programs.py --size 1g --cache both (issue 20)
 
 Resuming: state lives in build/gpu-check/ (stages/<name>.json, logs/, bench/). A run skips the stages
 that already finished for the same sources (a hash of src/, include/, python/, benchmarks/, tests/, CMake
@@ -86,6 +89,11 @@ STAGES = (
           "staged, KvikIO compat and pinned H2D with CPU time per GiB; half-cached file; 4 KiB-1 MiB requests"),
     Stage("bench-cli", 150, "accio bench --target cuda:0 --preset quick, timed"),
     Stage("tune-device", 120, "accio tune --device 0: the host profile and GPU 0's measured device table"),
+    # The host side on this machine's CPUs (a GPU machine is the only many-CPU machine a session gets):
+    Stage("host-auto", 420, "issue 19, no profile (ACCIO_PROFILE=off): accio tune --evaluate on a 2 GiB file in "
+          "64 MiB requests (hot large reads: auto vs parallel at N threads), then on the default grid"),
+    Stage("host-programs", 420, "issue 20: benchmarks/run_programs.py, a 1 GiB file hot and cold, plain vs "
+          "accio run with default settings"),
 )
 # tune-device: --budget (the total) and the GPU's share of it: the stage stays under 2 minutes.
 TUNE_ARGS = ("--budget", "90", "--device-budget", "60")
@@ -490,6 +498,54 @@ def stage_tune(run: Run, log, deadline: float):
     return ("ok" if rc == 0 and summary.get("devices") else "failed"), summary
 
 
+# host-auto: the issue-19 grid that holds its 16-CPU goal first (hot reads of a large file in large requests)
+HOST_EVALUATIONS = (("2g-64m", ["--file-sizes", "2g", "--transfers", "64m"]), ("grid", []))
+
+
+def stage_host_auto(run: Run, log, deadline: float):
+    """accio tune --evaluate with the built-in model on this machine's CPUs (host memory only)."""
+    env = dict(run.env(), ACCIO_PROFILE="off")
+    run.data.mkdir(parents=True, exist_ok=True)
+    summary, ok = {}, True
+    for name, extra in HOST_EVALUATIONS:
+        out = run.state / "bench" / f"host-evaluate-{name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [run.python, "-m", "accio.cli", "tune", str(run.data), "--evaluate", "--no-device", "-q", *extra,
+               "--json", str(out)]
+        rc = run_cmd(cmd, log, env, deadline)
+        doc = read_json(out) if rc == 0 else None
+        s = {"command": "ACCIO_PROFILE=off " + " ".join(["accio", *cmd[3:]]), "exit": rc,
+             "json": str(out.relative_to(run.state))}
+        if doc:
+            v = doc.get("verdict") or {}
+            s.update(cells=len(doc.get("cells", [])), cells_fine=v.get("cells_fine"), best_fixed=v.get("best_fixed"),
+                     auto_geomean=doc["summary"]["auto"]["geomean"],
+                     best_fixed_geomean=doc["summary"].get(v.get("best_fixed"), {}).get("geomean"),
+                     hot_reads=[{"threads": c["threads"], "file_size": c["file_size"], "transfer": c["transfer"],
+                                 "oracle": c["oracle"], "auto_ratio": c.get("auto_ratio"), "verdict": c.get("verdict"),
+                                 "auto_plans": c.get("auto_plans")}
+                                for c in doc["cells"] if c["op"] == "read" and c["cache"] == "hot"])
+        summary[name] = s
+        ok &= doc is not None
+    return ("ok" if ok else "failed"), summary
+
+
+HOST_PROGRAMS_ARGS = ("--size", "1g", "--cache", "both")
+
+
+def stage_host_programs(run: Run, log, deadline: float):
+    """Unmodified programs plain and under accio run (default settings) on this machine's CPUs."""
+    out = run.state / "bench" / "run-programs.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run.data.mkdir(parents=True, exist_ok=True)
+    cmd = [run.python, str(ROOT / "benchmarks" / "run_programs.py"), "--dir", str(run.data), *HOST_PROGRAMS_ARGS,
+           "--json", str(out)]
+    rc = run_cmd(cmd, log, run.env(), deadline)
+    summary = {"command": " ".join(["python", *cmd[1:]]), "exit": rc, "json": str(out.relative_to(run.state))}
+    return ("ok" if rc == 0 and read_json(out) else "failed"), summary
+
+
+
 def run_stage(run: Run, st: Stage, deadline: float) -> dict:
     log_path = run.log_file(st.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -507,6 +563,10 @@ def run_stage(run: Run, st: Stage, deadline: float) -> dict:
                 status, summary = stage_cli(run, log, deadline)
             elif st.name == "tune-device":
                 status, summary = stage_tune(run, log, deadline)
+            elif st.name == "host-auto":
+                status, summary = stage_host_auto(run, log, deadline)
+            elif st.name == "host-programs":
+                status, summary = stage_host_programs(run, log, deadline)
             else:
                 status, summary = stage_bench(run, log, deadline, BENCH_SECTION[st.name])
         except StageTimeout as e:
@@ -693,6 +753,12 @@ def render_md(doc: dict) -> str:
             note = f"{s['wall_s']} s (goal < {s['goal_s']} s), {s['progress_lines']} progress lines"
         if name == "tune-device" and s.get("devices"):
             note = f"{s['wall_s']} s; device table of " + ", ".join(d.get("model", "?") for d in s["devices"])
+        if name == "host-auto" and s:
+            note = "; ".join(f"{k}: auto {v['auto_geomean']} vs {v['best_fixed']} {v['best_fixed_geomean']}, "
+                             f"{v['cells_fine']}/{v['cells']} cells fine" + "".join(
+                                 f", hot {h['threads']}t {h['transfer'] >> 20} MiB read auto/oracle {h['auto_ratio']}"
+                                 for h in v.get("hot_reads", []) if h["transfer"] >= 64 << 20)
+                             for k, v in s.items() if isinstance(v, dict) and "auto_geomean" in v)
         lines.append(f"| {name} | {st.get('status')} | {st.get('duration_s', '')} | {cell(note)} |")
     for name, sec in doc["sections"].items():
         lines += ["", f"## {name}", ""]

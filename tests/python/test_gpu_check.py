@@ -72,7 +72,8 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     record(run, "bench-write", "running")         # the command was killed mid-stage: runs again
     record(run, "bench-cold", "skipped")
     assert [s.name for s in gc.plan(run, None)] == ["bench-hot", "bench-naive", "bench-write", "bench-safetensors",
-                                                    "bench-zerocopy", "bench-cli", "tune-device"]
+                                                    "bench-zerocopy", "bench-cli", "tune-device", "host-auto",
+                                                    "host-programs"]
     assert [s.name for s in gc.plan(run, ["bench-cli", "build"])] == ["build", "bench-cli"]  # asked: in stage order
     assert gc.needs_build(run, gc.STAGES[2]) is None
     # The build's record without its outputs (state brought back from a machine that was given
@@ -80,7 +81,8 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     shutil.rmtree(run.site_accio)
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
     assert [s.name for s in gc.plan(run, None)] == ["build", "bench-hot", "bench-naive", "bench-write",
-                                                    "bench-safetensors", "bench-zerocopy", "bench-cli", "tune-device"]
+                                                    "bench-safetensors", "bench-zerocopy", "bench-cli", "tune-device",
+                                                    "host-auto", "host-programs"]
     record(run, "build", "failed")
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
 
@@ -95,6 +97,8 @@ class FakeStages:
         monkeypatch.setattr(gc, "stage_correctness", lambda run, log, dl: self.one("correctness"))
         monkeypatch.setattr(gc, "stage_cli", lambda run, log, dl: self.one("bench-cli"))
         monkeypatch.setattr(gc, "stage_tune", lambda run, log, dl: self.one("tune-device"))
+        monkeypatch.setattr(gc, "stage_host_auto", lambda run, log, dl: self.one("host-auto"))
+        monkeypatch.setattr(gc, "stage_host_programs", lambda run, log, dl: self.one("host-programs"))
         monkeypatch.setattr(gc, "stage_bench", lambda run, log, dl, section: self.one(section))
 
     def one(self, name, run=None):
@@ -124,8 +128,8 @@ def test_execute_stops_before_a_stage_that_would_pass_the_deadline_and_resumes(t
     assert gc.estimate(run, gc.STAGES[3]) == 5.0
     assert gc.execute(make_run(tmp_path, "--deadline-s", "100000"), None) == 0
     assert stages.calls == ["build", "correctness", "hot-read", "naive", "write", "safetensors", "cold-read",
-                            "zerocopy", "bench-cli", "tune-device"]
-    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 10  # all done: nothing runs
+                            "zerocopy", "bench-cli", "tune-device", "host-auto", "host-programs"]
+    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 12  # all done: nothing runs
     assert "every stage has finished" in capsys.readouterr().out
     # Asked for by name, a finished stage runs again.
     gc.execute(make_run(tmp_path), ["bench-naive"])
@@ -645,3 +649,38 @@ def test_the_wheel_builds_exports_tests_expect_the_wheels_sonames(tmp_path):
         elf = subprocess.run(["readelf", "-d", str(lib / f"{name}.so")], capture_output=True, text=True).stdout
         have = re.search(r"Library soname: \[([^\]]+)\]", elf).group(1)
         assert expected.get(name) == have, (name, have, listing)
+
+
+def test_host_auto_evaluates_the_built_in_model_and_summarises_its_hot_reads(tmp_path, monkeypatch):
+    # The stage's own grids are a 2 GiB file and the default grid (minutes); a small one here.
+    monkeypatch.setattr(gc, "HOST_EVALUATIONS",
+                        (("tiny", ["--file-sizes", "8m", "--transfers", "4m", "--max-reps", "7"]),))
+    run = make_run(tmp_path, "--installed", "--data", str(tmp_path / "data"))
+    with open(tmp_path / "log", "w") as log:
+        status, summary = gc.stage_host_auto(run, log, time.monotonic() + 600)
+    assert status == "ok", (tmp_path / "log").read_text()[-3000:]
+    s = summary["tiny"]
+    assert s["exit"] == 0 and s["command"].startswith("ACCIO_PROFILE=off accio tune ") and "--no-device" in s["command"]
+    assert s["cells"] == 8 and 0 <= s["cells_fine"] <= 8 and s["auto_geomean"] > 0 and s["best_fixed"] != "auto"
+    assert len(s["hot_reads"]) == 2 and min(h["threads"] for h in s["hot_reads"]) == 1  # 1 and N threads
+    assert all(h["auto_ratio"] > 0 and h["oracle"] != "auto" for h in s["hot_reads"])
+    doc = json.loads((run.state / s["json"]).read_text())
+    assert doc["profile"] == "built-in model"  # ACCIO_PROFILE=off reached the evaluation
+    # the report's stage line: the geometric means and the cells (hot 64 MiB reads by name)
+    summary["tiny"]["hot_reads"][0].update(transfer=64 << 20, auto_ratio=0.97)
+    md = gc.render_md({"stages": {"host-auto": {"status": status, "duration_s": 1, "summary": summary}},
+                       "sections": {}, "generated": "now", "source_id": "S1", "command": "make gpu-check"})
+    assert f"tiny: auto {s['auto_geomean']} vs {s['best_fixed']}" in md and "64 MiB read auto/oracle 0.97" in md
+
+
+def test_host_programs_runs_the_programs_benchmark(tmp_path, monkeypatch):
+    monkeypatch.setattr(gc, "HOST_PROGRAMS_ARGS", ("--quick", "--cases", "cat", "--cache", "hot"))
+    run = make_run(tmp_path, "--installed", "--data", str(tmp_path / "data"))
+    with open(tmp_path / "log", "w") as log:
+        status, summary = gc.stage_host_programs(run, log, time.monotonic() + 600)
+    assert status == "ok", (tmp_path / "log").read_text()[-3000:]
+    assert summary["exit"] == 0 and "run_programs.py" in summary["command"]
+    doc = json.loads((run.state / summary["json"]).read_text())
+    (hot,) = doc["runs"]
+    assert hot["cache"] == "hot" and [c["name"] for c in hot["cases"]] == ["cat"]
+    assert hot["cases"][0]["ratio"]["n_a"] >= 7 and hot["cases"][0]["ratio"]["estimate"] > 0
