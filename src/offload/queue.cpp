@@ -144,8 +144,8 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
   s.op = p.op;
   s.nargs = 0;
   // Set with the slot's first stores: or'ed in after the encoding instead, this flag (never set
-  // for a call) made AVEO's tests 1-4 take 1.1-1.5x as long on the 2-vCPU VM, for a reason not established
-  // (docs/performance.md, "Offload runtime").
+  // for a call) made AVEO's tests 1-4 take 1.1-1.5x as long on the 2-vCPU VM, for a reason not
+  // established (docs/performance.md, "Offload runtime").
   s.flags = last ? 0 : kMorePieces;
   s.addr = p.addr;
   s.size = p.size;
