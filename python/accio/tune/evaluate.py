@@ -34,14 +34,14 @@ MAX_SAMPLE_SECONDS = 0.25  # a contender that moves the cell's file in longer th
 MAX_SAMPLES = 15       # the cap of the extra rounds for an undecided cell (--max-reps)
 EXTRA_ROUNDS = 4       # rounds added at a time to an undecided cell
 WARMUP_BYTES = 16 * MiB  # each contender's untimed phase before a cell's first round
+GOAL = 0.9             # a cell is fine when auto reaches this fraction of the oracle, or is within noise
+NEAR = 0.9             # fixed mechanisms at least this close to the oracle join the extra rounds
 
 
 def warmup_bytes(file_size: int, transfer: int, threads: int) -> int:
     """What a contender's untimed warm-up phase moves: one request per thread at least, else at most
     WARMUP_BYTES of the cell's file."""
     return min(file_size, max(transfer * threads, WARMUP_BYTES))
-GOAL = 0.9             # a cell is fine when auto reaches this fraction of the oracle, or is within noise
-NEAR = 0.9             # fixed mechanisms at least this close to the oracle join the extra rounds
 
 
 def grid(file_sizes, transfers, threads: int, cold_reads: bool) -> list[dict]:
