@@ -342,7 +342,12 @@ def _start_long_run(tmp_path, js):
     return subprocess.Popen([*ACCIO, "bench", "-T", "write,read", "-m", "posix", "-s", "1m", "-r", "64k",
                              "-t", "1", "-i", "2", "-Q", "1,2,4,8,16,32,64,128,256,512", "--runtime", "0.3",
                              "-q", "-d", str(tmp_path), "--json", str(js), "--report", str(tmp_path / "r.html")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # SIGINT as a terminal gives it: where the tests run as a background job
+                            # (`make test &`), the shell made the tests ignore SIGINT, the bench inherits
+                            # that, and Python then installs no handler (as it should: Ctrl-C is not for
+                            # background jobs); the fresh-Debian check failed that way
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_results(js, n, proc, timeout=120):
