@@ -19,7 +19,7 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   tune-device        `accio tune --device 0` (host and GPU 0's device table, 90 s budget): the measured
                      device profile that `auto` uses for GPU buffers, kept in the report
   host-auto          the host side on the machine's CPUs, built-in model: `accio tune --evaluate --no-device`
-                     on a 2 GiB file in 64 MiB requests, then on the default grid (issue 19)
+                     on a 2 GiB file in 64 MiB and 2 GiB requests, then on the default grid (issue 19)
   host-programs      benchmarks/run_programs.py --size 1g --cache both (issue 20)
 
 Resuming: state lives in build/gpu-check/ (stages/<name>.json, logs/, bench/). A run skips the stages
@@ -90,8 +90,8 @@ STAGES = (
     Stage("bench-cli", 150, "accio bench --target cuda:0 --preset quick, timed"),
     Stage("tune-device", 120, "accio tune --device 0: the host profile and GPU 0's measured device table"),
     # The host side on this machine's CPUs (a GPU machine is the only many-CPU machine a session gets):
-    Stage("host-auto", 420, "issue 19, no profile (ACCIO_PROFILE=off): accio tune --evaluate on a 2 GiB file in "
-          "64 MiB requests (hot large reads: auto vs parallel at N threads), then on the default grid"),
+    Stage("host-auto", 480, "issue 19, no profile (ACCIO_PROFILE=off): accio tune --evaluate on a 2 GiB file in "
+          "64 MiB and 2 GiB requests (hot large reads: auto vs parallel at N threads), then on the default grid"),
     Stage("host-programs", 420, "issue 20: benchmarks/run_programs.py, a 1 GiB file hot and cold, plain vs "
           "accio run with default settings"),
 )
@@ -499,7 +499,7 @@ def stage_tune(run: Run, log, deadline: float):
 
 
 # host-auto: the issue-19 grid that holds its 16-CPU goal first (hot reads of a large file in large requests)
-HOST_EVALUATIONS = (("2g-64m", ["--file-sizes", "2g", "--transfers", "64m"]), ("grid", []))
+HOST_EVALUATIONS = (("2g", ["--file-sizes", "2g", "--transfers", "64m,2g"]), ("grid", []))
 
 
 def stage_host_auto(run: Run, log, deadline: float):
