@@ -16,6 +16,7 @@ import os
 import sys
 
 from accio import stats
+from accio._usage import write_json
 from accio.tune.evaluate import SAMPLE_SECONDS, warmup_bytes
 from accio.tune.measure import Bench
 
@@ -58,6 +59,4 @@ if a.json:
                 "cell": {"op": a.op, "cache": a.cache, "threads": a.threads, "file_size": fs, "transfer": a.transfer},
                 "rounds": a.rounds, "samples_mib_s": {"a": [round(v, 1) for v in x_a], "b": [round(v, 1) for v in x_b]},
                 "ratio": rt.as_dict(), "verdict": stats.verdict(rt)})
-    with open(a.json, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    write_json(a.json, doc)

@@ -503,8 +503,9 @@ HOST_EVALUATIONS = (("2g", ["--file-sizes", "2g", "--transfers", "64m,2g"]), ("g
 
 
 def stage_host_auto(run: Run, log, deadline: float):
-    """accio tune --evaluate with the built-in model on this machine's CPUs (host memory only)."""
-    env = dict(run.env(), ACCIO_PROFILE="off")
+    """accio tune --evaluate with the built-in model (run.env() sets ACCIO_PROFILE=off) on this
+    machine's CPUs (host memory only)."""
+    env = run.env()
     run.data.mkdir(parents=True, exist_ok=True)
     summary, ok = {}, True
     for name, extra in HOST_EVALUATIONS:
@@ -543,7 +544,6 @@ def stage_host_programs(run: Run, log, deadline: float):
     rc = run_cmd(cmd, log, run.env(), deadline)
     summary = {"command": " ".join(["python", *cmd[1:]]), "exit": rc, "json": str(out.relative_to(run.state))}
     return ("ok" if rc == 0 and read_json(out) else "failed"), summary
-
 
 
 def run_stage(run: Run, st: Stage, deadline: float) -> dict:

@@ -109,11 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--spin must be 0..499 microseconds: an idle worker that polls longer takes the CPU from the "
                 "other build's")
     base = library(a.base)
-    if not a.aa and library(a.new).samefile(base):
+    new = None if a.aa else library(a.new)
+    if new is not None and new.samefile(base):
         p.error(f"--base and --new are the same library ({base}): give two builds, or --aa for the noise floor")
     with tempfile.TemporaryDirectory(prefix="accio-offload-ab-") as tmp:
         work = Path(tmp)
-        new = copy_build(base, work / "copy") if a.aa else library(a.new)
+        new = new or copy_build(base, work / "copy")
         exe = build_ab(work)
         cmd = [str(exe), str(base), str(new), str(a.rounds), str(a.n), str(a.lat_n), a.transport, str(a.spin)]
         t0 = time.time()
