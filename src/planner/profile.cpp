@@ -179,17 +179,23 @@ MachineFacts MachineFacts::detect() {
   return f;
 }
 
-uint64_t MachineFacts::split_from() const {
-  if (cpus <= 1) return UINT64_MAX;
-  const uint64_t n = (handoff_bytes * cpus + cpus - 2) / (cpus - 1);  // ceil(handoff x cpus / (cpus - 1))
-  return (n + 4095) & ~uint64_t{4095};
+uint64_t MachineFacts::split_from() const { return accio_model_split_from(cpus, handoff_bytes); }
+
+uint64_t Profile::engine_from(bool write) const {
+  const std::string_view resort = device ? "staged" : "posix";
+  const std::vector<Cell>& cells = table[write][0];
+  auto runs_other = [&](const std::vector<int>& ranked) { return !ranked.empty() && plans[ranked[0]].mechanism != resort; };
+  for (size_t i = 0; i < cells.size(); ++i)
+    if (runs_other(cells[i].hot) || runs_other(cells[i].cold) || runs_other(cells[i].cold_start))
+      return i ? cells[i - 1].max_size + 1 : 0;
+  return UINT64_MAX;
 }
 
 std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts) {
   auto m = std::make_shared<Profile>();
   m->source = m->name = "built-in model";
   m->builtin = true;
-  constexpr uint64_t kTask = 4 << 20;  // the parallel mechanism's default task_size
+  constexpr uint64_t kTask = ACCIO_MODEL_TASK_BYTES;  // the parallel mechanism's default task_size
   m->plans = {PlanSpec{"posix"}, PlanSpec{"parallel"}, PlanSpec{"parallel", kTask}, PlanSpec{"direct"}};
   constexpr int kDirect = 3;
   const uint64_t even_up_to = std::max<uint64_t>(facts.cpus, 1) * kTask;
@@ -468,13 +474,18 @@ void parse_table(const Value& v, Profile& p, const std::string& source, const st
 }
 }  // namespace
 
+namespace {
+std::string size_or_null(uint64_t n) { return n == UINT64_MAX ? "null" : std::to_string(n); }
+}  // namespace
+
 std::string Profile::to_json() const {
   std::string o = "{\"schema\": \"accio.profile/1\", \"source\": ";
   json_string(o, source);
   o += ", \"name\": ";
   json_string(o, name);
   o += std::string(", \"builtin\": ") + (builtin ? "true" : "false") + ", \"prefetch\": {\"window\": " +
-       std::to_string(prefetch_window) + "}, " + table_json(*this) + ", \"devices\": [";
+       std::to_string(prefetch_window) + "}, \"engine_from\": {\"read\": " + size_or_null(engine_from(false)) +
+       ", \"write\": " + size_or_null(engine_from(true)) + "}, " + table_json(*this) + ", \"devices\": [";
   for (size_t i = 0; i < devices.size(); ++i) {
     o += i ? ", {\"model\": " : "{\"model\": ";
     json_string(o, devices[i].first);

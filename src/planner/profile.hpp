@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/settings.hpp"
+#include "planner/model_floor.h"
 
 namespace accio::planner {
 
@@ -61,13 +62,13 @@ struct MachineFacts {
   // pool and back costs (waking the workers, joining their tasks). An estimate, not measured per
   // machine: on the 2-vCPU VM a hot 1 MiB read split in two ran at 0.74x of one pread and a 2 MiB
   // one at 1.40x (results/tune/profile_ext4_vda.json), which puts it between 0.5 and 1 MiB.
-  uint64_t handoff_bytes = 768 << 10;
+  uint64_t handoff_bytes = ACCIO_MODEL_HANDOFF_BYTES;
   // The smallest cold read that starts a stream (one that does not continue the previous request)
   // for which O_DIRECT beats the page cache: one request at the device's depth against the
   // kernel's readahead ramping up behind the copy. An estimate: on the 2-vCPU VM a single cold
   // 8 MiB read ran 1.2x faster with direct than with posix, while a stream of cold 8 MiB reads ran
   // 2x slower with it (results/tune/evaluate_intervals_model_ext4_vda.json).
-  uint64_t cold_direct_from = 8 << 20;
+  uint64_t cold_direct_from = ACCIO_MODEL_COLD_DIRECT_FROM;
   static MachineFacts detect();
   // The smallest request an even split over the CPUs serves faster than one call, with one request
   // in flight: where the copy time the split saves, n x (1 - 1/cpus), exceeds the hand-off,
@@ -92,6 +93,13 @@ struct Profile {
   // device measured >= 1.5x more at queue depth 16 than at 1 and than a buffered reader gets by
   // itself). 0: no prefetch.
   uint64_t prefetch_window = 0;
+
+  // The smallest request of one direction (one request in flight, as the preload shim asks) that
+  // this table runs with anything but its last resort (posix; staged in a device table) in any
+  // cache state, by each cell's first plan: a lower bound of Planner::min_accelerated, which also
+  // knows which mechanisms can run on the file. UINT64_MAX: none. `accio tune` writes it into the
+  // profile ("engine_from") for the launcher of `accio run` (src/preload/launcher.c).
+  uint64_t engine_from(bool write) const;
 
   // The first cell whose max_size >= n (the last cell is unbounded).
   const Cell& cell(bool write, bool concurrent, uint64_t n) const;

@@ -22,7 +22,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,7 @@
 #include <unistd.h>
 
 #include "launcher.h"
+#include "planner/model_floor.h"
 #include "run_cli.h"
 
 extern char** environ;
@@ -331,59 +334,107 @@ static int has_window(const char* text) {
   return 0;
 }
 
-static int file_has_window(int dirfd, const char* name) {
+/* floor[w] = min(floor[w], the profile's "engine_from" of that direction): {"read": N|null, "write":
+ * N|null}, which `accio tune` writes (null: posix at every size). A profile without it (written by
+ * an older accio) or with anything else there gives 0: the shim then asks the engine from the
+ * threshold up, as it always did. */
+static void lower_floor(const char* text, uint64_t floor[2]) {
+  const char* p = strstr(text, "\"engine_from\"");
+  const char* end = p ? strchr(p, '}') : NULL;
+  for (int w = 0; w < 2; ++w) {
+    const char* k = end ? strstr(p, w ? "\"write\"" : "\"read\"") : NULL;
+    if (k && k < end && (k = strchr(k, ':')) && k < end) {
+      ++k;
+      while (*k == ' ' || *k == '\n' || *k == '\t' || *k == '\r') ++k;
+      if (!strncmp(k, "null", 4)) continue;
+      char* e;
+      errno = 0;
+      const unsigned long long v = strtoull(k, &e, 10);
+      if (e != k && !errno && *k != '-') {
+        if (v < floor[w]) floor[w] = v;
+        continue;
+      }
+    }
+    floor[w] = 0;
+  }
+}
+
+/* A profile's text (NULL where it cannot be read; the caller frees it). */
+static char* read_profile(int dirfd, const char* name) {
   int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return NULL;
   struct stat st;
   char* text = NULL;
-  int yes = 0;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (64 << 20) &&
       (text = malloc((size_t)st.st_size + 1))) {
     ssize_t n = read(fd, text, (size_t)st.st_size);
     text[n > 0 ? n : 0] = 0;
-    yes = has_window(text);
   }
-  free(text);
   close(fd);
-  return yes;
+  return text;
 }
 
 /* What the profiles the program's engine would use hold: *any, whether there is one at all (the
- * profile directory has a file, or ACCIO_PROFILE names one or says off), and, where want_window,
- * *window: whether one has a non-zero prefetch window (off: none). dir gets the directory. */
-static void look_at_profiles(char* dir, size_t len, int want_window, int* any, int* window) {
+ * profile directory has a file, or ACCIO_PROFILE names one or says off); *window, whether one has a
+ * non-zero prefetch window (off: none); and floor[read, write], the smallest request the engine
+ * could run with anything but posix: the built-in model's for this process's CPUs
+ * (src/planner/model_floor.h; a program that widens its affinity beyond the launcher's would get
+ * the narrower machine's floor) and every profile's "engine_from". dir gets the directory. */
+static void look_at_profiles(char* dir, size_t len, int* any, int* window, uint64_t floor[2]) {
   const char* chosen = getenv("ACCIO_PROFILE");
   const char *d = getenv("ACCIO_PROFILE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (d && *d) snprintf(dir, len, "%s", d);
   else if (x && *x) snprintf(dir, len, "%s/accio/profiles", x);
   else snprintf(dir, len, "%s/.cache/accio/profiles", home && *home ? home : "/tmp");
   *any = *window = 0;
+  cpu_set_t set;
+  const unsigned cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? (unsigned)CPU_COUNT(&set) : 0;
+  floor[0] = cpus ? accio_model_read_floor(cpus) : 0;
+  floor[1] = UINT64_MAX;
+  char* text;
   if (chosen && *chosen && strcmp(chosen, "auto") != 0) { /* off, or a profile file: the user chose */
     *any = 1;
-    *window = want_window && strcmp(chosen, "off") != 0 && file_has_window(AT_FDCWD, chosen);
+    if (!strcmp(chosen, "off")) return;
+    floor[0] = floor[1] = UINT64_MAX; /* that profile alone (the engine refuses to run without it) */
+    if ((text = read_profile(AT_FDCWD, chosen))) {
+      *window = has_window(text);
+      lower_floor(text, floor);
+      free(text);
+    } else {
+      floor[0] = floor[1] = 0;
+    }
     return;
   }
   DIR* dp = opendir(dir);
   for (struct dirent* e; dp && (e = readdir(dp));) {
     if (e->d_name[0] == '.') continue;
     *any = 1;
-    if (!want_window || (*window = file_has_window(dirfd(dp), e->d_name))) break;
+    if (!(text = read_profile(dirfd(dp), e->d_name))) { /* the engine would warn and use the model */
+      continue;
+    }
+    *window |= has_window(text);
+    lower_floor(text, floor);
+    free(text);
   }
   if (dp) closedir(dp);
 }
 
 /* The one warning worth giving, once per `accio run` and only to a person at a terminal: no
- * tuning profile for any filesystem, so auto decides from the built-in model. And the prefetch:
- * unless ACCIO_PRELOAD_PREFETCH is set, the shim asks each device's profile for its window where
- * a profile has one (elsewhere it never looks). */
+ * tuning profile for any filesystem, so auto decides from the built-in model. The prefetch: unless
+ * ACCIO_PRELOAD_PREFETCH is set, the shim asks each device's profile for its window where a
+ * profile has one (elsewhere it never looks). And the floor below which the shim passes every
+ * request to libc without loading the engine (ACCIO_PRELOAD_FLOOR, read by the shim only where no
+ * threshold and no mechanism were given). */
 static int use_profiles(int verbose) {
   const char* pf = getenv("ACCIO_PRELOAD_PREFETCH");
   const int want_window = !(pf && *pf), warn = !verbose && isatty(2);
-  if (!want_window && !warn) return 0;
-  char dir[PATH_MAX];
+  char dir[PATH_MAX], num[64];
   int any, window;
-  look_at_profiles(dir, sizeof dir, want_window, &any, &window);
-  if (window && setenv("ACCIO_PRELOAD_PREFETCH", "profile", 1) != 0) return -1;
+  uint64_t floor[2];
+  look_at_profiles(dir, sizeof dir, &any, &window, floor);
+  snprintf(num, sizeof num, "%llu,%llu", (unsigned long long)floor[0], (unsigned long long)floor[1]);
+  if (setenv("ACCIO_PRELOAD_FLOOR", num, 1) != 0) return -1;
+  if (want_window && window && setenv("ACCIO_PRELOAD_PREFETCH", "profile", 1) != 0) return -1;
   if (!any && warn)
     fprintf(stderr, "accio run: note: no tuning profile in %s: the shim decides from the built-in model; "
                     "`accio tune DIR` measures this machine (--verbose for the engine's own notes)\n", dir);

@@ -131,21 +131,29 @@ enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_write
 static size_t g_gate = ACCIO_PRELOAD_THRESHOLD_DEFAULT; /* ACCIO_PRELOAD_THRESHOLD; below it nothing is even looked at */
 static int g_gate_set = 0;         /* the threshold was given: it rules over the profile's */
 /* The pass-through gate for [read, write]: a request below it goes straight to libc after one
- * compare. It starts at g_gate; unless the threshold was given, once the engine has opened a file
+ * compare. It starts at g_floor; unless the threshold was given, once the engine has opened a file
  * it is the smallest size at which the planner's model (profile or built-in) runs anything but
  * posix on any file opened so far (accio_min_accelerated): below that the engine cannot win here. */
 static size_t g_pass[2] = {ACCIO_PRELOAD_THRESHOLD_DEFAULT, ACCIO_PRELOAD_THRESHOLD_DEFAULT};
 static int g_pass_learned = 0;
+/* Below g_floor[w] a request goes straight to libc on any descriptor: the threshold, or, where the
+ * planner decides (no threshold and no mechanism given), the floor the launcher of `accio run`
+ * computed (ACCIO_PRELOAD_FLOOR="<read>,<write>", src/planner/model_floor.h): the smallest request
+ * that the built-in model or any tuning profile the engine could load runs with anything but posix,
+ * if higher. Without it the first request from the threshold up loads the engine to learn that
+ * posix runs it (about 2.5 ms: 2-3% of a hot 2 GiB `dd bs=1M` on 2 CPUs, where the model splits
+ * reads only from 1.5 MiB). */
+static size_t g_floor[2] = {ACCIO_PRELOAD_THRESHOLD_DEFAULT, ACCIO_PRELOAD_THRESHOLD_DEFAULT};
 /* Descriptors whose file the engine has looked at (its crossing point is in g_pass). A request from
- * g_gate up on a descriptor not seen yet goes to the slow path once, so that a file whose own
+ * g_floor up on a descriptor not seen yet goes to the slow path once, so that a file whose own
  * crossing point is lower than those of the files before it (another filesystem, another profile)
  * can lower the gate instead of being shut out by it. Cleared at close(). */
 #define SEEN_MAX_FD 4096
 static unsigned char g_fd_seen[SEEN_MAX_FD];
-/* Whether a request of n bytes on fd goes straight to libc: below the gate, and below the
- * threshold or on a descriptor already seen (two compares and, in the band between, one load). */
+/* Whether a request of n bytes on fd goes straight to libc: below the gate, and below the floor
+ * or on a descriptor already seen (two compares and, in the band between, one load). */
 static inline int below_gate(int fd, size_t n, int w) {
-  return n < g_pass[w] && (n < g_gate || ((unsigned)fd < SEEN_MAX_FD && g_fd_seen[fd]));
+  return n < g_pass[w] && (n < g_floor[w] || ((unsigned)fd < SEEN_MAX_FD && g_fd_seen[fd]));
 }
 /* The pass-back memo, per descriptor and direction: the size of the last request the planner passed
  * back to libc (posix would have run it), and how many more bytes of requests of exactly that size
@@ -1208,6 +1216,21 @@ static void flush_stats(void) {
   pthread_mutex_unlock(&g_mu);
 }
 
+/* ACCIO_PRELOAD_FLOOR="<read>,<write>" (bytes): raises each direction's floor and gate from the
+ * threshold to it. Anything malformed is ignored (the engine then decides as without it). */
+static void set_floor(const char* v) {
+  unsigned long long f[2];
+  char* end;
+  errno = 0;
+  f[READ] = strtoull(v, &end, 10);
+  if (errno || end == v || *end != ',') return;
+  const char* w = end + 1;
+  f[WRITE] = strtoull(w, &end, 10);
+  if (errno || end == w || *end) return;
+  for (int d = 0; d < 2; ++d)
+    if (f[d] > g_gate) g_floor[d] = g_pass[d] = f[d] < SIZE_MAX ? (size_t)f[d] : SIZE_MAX;
+}
+
 __attribute__((constructor)) static void shim_init(void) {
   const char* q = getenv("ACCIO_QUIET");
   g_quiet = q && *q && strcmp(q, "0") != 0;
@@ -1216,7 +1239,7 @@ __attribute__((constructor)) static void shim_init(void) {
     int ok;
     size_t v = accio_run_parse_size(t, &ok); /* the launcher's parser */
     if (ok) {
-      g_gate = g_pass[READ] = g_pass[WRITE] = v ? v : 1;
+      g_gate = g_pass[READ] = g_pass[WRITE] = g_floor[READ] = g_floor[WRITE] = v ? v : 1;
       g_gate_set = 1;
     } else {
       tell_user("accio preload: ACCIO_PRELOAD_THRESHOLD='%s' is not a size: using %zu\n", t, g_gate);
@@ -1235,6 +1258,8 @@ __attribute__((constructor)) static void shim_init(void) {
   }
   const char* m = getenv("ACCIO_MECHANISM");
   g_mechanism_set = m && *m;
+  const char* fl = getenv("ACCIO_PRELOAD_FLOOR");
+  if (fl && *fl && !g_gate_set && !g_mechanism_set) set_floor(fl);
   const char* d = getenv("ACCIO_PRELOAD_STATS_DIR");
   if (d && *d && strlen(d) < sizeof g_stats_dir) {
     snprintf(g_stats_dir, sizeof g_stats_dir, "%s", d);

@@ -229,6 +229,42 @@ TEST(Profile, BuiltinModelScalesWithTheCpus) {
   EXPECT_EQ(decisions(planner::Profile::parse(m->to_json(), "model")->to_json()), decisions(m->to_json()));
 }
 
+// The floor the launcher of `accio run` computes in C without the engine (model_floor.h) is where
+// the built-in model for that many CPUs starts to run anything but posix, and a lower bound of what
+// the planner tells the shim (min_accelerated) on a file; a profile's engine_from is its own.
+TEST(Planner, ModelFloorInCIsTheModelsEngineFrom) {
+  constexpr uint64_t MiB = 1 << 20;
+  for (unsigned cpus = 1; cpus <= 1024; ++cpus) {
+    const auto m = planner::Profile::builtin_model(planner::MachineFacts{cpus});
+    ASSERT_EQ(accio_model_read_floor(cpus), m->engine_from(false)) << cpus << " CPUs";
+    ASSERT_EQ(m->engine_from(true), UINT64_MAX) << "the model writes posix at every size";
+    ASSERT_EQ(accio_model_split_from(cpus, ACCIO_MODEL_HANDOFF_BYTES), planner::MachineFacts{cpus}.split_from());
+  }
+  EXPECT_EQ(accio_model_read_floor(1), 8 * MiB);         // one CPU: only the cold reads that start a stream
+  EXPECT_EQ(accio_model_read_floor(2), 3 * MiB / 2);     // the 2-vCPU VM: 1 MiB reads stay posix
+  EXPECT_EQ(accio_model_read_floor(16), uint64_t{820} << 10);
+  // A profile's own: the first cell whose first plan (in any cache state) is not posix.
+  const auto p = planner::Profile::parse(R"({"schema": "accio.profile/1", "plans": [{"mechanism": "posix"},
+      {"mechanism": "uring", "queue_depth": 16}, {"mechanism": "parallel"}],
+    "decisions": {"read": {"1": {"hot": [{"max_size": 4194303, "plans": [0]}, {"max_size": null, "plans": [2, 0]}],
+                                 "cold": [{"max_size": 262143, "plans": [0]}, {"max_size": null, "plans": [1]}]},
+                           "N": {"hot": [{"max_size": null, "plans": [1]}]}},
+                  "write": {"1": {"hot": [{"max_size": null, "plans": [0, 1]}]}, "N": {"hot": [{"max_size": null, "plans": [1]}]}}}})",
+                                         "test");
+  EXPECT_EQ(p->engine_from(false), 256u << 10) << "cold reads run uring from 256 KiB";
+  EXPECT_EQ(p->engine_from(true), UINT64_MAX) << "one request in flight writes posix (N is not the shim's)";
+  EXPECT_NE(p->to_json().find(R"("engine_from": {"read": 262144, "write": null})"), std::string::npos) << p->to_json();
+  TempDir d;
+  const std::string path = d.file("f");
+  auto s = base::Settings::defaults();
+  s.set("profile", "off");
+  auto f = engine::File::open(path, "w", s);
+  for (const unsigned cpus : {1u, 2u, 16u}) {
+    planner::Planner pl(planner::Profile::builtin_model(planner::MachineFacts{cpus}), f->ref(), s);
+    EXPECT_LE(accio_model_read_floor(cpus), pl.min_accelerated(false)) << cpus;
+  }
+}
+
 // The built-in model's cold_start: a cold read of 8 MiB or more that does not continue the previous
 // request and runs to the end of the file runs direct; one that continues it (the kernel's readahead
 // follows the stream), the first of a stream that goes on past it, and a cached one run the hot

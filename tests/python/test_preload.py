@@ -756,6 +756,115 @@ def test_a_lower_crossing_point_is_not_shut_out_by_the_first_file(tmp_path, monk
         b.unlink()
 
 
+NONE = 2**64 - 1  # no request size: posix at every size
+
+
+def _floor_seen(launcher: Path, cpus=None, **env) -> tuple[int, int]:
+    """ACCIO_PRELOAD_FLOOR as the launcher gives it to the program (run on the first `cpus` CPUs)."""
+    e = {k: v for k, v in os.environ.items() if k not in ("ACCIO_PRELOAD_FLOOR", "ACCIO_PROFILE")}
+    pre = ["taskset", "-c", f"0-{cpus - 1}"] if cpus else []
+    p = subprocess.run(pre + [str(launcher), "--", "env"], env={**e, **env}, capture_output=True, text=True)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    got = [x.split("=", 1)[1] for x in p.stdout.splitlines() if x.startswith("ACCIO_PRELOAD_FLOOR=")]
+    r, w = got[0].split(",")
+    return int(r), int(w)
+
+
+def _saved_profile(pdir: Path, of: Path, read_cells, path=None) -> Path:
+    """A profile for of's filesystem saved as `accio tune` saves it (with "engine_from"), whose reads
+    with one request in flight run read_cells ([(max_size, plan index)], 0 posix, 1 parallel)."""
+    from accio import _ext
+    from accio.tune import profile
+    k = _ext.profile_key(str(of))
+    posix = {"hot": [{"max_size": None, "plans": [0]}]}
+    reads = {"hot": [{"max_size": m, "plans": [i]} for m, i in read_cells]}
+    doc = {"schema": "accio.profile/1", "key": {"filesystem": k["filesystem"], "device": k["device"]},
+           "plans": [{"mechanism": "posix"}, {"mechanism": "parallel"}],
+           "decisions": {"read": {"1": reads, "N": posix}, "write": {"1": posix, "N": posix}}}
+    path = path or pdir / os.path.basename(k["file"])
+    profile.save(doc, str(path))
+    return path
+
+
+def test_the_launcher_gives_the_shim_the_floor_of_the_model_and_every_profile(tmp_path):
+    """ACCIO_PRELOAD_FLOOR: the built-in model's read floor for the launcher's CPUs (model_floor.h),
+    lowered by every profile's engine_from; a profile without the field (older accio) gives 0."""
+    from accio import _ext
+    launcher = Path(sys.executable).with_name("accio-run")
+    model = json.loads(_ext.profile_describe(None))["engine_from"]
+    none = str(tmp_path / "none")
+    here = len(os.sched_getaffinity(0))
+    assert _floor_seen(launcher, ACCIO_PROFILE_DIR=none) == (model["read"], NONE)  # this process's CPUs
+    assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=none) == (8 << 20, NONE)  # one CPU: cold streams only
+    if here >= 2:
+        assert _floor_seen(launcher, cpus=2, ACCIO_PROFILE_DIR=none) == (3 << 19, NONE)  # 1.5 MiB
+    pdir = tmp_path / "profiles"
+    pdir.mkdir()
+    p = _saved_profile(pdir, tmp_path, [(2**20 - 1, 0), (None, 1)])  # parallel from 1 MiB
+    assert json.loads(p.read_text())["engine_from"] == {"read": 2**20, "write": None}
+    assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=str(pdir)) == (2**20, NONE)
+    assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=str(pdir), ACCIO_PROFILE="off") == (8 << 20, NONE)
+    assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=none, ACCIO_PROFILE=str(p)) == (2**20, NONE)
+    _saved_profile(pdir, tmp_path, [(None, 0)], path=pdir / "posix-everywhere.json")
+    assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=str(pdir)) == (2**20, NONE)  # the lowest of all
+    doc = json.loads(p.read_text())
+    del doc["engine_from"]
+    p.write_text(json.dumps(doc))  # as an older accio wrote it: the floor is unknown
+    assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=str(pdir)) == (0, 0)
+    assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=none, ACCIO_PROFILE=str(tmp_path / "missing.json")) == (0, 0)
+
+
+def test_below_the_floor_the_engine_is_never_loaded(tmp_path):
+    """On one CPU the built-in model runs anything but posix only for cold reads of 8 MiB that start
+    a stream: `dd bs=2M` passes every call to libc without loading the engine (which cost about
+    2.5 ms per process, 3% of a hot 2 GiB `dd bs=1M` on 2 CPUs). A profile that accelerates from 1
+    MiB lowers the floor, and its 2 MiB reads reach the planner again; a threshold given by the user
+    rules over the floor."""
+    f = tmp_path / "f.bin"
+    f.write_bytes(os.urandom(6 << 20))
+    cmd = ["taskset", "-c", "0", "dd", f"if={f}", "of=/dev/null", "bs=2M", "status=none"]
+    plain(cmd)  # hot
+    env = dict(os.environ, ACCIO_PROFILE_DIR=str(tmp_path / "none"))
+    env.pop("ACCIO_PROFILE", None)
+    taskset = ["taskset", "-c", "0"]
+
+    def run(env, threshold=None):
+        stats = tmp_path / f"stats-{os.urandom(4).hex()}.json"
+        args = taskset + ACCIO + ["run", "--stats-json", str(stats)] + (["--threshold", threshold] if threshold else [])
+        p = subprocess.run(args + ["--"] + cmd[3:], env=env, capture_output=True)
+        assert p.returncode == 0, p.stderr.decode()
+        rep = json.loads(stats.read_text())
+        rd = next(x for x in rep["files"] if x["path"].endswith("f.bin"))["read"]
+        return rep, rd
+
+    rep, rd = run(env)
+    assert not any(pr["engine_loaded"] for pr in rep["processes"]), rep["processes"]
+    assert rd["calls"] >= 3 and rd["accelerated_calls"] == rd["declined_calls"] == 0, rd
+    pdir = tmp_path / "profiles"
+    pdir.mkdir()
+    _saved_profile(pdir, f, [(2**20 - 1, 0), (None, 1)])
+    rep, rd = run(dict(env, ACCIO_PROFILE_DIR=str(pdir)))
+    assert any(pr["engine_loaded"] for pr in rep["processes"])
+    assert rd["accelerated_calls"] >= 3, rd  # hot 2 MiB reads: the profile's parallel
+    rep, rd = run(env, threshold="1m")  # the user's threshold: every call from 1 MiB is the engine's
+    assert rd["accelerated_calls"] >= 3, rd
+    # Without the launcher (LD_PRELOAD by hand) nothing sets the floor, and a malformed one is ignored:
+    # the first 2 MiB call loads the engine to learn that posix runs it.
+    shim = next(Path(sys.modules["accio"].__file__).parent.glob("lib/libaccio_preload.so"))
+    sd = tmp_path / "stats-by-hand"
+    sd.mkdir()
+    for floor in (None, "2m,x"):
+        e = dict(env, LD_PRELOAD=str(shim), ACCIO_PRELOAD_STATS_DIR=str(sd), ACCIO_QUIET="1")
+        if floor:
+            e["ACCIO_PRELOAD_FLOOR"] = floor
+        for old in sd.iterdir():
+            old.unlink()
+        p = subprocess.run(cmd, env=e, capture_output=True)
+        assert p.returncode == 0 and not p.stderr, p.stderr
+        recs = [json.loads(x.read_text()) for x in sd.iterdir()]
+        assert any(r["engine_loaded"] for r in recs), floor
+
+
 def test_programs_get_default_sigpipe(tmp_path):
     """CPython ignores SIGPIPE and SIGXFSZ, and an ignored signal survives exec: `accio run` must hand
     the program the defaults, so `yes | head -1` ends quietly by SIGPIPE under it as it does plain."""

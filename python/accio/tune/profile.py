@@ -185,7 +185,13 @@ def key(path: str) -> dict:
 
 
 def save(profile: dict, path: str) -> None:
-    """Writes atomically (a process opening files meanwhile sees the old or the new profile)."""
+    """Writes atomically (a process opening files meanwhile sees the old or the new profile), with
+    "engine_from" as the engine reads the profile: per direction, the smallest request (one in
+    flight) it runs with anything but posix, or null. The launcher of `accio run` reads it without
+    loading the engine, so that the shim passes smaller requests straight to libc
+    (src/planner/model_floor.h). The engine itself ignores the field: it derives it from the table."""
+    described = json.loads(_ext.profile_describe(json.dumps(profile), path))
+    profile = {**profile, "engine_from": described["engine_from"]}
     d = os.path.dirname(path) or "."
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".profile.")
