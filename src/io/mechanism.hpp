@@ -150,6 +150,14 @@ size_t read_full(int fd, void* buf, size_t n, uint64_t off, const std::string& p
 // pwrite until all n bytes are written (EINTR and short writes retried) or throws.
 void write_full(int fd, const void* buf, size_t n, uint64_t off, const std::string& path);
 
+// read_full on the buffered descriptor for a buffer in host memory (posix, parallel): a request of
+// 64 KiB or more whose buffer is not 32-byte aligned like the file offset goes through a per-thread
+// aligned buffer where the realign setting says so (auto: where slow_misaligned_copy).
+size_t read_host(const IoContext& c, void* buf, size_t n, uint64_t off);
+// Whether this CPU's kernel copy (`rep movsb`, with FSRM) is slow for a buffer misaligned against
+// the page cache (AMD Zen 3 and 4): measured once per process, on first use.
+bool slow_misaligned_copy();
+
 // Splits [off, off+n) at absolute multiples of `task` (a multiple of every alignment in use) and
 // runs fn(task_off, task_len, buf_offset) -> bytes on the runner with `width` tasks at once.
 // Returns the bytes that are contiguous from off (a short task ends the result); rethrows the

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "base/error.hpp"
@@ -174,14 +175,80 @@ TEST(Faults, InterruptedAndShortTransfersAreRetried) {
   std::mt19937_64 rng(7);
   std::vector<char> src(5 << 20), dst(5 << 20);
   fill_random(src.data(), src.size(), rng);
-  for (const char* m : {"posix", "parallel", "direct"}) {
-    auto f = engine::File::open(d.file(m), "w+", mech(m));
+  for (const char* m : {"posix", "parallel", "direct", "posix+realign", "parallel+realign"}) {
+    const std::string name = m;
+    const bool realign = name.find("+realign") != std::string::npos;
+    auto s = mech(name.substr(0, name.find('+')).c_str());
+    s.set("realign", realign ? "on" : "off");  // dst.data() is 5 bytes off the file offsets below
+    auto f = engine::File::open(d.file(m), "w+", s);
     ASSERT_EQ(f->pwrite(src.data() + 3, src.size() - 3, 5), src.size() - 3) << m;
     ASSERT_EQ(f->pread(dst.data(), src.size(), 5), src.size() - 3) << m;
     EXPECT_TRUE(std::equal(src.begin() + 3, src.end(), dst.begin())) << m;
   }
   base::sys::ops() = base::sys::real_ops();
   EXPECT_GT(g_calls.load(), 30);
+}
+
+// realign: a read of 64 KiB or more into a buffer misaligned against the file offset reaches the
+// kernel aligned like the offset (through the per-thread buffer) with realign=on, as it is with off,
+// below 64 KiB and for a buffer aligned like the offset; the bytes arrive either way.
+std::atomic<int> g_misaligned{0}, g_misaligned_small{0}, g_preads{0};
+ssize_t watching_pread(int fd, void* b, size_t n, off_t o) {
+  g_preads.fetch_add(1);
+  if ((reinterpret_cast<uintptr_t>(b) - static_cast<uint64_t>(o)) & 31) (n >= (64 << 10) ? g_misaligned : g_misaligned_small).fetch_add(1);
+  return base::sys::real_ops().pread(fd, b, n, o);
+}
+
+TEST(Faults, RealignReadsMisalignedBuffersThroughAnAlignedOne) {
+  TempDir d;
+  std::mt19937_64 rng(11);
+  std::vector<char> src((3 << 20) + 777);
+  fill_random(src.data(), src.size(), rng);
+  {
+    auto w = engine::File::open(d.file("r"), "w", mech("posix"));
+    ASSERT_EQ(w->pwrite(src.data(), src.size(), 0), src.size());
+  }
+  Buffer buf(src.size() + 64);
+  struct Case {
+    const char* mech;
+    const char* realign;
+    size_t shift, n;
+    uint64_t off;
+    bool misaligned_seen;
+  };
+  const Case cases[] = {
+      {"posix", "on", 8, src.size() + 64, 0, false},  // the short read at the end of the file too
+      {"posix", "off", 8, src.size() + 64, 0, true},
+      {"parallel", "on", 24, src.size(), 1000, false},
+      {"parallel", "off", 24, src.size(), 1000, true},
+      {"posix", "on", 8, 60 << 10, 0, false},          // below 64 KiB: as it is (small below)
+      {"posix", "on", 40, 1 << 20, 8, false},          // 40 - 8: aligned like the offset: as it is, and aligned
+      {"posix", "on", 0, 1 << 20, 4096 + 3, false},    // a page-aligned buffer at an odd offset: through it
+  };
+  base::sys::ops() = {&watching_pread, base::sys::real_ops().pwrite};
+  for (const Case& c : cases) {
+    auto s = mech(c.mech);
+    s.set("realign", c.realign);
+    auto f = engine::File::open(d.file("r"), "r", s);
+    g_misaligned = g_misaligned_small = g_preads = 0;
+    std::memset(buf.data(), 0, src.size() + 64);
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(c.n, src.size() - c.off));
+    ASSERT_EQ(f->pread(buf.data() + c.shift, c.n, c.off), want) << c.mech << " " << c.realign;
+    const auto from = src.begin() + static_cast<std::ptrdiff_t>(c.off);
+    EXPECT_TRUE(std::equal(from, from + static_cast<std::ptrdiff_t>(want), buf.data() + c.shift))
+        << c.mech << " " << c.realign << " shift " << c.shift;
+    EXPECT_EQ(buf.data()[c.shift + want], 0) << "nothing written past what was read";
+    EXPECT_GT(g_preads.load(), 0);
+    // Misaligned preads of 64 KiB or more (a split request's last task may be smaller: as it is).
+    EXPECT_EQ(g_misaligned.load() > 0, c.misaligned_seen) << c.mech << " " << c.realign << " shift " << c.shift
+                                                          << " n " << want;
+    if (c.n < (64 << 10)) {
+      EXPECT_GT(g_misaligned_small.load(), 0) << "a small request reaches the kernel as it is";
+    }
+  }
+  base::sys::ops() = base::sys::real_ops();
+  auto s = mech("posix");
+  EXPECT_THROW(s.set("realign", "sometimes"), base::Error);
 }
 
 void on_alarm(int) {}

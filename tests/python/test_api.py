@@ -178,7 +178,7 @@ def test_settings_names_env_and_api(monkeypatch):
     s = accio.settings()
     core = {"mechanism", "threads", "task_size", "buffer_size", "buffer_count",
             "queue_depth", "ring_depth", "huge_pages", "direct", "profile", "cache_probe",
-            "pagecache_min", "pagecache_chunk", "pagecache_pin_limit"}
+            "pagecache_min", "pagecache_chunk", "pagecache_pin_limit", "realign"}
     # plus the offload runtime's rows once libaccio_offload is loaded (another test may have)
     assert core <= set(s) and all(n.startswith("offload_") for n in set(s) - core)
     monkeypatch.setenv("ACCIO_TASK_SIZE", "8m")

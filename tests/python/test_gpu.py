@@ -204,7 +204,8 @@ def test_gpu_buffer_from_a_libcuda_loaded_after_accio_looked(fake_lib, tmp_path)
         import ctypes, accio, numpy as np
         data = np.random.default_rng(5).integers(0, 256, (3 << 20) + 5, dtype=np.uint8)
         data.tofile("in.bin")
-        files = {{m: accio.open("in.bin", mechanism=m, threads=2, task_size="1m") for m in ("posix", "parallel", "auto", "direct")}}
+        files = {{m: accio.open("in.bin", mechanism=m, threads=2, task_size="1m", realign="on")
+                 for m in ("posix", "parallel", "auto", "direct")}}
         for f in files.values():
             f.read_into(bytearray(4096))  # this thread has looked: no libcuda
         cu = ctypes.CDLL({fake_lib!r})
@@ -217,9 +218,16 @@ def test_gpu_buffer_from_a_libcuda_loaded_after_accio_looked(fake_lib, tmp_path)
         class Raw:
             __cuda_array_interface__ = {{"data": (ptr.value, False), "shape": (data.nbytes,), "typestr": "|u1",
                                          "version": 3}}
+        class Off8:  # 8 bytes in: misaligned against the file offset, so posix and parallel would
+            # read it through their aligned buffer (realign=on) if they took it for host memory
+            __cuda_array_interface__ = {{"data": (ptr.value + 8, False), "shape": (data.nbytes - 8,),
+                                         "typestr": "|u1", "version": 3}}
         host, zeros = np.empty_like(data), np.zeros_like(data)
         for m, f in files.items():
             assert cu.cuMemcpyHtoD_v2(ptr.value, zeros.ctypes.data, data.nbytes) == 0
+            assert f.read_into(Off8()) == data.nbytes - 8, m
+            assert cu.cuMemcpyDtoH_v2(host.ctypes.data, ptr.value, data.nbytes) == 0
+            assert host.tobytes()[8:] == data.tobytes()[:-8], m
             assert f.read_into(Raw()) == data.nbytes, m
             assert cu.cuMemcpyDtoH_v2(host.ctypes.data, ptr.value, data.nbytes) == 0
             assert host.tobytes() == data.tobytes(), m
