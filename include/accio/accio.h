@@ -221,7 +221,9 @@ int64_t accio_plan_describe(const char* plan_json, char* label, size_t len, int*
  * planner's cells. Returns the full length (call again with a larger buffer when it is >= len), or
  * -EINVAL with the parser's error naming `source`. */
 int64_t accio_profile_describe(const char* text, const char* source, char* out, size_t len);
-/* Feature probes: "io_uring", "cachestat", "mincore", "o_direct" (needs path: a file or directory).
+/* Feature probes: "io_uring", "cachestat", "mincore", "o_direct" (needs path: a file or directory),
+ * "slow_misaligned_copy" (this CPU's kernel copy is slow for buffers misaligned against the page
+ * cache, so realign=auto reads them through an aligned buffer; measured once per process).
  * Returns 1 yes, 0 no, negative errno on a bad request; detail describes the result. */
 int accio_probe(const char* feature, const char* path, char* detail, size_t len);
 /* Page-cache residency of [offset, offset+len) of an open file: bytes cached (and dirty). */

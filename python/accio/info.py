@@ -93,12 +93,14 @@ def gather(path: str = ".") -> dict:
     uring_ok, uring_detail = _ext.probe("io_uring")
     cs_ok, cs_detail = _ext.probe("cachestat")
     mc_ok, mc_detail = _ext.probe("mincore")
+    slow_copy, slow_copy_detail = _ext.probe("slow_misaligned_copy")
     u = platform.uname()
     return {
         "accio_version": _ext.version(),
         "kernel": f"{u.system} {u.release}",
         "machine": u.machine,
-        "cpu": {"model": cpu_model(), "count": os.cpu_count(), "usable": online_cpus()},
+        "cpu": {"model": cpu_model(), "count": os.cpu_count(), "usable": online_cpus(),
+                "slow_misaligned_copy": slow_copy, "realign_detail": slow_copy_detail},
         "memory": {"total_kib": mi.get("MemTotal", 0), "available_kib": mi.get("MemAvailable", 0)},
         "io_uring": {"available": uring_ok, "detail": uring_detail or "io_uring_setup works"},
         "huge_pages": {
@@ -204,6 +206,7 @@ def render(info: dict) -> str:
         f"accio {info['accio_version']}",
         f"kernel        {info['kernel']} ({info['machine']})",
         f"cpu           {info['cpu']['model']}, {info['cpu']['usable']} of {info['cpu']['count']} CPUs usable",
+        f"realign       {'yes' if info['cpu']['slow_misaligned_copy'] else 'no'} ({info['cpu']['realign_detail']})",
         f"memory        {_kib(info['memory']['total_kib'])} total, {_kib(info['memory']['available_kib'])} available",
         f"io_uring      {'yes' if info['io_uring']['available'] else 'no'} ({info['io_uring']['detail']})",
         f"huge pages    {hp['reserved']} reserved, {hp['free']} free ({hp['size_kib']} KiB each); THP {hp['thp']}",

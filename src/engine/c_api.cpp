@@ -20,6 +20,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "engine/file.hpp"
+#include "io/mechanism.hpp"
 #include "io/odirect.hpp"
 #include "mem/cuda.hpp"
 #include "mem/cufile.hpp"
@@ -479,6 +480,14 @@ int accio_probe(const char* feature, const char* path, char* detail, size_t len)
   if (f == "mincore") {
     copy_out("mmap + mincore(2)", detail, len);
     return 1;
+  }
+  if (f == "slow_misaligned_copy") {
+    const bool slow = accio::io::slow_misaligned_copy();
+    copy_out(slow ? "the kernel's copy into a buffer misaligned against the page cache is slow here: realign=auto "
+                    "reads such buffers through an aligned one"
+                  : "the kernel's copy does not mind misaligned buffers here (or no FSRM): realign=auto leaves them",
+             detail, len);
+    return slow;
   }
   if (f == "o_direct") {
     if (!path) return fail(EINVAL, "accio_probe", "", -1, "o_direct needs a path");

@@ -33,9 +33,11 @@ def test_no_command_prints_help_and_fails():
 
 def test_info_text_and_json(tmp_path):
     text = run("info", str(tmp_path)).stdout
-    for word in ("kernel", "io_uring", "huge pages", "memlock", "O_DIRECT", "residency", "gpus", "mechanisms"):
+    for word in ("kernel", "io_uring", "huge pages", "memlock", "O_DIRECT", "residency", "gpus", "mechanisms", "realign"):
         assert word in text
     data = json.loads(run("info", "--json", str(tmp_path)).stdout)
+    # whether realign=auto takes misaligned reads here (this CPU's kernel copy measured once)
+    assert isinstance(data["cpu"]["slow_misaligned_copy"], bool) and "realign=auto" in data["cpu"]["realign_detail"]
     assert data["path"]["fstype"] != "unknown"
     assert {m["name"] for m in data["mechanisms"]} == {"posix", "parallel", "direct", "uring", "naive", "staged", "gds", "pagecache"}
     assert data["residency_query"]["method"] in ("cachestat", "mincore")
