@@ -21,6 +21,7 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   host-auto          the host side on the machine's CPUs, built-in model: `accio tune --evaluate --no-device`
                      on a 2 GiB file in 64 MiB and 2 GiB requests, then on the default grid (issue 19)
   host-programs      benchmarks/run_programs.py --size 1g --cache both (issue 20)
+  host-realign       benchmarks/realign.py --size 1g: reads into misaligned buffers, realign auto vs off
 
 Resuming: state lives in build/gpu-check/ (stages/<name>.json, logs/, bench/). A run skips the stages
 that already finished for the same sources (a hash of src/, include/, python/, benchmarks/, tests/, CMake
@@ -94,6 +95,8 @@ STAGES = (
           "64 MiB and 2 GiB requests (hot large reads: auto vs parallel at N threads), then on the default grid"),
     Stage("host-programs", 420, "issue 20: benchmarks/run_programs.py, a 1 GiB file hot and cold, plain vs "
           "accio run with default settings"),
+    Stage("host-realign", 90, "benchmarks/realign.py: hot reads into a bytearray and a buffer 8 bytes off, "
+          "realign auto vs off vs a page-aligned buffer (whether this CPU's kernel copy is slow for them)"),
 )
 # tune-device: --budget (the total) and the GPU's share of it: the stage stays under 2 minutes.
 TUNE_ARGS = ("--budget", "90", "--device-budget", "60")
@@ -534,16 +537,33 @@ def stage_host_auto(run: Run, log, deadline: float):
 HOST_PROGRAMS_ARGS = ("--size", "1g", "--cache", "both")
 
 
-def stage_host_programs(run: Run, log, deadline: float):
-    """Unmodified programs plain and under accio run (default settings) on this machine's CPUs."""
-    out = run.state / "bench" / "run-programs.json"
+HOST_REALIGN_ARGS = ("--size", "1g")
+
+
+def host_benchmark(run: Run, log, deadline: float, script: str, args, name: str):
+    """One of benchmarks/ on this machine's CPUs, its JSON under bench/NAME.json."""
+    out = run.state / "bench" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     run.data.mkdir(parents=True, exist_ok=True)
-    cmd = [run.python, str(ROOT / "benchmarks" / "run_programs.py"), "--dir", str(run.data), *HOST_PROGRAMS_ARGS,
-           "--json", str(out)]
+    cmd = [run.python, str(ROOT / "benchmarks" / script), "--dir", str(run.data), *args, "--json", str(out)]
     rc = run_cmd(cmd, log, run.env(), deadline)
     summary = {"command": " ".join(["python", *cmd[1:]]), "exit": rc, "json": str(out.relative_to(run.state))}
     return ("ok" if rc == 0 and read_json(out) else "failed"), summary
+
+
+def stage_host_programs(run: Run, log, deadline: float):
+    """Unmodified programs plain and under accio run (default settings) on this machine's CPUs."""
+    return host_benchmark(run, log, deadline, "run_programs.py", HOST_PROGRAMS_ARGS, "run-programs")
+
+
+def stage_host_realign(run: Run, log, deadline: float):
+    """Reads into misaligned buffers with and without realign, and whether this CPU needs it."""
+    status, summary = host_benchmark(run, log, deadline, "realign.py", HOST_REALIGN_ARGS, "realign")
+    doc = read_json(run.state / summary["json"])
+    if doc:
+        summary["ratios"] = [f"{r['mechanism']} {r['buffer']} {r['what']} {r['ratio']['estimate']:.2f}"
+                             for r in doc["ratios"] if r["what"] == "realign auto / off"]
+    return status, summary
 
 
 def run_stage(run: Run, st: Stage, deadline: float) -> dict:
@@ -567,6 +587,8 @@ def run_stage(run: Run, st: Stage, deadline: float) -> dict:
                 status, summary = stage_host_auto(run, log, deadline)
             elif st.name == "host-programs":
                 status, summary = stage_host_programs(run, log, deadline)
+            elif st.name == "host-realign":
+                status, summary = stage_host_realign(run, log, deadline)
             else:
                 status, summary = stage_bench(run, log, deadline, BENCH_SECTION[st.name])
         except StageTimeout as e:

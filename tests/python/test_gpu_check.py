@@ -73,7 +73,7 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     record(run, "bench-cold", "skipped")
     assert [s.name for s in gc.plan(run, None)] == ["bench-hot", "bench-naive", "bench-write", "bench-safetensors",
                                                     "bench-zerocopy", "bench-cli", "tune-device", "host-auto",
-                                                    "host-programs"]
+                                                    "host-programs", "host-realign"]
     assert [s.name for s in gc.plan(run, ["bench-cli", "build"])] == ["build", "bench-cli"]  # asked: in stage order
     assert gc.needs_build(run, gc.STAGES[2]) is None
     # The build's record without its outputs (state brought back from a machine that was given
@@ -82,7 +82,7 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
     assert [s.name for s in gc.plan(run, None)] == ["build", "bench-hot", "bench-naive", "bench-write",
                                                     "bench-safetensors", "bench-zerocopy", "bench-cli", "tune-device",
-                                                    "host-auto", "host-programs"]
+                                                    "host-auto", "host-programs", "host-realign"]
     record(run, "build", "failed")
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
 
@@ -99,6 +99,7 @@ class FakeStages:
         monkeypatch.setattr(gc, "stage_tune", lambda run, log, dl: self.one("tune-device"))
         monkeypatch.setattr(gc, "stage_host_auto", lambda run, log, dl: self.one("host-auto"))
         monkeypatch.setattr(gc, "stage_host_programs", lambda run, log, dl: self.one("host-programs"))
+        monkeypatch.setattr(gc, "stage_host_realign", lambda run, log, dl: self.one("host-realign"))
         monkeypatch.setattr(gc, "stage_bench", lambda run, log, dl, section: self.one(section))
 
     def one(self, name, run=None):
@@ -128,8 +129,8 @@ def test_execute_stops_before_a_stage_that_would_pass_the_deadline_and_resumes(t
     assert gc.estimate(run, gc.STAGES[3]) == 5.0
     assert gc.execute(make_run(tmp_path, "--deadline-s", "100000"), None) == 0
     assert stages.calls == ["build", "correctness", "hot-read", "naive", "write", "safetensors", "cold-read",
-                            "zerocopy", "bench-cli", "tune-device", "host-auto", "host-programs"]
-    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 12  # all done: nothing runs
+                            "zerocopy", "bench-cli", "tune-device", "host-auto", "host-programs", "host-realign"]
+    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 13  # all done: nothing runs
     assert "every stage has finished" in capsys.readouterr().out
     # Asked for by name, a finished stage runs again.
     gc.execute(make_run(tmp_path), ["bench-naive"])
@@ -684,3 +685,16 @@ def test_host_programs_runs_the_programs_benchmark(tmp_path, monkeypatch):
     (hot,) = doc["runs"]
     assert hot["cache"] == "hot" and [c["name"] for c in hot["cases"]] == ["cat"]
     assert hot["cases"][0]["ratio"]["n_a"] >= 7 and hot["cases"][0]["ratio"]["estimate"] > 0
+
+
+def test_host_realign_runs_the_realign_benchmark(tmp_path, monkeypatch):
+    monkeypatch.setattr(gc, "HOST_REALIGN_ARGS", ("--size", "64m", "--request", "16m", "--rounds", "7",
+                                                  "--mechanisms", "posix"))
+    run = make_run(tmp_path, "--installed", "--data", str(tmp_path / "data"))
+    with open(tmp_path / "log", "w") as log:
+        status, summary = gc.stage_host_realign(run, log, time.monotonic() + 600)
+    assert status == "ok", (tmp_path / "log").read_text()[-3000:]
+    assert "realign.py" in summary["command"] and len(summary["ratios"]) == 2  # the bytearray and +8
+    doc = json.loads((run.state / summary["json"]).read_text())
+    assert {r["what"] for r in doc["ratios"]} == {"realign auto / off", "realign auto / page-aligned", "off / page-aligned"}
+    assert all(len(v) >= 7 for v in doc["samples"].values())
