@@ -22,7 +22,7 @@ import time
 
 import accio
 from accio import _ext, stats
-from accio._system import parse_size
+from accio._system import cpu_model, parse_size
 from accio._usage import write_json
 
 MiB = 1 << 20
@@ -77,8 +77,9 @@ def main() -> int:
         os.unlink(path)
     out = {"command": "python benchmarks/realign.py " + " ".join(sys.argv[1:]), "accio": accio.__version__,
            "git_commit": _ext.git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                       "load": os.getloadavg()},
+           "machine": {"cpu": cpu_model(), "arch": platform.machine(), "cpus": os.cpu_count(),
+                       "load": os.getloadavg(),
+                       "slow_misaligned_copy": _ext.probe("slow_misaligned_copy")[0]},
            "size": size, "request": req, "rounds": a.rounds,
            "medians_mibps": {k: round(statistics.median(v), 1) for k, v in samples.items()}, "samples": samples,
            "ratios": []}

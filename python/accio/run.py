@@ -138,10 +138,21 @@ def collect(stats_dir: str, prog: list[str], status: int, threshold: int | None 
                                                                                 default_threshold())),
         "threshold_given": threshold is not None or "ACCIO_PRELOAD_THRESHOLD" in os.environ,
         "mechanism": mechanism or os.environ.get("ACCIO_MECHANISM", "auto"),
+        # [read, write]: below it a buffered descriptor's calls went to libc without the engine
+        # (docs/preload.md, the floor); the lowest over the processes, None for "every size"
+        "floor": _lowest_floor(processes),
         "size_buckets": buckets or [],
         "processes": processes,
         "files": sorted(files.values(), key=lambda m: -(m["read"].get("bytes", 0) + m["write"].get("bytes", 0))),
     }
+
+
+def _lowest_floor(processes: list[dict]) -> list:
+    out = []
+    for d in range(2):
+        seen = [p["floor"][d] for p in processes if "floor" in p]
+        out.append(None if seen and all(v is None for v in seen) else min((v for v in seen if v is not None), default=0))
+    return out
 
 
 def _bucket_label(buckets: list[int], i: int) -> str:
@@ -149,6 +160,18 @@ def _bucket_label(buckets: list[int], i: int) -> str:
     from ._system import fmt_size
     lo = fmt_size(buckets[i - 1]) if i else "0"
     return f"{lo}-{fmt_size(buckets[i])}" if i < len(buckets) else f">{fmt_size(buckets[-1])}"
+
+
+def _floor_text(report: dict) -> str:
+    """Where the floor passed calls to libc without asking the engine (reads and writes), if above the threshold."""
+    from ._system import fmt_size
+    parts = []
+    for op, v in zip(("reads", "writes"), report.get("floor") or [0, 0]):
+        if v is None:
+            parts.append(f"{op} at every size")
+        elif v > report["threshold"]:
+            parts.append(f"{op} below {fmt_size(v)}")
+    return ("; posix without asking (this machine's model and profiles): " + ", ".join(parts)) if parts else ""
 
 
 def render(report: dict) -> str:
@@ -160,7 +183,7 @@ def render(report: dict) -> str:
     lines = [f"accio run: {len(procs)} process{'es' if len(procs) != 1 else ''}, {len(files)} file"
              f"{'s' if len(files) != 1 else ''}; read {fmt_size(tot['read'])} ({fmt_size(eng['read'])} through "
              f"the engine), wrote {fmt_size(tot['write'])} ({fmt_size(eng['write'])} through the engine); "
-             f"threshold {fmt_size(report['threshold'])}, mechanism {report['mechanism']}"]
+             f"threshold {fmt_size(report['threshold'])}, mechanism {report['mechanism']}" + _floor_text(report)]
     if not files:
         lines.append("  (no reads or writes on regular files)")
         return "\n".join(lines)

@@ -76,8 +76,10 @@ class Mechanism {
   // Whether this mechanism can move bytes to and from memory at `t` (gds: not managed memory).
   virtual bool serves(const mem::cuda::Target& t) const { return t.on_device() == device(); }
   // Whether the CPU may copy to or from the request's buffer (staging, fixed buffers). posix and
-  // parallel only hand it to the kernel, which answers EFAULT for GPU memory: the engine lets them
-  // classify buffers with mem::cuda's cheaper, possibly stale look and reroutes on EFAULT.
+  // parallel hand it to the kernel, which answers EFAULT for GPU memory: the engine lets them
+  // classify buffers with mem::cuda's cheaper, possibly stale look and reroutes on EFAULT. Where
+  // they realign a read (read_host), the CPU does copy into the buffer: read_host looks again
+  // (mem::cuda::classify with recheck) before it does, and leaves a GPU buffer to the kernel.
   virtual bool cpu_touches_buffer() const { return true; }
   // Whether the mechanism can run on this machine at all; `why` says what is missing.
   virtual bool available(std::string* why) const {

@@ -136,14 +136,22 @@ const Driver* loaded(bool recheck) {
   // (results/classify_cost.json). Each thread looks on its first call and then every kRecheckEvery-th.
   thread_local unsigned calls = 0;
   if (!recheck && calls++ % kRecheckEvery != 0) return nullptr;
-  // Look again only when the process loaded a new object since the last look.
+  // Look again only when the process loaded a new object since the last look. The count is
+  // stored only once the look has an answer: a thread that stored it before load() had finished
+  // made another thread, seeing the same count, take a GPU buffer for host memory meanwhile (a CPU
+  // copy into it, realign's, would then fault where the kernel answers EFAULT).
   static std::atomic<int> checked_at{-1};
   const int adds = objects_added();
-  if (checked_at.exchange(adds, std::memory_order_relaxed) == adds) return nullptr;
+  if (checked_at.load(std::memory_order_acquire) == adds) return nullptr;
   void* h = dlopen(library_name().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return nullptr;
+  if (!h) {
+    checked_at.store(adds, std::memory_order_release);
+    return nullptr;
+  }
   dlclose(h);
-  return load();
+  const Driver* d = load();  // concurrent callers wait in its call_once
+  checked_at.store(adds, std::memory_order_release);
+  return d;
 }
 
 std::string error_text(const Driver& d, CUresult rc, const char* call) {

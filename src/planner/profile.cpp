@@ -535,6 +535,21 @@ std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std
     if (fs && dev && fs->is(Value::string) && dev->is(Value::string)) p->name = fs->str + " on " + dev->str;
   }
   parse_table(doc, *p, source, "");
+  // "engine_from" is derived (accio tune writes it for the launcher of `accio run`, which cannot
+  // parse the table): one that no longer matches the table (edited by hand) would keep the shim
+  // from asking the engine where the table now accelerates. Said once; the table rules here.
+  if (const Value* ef = doc.get("engine_from"); ef && ef->is(Value::object))
+    for (int w = 0; w < 2; ++w) {
+      const Value* x = ef->get(w ? "write" : "read");
+      const uint64_t want = p->engine_from(w == 1);
+      const bool same = x && (x->is(Value::null) ? want == UINT64_MAX
+                                                 : x->is(Value::number) && x->num >= 0 && static_cast<uint64_t>(x->num) == want);
+      if (!same)
+        base::warn_once("profile-engine-from:" + source,
+                        source + ": engine_from does not match the profile's decisions (edited by hand?); `accio run` "
+                                 "passes requests below it to libc without asking the planner: run `accio tune` again "
+                                 "or remove the field");
+    }
   if (const Value* pf = doc.get("prefetch"); pf && !pf->is(Value::null)) {
     if (!pf->is(Value::object)) bad(source, "prefetch must be an object");
     if (const Value* w = pf->get("window")) p->prefetch_window = to_u64(*w, source, "prefetch.window");

@@ -136,13 +136,16 @@ static int g_gate_set = 0;         /* the threshold was given: it rules over the
  * posix on any file opened so far (accio_min_accelerated): below that the engine cannot win here. */
 static size_t g_pass[2] = {ACCIO_PRELOAD_THRESHOLD_DEFAULT, ACCIO_PRELOAD_THRESHOLD_DEFAULT};
 static int g_pass_learned = 0;
-/* Below g_floor[w] a request goes straight to libc on any descriptor: the threshold, or, where the
- * planner decides (no threshold and no mechanism given), the floor the launcher of `accio run`
- * computed (ACCIO_PRELOAD_FLOOR="<read>,<write>", src/planner/model_floor.h): the smallest request
- * that the built-in model or any tuning profile the engine could load runs with anything but posix,
- * if higher. Without it the first request from the threshold up loads the engine to learn that
- * posix runs it (about 2.5 ms: 2-3% of a hot 2 GiB `dd bs=1M` on 2 CPUs, where the model splits
- * reads only from 1.5 MiB). */
+/* Below g_floor[w] a request on a buffered descriptor goes to libc without loading the engine: the
+ * threshold, or, where the planner decides (no threshold and no mechanism given), the floor the
+ * launcher of `accio run` computed (ACCIO_PRELOAD_FLOOR="<read>,<write>",
+ * src/planner/model_floor.h): the smallest request that the built-in model or any tuning profile
+ * the engine could load runs with anything but posix, if higher. Without it the first request from
+ * the threshold up loads the engine to learn that posix runs it (about 2.5 ms: 2-3% of a hot 2 GiB
+ * `dd bs=1M` on 2 CPUs, where the model splits reads only from 1.5 MiB). An O_DIRECT descriptor
+ * is not held to it: the engine runs `direct` for those at every size from the threshold up. The
+ * gate starts at the floor, so a descriptor not seen yet takes the slow path once (an fstat and an
+ * fcntl) to tell which it is. */
 static size_t g_floor[2] = {ACCIO_PRELOAD_THRESHOLD_DEFAULT, ACCIO_PRELOAD_THRESHOLD_DEFAULT};
 /* Descriptors whose file the engine has looked at (its crossing point is in g_pass). A request from
  * g_floor up on a descriptor not seen yet goes to the slow path once, so that a file whose own
@@ -150,10 +153,10 @@ static size_t g_floor[2] = {ACCIO_PRELOAD_THRESHOLD_DEFAULT, ACCIO_PRELOAD_THRES
  * can lower the gate instead of being shut out by it. Cleared at close(). */
 #define SEEN_MAX_FD 4096
 static unsigned char g_fd_seen[SEEN_MAX_FD];
-/* Whether a request of n bytes on fd goes straight to libc: below the gate, and below the floor
- * or on a descriptor already seen (two compares and, in the band between, one load). */
+/* Whether a request of n bytes on fd goes straight to libc: below the gate, and below the
+ * threshold or on a descriptor already seen (two compares and, in the band between, one load). */
 static inline int below_gate(int fd, size_t n, int w) {
-  return n < g_pass[w] && (n < g_floor[w] || ((unsigned)fd < SEEN_MAX_FD && g_fd_seen[fd]));
+  return n < g_pass[w] && (n < g_gate || ((unsigned)fd < SEEN_MAX_FD && g_fd_seen[fd]));
 }
 /* The pass-back memo, per descriptor and direction: the size of the last request the planner passed
  * back to libc (posix would have run it), and how many more bytes of requests of exactly that size
@@ -608,6 +611,10 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
   for (int i = 0; i < c->cnt && direct; ++i)
     if (((uintptr_t)c->iov[i].iov_base | c->iov[i].iov_len) & 4095) return TO_LIBC;
   if (direct && (c->off > 0 && (c->off & 4095))) return TO_LIBC;
+  if (!direct && c->total < g_floor[c->write]) { /* nothing but posix below the floor: no engine */
+    if ((unsigned)c->fd < SEEN_MAX_FD) g_fd_seen[c->fd] = 1;
+    return TO_LIBC;
+  }
   struct handle* h = handle_get(c->fd, st, acc, direct);
   if ((unsigned)c->fd < SEEN_MAX_FD) g_fd_seen[c->fd] = 1; /* its crossing point is in g_pass now */
   if (!h) return TO_LIBC;
@@ -1184,9 +1191,11 @@ static void flush_stats(void) {
     cmd[n] = '\0';
     fprintf(f, "{\"pid\": %d, \"ppid\": %d, \"command\": ", (int)getpid(), (int)getppid());
     json_str(f, cmd);
-    fprintf(f, ", \"threshold\": %zu, \"engine_loaded\": %s, \"dropped_calls\": %llu, \"prefetch_windows\": %llu, "
-               "\"size_buckets\": [",
-            g_gate, g_engine_loaded ? "true" : "false", (unsigned long long)g_dropped,
+    fprintf(f, ", \"threshold\": %zu, \"floor\": [", g_gate);
+    for (int d = 0; d < 2; ++d) /* null: posix at every size on buffered descriptors */
+      g_floor[d] == SIZE_MAX ? fprintf(f, d ? ", null" : "null") : fprintf(f, d ? ", %zu" : "%zu", g_floor[d]);
+    fprintf(f, "], \"engine_loaded\": %s, \"dropped_calls\": %llu, \"prefetch_windows\": %llu, \"size_buckets\": [",
+            g_engine_loaded ? "true" : "false", (unsigned long long)g_dropped,
             (unsigned long long)__atomic_load_n(&g_prefetches, __ATOMIC_RELAXED));
     for (int b = 0; b < NBUCKETS - 1; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
     fputs("], \"files\": [", f);
@@ -1219,14 +1228,17 @@ static void flush_stats(void) {
 /* ACCIO_PRELOAD_FLOOR="<read>,<write>" (bytes): raises each direction's floor and gate from the
  * threshold to it. Anything malformed is ignored (the engine then decides as without it). */
 static void set_floor(const char* v) {
-  unsigned long long f[2];
-  char* end;
-  errno = 0;
-  f[READ] = strtoull(v, &end, 10);
-  if (errno || end == v || *end != ',') return;
-  const char* w = end + 1;
-  f[WRITE] = strtoull(w, &end, 10);
-  if (errno || end == w || *end) return;
+  uint64_t f[2];
+  for (int d = 0; d < 2; ++d) {
+    if (*v < '0' || *v > '9') return; /* digits only: no sign, no space, no locale */
+    uint64_t x = 0;
+    for (; *v >= '0' && *v <= '9'; ++v) {
+      if (x > (UINT64_MAX - (uint64_t)(*v - '0')) / 10) return; /* overflow */
+      x = x * 10 + (uint64_t)(*v - '0');
+    }
+    f[d] = x;
+    if (*v++ != (d ? '\0' : ',')) return;
+  }
   for (int d = 0; d < 2; ++d)
     if (f[d] > g_gate) g_floor[d] = g_pass[d] = f[d] < SIZE_MAX ? (size_t)f[d] : SIZE_MAX;
 }
@@ -1259,7 +1271,7 @@ __attribute__((constructor)) static void shim_init(void) {
   const char* m = getenv("ACCIO_MECHANISM");
   g_mechanism_set = m && *m;
   const char* fl = getenv("ACCIO_PRELOAD_FLOOR");
-  if (fl && *fl && !g_gate_set && !g_mechanism_set) set_floor(fl);
+  if (fl && *fl && !g_gate_set && (!g_mechanism_set || !strcmp(m, "auto"))) set_floor(fl);
   const char* d = getenv("ACCIO_PRELOAD_STATS_DIR");
   if (d && *d && strlen(d) < sizeof g_stats_dir) {
     snprintf(g_stats_dir, sizeof g_stats_dir, "%s", d);

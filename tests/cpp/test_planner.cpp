@@ -12,6 +12,7 @@
 #include "accio/accio.h"
 #include "base/error.hpp"
 #include "base/json.hpp"
+#include "base/log.hpp"
 #include "engine/file.hpp"
 #include "helpers.hpp"
 #include "io/mechanism.hpp"
@@ -254,6 +255,18 @@ TEST(Planner, ModelFloorInCIsTheModelsEngineFrom) {
   EXPECT_EQ(p->engine_from(false), 256u << 10) << "cold reads run uring from 256 KiB";
   EXPECT_EQ(p->engine_from(true), UINT64_MAX) << "one request in flight writes posix (N is not the shim's)";
   EXPECT_NE(p->to_json().find(R"("engine_from": {"read": 262144, "write": null})"), std::string::npos) << p->to_json();
+  // A profile whose engine_from no longer matches its table (edited by hand) is said so, once.
+  auto with = [&](const char* ef, const char* source) {
+    std::string doc = p->to_json();
+    const size_t at = doc.find(R"("engine_from": {)");
+    doc.replace(at, doc.find('}', at) + 1 - at, std::string("\"engine_from\": ") + ef);
+    planner::Profile::parse(doc, source);
+    size_t n = 0;
+    for (const std::string& w : base::warnings()) n += w.find(source) != std::string::npos && w.find("engine_from") != std::string::npos;
+    return n;
+  };
+  EXPECT_EQ(with(R"({"read": 262144, "write": null})", "matching-engine-from"), 0u);
+  EXPECT_EQ(with(R"({"read": 1048576, "write": null})", "stale-engine-from"), 1u);
   TempDir d;
   const std::string path = d.file("f");
   auto s = base::Settings::defaults();

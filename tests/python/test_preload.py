@@ -759,10 +759,15 @@ def test_a_lower_crossing_point_is_not_shut_out_by_the_first_file(tmp_path, monk
 NONE = 2**64 - 1  # no request size: posix at every size
 
 
+def _cpus(n: int) -> list[str]:
+    """taskset's arguments for the first n CPUs this process may run on."""
+    return ["taskset", "-c", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:n])]
+
+
 def _floor_seen(launcher: Path, cpus=None, **env) -> tuple[int, int]:
     """ACCIO_PRELOAD_FLOOR as the launcher gives it to the program (run on the first `cpus` CPUs)."""
     e = {k: v for k, v in os.environ.items() if k not in ("ACCIO_PRELOAD_FLOOR", "ACCIO_PROFILE")}
-    pre = ["taskset", "-c", f"0-{cpus - 1}"] if cpus else []
+    pre = _cpus(cpus) if cpus else []
     p = subprocess.run(pre + [str(launcher), "--", "env"], env={**e, **env}, capture_output=True, text=True)
     assert p.returncode == 0 and not p.stderr, p.stderr
     got = [x.split("=", 1)[1] for x in p.stdout.splitlines() if x.startswith("ACCIO_PRELOAD_FLOOR=")]
@@ -822,24 +827,37 @@ def test_below_the_floor_the_engine_is_never_loaded(tmp_path):
     rules over the floor."""
     f = tmp_path / "f.bin"
     f.write_bytes(os.urandom(6 << 20))
-    cmd = ["taskset", "-c", "0", "dd", f"if={f}", "of=/dev/null", "bs=2M", "status=none"]
+    taskset = _cpus(1)
+    cmd = taskset + ["dd", f"if={f}", "of=/dev/null", "bs=2M", "status=none"]
     plain(cmd)  # hot
     env = dict(os.environ, ACCIO_PROFILE_DIR=str(tmp_path / "none"))
-    env.pop("ACCIO_PROFILE", None)
-    taskset = ["taskset", "-c", "0"]
+    for k in ("ACCIO_PROFILE", "ACCIO_MECHANISM"):
+        env.pop(k, None)
 
-    def run(env, threshold=None):
+    def run(env, threshold=None, prog=None, name="f.bin"):
         stats = tmp_path / f"stats-{os.urandom(4).hex()}.json"
         args = taskset + ACCIO + ["run", "--stats-json", str(stats)] + (["--threshold", threshold] if threshold else [])
-        p = subprocess.run(args + ["--"] + cmd[3:], env=env, capture_output=True)
+        p = subprocess.run(args + ["--"] + (prog or cmd[len(taskset):]), env=env, capture_output=True)
         assert p.returncode == 0, p.stderr.decode()
         rep = json.loads(stats.read_text())
-        rd = next(x for x in rep["files"] if x["path"].endswith("f.bin"))["read"]
-        return rep, rd
+        fr = next(x for x in rep["files"] if x["path"].endswith(name))
+        return rep, fr["read"] if fr["read"].get("calls") else fr["write"]
 
     rep, rd = run(env)
     assert not any(pr["engine_loaded"] for pr in rep["processes"]), rep["processes"]
     assert rd["calls"] >= 3 and rd["accelerated_calls"] == rd["declined_calls"] == 0, rd
+    assert rep["floor"] == [8 << 20, None]  # as each process wrote it
+    from accio import run as run_mod
+    assert "reads below 8 MiB, writes at every size" in run_mod.render(rep)
+    assert run(dict(env, ACCIO_MECHANISM="auto"))[0]["floor"] == [8 << 20, None]  # auto is the default
+    # O_DIRECT descriptors are not held to the floor: the engine runs direct for them from the
+    # threshold up, as before (reads and writes of 1 MiB, both under every floor here).
+    for flag, name in (("iflag=direct", "f.bin"), ("oflag=direct", "out.bin")):
+        prog = ["dd", f"if={f}", f"of={tmp_path / 'out.bin'}" if name == "out.bin" else "of=/dev/null", "bs=1M", flag,
+                "status=none"]
+        rep, side = run(env, prog=prog, name=name)
+        assert side["accelerated_calls"] >= 6, (flag, side)
+        assert any(pr["engine_loaded"] for pr in rep["processes"])
     pdir = tmp_path / "profiles"
     pdir.mkdir()
     _saved_profile(pdir, f, [(2**20 - 1, 0), (None, 1)])
@@ -848,12 +866,15 @@ def test_below_the_floor_the_engine_is_never_loaded(tmp_path):
     assert rd["accelerated_calls"] >= 3, rd  # hot 2 MiB reads: the profile's parallel
     rep, rd = run(env, threshold="1m")  # the user's threshold: every call from 1 MiB is the engine's
     assert rd["accelerated_calls"] >= 3, rd
+    assert rep["floor"] == [2**20, 2**20]
+    rep, rd = run(dict(env, ACCIO_MECHANISM="parallel"))  # so does a mechanism
+    assert rd["accelerated_calls"] >= 3 and rep["floor"] == [2**20, 2**20], rd
     # Without the launcher (LD_PRELOAD by hand) nothing sets the floor, and a malformed one is ignored:
     # the first 2 MiB call loads the engine to learn that posix runs it.
     shim = next(Path(sys.modules["accio"].__file__).parent.glob("lib/libaccio_preload.so"))
     sd = tmp_path / "stats-by-hand"
     sd.mkdir()
-    for floor in (None, "2m,x"):
+    for floor in (None, "2m,x", "-1,-1", " 8388608,1", "8388608,99999999999999999999999"):
         e = dict(env, LD_PRELOAD=str(shim), ACCIO_PRELOAD_STATS_DIR=str(sd), ACCIO_QUIET="1")
         if floor:
             e["ACCIO_PRELOAD_FLOOR"] = floor

@@ -190,8 +190,12 @@ def save(profile: dict, path: str) -> None:
     flight) it runs with anything but posix, or null. The launcher of `accio run` reads it without
     loading the engine, so that the shim passes smaller requests straight to libc
     (src/planner/model_floor.h). The engine itself ignores the field: it derives it from the table."""
-    described = json.loads(_ext.profile_describe(json.dumps(profile), path))
-    profile = {**profile, "engine_from": described["engine_from"]}
+    try:
+        described = json.loads(_ext.profile_describe(json.dumps(profile), path))
+        profile = {**profile, "engine_from": described["engine_from"]}
+    except (OSError, ValueError) as e:  # the tuning run is kept; the launcher then sets no floor
+        print(f"accio tune: warning: {e}; saving the profile without engine_from", file=sys.stderr)
+        profile = {k: v for k, v in profile.items() if k != "engine_from"}
     d = os.path.dirname(path) or "."
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".profile.")
