@@ -147,8 +147,9 @@ static int g_pass_learned = 0;
  * gate starts at the floor, so a descriptor not seen yet takes the slow path once (an fstat and an
  * fcntl) to tell which it is. */
 static size_t g_floor[2] = {ACCIO_PRELOAD_THRESHOLD_DEFAULT, ACCIO_PRELOAD_THRESHOLD_DEFAULT};
-/* Descriptors whose file the engine has looked at (its crossing point is in g_pass). A request from
- * g_floor up on a descriptor not seen yet goes to the slow path once, so that a file whose own
+/* Descriptors whose file the engine has looked at (its crossing point is in g_pass), or that the
+ * floor passed (buffered). A request from the threshold up on a descriptor not seen yet goes to
+ * the slow path once, so that a file whose own
  * crossing point is lower than those of the files before it (another filesystem, another profile)
  * can lower the gate instead of being shut out by it. Cleared at close(). */
 #define SEEN_MAX_FD 4096
