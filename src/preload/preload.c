@@ -149,9 +149,9 @@ static int g_pass_learned = 0;
 static size_t g_floor[2] = {ACCIO_PRELOAD_THRESHOLD_DEFAULT, ACCIO_PRELOAD_THRESHOLD_DEFAULT};
 /* Descriptors whose file the engine has looked at (its crossing point is in g_pass), or that the
  * floor passed (buffered). A request from the threshold up on a descriptor not seen yet goes to
- * the slow path once, so that a file whose own
- * crossing point is lower than those of the files before it (another filesystem, another profile)
- * can lower the gate instead of being shut out by it. Cleared at close(). */
+ * the slow path once, so that a file whose own crossing point is lower than those of the files
+ * before it (another filesystem, another profile) can lower the gate instead of being shut out by
+ * it. Cleared at close(). */
 #define SEEN_MAX_FD 4096
 static unsigned char g_fd_seen[SEEN_MAX_FD];
 /* Whether a request of n bytes on fd goes straight to libc: below the gate, and below the
