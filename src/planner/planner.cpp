@@ -19,9 +19,8 @@ Planner::Planner(std::shared_ptr<const Profile> profile, const io::FileRef& file
     if (spec.needs_alignment() && !io::direct_usable(file, handle, nullptr)) p.mechanism = nullptr;
     plans_.push_back(std::move(p));
   }
-  // Appended last: the last resort of every cell, with the handle's settings: posix, or staged in a
-  // device table (it runs wherever a GPU does).
-  const PlanSpec resort{profile_->device ? "staged" : "posix"};
+  // Appended last: the last resort of every cell (Profile::last_resort), with the handle's settings.
+  const PlanSpec resort{profile_->last_resort()};
   plans_.push_back(Plan{resort, io::find(resort.mechanism), resort.apply(handle), resort.label()});
   const int last_resort = static_cast<int>(plans_.size() - 1);
   auto first = [&](const std::vector<int>& ranked, bool aligned) {

@@ -182,9 +182,8 @@ MachineFacts MachineFacts::detect() {
 uint64_t MachineFacts::split_from() const { return accio_model_split_from(cpus, handoff_bytes); }
 
 uint64_t Profile::engine_from(bool write) const {
-  const std::string_view resort = device ? "staged" : "posix";
   const std::vector<Cell>& cells = table[write][0];
-  auto runs_other = [&](const std::vector<int>& ranked) { return !ranked.empty() && plans[ranked[0]].mechanism != resort; };
+  auto runs_other = [&](const std::vector<int>& ranked) { return !ranked.empty() && plans[ranked[0]].mechanism != last_resort(); };
   for (size_t i = 0; i < cells.size(); ++i)
     if (runs_other(cells[i].hot) || runs_other(cells[i].cold) || runs_other(cells[i].cold_start))
       return i ? cells[i - 1].max_size + 1 : 0;
@@ -377,6 +376,9 @@ PlanSpec PlanSpec::parse(const std::string& json, const std::string& source) {
 
 namespace {
 // A table's "plans" and "decisions" members (without braces): the form parse_table() reads.
+// A size, or JSON null for UINT64_MAX (unbounded, none).
+std::string size_or_null(uint64_t n) { return n == UINT64_MAX ? "null" : std::to_string(n); }
+
 std::string table_json(const Profile& t) {
   std::string o = "\"plans\": [";
   for (size_t i = 0; i < t.plans.size(); ++i) {
@@ -428,7 +430,7 @@ std::string table_json(const Profile& t) {
         o += "[";
         for (size_t k = 0; k < out.size(); ++k) {
           o += k ? ", {\"max_size\": " : "{\"max_size\": ";
-          o += out[k].first == UINT64_MAX ? std::string("null") : std::to_string(out[k].first);
+          o += size_or_null(out[k].first);
           o += ", \"plans\": [";
           for (size_t j = 0; j < out[k].second->size(); ++j) o += (j ? ", " : "") + std::to_string((*out[k].second)[j]);
           o += "]}";
@@ -472,10 +474,6 @@ void parse_table(const Value& v, Profile& p, const std::string& source, const st
     }
   }
 }
-}  // namespace
-
-namespace {
-std::string size_or_null(uint64_t n) { return n == UINT64_MAX ? "null" : std::to_string(n); }
 }  // namespace
 
 std::string Profile::to_json() const {

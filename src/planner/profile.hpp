@@ -94,6 +94,9 @@ struct Profile {
   // itself). 0: no prefetch.
   uint64_t prefetch_window = 0;
 
+  // Every cell's last resort, which the planner appends after the cell's plans: posix, or staged in
+  // a device table (it runs wherever a GPU does).
+  const char* last_resort() const { return device ? "staged" : "posix"; }
   // The smallest request of one direction (one request in flight, as the preload shim asks) that
   // this table runs with anything but its last resort (posix; staged in a device table) in any
   // cache state, by each cell's first plan: a lower bound of Planner::min_accelerated, which also
