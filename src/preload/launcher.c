@@ -347,10 +347,8 @@ static void lower_floor(const char* text, uint64_t floor[2]) {
       ++k;
       while (*k == ' ' || *k == '\n' || *k == '\t' || *k == '\r') ++k;
       if (!strncmp(k, "null", 4)) continue;
-      uint64_t v = 0; /* digits only (JSON's integers; no locale) */
-      const char* e = k;
-      for (; *e >= '0' && *e <= '9' && v <= (UINT64_MAX - 9) / 10; ++e) v = v * 10 + (uint64_t)(*e - '0');
-      if (e != k && (*e < '0' || *e > '9')) {
+      uint64_t v;
+      if (accio_run_parse_u64(k, &v)) {
         if (v < floor[w]) floor[w] = v;
         continue;
       }

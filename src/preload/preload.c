@@ -1231,14 +1231,7 @@ static void flush_stats(void) {
 static void set_floor(const char* v) {
   uint64_t f[2];
   for (int d = 0; d < 2; ++d) {
-    if (*v < '0' || *v > '9') return; /* digits only: no sign, no space, no locale */
-    uint64_t x = 0;
-    for (; *v >= '0' && *v <= '9'; ++v) {
-      if (x > (UINT64_MAX - (uint64_t)(*v - '0')) / 10) return; /* overflow */
-      x = x * 10 + (uint64_t)(*v - '0');
-    }
-    f[d] = x;
-    if (*v++ != (d ? '\0' : ',')) return;
+    if (!(v = accio_run_parse_u64(v, &f[d])) || *v++ != (d ? '\0' : ',')) return;
   }
   for (int d = 0; d < 2; ++d)
     if (f[d] > g_gate) g_floor[d] = g_pass[d] = f[d] < SIZE_MAX ? (size_t)f[d] : SIZE_MAX;

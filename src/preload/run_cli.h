@@ -31,6 +31,21 @@
 
 /* A size as the shim and the launcher read it: 4096, 64k, 16MiB, 1g (powers of 1024). *ok is 0 for
  * anything else, a sign or an overflow included. Plain C: the shim reads it before libaccio is loaded. */
+/* Decimal digits at s (no sign, no space, no locale) into *v: the first character after them, or
+ * NULL where s has no digit or the value overflows 64 bits. The floor's numbers
+ * (ACCIO_PRELOAD_FLOOR, a profile's engine_from) are read with it by the launcher and the shim. */
+static inline const char* accio_run_parse_u64(const char* s, uint64_t* v) {
+  if (*s < '0' || *s > '9') return NULL;
+  uint64_t x = 0;
+  for (; *s >= '0' && *s <= '9'; ++s) {
+    const uint64_t d = (uint64_t)(*s - '0');
+    if (x > (UINT64_MAX - d) / 10) return NULL;
+    x = x * 10 + d;
+  }
+  *v = x;
+  return s;
+}
+
 static inline size_t accio_run_parse_size(const char* s, int* ok) {
   char* end;
   *ok = 0;
