@@ -91,10 +91,10 @@ void write_full(int fd, const void* buf, size_t n, uint64_t off, const std::stri
 //
 // The kernel copies between the page cache and a program's buffer with `rep movsb` on CPUs with
 // FSRM (copy_user_generic). On AMD Zen 3 and 4 that instruction is several times slower when the
-// destination is not aligned like the source: a hot 512 MiB file read in 64 MiB preads on the
-// 2-vCPU VM (AMD EPYC) ran at 12534 MiB/s into a page-aligned buffer, 5702 when the buffer was 16
-// bytes off and 3096 when 8 bytes off, and at full speed when the buffer and the file offset were
-// off by the same 16 bytes; writes the same with source and destination swapped (5653 and 3045).
+// destination is not aligned like the source: a hot 1 GiB file read in 64 MiB preads on the 2-vCPU
+// VM (AMD EPYC) ran at 10162 MiB/s into a page-aligned buffer, 5424 into a bytearray (16 bytes
+// off) and 3121 into a buffer 8 bytes off (results/realign.json, realign=off); in development runs,
+// at full speed when the buffer and the file offset were off by the same 16 bytes.
 // A bytearray's or a numpy array's data sits 16 bytes into its allocation, so every Python read
 // into one paid it. Where this CPU is slow so (measured once per process, below), posix and
 // parallel read such a request through a per-thread aligned buffer placed at the file offset's
@@ -102,8 +102,8 @@ void write_full(int fd, const void* buf, size_t n, uint64_t off, const std::stri
 // about alignment, moves the bytes on into the program's buffer (a 1 GiB hot file read in 64 MiB
 // requests into a bytearray: posix 1.77x, parallel 1.78x, 0.95 and 1.00 of a page-aligned buffer;
 // 8 bytes off 2.8x: results/realign.json).
-// Writes are left as they are: their destination, the page cache, is aligned, and the same detour
-// made writes from a bytearray 0.89x as fast (from 8 bytes off 0.93x).
+// Writes are left as they are: their destination, the page cache, is aligned, and in a development
+// A/B the same detour made writes from a bytearray slower (0.89x).
 
 const base::Knob kRealign{{"realign", "ACCIO_REALIGN",
                            "host reads (posix, parallel) into a buffer not 32-byte aligned like the file offset, "

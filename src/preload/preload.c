@@ -141,8 +141,8 @@ static int g_pass_learned = 0;
  * launcher of `accio run` computed (ACCIO_PRELOAD_FLOOR="<read>,<write>",
  * src/planner/model_floor.h): the smallest request that the built-in model or any tuning profile
  * the engine could load runs with anything but posix, if higher. Without it the first request from
- * the threshold up loads the engine to learn that posix runs it (about 2.5 ms: 2-3% of a hot 2 GiB
- * `dd bs=1M` on 2 CPUs, where the model splits reads only from 1.5 MiB). An O_DIRECT descriptor
+ * the threshold up loads the engine to learn that posix runs it (about 1.5 ms; a hot 2 GiB
+ * `dd bs=1M` on 2 CPUs, where the model splits reads only from 1.5 MiB, ran at 0.97x of plain). An O_DIRECT descriptor
  * is not held to it: the engine runs `direct` for those at every size from the threshold up. The
  * gate starts at the floor, so a descriptor not seen yet takes the slow path once (an fstat and an
  * fcntl) to tell which it is. */

@@ -897,3 +897,19 @@ def test_programs_get_default_sigpipe(tmp_path):
     p = subprocess.run([*ACCIO, "run", "--", "cat", "/proc/self/status"], capture_output=True, text=True)
     ignored = int(next(x for x in p.stdout.splitlines() if x.startswith("SigIgn:")).split()[1], 16)
     assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1)), hex(ignored)
+
+
+def test_engine_load_cost_benchmark_runs(tmp_path):
+    """benchmarks/engine_load_cost.py: the four contenders, their samples, and the floor `accio run`
+    gives this machine (the figures in docs/preload.md come from it)."""
+    out = tmp_path / "cost.json"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "engine_load_cost.py"
+    p = subprocess.run([sys.executable, str(script), "--dir", str(tmp_path), "--rounds", "7", "--json", str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    assert set(doc["ms"]) == {"plain", "shim-128k", "no-floor", "floor"}
+    assert all(len(v) >= 7 and min(v) > 0 for v in doc["ms"].values())
+    r, w = doc["floor"].split(",")
+    assert int(r) > 0 and int(w) > 0
+    assert {"no-floor / shim-128k (time)", "floor / shim-128k (time)", "no-floor / floor (time)"} == set(doc["ratios"])
