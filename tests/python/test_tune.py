@@ -205,6 +205,30 @@ def test_evaluate_reports_regret_against_the_oracle(tmp_path):
     assert "ratio to the oracle" in r.stdout and "auto decision cost" in r.stdout and "auto/posix" in r.stdout
 
 
+def test_evaluate_ops_and_caches_pick_the_cells(tmp_path):
+    """--ops and --caches narrow the grid (the GPU machine's host-auto stage measures hot reads
+    only); the record says which it measured."""
+    out = tmp_path / "eval.json"
+    tune(str(tmp_path), "--evaluate", "--file-sizes", "1m", "--transfers", "256k,512k", "--ops", "read",
+         "--caches", "hot", "-i", "1", "--max-reps", "1", "--threads", "2", "--json", str(out), "-q")
+    doc = json.loads(out.read_text())
+    assert {(c["op"], c["cache"]) for c in doc["cells"]} == {("read", "hot")} and len(doc["cells"]) == 4
+    assert doc["ops"] == ["read"] and doc["caches"] == ["hot"]
+    # the order given does not matter, the grid's does; a word that is neither is refused before
+    # anything is written
+    tune(str(tmp_path), "--evaluate", "--file-sizes", "1m", "--transfers", "512k", "--ops", "write,read",
+         "--caches", "hot", "-i", "1", "--max-reps", "1", "--threads", "1", "--json", str(out), "-q")
+    assert json.loads(out.read_text())["ops"] == ["read", "write"]
+    for opt, bad in (("--ops", "reads"), ("--caches", "warm"), ("--ops", ",")):
+        r = tune(str(tmp_path), "--evaluate", opt, bad, check=False)
+        assert r.returncode == 2 and f"{opt} {bad!r}" in r.stderr and "expected one or more of" in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["eval.json"]
+    # a grid with no cell: a usage error, not an empty report
+    r = tune(str(tmp_path), "--evaluate", "--file-sizes", "1m", "--transfers", "2m", "--ops", "read", "--caches", "hot",
+             "--json", str(out), check=False)
+    assert r.returncode == 2 and "no cell to measure" in r.stderr
+
+
 def test_evaluate_with_profile_off_says_built_in_model(tmp_path):
     """A profile saved for this filesystem and ACCIO_PROFILE=off: the auto handles run the built-in
     model, and the record says so (not the profile's path)."""

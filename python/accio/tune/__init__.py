@@ -45,6 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file-sizes", default="8m,128m", metavar="LIST", help="--evaluate file sizes (default 8m,128m)")
     p.add_argument("--transfers", default="4k,256k,8m", metavar="LIST",
                    help="--evaluate transfer sizes (default 4k,256k,8m)")
+    p.add_argument("--ops", default="read,write", metavar="LIST",
+                   help="--evaluate: the operations of the grid, read and/or write (default read,write)")
+    p.add_argument("--caches", default="hot,cold", metavar="LIST",
+                   help="--evaluate: the cache states of the grid, hot and/or cold (default hot,cold)")
     p.add_argument("-i", "--reps", type=int, default=stats.MIN_SAMPLES,
                    help=f"--evaluate samples per contender and cell (default {stats.MIN_SAMPLES}, the fewest that make "
                    "a result)")
@@ -96,6 +100,15 @@ def _sizes(option: str, text: str) -> list[int]:
     return sizes
 
 
+def _choices(option: str, text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated subset of `allowed`, in allowed's order."""
+    given = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in given if w not in allowed]
+    if bad or not given:
+        raise UsageError(f"{option} {text!r}: expected one or more of {','.join(allowed)}")
+    return tuple(w for w in allowed if w in given)
+
+
 def _check_usage(args) -> None:
     """Usage errors, all before the path is looked at or anything is measured (exit 2)."""
     if args.target != "host":
@@ -124,6 +137,8 @@ def _check_usage(args) -> None:
     if args.evaluate:
         _sizes("--file-sizes", args.file_sizes)
         _sizes("--transfers", args.transfers)
+        _choices("--ops", args.ops, evaluate_mod.OPS)
+        _choices("--caches", args.caches, evaluate_mod.CACHES)
         check_output_path("--json", args.json)
 
 
@@ -270,6 +285,7 @@ def decision_cost(bench: Bench, profile: str | None, sizes: list[int]) -> dict:
 
 def evaluate(args, directory: str, path: str) -> int:
     file_sizes, transfers = _sizes("--file-sizes", args.file_sizes), _sizes("--transfers", args.transfers)
+    ops, caches = _choices("--ops", args.ops, evaluate_mod.OPS), _choices("--caches", args.caches, evaluate_mod.CACHES)
     threads = args.threads or os.cpu_count() or 1
     off = not args.profile and os.environ.get("ACCIO_PROFILE") == "off"  # the auto handles read it
     have = not off and os.path.exists(path)
@@ -284,10 +300,15 @@ def evaluate(args, directory: str, path: str) -> int:
     progress = _Progress(not args.quiet and sys.stderr.isatty())
     try:
         with Bench(directory, big) as bench:
-            cells = evaluate_mod.grid(file_sizes, transfers, threads, bench.cold_reads)
+            def cells() -> list[dict]:  # a fresh grid for each run (run() writes its results into the cells)
+                return evaluate_mod.grid(file_sizes, transfers, threads, bench.cold_reads, ops, caches)
+            if not cells():
+                raise UsageError(f"--ops {','.join(ops)} --caches {','.join(caches)}: no cell to measure ("
+                                 + ("cold reads cannot be made here: " + bench.cold_note if bench.cold_note
+                                    else "every transfer is larger than every file size") + ")")
             if args.profile and have:
                 os.environ["ACCIO_PROFILE"] = args.profile  # the auto handles of the run use this profile
-            result = evaluate_mod.run(bench, cells, args.reps, progress=progress, max_reps=args.max_reps)
+            result = evaluate_mod.run(bench, cells(), args.reps, progress=progress, max_reps=args.max_reps)
             result["decision_ns"] = decision_cost(bench, args.profile if have else None, transfers)
             result["cold_reads"] = bench.cold_reads
             result["notes"] = [bench.cold_note] if bench.cold_note else []
@@ -295,8 +316,7 @@ def evaluate(args, directory: str, path: str) -> int:
                 # The same grid into the GPU's memory: auto (the profile's device table for this
                 # GPU's model, or the built-in device rule) against every device mechanism.
                 fixed = [p.mechanism for p in device_plans()]
-                dev = evaluate_mod.run(bench, evaluate_mod.grid(file_sizes, transfers, threads, bench.cold_reads),
-                                       args.reps, contenders=("auto", *fixed), progress=progress,
+                dev = evaluate_mod.run(bench, cells(), args.reps, contenders=("auto", *fixed), progress=progress,
                                        max_reps=args.max_reps, device=gpu["ordinal"])
                 dev["gpu"] = {k: gpu[k] for k in ("ordinal", "name", "pci_bus_id", "cufile") if k in gpu}
                 result["device"] = dev
@@ -305,7 +325,8 @@ def evaluate(args, directory: str, path: str) -> int:
     from ..info import gather
     info = gather(directory)
     result.update({"schema": "accio.tune-evaluate/1", "profile": path if have else "built-in model",
-                   "path": os.path.abspath(directory), "threads": threads, "reps": args.reps,
+                   "path": os.path.abspath(directory), "threads": threads, "ops": list(ops),
+                   "caches": list(caches), "reps": args.reps,
                    "max_reps": args.max_reps, "command": "accio " + " ".join(sys.argv[1:]),
                    "machine": {k: info[k] for k in ("kernel", "cpu", "memory")}, "accio": __version__,
                    "git_commit": _ext.git_commit(), "filesystem": info.get("filesystem"),

@@ -44,10 +44,14 @@ def warmup_bytes(file_size: int, transfer: int, threads: int) -> int:
     return min(file_size, max(transfer * threads, WARMUP_BYTES))
 
 
-def grid(file_sizes, transfers, threads: int, cold_reads: bool) -> list[dict]:
+OPS = ("read", "write")
+CACHES = ("hot", "cold")
+
+
+def grid(file_sizes, transfers, threads: int, cold_reads: bool, ops=OPS, caches=CACHES) -> list[dict]:
     cells = []
-    for op in ("read", "write"):
-        for cache in ("hot", "cold"):
+    for op in ops:
+        for cache in caches:
             if op == "read" and cache == "cold" and not cold_reads:
                 continue
             for t in sorted({1, threads}):
