@@ -18,10 +18,13 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   bench-cli          `accio bench --target cuda:0 --preset quick`, timed (goal: under 2 minutes)
   tune-device        `accio tune --device 0` (host and GPU 0's device table, 90 s budget): the measured
                      device profile that `auto` uses for GPU buffers, kept in the report
-  host-auto          the host side on the machine's CPUs, built-in model: `accio tune --evaluate --no-device`
-                     on a 2 GiB file in 64 MiB and 2 GiB requests, then on the default grid (issue 19)
-  host-programs      benchmarks/run_programs.py --size 1g --cache both (issue 20)
+  host-auto          the host side on the machine's CPUs, built-in model: `accio tune --evaluate --no-device`,
+                     hot reads of a 2 GiB file in 64 MiB and 2 GiB requests (issue 19)
+  host-programs      benchmarks/run_programs.py --size 1g --cache hot, then --size 2g for dd-64m and
+                     readinto-64m (issue 20)
+  host-programs-cold benchmarks/run_programs.py --size 512m --cache cold (issue 20; fio from .gpu-deps)
   host-realign       benchmarks/realign.py --size 1g: reads into misaligned buffers, realign auto vs off
+  host-auto-grid     `accio tune --evaluate --no-device` on the default grid, built-in model (issue 19)
 
 Resuming: state lives in build/gpu-check/ (stages/<name>.json, logs/, bench/). A run skips the stages
 that already finished for the same sources (a hash of src/, include/, python/, benchmarks/, tests/, CMake
@@ -67,6 +70,13 @@ WHEELS = ("kvikio-cu13==26.10.0", "libkvikio-cu13==26.10.0", "rapids-logger==0.3
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
                    "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")
 CARRY_LIMIT = 64 << 20  # what the device tool carries with a command
+# fio (run_programs.py's fio cases and its cold queue-depth measurement; the GPU machine has none): built
+# here from Debian's source package as a static binary (libaio from libaio-dev's libaio.a; the engines
+# that need other libraries left out), .gpu-deps/bin/fio, put on PATH there only where the system has none.
+FIO_SOURCE = "fio"
+FIO_CONFIGURE = ("--build-static", "--disable-native", "--disable-numa", "--disable-rdma", "--disable-rados",
+                 "--disable-rbd", "--disable-http", "--disable-gfapi", "--disable-libnfs", "--disable-pmem",
+                 "--disable-xnvme", "--disable-libzbc", "--disable-tcmalloc", "--disable-dfs")
 
 
 @dataclass
@@ -77,8 +87,8 @@ class Stage:
 
 
 STAGES = (
-    Stage("build", 180, "build accio and its C++ tests with the machine's compiler"),
-    Stage("correctness", 300, "ctest -L '^gpu$', ctest -L exports, pytest -m gpu"),
+    Stage("build", 90, "build accio and its C++ tests with the machine's compiler"),
+    Stage("correctness", 210, "ctest -L '^gpu$', ctest -L exports, pytest -m gpu"),
     Stage("bench-hot", 150, "hot reads into GPU memory: accio staged vs KvikIO, host and pinned-copy ceilings"),
     Stage("bench-naive", 90, "accio naive vs torch.from_numpy(np.fromfile()).cuda()"),
     Stage("bench-write", 240, "GPU -> new file: accio staged vs KvikIO vs the host's own write, then with fsync"),
@@ -91,12 +101,16 @@ STAGES = (
     Stage("bench-cli", 150, "accio bench --target cuda:0 --preset quick, timed"),
     Stage("tune-device", 120, "accio tune --device 0: the host profile and GPU 0's measured device table"),
     # The host side on this machine's CPUs (a GPU machine is the only many-CPU machine a session gets):
-    Stage("host-auto", 480, "issue 19, no profile (ACCIO_PROFILE=off): accio tune --evaluate on a 2 GiB file in "
-          "64 MiB and 2 GiB requests (hot large reads: auto vs parallel at N threads), then on the default grid"),
-    Stage("host-programs", 420, "issue 20: benchmarks/run_programs.py, a 1 GiB file hot and cold, plain vs "
-          "accio run with default settings"),
+    Stage("host-auto", 120, "issue 19, no profile (ACCIO_PROFILE=off): accio tune --evaluate, hot reads of a 2 GiB "
+          "file in 64 MiB and 2 GiB requests at 1 and N threads (auto vs the best fixed plan)"),
+    Stage("host-programs", 240, "issue 20: benchmarks/run_programs.py, every program on a hot 1 GiB file and the "
+          "large requests on a hot 2 GiB one, plain vs accio run with default settings"),
+    Stage("host-programs-cold", 200, "issue 20: benchmarks/run_programs.py, every program on a cold 512 MiB file, "
+          "with fio's queue-depth 16 vs 1 (the prefetch goal)"),
     Stage("host-realign", 90, "benchmarks/realign.py: hot reads into a bytearray and a buffer 8 bytes off, "
           "realign auto vs off vs a page-aligned buffer (whether this CPU's kernel copy is slow for them)"),
+    Stage("host-auto-grid", 330, "issue 19, no profile: accio tune --evaluate on the default grid (8 and 128 MiB "
+          "files, 4 KiB-8 MiB requests, hot and cold, reads and writes)"),
 )
 # tune-device: --budget (the total) and the GPU's share of it: the stage stays under 2 minutes.
 TUNE_ARGS = ("--budget", "90", "--device-budget", "60")
@@ -171,6 +185,8 @@ class Run:
         if not self.a.installed:
             paths = [str(self.site_accio), str(self.site_deps)]
             e["PYTHONPATH"] = os.pathsep.join(paths + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+        if shutil.which("fio", path=e.get("PATH")) is None and (self.deps / "bin" / "fio").is_file():
+            e["PATH"] = os.pathsep.join([str(self.deps / "bin"), e.get("PATH", os.defpath)])
         if (self.prefix / "usr").is_dir():
             pre = str(self.prefix / "usr")
             e["CMAKE_PREFIX_PATH"] = os.pathsep.join([pre] + ([e["CMAKE_PREFIX_PATH"]] if e.get("CMAKE_PREFIX_PATH") else []))
@@ -387,6 +403,9 @@ def stage_build(run: Run, log, deadline: float):
     if run_cmd(cmd, log, env, deadline):
         return "failed", {"deps": used, "error": "pip install (build) failed: see the log"}
     summary = {"deps": used, "cmake": cmake_cache(run.build_dir)}
+    fio = shutil.which("fio", path=env.get("PATH"))
+    summary["fio"] = (fio if fio and not fio.startswith(str(run.deps)) else
+                      f"{fio} (carried)" if fio else "none: run_programs' fio cases and its queue-depth measurement skip")
     info = subprocess.run([run.python, "-m", "accio.cli", "info", str(run.data.parent)], env=env, capture_output=True,
                           text=True, cwd="/")
     (run.state / "accio-info.txt").write_text(info.stdout + info.stderr)
@@ -501,18 +520,21 @@ def stage_tune(run: Run, log, deadline: float):
     return ("ok" if rc == 0 and summary.get("devices") else "failed"), summary
 
 
-# host-auto: the issue-19 grid that holds its 16-CPU goal first (hot reads of a large file in large requests)
-HOST_EVALUATIONS = (("2g", ["--file-sizes", "2g", "--transfers", "64m,2g"]), ("grid", []))
+# host-auto: issue 19's 16-CPU goal, hot large reads (a 2 GiB file in 64 MiB and 2 GiB requests, 1 and N
+# threads; about 100 s); host-auto-grid: the default grid (about 5 minutes: a call of its own).
+HOST_EVALUATIONS = {"host-auto": (("2g", ["--file-sizes", "2g", "--transfers", "64m,2g", "--ops", "read",
+                                          "--caches", "hot"]),),
+                    "host-auto-grid": (("grid", []),)}
 
 
-def stage_host_auto(run: Run, log, deadline: float):
+def stage_host_auto(run: Run, log, deadline: float, name: str = "host-auto"):
     """accio tune --evaluate with the built-in model (run.env() sets ACCIO_PROFILE=off) on this
     machine's CPUs (host memory only)."""
     env = run.env()
     run.data.mkdir(parents=True, exist_ok=True)
     summary, ok = {}, True
-    for name, extra in HOST_EVALUATIONS:
-        out = run.state / "bench" / f"host-evaluate-{name}.json"
+    for label, extra in HOST_EVALUATIONS[name]:
+        out = run.state / "bench" / f"host-evaluate-{label}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         cmd = [run.python, "-m", "accio.cli", "tune", str(run.data), "--evaluate", "--no-device", "-q", *extra,
                "--json", str(out)]
@@ -529,14 +551,22 @@ def stage_host_auto(run: Run, log, deadline: float):
                                  "oracle": c["oracle"], "auto_ratio": c.get("auto_ratio"), "verdict": c.get("verdict"),
                                  "auto_plans": c.get("auto_plans")}
                                 for c in doc["cells"] if c["op"] == "read" and c["cache"] == "hot"])
-        summary[name] = s
+        summary[label] = s
         ok &= doc is not None
     return ("ok" if ok else "failed"), summary
 
 
-HOST_PROGRAMS_ARGS = ("--size", "1g", "--cache", "both")
+def stage_host_auto_grid(run: Run, log, deadline: float):
+    return stage_host_auto(run, log, deadline, "host-auto-grid")
 
 
+# host-programs: issue 20 on this machine's CPUs, hot: every program on a 1 GiB file, then the two
+# large-request cases on the issue's 2 GiB file (with the engine's own ratio they are held to);
+# host-programs-cold: every program on a cold 512 MiB file, with fio's queue-depth measurement (the
+# virtio disk there reads about 1.5 GB/s cold; a smaller file keeps the stage within its call).
+HOST_PROGRAMS = {"host-programs": (("hot", ("--size", "1g", "--cache", "hot")),
+                                   ("hot-large", ("--size", "2g", "--cache", "hot", "--cases", "dd-64m,readinto-64m"))),
+                 "host-programs-cold": (("cold", ("--size", "512m", "--cache", "cold")),)}
 HOST_REALIGN_ARGS = ("--size", "1g")
 
 
@@ -551,9 +581,25 @@ def host_benchmark(run: Run, log, deadline: float, script: str, args, name: str)
     return ("ok" if rc == 0 and read_json(out) else "failed"), summary
 
 
-def stage_host_programs(run: Run, log, deadline: float):
-    """Unmodified programs plain and under accio run (default settings) on this machine's CPUs."""
-    return host_benchmark(run, log, deadline, "run_programs.py", HOST_PROGRAMS_ARGS, "run-programs")
+def stage_host_programs(run: Run, log, deadline: float, name: str = "host-programs"):
+    """Unmodified programs plain and under accio run (default settings) on this machine's CPUs; the
+    summary has each case's ratio and its goal's verdict."""
+    summary, ok = {}, True
+    for label, args in HOST_PROGRAMS[name]:
+        status, s = host_benchmark(run, log, deadline, "run_programs.py", args, f"run-programs-{label}")
+        doc = read_json(run.state / s["json"])
+        if doc:
+            s["cases"] = [f"{c['name']} {r['cache']} {c['ratio']['estimate']:.2f} ({c['verdict']}; goal {c.get('goal_result')}"
+                          + "".join(f"; {g} {c[k]['result']}" for g, k in (("large", "large_goal"),
+                                                                         ("prefetch", "prefetch_goal")) if k in c)
+                          + ")" for r in doc["runs"] for c in r["cases"] if c.get("ratio")]
+        summary[label] = s
+        ok &= status == "ok"
+    return ("ok" if ok else "failed"), summary
+
+
+def stage_host_programs_cold(run: Run, log, deadline: float):
+    return stage_host_programs(run, log, deadline, "host-programs-cold")
 
 
 def stage_host_realign(run: Run, log, deadline: float):
@@ -577,7 +623,8 @@ def run_stage(run: Run, st: Stage, deadline: float) -> dict:
         # looked up here, at run time (the tests stand in for the stage functions)
         own = {"build": stage_build, "correctness": stage_correctness, "bench-cli": stage_cli,
                "tune-device": stage_tune, "host-auto": stage_host_auto, "host-programs": stage_host_programs,
-               "host-realign": stage_host_realign}.get(st.name)
+               "host-programs-cold": stage_host_programs_cold, "host-realign": stage_host_realign,
+               "host-auto-grid": stage_host_auto_grid}.get(st.name)
         try:
             if own:
                 status, summary = own(run, log, deadline)
@@ -767,7 +814,9 @@ def render_md(doc: dict) -> str:
             note = f"{s['wall_s']} s (goal < {s['goal_s']} s), {s['progress_lines']} progress lines"
         if name == "tune-device" and s.get("devices"):
             note = f"{s['wall_s']} s; device table of " + ", ".join(d.get("model", "?") for d in s["devices"])
-        if name == "host-auto" and s:
+        if name.startswith("host-programs") and s:
+            note = "; ".join(c for v in s.values() if isinstance(v, dict) for c in v.get("cases", []))
+        if name.startswith("host-auto") and s:
             note = "; ".join(f"{k}: auto {v['auto_geomean']} vs {v['best_fixed']} {v['best_fixed_geomean']}, "
                              f"{v['cells_fine']}/{v['cells']} cells fine" + "".join(
                                  f", hot {h['threads']}t {h['transfer'] >> 20} MiB read auto/oracle {h['auto_ratio']}"
@@ -869,10 +918,11 @@ def prepare_deps(a) -> int:
         print("gpu-deps: pip download failed (a pinned version may be gone: see WHEELS in benchmarks/gpu_check.py)",
               file=sys.stderr)
         return 1
+    fio = build_fio(deps / "bin")
     files = sorted(p for p in deps.rglob("*") if p.is_file() and p.name != "MANIFEST.json")
     total = sum(p.stat().st_size for p in files)
     manifest = {"prepared": now(), "for": f"CPython {a.python_version}, manylinux x86_64; Debian .debs",
-                "debs": list(DEBS), "wheels": list(WHEELS), "total_bytes": total,
+                "debs": list(DEBS), "wheels": list(WHEELS), "fio": fio, "total_bytes": total,
                 "files": [{"path": str(p.relative_to(deps)), "bytes": p.stat().st_size,
                            "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in files]}
     write_json(deps / "MANIFEST.json", manifest)
@@ -882,6 +932,66 @@ def prepare_deps(a) -> int:
         print("gpu-deps: too large to carry with a command", file=sys.stderr)
         return 1
     return 0
+
+
+def deb_src_sources(text: str, deb822: bool) -> str:
+    """The source-package twin of an APT sources file: `Types: deb` (deb822) or `deb ...` lines
+    become deb-src, everything else is dropped."""
+    if deb822:
+        return "\n".join("Types: deb-src" if ln.strip().startswith("Types:") and "deb" in ln.split() else ln
+                         for ln in text.splitlines()) + "\n"
+    return "".join("deb-src" + ln.strip()[3:] + "\n" for ln in text.splitlines() if ln.strip().startswith("deb "))
+
+
+def build_fio(dest: Path) -> str:
+    """A static fio for the GPU machine: Debian's source package and libaio-dev's libaio.a, fetched
+    by APT with its own source list (deb-src twins of the system's) in a scratch directory, built
+    with the engines that need no other library. Returns what was done, for the manifest; a failure
+    is reported and costs only the fio cases there."""
+    import tarfile
+    import tempfile
+    if (dest / "fio").is_file():
+        return "kept: " + subprocess.run([str(dest / "fio"), "--version"], capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="accio-fio-") as tmp:
+        t = Path(tmp)
+        etc = Path("/etc/apt")
+        (t / "parts").mkdir()
+        (t / "parts" / "src.sources").write_text(  # deb822 stanzas, a blank line between files
+            "\n".join(deb_src_sources(p.read_text(), True) for p in sorted(etc.glob("sources.list.d/*.sources"))))
+        (t / "parts" / "src.list").write_text("".join(
+            deb_src_sources(p.read_text(), False) for p in [etc / "sources.list", *sorted(etc.glob("sources.list.d/*.list"))]
+            if p.is_file()))
+        (t / "lists" / "partial").mkdir(parents=True)
+        (t / "src").mkdir()
+        opts = ["-o", "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::Etc::SourceParts={t / 'parts'}",
+                "-o", f"Dir::State::Lists={t / 'lists'}"]
+        steps = [(["apt-get", "-qq", *opts, "update"], t),
+                 (["apt-get", "-qq", *opts, "source", "--download-only", FIO_SOURCE], t / "src"),
+                 (["apt-get", "-qq", "download", "libaio-dev"], t)]
+        for cmd, cwd in steps:
+            r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+            if r.returncode:
+                print(f"gpu-deps: no fio ({' '.join(cmd[:2] + cmd[-2:])}: {(r.stderr or r.stdout).strip()[-300:]}); "
+                      "run_programs.py on the GPU machine goes without its fio cases", file=sys.stderr)
+                return "none: " + " ".join(cmd[-2:]) + " failed"
+        unpack_deb(next(t.glob("libaio-dev_*.deb")), t / "pfx")
+        with tarfile.open(next((t / "src").glob("fio_*.orig.tar.*"))) as tar:
+            tar.extractall(t / "src", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        tree = next(p for p in (t / "src").iterdir() if p.is_dir())
+        lib = next((t / "pfx").rglob("libaio.a")).parent
+        env = dict(os.environ, LIBRARY_PATH=str(lib))
+        for cmd in (["./configure", *FIO_CONFIGURE, f"--extra-cflags=-I{t / 'pfx' / 'usr' / 'include'}"],
+                    ["make", f"-j{os.cpu_count() or 1}"], ["strip", "fio"]):
+            r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+            if r.returncode:
+                print(f"gpu-deps: building fio failed ({cmd[0]}: {(r.stderr or r.stdout).strip()[-300:]}); "
+                      "run_programs.py on the GPU machine goes without its fio cases", file=sys.stderr)
+                return f"none: {cmd[0]} failed"
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(tree / "fio", dest / "fio")
+    version = subprocess.run([str(dest / "fio"), "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"gpu-deps: built {version}, static, into {dest / 'fio'}")
+    return f"built: {version}, static (Debian source package, libaio.a)"
 
 
 def parser() -> argparse.ArgumentParser:

@@ -3,10 +3,13 @@
 buffer (realign=auto: where this CPU's kernel copy is slow for them) and without (realign=off), and
 the same reads into a page-aligned buffer, interleaved in the same rounds (accio.stats: >= 7 rounds,
 median ratio with its 95% bootstrap interval). Buffers: page-aligned, a bytearray (whose data sits
-16 bytes into its allocation, as a numpy array's does) and 8 bytes off a page. Each sample reads the
-whole file in requests of --request bytes through accio.open(mechanism=...).read_into.
+16 bytes into its allocation, as a numpy array's does) and --offsets bytes off a page (default 8).
+Each sample reads the whole file in requests of --request bytes through
+accio.open(mechanism=...).read_into.
 
     python benchmarks/realign.py --dir /var/tmp --size 1g --json results/realign.json
+    python benchmarks/realign.py --dir /var/tmp --size 1g --mechanisms posix --offsets 8,32,48 \
+        --json results/realign_offsets.json    # realign's rule: a buffer off the offset's 32-byte alignment
 """
 from __future__ import annotations
 
@@ -34,23 +37,32 @@ def main() -> int:
     p.add_argument("--size", default="1g", help="file size (default 1g)")
     p.add_argument("--request", default="64m", help="bytes per read_into (default 64m)")
     p.add_argument("--mechanisms", default="posix,parallel")
+    p.add_argument("--offsets", default="8", help="buffers this many bytes off a page, comma-separated "
+                   "(default 8; each below 4096)")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--json")
     a = p.parse_args()
     if a.rounds < stats.MIN_SAMPLES:
         p.error(f"--rounds must be at least {stats.MIN_SAMPLES}")
+    try:
+        offsets = [int(x) for x in a.offsets.split(",")]
+    except ValueError:
+        offsets = [-1]
+    if any(not 0 < o < 4096 for o in offsets):
+        p.error(f"--offsets {a.offsets!r}: expected byte counts between 1 and 4095")
     size, req = parse_size(a.size), parse_size(a.request)
     path = os.path.join(a.dir, f"accio-realign-{os.getpid()}.bin")
     with open(path, "wb") as f:
         chunk = os.urandom(MiB)
         for _ in range(size // MiB):
             f.write(chunk)
-    area = mmap.mmap(-1, req + 4096)  # page-aligned
+    area = mmap.mmap(-1, req + 4096)  # page-aligned, room for the offsets
     view = memoryview(area)
     view[:] = bytes(len(view))
     ba = bytearray(req)
     addr = ctypes.addressof((ctypes.c_char * 1).from_buffer(ba))
-    buffers = {"page-aligned": view[:req], f"bytearray (+{addr % 64})": memoryview(ba), "+8": view[8:8 + req]}
+    buffers = {"page-aligned": view[:req], f"bytearray (+{addr % 64})": memoryview(ba),
+               **{f"+{o}": view[o:o + req] for o in offsets}}
 
     def reader(mech: str, buf, realign: str):
         def go() -> float:

@@ -8,7 +8,10 @@ untimed run with --stats-json: engine calls, calls the planner passed back to li
 windows asked for).
 
 Cases: cat, cp, dd at bs 128K/1M/64M, sha256sum, tar c, gzip -1, numpy.fromfile, Python readinto
-of 64 KiB and 64 MiB, fio's psync engine at 128K and 4M, torch.load when torch is installed.
+of 64 KiB and 64 MiB, fio's psync engine at 128K and 4M, torch.load when torch is installed. Each
+reads the test file, except gzip -1 (a 64 MiB file of its own: it compresses at about 45 MB/s) and
+torch.load (a saved tensor of the test file's size); each case's own file is made hot or cold
+before every run and gives its rate.
 Beside them, measured in the same run:
   engine   accio's own read of the whole file, parallel vs posix (64 MiB requests): the ratio the
            large-request goal compares with (dd bs=64M and readinto 64 MiB >= 0.8 x it, hot);
@@ -147,8 +150,18 @@ def front_end(rounds: int) -> list[dict]:
     return out
 
 
-def cases(big: Path, work: Path, size: int) -> dict[str, list[str]]:
+# gzip -1 compresses this random data at about 45 MB/s (one core): it reads a file of its own, the
+# first GZIP_SIZE bytes of the test file's content, so that one run takes about a second and a half
+# and not 45 s (a 2 GiB file, 15 runs: 11 minutes). Its ratio is the shim's cost for a CPU-bound reader.
+GZIP_SIZE = 64 * MiB
+
+
+def cases(big: Path, work: Path, size: int) -> dict[str, tuple[list[str], Path]]:
+    """Each case's command and the file it reads (what is made hot or cold before each run, and
+    whose size gives the rate)."""
     py = sys.executable
+    gz = work / "gzip-input.bin" if size > GZIP_SIZE else big
+    tensor = work / "tensor.pt"
     fio = ["fio", "--name=accio-run-bench", f"--filename={big}", f"--size={size}", "--rw=read", "--ioengine=psync",
            "--invalidate=0", "--readonly", "--output-format=terse"]
     c = {
@@ -159,7 +172,7 @@ def cases(big: Path, work: Path, size: int) -> dict[str, list[str]]:
         "dd-64m": ["dd", f"if={big}", "of=/dev/null", "bs=64M"],
         "sha256sum": ["sha256sum", str(big)],
         "tar-c": ["tar", "cf", str(work / "out.tar"), "-C", str(big.parent), big.name],
-        "gzip-1": ["sh", "-c", f"gzip -1 -c '{big}' > /dev/null"],
+        "gzip-1": ["sh", "-c", f"gzip -1 -c '{gz}' > /dev/null"],
         "numpy.fromfile": [py, "-c", FROMFILE, str(big)],
         "readinto-64k": [py, "-c", READINTO, str(big), str(64 << 10)],
         "readinto-64m": [py, "-c", READINTO, str(big), str(64 << 20)],
@@ -170,13 +183,14 @@ def cases(big: Path, work: Path, size: int) -> dict[str, list[str]]:
         del c["fio-psync-128k"], c["fio-psync-4m"]
     try:
         import torch  # noqa: F401
-        c["torch.load"] = [py, "-c", TORCH_LOAD, str(work / "tensor.pt")]
+        c["torch.load"] = [py, "-c", TORCH_LOAD, str(tensor)]
     except ImportError:
         pass
-    return c
+    return {n: (argv, gz if n == "gzip-1" else tensor if n == "torch.load" else big) for n, argv in c.items()}
 
 
 def prepare(big: Path, size: int, cold: bool) -> None:
+    """Makes the file's first `size` bytes cold (dropped and checked) or hot (read in and checked)."""
     if cold:
         drop_pages(str(big), 0, size)
         if residency(str(big)) > 0.05:
@@ -321,18 +335,23 @@ def main() -> int:
                      "kernel": platform.release(), "load_before": os.getloadavg()},
                      "size": size, "rounds": a.rounds, "launcher": launcher(),
                      "profiles": {name: env.get("ACCIO_PROFILE") for name, env in shims.items()}, "runs": []}
+    all_cases = cases(big, work, size)
+    want = None if a.cases == "all" else set(a.cases.split(","))
+    if want and want - set(all_cases):
+        work.rmdir()
+        ap.error(f"--cases: no case {', '.join(sorted(want - set(all_cases)))} here (the cases: {', '.join(all_cases)})")
+    pick = {n: c for n, c in all_cases.items() if want is None or n in want}
     try:
         results["launch"] = launch(max(a.rounds, 15))
         results["front"] = front_end(max(a.rounds, 15))
         if a.launch_only:
             return 0
         make_file(big, size)
-        all_cases = cases(big, work, size)
-        if "torch.load" in all_cases:
+        if "gzip-1" in pick and pick["gzip-1"][1] != big:
+            make_file(pick["gzip-1"][1], GZIP_SIZE)
+        if "torch.load" in pick:
             import torch
-            torch.save(torch.zeros(size // 4, dtype=torch.float32), work / "tensor.pt")
-        want = None if a.cases == "all" else set(a.cases.split(","))
-        pick = {n: c for n, c in all_cases.items() if want is None or n in want}
+            torch.save(torch.zeros(size // 4, dtype=torch.float32), pick["torch.load"][1])
         for cache in (("hot", "cold") if a.cache == "both" else (a.cache,)):
             cold = cache == "cold"
             print(f"-- {cache}, {size / MiB:.0f} MiB file, {a.rounds} rounds", flush=True)
@@ -340,11 +359,13 @@ def main() -> int:
             block["engine"] = engine_ratio(big, size, a.rounds, cold)
             if cold and shutil.which("fio"):
                 block["fio_qd"] = fio_qd(big, size, a.rounds)
-            for name, cmd in pick.items():
-                def side(argv, env=None):
+            for name, (cmd, src) in pick.items():
+                nbytes = src.stat().st_size
+
+                def side(argv, env=None, src=src, nbytes=nbytes):
                     def go() -> float:
-                        prepare(big, size, cold)
-                        return size / MiB / timed(argv, env=env)
+                        prepare(src, nbytes, cold)
+                        return nbytes / MiB / timed(argv, env=env)
                     return go
                 contenders = {"plain": side(cmd)}
                 contenders.update({n: side([launcher(), "--", *cmd], env) for n, env in shims.items()})
@@ -357,11 +378,11 @@ def main() -> int:
                     print(f"{'':18s} {second}/{first} {stats.describe(r)} {stats.verdict(r)}", flush=True)
                 rec["served"] = {}
                 for n, env in shims.items():
-                    prepare(big, size, cold)
+                    prepare(src, nbytes, cold)
                     rec["served"][n] = served(cmd, work, env)
                 if len(shims) == 1:
                     rec["served"] = rec["served"]["shim"]
-                rec["name"], rec["command"] = name, " ".join(cmd)
+                rec["name"], rec["command"], rec["input_bytes"] = name, " ".join(cmd), nbytes
                 eng = block["engine"]["ratio"]["estimate"]
                 if name in ("dd-64m", "readinto-64m") and not cold:
                     rec["large_goal"] = {"target": GOAL_LARGE * eng, "of_engine_ratio": eng,

@@ -73,7 +73,8 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     record(run, "bench-cold", "skipped")
     assert [s.name for s in gc.plan(run, None)] == ["bench-hot", "bench-naive", "bench-write", "bench-safetensors",
                                                     "bench-zerocopy", "bench-cli", "tune-device", "host-auto",
-                                                    "host-programs", "host-realign"]
+                                                    "host-programs", "host-programs-cold", "host-realign",
+                                                    "host-auto-grid"]
     assert [s.name for s in gc.plan(run, ["bench-cli", "build"])] == ["build", "bench-cli"]  # asked: in stage order
     assert gc.needs_build(run, gc.STAGES[2]) is None
     # The build's record without its outputs (state brought back from a machine that was given
@@ -82,7 +83,8 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
     assert [s.name for s in gc.plan(run, None)] == ["build", "bench-hot", "bench-naive", "bench-write",
                                                     "bench-safetensors", "bench-zerocopy", "bench-cli", "tune-device",
-                                                    "host-auto", "host-programs", "host-realign"]
+                                                    "host-auto", "host-programs", "host-programs-cold",
+                                                    "host-realign", "host-auto-grid"]
     record(run, "build", "failed")
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
 
@@ -99,6 +101,8 @@ class FakeStages:
         monkeypatch.setattr(gc, "stage_tune", lambda run, log, dl: self.one("tune-device"))
         monkeypatch.setattr(gc, "stage_host_auto", lambda run, log, dl: self.one("host-auto"))
         monkeypatch.setattr(gc, "stage_host_programs", lambda run, log, dl: self.one("host-programs"))
+        monkeypatch.setattr(gc, "stage_host_programs_cold", lambda run, log, dl: self.one("host-programs-cold"))
+        monkeypatch.setattr(gc, "stage_host_auto_grid", lambda run, log, dl: self.one("host-auto-grid"))
         monkeypatch.setattr(gc, "stage_host_realign", lambda run, log, dl: self.one("host-realign"))
         monkeypatch.setattr(gc, "stage_bench", lambda run, log, dl, section: self.one(section))
 
@@ -112,8 +116,8 @@ class FakeStages:
 
 def test_execute_stops_before_a_stage_that_would_pass_the_deadline_and_resumes(tmp_path, monkeypatch, capsys):
     stages = FakeStages(monkeypatch, {"correctness": "failed"})
-    # 100 s deadline: the build (about 180 s) starts anyway as the run's first stage, correctness
-    # (about 300 s) does not fit after it.
+    # 100 s deadline: the build (about 90 s) starts anyway as the run's first stage, correctness
+    # (about 210 s) does not fit after it.
     assert gc.execute(make_run(tmp_path, "--deadline-s", "100"), None) == 0
     out = capsys.readouterr().out
     assert stages.calls == ["build"] and "stopping before correctness" in out and "run the same command again" in out
@@ -129,8 +133,9 @@ def test_execute_stops_before_a_stage_that_would_pass_the_deadline_and_resumes(t
     assert gc.estimate(run, gc.STAGES[3]) == 5.0
     assert gc.execute(make_run(tmp_path, "--deadline-s", "100000"), None) == 0
     assert stages.calls == ["build", "correctness", "hot-read", "naive", "write", "safetensors", "cold-read",
-                            "zerocopy", "bench-cli", "tune-device", "host-auto", "host-programs", "host-realign"]
-    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 13  # all done: nothing runs
+                            "zerocopy", "bench-cli", "tune-device", "host-auto", "host-programs", "host-programs-cold",
+                            "host-realign", "host-auto-grid"]
+    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 15  # all done: nothing runs
     assert "every stage has finished" in capsys.readouterr().out
     # Asked for by name, a finished stage runs again.
     gc.execute(make_run(tmp_path), ["bench-naive"])
@@ -242,6 +247,36 @@ def test_missing_libraries_without_debs_say_what_to_do(tmp_path, monkeypatch):
     run = make_run(tmp_path)
     with open(tmp_path / "log", "w") as log, pytest.raises(RuntimeError, match=r"lacks gtest and .*`make gpu-deps`"):
         gc.prepare_build_env(run, log)
+
+
+def test_fio_from_deps_goes_on_path_only_where_the_system_has_none(tmp_path, monkeypatch):
+    """make gpu-deps builds a static fio into .gpu-deps/bin (the GPU machine has none): the stages'
+    environment finds it there, and a system fio is left first."""
+    run = make_run(tmp_path)
+    carried = tmp_path / "deps" / "bin"
+    carried.mkdir(parents=True)
+    (carried / "fio").write_text("#!/bin/sh\n")
+    (carried / "fio").chmod(0o755)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", f"{empty}:/usr/bin:/bin")
+    if shutil.which("fio"):
+        assert str(carried) not in run.env()["PATH"]  # the system's fio is used
+    monkeypatch.setenv("PATH", str(empty))
+    assert run.env()["PATH"].split(os.pathsep)[0] == str(carried)
+    assert shutil.which("fio", path=run.env()["PATH"]) == str(carried / "fio")
+
+
+def test_deb_src_twins_of_the_apt_sources():
+    deb822 = ("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\n"
+              "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    got = gc.deb_src_sources(deb822, True)
+    assert got.splitlines()[0] == "Types: deb-src" and got.splitlines()[1:] == deb822.splitlines()[1:]
+    lines = ("# a comment\ndeb [arch=amd64 signed-by=/k.gpg] http://archive.ubuntu.com/ubuntu noble main\n"
+             "deb-src http://x/ubuntu noble main\ndeb http://security.ubuntu.com/ubuntu noble-security main\n")
+    assert gc.deb_src_sources(lines, False) == (
+        "deb-src [arch=amd64 signed-by=/k.gpg] http://archive.ubuntu.com/ubuntu noble main\n"
+        "deb-src http://security.ubuntu.com/ubuntu noble-security main\n")
 
 
 def test_parsers_for_wheels_ctest_and_junit(tmp_path):
@@ -653,8 +688,9 @@ def test_the_wheel_builds_exports_tests_expect_the_wheels_sonames(tmp_path):
 
 
 def test_host_auto_evaluates_the_built_in_model_and_summarises_its_hot_reads(tmp_path, monkeypatch):
-    # The stage's own grids are a 2 GiB file and the default grid (minutes); a small one here.
-    monkeypatch.setattr(gc, "HOST_EVALUATIONS",
+    # The stage's own grid is a 2 GiB file (and host-auto-grid's the default grid); a small one here.
+    assert gc.HOST_EVALUATIONS["host-auto"][0][1][-4:] == ["--ops", "read", "--caches", "hot"]
+    monkeypatch.setitem(gc.HOST_EVALUATIONS, "host-auto",
                         (("tiny", ["--file-sizes", "8m", "--transfers", "4m", "--max-reps", "7"]),))
     run = make_run(tmp_path, "--installed", "--data", str(tmp_path / "data"))
     with open(tmp_path / "log", "w") as log:
@@ -675,16 +711,30 @@ def test_host_auto_evaluates_the_built_in_model_and_summarises_its_hot_reads(tmp
 
 
 def test_host_programs_runs_the_programs_benchmark(tmp_path, monkeypatch):
-    monkeypatch.setattr(gc, "HOST_PROGRAMS_ARGS", ("--quick", "--cases", "cat", "--cache", "hot"))
+    # The stage's own runs: every program on a hot 1 GiB file, the large requests on a 2 GiB one
+    # (the issue's); small ones here.
+    assert [a for _, a in gc.HOST_PROGRAMS["host-programs"]][1][-2:] == ("--cases", "dd-64m,readinto-64m")
+    monkeypatch.setitem(gc.HOST_PROGRAMS, "host-programs",
+                        (("hot", ("--quick", "--cases", "cat", "--cache", "hot")),
+                         ("hot-large", ("--quick", "--cases", "dd-64m", "--cache", "hot"))))
     run = make_run(tmp_path, "--installed", "--data", str(tmp_path / "data"))
     with open(tmp_path / "log", "w") as log:
         status, summary = gc.stage_host_programs(run, log, time.monotonic() + 600)
     assert status == "ok", (tmp_path / "log").read_text()[-3000:]
-    assert summary["exit"] == 0 and "run_programs.py" in summary["command"]
-    doc = json.loads((run.state / summary["json"]).read_text())
+    assert set(summary) == {"hot", "hot-large"}
+    assert all(s["exit"] == 0 and "run_programs.py" in s["command"] for s in summary.values())
+    doc = json.loads((run.state / summary["hot"]["json"]).read_text())
     (hot,) = doc["runs"]
     assert hot["cache"] == "hot" and [c["name"] for c in hot["cases"]] == ["cat"]
     assert hot["cases"][0]["ratio"]["n_a"] >= 7 and hot["cases"][0]["ratio"]["estimate"] > 0
+    # the report's line per case: ratio, verdict, the never-slower goal, the large-request goal
+    (cat,) = summary["hot"]["cases"]
+    assert cat.startswith("cat hot ") and "goal " in cat
+    (dd,) = summary["hot-large"]["cases"]
+    assert dd.startswith("dd-64m hot ") and "; large " in dd
+    md = gc.render_md({"stages": {"host-programs": {"status": status, "duration_s": 1, "summary": summary}},
+                       "sections": {}, "generated": "now", "source_id": "S1", "command": "make gpu-check"})
+    assert cat in md and dd in md
 
 
 def test_host_realign_runs_the_realign_benchmark(tmp_path, monkeypatch):
@@ -698,3 +748,13 @@ def test_host_realign_runs_the_realign_benchmark(tmp_path, monkeypatch):
     doc = json.loads((run.state / summary["json"]).read_text())
     assert {r["what"] for r in doc["ratios"]} == {"realign auto / off", "realign auto / page-aligned", "off / page-aligned"}
     assert all(len(v) >= 7 for v in doc["samples"].values())
+    # --offsets: more buffers off a page (how the 32-byte rule was checked); nonsense is refused
+    monkeypatch.setattr(gc, "HOST_REALIGN_ARGS", ("--size", "16m", "--request", "8m", "--rounds", "7",
+                                                  "--mechanisms", "posix", "--offsets", "8,32"))
+    with open(tmp_path / "log", "w") as log:
+        status, summary = gc.stage_host_realign(run, log, time.monotonic() + 600)
+    assert status == "ok" and [r.split()[1] for r in summary["ratios"]][1:] == ["+8", "+32"], summary
+    for bad in ("0", "4096", "8,x"):
+        p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "realign.py"), "--dir", str(tmp_path),
+                            "--offsets", bad], capture_output=True, text=True)
+        assert p.returncode == 2 and "--offsets" in p.stderr, p.stderr

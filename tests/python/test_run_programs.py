@@ -45,3 +45,23 @@ def test_a_missing_profile_is_refused_before_measuring(tmp_path):
                         str(tmp_path / "nope.json"), "--quick"], capture_output=True, text=True)
     assert p.returncode == 2 and "no such file" in p.stderr, p.stderr
     assert not list(tmp_path.iterdir())  # no test file was made
+
+
+def test_each_case_reads_its_own_file(tmp_path):
+    """gzip -1 (45 MB/s) reads a 64 MiB file of its own once the test file is larger; torch.load
+    its saved tensor: each case's file is the one made hot or cold before a run and whose size
+    gives its rate (a cold torch.load whose tensor stayed cached measured nothing cold)."""
+    big, work = tmp_path / "big.bin", tmp_path
+    c = run_programs.cases(big, work, 1 << 30)
+    assert c["cat"][1] == big and c["dd-64m"][1] == big and c["gzip-1"][1] == work / "gzip-input.bin"
+    assert str(work / "gzip-input.bin") in c["gzip-1"][0][-1]
+    if "torch.load" in c:
+        assert c["torch.load"][1] == work / "tensor.pt" and str(work / "tensor.pt") in c["torch.load"][0]
+    assert run_programs.cases(big, work, run_programs.GZIP_SIZE)["gzip-1"][1] == big  # small enough as it is
+
+
+def test_an_unknown_case_is_refused_before_measuring(tmp_path):
+    p = subprocess.run([sys.executable, str(BENCH / "run_programs.py"), "--dir", str(tmp_path), "--cases", "cat,zip",
+                        "--quick"], capture_output=True, text=True)
+    assert p.returncode == 2 and "no case zip" in p.stderr and "dd-64m" in p.stderr, p.stderr
+    assert not list(tmp_path.iterdir())
