@@ -70,7 +70,7 @@ WHEELS = ("kvikio-cu13==26.10.0", "libkvikio-cu13==26.10.0", "rapids-logger==0.3
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
                    "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")
 CARRY_LIMIT = 64 << 20  # what the device tool carries with a command
-# fio (run_programs.py's fio cases and its cold queue-depth measurement; the GPU machine has none): built
+# fio (run_programs.py's fio cases and its cold queue-depth measurement; gpu-machine.md lists none): built
 # here from Debian's source package as a static binary (libaio from libaio-dev's libaio.a; the engines
 # that need other libraries left out), .gpu-deps/bin/fio, put on PATH there only where the system has none.
 FIO_SOURCE = "fio"

@@ -10,6 +10,10 @@ accio.open(mechanism=...).read_into.
     python benchmarks/realign.py --dir /var/tmp --size 1g --json results/realign.json
     python benchmarks/realign.py --dir /var/tmp --size 1g --mechanisms posix --offsets 8,32,48 \
         --json results/realign_offsets.json    # realign's rule: a buffer off the offset's 32-byte alignment
+    python benchmarks/realign.py --dir /var/tmp --size 512m --cold --rounds 11 --json results/realign_cold.json
+
+--cold drops the file's pages before every sample (accio._system.drop_pages, residency checked):
+what realign does to reads that wait for the device.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import time
 
 import accio
 from accio import _ext, stats
-from accio._system import cpu_model, parse_size
+from accio._system import cpu_model, drop_pages, parse_size, residency
 from accio._usage import write_json
 
 MiB = 1 << 20
@@ -40,6 +44,7 @@ def main() -> int:
     p.add_argument("--offsets", default="8", help="buffers this many bytes off a page, comma-separated "
                    "(default 8; each below 4096)")
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--cold", action="store_true", help="drop the file's pages before every sample")
     p.add_argument("--json")
     a = p.parse_args()
     if a.rounds < stats.MIN_SAMPLES:
@@ -66,6 +71,10 @@ def main() -> int:
 
     def reader(mech: str, buf, realign: str):
         def go() -> float:
+            if a.cold:
+                drop_pages(path, 0, size)
+                if residency(path) > 0.05:
+                    raise SystemExit(f"{path}: its pages stay cached after dropping them (tmpfs?): no cold reads here")
             with accio.open(path, "r", mechanism=mech, realign=realign) as f:
                 t0 = time.perf_counter()
                 for off in range(0, size, req):
@@ -92,7 +101,7 @@ def main() -> int:
            "machine": {"cpu": cpu_model(), "arch": platform.machine(), "cpus": os.cpu_count(),
                        "load": os.getloadavg(),
                        "slow_misaligned_copy": _ext.probe("slow_misaligned_copy")[0]},
-           "size": size, "request": req, "rounds": a.rounds,
+           "size": size, "request": req, "rounds": a.rounds, "cache": "cold" if a.cold else "hot",
            "medians_mibps": {k: round(statistics.median(v), 1) for k, v in samples.items()}, "samples": samples,
            "ratios": []}
     for m in a.mechanisms.split(","):

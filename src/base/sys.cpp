@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,7 +14,21 @@ namespace accio::base::sys {
 namespace {
 ssize_t raw_pread(int fd, void* buf, size_t n, off_t off) { return syscall(SYS_pread64, fd, buf, n, off); }
 ssize_t raw_pwrite(int fd, const void* buf, size_t n, off_t off) { return syscall(SYS_pwrite64, fd, buf, n, off); }
-const Ops kReal{&raw_pread, &raw_pwrite};
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008
+#endif
+ssize_t raw_pread_cached(int fd, void* buf, size_t n, off_t off) {
+#if defined(SYS_preadv2) && __SIZEOF_LONG__ == 8
+  iovec v{buf, n};
+  // (fd, iov, count, offset low, offset high, flags): on 64-bit the low word is the whole offset
+  return syscall(SYS_preadv2, fd, &v, 1, off, 0, RWF_NOWAIT);
+#else
+  (void)fd, (void)buf, (void)n, (void)off;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+const Ops kReal{&raw_pread, &raw_pwrite, &raw_pread_cached};
 Ops g_ops = kReal;
 }  // namespace
 Ops& ops() { return g_ops; }

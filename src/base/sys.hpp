@@ -14,6 +14,11 @@ namespace accio::base::sys {
 struct Ops {
   ssize_t (*pread)(int fd, void* buf, size_t n, off_t off);
   ssize_t (*pwrite)(int fd, const void* buf, size_t n, off_t off);
+  // preadv2(RWF_NOWAIT): what the page cache holds, without waiting for the device (-1 and EAGAIN
+  // where nothing is; EOPNOTSUPP or ENOSYS where the kernel or the filesystem takes no such read).
+  // Null in a table that leaves it out: callers then use pread, as they do where a table replaced
+  // pread but kept the real entry here (a cached read must not go around a test's pread).
+  ssize_t (*pread_cached)(int fd, void* buf, size_t n, off_t off) = nullptr;
 };
 
 Ops& ops();            // the live table

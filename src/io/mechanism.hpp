@@ -154,8 +154,12 @@ void write_full(int fd, const void* buf, size_t n, uint64_t off, const std::stri
 
 // read_full on the buffered descriptor for a buffer in host memory (posix, parallel): a request of
 // 64 KiB or more whose buffer is not 32-byte aligned like the file offset goes through a per-thread
-// aligned buffer where the realign setting says so (auto: where slow_misaligned_copy).
-size_t read_host(const IoContext& c, void* buf, size_t n, uint64_t off);
+// aligned buffer where the realign setting says so (auto: where slow_misaligned_copy). What of it
+// the page cache does not hold: kStraight reads it straight into buf in one call from the first
+// piece that would wait for the device (a whole request read by one thread: posix), kPieces through
+// the aligned buffer too (parallel's tasks); common.cpp has the measurements.
+enum class ColdRealign { kStraight, kPieces };
+size_t read_host(const IoContext& c, void* buf, size_t n, uint64_t off, ColdRealign cold);
 // Whether this CPU's kernel copy (`rep movsb`, with FSRM) is slow for a buffer misaligned against
 // the page cache (AMD Zen 3 and 4): measured once per process, on first use.
 bool slow_misaligned_copy();

@@ -13,7 +13,7 @@ class Parallel final : public Mechanism {
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
     auto* p = static_cast<char*>(buf);
     return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, 1),
-                     [&](uint64_t o, size_t len, size_t bo) { return read_host(c, p + bo, len, o); });
+                     [&](uint64_t o, size_t len, size_t bo) { return read_host(c, p + bo, len, o, ColdRealign::kPieces); });
   }
   void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
     auto* p = static_cast<const char*>(buf);

@@ -11,7 +11,7 @@ class Posix final : public Mechanism {
   bool cpu_touches_buffer() const override { return false; }
   int rank() const override { return 0; }
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
-    return read_host(c, buf, n, off);
+    return read_host(c, buf, n, off, ColdRealign::kStraight);
   }
   void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {
     write_full(c.file.fd, buf, n, off, c.file.path);

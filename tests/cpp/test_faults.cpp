@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/time.h>
@@ -249,6 +250,154 @@ TEST(Faults, RealignReadsMisalignedBuffersThroughAnAlignedOne) {
   base::sys::ops() = base::sys::real_ops();
   auto s = mech("posix");
   EXPECT_THROW(s.set("realign", "sometimes"), base::Error);
+}
+
+// realign against the real kernel (preadv2 RWF_NOWAIT): a hot file's chunks all come from the page
+// cache; a dropped one's first chunk comes back short and the rest is read straight (where the
+// filesystem can drop pages: not on tmpfs). Runs before the test below, whose refusing table turns
+// the cached reads off for the rest of the process.
+std::atomic<int> g_real_cached{0}, g_real_short{0};
+ssize_t counting_cached(int fd, void* b, size_t n, off_t o) {
+  g_real_cached.fetch_add(1);
+  const ssize_t r = base::sys::real_ops().pread_cached(fd, b, n, o);
+  if (r < static_cast<ssize_t>(n)) g_real_short.fetch_add(1);
+  return r;
+}
+
+TEST(Faults, RealignReadsHotAndColdFilesWithTheRealKernel) {
+  TempDir d;
+  std::mt19937_64 rng(17);
+  std::vector<char> src((4 << 20) + 5);
+  fill_random(src.data(), src.size(), rng);
+  const std::string path = d.file("r");
+  {
+    auto w = engine::File::open(path, "w", mech("posix"));
+    ASSERT_EQ(w->pwrite(src.data(), src.size(), 0), src.size());
+  }
+  Buffer buf(src.size() + 64);
+  base::sys::ops() = {base::sys::real_ops().pread, base::sys::real_ops().pwrite, &counting_cached};
+  for (bool cold : {false, true}) {
+    bool dropped = false;
+    if (cold) {
+      const int fd = ::open(path.c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      fdatasync(fd);
+      posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      void* m = mmap(nullptr, src.size(), PROT_READ, MAP_SHARED, fd, 0);
+      ASSERT_NE(m, MAP_FAILED);
+      std::vector<unsigned char> vec((src.size() + 4095) / 4096);
+      ASSERT_EQ(mincore(m, src.size(), vec.data()), 0);
+      dropped = !(vec[0] & 1);
+      munmap(m, src.size());
+      ::close(fd);
+    }
+    auto s = mech("posix");
+    s.set("realign", "on");
+    auto f = engine::File::open(path, "r", s);
+    g_real_cached = g_real_short = 0;
+    std::memset(buf.data(), 0, src.size() + 64);
+    ASSERT_EQ(f->pread(buf.data() + 24, src.size(), 0), src.size()) << cold;
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), buf.data() + 24)) << cold;
+    if (!cold) {
+      EXPECT_EQ(g_real_cached.load(), 5) << "four 1 MiB chunks and the last 5 bytes, all from the page cache";
+      EXPECT_EQ(g_real_short.load(), 0);
+    } else if (dropped) {
+      EXPECT_EQ(g_real_cached.load(), 1) << "the first chunk comes back short: the rest is read straight";
+      EXPECT_EQ(g_real_short.load(), 1);
+    }
+  }
+  base::sys::ops() = base::sys::real_ops();
+}
+
+// A table that replaces pread but keeps the kernel's cached read (test_future gates its reads so)
+// sees every read through its pread: the cached read does not go around it.
+// (Before the test below, whose refusing table turns the cached reads off for the process.)
+TEST(Faults, ACachedReadNeverGoesAroundAReplacedPread) {
+  TempDir d;
+  std::vector<char> src(3 << 20, 'x');
+  {
+    auto w = engine::File::open(d.file("r"), "w", mech("posix"));
+    ASSERT_EQ(w->pwrite(src.data(), src.size(), 0), src.size());
+  }
+  Buffer buf(src.size() + 64);
+  base::sys::ops().pread = &watching_pread;  // pread_cached stays the real one
+  auto s = mech("posix");
+  s.set("realign", "on");
+  auto f = engine::File::open(d.file("r"), "r", s);
+  g_preads = 0;
+  ASSERT_EQ(f->pread(buf.data() + 8, src.size(), 0), src.size());
+  EXPECT_EQ(g_preads.load(), 3) << "every 1 MiB piece through the replaced pread";
+  base::sys::ops() = base::sys::real_ops();
+}
+
+// posix realigns only what the page cache holds (preadv2 RWF_NOWAIT): the first piece the kernel
+// would wait for the device for ends it, and the rest of the request goes straight into the
+// program's buffer in one read (a cold read keeps a plain read's depth); parallel's tasks realign
+// every piece. A kernel or filesystem that takes no RWF_NOWAIT gets piece-by-piece realign.
+std::atomic<int> g_cached_calls{0};
+std::atomic<uint64_t> g_cold_from{~uint64_t{0}};  // offsets from here "are not cached"
+std::atomic<int> g_cached_errno{0};               // set: every cached read fails so
+ssize_t fake_cached(int fd, void* b, size_t n, off_t o) {
+  g_cached_calls.fetch_add(1);
+  if (g_cached_errno.load()) {
+    errno = g_cached_errno.load();
+    return -1;
+  }
+  const uint64_t cold = g_cold_from.load();
+  if (static_cast<uint64_t>(o) >= cold) {
+    errno = EAGAIN;
+    return -1;
+  }
+  return base::sys::real_ops().pread(fd, b, std::min<uint64_t>(n, cold - static_cast<uint64_t>(o)), o);
+}
+
+TEST(Faults, RealignReadsWhatIsNotCachedStraightIntoTheBuffer) {
+  TempDir d;
+  std::mt19937_64 rng(13);
+  std::vector<char> src((5 << 20) + 123);
+  fill_random(src.data(), src.size(), rng);
+  {
+    auto w = engine::File::open(d.file("r"), "w", mech("posix"));
+    ASSERT_EQ(w->pwrite(src.data(), src.size(), 0), src.size());
+  }
+  Buffer buf(src.size() + 64);
+  struct Case {
+    const char* mech;
+    uint64_t cold_from;  // ~0: all cached
+    int err;             // the cached read's errno for every call (0: none)
+    int misaligned;      // misaligned preads of 64 KiB or more expected
+    int cached_min, cached_max;  // cached reads
+  };
+  const Case cases[] = {
+      {"posix", ~uint64_t{0}, 0, 0, 6, 6},     // all cached: every piece through the buffer (and one at the end)
+      {"posix", 0, 0, 1, 1, 1},                // nothing cached: one probe, then the whole request straight
+      {"posix", (2 << 20) + 4096 + 100, 0, 1, 3, 3},  // cached up to the middle of a piece: its cached part
+                                                      // through the buffer, the rest straight, in one read
+      {"parallel", 0, 0, 0, 0, 0},             // parallel's tasks: every piece through the buffer, cold or not
+      {"posix", ~uint64_t{0}, EOPNOTSUPP, 0, 1, 1},  // no RWF_NOWAIT here: piece by piece, never asked again
+  };
+  base::sys::ops() = {&watching_pread, base::sys::real_ops().pwrite, &fake_cached};
+  for (const Case& c : cases) {
+    auto s = mech(c.mech);
+    s.set("realign", "on");
+    auto f = engine::File::open(d.file("r"), "r", s);
+    g_misaligned = g_misaligned_small = g_preads = g_cached_calls = 0;
+    g_cold_from = c.cold_from;
+    g_cached_errno = c.err;
+    std::memset(buf.data(), 0, src.size() + 64);
+    ASSERT_EQ(f->pread(buf.data() + 8, src.size() + 64, 0), src.size()) << c.cold_from;
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), buf.data() + 8)) << c.cold_from;
+    EXPECT_EQ(buf.data()[8 + src.size()], 0);
+    EXPECT_EQ(g_misaligned.load(), c.misaligned) << c.cold_from << " errno " << c.err;
+    EXPECT_GE(g_cached_calls.load(), c.cached_min) << c.mech << " " << c.cold_from;
+    EXPECT_LE(g_cached_calls.load(), c.cached_max) << c.mech << " " << c.cold_from;
+    if (c.err) {  // refused once: not asked again, in this process
+      g_cached_calls = 0;
+      ASSERT_EQ(f->pread(buf.data() + 8, 1 << 20, 0), size_t{1} << 20);
+      EXPECT_EQ(g_cached_calls.load(), 0);
+    }
+  }
+  base::sys::ops() = base::sys::real_ops();
 }
 
 void on_alarm(int) {}
