@@ -200,15 +200,19 @@ ssize_t watching_pread(int fd, void* b, size_t n, off_t o) {
   return base::sys::real_ops().pread(fd, b, n, o);
 }
 
+// A file of n random bytes (seeded), written by posix; returns its bytes.
+std::vector<char> random_file(const std::string& path, size_t n, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<char> src(n);
+  fill_random(src.data(), src.size(), rng);
+  auto w = engine::File::open(path, "w", mech("posix"));
+  EXPECT_EQ(w->pwrite(src.data(), src.size(), 0), src.size());
+  return src;
+}
+
 TEST(Faults, RealignReadsMisalignedBuffersThroughAnAlignedOne) {
   TempDir d;
-  std::mt19937_64 rng(11);
-  std::vector<char> src((3 << 20) + 777);
-  fill_random(src.data(), src.size(), rng);
-  {
-    auto w = engine::File::open(d.file("r"), "w", mech("posix"));
-    ASSERT_EQ(w->pwrite(src.data(), src.size(), 0), src.size());
-  }
+  const std::vector<char> src = random_file(d.file("r"), (3 << 20) + 777, 11);
   Buffer buf(src.size() + 64);
   struct Case {
     const char* mech;
@@ -266,14 +270,8 @@ ssize_t counting_cached(int fd, void* b, size_t n, off_t o) {
 
 TEST(Faults, RealignReadsHotAndColdFilesWithTheRealKernel) {
   TempDir d;
-  std::mt19937_64 rng(17);
-  std::vector<char> src((4 << 20) + 5);
-  fill_random(src.data(), src.size(), rng);
   const std::string path = d.file("r");
-  {
-    auto w = engine::File::open(path, "w", mech("posix"));
-    ASSERT_EQ(w->pwrite(src.data(), src.size(), 0), src.size());
-  }
+  const std::vector<char> src = random_file(path, (4 << 20) + 5, 17);
   Buffer buf(src.size() + 64);
   base::sys::ops() = {base::sys::real_ops().pread, base::sys::real_ops().pwrite, &counting_cached};
   for (bool cold : {false, true}) {
@@ -314,11 +312,7 @@ TEST(Faults, RealignReadsHotAndColdFilesWithTheRealKernel) {
 // (Before the test below, whose refusing table turns the cached reads off for the process.)
 TEST(Faults, ACachedReadNeverGoesAroundAReplacedPread) {
   TempDir d;
-  std::vector<char> src(3 << 20, 'x');
-  {
-    auto w = engine::File::open(d.file("r"), "w", mech("posix"));
-    ASSERT_EQ(w->pwrite(src.data(), src.size(), 0), src.size());
-  }
+  const std::vector<char> src = random_file(d.file("r"), 3 << 20, 19);
   Buffer buf(src.size() + 64);
   base::sys::ops().pread = &watching_pread;  // pread_cached stays the real one
   auto s = mech("posix");
@@ -353,13 +347,7 @@ ssize_t fake_cached(int fd, void* b, size_t n, off_t o) {
 
 TEST(Faults, RealignReadsWhatIsNotCachedStraightIntoTheBuffer) {
   TempDir d;
-  std::mt19937_64 rng(13);
-  std::vector<char> src((5 << 20) + 123);
-  fill_random(src.data(), src.size(), rng);
-  {
-    auto w = engine::File::open(d.file("r"), "w", mech("posix"));
-    ASSERT_EQ(w->pwrite(src.data(), src.size(), 0), src.size());
-  }
+  const std::vector<char> src = random_file(d.file("r"), (5 << 20) + 123, 13);
   Buffer buf(src.size() + 64);
   struct Case {
     const char* mech;
