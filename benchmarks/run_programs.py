@@ -150,8 +150,8 @@ def front_end(rounds: int) -> list[dict]:
     return out
 
 
-# gzip -1 compresses this random data at about 45 MB/s (one core): it reads a file of its own, the
-# first GZIP_SIZE bytes of the test file's content, so that one run takes about a second and a half
+# gzip -1 compresses this random data at about 45 MB/s (one core): it reads a file of its own,
+# GZIP_SIZE bytes of random data made as the test file is, so that one run takes about a second and a half
 # and not 45 s (a 2 GiB file, 15 runs: 11 minutes). Its ratio is the shim's cost for a CPU-bound reader.
 GZIP_SIZE = 64 * MiB
 

@@ -21,7 +21,7 @@ ssize_t raw_pread_cached(int fd, void* buf, size_t n, off_t off) {
 #if defined(SYS_preadv2) && __SIZEOF_LONG__ == 8
   iovec v{buf, n};
   // (fd, iov, count, offset low, offset high, flags): on 64-bit the low word is the whole offset
-  return syscall(SYS_preadv2, fd, &v, 1, off, 0, RWF_NOWAIT);
+  return syscall(SYS_preadv2, static_cast<long>(fd), &v, 1L, static_cast<long>(off), 0L, static_cast<long>(RWF_NOWAIT));
 #else
   (void)fd, (void)buf, (void)n, (void)off;
   errno = ENOSYS;

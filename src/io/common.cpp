@@ -221,30 +221,30 @@ bool slow_misaligned_copy() {
 }
 
 namespace {
-std::atomic<bool> g_no_cached_reads{false};  // the kernel or a filesystem refused RWF_NOWAIT once
-
 // Reads what of [at, at+n) the page cache holds into p without waiting for the device: the bytes
 // read, short where a page is missing (or at the end of the file); n where such reads cannot be
-// made (read_full then reads it all).
-size_t read_cached(int fd, char* p, size_t n, uint64_t at, const std::string& path) {
+// made on this file (read_full then reads it all).
+size_t read_cached(const FileRef& file, char* p, size_t n, uint64_t at) {
   const base::sys::Ops& ops = base::sys::ops();
   const auto cached = ops.pread_cached;
   // The kernel's cached read goes with the kernel's pread: a table whose pread was replaced (a test
   // gating or failing reads) sees every read through it, unless it replaced this entry too.
   const bool coherent = ops.pread == base::sys::real_ops().pread || cached != base::sys::real_ops().pread_cached;
-  if (cached && coherent && !g_no_cached_reads.load(std::memory_order_relaxed)) {
+  if (cached && coherent && !file.no_cached_reads.set.load(std::memory_order_relaxed)) {
     for (;;) {
-      const ssize_t r = cached(fd, p, n, static_cast<off_t>(at));
+      const ssize_t r = cached(file.fd, p, n, static_cast<off_t>(at));
       if (r >= 0) return static_cast<size_t>(r);
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return 0;
-      if (errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL)
-        throw Error(errno, "preadv2", path, static_cast<int64_t>(at));
-      g_no_cached_reads.store(true, std::memory_order_relaxed);
-      break;
+      if (errno == EOPNOTSUPP || errno == ENOSYS) {  // this filesystem, or this kernel, takes none
+        file.no_cached_reads.set.store(true, std::memory_order_relaxed);
+        break;
+      }
+      if (errno == EINVAL) break;  // whatever it is, the plain read below reports it
+      throw Error(errno, "preadv2", file.path, static_cast<int64_t>(at));
     }
   }
-  return read_full(fd, p, n, at, path);
+  return read_full(file.fd, p, n, at, file.path);
 }
 }  // namespace
 
@@ -256,7 +256,8 @@ size_t read_cached(int fd, char* p, size_t n, uint64_t at, const std::string& pa
 // pace). Piece by piece, posix read a cold 512 MiB file in 64 MiB requests into a bytearray at
 // 0.86-0.88x of the straight read (results/realign_cold_ab.json: after/before 1.14x and 1.16x).
 // With kPieces (parallel's tasks) every piece goes through the buffer, cold or not: there the
-// pieces ran 1.05-1.06x faster than one straight read per task in the same A/B.
+// pieces ran 1.07x faster than one straight read per task in the same A/B's first run (second run
+// 1.06x, undecided [0.91-1.03] for straight / pieces).
 size_t read_host(const IoContext& c, void* buf, size_t n, uint64_t off, ColdRealign cold) {
   char* const b = realigns(c, buf, n, off) ? realign_buffer() : nullptr;
   if (!b) return read_full(c.file.fd, buf, n, off, c.file.path);
@@ -266,7 +267,7 @@ size_t read_host(const IoContext& c, void* buf, size_t n, uint64_t off, ColdReal
     const uint64_t at = off + done;
     char* const chunk = b + at % 4096;  // aligned like the file offset
     const size_t want = std::min(n - done, kRealignChunk);
-    const size_t got = cold == ColdRealign::kStraight ? read_cached(c.file.fd, chunk, want, at, c.file.path)
+    const size_t got = cold == ColdRealign::kStraight ? read_cached(c.file, chunk, want, at)
                                                       : read_full(c.file.fd, chunk, want, at, c.file.path);
     copy_out(p + done, chunk, got, n >= kRealignChunk);  // a request of 1 MiB or more: streaming
     done += got;

@@ -2,6 +2,7 @@
 // IOR aiori style). A new mechanism is one file in src/io plus one ACCIO_REGISTER_MECHANISM line,
 // which names the settings it reads; a knob of its own is a base::Knob in the same file.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -25,6 +26,18 @@ struct FileRef {
   uint64_t id = 0;        // unique per open handle, never reused
   size_t off_align = 4096;  // file offset/length alignment for O_DIRECT (>= page size)
   size_t mem_align = 4096;  // buffer address alignment for O_DIRECT
+  // Set once this file refused preadv2(RWF_NOWAIT) (tmpfs: EOPNOTSUPP): realign's cached reads are
+  // not tried on it again (read_host). Per file, not per process: other filesystems keep them.
+  struct OnceFlag {
+    mutable std::atomic<bool> set{false};
+    OnceFlag() = default;
+    OnceFlag(const OnceFlag& o) : set(o.set.load(std::memory_order_relaxed)) {}
+    OnceFlag& operator=(const OnceFlag& o) {
+      set.store(o.set.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      return *this;
+    }
+  };
+  OnceFlag no_cached_reads;
 };
 
 // Runs fn(0..ntasks-1) with at most `width` tasks at once, the caller taking part. Implemented by

@@ -258,8 +258,8 @@ TEST(Faults, RealignReadsMisalignedBuffersThroughAnAlignedOne) {
 
 // realign against the real kernel (preadv2 RWF_NOWAIT): a hot file's chunks all come from the page
 // cache; a dropped one's first chunk comes back short and the rest is read straight (where the
-// filesystem can drop pages: not on tmpfs). Runs before the test below, whose refusing table turns
-// the cached reads off for the rest of the process.
+// filesystem can drop pages). Skipped where the filesystem takes no RWF_NOWAIT (tmpfs: EOPNOTSUPP;
+// realign reads piece by piece there, which the other tests cover).
 std::atomic<int> g_real_cached{0}, g_real_short{0};
 ssize_t counting_cached(int fd, void* b, size_t n, off_t o) {
   g_real_cached.fetch_add(1);
@@ -272,6 +272,15 @@ TEST(Faults, RealignReadsHotAndColdFilesWithTheRealKernel) {
   TempDir d;
   const std::string path = d.file("r");
   const std::vector<char> src = random_file(path, (4 << 20) + 5, 17);
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    char one;
+    const ssize_t r = base::sys::real_ops().pread_cached(fd, &one, 1, 0);
+    const int e = errno;
+    ::close(fd);
+    if (r < 0 && (e == EOPNOTSUPP || e == ENOSYS)) GTEST_SKIP() << "no RWF_NOWAIT reads on " << path;
+  }
   Buffer buf(src.size() + 64);
   base::sys::ops() = {base::sys::real_ops().pread, base::sys::real_ops().pwrite, &counting_cached};
   for (bool cold : {false, true}) {
@@ -309,7 +318,6 @@ TEST(Faults, RealignReadsHotAndColdFilesWithTheRealKernel) {
 
 // A table that replaces pread but keeps the kernel's cached read (test_future gates its reads so)
 // sees every read through its pread: the cached read does not go around it.
-// (Before the test below, whose refusing table turns the cached reads off for the process.)
 TEST(Faults, ACachedReadNeverGoesAroundAReplacedPread) {
   TempDir d;
   const std::vector<char> src = random_file(d.file("r"), 3 << 20, 19);
@@ -331,8 +339,14 @@ TEST(Faults, ACachedReadNeverGoesAroundAReplacedPread) {
 std::atomic<int> g_cached_calls{0};
 std::atomic<uint64_t> g_cold_from{~uint64_t{0}};  // offsets from here "are not cached"
 std::atomic<int> g_cached_errno{0};               // set: every cached read fails so
+std::atomic<int> g_cached_eintr{0};               // this many calls first fail with EINTR
 ssize_t fake_cached(int fd, void* b, size_t n, off_t o) {
   g_cached_calls.fetch_add(1);
+  if (g_cached_eintr.load() > 0) {
+    g_cached_eintr.fetch_sub(1);
+    errno = EINTR;
+    return -1;
+  }
   if (g_cached_errno.load()) {
     errno = g_cached_errno.load();
     return -1;
@@ -357,7 +371,8 @@ TEST(Faults, RealignReadsWhatIsNotCachedStraightIntoTheBuffer) {
     int cached_min, cached_max;  // cached reads
   };
   const Case cases[] = {
-      {"posix", ~uint64_t{0}, 0, 0, 6, 6},     // all cached: every piece through the buffer (and one at the end)
+      {"posix", ~uint64_t{0}, 0, 0, 9, 9},     // all cached: every piece through the buffer (and one at the
+                                               // end), after 3 interrupted calls
       {"posix", 0, 0, 1, 1, 1},                // nothing cached: one probe, then the whole request straight
       {"posix", (2 << 20) + 4096 + 100, 0, 1, 3, 3},  // cached up to the middle of a piece: its cached part
                                                       // through the buffer, the rest straight, in one read
@@ -365,6 +380,7 @@ TEST(Faults, RealignReadsWhatIsNotCachedStraightIntoTheBuffer) {
       {"posix", ~uint64_t{0}, EOPNOTSUPP, 0, 1, 1},  // no RWF_NOWAIT here: piece by piece, never asked again
   };
   base::sys::ops() = {&watching_pread, base::sys::real_ops().pwrite, &fake_cached};
+  g_cached_eintr = 3;  // interrupted cached reads are asked again (the first case: 3 more calls)
   for (const Case& c : cases) {
     auto s = mech(c.mech);
     s.set("realign", "on");
@@ -383,8 +399,26 @@ TEST(Faults, RealignReadsWhatIsNotCachedStraightIntoTheBuffer) {
       g_cached_calls = 0;
       ASSERT_EQ(f->pread(buf.data() + 8, 1 << 20, 0), size_t{1} << 20);
       EXPECT_EQ(g_cached_calls.load(), 0);
+      // per file: another file of the same process asks again
+      auto other = engine::File::open(d.file("r"), "r", s);
+      ASSERT_EQ(other->pread(buf.data() + 8, 1 << 20, 0), size_t{1} << 20);
+      EXPECT_EQ(g_cached_calls.load(), 1);
     }
   }
+  // A real error from the cached read is the request's error, named so.
+  g_cold_from = ~uint64_t{0};
+  g_cached_errno = EIO;
+  auto s = mech("posix");
+  s.set("realign", "on");
+  auto f = engine::File::open(d.file("r"), "r", s);
+  try {
+    f->pread(buf.data() + 8, 1 << 20, 4096);
+    ADD_FAILURE() << "no error";
+  } catch (const base::Error& e) {
+    EXPECT_EQ(e.errnum(), EIO);
+    EXPECT_NE(std::string(e.what()).find("preadv2"), std::string::npos) << e.what();
+  }
+  g_cached_errno = 0;
   base::sys::ops() = base::sys::real_ops();
 }
 

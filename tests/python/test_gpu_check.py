@@ -257,11 +257,13 @@ def test_fio_from_deps_goes_on_path_only_where_the_system_has_none(tmp_path, mon
     carried.mkdir(parents=True)
     (carried / "fio").write_text("#!/bin/sh\n")
     (carried / "fio").chmod(0o755)
-    empty = tmp_path / "empty"
+    empty, system = tmp_path / "empty", tmp_path / "system"
     empty.mkdir()
-    monkeypatch.setenv("PATH", f"{empty}:/usr/bin:/bin")
-    if shutil.which("fio"):
-        assert str(carried) not in run.env()["PATH"]  # the system's fio is used
+    system.mkdir()
+    (system / "fio").write_text("#!/bin/sh\n")
+    (system / "fio").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{empty}:{system}")
+    assert run.env()["PATH"] == f"{empty}:{system}"  # the system's fio is used
     monkeypatch.setenv("PATH", str(empty))
     assert run.env()["PATH"].split(os.pathsep)[0] == str(carried)
     assert shutil.which("fio", path=run.env()["PATH"]) == str(carried / "fio")
@@ -271,12 +273,23 @@ def test_deb_src_twins_of_the_apt_sources():
     deb822 = ("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\n"
               "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
     got = gc.deb_src_sources(deb822, True)
-    assert got.splitlines()[0] == "Types: deb-src" and got.splitlines()[1:] == deb822.splitlines()[1:]
+    assert got.splitlines()[0] == "Types: deb deb-src" and got.splitlines()[1:] == deb822.splitlines()[1:]
     lines = ("# a comment\ndeb [arch=amd64 signed-by=/k.gpg] http://archive.ubuntu.com/ubuntu noble main\n"
              "deb-src http://x/ubuntu noble main\ndeb http://security.ubuntu.com/ubuntu noble-security main\n")
     assert gc.deb_src_sources(lines, False) == (
+        "deb [arch=amd64 signed-by=/k.gpg] http://archive.ubuntu.com/ubuntu noble main\n"
         "deb-src [arch=amd64 signed-by=/k.gpg] http://archive.ubuntu.com/ubuntu noble main\n"
+        "deb http://security.ubuntu.com/ubuntu noble-security main\n"
         "deb-src http://security.ubuntu.com/ubuntu noble-security main\n")
+
+
+def test_a_fio_that_cannot_be_built_costs_only_fio(tmp_path, monkeypatch, capsys):
+    """build_fio reports and returns; make gpu-deps goes on (its manifest is written)."""
+    def boom(dest):
+        raise StopIteration
+    monkeypatch.setattr(gc, "_build_fio", boom)
+    assert gc.build_fio(tmp_path / "bin").startswith("none: StopIteration")
+    assert "no fio" in capsys.readouterr().err
 
 
 def test_parsers_for_wheels_ctest_and_junit(tmp_path):

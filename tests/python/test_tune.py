@@ -223,10 +223,20 @@ def test_evaluate_ops_and_caches_pick_the_cells(tmp_path):
         r = tune(str(tmp_path), "--evaluate", opt, bad, check=False)
         assert r.returncode == 2 and f"{opt} {bad!r}" in r.stderr and "expected one or more of" in r.stderr
     assert sorted(os.listdir(tmp_path)) == ["eval.json"]
-    # a grid with no cell: a usage error, not an empty report
+    # a grid with no cell: a usage error, not an empty report, before any file is written
     r = tune(str(tmp_path), "--evaluate", "--file-sizes", "1m", "--transfers", "2m", "--ops", "read", "--caches", "hot",
              "--json", str(out), check=False)
     assert r.returncode == 2 and "no cell to measure" in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["eval.json"]
+
+
+def test_an_evaluation_of_reads_alone_writes_no_write_file(tmp_path):
+    from accio.tune.measure import Bench
+    with Bench(str(tmp_path), 1 << 20, writes=False) as b:
+        assert os.path.exists(b.read_path) and not os.path.exists(b.write_path)
+    with Bench(str(tmp_path), 1 << 20) as b:
+        assert os.path.getsize(b.write_path) == 1 << 20
+    assert os.listdir(tmp_path) == []
 
 
 def test_evaluate_with_profile_off_says_built_in_model(tmp_path):

@@ -139,6 +139,10 @@ def _check_usage(args) -> None:
         _sizes("--transfers", args.transfers)
         _choices("--ops", args.ops, evaluate_mod.OPS)
         _choices("--caches", args.caches, evaluate_mod.CACHES)
+        fs, xs = _sizes("--file-sizes", args.file_sizes), _sizes("--transfers", args.transfers)
+        if min(xs) > max(fs):
+            raise UsageError(f"--transfers {args.transfers} --file-sizes {args.file_sizes}: no cell to measure "
+                             "(every transfer is larger than every file)")
         check_output_path("--json", args.json)
 
 
@@ -296,16 +300,17 @@ def evaluate(args, directory: str, path: str) -> int:
               f"(run `accio tune {directory}` first to evaluate a measured profile)", file=sys.stderr)
     big = max(file_sizes)
     gpu = _gpu(args, directory)
-    _check_space(directory, 2 * big + sum(s for s in set(file_sizes) if s != big))  # the read file of every size
+    writes = "write" in ops
+    # the read file of every size, and the write file where writes are measured
+    _check_space(directory, (1 + writes) * big + sum(s for s in set(file_sizes) if s != big))
     progress = _Progress(not args.quiet and sys.stderr.isatty())
     try:
-        with Bench(directory, big) as bench:
+        with Bench(directory, big, writes=writes) as bench:
             def cells() -> list[dict]:  # a fresh grid for each run (run() writes its results into the cells)
                 return evaluate_mod.grid(file_sizes, transfers, threads, bench.cold_reads, ops, caches)
-            if not cells():
-                raise UsageError(f"--ops {','.join(ops)} --caches {','.join(caches)}: no cell to measure ("
-                                 + ("cold reads cannot be made here: " + bench.cold_note if bench.cold_note
-                                    else "every transfer is larger than every file size") + ")")
+            if not cells():  # cold reads alone, where they cannot be made (_check_usage caught the sizes)
+                raise UsageError(f"--ops {','.join(ops)} --caches {','.join(caches)}: no cell to measure "
+                                 f"({bench.cold_note})")
             if args.profile and have:
                 os.environ["ACCIO_PROFILE"] = args.profile  # the auto handles of the run use this profile
             result = evaluate_mod.run(bench, cells(), args.reps, progress=progress, max_reps=args.max_reps)

@@ -89,9 +89,10 @@ def fmt(n: int) -> str:
 
 
 class Bench:
-    def __init__(self, directory: str, file_size: int):
+    def __init__(self, directory: str, file_size: int, writes: bool = True):
         self.directory = directory
         self.file_size = file_size
+        self.writes = writes  # False: no write file (an evaluation of reads alone)
         tag = f"accio-tune.{os.getpid()}"
         self.read_path = os.path.join(directory, tag + ".r")
         self.write_path = os.path.join(directory, tag + ".w")
@@ -108,7 +109,7 @@ class Bench:
 
     def prepare(self) -> None:
         """Writes the read file (file_size bytes) and finds out whether reads can be made cold here."""
-        for path in (self.read_path, self.write_path):
+        for path in (self.read_path, self.write_path) if self.writes else (self.read_path,):
             _fill(path, self.file_size)
         drop_pages(self.read_path, 0, self.file_size)
         r = residency(self.read_path, 0, self.file_size)
