@@ -953,9 +953,20 @@ def build_fio(dest: Path) -> str:
     try:
         return _build_fio(dest)
     except Exception as e:  # noqa: BLE001 - reported; the other packages are still prepared
-        print(f"gpu-deps: no fio ({type(e).__name__}: {e}); run_programs.py on the GPU machine goes without its "
-              "fio cases", file=sys.stderr)
-        return f"none: {type(e).__name__}: {e}"
+        why = str(e) if isinstance(e, FioStepFailed) else f"{type(e).__name__}: {e}"
+        print(f"gpu-deps: no fio ({why}); run_programs.py on the GPU machine goes without its fio cases",
+              file=sys.stderr)
+        return f"none: {why}"
+
+
+class FioStepFailed(RuntimeError):
+    """A command of the fio build that exited non-zero (its message: the command and its output's end)."""
+
+
+def _fio_step(cmd: list[str], cwd: Path, env: dict | None = None) -> None:
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if r.returncode:
+        raise FioStepFailed(f"{' '.join(cmd[:2] + cmd[-2:])} failed: {(r.stderr or r.stdout).strip()[-300:]}")
 
 
 def _build_fio(dest: Path) -> str:
@@ -976,15 +987,9 @@ def _build_fio(dest: Path) -> str:
         (t / "src").mkdir()
         opts = ["-o", "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::Etc::SourceParts={t / 'parts'}",
                 "-o", f"Dir::State::Lists={t / 'lists'}"]
-        steps = [(["apt-get", "-qq", *opts, "update"], t),
-                 (["apt-get", "-qq", *opts, "source", "--download-only", FIO_SOURCE], t / "src"),
-                 (["apt-get", "-qq", *opts, "download", "libaio-dev"], t)]
-        for cmd, cwd in steps:
-            r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-            if r.returncode:
-                print(f"gpu-deps: no fio ({' '.join(cmd[:2] + cmd[-2:])}: {(r.stderr or r.stdout).strip()[-300:]}); "
-                      "run_programs.py on the GPU machine goes without its fio cases", file=sys.stderr)
-                return "none: " + " ".join(cmd[-2:]) + " failed"
+        _fio_step(["apt-get", "-qq", *opts, "update"], t)
+        _fio_step(["apt-get", "-qq", *opts, "source", "--download-only", FIO_SOURCE], t / "src")
+        _fio_step(["apt-get", "-qq", *opts, "download", "libaio-dev"], t)
         unpack_deb(next(t.glob("libaio-dev_*.deb")), t / "pfx")
         with tarfile.open(next((t / "src").glob("fio_*.orig.tar.*"))) as tar:
             tar.extractall(t / "src", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
@@ -993,11 +998,7 @@ def _build_fio(dest: Path) -> str:
         env = dict(os.environ, LIBRARY_PATH=str(lib))
         for cmd in (["./configure", *FIO_CONFIGURE, f"--extra-cflags=-I{t / 'pfx' / 'usr' / 'include'}"],
                     ["make", f"-j{os.cpu_count() or 1}"], ["strip", "fio"]):
-            r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
-            if r.returncode:
-                print(f"gpu-deps: building fio failed ({cmd[0]}: {(r.stderr or r.stdout).strip()[-300:]}); "
-                      "run_programs.py on the GPU machine goes without its fio cases", file=sys.stderr)
-                return f"none: {cmd[0]} failed"
+            _fio_step(cmd, tree, env)
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(tree / "fio", dest / "fio")
     version = subprocess.run([str(dest / "fio"), "--version"], capture_output=True, text=True).stdout.strip()

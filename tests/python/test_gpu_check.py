@@ -290,6 +290,11 @@ def test_a_fio_that_cannot_be_built_costs_only_fio(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(gc, "_build_fio", boom)
     assert gc.build_fio(tmp_path / "bin").startswith("none: StopIteration")
     assert "no fio" in capsys.readouterr().err
+    # a command that fails: named with the end of its output, the same way
+    monkeypatch.setattr(gc, "_build_fio", lambda dest: gc._fio_step(["sh", "-c", "echo nope >&2; exit 3"], tmp_path))
+    got = gc.build_fio(tmp_path / "bin")
+    assert got.startswith("none: sh -c") and got.endswith("failed: nope"), got
+    assert "no fio (sh -c" in capsys.readouterr().err
 
 
 def test_parsers_for_wheels_ctest_and_junit(tmp_path):

@@ -135,11 +135,9 @@ def _check_usage(args) -> None:
     if not args.evaluate and not args.show and args.budget < 5:
         raise UsageError("--budget must be at least 5 seconds")
     if args.evaluate:
-        _sizes("--file-sizes", args.file_sizes)
-        _sizes("--transfers", args.transfers)
+        fs, xs = _sizes("--file-sizes", args.file_sizes), _sizes("--transfers", args.transfers)
         _choices("--ops", args.ops, evaluate_mod.OPS)
         _choices("--caches", args.caches, evaluate_mod.CACHES)
-        fs, xs = _sizes("--file-sizes", args.file_sizes), _sizes("--transfers", args.transfers)
         if min(xs) > max(fs):
             raise UsageError(f"--transfers {args.transfers} --file-sizes {args.file_sizes}: no cell to measure "
                              "(every transfer is larger than every file)")
