@@ -202,12 +202,13 @@ char* realign_buffer() {
 // copies), a buffer off the file offset's alignment, large enough, and host memory (a GPU buffer
 // taken for host memory, because libcuda arrived after this thread last looked, must reach the
 // kernel, which refuses it with EFAULT so that the engine serves it where it lives: the CPU's own
-// copy would fault).
+// copy would fault). Where the engine asked the driver about the buffer (libcuda loaded), its
+// answer stands: asking again would cost every realigned request a second driver call.
 bool realigns(const IoContext& c, const void* buf, size_t n, uint64_t off) {
   if (n < kRealignMin || ((reinterpret_cast<uintptr_t>(buf) - off) & 31) == 0) return false;
   const std::string& mode = kRealign.text(c.settings);
   if (mode == "off" || (mode == "auto" && !slow_misaligned_copy())) return false;
-  return !mem::cuda::classify(buf, true).on_device();
+  return !(c.target.asked ? c.target : mem::cuda::classify(buf, true)).on_device();
 }
 }  // namespace
 

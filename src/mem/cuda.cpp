@@ -192,14 +192,15 @@ Target classify(const void* p, bool recheck) {
   int ordinal = -1;
   CUcontext ctx = nullptr;
   void* data[] = {&type, &managed, &ordinal, &ctx};
-  if (d->PointerGetAttributes(4, attrs, data, reinterpret_cast<CUdeviceptr>(p)) != kSuccess) return {};
   Target t;
-  t.device = ordinal;
-  t.ctx = ctx;
+  t.asked = true;
+  if (d->PointerGetAttributes(4, attrs, data, reinterpret_cast<CUdeviceptr>(p)) != kSuccess) return t;
   if (managed) t.kind = MemKind::managed;
   else if (type == kMemDevice) t.kind = MemKind::device;
   else if (type == kMemHost) t.kind = MemKind::pinned;
-  else return {};
+  else return t;  // memory the driver does not know: host
+  t.device = ordinal;
+  t.ctx = ctx;
   if (t.on_device() && t.device < 0) t.device = 0;
   return t;
 }

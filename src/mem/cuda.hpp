@@ -119,6 +119,9 @@ struct Target {
   MemKind kind = MemKind::host;
   int device = -1;            // ordinal for device, managed and (if known) pinned memory
   CUcontext ctx = nullptr;    // the allocation's context (null for VMM allocations)
+  // Whether the driver was asked about this pointer (libcuda was loaded): the answer then holds for
+  // the request, and who gets the target need not ask again (realign's check, once per request).
+  bool asked = false;
   bool on_device() const { return kind == MemKind::device || kind == MemKind::managed; }
   std::string name() const;   // "host", "cuda:0", "cuda:0 (managed)"
 };

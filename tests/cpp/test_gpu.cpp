@@ -373,7 +373,7 @@ struct FakeCounters {
   uint64_t registered, live_allocs, streams;
   uint64_t cufile_reads, cufile_writes, cufile_buf_registers, cufile_batch_ios, cufile_handles;
   uint64_t register_calls, register_readonly, register_refused, unregister_calls, registered_bytes, unregister_busy;
-  uint64_t register_readonly_refused;
+  uint64_t register_readonly_refused, pointer_queries;
 };
 FakeCounters counters() {
   FakeCounters c{};

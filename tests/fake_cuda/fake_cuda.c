@@ -62,6 +62,7 @@ typedef struct fake_counters_t {
    * then the failed calls that asked for READ_ONLY (file pages: pagecache's pins, not staging rings). */
   uint64_t register_calls, register_readonly, register_refused, unregister_calls, registered_bytes, unregister_busy;
   uint64_t register_readonly_refused;
+  uint64_t pointer_queries;  /* cuPointerGetAttributes calls (realign asks once per request, not twice) */
 } fake_counters_t;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -216,6 +217,7 @@ static int have_ctx(void) { return t_depth > 0; }
 EXPORT CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUdeviceptr ptr) {
   if (!g_init) return E_NOT_INIT;
   pthread_mutex_lock(&g_mu);
+  g_cnt.pointer_queries++;
   const char* p = (const char*)(uintptr_t)ptr;
   Alloc* a = find_alloc(p, 1);
   int reg = !a && is_registered(p, 1);

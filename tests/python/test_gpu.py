@@ -241,6 +241,28 @@ def test_gpu_buffer_from_a_libcuda_loaded_after_accio_looked(fake_lib, tmp_path)
         assert f"{m} ran staged errors 0" in r.stdout, r.stdout
 
 
+def test_realign_asks_the_driver_once_per_request(fake_lib, tmp_path):
+    """With libcuda loaded, a host read that realigns asks the driver about its buffer once (the
+    engine's classification), not a second time in realign's check, nor once per parallel task."""
+    r = run_py(FAKE_COUNTERS + """
+        import accio, numpy as np
+        data = np.random.default_rng(6).integers(0, 256, 4 << 20, dtype=np.uint8)
+        data.tofile("in.bin")
+        accio.device_array(1)  # the driver is loaded and initialized
+        buf = bytearray((4 << 20) + 8)
+        view = memoryview(buf)[8:]  # 8 bytes off the file offset's alignment: realign=on copies
+        for mech in ("posix", "parallel"):
+            with accio.open("in.bin", mechanism=mech, realign="on", threads=2, task_size="1m") as f:
+                f.read_into(view, 0)
+                fake.fake_cuda_reset_counters()
+                for _ in range(5):
+                    assert f.read_into(view, 0) == 4 << 20
+                print(mech, counters()[POINTER_QUERIES], f.stats()["last_mechanism"])
+            assert bytes(view) == data.tobytes(), mech
+    """, fake_lib, tmp_path)
+    assert r.stdout.split("\n")[:2] == ["posix 5 posix", "parallel 5 parallel"], r.stdout
+
+
 def test_without_libcuda_everything_host_still_works(tmp_path):
     r = run_py("""
         import accio, errno, numpy as np
@@ -806,14 +828,14 @@ def test_pinned_empty_registers_with_the_driver_and_falls_back_to_mlock(fake_lib
     assert "cuMemHostRegister" in warned and "mlock" in warned
 
 
-# The fake driver's counters (fake_counters_t: 20 uint64) for code run by run_py, indented as its
+# The fake driver's counters (fake_counters_t: 22 uint64) for code run by run_py, indented as its
 # code strings are: counters(), and pinned() for the bytes registered now.
 FAKE_COUNTERS = """
         import ctypes, os
         fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
-        REGISTERED_BYTES, READONLY_REFUSED = 18, 20  # registered_bytes, register_readonly_refused
+        REGISTERED_BYTES, READONLY_REFUSED, POINTER_QUERIES = 18, 20, 21  # fake_counters_t's members
         def counters():
-            c = (ctypes.c_uint64 * 21)()
+            c = (ctypes.c_uint64 * 22)()
             fake.fake_cuda_counters(c)
             return c
         def pinned():
