@@ -133,9 +133,10 @@ std::shared_ptr<File> File::open_as(const std::string& path, const std::string& 
   }
 
   // A profile named by the settings is loaded before the file is touched (a bad one fails the open
-  // before O_TRUNC can empty anything); `auto` finds the filesystem's profile once fd is open.
+  // before O_TRUNC can empty anything); `auto` finds the filesystem's profile, and `off` the
+  // built-in model of its device, once fd is open.
   std::shared_ptr<const planner::Profile> profile;
-  if (!fixed && s.profile != "auto") profile = planner::profile_for(-1, s.profile);
+  if (!fixed && s.profile != "auto" && s.profile != "off") profile = planner::profile_for(-1, s.profile);
 
   int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0666);
   if (fd < 0) throw Error(errno, "open", shown, base::kNoOffset);
@@ -166,7 +167,7 @@ std::shared_ptr<File> File::open_as(const std::string& path, const std::string& 
   if (fixed)
     f->planner_ = std::make_unique<planner::Planner>(*fixed, io::IoContext{f->ref_, s, ThreadPool::shared()});
   else
-    f->planner_ = std::make_unique<planner::Planner>(profile ? profile : planner::profile_for(fd, "auto"), f->ref_, s);
+    f->planner_ = std::make_unique<planner::Planner>(profile ? profile : planner::profile_for(fd, s.profile), f->ref_, s);
   ThreadPool::shared().ensure(s.threads);
   return f;
 }

@@ -137,6 +137,12 @@ FsKey key_for_dev(dev_t dev) {
     if (rest.size() >= 2) k.device = std::string(rest[1]);
     break;
   }
+  // A partition has no queue of its own: its disk's is one directory up.
+  const std::string sys = "/sys/dev/block/" + want;
+  std::string rot;
+  if (major(dev) != 0 && (base::sys::read_file((sys + "/queue/rotational").c_str(), rot) ||
+                          base::sys::read_file((sys + "/../queue/rotational").c_str(), rot)))
+    k.rotational = !rot.empty() && rot[0] == '1';
   cache.emplace(dev, k);
   return k;
 }
@@ -194,6 +200,7 @@ std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts)
   auto m = std::make_shared<Profile>();
   m->source = m->name = "built-in model";
   m->builtin = true;
+  m->rotational = facts.rotational;
   constexpr uint64_t kTask = ACCIO_MODEL_TASK_BYTES;  // the parallel mechanism's default task_size
   m->plans = {PlanSpec{"posix"}, PlanSpec{"parallel"}, PlanSpec{"parallel", kTask}, PlanSpec{"direct"}};
   constexpr int kDirect = 3;
@@ -218,8 +225,12 @@ std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts)
       // streams interleave, so most requests would look like new streams and run direct, where
       // the kernel's readahead serves each stream (measured: direct 885 vs posix 1596 MiB/s,
       // results/tune/evaluate_intervals_model_ext4_vda.txt as of e36ed12, cold, 2 threads, 8 MiB).
-      if (w || c) continue;
+      if (w) continue;
       std::vector<Cell>& t = m->table[w][c];
+      if (facts.rotational)  // a cold range in one stream, wherever the hot plan splits
+        for (Cell& cell : t)
+          if (cell.hot[0] != 0) cell.cold = {0};
+      if (c) continue;
       const uint64_t from = std::max<uint64_t>(facts.cold_direct_from, 1);
       for (size_t i = 0; i < t.size(); ++i) {
         const uint64_t lo = i ? t[i - 1].max_size + 1 : 0;
@@ -227,18 +238,24 @@ std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts)
           t.insert(t.begin() + static_cast<std::ptrdiff_t>(i), Cell{from - 1, t[i].hot, {}, {}});
           continue;
         }
-        if (lo >= from) {
+        if (lo >= from) {  // direct, else the plans of a cold range that continues a stream
+          const std::vector<int>& then = t[i].cold.empty() ? t[i].hot : t[i].cold;
           t[i].cold_start = {kDirect};
-          t[i].cold_start.insert(t[i].cold_start.end(), t[i].hot.begin(), t[i].hot.end());
+          t[i].cold_start.insert(t[i].cold_start.end(), then.begin(), then.end());
         }
       }
     }
   return m;
 }
 
-std::shared_ptr<const Profile> Profile::builtin_model() {
-  static const std::shared_ptr<const Profile> p = builtin_model(MachineFacts::detect());
-  return p;
+std::shared_ptr<const Profile> Profile::builtin_model(bool rotational) {
+  static const std::shared_ptr<const Profile> models[2] = {
+      builtin_model(MachineFacts::detect()), builtin_model([] {
+        MachineFacts f = MachineFacts::detect();
+        f.rotational = true;
+        return f;
+      }())};
+  return models[rotational];
 }
 
 namespace {
@@ -608,7 +625,10 @@ std::shared_ptr<const Profile> load(const std::string& path) {
 }  // namespace
 
 std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting) {
-  if (setting == "off") return Profile::builtin_model();
+  if (setting == "off") {  // the model of the file's device (a handle without a file: any other)
+    struct stat st;
+    return Profile::builtin_model(fstat(fd, &st) == 0 && key_for_dev(st.st_dev).rotational);
+  }
   if (setting != "auto") {
     auto p = load(setting);
     if (!p) throw Error(ENOENT, "load profile", setting, base::kNoOffset);
@@ -620,12 +640,12 @@ std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting) {
     if (auto p = load(path)) return p;
   } catch (const Error& e) {
     base::warn_once("profile-bad:" + path, std::string(e.what()) + "; auto uses the built-in model until `accio tune` rewrites it");
-    return Profile::builtin_model();
+    return Profile::builtin_model(key.rotational);
   }
   base::warn_once("profile-none:" + path, "no tuning profile for " + key.describe() + " (kernel " + key.kernel +
                                               ", accio " + key.version + "): auto uses the built-in model; run "
                                               "`accio tune DIR` on this filesystem to measure it");
-  return Profile::builtin_model();
+  return Profile::builtin_model(key.rotational);
 }
 
 }  // namespace accio::planner

@@ -50,6 +50,10 @@ struct Cell {
 
 struct FsKey {
   std::string filesystem, device, kernel, version;
+  // Whether the block device under the filesystem says it is rotational (queue/rotational in
+  // sysfs, the partition's disk for a partition); false for a filesystem without one (tmpfs, NFS,
+  // btrfs and overlayfs, whose st_dev is anonymous). Not part of the profile's file name.
+  bool rotational = false;
   std::string file_name() const;  // "ext4_dev-vda1_6.18.0_0.1.0.json"
   std::string describe() const;   // "ext4 on /dev/vda1"
 };
@@ -69,6 +73,12 @@ struct MachineFacts {
   // 8 MiB read ran 1.2x faster with direct than with posix, while a stream of cold 8 MiB reads ran
   // 2x slower with it (results/tune/evaluate_intervals_model_ext4_vda.json).
   uint64_t cold_direct_from = ACCIO_MODEL_COLD_DIRECT_FROM;
+  // Whether the file's device says it is rotational (FsKey::rotational): a fact of the device, not
+  // of the machine, so the planner builds the model for each (profile_for). There a cold read is
+  // not split: the tasks' interleaved streams only add seeks on a disk with a head (and on the
+  // 2-vCPU VM's virtio disk, which says it is one, parallel read a cold 1 GiB file in 64 MiB
+  // requests at 0.93-0.94x of one pread per request: results/cold_split.json).
+  bool rotational = false;
   static MachineFacts detect();
   // The smallest request an even split over the CPUs serves faster than one call, with one request
   // in flight: where the copy time the split saves, n x (1 - 1/cpus), exceeds the hand-off,
@@ -80,6 +90,7 @@ struct Profile {
   std::string source;  // the file it came from, or "built-in model"
   std::string name;    // "ext4 on /dev/vda1" or "built-in model"
   bool builtin = false;
+  bool rotational = false;  // the built-in model of a rotational device (MachineFacts::rotational)
   // A device table: the plans for buffers in GPU memory (device mechanisms only; staged is every
   // cell's last resort, as posix is a host table's).
   bool device = false;
@@ -115,9 +126,12 @@ struct Profile {
   // from there 4 MiB tasks (an even split of a huge request into one task per CPU finishes with
   // its slowest task; 4 MiB tasks keep every CPU busy to the end); posix as the fallback. Reads
   // from MachineFacts::cold_direct_from on that find their range cold and start a stream run
-  // direct (cold_start), which makes the planner probe the residency of those sizes; elsewhere
-  // the cache state is not used. builtin_model() is the model for MachineFacts::detect(), built once.
-  static std::shared_ptr<const Profile> builtin_model();
+  // direct (cold_start), which makes the planner probe the residency of those sizes. On a
+  // rotational device (MachineFacts::rotational) a read that finds its range cold runs posix where
+  // the hot plan splits, and a cold start falls back from direct to posix; elsewhere the cache
+  // state is not used. builtin_model() is the model for MachineFacts::detect(), built once;
+  // builtin_model(true) the same for a rotational device.
+  static std::shared_ptr<const Profile> builtin_model(bool rotational = false);
   static std::shared_ptr<const Profile> builtin_model(const MachineFacts& facts);
   // The device table of a GPU model: the profile's measured one, else the built-in device rule
   // (builtin_device_model: reads and writes run staged; docs/gpu.md says why not pagecache).
@@ -140,7 +154,7 @@ std::string profile_dir();
 
 // The profile for an open file according to the `profile` setting: "auto" (the file for its key
 // in profile_dir(), else the built-in model, with a one-time note suggesting `accio tune`), "off"
-// (the built-in model), or a path (that file; throws base::Error if unreadable or malformed).
+// (the built-in model of fd's device: rotational or not), or a path (that file; throws base::Error if unreadable or malformed).
 // Parsed profiles are cached by path and modification time.
 std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting);
 

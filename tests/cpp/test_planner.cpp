@@ -2,6 +2,10 @@
 // per-file Planner (size cells, concurrency, hot/cold by residency, alignment fallback, plans the
 // file cannot run), even task splitting, and the engine running what the planner chose.
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -363,6 +367,127 @@ TEST(Planner, ColdReadsThatStartAStreamRunDirect) {
   ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
   // The fallback where the file takes no O_DIRECT is the hot plan: cold_start lists them after direct.
   EXPECT_EQ(model->plans[model->cell(false, false, 8 * MiB).cold_start[1]].label(), "parallel(task=4MiB)");
+}
+
+// A device that says it is rotational (a disk with a head; the 2-vCPU VM's virtio disk says so
+// too): a cold range is read in one stream where the hot plan splits (the tasks' interleaved
+// streams add seeks), and a cold start falls back from direct to posix. The hot plans are the
+// same as on any other device.
+TEST(Planner, ARotationalDeviceReadsColdRangesInOneStream) {
+  constexpr uint64_t MiB = 1 << 20;
+  planner::MachineFacts rot{2};
+  rot.rotational = true;
+  const auto model = planner::Profile::builtin_model(rot), flat = planner::Profile::builtin_model(planner::MachineFacts{2});
+  EXPECT_TRUE(model->rotational);
+  EXPECT_FALSE(flat->rotational);
+  EXPECT_TRUE(planner::Profile::builtin_model(true)->rotational);
+  EXPECT_FALSE(planner::Profile::builtin_model(false)->rotational);
+  for (const bool conc : {false, true})
+    for (const uint64_t n : {64 * 1024 * 1ul, 1 * MiB, 2 * MiB, 8 * MiB, 64 * MiB, 2048 * MiB}) {
+      const planner::Cell& c = model->cell(false, conc, n);
+      const planner::Cell& f = flat->cell(false, conc, n);
+      ASSERT_EQ(c.hot, f.hot) << n;  // the same hot plans
+      if (model->plans[c.hot[0]].mechanism == "posix") {
+        EXPECT_TRUE(c.cold.empty()) << n;
+      } else {
+        ASSERT_EQ(c.cold.size(), 1u) << n;
+        EXPECT_EQ(model->plans[c.cold[0]].label(), "posix") << n;
+      }
+      if (!conc && n >= ACCIO_MODEL_COLD_DIRECT_FROM) {
+        ASSERT_EQ(c.cold_start.size(), 2u) << n;
+        EXPECT_EQ(model->plans[c.cold_start[0]].mechanism, "direct") << n;
+        EXPECT_EQ(model->plans[c.cold_start[1]].label(), "posix") << n;
+      }
+      EXPECT_TRUE(model->cell(true, conc, n).cold.empty()) << "writes: posix throughout";
+    }
+  EXPECT_EQ(model->engine_from(false), flat->engine_from(false)) << "the shim's floor is the hot split's";
+  // The planner on a cold file: the cold range that continues a stream runs posix, and says why.
+  TempDir d;
+  auto s = base::Settings::defaults();
+  s.set("threads", "2");
+  const std::string path = d.file("data");
+  constexpr uint64_t kSize = 32 * MiB;
+  {
+    auto f = engine::File::open(path, "w", s);
+    std::vector<char> buf(kSize, 'x');
+    f->pwrite(buf.data(), buf.size(), 0);
+    f->fsync();
+  }
+  auto f = engine::File::open(path, "r", s);
+  ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  planner::Residency res;
+  ASSERT_TRUE(planner::residency(f->ref().fd, 0, kSize, &res));
+  if (res.cached * 100 > res.total) GTEST_SKIP() << "this filesystem keeps pages cached (tmpfs?)";
+  Buffer b(8 * MiB);
+  planner::Planner p(model, f->ref(), s);
+  const planner::Choice cold = p.choose({b.data(), 8 * MiB, 0, false, 1, kSize});
+  EXPECT_EQ(cold.plan->spec.label(), "posix");
+  EXPECT_NE(p.why(cold.route).find("range cold, continues the previous request or stops before the end of the file, "
+                                   "rotational device (a cold range is read in one stream)"),
+            std::string::npos) << p.why(cold.route);
+  EXPECT_EQ(p.choose({b.data(), 8 * MiB, 8 * MiB, false, 2, kSize}).plan->spec.label(), "posix");  // several in flight
+  std::vector<char> all(kSize);
+  ASSERT_EQ(pread(f->ref().fd, all.data(), all.size(), 0), static_cast<ssize_t>(all.size()));
+  const planner::Choice hot = p.choose({b.data(), 8 * MiB, 8 * MiB, false, 1, kSize, true});
+  EXPECT_EQ(hot.plan->spec.label(), "parallel(task=4MiB)");
+  EXPECT_EQ(p.why(hot.route).find("rotational"), std::string::npos) << p.why(hot.route);
+  ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+}
+
+// fs_key reads the device's rotational flag from sysfs: the disk's for a partition, none for a
+// filesystem without a block device.
+TEST(Profile, FsKeyKnowsWhetherTheDeviceIsRotational) {
+  TempDir d;
+  struct stat st;
+  ASSERT_EQ(stat(d.path().c_str(), &st), 0);
+  bool want = false;
+  if (major(st.st_dev) != 0) {
+    char dev[PATH_MAX];
+    const std::string link = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+    if (realpath(link.c_str(), dev)) {
+      std::string dir = dev;
+      if (access((dir + "/partition").c_str(), F_OK) == 0) dir = dir.substr(0, dir.rfind('/'));
+      std::ifstream in(dir + "/queue/rotational");
+      std::string v;
+      want = (in >> v) && v == "1";
+    }
+  }
+  EXPECT_EQ(planner::fs_key(d.path()).rotational, want);
+  EXPECT_FALSE(planner::fs_key("/proc/self").rotational) << "procfs: no block device";
+}
+
+// The cachestat probe samples a head and a tail window: a cold range whose head the kernel read
+// ahead (a request continuing a stream) is cold, not half cached.
+TEST(Residency, AReadAheadHeadDoesNotMakeAColdRangeCached) {
+  if (!planner::cachestat_available()) GTEST_SKIP() << "no cachestat in this kernel";
+  TempDir d;
+  constexpr size_t kSize = 8 << 20;
+  const std::string path = d.file("data");
+  {
+    std::ofstream out(path, std::ios::binary);
+    std::vector<char> buf(kSize, 'x');
+    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fdatasync(fd), 0);
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  planner::Residency res;
+  ASSERT_TRUE(planner::residency(fd, 0, kSize, &res));
+  if (res.cached * 100 > res.total) {
+    ::close(fd);
+    GTEST_SKIP() << "this filesystem keeps pages cached (tmpfs?)";
+  }
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);  // no readahead: only the head is read
+  std::vector<char> head(32 << 10);
+  ASSERT_EQ(pread(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  EXPECT_FALSE(planner::mostly_cached(fd, 0, kSize, planner::Probe::cachestat));
+  EXPECT_FALSE(planner::mostly_cached(fd, 0, kSize, planner::Probe::nowait));
+  std::vector<char> all(kSize);
+  ASSERT_EQ(pread(fd, all.data(), all.size(), 0), static_cast<ssize_t>(all.size()));
+  EXPECT_TRUE(planner::mostly_cached(fd, 0, kSize, planner::Probe::cachestat));
+  EXPECT_TRUE(planner::mostly_cached(fd, 0, kSize, planner::Probe::nowait));
+  ::close(fd);
 }
 
 TEST(Planner, FollowsSizeConcurrencyCacheAndAlignment) {

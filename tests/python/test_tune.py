@@ -305,3 +305,25 @@ def test_decision_cost_benchmark_runs_and_reports_every_size(tmp_path):
     assert [p for p in os.listdir(tmp_path) if p != "dc.json"] == []  # its scratch files are gone
     bad = subprocess.run([sys.executable, bench, "--rounds", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--rounds" in bad.stderr
+
+
+def test_cold_split_benchmark_runs_and_reports_what_auto_ran(tmp_path):
+    """benchmarks/cold_split.py with tiny settings: every contender against pread, the device's
+    facts, the plans auto ran with their reasons, and no scratch file left; bad sizes are refused."""
+    out = tmp_path / "cs.json"
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "cold_split.py")
+    r = subprocess.run([sys.executable, bench, "--dir", str(tmp_path), "--size", "8m", "--request", "2m",
+                        "--rounds", "7", "--json", str(out)], capture_output=True, text=True)
+    if r.returncode and "stay cached" in r.stderr:
+        pytest.skip("this filesystem keeps pages cached: no cold reads")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert [x["what"] for x in doc["ratios"]] == ["posix / pread", "parallel(task=4MiB) / pread",
+                                                  "auto (built-in model) / pread"]
+    assert all(len(v) == 7 for v in doc["samples"].values())
+    assert sum(doc["auto_plans"].values()) == 7 * 4, doc["auto_plans"]  # 4 requests a sample
+    rotational = (doc["device"] or {}).get("rotational")
+    assert all(("rotational device" in why) == bool(rotational) for why in doc["auto_plans"] if "range cold" in why), doc
+    assert [p for p in os.listdir(tmp_path) if p != "cs.json"] == []
+    bad = subprocess.run([sys.executable, bench, "--size", "1m", "--request", "2m"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--request" in bad.stderr
