@@ -219,7 +219,10 @@ int64_t accio_plan_describe(const char* plan_json, char* label, size_t len, int*
 /* A profile document (text; NULL: the built-in model) as the planner reads it, written into out as a
  * profile document with every plan's "label" and "needs_alignment" added and the decisions over the
  * planner's cells. Returns the full length (call again with a larger buffer when it is >= len), or
- * -EINVAL with the parser's error naming `source`. */
+ * -EINVAL with the parser's error naming `source`. With text NULL, `source` names a file or
+ * directory whose device's built-in model to give (the model reads cold ranges in one stream on a
+ * rotational device), or is NULL: the model for a device that is not rotational; a path that
+ * cannot be looked at returns its -errno. */
 int64_t accio_profile_describe(const char* text, const char* source, char* out, size_t len);
 /* Feature probes: "io_uring", "cachestat", "mincore", "o_direct" (needs path: a file or directory),
  * "slow_misaligned_copy" (this CPU's kernel copy is slow for buffers misaligned against the page

@@ -222,7 +222,7 @@ Table::Table() {
        &Settings::direct);
   core({"profile", "ACCIO_PROFILE",
         "auto: the `accio tune` profile of the file's filesystem (else the built-in model); off: the built-in "
-        "model; or a profile file",
+        "model (of the file's device kind: rotational or not); or a profile file",
         "text",
         "auto"},
        &Settings::profile);

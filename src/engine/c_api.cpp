@@ -460,8 +460,10 @@ int64_t accio_plan_describe(const char* plan_json, char* label, size_t len, int*
 }
 int64_t accio_profile_describe(const char* text, const char* source, char* out, size_t len) {
   return guard([&]() -> int64_t {
+    // Without text: the built-in model of the device under `source` (a file or directory), or of
+    // a device that is not rotational.
     const auto p = text ? accio::planner::Profile::parse(text, source ? source : "profile")
-                        : accio::planner::Profile::builtin_model();
+                        : accio::planner::Profile::builtin_model(source && accio::planner::fs_key(std::string(source)).rotational);
     const std::string doc = p->to_json();
     copy_out(doc, out, len);
     return static_cast<int64_t>(doc.size());

@@ -1108,13 +1108,15 @@ NB_MODULE(_ext, m) {
         [&](char* out, size_t len) { return accio_plan_describe(plan_json.c_str(), out, len, &aligned); }, 64);
     return std::make_pair(label, aligned == 1);
   }, "plan_json"_a, "A profile's plan object (JSON) as the planner shows it: (label, needs_alignment).");
-  m.def("profile_describe", [](std::optional<std::string> text, const std::string& source) {
+  m.def("profile_describe", [](std::optional<std::string> text, std::optional<std::string> source) {
     const char* t = text ? text->c_str() : nullptr;
+    const char* src = source ? source->c_str() : text ? "profile" : nullptr;
     return accio::detail::read_string(
-        [&](char* out, size_t len) { return accio_profile_describe(t, source.c_str(), out, len); }, 4096);
-  }, "text"_a.none(), "source"_a = "profile",
-     "A profile document (None: the built-in model) as the planner reads it, as a profile document (JSON) "
-     "with every plan's label and needs_alignment.");
+        [&](char* out, size_t len) { return accio_profile_describe(t, src, out, len); }, 4096);
+  }, "text"_a.none(), "source"_a.none() = nb::none(),
+     "A profile document (None: the built-in model, of the device under `source` when it names a file "
+     "or directory) as the planner reads it, as a profile document (JSON) with every plan's label and "
+     "needs_alignment.");
   m.attr("MIN_EVEN_TASK") = ACCIO_MIN_EVEN_TASK;
   m.attr("PRELOAD_THRESHOLD_DEFAULT") = ACCIO_PRELOAD_THRESHOLD_DEFAULT;
   // `accio run`: its options and exit statuses, one definition with the native launcher (run_cli.h)

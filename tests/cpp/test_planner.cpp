@@ -760,11 +760,11 @@ TEST(Profile, LabelsShowWhatTheMechanismReads) {
 
 // What accio_profile_describe writes is a profile the parser reads back to the same decisions.
 TEST(Profile, DescribeRoundTrips) {
-  auto describe = [](const char* text) {
-    const int64_t n = accio_profile_describe(text, "p.json", nullptr, 0);
+  auto describe = [](const char* text, const char* source = "p.json") {
+    const int64_t n = accio_profile_describe(text, source, nullptr, 0);
     EXPECT_GT(n, 0) << accio_last_error();
     std::string out(size_t(n) + 1, '\0');
-    EXPECT_EQ(accio_profile_describe(text, "p.json", out.data(), out.size()), n);
+    EXPECT_EQ(accio_profile_describe(text, source, out.data(), out.size()), n);
     out.resize(size_t(n));
     return out;
   };
@@ -785,10 +785,16 @@ TEST(Profile, DescribeRoundTrips) {
     }
   auto from_plans = [](const std::string& doc) { return doc.substr(doc.find("\"plans\"")); };
   EXPECT_EQ(from_plans(describe(once.c_str())), from_plans(once));  // a fixed point
-  const std::string builtin = describe(nullptr);
+  const std::string builtin = describe(nullptr, nullptr);
   EXPECT_NE(builtin.find(R"j("builtin": true)j"), std::string::npos);
   EXPECT_EQ(builtin, planner::Profile::builtin_model()->to_json());  // this machine's model
   EXPECT_NO_THROW(planner::Profile::parse(builtin, "builtin"));
+  // With a path: the model of the device under it (rotational or not); a missing path: its errno.
+  TempDir d;
+  EXPECT_EQ(describe(nullptr, d.path().c_str()),
+            planner::Profile::builtin_model(planner::fs_key(d.path()).rotational)->to_json());
+  EXPECT_EQ(accio_profile_describe(nullptr, d.file("missing").c_str(), nullptr, 0), -ENOENT);
+  EXPECT_NE(std::string(accio_last_error()).find("missing"), std::string::npos);
   EXPECT_EQ(accio_profile_describe("{\"schema\": 1}", "bad.json", nullptr, 0), -EINVAL);
   EXPECT_NE(std::string(accio_last_error()).find("bad.json"), std::string::npos);
 }

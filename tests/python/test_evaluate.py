@@ -245,6 +245,7 @@ class FakeBench:
     cold_reads = False
     cold_note = ""
     file_size = 256 * MiB
+    directory = None  # the built-in model of a device that is not rotational, on every machine
 
 
 def search_with(samples: dict) -> Search:
@@ -420,3 +421,33 @@ def test_the_prefetch_section_reaches_the_engine_and_show():
         line = next(x for x in shown.splitlines() if x.strip().startswith("prefetch:"))
         assert ("32 MiB window" in line) == bool(window) and "queue depth 16" in line, line
     assert "prefetch: off" in profile.render(profile.build(search_with({}), {"key": {}}), "old")
+
+
+def test_the_guard_and_the_unmeasured_cells_follow_the_model_of_the_tuned_device(tmp_path):
+    """The built-in plan a cold group is guarded against, and the cells it fills where nothing was
+    measured, are the model's for the tuned directory's device and cache state: on a rotational
+    device a cold range the hot plan splits runs posix (the planner's reading of the same model)."""
+    model = json.loads(_ext.profile_describe(None, str(tmp_path)))
+    rotational = model["decisions"]["read"]["1"].get("cold") is not None
+    hot = builtin_plan("read", "1", 64 * MiB, where=str(tmp_path))
+    cold = builtin_plan("read", "1", 64 * MiB, cache="cold", where=str(tmp_path))
+    assert hot == builtin_plan("read", "1", 64 * MiB) and hot.mechanism == "parallel"
+    assert cold == (Plan("posix") if rotational else hot)
+
+    class HereBench(FakeBench):
+        cold_reads = True
+        directory = str(tmp_path)
+    s = Search(HereBench(), threads=2, budget=0, plans=[Plan("posix"), Plan("parallel")])
+    assert s.builtin(Group("read", "cold", 1), 64 * MiB) == cold
+    assert s.builtin(Group("read", "hot", 1), 64 * MiB) == hot
+    doc = profile.build(s, {"key": {}})  # nothing measured: every cell is the model's
+    plans = [Plan.from_json(p) for p in doc["plans"]]
+    cells = doc["decisions"]["read"]["1"]["cold"]
+    c = next(c for c in cells if c["max_size"] is None or 64 * MiB <= c["max_size"])
+    assert as_run(plans[c["plans"][0]], 64 * MiB) == cold, (cells, doc["plans"])
+    # The engine gives the same model for a directory and for a file in it, and refuses a path
+    # that is not there.
+    (tmp_path / "f").write_bytes(b"x")
+    assert _ext.profile_describe(None, str(tmp_path / "f")) == _ext.profile_describe(None, str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        _ext.profile_describe(None, str(tmp_path / "missing"))

@@ -25,7 +25,8 @@ KiB = 1 << 10
 
 def fake_search(cold_reads=True) -> Search:
     """A finished search with made-up medians: the tuner's build() turns it into a profile."""
-    bench = SimpleNamespace(cold_reads=cold_reads, cold_note="", file_size=256 * MiB)
+    bench = SimpleNamespace(cold_reads=cold_reads, cold_note="", file_size=256 * MiB,
+                            directory=None)  # the model of a device that is not rotational
     s = Search(bench=bench, threads=4, budget=1.0, plans=[])
     winners = {  # size -> ranked plans (MiB/s), per group
         4 * KiB: [(Plan("posix"), 900), (Plan("parallel"), 500)],
@@ -85,7 +86,7 @@ def test_builtin_model_is_the_engines():
     labels = [p["label"] for p in model["plans"]]
     for op in ("read", "write"):
         for conc in ("1", "N"):
-            cells = profile._builtin_cells(op, conc, lambda p: p.label)
+            cells = profile._builtin_cells(fake_search(), op, conc, "hot", lambda p: p.label)
             engine = model["decisions"][op][conc]["hot"]
             assert [c["max_size"] for c in cells] == [c["max_size"] for c in engine]
             assert [c["plans"] for c in cells] == [[labels[i] for i in c["plans"]] for c in engine]

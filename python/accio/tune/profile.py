@@ -14,7 +14,7 @@ import tempfile
 from .. import _ext
 from . import prefetch as prefetch_mod
 from .measure import Plan, fmt
-from .search import COARSE_SIZES, Group, Search, builtin_model
+from .search import COARSE_SIZES, Group, Search, builtin_cells, builtin_model
 
 
 SCHEMA = builtin_model()["schema"]  # the format the engine reads
@@ -27,13 +27,14 @@ def _boundary(a: int, b: int) -> int:
     return p if a < p <= b else b
 
 
-def _builtin_cells(op: str, conc: str, index, device: bool = False) -> list[dict]:
-    """The built-in model's (device: device rule's) cells for op and concurrency, its plans added to
-    this profile's."""
-    model = builtin_model(device)
-    plans = [Plan.from_json(p) for p in model["plans"]]
+def _builtin_cells(search: Search, op: str, conc: str, cache: str, index) -> list[dict]:
+    """The built-in model's (device: device rule's) cells for op, concurrency and cache state, for
+    the device the search measured, its plans added to this profile's."""
+    device = search.device >= 0
+    where = None if device else search.bench.directory
+    plans = [Plan.from_json(p) for p in builtin_model(device, where)["plans"]]
     return [{"max_size": c["max_size"], "plans": [index(plans[i]) for i in c["plans"]]}
-            for c in model["decisions"][op][conc]["hot"]]
+            for c in builtin_cells(op, conc, cache, device, where)]
 
 
 def _covering(cells: list[dict], hi: int | None) -> dict:
@@ -41,13 +42,13 @@ def _covering(cells: list[dict], hi: int | None) -> dict:
     return next(c for c in cells if c["max_size"] is None or (hi is not None and hi <= c["max_size"]))
 
 
-def _model_cold_start(op: str, conc: str, cold: list[dict], index) -> list[dict] | None:
+def _model_cold_start(op: str, conc: str, cold: list[dict], index, where: str | None = None) -> list[dict] | None:
     """The built-in model's cold_start rule over this profile's measured cold cells. The search
     measures cold streams, not a cold read that starts a stream and runs to the end of the file (a
     whole file read in one request), so that rule stays the model's: the plans the model puts first
     there (direct, from 8 MiB) come first, then the profile's cold plans. None where the model has
     no such rule for op and concurrency."""
-    model = builtin_model(False)
+    model = builtin_model(False, where)
     entry = model["decisions"][op][conc]
     if not entry.get("cold_start"):
         return None
@@ -86,9 +87,9 @@ def _tables(search: Search) -> dict:
                 if g is None:
                     entry[cache] = None  # not measurable (cold reads on tmpfs): hot applies
                     continue
-                entry[cache] = _cells(search, g, index) or _builtin_cells(op, conc, index, search.device >= 0)
+                entry[cache] = _cells(search, g, index) or _builtin_cells(search, op, conc, cache, index)
             if search.device < 0 and entry.get("cold") is not None:
-                start = _model_cold_start(op, conc, entry["cold"], index)
+                start = _model_cold_start(op, conc, entry["cold"], index, search.bench.directory)
                 if start:
                     entry["cold_start"] = start
             decisions[op][conc] = entry
@@ -158,7 +159,7 @@ def _cells(search: Search, g: Group, index) -> list[dict]:
         cells[-1]["max_size"] = None
         return cells
     cells[-1]["max_size"] = sizes[-1]
-    cells += [{**c, "builtin": True} for c in _builtin_cells(g.op, g.concurrency, index, search.device >= 0)
+    cells += [{**c, "builtin": True} for c in _builtin_cells(search, g.op, g.concurrency, g.cache, index)
               if c["max_size"] is None or c["max_size"] > sizes[-1]]
     return cells
 

@@ -105,23 +105,34 @@ def as_run(plan: Plan, size: int) -> Plan:
 
 
 @functools.lru_cache(maxsize=None)
-def builtin_model(device: bool = False) -> dict:
+def builtin_model(device: bool = False, where: str | None = None) -> dict:
     """The engine's built-in model (device: its built-in device rule) as a profile document, with
-    every plan's label (accio._ext.profile_describe)."""
-    model = json.loads(_ext.profile_describe(None))
+    every plan's label (accio._ext.profile_describe): the model of the device under `where` (a
+    file or directory: on a rotational one it reads cold ranges in one stream), else of a device
+    that is not rotational."""
+    model = json.loads(_ext.profile_describe(None, where))
     return model["builtin_device"] if device else model
 
 
+def builtin_cells(op: str, conc: str, cache: str = "hot", device: bool = False, where: str | None = None) -> list[dict]:
+    """The model's cells for op, concurrency and cache state (cold: its cold cells where it has
+    them, else the hot ones, as the planner reads them)."""
+    entry = builtin_model(device, where)["decisions"][op][conc]
+    return (entry.get("cold") if cache == "cold" else None) or entry["hot"]
+
+
 @functools.lru_cache(maxsize=None)
-def _builtin_table(op: str, conc: str, device: bool) -> tuple:
-    model = builtin_model(device)
-    plans = [Plan.from_json(p) for p in model["plans"]]
-    return tuple((c["max_size"], plans[c["plans"][0]]) for c in model["decisions"][op][conc]["hot"])
+def _builtin_table(op: str, conc: str, cache: str, device: bool, where: str | None) -> tuple:
+    plans = [Plan.from_json(p) for p in builtin_model(device, where)["plans"]]
+    return tuple((c["max_size"], plans[c["plans"][0]]) for c in builtin_cells(op, conc, cache, device, where))
 
 
-def builtin_plan(op: str, conc: str, size: int, device: bool = False) -> Plan:
-    """The engine's built-in model's plan for a request of `size` (this machine), as it runs."""
-    plan = next(p for max_size, p in _builtin_table(op, conc, device) if max_size is None or size <= max_size)
+def builtin_plan(op: str, conc: str, size: int, device: bool = False, cache: str = "hot",
+                 where: str | None = None) -> Plan:
+    """The engine's built-in model's plan for a request of `size` (this machine; the device under
+    `where`) in that cache state (a cold read that continues a stream), as it runs."""
+    table = _builtin_table(op, conc, cache, device, where)
+    plan = next(p for max_size, p in table if max_size is None or size <= max_size)
     return as_run(plan, size)
 
 
@@ -204,7 +215,9 @@ class Search:
         return sorted(got, key=key)
 
     def builtin(self, g: Group, size: int) -> Plan:
-        return builtin_plan(g.op, g.concurrency, size, self.device >= 0)
+        if self.device >= 0:  # the device rule: the same on every disk
+            return builtin_plan(g.op, g.concurrency, size, device=True)
+        return builtin_plan(g.op, g.concurrency, size, cache=g.cache, where=self.bench.directory)
 
     def contenders(self, g: Group, size: int) -> list[Plan]:
         """The base plans that serve the group's operation (pagecache only reads) and the built-in
