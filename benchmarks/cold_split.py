@@ -7,8 +7,9 @@ pages are dropped before every sample.
 Contenders: `pread` (os.preadv, one call per request: what a program does without accio), the
 `posix` and `parallel(task=4MiB)` mechanisms, and `auto` with the built-in model (profile=off),
 whose plan for these reads depends on whether the file's device says it is rotational (on such a
-device the model reads a cold range in one stream: docs/tuning.md). The JSON records the device's
-flag and the plans auto ran, with their reasons.
+device the model reads a cold range in one stream: docs/tuning.md). The JSON records the model the
+engine built for the directory ("model_rotational"), the block device's facts, and the plans auto
+ran, with their reasons.
 
     python benchmarks/cold_split.py --dir /var/tmp --size 1g --rounds 15 --json results/cold_split.json
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import mmap
 import os
 import platform
@@ -103,6 +105,7 @@ def main() -> int:
            "git_commit": _ext.git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "machine": {"cpu": cpu_model(), "arch": platform.machine(), "cpus": os.cpu_count(), "load": os.getloadavg()},
            "device": device(a.dir),
+           "model_rotational": bool(json.loads(_ext.profile_describe(None, a.dir)).get("rotational")),
            "size": size, "request": req, "rounds": a.rounds, "cache": "cold",
            "medians_mibps": {k: round(statistics.median(v), 1) for k, v in samples.items()}, "samples": samples,
            "auto_plans": plans.get("auto (built-in model)", {}), "ratios": []}

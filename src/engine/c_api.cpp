@@ -463,7 +463,7 @@ int64_t accio_profile_describe(const char* text, const char* source, char* out, 
     // Without text: the built-in model of the device under `source` (a file or directory), or of
     // a device that is not rotational.
     const auto p = text ? accio::planner::Profile::parse(text, source ? source : "profile")
-                        : accio::planner::Profile::builtin_model(source && accio::planner::fs_key(std::string(source)).rotational);
+                        : accio::planner::Profile::builtin_model(source && accio::planner::rotational(std::string(source)));
     const std::string doc = p->to_json();
     copy_out(doc, out, len);
     return static_cast<int64_t>(doc.size());

@@ -91,7 +91,8 @@ class Mechanism {
   // Whether the CPU may copy to or from the request's buffer (staging, fixed buffers). posix and
   // parallel hand it to the kernel, which answers EFAULT for GPU memory: the engine lets them
   // classify buffers with mem::cuda's cheaper, possibly stale look and reroutes on EFAULT. Where
-  // they realign a read (read_host), the CPU does copy into the buffer: read_host looks again
+  // they realign a read (read_host), the CPU does copy into the buffer: read_host takes the
+  // engine's answer where the engine asked the driver (Target::asked), else looks again
   // (mem::cuda::classify with recheck) before it does, and leaves a GPU buffer to the kernel.
   virtual bool cpu_touches_buffer() const { return true; }
   // Whether the mechanism can run on this machine at all; `why` says what is missing.

@@ -170,8 +170,11 @@ std::string Planner::why(unsigned route) const {
       if (routes.stream_matters && state != kHot)
         out += state == kColdStart ? ", starts a stream (does not continue the previous request) and reads to the end of the file"
                                    : ", continues the previous request or stops before the end of the file";
-      if (profile_->rotational && state != kHot) out += ", rotational device (a cold range is read in one stream)";
       const int best = routes.plan[state][1];
+      // The rotational device's cold plan (posix where the hot plan splits), not direct's cold start.
+      if (profile_->rotational && state != kHot && plans_[routes.plan[state][aligned]].spec.mechanism == "posix" &&
+          routes.plan[state][aligned] != routes.plan[kHot][aligned])
+        out += ", rotational device (a cold range is read in one stream)";
       if (!aligned && routes.plan[state][0] != best) out += ", unaligned buffer or offset (" + plans_[best].label + " needs alignment)";
       if (profile_->builtin)
         out += profile_->device ? "; run `accio tune` with this GPU to measure it" : "; run `accio tune` to measure this filesystem";

@@ -108,6 +108,17 @@ std::vector<std::string_view> words(std::string_view line) {
   return out;
 }
 
+// Whether the block device dev says it is rotational: its queue/rotational in sysfs, else (a
+// partition, which has no queue of its own) its disk's, one directory up. False where there is none.
+bool block_rotational(dev_t dev) {
+  const std::string sys = "/sys/dev/block/" + std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
+  std::string rot;
+  if (major(dev) == 0 || !(base::sys::read_file((sys + "/queue/rotational").c_str(), rot) ||
+                           base::sys::read_file((sys + "/../queue/rotational").c_str(), rot)))
+    return false;
+  return !rot.empty() && rot[0] == '1';
+}
+
 FsKey key_for_dev(dev_t dev) {
   struct Cache {
     std::mutex mu;
@@ -137,12 +148,12 @@ FsKey key_for_dev(dev_t dev) {
     if (rest.size() >= 2) k.device = std::string(rest[1]);
     break;
   }
-  // A partition has no queue of its own: its disk's is one directory up.
-  const std::string sys = "/sys/dev/block/" + want;
-  std::string rot;
-  if (major(dev) != 0 && (base::sys::read_file((sys + "/queue/rotational").c_str(), rot) ||
-                          base::sys::read_file((sys + "/../queue/rotational").c_str(), rot)))
-    k.rotational = !rot.empty() && rot[0] == '1';
+  // The device's own flag; a filesystem whose st_dev is anonymous (btrfs) names its block device as
+  // the mount's source. Read once per process, as the rest of the key.
+  struct stat src;
+  k.rotational = major(dev) != 0 ? block_rotational(dev)
+                                 : k.device.rfind("/dev/", 0) == 0 && stat(k.device.c_str(), &src) == 0 &&
+                                       S_ISBLK(src.st_mode) && block_rotational(src.st_rdev);
   cache.emplace(dev, k);
   return k;
 }
@@ -235,7 +246,7 @@ std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts)
       for (size_t i = 0; i < t.size(); ++i) {
         const uint64_t lo = i ? t[i - 1].max_size + 1 : 0;
         if (lo < from && t[i].max_size >= from) {  // split the cell at from
-          t.insert(t.begin() + static_cast<std::ptrdiff_t>(i), Cell{from - 1, t[i].hot, {}, {}});
+          t.insert(t.begin() + static_cast<std::ptrdiff_t>(i), Cell{from - 1, t[i].hot, t[i].cold, {}});
           continue;
         }
         if (lo >= from) {  // direct, else the plans of a cold range that continues a stream
@@ -498,7 +509,8 @@ std::string Profile::to_json() const {
   json_string(o, source);
   o += ", \"name\": ";
   json_string(o, name);
-  o += std::string(", \"builtin\": ") + (builtin ? "true" : "false") + ", \"prefetch\": {\"window\": " +
+  o += std::string(", \"builtin\": ") + (builtin ? "true" : "false") + (rotational ? ", \"rotational\": true" : "") +
+       ", \"prefetch\": {\"window\": " +
        std::to_string(prefetch_window) + "}, \"engine_from\": {\"read\": " + size_or_null(engine_from(false)) +
        ", \"write\": " + size_or_null(engine_from(true)) + "}, " + table_json(*this) + ", \"devices\": [";
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -624,11 +636,25 @@ std::shared_ptr<const Profile> load(const std::string& path) {
 }
 }  // namespace
 
+namespace {
+bool rotational(const struct stat& st) {
+  return S_ISBLK(st.st_mode) ? block_rotational(st.st_rdev) : key_for_dev(st.st_dev).rotational;
+}
+}  // namespace
+
+bool rotational(int fd) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && rotational(st);  // false: a handle without a file
+}
+
+bool rotational(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw Error(errno, "stat", path, base::kNoOffset);
+  return rotational(st);
+}
+
 std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting) {
-  if (setting == "off") {  // the model of the file's device (a handle without a file: any other)
-    struct stat st;
-    return Profile::builtin_model(fstat(fd, &st) == 0 && key_for_dev(st.st_dev).rotational);
-  }
+  if (setting == "off") return Profile::builtin_model(rotational(fd));
   if (setting != "auto") {
     auto p = load(setting);
     if (!p) throw Error(ENOENT, "load profile", setting, base::kNoOffset);
@@ -640,12 +666,12 @@ std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting) {
     if (auto p = load(path)) return p;
   } catch (const Error& e) {
     base::warn_once("profile-bad:" + path, std::string(e.what()) + "; auto uses the built-in model until `accio tune` rewrites it");
-    return Profile::builtin_model(key.rotational);
+    return Profile::builtin_model(rotational(fd));
   }
   base::warn_once("profile-none:" + path, "no tuning profile for " + key.describe() + " (kernel " + key.kernel +
                                               ", accio " + key.version + "): auto uses the built-in model; run "
                                               "`accio tune DIR` on this filesystem to measure it");
-  return Profile::builtin_model(key.rotational);
+  return Profile::builtin_model(rotational(fd));
 }
 
 }  // namespace accio::planner

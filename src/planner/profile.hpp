@@ -51,8 +51,9 @@ struct Cell {
 struct FsKey {
   std::string filesystem, device, kernel, version;
   // Whether the block device under the filesystem says it is rotational (queue/rotational in
-  // sysfs, the partition's disk for a partition); false for a filesystem without one (tmpfs, NFS,
-  // btrfs and overlayfs, whose st_dev is anonymous). Not part of the profile's file name.
+  // sysfs, the partition's disk for a partition; for btrfs, whose st_dev is anonymous, the block
+  // device the mount names); false for a filesystem without one (tmpfs, NFS, overlayfs). Read
+  // once per process. Not part of the profile's file name.
   bool rotational = false;
   std::string file_name() const;  // "ext4_dev-vda1_6.18.0_0.1.0.json"
   std::string describe() const;   // "ext4 on /dev/vda1"
@@ -77,7 +78,7 @@ struct MachineFacts {
   // of the machine, so the planner builds the model for each (profile_for). There a cold read is
   // not split: the tasks' interleaved streams only add seeks on a disk with a head (and on the
   // 2-vCPU VM's virtio disk, which says it is one, parallel read a cold 1 GiB file in 64 MiB
-  // requests at 0.93-0.94x of one pread per request: results/cold_split.json).
+  // requests at 0.91-0.94x of one pread per request: results/cold_split.json).
   bool rotational = false;
   static MachineFacts detect();
   // The smallest request an even split over the CPUs serves faster than one call, with one request
@@ -157,5 +158,10 @@ std::string profile_dir();
 // (the built-in model of fd's device: rotational or not), or a path (that file; throws base::Error if unreadable or malformed).
 // Parsed profiles are cached by path and modification time.
 std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting);
+// Whether the built-in model for fd (path) is the rotational device's: FsKey::rotational, or the
+// block device's own flag for a block device opened as a file; false for a handle without a file
+// (a path that cannot be looked at throws base::Error).
+bool rotational(int fd);
+bool rotational(const std::string& path);
 
 }  // namespace accio::planner

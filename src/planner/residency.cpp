@@ -140,7 +140,7 @@ bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method) {
   Residency res;
   if (end <= off) return false;  // nothing of the range is in the file yet
   if (!mincore_residency(fd, off, end, &res)) return true;
-  return res.cached * 2 >= res.total;
+  return res.cached * 2 > res.total;
 }
 
 }  // namespace accio::planner

@@ -25,7 +25,8 @@ bool resident(int fd, uint64_t off, uint64_t len);
 enum class Probe { automatic, cachestat, nowait, mincore, off };
 Probe parse_probe(const std::string& s);  // throws std::invalid_argument
 
-// Whether at least half of [off, off+len) is in the page cache, by `method` (cachestat samples 32
+// Whether more than half of [off, off+len) is in the page cache (a cold stream's request whose head
+// the kernel read ahead is cold), by `method` (cachestat samples 32
 // KiB at the head and the tail of ranges above 64 KiB). A range the probe cannot see (an error, or
 // off) counts as cached: the hot plan is the safer guess.
 bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method);

@@ -375,32 +375,46 @@ TEST(Planner, ColdReadsThatStartAStreamRunDirect) {
 // same as on any other device.
 TEST(Planner, ARotationalDeviceReadsColdRangesInOneStream) {
   constexpr uint64_t MiB = 1 << 20;
-  planner::MachineFacts rot{2};
-  rot.rotational = true;
-  const auto model = planner::Profile::builtin_model(rot), flat = planner::Profile::builtin_model(planner::MachineFacts{2});
-  EXPECT_TRUE(model->rotational);
-  EXPECT_FALSE(flat->rotational);
   EXPECT_TRUE(planner::Profile::builtin_model(true)->rotational);
   EXPECT_FALSE(planner::Profile::builtin_model(false)->rotational);
-  for (const bool conc : {false, true})
-    for (const uint64_t n : {64 * 1024 * 1ul, 1 * MiB, 2 * MiB, 8 * MiB, 64 * MiB, 2048 * MiB}) {
-      const planner::Cell& c = model->cell(false, conc, n);
-      const planner::Cell& f = flat->cell(false, conc, n);
-      ASSERT_EQ(c.hot, f.hot) << n;  // the same hot plans
-      if (model->plans[c.hot[0]].mechanism == "posix") {
-        EXPECT_TRUE(c.cold.empty()) << n;
-      } else {
-        ASSERT_EQ(c.cold.size(), 1u) << n;
-        EXPECT_EQ(model->plans[c.cold[0]].label(), "posix") << n;
-      }
-      if (!conc && n >= ACCIO_MODEL_COLD_DIRECT_FROM) {
-        ASSERT_EQ(c.cold_start.size(), 2u) << n;
-        EXPECT_EQ(model->plans[c.cold_start[0]].mechanism, "direct") << n;
-        EXPECT_EQ(model->plans[c.cold_start[1]].label(), "posix") << n;
-      }
-      EXPECT_TRUE(model->cell(true, conc, n).cold.empty()) << "writes: posix throughout";
-    }
-  EXPECT_EQ(model->engine_from(false), flat->engine_from(false)) << "the shim's floor is the hot split's";
+  for (const unsigned cpus : {1u, 2u, 4u, 16u}) {  // the cells split differently (cpus x 4 MiB vs 8 MiB)
+    planner::MachineFacts rot{cpus};
+    rot.rotational = true;
+    const auto model = planner::Profile::builtin_model(rot), flat = planner::Profile::builtin_model(planner::MachineFacts{cpus});
+    EXPECT_TRUE(model->rotational);
+    EXPECT_FALSE(flat->rotational);
+    for (const bool conc : {false, true})
+      for (uint64_t n = 4096; n <= 4096 * MiB; n *= 2)
+        for (const uint64_t size : {n - 1, n, n + 1}) {
+          const planner::Cell& c = model->cell(false, conc, size);
+          const planner::Cell& f = flat->cell(false, conc, size);
+          ASSERT_EQ(c.hot, f.hot) << cpus << " " << size;  // the same hot plans
+          if (model->plans[c.hot[0]].mechanism == "posix") {
+            EXPECT_TRUE(c.cold.empty()) << cpus << " " << size;
+          } else {  // every size the hot plan splits: posix when cold
+            ASSERT_EQ(c.cold.size(), 1u) << cpus << " " << size;
+            EXPECT_EQ(model->plans[c.cold[0]].label(), "posix") << cpus << " " << size;
+          }
+          if (!conc && size >= ACCIO_MODEL_COLD_DIRECT_FROM) {
+            ASSERT_EQ(c.cold_start.size(), 2u) << cpus << " " << size;
+            EXPECT_EQ(model->plans[c.cold_start[0]].mechanism, "direct") << cpus << " " << size;
+            EXPECT_EQ(model->plans[c.cold_start[1]].label(), "posix") << cpus << " " << size;
+          }
+          EXPECT_TRUE(model->cell(true, conc, size).cold.empty()) << "writes: posix throughout";
+        }
+    EXPECT_EQ(model->engine_from(false), flat->engine_from(false)) << "the shim's floor is the hot split's";
+  }
+  {  // 4 CPUs: 2 MiB is split hot (parallel(even)) and read in one stream cold; so is 12 MiB
+    planner::MachineFacts rot{4};
+    rot.rotational = true;
+    const auto m4 = planner::Profile::builtin_model(rot);
+    EXPECT_EQ(m4->plans[m4->cell(false, false, 2 * MiB).hot[0]].label(), "parallel(even)");
+    EXPECT_EQ(m4->plans[m4->cell(false, false, 2 * MiB).cold[0]].label(), "posix");
+    EXPECT_EQ(m4->plans[m4->cell(false, false, 12 * MiB).cold[0]].label(), "posix");
+  }
+  planner::MachineFacts rot{2};
+  rot.rotational = true;
+  const auto model = planner::Profile::builtin_model(rot);
   // The planner on a cold file: the cold range that continues a stream runs posix, and says why.
   TempDir d;
   auto s = base::Settings::defaults();
@@ -426,6 +440,11 @@ TEST(Planner, ARotationalDeviceReadsColdRangesInOneStream) {
                                    "rotational device (a cold range is read in one stream)"),
             std::string::npos) << p.why(cold.route);
   EXPECT_EQ(p.choose({b.data(), 8 * MiB, 8 * MiB, false, 2, kSize}).plan->spec.label(), "posix");  // several in flight
+  if (f->ref().direct_fd >= 0) {  // a cold start to the end of the file: direct, and no word of the rotational rule
+    const planner::Choice start = p.choose({b.data(), 8 * MiB, 24 * MiB, false, 1, kSize});
+    EXPECT_EQ(start.plan->spec.label(), "direct(even)");
+    EXPECT_EQ(p.why(start.route).find("rotational"), std::string::npos) << p.why(start.route);
+  }
   std::vector<char> all(kSize);
   ASSERT_EQ(pread(f->ref().fd, all.data(), all.size(), 0), static_cast<ssize_t>(all.size()));
   const planner::Choice hot = p.choose({b.data(), 8 * MiB, 8 * MiB, false, 1, kSize, true});

@@ -423,30 +423,65 @@ def test_the_prefetch_section_reaches_the_engine_and_show():
     assert "prefetch: off" in profile.render(profile.build(search_with({}), {"key": {}}), "old")
 
 
-def test_the_guard_and_the_unmeasured_cells_follow_the_model_of_the_tuned_device(tmp_path):
+@pytest.mark.parametrize("rotational", [False, True])
+def test_the_guard_and_the_unmeasured_cells_follow_the_model_of_the_tuned_device(tmp_path, monkeypatch, rotational):
     """The built-in plan a cold group is guarded against, and the cells it fills where nothing was
-    measured, are the model's for the tuned directory's device and cache state: on a rotational
-    device a cold range the hot plan splits runs posix (the planner's reading of the same model)."""
-    model = json.loads(_ext.profile_describe(None, str(tmp_path)))
-    rotational = model["decisions"]["read"]["1"].get("cold") is not None
-    hot = builtin_plan("read", "1", 64 * MiB, where=str(tmp_path))
-    cold = builtin_plan("read", "1", 64 * MiB, cache="cold", where=str(tmp_path))
-    assert hot == builtin_plan("read", "1", 64 * MiB) and hot.mechanism == "parallel"
-    assert cold == (Plan("posix") if rotational else hot)
+    measured, are the model's for the tuned directory's device and cache state: a model with cold
+    cells (the engine's for a rotational device: posix where the hot plan splits, which
+    test_planner checks) gives its cold plan there. Both kinds of model on every machine: the
+    rotational one is the engine's own model with those cold cells added."""
+    from accio.tune import search
+    real = _ext.profile_describe
 
-    class HereBench(FakeBench):
-        cold_reads = True
-        directory = str(tmp_path)
-    s = Search(HereBench(), threads=2, budget=0, plans=[Plan("posix"), Plan("parallel")])
-    assert s.builtin(Group("read", "cold", 1), 64 * MiB) == cold
-    assert s.builtin(Group("read", "hot", 1), 64 * MiB) == hot
-    doc = profile.build(s, {"key": {}})  # nothing measured: every cell is the model's
-    plans = [Plan.from_json(p) for p in doc["plans"]]
-    cells = doc["decisions"]["read"]["1"]["cold"]
-    c = next(c for c in cells if c["max_size"] is None or 64 * MiB <= c["max_size"])
-    assert as_run(plans[c["plans"][0]], 64 * MiB) == cold, (cells, doc["plans"])
-    # The engine gives the same model for a directory and for a file in it, and refuses a path
-    # that is not there.
+    def describe(text=None, source=None):
+        if text is not None:
+            return real(text, source)
+        assert source == str(tmp_path), source  # the tuner asks for the tuned directory's model
+        doc = json.loads(real(None, None))
+        if rotational:
+            posix = next(i for i, p in enumerate(doc["plans"]) if p["mechanism"] == "posix")
+            for conc in ("1", "N"):
+                doc["decisions"]["read"][conc]["cold"] = [{"max_size": None, "plans": [posix]}]
+            doc["rotational"] = True
+        return json.dumps(doc)
+    for f in (search.builtin_model, search._builtin_table):
+        f.cache_clear()
+    monkeypatch.setattr(_ext, "profile_describe", describe)
+    try:
+        where = str(tmp_path)
+        hot = builtin_plan("read", "1", 64 * MiB, where=where)
+        cold = builtin_plan("read", "1", 64 * MiB, cache="cold", where=where)
+        assert hot == builtin_plan("read", "1", 64 * MiB, where=where, cache="hot")
+        if len(os.sched_getaffinity(0)) > 1:
+            assert hot.mechanism == "parallel"  # one CPU: posix, hot and cold
+        assert cold == (Plan("posix") if rotational else hot)
+
+        class HereBench(FakeBench):
+            cold_reads = True
+            directory = where
+        s = Search(HereBench(), threads=2, budget=0, plans=[Plan("posix"), Plan("parallel")])
+        assert s.builtin(Group("read", "cold", 1), 64 * MiB) == cold
+        assert s.builtin(Group("read", "hot", 1), 64 * MiB) == hot
+        doc = profile.build(s, {"key": {}})  # nothing measured: every cell is the model's
+        plans = [Plan.from_json(p) for p in doc["plans"]]
+        for cache, want in (("cold", cold), ("hot", hot)):
+            cells = doc["decisions"]["read"]["1"][cache]
+            c = next(c for c in cells if c["max_size"] is None or 64 * MiB <= c["max_size"])
+            assert as_run(plans[c["plans"][0]], 64 * MiB) == want, (cache, cells, doc["plans"])
+    finally:
+        monkeypatch.undo()
+        for f in (search.builtin_model, search._builtin_table):
+            f.cache_clear()
+
+
+def test_the_engine_describes_the_model_of_a_paths_device(tmp_path):
+    """accio_profile_describe(NULL, path): the model of the device under a directory or a file in
+    it (the same), "rotational" set exactly where its reads have cold cells; a missing path is
+    refused with its errno."""
+    here = json.loads(_ext.profile_describe(None, str(tmp_path)))
+    has_cold = here["decisions"]["read"]["1"].get("cold") is not None
+    assert has_cold == (bool(here.get("rotational")) and len(os.sched_getaffinity(0)) > 1)  # one CPU: no split
+    assert "rotational" not in json.loads(_ext.profile_describe(None))
     (tmp_path / "f").write_bytes(b"x")
     assert _ext.profile_describe(None, str(tmp_path / "f")) == _ext.profile_describe(None, str(tmp_path))
     with pytest.raises(FileNotFoundError):

@@ -19,7 +19,7 @@ from . import evaluate as evaluate_mod
 from . import prefetch as prefetch_mod
 from . import profile as profile_mod
 from .measure import MiB, Bench, fmt
-from .search import Search, base_plans, device_plans
+from .search import Search, base_plans, builtin_model, device_plans
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -291,6 +291,7 @@ def evaluate(args, directory: str, path: str) -> int:
     threads = args.threads or os.cpu_count() or 1
     off = not args.profile and os.environ.get("ACCIO_PROFILE") == "off"  # the auto handles read it
     have = not off and os.path.exists(path)
+    model = "built-in model" + (" (rotational device)" if builtin_model(where=directory).get("rotational") else "")
     if off:
         print("accio tune: ACCIO_PROFILE=off: auto is evaluated with the built-in model", file=sys.stderr)
     elif not have:
@@ -327,7 +328,7 @@ def evaluate(args, directory: str, path: str) -> int:
         progress.close()
     from ..info import gather
     info = gather(directory)
-    result.update({"schema": "accio.tune-evaluate/1", "profile": path if have else "built-in model",
+    result.update({"schema": "accio.tune-evaluate/1", "profile": path if have else model,
                    "path": os.path.abspath(directory), "threads": threads, "ops": list(ops),
                    "caches": list(caches), "reps": args.reps,
                    "max_reps": args.max_reps, "command": "accio " + " ".join(sys.argv[1:]),
