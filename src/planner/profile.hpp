@@ -155,8 +155,8 @@ std::string profile_dir();
 
 // The profile for an open file according to the `profile` setting: "auto" (the file for its key
 // in profile_dir(), else the built-in model, with a one-time note suggesting `accio tune`), "off"
-// (the built-in model of fd's device: rotational or not), or a path (that file; throws base::Error if unreadable or malformed).
-// Parsed profiles are cached by path and modification time.
+// (the built-in model of fd's device: rotational or not), or a path (that file; throws
+// base::Error if unreadable or malformed). Parsed profiles are cached by path and modification time.
 std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting);
 // Whether the built-in model for fd (path) is the rotational device's: FsKey::rotational, or the
 // block device's own flag for a block device opened as a file; false for a handle without a file
