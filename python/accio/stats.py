@@ -1,7 +1,9 @@
 """Side-by-side measurement statistics, the project's one rule for claiming "faster" or "same".
 
-Contenders run interleaved (round r starts with contender r mod n, so none always goes first or
-last), at least MIN_SAMPLES samples each. A comparison is the ratio a/b of two contenders (or of a
+Contenders run interleaved (in each block of n rounds every one of the n contenders starts one
+round, so none always goes first or last; which starts which round is shuffled per block, so that a
+disturbance that repeats with the rounds does not fall on one contender), at least MIN_SAMPLES
+samples each. A comparison is the ratio a/b of two contenders (or of a
 contender and a ceiling) with a 95% percentile-bootstrap interval:
 
 - paired (the default when both have one sample per round): the median of the per-round ratios
@@ -20,6 +22,7 @@ rotation and ratios; its rounds take turns phase by phase, Bench.sample_together
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Mapping, Sequence
@@ -31,8 +34,20 @@ RESAMPLES = 10000
 
 
 def rotation(names: Sequence[str], round_index: int) -> list[str]:
-    """The order of one round: round r starts with names[r mod n] and keeps the cyclic order."""
-    k = round_index % len(names) if names else 0
+    """The order of one round, in the names' cyclic order: rounds come in blocks of n (the number of
+    contenders), each contender starts one round of a block, and which starts which is a shuffle
+    seeded by the block (the same round index always gives the same order). A fixed cycle put a
+    disturbance that repeats every 2n runs on one contender every time: with two contenders (AB BA
+    AB BA ...), the 2-vCPU VM's disk read a cold file at about 0.7x in every other round, and for
+    each program in a cold run_programs.py run those slow runs all fell on the same side, plain or
+    shim (results/run/run_programs_cold_s11.json)."""
+    n = len(names)
+    if not n:
+        return []
+    block, i = divmod(round_index, n)
+    starts = list(range(n))
+    random.Random(block).shuffle(starts)
+    k = starts[i]
     return list(names[k:]) + list(names[:k])
 
 

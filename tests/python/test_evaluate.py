@@ -81,10 +81,12 @@ def test_rounds_rotate_and_every_sample_is_noted():
         return {m: 100.0 + i for i, m in enumerate(names)}
     samples, rounds = evaluate.measure_cell(sample_round, ("auto", "posix", "direct"), 7, 7,
                                             note=lambda m, r, v: noted.append((m, r, v)))
-    assert seen[:3] == [["auto", "posix", "direct"], ["posix", "direct", "auto"], ["direct", "auto", "posix"]]
-    assert rounds == {m: list(range(7)) for m in ("auto", "posix", "direct")}
-    assert samples["auto"][:3] == [100.0, 102.0, 101.0]  # each name gets its own value of its round
-    assert len(noted) == 21 and noted[0] == ("auto", 0, 100.0)
+    names = ("auto", "posix", "direct")
+    assert seen == [stats.rotation(names, r) for r in range(7)]
+    assert {seen[r][0] for r in range(3)} == set(names)  # each leads one round of the first three
+    assert rounds == {m: list(range(7)) for m in names}
+    assert samples["auto"] == [100.0 + seen[r].index("auto") for r in range(7)]  # its own value of its round
+    assert len(noted) == 21 and noted[0] == (seen[0][0], 0, 100.0)
 
 
 def test_a_cell_starts_with_an_untimed_warm_up_and_its_own_rotation():
@@ -98,8 +100,8 @@ def test_a_cell_starts_with_an_untimed_warm_up_and_its_own_rotation():
         return {m: 100.0 for m in names}
     names = ("auto", "posix", "direct")
     samples, rounds = evaluate.measure_cell(sample_round, names, 7, 7, warmup=lambda o: warm.append(list(o)), first=1)
-    assert warm == [["posix", "direct", "auto"]] and len(seen) == 7
-    assert seen[0] == ["posix", "direct", "auto"] and rounds == {m: list(range(7)) for m in names}
+    assert warm == [stats.rotation(names, 1)] and len(seen) == 7
+    assert seen == [stats.rotation(names, r + 1) for r in range(7)] and rounds == {m: list(range(7)) for m in names}
     assert all(len(v) == 7 for v in samples.values())
 
 
@@ -121,7 +123,8 @@ def test_run_warms_each_cell_up_untimed_with_short_phases(monkeypatch, tmp_path)
         assert not any(c[3]), c  # the warm-up's plans are not counted as auto's
         assert calls[first + 1][0] == evaluate.SAMPLE_SECONDS
         assert calls[first + 1][3] == [m == "auto" for m in calls[first + 1][1]]
-    assert calls[0][1] == ["auto", "posix"] and calls[8][1] == ["posix", "auto"]  # each cell its own rotation
+    # each cell its own rotation: the second cell's offset by one round
+    assert calls[0][1] == stats.rotation(["auto", "posix"], 0) and calls[8][1] == stats.rotation(["auto", "posix"], 1)
 
 
 def test_sample_together_alternates_phases_until_each_has_its_time(monkeypatch, tmp_path):

@@ -19,8 +19,20 @@ def exact_median_interval(xs, confidence=0.95):
     return lo, hi
 
 
-def test_rotation_starts_each_round_with_the_next_contender():
-    assert [stats.rotation("abc", r) for r in range(4)] == [list("abc"), list("bca"), list("cab"), list("abc")]
+def test_rotation_lets_each_contender_start_once_per_block_in_a_shuffled_order():
+    cyclic = {tuple("abc"), tuple("bca"), tuple("cab")}
+    for block in range(20):
+        orders = [tuple(stats.rotation("abc", 3 * block + i)) for i in range(3)]
+        assert set(orders) == cyclic, orders  # every contender starts one round of the block
+    assert [stats.rotation("abc", r) for r in range(30)] == [stats.rotation("abc", r) for r in range(30)]  # seeded
+    # Not one fixed cycle: with two contenders the starts do not simply alternate (AB BA AB BA ...),
+    # so a disturbance every other round does not always meet the same one.
+    firsts = "".join(stats.rotation("ab", r)[0] for r in range(40))
+    assert firsts != "ab" * 20 and firsts != "ba" * 20
+    # In the rounds where it happens (every other round, at one position in the round), the
+    # disturbance falls on both contenders.
+    hit = [stats.rotation("ab", r)[0] for r in range(0, 40, 2)]
+    assert 5 <= hit.count("a") <= 15, hit
     assert stats.rotation([], 3) == []
 
 
@@ -38,13 +50,14 @@ def test_interleave_runs_in_rotating_order_and_reports_every_sample_and_round():
     got = stats.interleave({"a": make("a"), "b": make("b"), "c": make("c")}, 3,
                            on_sample=lambda n, r, v: None,
                            on_round=lambda r, s: rounds.append({k: list(v) for k, v in s.items()}))
-    assert order == list("abc" "bca" "cab")
-    assert got == {"a": [1.0, 6.0, 8.0], "b": [2.0, 4.0, 9.0], "c": [3.0, 5.0, 7.0]}
+    assert order == [n for r in range(3) for n in stats.rotation("abc", r)]
+    assert sorted(x for v in got.values() for x in v) == [float(i) for i in range(1, 10)]
+    assert all(got[n][r] == 1.0 + order.index(n, 3 * r) for n in "abc" for r in range(3))  # sample r: round r
     assert rounds[0] == {"a": [1.0], "b": [2.0], "c": [3.0]} and rounds[-1] == got  # partial results per round
     # on_round returning True stops after that round
     order.clear()
     got = stats.interleave({"a": make("a"), "b": make("b")}, 10, on_round=lambda r, s: r == 2)
-    assert order == list("ab" "ba" "ab") and [len(v) for v in got.values()] == [3, 3]
+    assert order == [n for r in range(3) for n in stats.rotation("ab", r)] and [len(v) for v in got.values()] == [3, 3]
 
 
 def test_summary_median_and_spread():
