@@ -260,12 +260,12 @@ std::shared_ptr<const Profile> Profile::builtin_model(const MachineFacts& facts)
 }
 
 std::shared_ptr<const Profile> Profile::builtin_model(bool rotational) {
-  static const std::shared_ptr<const Profile> models[2] = {
-      builtin_model(MachineFacts::detect()), builtin_model([] {
-        MachineFacts f = MachineFacts::detect();
-        f.rotational = true;
-        return f;
-      }())};
+  static const MachineFacts here = MachineFacts::detect();
+  static const std::shared_ptr<const Profile> models[2] = {builtin_model(here), builtin_model([] {
+                                                             MachineFacts f = here;
+                                                             f.rotational = true;
+                                                             return f;
+                                                           }())};
   return models[rotational];
 }
 
@@ -642,11 +642,6 @@ bool rotational(const struct stat& st) {
 }
 }  // namespace
 
-bool rotational(int fd) {
-  struct stat st;
-  return fstat(fd, &st) == 0 && rotational(st);  // false: a handle without a file
-}
-
 bool rotational(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) throw Error(errno, "stat", path, base::kNoOffset);
@@ -654,24 +649,30 @@ bool rotational(const std::string& path) {
 }
 
 std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting) {
-  if (setting == "off") return Profile::builtin_model(rotational(fd));
-  if (setting != "auto") {
+  if (setting != "auto" && setting != "off") {
     auto p = load(setting);
     if (!p) throw Error(ENOENT, "load profile", setting, base::kNoOffset);
     return p;
   }
-  const FsKey key = fs_key(fd);
+  struct stat st;  // one fstat for the device's model and the filesystem's key
+  if (fstat(fd, &st) != 0) {
+    if (setting == "off") return Profile::builtin_model(false);  // a handle without a file
+    throw Error(errno, "fstat", "", base::kNoOffset);
+  }
+  const bool rot = rotational(st);
+  if (setting == "off") return Profile::builtin_model(rot);
+  const FsKey key = key_for_dev(st.st_dev);
   const std::string path = profile_dir() + "/" + key.file_name();
   try {
     if (auto p = load(path)) return p;
   } catch (const Error& e) {
     base::warn_once("profile-bad:" + path, std::string(e.what()) + "; auto uses the built-in model until `accio tune` rewrites it");
-    return Profile::builtin_model(rotational(fd));
+    return Profile::builtin_model(rot);
   }
   base::warn_once("profile-none:" + path, "no tuning profile for " + key.describe() + " (kernel " + key.kernel +
                                               ", accio " + key.version + "): auto uses the built-in model; run "
                                               "`accio tune DIR` on this filesystem to measure it");
-  return Profile::builtin_model(rotational(fd));
+  return Profile::builtin_model(rot);
 }
 
 }  // namespace accio::planner

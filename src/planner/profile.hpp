@@ -158,10 +158,9 @@ std::string profile_dir();
 // (the built-in model of fd's device: rotational or not), or a path (that file; throws
 // base::Error if unreadable or malformed). Parsed profiles are cached by path and modification time.
 std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting);
-// Whether the built-in model for fd (path) is the rotational device's: FsKey::rotational, or the
-// block device's own flag for a block device opened as a file; false for a handle without a file
-// (a path that cannot be looked at throws base::Error).
-bool rotational(int fd);
+// Whether the built-in model for the file or directory at path is the rotational device's:
+// FsKey::rotational, or the block device's own flag for a block device; a path that cannot be
+// looked at throws base::Error. profile_for decides the same for an open file.
 bool rotational(const std::string& path);
 
 }  // namespace accio::planner
