@@ -25,7 +25,10 @@ Beside them, measured in the same run:
   front    the exec the front end adds in front of accio-py (the Python CLI it execs for every
            command but run), alone, with true(1) standing in for accio-py (goal: <= 1 ms); and
            `accio --version` and `accio info` vs the same through accio-py (goal: within noise).
-Cold runs drop the file's pages first (accio._system.drop_pages; residency checked).
+Cold runs drop the file's pages first (accio._system.drop_pages; residency checked). With --prefetch
+SIZE, the cold small-request readers get one more shim contender with the prefetch forced on
+(ACCIO_PRELOAD_PREFETCH=SIZE): the default settings prefetch only where a tuning profile measured
+that the device gains from depth, and this says what the prefetch gives on a device never tuned.
 
 Which tuning profile the shim's planner uses: without --profile, the environment's (ACCIO_PROFILE,
 else the profile `accio tune` wrote for the file's filesystem, else the built-in model). Each
@@ -304,6 +307,14 @@ def shim_contenders(profiles: list[str] | None) -> dict[str, dict]:
     return out
 
 
+def prefetch_contender(size: str | None) -> dict[str, dict]:
+    """--prefetch SIZE: the shim with its prefetch forced on (ACCIO_PRELOAD_PREFETCH=SIZE), named
+    "shim[prefetch=SIZE]"; none without it."""
+    if size is None:
+        return {}
+    return {f"shim[prefetch={size}]": dict(os.environ, ACCIO_PRELOAD_PREFETCH=size)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="/tmp", help="directory for the test file (default /tmp)")
@@ -316,8 +327,18 @@ def main() -> int:
     ap.add_argument("--profile", action="append", metavar="off|PATH",
                     help="run the shim with ACCIO_PROFILE set to this (off: the built-in model); repeat it to "
                          "compare profiles in the same rounds (default: the environment's)")
+    ap.add_argument("--prefetch", metavar="SIZE",
+                    help="with --cache cold: one more shim contender for the small-request readers, with "
+                         "ACCIO_PRELOAD_PREFETCH=SIZE (the prefetch forced on, whatever the profile says): "
+                         "what the prefetch gives on this device, beside the default settings")
     ap.add_argument("--json", help="write every sample and the summary here")
     a = ap.parse_args()
+    if a.prefetch is not None:
+        try:
+            if parse_size(a.prefetch) <= 0:
+                raise ValueError
+        except ValueError:
+            ap.error(f"--prefetch {a.prefetch}: give a window size above 0, such as 32m")
     for p in a.profile or []:
         if p != "off" and not Path(p).is_file():
             ap.error(f"--profile {p}: no such file (give `off` or a profile's path)")
@@ -334,7 +355,8 @@ def main() -> int:
                      "accio_version": accio.__version__, "machine": {"cpus": os.cpu_count(),
                      "kernel": platform.release(), "load_before": os.getloadavg()},
                      "size": size, "rounds": a.rounds, "launcher": launcher(),
-                     "profiles": {name: env.get("ACCIO_PROFILE") for name, env in shims.items()}, "runs": []}
+                     "profiles": {name: env.get("ACCIO_PROFILE") for name, env in shims.items()},
+                     "prefetch_forced": a.prefetch, "runs": []}
     all_cases = cases(big, work, size)
     want = None if a.cases == "all" else set(a.cases.split(","))
     if want and want - set(all_cases):
@@ -369,7 +391,16 @@ def main() -> int:
                     return go
                 contenders = {"plain": side(cmd)}
                 contenders.update({n: side([launcher(), "--", *cmd], env) for n, env in shims.items()})
+                forced = prefetch_contender(a.prefetch) if cold and name in SMALL_READERS else {}
+                contenders.update({n: side([launcher(), "--", *cmd], env) for n, env in forced.items()})
                 rec = compare(f"{name} ({cache})", contenders, a.rounds, GOAL_NEVER_SLOWER)
+                for n in forced:
+                    o = rec["others"][n]
+                    o["goal_result"] = stats.goal(stats.Ratio(**o["ratio"]), GOAL_PREFETCH)
+                    prepare(src, nbytes, cold)
+                    rec["prefetch_forced"] = {"contender": n, **o, "served": served(cmd, work, forced[n])}
+                    print(f"{'':18s} {n}/plain: prefetch goal {GOAL_PREFETCH:.2f} {o['goal_result']} "
+                          f"({rec['prefetch_forced']['served']['prefetch_windows']} windows)", flush=True)
                 if len(shims) == 2:  # the second profile over the first, in the same rounds
                     first, second = shims
                     r = stats.ratio(rec["samples"][second], rec["samples"][first])

@@ -65,3 +65,17 @@ def test_an_unknown_case_is_refused_before_measuring(tmp_path):
                         "--quick"], capture_output=True, text=True)
     assert p.returncode == 2 and "no case zip" in p.stderr and "dd-64m" in p.stderr, p.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_forced_prefetch_is_one_more_contender(tmp_path):
+    """--prefetch SIZE: the shim once more with ACCIO_PRELOAD_PREFETCH=SIZE (what a profile's window
+    would give where no profile is tuned); nothing without it, and a window of 0 or a typo is refused
+    before anything is measured."""
+    assert run_programs.prefetch_contender(None) == {}
+    c = run_programs.prefetch_contender("32m")
+    assert list(c) == ["shim[prefetch=32m]"] and c["shim[prefetch=32m]"]["ACCIO_PRELOAD_PREFETCH"] == "32m"
+    for bad in ("0", "lots"):
+        p = subprocess.run([sys.executable, str(BENCH / "run_programs.py"), "--dir", str(tmp_path), "--prefetch", bad,
+                            "--quick"], capture_output=True, text=True)
+        assert p.returncode == 2 and "--prefetch" in p.stderr and "32m" in p.stderr, p.stderr
+    assert not list(tmp_path.iterdir())
