@@ -59,6 +59,7 @@ static struct {
   size_t (*fread)(void*, size_t, size_t, FILE*);
   size_t (*fread_unlocked_)(void*, size_t, size_t, FILE*); /* the name is a macro in glibc's stdio.h */
   off_t (*lseek)(int, off_t, int);
+  int (*fclose)(FILE*);
 } real;
 
 static ssize_t k_read(int fd, void* b, size_t n) { return syscall(SYS_read, fd, b, n); }
@@ -96,6 +97,11 @@ static size_t k_fread(void* b, size_t s, size_t n, FILE* f) {
   return 0;
 }
 #define k_fread_unlocked_ k_fread
+static int k_fclose(FILE* f) {
+  (void)f;
+  errno = EAGAIN;
+  return EOF;
+}
 
 static TLS int t_inside; /* this thread is inside the shim or the engine: everything passes through */
 
@@ -116,10 +122,10 @@ static const char* const kSym[][2] = {
     {"read", NULL},        {"pread64", "pread"},           {"readv", NULL},  {"preadv64", "preadv"},
     {"preadv64v2", "preadv2"}, {"write", NULL},            {"pwrite64", "pwrite"}, {"writev", NULL},
     {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"dup2", NULL},
-    {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL}, {"lseek64", "lseek"},
+    {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL}, {"lseek64", "lseek"}, {"fclose", NULL},
 };
 enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close,
-       S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek };
+       S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek, S_fclose };
 
 #define REAL(name)                                                                                     \
   (__builtin_expect(real.name != NULL, 1)                                                              \
@@ -536,8 +542,7 @@ out:
 }
 
 /* The program closes a descriptor: handles on its file that are not in use are closed too, so that
- * a deleted file's space is not held by the shim (fclose does not come through here; those handles
- * wait for eviction). */
+ * a deleted file's space is not held by the shim (fclose comes here too). */
 static void handles_forget(const struct stat* st) {
   pthread_mutex_lock(&g_mu);
   for (int i = 0; i < g_nhandles; ++i) {
@@ -1097,18 +1102,96 @@ EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t off, size_t bufl
   return pread(fd, buf, n, off);
 }
 
-/* stdio reads through libc's own read, which no preload sees: fread and fread_unlocked (numpy's
- * fromfile, sha256sum) are counted here for the prefetch, and otherwise untouched. */
+/* stdio reads through libc's own read, which no preload sees. fread and fread_unlocked (numpy's
+ * fromfile, sha256sum, a model loader's fread of a whole tensor) are interposed: a small one is
+ * counted for the prefetch and otherwise untouched; a large one is served by read() below (glibc). */
+#if defined(__GLIBC__)
+/* glibc's FILE is public (bits/types/struct_FILE.h, for its getc and putc macros); gnulib's
+ * freadahead and freadseek use it the same way. These flag values are libio's since glibc 2.1; the
+ * EOF, error and user-lock ones are in that header. */
+enum { IO_NO_READS = 0x0004, IO_IN_BACKUP = 0x0100, IO_CURRENTLY_PUTTING = 0x0800 };
+
+/* A large fread: glibc reads it with one read of its own into the caller's buffer (numpy.fromfile
+ * asks for a whole array at once), so the engine never saw it. Where what the stream's buffer does
+ * not already hold is at or above the gate, the shim does what glibc's fread does with it (libio's
+ * _IO_file_xsgetn): the buffered bytes first, then the rest with read() on the stream's descriptor,
+ * whose offset is where the buffer ends, until it is all there, end of file or an error (which set
+ * the stream's EOF or error flag). The buffer is left empty and the cached file offset moved on, as
+ * glibc leaves them after a read into the caller's buffer, so ftell, fseek and the next fread carry
+ * on from there. The read goes to read() here, so the planner decides as for any other read (and
+ * passes it to libc where the engine would not win). Streams in any other state (wide, being
+ * written, after ungetc, at EOF or error, not on a descriptor: fmemopen, fopencookie) go to libc.
+ * Returns 0 where libc's fread should run, else 1 with the count in *got. The caller holds the
+ * stream's lock where it is fread. */
+static int fread_large(void* buf, size_t size, size_t n, FILE* f, size_t* got) {
+  size_t total;
+  if (__builtin_mul_overflow(size, n, &total) || f->_fileno < 0 || f->_mode > 0 ||
+      (f->_flags & (IO_NO_READS | IO_IN_BACKUP | IO_CURRENTLY_PUTTING | _IO_EOF_SEEN | _IO_ERR_SEEN)) ||
+      f->_IO_write_ptr > f->_IO_write_base)
+    return 0;
+  const size_t held = f->_IO_read_end > f->_IO_read_ptr ? (size_t)(f->_IO_read_end - f->_IO_read_ptr) : 0;
+  if (held >= total || below_gate(f->_fileno, total - held, READ)) return 0;
+  if (held) memcpy(buf, f->_IO_read_ptr, held);
+  f->_IO_read_base = f->_IO_read_ptr = f->_IO_read_end = f->_IO_buf_base;
+  f->_IO_write_base = f->_IO_write_ptr = f->_IO_write_end = f->_IO_buf_base;
+  size_t done = held;
+  while (done < total) {
+    const ssize_t r = read(f->_fileno, (char*)buf + done, total - done);
+    if (r <= 0) {
+      f->_flags |= r == 0 ? _IO_EOF_SEEN : _IO_ERR_SEEN;
+      break;
+    }
+    done += (size_t)r;
+    if (f->_offset != (__off64_t)-1) f->_offset += r;
+  }
+  *got = done / size;
+  return 1;
+}
+
+#else
+static int fread_large(void* buf, size_t size, size_t n, FILE* f, size_t* got) { /* another libc's FILE */
+  (void)buf, (void)size, (void)n, (void)f, (void)got;
+  return 0;
+}
+#ifndef _IO_USER_LOCK
+#define _IO_USER_LOCK 0
+#endif
+#endif
+
+/* Worth a look: a request of at least about the gate's size, not from inside the shim or the engine
+ * (fread_large checks the size exactly). */
+static inline int fread_may_serve(size_t size, size_t n) { return size && n >= g_gate / size && !t_inside; }
+
 EXPORT size_t fread(void* buf, size_t size, size_t n, FILE* f) {
-  const size_t got = REAL(fread)(buf, size, n, f);
+  size_t got;
+  if (fread_may_serve(size, n)) {
+    const int lock = !(f->_flags & _IO_USER_LOCK); /* as glibc's fread: not where the caller locks */
+    if (lock) flockfile(f);
+    const int served = fread_large(buf, size, n, f, &got);
+    if (lock) funlockfile(f);
+    if (served) return got;
+  }
+  got = REAL(fread)(buf, size, n, f);
   if (got && g_pf_window) pf_count(fileno_unlocked(f), (ssize_t)(got * size));
   return got;
 }
 #undef fread_unlocked /* glibc's inline macro form under optimization */
 EXPORT size_t fread_unlocked(void* buf, size_t size, size_t n, FILE* f) {
-  const size_t got = REAL(fread_unlocked_)(buf, size, n, f);
+  size_t got;
+  if (fread_may_serve(size, n) && fread_large(buf, size, n, f, &got)) return got;
+  got = REAL(fread_unlocked_)(buf, size, n, f);
   if (got && g_pf_window) pf_count(fileno_unlocked(f), (ssize_t)(got * size));
   return got;
+}
+
+/* fclose closes the stream's descriptor inside libc: what the shim knows of it goes first, as at
+ * close(), so that the engine's handles do not hold a deleted file's space until evicted. */
+EXPORT int fclose(FILE* f) {
+  if (f) {
+    const int fd = fileno(f);
+    if (fd >= 0) forget_fd(fd);
+  }
+  return REAL(fclose)(f);
 }
 
 /* ---------------------------------------------------------------------------------------------

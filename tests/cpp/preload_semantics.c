@@ -8,7 +8,9 @@
  * EBADF, bad buffers (EFAULT, partly mapped), ENOSPC (1 MiB tmpfs) and EFBIG (RLIMIT_FSIZE)
  * part-way through a write, EINTR (a timer firing
  * during large transfers), threads sharing a descriptor, fork (child and parent keep working),
- * close (no descriptor keeps a deleted file) and exec (the preload is inherited). */
+ * close (no descriptor keeps a deleted file), exec (the preload is inherited), and stdio: large
+ * freads, which the shim serves, between small ones, seeks, ungetc, end of file, a pipe, and
+ * fclose. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -495,6 +497,90 @@ static void test_close_releases(void) {
   free(b);
 }
 
+/* ---- stdio: a large fread (which the shim serves under glibc) leaves the stream where glibc's
+ * own would: data, position, flags, and the next small read, seek and ungetc ---- */
+static void test_stdio(void) {
+  const size_t size = 3 * MiB + 123;
+  const char* p = path_of("stdio");
+  make_file(p, size);
+  unsigned char* b = malloc(5 * MiB);
+  FILE* f = fopen(p, "rb");
+  CHECK(f != NULL, "fopen %s", p);
+  if (!f) return;
+  const uint64_t before = taken();
+  CHECK(fread(b, 1, 100, f) == 100 && matches(b, 0, 100), "small fread");
+  CHECK(fread(b, 1, 2 * MiB, f) == 2 * MiB && matches(b, 100, 2 * MiB), "large fread after a small one");
+  CHECK(ftell(f) == (long)(100 + 2 * MiB), "ftell %ld after the large fread", ftell(f));
+  if (expect) CHECK(taken() > before, "the shim served no call of the large fread");
+  CHECK(fread(b, 1, 10, f) == 10 && matches(b, 100 + 2 * MiB, 10), "small fread after the large one");
+  CHECK(fseek(f, 50, SEEK_SET) == 0 && fread(b, 1, 1000, f) == 1000 && matches(b, 50, 1000), "fseek back, fread");
+  CHECK(fseek(f, -10, SEEK_CUR) == 0 && ftell(f) == 1040, "fseek relative: ftell %ld", ftell(f));
+  CHECK(fread(b, 4, MiB / 4, f) == MiB / 4 && matches(b, 1040, MiB), "large fread of 4-byte items");
+  /* ungetc of another byte than the one read: the pushed-back byte comes first */
+  const int c = getc(f);
+  CHECK(c == pattern(1040 + MiB), "getc");
+  CHECK(ungetc('X' ^ c, f) == ('X' ^ c), "ungetc");
+  CHECK(fread(b, 1, MiB, f) == MiB && b[0] == ('X' ^ c) && matches(b + 1, 1041 + MiB, MiB - 1), "fread after ungetc");
+  /* past the end: a short count of whole items, then EOF (not an error); clearerr and go on */
+  const long at = ftell(f);
+  CHECK(at == (long)(1040 + 2 * MiB), "ftell %ld", at);
+  const size_t item = 1000, want = (size - (size_t)at) / item + 5;
+  CHECK(fread(b, item, want, f) == (size - (size_t)at) / item, "short fread at the end");
+  CHECK(matches(b, (uint64_t)at, (size - (size_t)at) / item * item), "short fread's data");
+  CHECK(feof(f) && !ferror(f), "EOF flag %d, error flag %d", feof(f), ferror(f));
+  CHECK(fread(b, 1, 2 * MiB, f) == 0, "fread at EOF");
+  clearerr(f);
+  CHECK(fseek(f, (long)size - 5, SEEK_SET) == 0 && fread(b, 1, 2 * MiB, f) == 5 && matches(b, size - 5, 5) && feof(f),
+        "fread of the last bytes");
+  rewind(f);
+  CHECK(fread_unlocked(b, 1, 3 * MiB, f) == 3 * MiB && matches(b, 0, 3 * MiB), "large fread_unlocked");
+  CHECK(ftell(f) == (long)(3 * MiB), "ftell %ld after fread_unlocked", ftell(f));
+  CHECK(fclose(f) == 0, "fclose");
+
+  /* a stream opened for update: what was written before the seek is what a large fread reads */
+  f = fopen(p, "r+b");
+  fill(b, 7, 2 * MiB);
+  CHECK(fseek(f, 7, SEEK_SET) == 0 && fwrite(b, 1, 4096, f) == 4096, "fwrite");
+  CHECK(fseek(f, 0, SEEK_SET) == 0 && fread(b, 1, 2 * MiB, f) == 2 * MiB && matches(b, 0, 2 * MiB), "fread after fwrite");
+  CHECK(fclose(f) == 0, "fclose");
+
+  /* a pipe: the large fread waits for the whole count, as glibc's */
+  int pfd[2];
+  CHECK(pipe(pfd) == 0, "pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pfd[0]);
+    unsigned char* w = malloc(MiB);
+    for (size_t off = 0; off < 2 * MiB; off += 4096) {
+      fill(w, off, 4096);
+      if (write(pfd[1], w, 4096) != 4096) _exit(1);
+    }
+    _exit(0);
+  }
+  close(pfd[1]);
+  f = fdopen(pfd[0], "rb");
+  CHECK(fread(b, 1, 3 * MiB, f) == 2 * MiB && matches(b, 0, 2 * MiB) && feof(f), "large fread from a pipe");
+  fclose(f);
+  waitpid(pid, NULL, 0);
+
+  /* fclose releases the file: no descriptor keeps it once deleted */
+  f = fopen(p, "rb");
+  CHECK(fread(b, 1, 2 * MiB, f) == 2 * MiB, "fread");
+  unlink(p);
+  CHECK(fclose(f) == 0, "fclose");
+  DIR* d = opendir("/proc/self/fd");
+  for (struct dirent* e; d && (e = readdir(d));) {
+    char link[300], target[4200];
+    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    CHECK(!strstr(target, p), "descriptor %s still holds the deleted file after fclose (%s)", e->d_name, target);
+  }
+  if (d) closedir(d);
+  free(b);
+}
+
 /* ---- exec: the preload is inherited and active in the new image ---- */
 static int exec_child(void) {
   const char* p = path_of("exec");
@@ -550,6 +636,7 @@ int main(int argc, char** argv) {
   test_threads();
   test_fork();
   test_close_releases();
+  test_stdio();
   test_exec();
   if (expect) {
     uint64_t t = 0, redone = 0;

@@ -4,7 +4,8 @@ The threshold is lowered to 4 KiB so that the shim takes nearly every read and w
 files, and each test checks with --stats-json that the engine really served calls (where the
 program uses read/write at all: cp and cat between files use copy_file_range, which is not
 interposed, so they are run across filesystems or into a pipe to make them read and write;
-sha256sum and numpy.fromfile read through stdio, whose reads are libc-internal).
+stdio's reads are libc-internal: the shim serves a large fread itself (numpy.fromfile, and with
+the 4 KiB threshold sha256sum's 32 KiB freads), and the rest of stdio is libc's).
 """
 from __future__ import annotations
 
@@ -133,9 +134,12 @@ def test_sha256sum(data, tmp_path):
     want = plain(["sha256sum"] + files).stdout
     p, rep = accio_run(["sha256sum"] + files, tmp_path)
     assert p.stdout == want
-    # sha256sum reads through stdio (fread), whose reads are libc-internal calls that no preload
-    # library can interpose: the shim sees none of them.
-    assert engine_calls(rep) == 0
+    # sha256sum reads through stdio, in 32 KiB freads: above the 4 KiB threshold, the shim serves
+    # them (stdio's own reads are libc-internal calls that no preload library can interpose).
+    assert engine_calls(rep, "read") > 0
+    # below the gate (the default settings) every fread is libc's
+    p, rep = accio_run(["sha256sum"] + files, tmp_path, threshold=None)
+    assert p.stdout == want and engine_calls(rep) == 0
 
 
 def test_gzip_roundtrip(data, tmp_path):
@@ -189,6 +193,32 @@ def test_python_io(data, tmp_path):
     for suffix in ("copy", "readinto", "numpy", "readall"):
         assert sha(tmp_path / f"o.{suffix}") == sha(data / "big.bin"), suffix
     assert engine_calls(rep, "read") > 0 and engine_calls(rep, "write") > 0
+
+
+FROMFILE_SCRIPT = r"""
+import sys, numpy as np
+src, out = sys.argv[1], sys.argv[2]
+with open(src, "rb") as f:
+    head = f.read(100)                                  # Python's buffered reader is ahead of it
+    a = np.fromfile(f, dtype=np.uint8, count=3 << 20)   # a FILE on a dup of f's descriptor
+    tail = f.read()                                     # numpy put f where its FILE ended: ftell
+with open(out, "wb") as g:
+    g.write(head + a.tobytes() + tail)
+"""
+
+
+def test_numpy_fromfile_is_served(data, tmp_path):
+    """numpy.fromfile reads an array with one fread, which glibc reads with its own read() where no
+    preload sees it: the shim serves it, and leaves the stream where glibc would (numpy hands the
+    position back to the Python file through ftell)."""
+    pytest.importorskip("numpy")
+    script = tmp_path / "fromfile.py"
+    script.write_text(FROMFILE_SCRIPT)
+    out = tmp_path / "out.bin"
+    _, rep = accio_run([sys.executable, str(script), str(data / "big.bin"), str(out)], tmp_path)
+    assert sha(out) == sha(data / "big.bin")
+    big = [f for f in rep["files"] if f["path"].endswith("big.bin")]
+    assert big and big[0]["read"]["accelerated_bytes"] >= 3 << 20, rep["files"]
 
 
 # ---- sqlite3 and git ----
