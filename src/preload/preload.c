@@ -1109,7 +1109,7 @@ EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t off, size_t bufl
 /* glibc's FILE is public (bits/types/struct_FILE.h, for its getc and putc macros); gnulib's
  * freadahead and freadseek use it the same way. These flag values are libio's since glibc 2.1; the
  * EOF, error and user-lock ones are in that header. */
-enum { IO_NO_READS = 0x0004, IO_IN_BACKUP = 0x0100, IO_CURRENTLY_PUTTING = 0x0800 };
+enum { IO_NO_READS = 0x0004, IO_IN_BACKUP = 0x0100, IO_CURRENTLY_PUTTING = 0x0800, IO_FLAGS2_MMAP = 1 };
 
 /* A large fread: glibc reads it with one read of its own into the caller's buffer (numpy.fromfile
  * asks for a whole array at once), so the engine never saw it. Where what the stream's buffer does
@@ -1120,14 +1120,15 @@ enum { IO_NO_READS = 0x0004, IO_IN_BACKUP = 0x0100, IO_CURRENTLY_PUTTING = 0x080
  * glibc leaves them after a read into the caller's buffer, so ftell, fseek and the next fread carry
  * on from there. The read goes to read() here, so the planner decides as for any other read (and
  * passes it to libc where the engine would not win). Streams in any other state (wide, being
- * written, after ungetc, at EOF or error, not on a descriptor: fmemopen, fopencookie) go to libc.
+ * written, after ungetc, at EOF or error, not on a descriptor: fmemopen, fopencookie; fopen's "m"
+ * mode, whose buffer is a mapping of the file) go to libc.
  * Returns 0 where libc's fread should run, else 1 with the count in *got. The caller holds the
  * stream's lock where it is fread. */
 static int fread_large(void* buf, size_t size, size_t n, FILE* f, size_t* got) {
   size_t total;
   if (__builtin_mul_overflow(size, n, &total) || f->_fileno < 0 || f->_mode > 0 ||
       (f->_flags & (IO_NO_READS | IO_IN_BACKUP | IO_CURRENTLY_PUTTING | _IO_EOF_SEEN | _IO_ERR_SEEN)) ||
-      f->_IO_write_ptr > f->_IO_write_base)
+      (f->_flags2 & IO_FLAGS2_MMAP) || f->_IO_write_ptr > f->_IO_write_base)
     return 0;
   const size_t held = f->_IO_read_end > f->_IO_read_ptr ? (size_t)(f->_IO_read_end - f->_IO_read_ptr) : 0;
   if (held >= total || below_gate(f->_fileno, total - held, READ)) return 0;

@@ -537,6 +537,19 @@ static void test_stdio(void) {
   CHECK(ftell(f) == (long)(3 * MiB), "ftell %ld after fread_unlocked", ftell(f));
   CHECK(fclose(f) == 0, "fclose");
 
+  /* fopen's "m" mode (glibc maps the file as the buffer) and an unbuffered stream */
+  f = fopen(p, "rbm");
+  CHECK(f && fread(b, 1, 100, f) == 100 && fread(b, 1, 2 * MiB, f) == 2 * MiB && matches(b, 100, 2 * MiB) &&
+            ftell(f) == (long)(100 + 2 * MiB),
+        "large fread of an \"m\" stream");
+  if (f) fclose(f);
+  f = fopen(p, "rb");
+  setvbuf(f, NULL, _IONBF, 0);
+  CHECK(fread(b, 1, 3, f) == 3 && fread(b, 1, 2 * MiB, f) == 2 * MiB && matches(b, 3, 2 * MiB) &&
+            ftell(f) == (long)(3 + 2 * MiB),
+        "large fread of an unbuffered stream");
+  fclose(f);
+
   /* a stream opened for update: what was written before the seek is what a large fread reads */
   f = fopen(p, "r+b");
   fill(b, 7, 2 * MiB);
