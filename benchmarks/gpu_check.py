@@ -887,6 +887,7 @@ def report(run: Run) -> Path | None:
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(jpath, dest / jpath.name)
         shutil.copy2(jpath.with_suffix(".md"), dest / f"{base}.md")
+        run.state.mkdir(parents=True, exist_ok=True)  # no stage ran yet: the archive is still made
         tmp = run.state / "gpu-check.tar.gz"  # made beside the state: nothing half-written in dest
         with tarfile.open(tmp, "w:gz") as t:
             for name in ("stages", "logs", "bench", "machine.json", "accio-info.txt", "pytest-gpu.xml"):

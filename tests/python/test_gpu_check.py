@@ -160,6 +160,16 @@ def test_bench_stages_wait_for_a_build_of_the_same_sources(tmp_path, monkeypatch
     assert "skipping correctness: no successful build of these sources yet" in out
 
 
+def test_a_first_call_that_runs_no_stage_still_reports(tmp_path, monkeypatch, capsys):
+    """A stage asked for on a fresh machine with no build of these sources is skipped, and the
+    report and its archive are still written to --copy-to (the state folder did not exist yet)."""
+    stages = FakeStages(monkeypatch)
+    out = tmp_path / "out"
+    assert gc.execute(make_run(tmp_path, "--copy-to", str(out)), ["host-programs-cold"]) == 1
+    assert stages.calls == [] and "skipping host-programs-cold: no successful build" in capsys.readouterr().out
+    assert (out / "gpu-check.tar.gz").is_file() and list(out.glob("*-no-gpu.json"))
+
+
 def test_a_stage_past_its_time_limit_is_stopped_with_its_children(tmp_path, monkeypatch):
     stages = FakeStages(monkeypatch)
     child = ("import subprocess, sys, time\n"
