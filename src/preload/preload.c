@@ -1108,55 +1108,91 @@ EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t off, size_t bufl
 #if defined(__GLIBC__)
 /* glibc's FILE is public (bits/types/struct_FILE.h, for its getc and putc macros); gnulib's
  * freadahead and freadseek use it the same way. These flag values are libio's since glibc 2.1; the
- * EOF, error and user-lock ones are in that header. */
-enum { IO_NO_READS = 0x0004, IO_IN_BACKUP = 0x0100, IO_CURRENTLY_PUTTING = 0x0800, IO_FLAGS2_MMAP = 1 };
+ * EOF, error and user-lock ones are in that header. _IO_doallocbuf is exported since 2.2.5. */
+enum { IO_NO_READS = 0x0004, IO_IN_BACKUP = 0x0100, IO_CURRENTLY_PUTTING = 0x0800 };
+enum { IO_FLAGS2_MMAP = 1, IO_FLAGS2_NOTCANCEL = 2 };
+extern void _IO_doallocbuf(FILE*);
 
-/* A large fread: glibc reads it with one read of its own into the caller's buffer (numpy.fromfile
- * asks for a whole array at once), so the engine never saw it. Where what the stream's buffer does
- * not already hold is at or above the gate, the shim does what glibc's fread does with it (libio's
- * _IO_file_xsgetn): the buffered bytes first, then the rest with read() on the stream's descriptor,
- * whose offset is where the buffer ends, until it is all there, end of file or an error (which set
- * the stream's EOF or error flag). The buffer is left empty and the cached file offset moved on, as
- * glibc leaves them after a read into the caller's buffer, so ftell, fseek and the next fread carry
- * on from there. The read goes to read() here, so the planner decides as for any other read (and
- * passes it to libc where the engine would not win). Streams in any other state (wide, being
- * written, after ungetc, at EOF or error, not on a descriptor: fmemopen, fopencookie; fopen's "m"
- * mode, whose buffer is a mapping of the file) go to libc.
+/* The stream's descriptor without fileno's EBADF for a stream that has none (fmemopen). */
+static inline int stream_fd(FILE* f) { return f->_fileno; }
+
+/* A large fread: glibc reads it with reads of its own into the caller's buffer (numpy.fromfile
+ * asks for a whole array at once), so the engine never saw it. Where the reads glibc would make
+ * straight into the caller's buffer are at or above the gate, the shim makes them instead, as
+ * libio's _IO_file_xsgetn does: the stream gets its buffer if it has none yet, the buffered bytes
+ * are copied first, the buffer is emptied, then whole multiples of the buffer's size are read with
+ * read() on the stream's descriptor (whose offset is where the buffer ended) until less than a
+ * buffer is left, end of file or an error (which set the stream's EOF or error flag), the cached
+ * file offset following; the tail, under a buffer, is libc's fread (its underflow fills the buffer
+ * as it would have). So the descriptor's offset, the buffer and the flags end where glibc's own
+ * would, and ftell, fseek, ungetc and the next fread carry on from there. The reads go to read()
+ * here, so the planner decides for them as for any other (and passes them to libc where the engine
+ * would not win). Streams in any other state go to libc: wide, being written, in an ungetc backup,
+ * at EOF or error, without a descriptor (fmemopen, fopencookie), fopen's "m" mode (the buffer maps
+ * the file) and "c" mode (reads that a thread cancellation does not interrupt), and a request
+ * under the buffer's size (glibc reads it through the buffer).
  * Returns 0 where libc's fread should run, else 1 with the count in *got. The caller holds the
  * stream's lock where it is fread. */
 static int fread_large(void* buf, size_t size, size_t n, FILE* f, size_t* got) {
   size_t total;
   if (__builtin_mul_overflow(size, n, &total) || f->_fileno < 0 || f->_mode > 0 ||
       (f->_flags & (IO_NO_READS | IO_IN_BACKUP | IO_CURRENTLY_PUTTING | _IO_EOF_SEEN | _IO_ERR_SEEN)) ||
-      (f->_flags2 & IO_FLAGS2_MMAP) || f->_IO_write_ptr > f->_IO_write_base)
+      (f->_flags2 & (IO_FLAGS2_MMAP | IO_FLAGS2_NOTCANCEL)) || f->_IO_write_ptr > f->_IO_write_base)
     return 0;
   const size_t held = f->_IO_read_end > f->_IO_read_ptr ? (size_t)(f->_IO_read_end - f->_IO_read_ptr) : 0;
-  if (held >= total || below_gate(f->_fileno, total - held, READ)) return 0;
+  if (held >= total) return 0;
+  if (!f->_IO_buf_base) {
+    if (f->_IO_save_base) return 0; /* an ungetc's save area: libc's */
+    _IO_doallocbuf(f);
+  }
+  const size_t bs = (size_t)(f->_IO_buf_end - f->_IO_buf_base);
+  const size_t want = total - held;
+  /* glibc reads straight into the caller's buffer in whole buffers (of 128 bytes or more) */
+  const size_t straight = bs >= 128 ? want - want % bs : want;
+  if (want < bs || below_gate(f->_fileno, straight, READ)) return 0;
   if (held) memcpy(buf, f->_IO_read_ptr, held);
   f->_IO_read_base = f->_IO_read_ptr = f->_IO_read_end = f->_IO_buf_base;
   f->_IO_write_base = f->_IO_write_ptr = f->_IO_write_end = f->_IO_buf_base;
   size_t done = held;
-  while (done < total) {
-    const ssize_t r = read(f->_fileno, (char*)buf + done, total - done);
+  while (total - done >= bs) {
+    const size_t count = bs >= 128 ? (total - done) - (total - done) % bs : total - done;
+    const ssize_t r = read(f->_fileno, (char*)buf + done, count);
     if (r <= 0) {
       f->_flags |= r == 0 ? _IO_EOF_SEEN : _IO_ERR_SEEN;
-      break;
+      *got = done / size;
+      return 1;
     }
     done += (size_t)r;
     if (f->_offset != (__off64_t)-1) f->_offset += r;
   }
+  if (done < total) done += REAL(fread_unlocked_)((char*)buf + done, 1, total - done, f);
   *got = done / size;
   return 1;
 }
 
+/* A thread cancelled inside fread_large (in read(), a cancellation point) leaves the stream
+ * unlocked, as glibc's own fread does. */
+static void unlock_stream(void* f) { funlockfile((FILE*)f); }
+static int fread_large_locked(void* buf, size_t size, size_t n, FILE* f, size_t* got) {
+  if (f->_flags & _IO_USER_LOCK) return fread_large(buf, size, n, f, got); /* the caller locks (as glibc) */
+  int served;
+  flockfile(f);
+  pthread_cleanup_push(unlock_stream, f);
+  served = fread_large(buf, size, n, f, got);
+  pthread_cleanup_pop(1);
+  return served;
+}
 #else
-static int fread_large(void* buf, size_t size, size_t n, FILE* f, size_t* got) { /* another libc's FILE */
+static inline int stream_fd(FILE* f) { /* another libc's FILE */
+  const int saved = errno, fd = fileno_unlocked(f);
+  errno = saved;
+  return fd;
+}
+static int fread_large(void* buf, size_t size, size_t n, FILE* f, size_t* got) {
   (void)buf, (void)size, (void)n, (void)f, (void)got;
   return 0;
 }
-#ifndef _IO_USER_LOCK
-#define _IO_USER_LOCK 0
-#endif
+#define fread_large_locked fread_large
 #endif
 
 /* Worth a look: a request of at least about the gate's size, not from inside the shim or the engine
@@ -1165,15 +1201,9 @@ static inline int fread_may_serve(size_t size, size_t n) { return size && n >= g
 
 EXPORT size_t fread(void* buf, size_t size, size_t n, FILE* f) {
   size_t got;
-  if (fread_may_serve(size, n)) {
-    const int lock = !(f->_flags & _IO_USER_LOCK); /* as glibc's fread: not where the caller locks */
-    if (lock) flockfile(f);
-    const int served = fread_large(buf, size, n, f, &got);
-    if (lock) funlockfile(f);
-    if (served) return got;
-  }
+  if (fread_may_serve(size, n) && fread_large_locked(buf, size, n, f, &got)) return got;
   got = REAL(fread)(buf, size, n, f);
-  if (got && g_pf_window) pf_count(fileno_unlocked(f), (ssize_t)(got * size));
+  if (got && g_pf_window) pf_count(stream_fd(f), (ssize_t)(got * size));
   return got;
 }
 #undef fread_unlocked /* glibc's inline macro form under optimization */
@@ -1181,15 +1211,31 @@ EXPORT size_t fread_unlocked(void* buf, size_t size, size_t n, FILE* f) {
   size_t got;
   if (fread_may_serve(size, n) && fread_large(buf, size, n, f, &got)) return got;
   got = REAL(fread_unlocked_)(buf, size, n, f);
-  if (got && g_pf_window) pf_count(fileno_unlocked(f), (ssize_t)(got * size));
+  if (got && g_pf_window) pf_count(stream_fd(f), (ssize_t)(got * size));
   return got;
 }
 
+/* _FORTIFY_SOURCE variants: the buffer-size check first, as glibc does. */
+static inline void fread_check(size_t buflen, size_t size, size_t n) {
+  size_t total;
+  if (__builtin_mul_overflow(size, n, &total) || total > buflen) __chk_fail();
+}
+EXPORT size_t __fread_chk(void* buf, size_t buflen, size_t size, size_t n, FILE* f) {
+  fread_check(buflen, size, n);
+  return fread(buf, size, n, f);
+}
+EXPORT size_t __fread_unlocked_chk(void* buf, size_t buflen, size_t size, size_t n, FILE* f) {
+  fread_check(buflen, size, n);
+  return fread_unlocked(buf, size, n, f);
+}
+
 /* fclose closes the stream's descriptor inside libc: what the shim knows of it goes first, as at
- * close(), so that the engine's handles do not hold a deleted file's space until evicted. */
+ * close(), so that the engine's handles do not hold a deleted file's space until evicted. (freopen,
+ * fcloseall and pclose close inside libc too, unseen: those handles wait for eviction; they are
+ * found by device and inode, so a reused descriptor never reads through them.) */
 EXPORT int fclose(FILE* f) {
   if (f) {
-    const int fd = fileno(f);
+    const int fd = stream_fd(f);
     if (fd >= 0) forget_fd(fd);
   }
   return REAL(fclose)(f);

@@ -31,6 +31,7 @@
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <stdio_ext.h>
 #include <unistd.h>
 
 static int failures;
@@ -497,6 +498,15 @@ static void test_close_releases(void) {
   free(b);
 }
 
+struct cancel_arg {
+  FILE* f;
+  unsigned char* b;
+};
+static void* fread_until_cancelled(void* arg) {
+  struct cancel_arg* a = arg;
+  return (void*)fread(a->b, 1, MiB, a->f); /* blocks on the empty pipe until cancelled */
+}
+
 /* ---- stdio: a large fread (which the shim serves under glibc) leaves the stream where glibc's
  * own would: data, position, flags, and the next small read, seek and ungetc ---- */
 static void test_stdio(void) {
@@ -537,6 +547,34 @@ static void test_stdio(void) {
   CHECK(ftell(f) == (long)(3 * MiB), "ftell %ld after fread_unlocked", ftell(f));
   CHECK(fclose(f) == 0, "fclose");
 
+  /* glibc's reads exactly: whole buffers straight into the caller's, the tail through the stream's
+   * buffer (the descriptor's offset shows it), and a first read that allocates the buffer, after
+   * which an ungetc is counted by ftell and fseek */
+  f = fopen(p, "rb");
+  CHECK(fread(b, 1, MiB + 100, f) == MiB + 100 && matches(b, 0, MiB + 100), "fread of 1 MiB + 100");
+  const size_t bs = __fbufsize(f);
+  CHECK(bs >= 128 && cur(fileno(f)) == (off_t)((MiB + 100) / bs * bs + bs),
+        "descriptor offset %lld after fread of 1 MiB + 100 (buffer %zu)", (long long)cur(fileno(f)), bs);
+  fclose(f);
+  f = fopen(p, "rb");
+  CHECK(fread(b, 1, MiB, f) == MiB && ungetc(b[MiB - 1], f) == b[MiB - 1], "fread, ungetc");
+  CHECK(ftell(f) == (long)(MiB - 1), "ftell %ld after ungetc", ftell(f));
+  CHECK(fseek(f, 0, SEEK_CUR) == 0 && getc(f) == pattern(MiB - 1), "fseek(0, SEEK_CUR) after ungetc");
+  fclose(f);
+  /* _FORTIFY_SOURCE's fread */
+  extern size_t __fread_chk(void*, size_t, size_t, size_t, FILE*);
+  f = fopen(p, "rb");
+  const uint64_t before_chk = taken();
+  CHECK(__fread_chk(b, 5 * MiB, 1, 2 * MiB, f) == 2 * MiB && matches(b, 0, 2 * MiB), "__fread_chk");
+  if (expect) CHECK(taken() > before_chk, "the shim served no call of __fread_chk");
+  fclose(f);
+  /* a stream without a descriptor: errno as libc leaves it */
+  char mem[64] = "0123456789";
+  f = fmemopen(mem, sizeof mem, "r");
+  errno = 0;
+  CHECK(fread(b, 1, 5, f) == 5 && errno == 0, "fread of an fmemopen stream: errno %d", errno);
+  CHECK(fclose(f) == 0 && errno == 0, "fclose of an fmemopen stream: errno %d", errno);
+
   /* fopen's "m" mode (glibc maps the file as the buffer) and an unbuffered stream */
   f = fopen(p, "rbm");
   CHECK(f && fread(b, 1, 100, f) == 100 && fread(b, 1, 2 * MiB, f) == 2 * MiB && matches(b, 100, 2 * MiB) &&
@@ -575,6 +613,24 @@ static void test_stdio(void) {
   CHECK(fread(b, 1, 3 * MiB, f) == 2 * MiB && matches(b, 0, 2 * MiB) && feof(f), "large fread from a pipe");
   fclose(f);
   waitpid(pid, NULL, 0);
+
+  /* a thread cancelled inside a large fread leaves the stream unlocked, as glibc's fread */
+  CHECK(pipe(pfd) == 0, "pipe");
+  f = fdopen(pfd[0], "rb");
+  struct cancel_arg ca = {f, b};
+  pthread_t th;
+  pthread_create(&th, NULL, fread_until_cancelled, &ca);
+  usleep(20000);
+  pthread_cancel(th);
+  pthread_join(th, NULL);
+  signal(SIGALRM, SIG_DFL); /* a stream left locked hangs the fread below: the alarm ends the test */
+  alarm(20);
+  fill(b, 0, 8192);
+  CHECK(write(pfd[1], b, 8192) == 8192, "write");
+  close(pfd[1]);
+  CHECK(fread(b + MiB, 1, 2 * MiB, f) == 8192 && matches(b + MiB, 0, 8192), "fread after a cancelled one");
+  alarm(0);
+  fclose(f);
 
   /* fclose releases the file: no descriptor keeps it once deleted */
   f = fopen(p, "rb");
