@@ -706,7 +706,7 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Prefetch for sequential readers of small requests (cat, sha256sum, numpy.fromfile, fread loops):
+ * Prefetch for sequential readers of small requests (cat, sha256sum, read and fread loops):
  * the kernel reads such a stream ahead a little at a time, at a queue depth of about one; a device
  * that does more at depth 16 stays mostly idle. Each descriptor's bytes read below the gate are
  * counted (two plain stores on the fast path); every kPfCheck bytes the stream is looked at: if

@@ -476,6 +476,20 @@ static void test_fork(void) {
 }
 
 /* ---- close: nothing keeps a closed and deleted file open (its space is freed) ---- */
+/* No descriptor of this process names path (deleted after `after`). */
+static void no_descriptor_holds(const char* path, const char* after) {
+  DIR* d = opendir("/proc/self/fd");
+  for (struct dirent* e; d && (e = readdir(d));) {
+    char link[300], target[4200];
+    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    CHECK(!strstr(target, path), "descriptor %s still holds the deleted file after %s (%s)", e->d_name, after, target);
+  }
+  if (d) closedir(d);
+}
+
 static void test_close_releases(void) {
   const char* p = path_of("closed");
   unsigned char* b = malloc(2 * MiB);
@@ -485,16 +499,7 @@ static void test_close_releases(void) {
   CHECK(pread(fd, b, 2 * MiB, 0) == (ssize_t)(2 * MiB), "pread");
   CHECK(close(fd) == 0, "close");
   unlink(p);
-  DIR* d = opendir("/proc/self/fd");
-  for (struct dirent* e; d && (e = readdir(d));) {
-    char link[300], target[4200];
-    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    if (n <= 0) continue;
-    target[n] = '\0';
-    CHECK(!strstr(target, p), "descriptor %s still holds the deleted file (%s)", e->d_name, target);
-  }
-  if (d) closedir(d);
+  no_descriptor_holds(p, "close");
   free(b);
 }
 
@@ -637,16 +642,7 @@ static void test_stdio(void) {
   CHECK(fread(b, 1, 2 * MiB, f) == 2 * MiB, "fread");
   unlink(p);
   CHECK(fclose(f) == 0, "fclose");
-  DIR* d = opendir("/proc/self/fd");
-  for (struct dirent* e; d && (e = readdir(d));) {
-    char link[300], target[4200];
-    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    if (n <= 0) continue;
-    target[n] = '\0';
-    CHECK(!strstr(target, p), "descriptor %s still holds the deleted file after fclose (%s)", e->d_name, target);
-  }
-  if (d) closedir(d);
+  no_descriptor_holds(p, "fclose");
   free(b);
 }
 
