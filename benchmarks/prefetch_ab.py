@@ -14,6 +14,7 @@ The shims load the engine beside the first --shim's library unless ACCIO_PRELOAD
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -81,6 +82,7 @@ def main() -> int:
         Path(a.json).write_text(json.dumps({
             "schema": "accio.prefetch-ab/1", "command": " ".join([sys.executable, *sys.argv]),
             "file": str(f), "size": size, "window": a.window, "reader": cmd[:-1], "shims": shims,
+            "shim_sha256": {n: hashlib.sha256(Path(p).read_bytes()).hexdigest() for n, p in shims.items()},
             "machine": {"cpus": os.cpu_count(), "kernel": platform.release()}, "rounds": a.rounds,
             "samples": samples, "summary": {n: stats.summary(v) for n, v in samples.items()}, "ratios": ratios},
             indent=1) + "\n")

@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -850,80 +849,6 @@ static int pf_cached(int fd, off_t off) {
   return !(REAL(preadv2)(fd, &v, 1, off, RWF_NOWAIT) < 0 && errno == EAGAIN);
 }
 
-/* The WILLNEEDs of a window: each piece is read whole by the kernel. */
-static void pf_willneed(int fd, off_t at, off_t end, size_t piece) {
-  for (; at < end; at += (off_t)piece)
-    posix_fadvise(fd, at, end - at < (off_t)piece ? end - at : (off_t)piece, POSIX_FADV_WILLNEED);
-}
-
-/* A window is asked for by a thread of the shim's, not by the reader: each WILLNEED allocates and
- * submits its pages before it returns (about 1.5 ms per 8 MiB piece on the 2-vCPU VM), time the
- * reader would not spend copying what is already there (forced on there, the prefetch in the
- * reader's thread made a cold `cat` 0.62x of plain). The thread starts at the first window a
- * process asks for (never where the prefetch is off), with every signal blocked, and takes the
- * windows in order from a small queue; a window whose descriptor now names another file (closed
- * and reused meanwhile) is dropped. Where the queue is full, its lock taken (a look from a signal
- * handler while the reader queues), or the thread cannot start, the reader asks for the window
- * itself, as before. A forked child starts with no thread and an empty queue. */
-#define PF_JOBS 64
-struct pf_job {
-  int fd;
-  dev_t dev;
-  ino_t ino;
-  off_t at, end;
-  size_t piece;
-};
-static struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  struct pf_job q[PF_JOBS];
-  unsigned head, tail; /* taken, queued */
-  int state;           /* 0: no thread yet, 1: running, -1: could not start (the reader asks) */
-} g_pfq = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {{0}}, 0, 0, 0};
-
-static void* pf_main(void* arg) {
-  (void)arg;
-  t_inside = 1; /* anything it calls that the shim interposes goes to libc */
-  pthread_mutex_lock(&g_pfq.mu);
-  for (;;) {
-    while (g_pfq.head == g_pfq.tail) pthread_cond_wait(&g_pfq.cv, &g_pfq.mu);
-    const struct pf_job j = g_pfq.q[g_pfq.head++ % PF_JOBS];
-    pthread_mutex_unlock(&g_pfq.mu);
-    struct stat st;
-    if (fstat(j.fd, &st) == 0 && st.st_dev == j.dev && st.st_ino == j.ino) pf_willneed(j.fd, j.at, j.end, j.piece);
-    pthread_mutex_lock(&g_pfq.mu);
-  }
-  return NULL;
-}
-
-static int pf_start_locked(void) {
-  pthread_attr_t a;
-  if (pthread_attr_init(&a) != 0) return -1;
-  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&a, 256u << 10);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread inherits it: the program's signals go to its own */
-  pthread_t t;
-  const int r = pthread_create(&t, &a, pf_main, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  pthread_attr_destroy(&a);
-  return r == 0 ? 1 : -1;
-}
-
-/* Queues the window for the shim's thread; 0 where the reader should ask for it itself. */
-static int pf_queue(const struct pf_job* j) {
-  if (pthread_mutex_trylock(&g_pfq.mu) != 0) return 0;
-  if (!g_pfq.state) g_pfq.state = pf_start_locked();
-  const int ok = g_pfq.state > 0 && g_pfq.tail - g_pfq.head < PF_JOBS;
-  if (ok) {
-    g_pfq.q[g_pfq.tail++ % PF_JOBS] = *j;
-    pthread_cond_signal(&g_pfq.cv);
-  }
-  pthread_mutex_unlock(&g_pfq.mu);
-  return ok;
-}
-
 static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
   const int saved = errno;
   __atomic_store_n(&s->since, 0, __ATOMIC_RELAXED);
@@ -948,8 +873,8 @@ static __attribute__((noinline, cold)) void pf_look(int fd, struct stream* s) {
       if (!(window = pf_ask(fd, st.st_dev))) goto out;
       end = pos + (off_t)window < st.st_size ? pos + (off_t)window : st.st_size;
     }
-    const struct pf_job j = {fd, st.st_dev, st.st_ino, s->ahead, end, d.piece};
-    if (!pf_queue(&j)) pf_willneed(fd, s->ahead, end, d.piece);
+    for (off_t at = s->ahead; at < end; at += (off_t)d.piece)
+      posix_fadvise(fd, at, end - at < (off_t)d.piece ? end - at : (off_t)d.piece, POSIX_FADV_WILLNEED);
     __atomic_add_fetch(&g_prefetches, 1, __ATOMIC_RELAXED);
   }
   s->ahead = end;
@@ -1331,12 +1256,6 @@ static void in_child(void) {
   g_dropped = 0;
   g_prefetches = 0;
   g_pf_ndevs = 0; /* a fork amid an insertion may have left a half-written entry: read sysfs again */
-  pthread_mutex_t fresh_q = PTHREAD_MUTEX_INITIALIZER;
-  pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
-  g_pfq.mu = fresh_q; /* the parent's prefetch thread is not in the child */
-  g_pfq.cv = fresh_cv;
-  g_pfq.head = g_pfq.tail = 0;
-  g_pfq.state = 0;
   g_engine_loaded = g_engine > 0;
 }
 
@@ -1387,12 +1306,16 @@ static void write_side(FILE* f, const char* name, const struct side* s) {
 static void flush_stats(void) {
   if (!g_stats_dir[0]) return;
   t_inside = 1;
-  pthread_mutex_lock(&g_mu);
   char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
   snprintf(path, sizeof path, "%s/%d.json", g_stats_dir, (int)getpid());
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  /* fopen and fclose take stdio's list lock: not while g_mu is held. A thread in fflush(NULL) holds
+   * that lock while it waits for a stream's, whose holder (a large fread the shim serves) may be
+   * waiting for g_mu to count its read. */
   FILE* f = fopen(tmp, "w");
-  if (f) {
+  if (!f) return;
+  pthread_mutex_lock(&g_mu);
+  {
     char cmd[4096] = "";
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? k_read(fd, cmd, sizeof cmd - 1) : 0;
@@ -1431,10 +1354,10 @@ static void flush_stats(void) {
       fputs("]}", f);
     }
     fputs("]}\n", f);
-    if (fclose(f) == 0) rename(tmp, path);
-    else unlink(tmp);
   }
   pthread_mutex_unlock(&g_mu);
+  if (fclose(f) == 0) rename(tmp, path);
+  else unlink(tmp);
 }
 
 /* ACCIO_PRELOAD_FLOOR="<read>,<write>" (bytes): raises each direction's floor and gate from the

@@ -170,6 +170,29 @@ def test_a_first_call_that_runs_no_stage_still_reports(tmp_path, monkeypatch, ca
     assert (out / "gpu-check.tar.gz").is_file() and list(out.glob("*-no-gpu.json"))
 
 
+def test_the_cold_programs_summary_gives_each_goal_and_the_forced_prefetch(tmp_path, monkeypatch):
+    """host-programs-cold passes --prefetch, and its summary line gives each case's ratio, its
+    goals' verdicts and, for the small readers, the forced prefetch's ratio against its 1.5x goal."""
+    run = make_run(tmp_path)
+    doc = {"runs": [{"cache": "cold", "cases": [
+        {"name": "cat", "ratio": {"estimate": 1.0}, "verdict": "undecided", "goal_result": "met",
+         "prefetch_goal": {"result": "n/a (no headroom)"},
+         "prefetch_forced": {"ratio": {"estimate": 0.62}, "goal": 1.5, "goal_result": "missed"}},
+        {"name": "dd-1m", "ratio": {"estimate": 1.01}, "verdict": "within noise", "goal_result": "met"}]}]}
+    seen = []
+
+    def bench(run, log, deadline, script, args, name):
+        seen.append(list(args))
+        gc.write_json(run.state / "bench" / f"{name}.json", doc)
+        return "ok", {"json": f"bench/{name}.json"}
+    monkeypatch.setattr(gc, "host_benchmark", bench)
+    status, summary = gc.stage_host_programs_cold(run, None, 0)
+    assert status == "ok" and seen == [["--size", "512m", "--cache", "cold", "--prefetch", "32m"]]
+    assert summary["cold"]["cases"] == [
+        "cat cold 1.00 (undecided; goal met; prefetch n/a (no headroom); forced prefetch 0.62 missed)",
+        "dd-1m cold 1.01 (within noise; goal met)"]
+
+
 def test_a_stage_past_its_time_limit_is_stopped_with_its_children(tmp_path, monkeypatch):
     stages = FakeStages(monkeypatch)
     child = ("import subprocess, sys, time\n"

@@ -46,3 +46,4 @@ def test_two_shims_and_plain_each_get_their_ratio(tmp_path):
     doc = json.loads(out.read_text())
     assert set(doc["ratios"]) == {"a/plain", "b/plain", "b/a"} and all(len(v) == 7 for v in doc["samples"].values())
     assert doc["window"] == "32m" and doc["shims"]["a"] == str(SHIM.resolve())
+    assert doc["shim_sha256"]["a"] == doc["shim_sha256"]["b"] and len(doc["shim_sha256"]["a"]) == 64

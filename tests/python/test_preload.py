@@ -638,18 +638,16 @@ def test_prefetch_reads_the_whole_window(tmp_path):
     """The window is really read: one WILLNEED reads at most max(the device's readahead, its largest
     request) (the kernel caps it: 8 MiB of a 32 MiB window on the 2-vCPU VM's disk, 128 KiB on a
     default device), so the shim asks for it in pieces of that size. A reader stops just past the
-    first look (at 4 MiB) and stays a second (the shim's thread asks for the window, not the reader,
-    and a process that ends has no thread); the 32 MiB after it must come into the page cache, far
-    beyond what the kernel's own readahead of 4 MiB of reads would bring."""
+    first look (at 4 MiB); the 32 MiB after it must come into the page cache, far beyond what the
+    kernel's own readahead of 4 MiB of reads would bring."""
     from accio._system import drop_pages, residency
     f = tmp_path / "window.bin"
     f.write_bytes(os.urandom(64 * 2**20))
     drop_pages(str(f))
     if residency(str(f)) > 0.05:
         pytest.skip("this filesystem keeps the file's pages (tmpfs?): nothing to prefetch")
-    reader = ("import sys, time\nwith open(sys.argv[1], 'rb', buffering=0) as f:\n"
-              "    for _ in range(4 * 16 + 1): f.read(65536)\n"
-              "    time.sleep(1)\n")
+    reader = ("import sys\nwith open(sys.argv[1], 'rb', buffering=0) as f:\n"
+              "    for _ in range(4 * 16 + 1): f.read(65536)\n")
     p, rep = accio_run([sys.executable, "-c", reader, str(f)], tmp_path, threshold=None,
                        env=dict(os.environ, ACCIO_PRELOAD_PREFETCH="32m"))
     assert p.returncode == 0 and sum(pr["prefetch_windows"] for pr in rep["processes"]) == 1, (p, rep)
@@ -658,54 +656,6 @@ def test_prefetch_reads_the_whole_window(tmp_path):
         time.sleep(0.05)
         got = residency(str(f), 4 * 2**20, 32 * 2**20)
     assert got >= 0.95, f"only {got:.0%} of the 32 MiB window came in"
-
-
-PREFETCH_THREAD = r"""
-import os, sys, time
-def tasks():
-    return [int(t) for t in os.listdir("/proc/self/task")]
-def blocked(tid):
-    with open(f"/proc/self/task/{tid}/status") as s:
-        return next(int(l.split()[1], 16) for l in s if l.startswith("SigBlk:"))
-with open(sys.argv[1], "rb", buffering=0) as f:
-    before = len(tasks())
-    for _ in range(4 * 16 + 1): f.read(65536)
-    new = [t for t in tasks() if t != os.getpid()]
-    print(before, len(new), *[blocked(t) for t in new], flush=True)
-    pid = os.fork()
-    if pid == 0:  # the parent's thread is not here: the child's first window starts its own
-        with open(sys.argv[2], "rb", buffering=0) as g:
-            for _ in range(4 * 16 + 1): g.read(65536)
-            print("child", len(tasks()) - 1, flush=True)
-            time.sleep(0.5)
-        sys.exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert status == 0, status
-    time.sleep(0.5)
-"""
-
-
-def test_a_thread_of_the_shim_asks_for_the_windows(tmp_path):
-    """The reader does not wait for a window's WILLNEEDs (each allocates and submits its pages
-    before returning): the shim starts one thread at the first window, with every signal blocked,
-    and a forked child, which has no thread, starts its own at its first window."""
-    from accio._system import drop_pages, residency
-    files = [tmp_path / "a.bin", tmp_path / "b.bin"]
-    for f in files:
-        f.write_bytes(os.urandom(48 * 2**20))
-        drop_pages(str(f))
-    if residency(str(files[0])) > 0.05:
-        pytest.skip("this filesystem keeps the file's pages (tmpfs?): nothing to prefetch")
-    p, rep = accio_run([sys.executable, "-c", PREFETCH_THREAD, *map(str, files)], tmp_path, threshold=None,
-                       env=dict(os.environ, ACCIO_PRELOAD_PREFETCH="32m"))
-    first, child = p.stdout.decode().splitlines()
-    before, started, mask = map(int, first.split())
-    assert before == 1 and started == 1, first  # Python alone, then one more thread
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGPIPE, signal.SIGALRM, signal.SIGTERM,
-                signal.SIGCHLD, signal.SIGRTMAX):
-        assert mask & (1 << (sig - 1)), (first, sig)  # the program's signals go to its own threads
-    assert child == "child 1", child
-    assert [pr["prefetch_windows"] >= 1 for pr in rep["processes"]] == [True, True], rep["processes"]
 
 
 def _profile_with_window(pdir: Path, of: Path, window) -> Path:

@@ -3,6 +3,8 @@ in the same interleaved rounds, and bad input is refused before anything is meas
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +81,30 @@ def test_a_forced_prefetch_is_one_more_contender(tmp_path):
                             "--quick"], capture_output=True, text=True)
         assert p.returncode == 2 and "--prefetch" in p.stderr and "32m" in p.stderr, p.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_the_forced_prefetch_runs_end_to_end_on_a_cold_file(tmp_path):
+    """The third contender on a small cold file: its own ratio, its verdict against the 1.5x goal, and
+    what the shim did (windows asked for); refused for hot runs, where there is nothing to read ahead."""
+    from accio._system import drop_pages, residency
+    probe = tmp_path / "probe.bin"
+    probe.write_bytes(os.urandom(1 << 20))
+    drop_pages(str(probe))
+    if residency(str(probe)) > 0.05:
+        pytest.skip("this filesystem keeps the file's pages (tmpfs?): nothing cold to read")
+    p = subprocess.run([sys.executable, str(BENCH / "run_programs.py"), "--dir", str(tmp_path), "--prefetch", "32m",
+                        "--cache", "hot", "--quick"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--cache cold" in p.stderr, p.stderr
+    out = tmp_path / "rp.json"
+    p = subprocess.run([sys.executable, str(BENCH / "run_programs.py"), "--dir", str(tmp_path), "--size", "40m",
+                        "--cache", "cold", "--cases", "cat,dd-1m", "--prefetch", "32m", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["prefetch_forced"] == "32m"
+    cat, dd = doc["runs"][0]["cases"]
+    assert set(cat["samples"]) == {"plain", "shim", "shim[prefetch=32m]"} and "prefetch_forced" not in dd
+    forced = cat["prefetch_forced"]
+    assert forced["contender"] == "shim[prefetch=32m]" and forced["goal"] == 1.5
+    assert forced["goal_result"] in ("met", "missed") and forced["served"]["prefetch_windows"] >= 1, forced
+    assert cat["goal"] == 0.98 and cat["ratio"] == cat["others"]["shim"]["ratio"]  # the default settings' verdict
