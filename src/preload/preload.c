@@ -60,6 +60,7 @@ static struct {
   size_t (*fread_unlocked_)(void*, size_t, size_t, FILE*); /* the name is a macro in glibc's stdio.h */
   off_t (*lseek)(int, off_t, int);
   int (*fclose)(FILE*);
+  void (*doallocbuf)(FILE*); /* glibc's _IO_doallocbuf, looked up at run time: see fread_large */
 } real;
 
 static ssize_t k_read(int fd, void* b, size_t n) { return syscall(SYS_read, fd, b, n); }
@@ -102,6 +103,7 @@ static int k_fclose(FILE* f) {
   errno = EAGAIN;
   return EOF;
 }
+static void k_doallocbuf(FILE* f) { (void)f; } /* none: the stream keeps no buffer, libc's fread reads it */
 
 static TLS int t_inside; /* this thread is inside the shim or the engine: everything passes through */
 
@@ -123,9 +125,10 @@ static const char* const kSym[][2] = {
     {"preadv64v2", "preadv2"}, {"write", NULL},            {"pwrite64", "pwrite"}, {"writev", NULL},
     {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"dup2", NULL},
     {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL}, {"lseek64", "lseek"}, {"fclose", NULL},
+    {"_IO_doallocbuf", NULL},
 };
 enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close,
-       S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek, S_fclose };
+       S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek, S_fclose, S_doallocbuf };
 
 #define REAL(name)                                                                                     \
   (__builtin_expect(real.name != NULL, 1)                                                              \
@@ -1108,10 +1111,11 @@ EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t off, size_t bufl
 #if defined(__GLIBC__)
 /* glibc's FILE is public (bits/types/struct_FILE.h, for its getc and putc macros); gnulib's
  * freadahead and freadseek use it the same way. These flag values are libio's since glibc 2.1; the
- * EOF, error and user-lock ones are in that header. _IO_doallocbuf is exported since 2.2.5. */
+ * EOF, error and user-lock ones are in that header. _IO_doallocbuf, exported since 2.2.5 but not
+ * declared in any installed header, is looked up at run time (REAL(doallocbuf)), so that a glibc
+ * that stops exporting it costs a fresh stream's first large fread, never the link. */
 enum { IO_NO_READS = 0x0004, IO_IN_BACKUP = 0x0100, IO_CURRENTLY_PUTTING = 0x0800 };
 enum { IO_FLAGS2_MMAP = 1, IO_FLAGS2_NOTCANCEL = 2 };
-extern void _IO_doallocbuf(FILE*);
 
 /* The stream's descriptor without fileno's EBADF for a stream that has none (fmemopen). */
 static inline int stream_fd(FILE* f) { return f->_fileno; }
@@ -1143,7 +1147,8 @@ static int fread_large(void* buf, size_t size, size_t n, FILE* f, size_t* got) {
   if (held >= total) return 0;
   if (!f->_IO_buf_base) {
     if (f->_IO_save_base) return 0; /* an ungetc's save area: libc's */
-    _IO_doallocbuf(f);
+    REAL(doallocbuf)(f);
+    if (!f->_IO_buf_base) return 0;
   }
   const size_t bs = (size_t)(f->_IO_buf_end - f->_IO_buf_base);
   const size_t want = total - held;
