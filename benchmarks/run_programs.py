@@ -394,9 +394,8 @@ def main() -> int:
                         return nbytes / MiB / timed(argv, env=env)
                     return go
                 contenders = {"plain": side(cmd)}
-                contenders.update({n: side([launcher(), "--", *cmd], env) for n, env in shims.items()})
                 forced = prefetch_contender(a.prefetch) if cold and name in SMALL_READERS else {}
-                contenders.update({n: side([launcher(), "--", *cmd], env) for n, env in forced.items()})
+                contenders.update({n: side([launcher(), "--", *cmd], env) for n, env in {**shims, **forced}.items()})
                 rec = compare(f"{name} ({cache})", contenders, a.rounds, GOAL_NEVER_SLOWER)
                 for n in forced:
                     o = rec["others"][n]

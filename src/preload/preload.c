@@ -1137,6 +1137,10 @@ static inline int stream_fd(FILE* f) { return f->_fileno; }
  * under the buffer's size (glibc reads it through the buffer).
  * Returns 0 where libc's fread should run, else 1 with the count in *got. The caller holds the
  * stream's lock where it is fread. */
+/* What of n bytes glibc reads straight into the caller's buffer: whole buffers of bs bytes (all of n
+ * for a buffer under 128 bytes). */
+static inline size_t whole_buffers(size_t n, size_t bs) { return bs >= 128 ? n - n % bs : n; }
+
 static int fread_large(void* buf, size_t size, size_t n, FILE* f, size_t* got) {
   size_t total;
   if (__builtin_mul_overflow(size, n, &total) || f->_fileno < 0 || f->_mode > 0 ||
@@ -1152,16 +1156,13 @@ static int fread_large(void* buf, size_t size, size_t n, FILE* f, size_t* got) {
   }
   const size_t bs = (size_t)(f->_IO_buf_end - f->_IO_buf_base);
   const size_t want = total - held;
-  /* glibc reads straight into the caller's buffer in whole buffers (of 128 bytes or more) */
-  const size_t straight = bs >= 128 ? want - want % bs : want;
-  if (want < bs || below_gate(f->_fileno, straight, READ)) return 0;
+  if (want < bs || below_gate(f->_fileno, whole_buffers(want, bs), READ)) return 0;
   if (held) memcpy(buf, f->_IO_read_ptr, held);
   f->_IO_read_base = f->_IO_read_ptr = f->_IO_read_end = f->_IO_buf_base;
   f->_IO_write_base = f->_IO_write_ptr = f->_IO_write_end = f->_IO_buf_base;
   size_t done = held;
   while (total - done >= bs) {
-    const size_t count = bs >= 128 ? (total - done) - (total - done) % bs : total - done;
-    const ssize_t r = read(f->_fileno, (char*)buf + done, count);
+    const ssize_t r = read(f->_fileno, (char*)buf + done, whole_buffers(total - done, bs));
     if (r <= 0) {
       f->_flags |= r == 0 ? _IO_EOF_SEEN : _IO_ERR_SEEN;
       *got = done / size;
@@ -1320,46 +1321,44 @@ static void flush_stats(void) {
   FILE* f = fopen(tmp, "w");
   if (!f) return;
   pthread_mutex_lock(&g_mu);
-  {
-    char cmd[4096] = "";
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? k_read(fd, cmd, sizeof cmd - 1) : 0;
-    if (fd >= 0) close(fd);
-    n = n > 0 ? n : 0;
-    for (ssize_t i = 0; i + 1 < n; ++i)
-      if (!cmd[i]) cmd[i] = ' ';
-    cmd[n] = '\0';
-    fprintf(f, "{\"pid\": %d, \"ppid\": %d, \"command\": ", (int)getpid(), (int)getppid());
-    json_str(f, cmd);
-    fprintf(f, ", \"threshold\": %zu, \"floor\": [", g_gate);
-    for (int d = 0; d < 2; ++d) /* null: posix at every size on buffered descriptors */
-      g_floor[d] == SIZE_MAX ? fprintf(f, d ? ", null" : "null") : fprintf(f, d ? ", %zu" : "%zu", g_floor[d]);
-    fprintf(f, "], \"engine_loaded\": %s, \"dropped_calls\": %llu, \"prefetch_windows\": %llu, \"size_buckets\": [",
-            g_engine_loaded ? "true" : "false", (unsigned long long)g_dropped,
-            (unsigned long long)__atomic_load_n(&g_prefetches, __ATOMIC_RELAXED));
-    for (int b = 0; b < NBUCKETS - 1; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
-    fputs("], \"files\": [", f);
-    for (int i = 0; i < g_nfiles; ++i) {
-      const struct file_rec* r = &g_files[i];
-      fputs(i ? ",\n  {\"path\": " : "\n  {\"path\": ", f);
-      json_str(f, r->path);
-      fputs(", ", f);
-      write_side(f, "read", &r->rw[READ]);
-      fputs(", ", f);
-      write_side(f, "write", &r->rw[WRITE]);
-      fputs(", \"plans\": [", f);
-      for (int p = 0; p < r->nplans; ++p) {
-        fputs(p ? ", {\"plan\": " : "{\"plan\": ", f);
-        json_str(f, r->plans[p].plan);
-        fputs(", \"why\": ", f);
-        json_str(f, r->plans[p].why);
-        fprintf(f, ", \"calls\": %llu, \"bytes\": %llu}", (unsigned long long)r->plans[p].calls,
-                (unsigned long long)r->plans[p].bytes);
-      }
-      fputs("]}", f);
+  char cmd[4096] = "";
+  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? k_read(fd, cmd, sizeof cmd - 1) : 0;
+  if (fd >= 0) close(fd);
+  n = n > 0 ? n : 0;
+  for (ssize_t i = 0; i + 1 < n; ++i)
+    if (!cmd[i]) cmd[i] = ' ';
+  cmd[n] = '\0';
+  fprintf(f, "{\"pid\": %d, \"ppid\": %d, \"command\": ", (int)getpid(), (int)getppid());
+  json_str(f, cmd);
+  fprintf(f, ", \"threshold\": %zu, \"floor\": [", g_gate);
+  for (int d = 0; d < 2; ++d) /* null: posix at every size on buffered descriptors */
+    g_floor[d] == SIZE_MAX ? fprintf(f, d ? ", null" : "null") : fprintf(f, d ? ", %zu" : "%zu", g_floor[d]);
+  fprintf(f, "], \"engine_loaded\": %s, \"dropped_calls\": %llu, \"prefetch_windows\": %llu, \"size_buckets\": [",
+          g_engine_loaded ? "true" : "false", (unsigned long long)g_dropped,
+          (unsigned long long)__atomic_load_n(&g_prefetches, __ATOMIC_RELAXED));
+  for (int b = 0; b < NBUCKETS - 1; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
+  fputs("], \"files\": [", f);
+  for (int i = 0; i < g_nfiles; ++i) {
+    const struct file_rec* r = &g_files[i];
+    fputs(i ? ",\n  {\"path\": " : "\n  {\"path\": ", f);
+    json_str(f, r->path);
+    fputs(", ", f);
+    write_side(f, "read", &r->rw[READ]);
+    fputs(", ", f);
+    write_side(f, "write", &r->rw[WRITE]);
+    fputs(", \"plans\": [", f);
+    for (int p = 0; p < r->nplans; ++p) {
+      fputs(p ? ", {\"plan\": " : "{\"plan\": ", f);
+      json_str(f, r->plans[p].plan);
+      fputs(", \"why\": ", f);
+      json_str(f, r->plans[p].why);
+      fprintf(f, ", \"calls\": %llu, \"bytes\": %llu}", (unsigned long long)r->plans[p].calls,
+              (unsigned long long)r->plans[p].bytes);
     }
-    fputs("]}\n", f);
+    fputs("]}", f);
   }
+  fputs("]}\n", f);
   pthread_mutex_unlock(&g_mu);
   if (fclose(f) == 0) rename(tmp, path);
   else unlink(tmp);
