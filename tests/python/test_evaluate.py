@@ -5,13 +5,15 @@ import importlib
 import json
 import os
 import random
+import re
 
 import pytest
 
 from accio import _ext, stats
 from accio.tune import profile
 from accio.tune.measure import MiB, Plan
-from accio.tune.search import GUARD_SAMPLES, Group, Search, as_run, builtin_plan
+from accio.tune import search as search_mod
+from accio.tune.search import GUARD_MAX, Group, Search, as_run, builtin_plan
 
 KiB = 1 << 10
 evaluate = importlib.import_module("accio.tune.evaluate")  # accio.tune.evaluate is also a function's name
@@ -275,21 +277,127 @@ def test_tune_keeps_a_decision_only_where_it_wins_beyond_the_noise():
     bs, bb = builtin_plan("read", "1", small), builtin_plan("read", "1", big)
     uring = Plan("uring", queue_depth=16)
     assert bs == Plan("posix")  # the model's plan below 768 KiB, on every machine
-    # At 64 KiB uring's median is 8% ahead, inside +-15% noise: the built-in plan stays.
-    # At 64 MiB uring wins by 60% with little noise: the profile takes it.
-    s = search_with({(g, small, bs): [850.0, 1000, 1150, 900, 1100], (g, small, uring): [900.0, 1080, 1200, 950, 1150],
-                     (g, big, bb): noisy(1000, 5, 0.02, 3), (g, big, uring): noisy(1600, 5, 0.02, 4)})
+    # The search ranked uring first at both sizes; the guard's paired rounds decide. At 64 KiB uring's
+    # median is 8% ahead inside +-15% noise: the built-in plan stays. At 64 MiB uring wins by 60% with
+    # little noise: the profile takes it, and says by how much.
+    s = search_with({(g, small, bs): [1000.0] * 3, (g, small, uring): [1080.0] * 3,
+                     (g, big, bb): [1000.0] * 3, (g, big, uring): [1600.0] * 3})
+    s.pairs[(g, small, uring)] = ([900.0, 1250, 1000, 1150, 950, 1200, 1080], [1000.0] * 7)
+    s.pairs[(g, big, uring)] = (noisy(1600, 7, 0.02, 4), noisy(1000, 7, 0.02, 3))
     got, doc = decided(s)
-    assert got[small][0] == bs and got[small][1]["winner"] == uring.label
+    assert got[small][0] == bs and got[small][1]["winner"] == uring.label and got[small][1]["rounds"] == 7
     lo, hi = got[small][1]["vs_builtin"][1:]
     assert lo <= 1.0 <= hi  # its interval held 1.0: not a win
     assert got[big] == (uring, None)
+    cell = next(c for c in doc["decisions"]["read"]["1"]["hot"] if c["measured"]["size"] == big)
+    est, lo, hi = cell["measured"]["guard"]["vs_builtin"]
+    assert cell["measured"]["guard"]["rounds"] == 7 and 1.0 < lo <= est <= hi and abs(est - 1.6) < 0.1
     shown = profile.render(doc, "synthetic")
-    assert "built-in kept: " + uring.label in shown
-    # Too few samples of either side to tell: the built-in plan stays.
-    s = search_with({(g, big, bb): [1000.0] * (GUARD_SAMPLES - 1), (g, big, uring): [5000.0] * 5})
+    assert "built-in kept: " + uring.label in shown and f"{est:.2f}x [{lo:.2f}-{hi:.2f}] the built-in" in shown
+    rows = [ln.split("  ")[1] for ln in shown.splitlines() if ln.startswith("  ") and "MiB/s" in ln]
+    size = r"\d+(K|M|G)iB"
+    assert rows and all(re.fullmatch(rf"(< {size}|{size} \.\. < {size}|>= {size}|any size)", r) for r in rows), rows
+    # Fewer paired rounds than the statistics rule asks (stats.MIN_SAMPLES), however clear: the
+    # built-in plan stays. The search's own samples never count: they were not measured in pairs.
+    s = search_with({(g, big, bb): [1000.0] * 9, (g, big, uring): [5000.0] * 9})
+    s.pairs[(g, big, uring)] = ([5000.0] * (stats.MIN_SAMPLES - 1), [1000.0] * (stats.MIN_SAMPLES - 1))
     got, _ = decided(s)
-    assert got[big][0] == bb and got[big][1]["samples"] == [5, GUARD_SAMPLES - 1]
+    assert got[big][0] == bb and got[big][1]["rounds"] == stats.MIN_SAMPLES - 1 and got[big][1]["vs_builtin"] is None
+
+
+class ClockBench(FakeBench):
+    """Rates by mechanism (MiB/s, uniform noise); every phase advances a fake clock by `cost` seconds
+    (the search's time.monotonic), and the order of the paired rounds is recorded."""
+
+    def __init__(self, rate, noise=0.03, cost=0.1, seed=3):
+        self.rate, self.noise, self.cost, self.rng, self.now, self.rounds = rate, noise, cost, random.Random(seed), 0.0, []
+
+    def _one(self, settings, size):
+        self.now += self.cost
+        return self.rate(settings["mechanism"], size) * (1 + self.rng.uniform(-self.noise, self.noise))
+
+    def sample(self, settings, op, cold, threads, size, nbytes, plans_used=None, min_seconds=0.0, device=-1):
+        return self._one(settings, size)
+
+    def sample_together(self, contenders, op, cold, threads, size, min_seconds=0.0, device=-1, file_size=0):
+        self.rounds.append((op, threads, size, [c[0]["mechanism"] for c in contenders]))
+        return [self._one(c[0], size) for c in contenders]
+
+
+def run_search(monkeypatch, bench: ClockBench, budget: float) -> Search:
+    monkeypatch.setattr(search_mod, "time", type("T", (), {"monotonic": staticmethod(lambda: bench.now)}))
+    s = Search(bench, threads=2, budget=budget, plans=[Plan("posix"), Plan("parallel"), Plan("uring", queue_depth=16)],
+               start=bench.now)
+    s.run()
+    return s
+
+
+def test_the_guard_measures_each_winner_against_the_builtin_plan_in_paired_rounds(monkeypatch):
+    """uring 1.6x faster from 1 MiB; below, 15% slower. With 20% noise the search's medians of three
+    sometimes rank uring first there too, and the guard must set it aside."""
+    def rate(mechanism, size):
+        return (1600.0 if size >= MiB else 850.0) if mechanism == "uring" else 1000.0
+    b = ClockBench(rate, noise=0.20)
+    s = run_search(monkeypatch, b, budget=400.0)
+    assert b.now <= 400.0 + 2 * b.cost and not s.exhausted and not any("ran out" in n for n in s.notes), s.notes
+    targets = s.guard_targets()
+    assert targets and {(p.mechanism) for _, size, p, _ in targets if size >= MiB} == {"uring"}
+    for g, size, p, builtin in targets:
+        a, bb = s.pairs[(g, size, p)]
+        assert stats.MIN_SAMPLES <= len(a) == len(bb) <= GUARD_MAX
+        r = s.guard_ratio(g, size, p)
+        assert stats.verdict(r) != "undecided" or len(a) == GUARD_MAX
+    # Paired rounds: the two together, the built-in plan first every other round.
+    firsts = [mechs[0] for _op, _t, size, mechs in b.rounds if size == 64 * MiB and "uring" in mechs][:4]
+    assert len(firsts) == 4 and firsts[0] == firsts[2] == "uring" and firsts[1] == firsts[3] != "uring"
+    doc = profile.build(s, {"key": {}})
+    plans = [Plan.from_json(p) for p in doc["plans"]]
+    for op in ("read", "write"):
+        for c in doc["decisions"][op]["1"]["hot"]:
+            m, chosen = c["measured"], plans[c["plans"][0]]
+            if m["size"] >= MiB:
+                assert chosen.mechanism == "uring" and m["guard"]["vs_builtin"][1] > 1.0, (op, m)
+            else:  # no plan is faster than the built-in one: whatever the search ranked first, it is kept
+                assert chosen == builtin_plan(op, "1", m["size"]), (op, m)
+
+
+def test_the_search_leaves_the_guard_its_time(monkeypatch):
+    """A budget that fits the coarse and confirm steps and some more: the later steps stop early so
+    that every contest gets its stats.MIN_SAMPLES paired rounds; a budget spent by the confirm step
+    guards nothing, and the profile keeps the built-in plan in every measured cell."""
+    def rate(mechanism, size):
+        return 1600.0 if mechanism == "uring" and size >= MiB else 1000.0
+    b = ClockBench(rate)
+    s = run_search(monkeypatch, b, budget=120.0)
+    assert any("stopped to leave the noise guard its time" in n for n in s.notes), s.notes
+    assert not any("ran out during the guard" in n for n in s.notes), s.notes
+    assert all(len(s.pairs[t[:3]][0]) >= stats.MIN_SAMPLES for t in s.guard_targets())
+    # The guard cut short: the largest gains the search saw were guarded first; a winner with fewer
+    # rounds than the rule asks keeps the built-in plan.
+    b = ClockBench(rate)
+    s = run_search(monkeypatch, b, budget=45.0)
+    rounds = {t[:3]: len(s.pairs.get(t[:3], ([],))[0]) for t in s.guard_targets()}
+    short = sum(n < stats.MIN_SAMPLES for n in rounds.values())
+    assert f"ran out during the guard step: {short} of {len(rounds)} winners" in " ".join(s.notes), s.notes
+    assert 0 in rounds.values() and stats.MIN_SAMPLES in rounds.values()
+    doc = profile.build(s, {"key": {}})
+    for g in s.groups():
+        for c in doc["decisions"][g.op][g.concurrency][g.cache]:
+            m = c.get("measured")
+            if m and (k := m.get("kept_builtin")) and k.get("vs_builtin") is None:
+                assert k["rounds"] < stats.MIN_SAMPLES
+    assert any(m.get("kept_builtin", {}).get("rounds", 9) < stats.MIN_SAMPLES
+               for g in s.groups() for c in doc["decisions"][g.op][g.concurrency][g.cache] if (m := c.get("measured")))
+    # The budget spent before the guard could start: nothing guarded, the built-in plan everywhere.
+    b = ClockBench(rate)
+    s = run_search(monkeypatch, b, budget=20.0)
+    assert any("no winner was guarded" in n for n in s.notes), s.notes
+    assert not s.pairs and not b.rounds
+    doc = profile.build(s, {"key": {}})
+    plans = [Plan.from_json(p) for p in doc["plans"]]
+    for c in doc["decisions"]["read"]["1"]["hot"]:
+        if "measured" in c:
+            assert as_run(plans[c["plans"][0]], c["measured"]["size"]) == builtin_plan("read", "1", c["measured"]["size"])
 
 
 def test_the_search_measures_the_builtin_plan_beside_the_base_plans():
@@ -331,6 +439,7 @@ def test_a_tuned_profile_keeps_the_models_rule_for_cold_whole_file_reads():
     for size in (64 * KiB, 8 * MiB, 64 * MiB):
         s.samples[(g, size, builtin_plan("read", "1", size))] = noisy(1000, 5, 0.02, size)
         s.samples[(g, size, uring)] = noisy(2000, 5, 0.02, size + 1)
+        s.pairs[(g, size, uring)] = (noisy(2000, 7, 0.02, size + 2), noisy(1000, 7, 0.02, size + 3))  # the guard's
     doc = profile.build(s, {"key": {}})
     plans = [Plan.from_json(p) for p in doc["plans"]]
     entry = doc["decisions"]["read"]["1"]

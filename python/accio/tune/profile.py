@@ -136,7 +136,7 @@ def _cells(search: Search, g: Group, index) -> list[dict]:
         ranked = [p for p, _ in r]
         # The winner, and the best plan without alignment needs (unaligned requests), each only
         # where it beats the built-in plan by more than the noise measured (Search.decide).
-        first, set_aside = search.decide(g, size, ranked)
+        first, guard = search.decide(g, size, ranked)
         unaligned = [p for p in ranked if not p.needs_alignment]
         fallback = search.decide(g, size, unaligned)[0] if unaligned else Plan(_last_resort(search))
         keep = list(dict.fromkeys([first, fallback]))
@@ -145,8 +145,10 @@ def _cells(search: Search, g: Group, index) -> list[dict]:
                 "measured": {"size": size, "mibps": round(r[0][1], 1),
                              "next": r[1][0].label if len(r) > 1 else None,
                              "next_mibps": round(r[1][1], 1) if len(r) > 1 else None}}
-        if set_aside:
-            cell["measured"]["kept_builtin"] = set_aside
+        if guard.get("kept"):  # the winner that did not beat the built-in plan beyond the noise
+            cell["measured"]["kept_builtin"] = {k: v for k, v in guard.items() if k != "kept"}
+        elif guard:             # how far the winner beat the built-in plan, in how many paired rounds
+            cell["measured"]["guard"] = {k: v for k, v in guard.items() if k != "winner"}
         if cells and cells[-1]["plans"] == cell["plans"]:
             cells[-1]["max_size"] = cell["max_size"]
             cells[-1].setdefault("also_measured", []).append(cell["measured"])
@@ -286,6 +288,9 @@ def _render_decisions(doc: dict, prefix: str) -> list[str]:
                         text += f"  {m['mibps']:.0f} MiB/s at {fmt(m['size'])}"
                         if m.get("next"):
                             text += f" (next {m['next']} {m['next_mibps']:.0f})"
+                        if m.get("guard"):
+                            est, low, high = m["guard"]["vs_builtin"]
+                            text += f", {est:.2f}x [{low:.2f}-{high:.2f}] the built-in"
                     cols.append(text)
                 rows.append((_range(lo, hi), *cols))
                 lo = (hi or 0) + 1

@@ -8,15 +8,19 @@ cache state and concurrency, measured in the time the user allows rather than ce
    depth variants are tried against the winner;
 4. boundaries: between neighbouring sizes whose winners differ, the size in between (a power of two)
    is measured with both winners, halving the interval while time remains;
-5. polish: the closest contests get more samples.
-Each step stops when the budget is spent; what was not measured falls back to the built-in model
+5. polish: the closest contests get more samples;
+6. guard: each cell's winner (and its best plan without alignment needs) against the built-in
+   model's plan, in paired rounds (the two measured together, their order alternating), at least
+   stats.MIN_SAMPLES rounds, more up to GUARD_MAX while the interval is undecided.
+Each step stops when the budget is spent; from the parameters step on, the steps leave the guard
+the time its rounds are estimated to take. What was not measured falls back to the built-in model
 (recorded in the profile). Ties within 3% go to the simpler plan (posix, parallel, uring, direct).
 
 A profile never plans worse than the built-in model within what was measured: the built-in model's
 plan for each size is measured beside the others, and a measured winner replaces it only where it
-wins by more than the noise measured (decide(): at least GUARD_SAMPLES samples of each, and the 95%
-bootstrap interval of winner/built-in above 1.0, accio.stats); otherwise the cell keeps the
-built-in plan.
+wins by more than the noise measured, by the project's statistics rule (decide(): at least
+stats.MIN_SAMPLES paired rounds of the guard, and the 95% bootstrap interval of the paired
+winner/built-in ratio above 1.0, accio.stats); otherwise the cell keeps the built-in plan.
 """
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ TIE = 0.03            # within 3%: prefer the simpler plan
 CONFIRM_WITHIN = 0.50  # plans this close to the best get more samples (one sample can be far off)
 MIN_EVEN_TASK = _ext.MIN_EVEN_TASK  # parallel(even) of at most this many bytes runs as one task: posix
 SAMPLE_SECONDS = 0.04  # aim of one sample's timed part
-GUARD_SAMPLES = 3      # samples of a winner and of the built-in plan before the winner may replace it
+GUARD_MAX = 15         # the guard's rounds for a contest still undecided (the evaluation's cap)
+GUARD_EXTRA = 4        # rounds added at a time to an undecided contest
 # Tuning policy, not engine facts: which of the built-in mechanisms wins a tie (within TIE), and the
 # plans the search starts from. A mechanism the engine registers beyond these is tried too, at its
 # default settings (and with direct=on where it reads `direct`), and loses ties to them.
@@ -155,10 +160,15 @@ class Search:
     plans: list[Plan]
     progress: object = None
     samples: dict = field(default_factory=dict)   # (group, size, plan) -> [MiB/s]
+    # (group, size, plan) -> ([plan MiB/s], [built-in MiB/s]): the guard's paired rounds against the
+    # built-in plan for that size; kept apart from `samples`, so the ranking stays the search's
+    pairs: dict = field(default_factory=dict)
+    secs: dict = field(default_factory=dict)      # (group, plan) -> seconds its last sample took
     est: dict = field(default_factory=dict)       # (group, plan) -> last MiB/s (sizes the next sample)
     notes: list = field(default_factory=list)
     start: float = field(default_factory=time.monotonic)
     exhausted: bool = False
+    hold: bool = False  # leave the guard the time it needs (the steps after confirm)
     device: int = -1  # >= 0: a GPU's device table (buffers in its memory, device mechanisms)
 
     # ---- bookkeeping ----
@@ -180,20 +190,46 @@ class Search:
         that would run as one task is posix exactly: not measured (ties between the two are noise)."""
         if as_run(plan, size) != plan:
             return True
-        if self.left() <= 0:
+        if self.left() <= (self.guard_reserve() if self.hold else 0.0):
             self.exhausted = True
             return False
-        bw = self.est.get((g, plan), 1000.0)
-        nbytes = int(bw * MiB * SAMPLE_SECONDS)
-        nbytes = max(nbytes, size * g.threads, min(self.bench.file_size, 8 * MiB))
-        mibps = self.bench.sample(plan.settings(), g.op, g.cache == "cold", g.threads, size, nbytes,
+        t0 = time.monotonic()
+        mibps = self.bench.sample(plan.settings(), g.op, g.cache == "cold", g.threads, size, self._nbytes(g, size, plan),
                                   min_seconds=SAMPLE_SECONDS / 2, device=self.device)
         self.samples.setdefault((g, size, plan), []).append(mibps)
         self.est[(g, plan)] = mibps
+        self.secs[(g, plan)] = time.monotonic() - t0
+        self._progress(g, size, plan.label)
+        return True
+
+    def _nbytes(self, g: Group, size: int, plan: Plan) -> int:
+        """Bytes for one sample of about SAMPLE_SECONDS at the plan's last measured rate."""
+        nbytes = int(self.est.get((g, plan), 1000.0) * MiB * SAMPLE_SECONDS)
+        return max(nbytes, size * g.threads, min(self.bench.file_size, 8 * MiB))
+
+    def _progress(self, g: Group, size: int, what: str) -> None:
         if self.progress:
             where = f"cuda:{self.device} " if self.device >= 0 else ""
-            self.progress(f"{where}{g.op} {g.cache} {g.threads}t {size >> 10}KiB {plan.label}",
+            self.progress(f"{where}{g.op} {g.cache} {g.threads}t {size >> 10}KiB {what}",
                           min(1.0, (time.monotonic() - self.start) / self.budget))
+
+    def measure_pair(self, g: Group, size: int, plan: Plan, builtin: Plan) -> bool:
+        """One paired round of `plan` and the built-in plan (Bench.sample_together: their phases take
+        turns, so both see the same machine), the built-in plan first every other round; False (and
+        nothing measured) once the budget is spent."""
+        if self.left() <= 0:
+            self.exhausted = True
+            return False
+        a, b = self.pairs.setdefault((g, size, plan), ([], []))
+        order = [plan, builtin] if len(a) % 2 == 0 else [builtin, plan]
+        t0 = time.monotonic()
+        got = self.bench.sample_together([(p.settings(), self._nbytes(g, size, p), None) for p in order], g.op,
+                                         g.cache == "cold", g.threads, size, SAMPLE_SECONDS / 2, self.device)
+        by = dict(zip(order, got))
+        a.append(by[plan])
+        b.append(by[builtin])
+        self.secs[(g, plan)] = self.secs[(g, builtin)] = (time.monotonic() - t0) / 2
+        self._progress(g, size, f"{plan.label} vs built-in {builtin.label}")
         return True
 
     def median(self, g: Group, size: int, plan: Plan) -> float | None:
@@ -226,21 +262,49 @@ class Search:
         plans = [p for p in self.plans if g.op == "read" or p.mechanism not in READ_ONLY]
         return plans + ([b] if b not in plans else [])
 
-    def decide(self, g: Group, size: int, ranked: list[Plan]) -> tuple[Plan, dict | None]:
-        """The first of `ranked` (best first) if it beats the built-in plan by more than the noise
-        measured, else the built-in plan; with the comparison when the winner was set aside."""
+    def guard_ratio(self, g: Group, size: int, plan: Plan) -> stats.Ratio | None:
+        """plan / the built-in plan over the guard's paired rounds; None before stats.MIN_SAMPLES."""
+        a, b = self.pairs.get((g, size, plan), ([], []))
+        return stats.ratio(a, b, paired=True) if len(a) >= stats.MIN_SAMPLES else None
+
+    def decide(self, g: Group, size: int, ranked: list[Plan]) -> tuple[Plan, dict]:
+        """The first of `ranked` (best first) if the guard found it faster than the built-in plan (the
+        95% interval of the paired ratio above 1.0), else the built-in plan; with the guard's
+        comparison ({} where the winner is the built-in plan, "kept": True where it was set aside)."""
         best, builtin = ranked[0], self.builtin(g, size)
         if best == builtin:
-            return best, None
-        a, b = self.samples.get((g, size, best), []), self.samples.get((g, size, builtin), [])
-        if len(a) >= GUARD_SAMPLES and len(b) >= GUARD_SAMPLES:
-            r = stats.ratio(a, b, paired=False)
-            if r.low > 1.0:
-                return best, None
-            why = {"winner": best.label, "vs_builtin": [round(r.estimate, 3), round(r.low, 3), round(r.high, 3)]}
-        else:
-            why = {"winner": best.label, "vs_builtin": None, "samples": [len(a), len(b)]}
-        return builtin, why
+            return best, {}
+        r = self.guard_ratio(g, size, best)
+        why = {"winner": best.label, "rounds": len(self.pairs.get((g, size, best), ([], []))[0]),
+               "vs_builtin": [round(r.estimate, 3), round(r.low, 3), round(r.high, 3)] if r else None}
+        if r and r.low > 1.0:
+            return best, why
+        return builtin, {**why, "kept": True}
+
+    def guard_targets(self) -> list[tuple[Group, int, Plan, Plan]]:
+        """(group, size, plan, built-in plan) for each measured cell's winner, and its best plan without
+        alignment needs, where that is not the built-in plan: the contests decide() needs the guard for."""
+        out = []
+        for g in self.groups():
+            for size in self.sizes(g):
+                ranked = [p for p, _ in self.ranking(g, size)]
+                builtin = self.builtin(g, size)
+                unaligned = [p for p in ranked if not p.needs_alignment]
+                for p in dict.fromkeys(ranked[:1] + unaligned[:1]):
+                    if p != builtin:
+                        out.append((g, size, p, builtin))
+        return out
+
+    def guard_reserve(self) -> float:
+        """Seconds the guard's first stats.MIN_SAMPLES rounds of every current contest are estimated
+        to take (by each plan's last sample), recomputed at most once a second."""
+        now = time.monotonic()
+        if now - getattr(self, "_reserve_at", -2.0) >= 1.0:
+            self._reserve_at = now
+            self._reserve = sum(max(0, stats.MIN_SAMPLES - len(self.pairs.get((g, size, p), ([], []))[0]))
+                                * (self.secs.get((g, p), SAMPLE_SECONDS) + self.secs.get((g, b), SAMPLE_SECONDS))
+                                for g, size, p, b in self.guard_targets())
+        return self._reserve
 
     def plans_at(self, g: Group, size: int) -> list[Plan]:
         return [p for (gg, s, p) in self.samples if gg == g and s == size]
@@ -250,13 +314,30 @@ class Search:
 
     # ---- the steps ----
     def run(self) -> None:
-        for step in (self.coarse, self.confirm, self.parameters, self.boundaries, self.polish):
+        for step in (self.coarse, self.confirm):
             step()
             if self.exhausted:
                 what = ("cells not measured use the built-in model" if step == self.coarse else
-                        "every cell was measured, some with fewer samples or parameter variants than planned")
-                self.notes.append(f"the budget ran out during the {step.__name__} step: {what}")
+                        "every cell was measured, some with fewer samples than planned")
+                self.notes.append(f"the budget ran out during the {step.__name__} step: {what}; no winner "
+                                  "was guarded, so every measured cell keeps the built-in plan")
                 return
+        self.hold = True
+        for step in (self.parameters, self.boundaries, self.polish):
+            step()
+            if self.exhausted:
+                self.notes.append(f"the {step.__name__} step stopped to leave the noise guard its time: some "
+                                  "cells have fewer samples or parameter variants than planned")
+                break
+        self.hold = self.exhausted = False
+        self.guard()
+        if self.exhausted:
+            targets = self.guard_targets()
+            short = sum(len(self.pairs.get(t[:3], ([],))[0]) < stats.MIN_SAMPLES for t in targets)
+            self.notes.append(f"the budget ran out during the guard step: {short} of {len(targets)} winners had fewer "
+                              f"than {stats.MIN_SAMPLES} paired rounds against the built-in plan and keep it" if short else
+                              "the budget ran out while the guard added rounds to undecided contests: those keep the "
+                              "built-in plan")
 
     def coarse(self) -> None:
         for size in COARSE_SIZES:
@@ -328,3 +409,23 @@ class Search:
             _n, _ratio, g, size, a, b = close[0]
             if not (self.measure(g, size, a) and self.measure(g, size, b)):
                 return
+
+    def guard(self) -> None:
+        """Paired rounds of every contest of guard_targets(): first stats.MIN_SAMPLES each, then, for
+        those whose interval is still undecided (stats.verdict), GUARD_EXTRA more at a time up to
+        GUARD_MAX, as the evaluation does. The largest gains the search saw go first: when the budget
+        runs out, what is left unguarded is what matters least."""
+        def gain(t):
+            g, size, p, b = t
+            mp, mb = self.median(g, size, p), self.median(g, size, b)
+            return mp / mb if mp and mb else 1.0
+        todo, want = sorted(self.guard_targets(), key=gain, reverse=True), stats.MIN_SAMPLES
+        while todo:
+            for g, size, p, b in todo:
+                while len(self.pairs.get((g, size, p), ([], []))[0]) < want:
+                    if not self.measure_pair(g, size, p, b):
+                        return
+            if want >= GUARD_MAX:
+                return
+            todo = [t for t in todo if stats.verdict(self.guard_ratio(*t[:3])) == "undecided"]
+            want = min(GUARD_MAX, want + GUARD_EXTRA)
