@@ -94,6 +94,7 @@ class Gds final : public Mechanism {
     void* fh = nullptr;
     std::vector<cf::IoParams> io(count);
     try {
+      cu::wait_legacy_stream();  // see run()
       fh = handle(c);
       for (size_t i = 0; i < count; ++i) {
         const auto [base, boff] = registered(static_cast<char*>(items[i].buf), a);
@@ -191,6 +192,9 @@ class Gds final : public Mechanism {
   size_t run(const IoContext& c, char* buf, size_t n, uint64_t off, bool write) const {
     const cf::Api& a = *cf::load();
     cu::ContextGuard g(c.target);
+    // cuFile's DMA is ordered with no CUDA stream: wait for what the caller queued on the legacy
+    // default stream (a kernel still writing or reading the buffer), as staged's copies do.
+    cu::wait_legacy_stream();
     void* fh = handle(c);
     const auto [base, boff] = registered(buf, a);
     return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, 4096),

@@ -217,7 +217,7 @@ class LaneLease {
     }
     const cu::Driver& d = *cu::load();
     auto lane = std::make_unique<Lane>();
-    cu::check(d, d.StreamCreate(&lane->stream, cu::kStreamNonBlocking), "cuStreamCreate");
+    cu::check(d, d.StreamCreate(&lane->stream, cu::kStreamBlocking), "cuStreamCreate");
     for (auto& e : lane->ev) {
       if (const cu::CUresult rc = d.EventCreate(&e, cu::kEventDisableTiming); rc != cu::kSuccess) {
         for (auto& x : lane->ev)

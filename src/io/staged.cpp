@@ -30,7 +30,7 @@ class CudaStagingRing final : public StagingRing {
  public:
   CudaStagingRing(int device, size_t size, unsigned depth, bool huge) : d_(*cu::load()), size_(size) {
     cu::ContextGuard g(device);
-    cu::check(d_, d_.StreamCreate(&stream_, cu::kStreamNonBlocking), "cuStreamCreate");
+    cu::check(d_, d_.StreamCreate(&stream_, cu::kStreamBlocking), "cuStreamCreate");
     for (unsigned i = 0; i < depth; ++i) {
       bufs_.push_back(mem::map_host_buffer(size, huge, false));
       cu::register_host(bufs_.back().ptr, bufs_.back().mapped);  // refused: one warning, pageable buffers

@@ -223,6 +223,11 @@ CUcontext primary_context(int device) {
   return c;
 }
 
+void wait_legacy_stream() {
+  const Driver& d = *load();
+  check(d, d.StreamSynchronize(reinterpret_cast<CUstream>(uintptr_t{1})), "cuStreamSynchronize(CU_STREAM_LEGACY)");
+}
+
 ContextGuard::ContextGuard(const Target& t) : d_(load()) {
   if (d_) push(t.ctx ? t.ctx : primary_context(t.device < 0 ? 0 : t.device));
 }

@@ -38,6 +38,11 @@ inline constexpr unsigned kHostRegisterPortable = 0x01;
 inline constexpr unsigned kHostRegisterReadOnly = 0x08;  // the device only reads the range (file pages)
 inline constexpr unsigned kMemAttachGlobal = 0x1;
 inline constexpr unsigned kStreamNonBlocking = 0x1;
+// CU_STREAM_DEFAULT: the stream's work runs after what was queued before it on the context's legacy
+// default stream. The copy streams of staged and pagecache are created so (as KvikIO's are): a
+// kernel a caller queued there without synchronizing (a C caller, a Numba array) finishes writing
+// or reading the buffer before accio copies. Non-blocking streams would race it.
+inline constexpr unsigned kStreamBlocking = 0x0;
 inline constexpr unsigned kEventDisableTiming = 0x2;
 
 // The driver entry points accio calls, resolved once by dlsym (the _v2 names cuda.h maps to).
@@ -146,6 +151,9 @@ class ContextGuard {
   bool pushed_ = false;
 };
 CUcontext primary_context(int device);  // retained once per device, kept
+// Waits for the work queued on the current context's legacy default stream (and so for what it waits
+// for): what a transfer outside accio's own streams (cuFile's) needs to be ordered as staged's are.
+void wait_legacy_stream();
 
 // ---- device facts (accio info) ----
 struct GpuInfo {

@@ -242,6 +242,77 @@ TEST(Gpu, StreamSyncTakesTheDefaultStreamsAndRefusesZero) {
   EXPECT_EQ(handles[0], 7u) << "the handle reaches cuStreamSynchronize as given";
 }
 
+// A kernel still writing (or reading) a buffer on the legacy default stream when accio is called: a
+// C caller that did not synchronize, a Numba array (its interface gives no stream for the default
+// one), CuPy with CUPY_CUDA_ARRAY_INTERFACE_SYNC=0. The driver orders the work of a stream created
+// without CU_STREAM_NON_BLOCKING after the legacy stream's, as KvikIO's streams are created; a
+// non-blocking stream's copies race the kernel (wrong bytes in the file, or the file's bytes
+// overwritten). A slow memset stands in for the kernel: FAKE_CUDA_MEMSET_US on the fake, 16 GiB of
+// memsets queued ahead of it on a GPU.
+TEST(Gpu, CopiesRunAfterWorkQueuedOnTheLegacyDefaultStream) {
+  REQUIRE_GPU();
+  const char* lib = std::getenv("ACCIO_LIBCUDA");
+  void* h = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(h, nullptr) << "the driver accio loaded";
+  auto retain = reinterpret_cast<int (*)(void**, int)>(dlsym(h, "cuDevicePrimaryCtxRetain"));
+  auto push = reinterpret_cast<int (*)(void*)>(dlsym(h, "cuCtxPushCurrent_v2"));
+  auto pop = reinterpret_cast<int (*)(void**)>(dlsym(h, "cuCtxPopCurrent_v2"));
+  auto memset_async = reinterpret_cast<int (*)(uint64_t, unsigned char, size_t, void*)>(dlsym(h, "cuMemsetD8Async"));
+  auto stream_sync = reinterpret_cast<int (*)(void*)>(dlsym(h, "cuStreamSynchronize"));
+  ASSERT_TRUE(retain && push && pop && memset_async && stream_sync);
+  void* const legacy = reinterpret_cast<void*>(uintptr_t{1});  // CU_STREAM_LEGACY
+  constexpr size_t MiB = 1 << 20, n = 8 * MiB;
+  TempDir dir;
+  const std::vector<char> data = pattern(n, 11);
+  write_file(dir.file("in"), data);
+  DeviceMem dev(n, false);
+  DeviceMem pad(fake() ? MiB : size_t{1} << 30, false);
+  void* ctx = nullptr;
+  ASSERT_EQ(retain(&ctx, 0), 0);
+  ASSERT_EQ(push(ctx), 0);
+  if (fake()) setenv("FAKE_CUDA_MEMSET_US", "100000", 1);
+  // The "kernel": a memset of dev queued behind 100 ms (fake) or 16 GiB of memsets (GPU).
+  auto kernel = [&](unsigned char byte) {
+    for (int i = 0; i < (fake() ? 0 : 16); ++i) {
+      ASSERT_EQ(memset_async(reinterpret_cast<uintptr_t>(pad.p), 0, size_t{1} << 30, legacy), 0);
+    }
+    ASSERT_EQ(memset_async(reinterpret_cast<uintptr_t>(dev.p), byte, n, legacy), 0);
+  };
+  const std::vector<char> written(n, static_cast<char>(0xAB));
+  for (const char* mech : {"staged", "naive", "gds", "auto"}) {
+    SCOPED_TRACE(mech);
+    accio_settings* s = settings(mech);
+    accio_file* f;
+    kernel(0xAB);
+    ASSERT_EQ(accio_open(&f, dir.file("out").c_str(), "w", s), 0) << accio_last_error();
+    ASSERT_EQ(accio_pwrite(f, dev.p, n, 0), static_cast<int64_t>(n)) << accio_last_error();
+    accio_close(f);
+    EXPECT_TRUE(read_file(dir.file("out")) == written) << "the file holds bytes from before the kernel";
+    kernel(0x00);
+    ASSERT_EQ(accio_open(&f, dir.file("in").c_str(), "r", s), 0) << accio_last_error();
+    ASSERT_EQ(accio_pread(f, dev.p, n, 0), static_cast<int64_t>(n)) << accio_last_error();
+    accio_close(f);
+    ASSERT_EQ(stream_sync(legacy), 0);
+    EXPECT_TRUE(from_device(dev.p, n) == data) << "the kernel overwrote the file's bytes";
+    accio_settings_free(s);
+  }
+  {  // pagecache reads a cached file (written above) through lanes of its own
+    accio_settings* s = settings("pagecache", {{"pagecache_min", "4KiB"}});
+    accio_file* f;
+    ASSERT_EQ(accio_open(&f, dir.file("in").c_str(), "r", s), 0) << accio_last_error();
+    kernel(0x00);
+    ASSERT_EQ(accio_pread(f, dev.p, n, 0), static_cast<int64_t>(n)) << accio_last_error();
+    EXPECT_EQ(ran(f), "pagecache");
+    accio_close(f);
+    ASSERT_EQ(stream_sync(legacy), 0);
+    EXPECT_TRUE(from_device(dev.p, n) == data) << "the kernel overwrote the file's bytes";
+    accio_settings_free(s);
+  }
+  if (fake()) unsetenv("FAKE_CUDA_MEMSET_US");
+  void* old = nullptr;
+  pop(&old);
+}
+
 TEST(Gpu, AutoAndHostMechanismsServeDeviceBuffersStaged) {
   REQUIRE_GPU();
   TempDir dir;

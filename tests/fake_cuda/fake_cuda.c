@@ -7,6 +7,15 @@
  * Streams are threads that run their copies in order, optionally slowed (FAKE_CUDA_COPY_US per
  * copy), so overlap and ordering are real. Copies need a current context, as on a GPU.
  *
+ * The legacy default stream (handles 0, 1 = CU_STREAM_LEGACY and 2 = per-thread, taken as one) is a
+ * stream of its own, as on a GPU: cuMemsetD8Async there (slowed by FAKE_CUDA_MEMSET_US, a stand-in
+ * for a kernel still running) is queued, and what waits for it is what the real driver orders after
+ * it: synchronous copies and memsets, cuStreamSynchronize of a default stream, and every operation
+ * of a stream created without CU_STREAM_NON_BLOCKING (it waits for the legacy work queued before
+ * it). Operations of a non-blocking stream do not wait: a copy there can run before a kernel queued
+ * earlier on the legacy stream has written the buffer, as on a GPU. (Not modelled: legacy work
+ * waiting for the blocking streams' earlier work; one legacy stream for every device.)
+ *
  * Knobs: FAKE_CUDA_DEVICES (default 1; 0 = cuInit fails with CUDA_ERROR_NO_DEVICE),
  * FAKE_CUDA_DEVICE_MEM (bytes per device, default 1 GiB), FAKE_CUDA_COPY_US,
  * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails), FAKE_CUDA_MEMLOCK=BYTES (a simulated
@@ -384,9 +393,11 @@ static CUresult copy_now(void* dst, const void* src, size_t n) {
   pthread_mutex_unlock(&g_mu);
   return OK;
 }
+static void drain_legacy(void);
 EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   if (!have_ctx()) return E_INVALID_CONTEXT;
   __atomic_add_fetch(&g_cnt.sync_copies, 1, __ATOMIC_RELAXED);
+  drain_legacy();  /* a synchronous copy is legacy-stream work: after what was queued there */
   return copy_now((void*)(uintptr_t)dst, (void*)(uintptr_t)src, n);
 }
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { return cuMemcpy(dst, (CUdeviceptr)(uintptr_t)src, n); }
@@ -400,7 +411,10 @@ typedef struct CUevent_st {
 } Event;
 typedef struct Op {
   char *dst;
-  const char* src;
+  const char* src;  /* NULL: a memset of dst to `fill` */
+  int fill;
+  long delay_us;    /* a memset's run time */
+  uint64_t legacy_wait;  /* run after the legacy stream completed this many operations */
   size_t n;
   Reg* reg;  /* a READ_ONLY registration the copy reads (its snapshot) */
   Event* ev;
@@ -413,8 +427,25 @@ typedef struct CUstream_st {
   pthread_cond_t cv;
   Op *head, *tail;
   uint64_t queued, submitted, completed;
-  int stop;
+  int stop, blocking;  /* blocking: created without CU_STREAM_NON_BLOCKING (orders after legacy work) */
 } Stream;
+
+static Stream* g_legacy;  /* the legacy default stream, started by its first operation */
+static void wait_legacy(uint64_t upto) {
+  Stream* l = __atomic_load_n(&g_legacy, __ATOMIC_ACQUIRE);
+  if (!l) return;
+  pthread_mutex_lock(&l->mu);
+  while (l->completed < upto) pthread_cond_wait(&l->cv, &l->mu);
+  pthread_mutex_unlock(&l->mu);
+}
+static uint64_t legacy_submitted(void) {
+  Stream* l = __atomic_load_n(&g_legacy, __ATOMIC_ACQUIRE);
+  if (!l) return 0;
+  pthread_mutex_lock(&l->mu);
+  uint64_t n = l->submitted;
+  pthread_mutex_unlock(&l->mu);
+  return n;
+}
 
 static void* stream_main(void* arg) {
   Stream* s = arg;
@@ -424,11 +455,15 @@ static void* stream_main(void* arg) {
     if (!s->head) break;
     Op* op = s->head;
     pthread_mutex_unlock(&s->mu);
+    if (op->legacy_wait) wait_legacy(op->legacy_wait);
     if (op->ev) {
       pthread_mutex_lock(&op->ev->mu);
       if (op->seq > op->ev->done) op->ev->done = op->seq;
       pthread_cond_broadcast(&op->ev->cv);
       pthread_mutex_unlock(&op->ev->mu);
+    } else if (!op->src) {
+      if (op->delay_us) usleep((useconds_t)op->delay_us);
+      memset(op->dst, op->fill, op->n);
     } else {
       if (g_copy_us) usleep((useconds_t)g_copy_us);
       memmove(op->dst, op->src, op->n);
@@ -450,6 +485,7 @@ static void* stream_main(void* arg) {
   return NULL;
 }
 static void push(Stream* s, Op* op) {
+  if (s->blocking && s != g_legacy) op->legacy_wait = legacy_submitted();
   pthread_mutex_lock(&s->mu);
   if (s->tail) s->tail->next = op;
   else s->head = op;
@@ -464,17 +500,29 @@ static void push(Stream* s, Op* op) {
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
 }
-EXPORT CUresult cuStreamCreate(Stream** out, unsigned flags) {
-  (void)flags;
-  if (!have_ctx()) return E_INVALID_CONTEXT;
+static Stream* new_stream(int blocking) {
   Stream* s = calloc(1, sizeof *s);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  s->blocking = blocking;
   pthread_create(&s->thread, NULL, stream_main, s);
+  return s;
+}
+EXPORT CUresult cuStreamCreate(Stream** out, unsigned flags) {
+  if (!have_ctx()) return E_INVALID_CONTEXT;
+  *out = new_stream(!(flags & 0x1u));  /* CU_STREAM_NON_BLOCKING */
   __atomic_add_fetch(&g_cnt.streams, 1, __ATOMIC_RELAXED);
-  *out = s;
   return OK;
 }
+/* The stream an operation given this handle runs on: the legacy stream for the default handles. */
+static Stream* stream_of(Stream* s) {
+  if ((uintptr_t)s > 2) return s;
+  pthread_mutex_lock(&g_mu);
+  if (!g_legacy) __atomic_store_n(&g_legacy, new_stream(0), __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&g_mu);
+  return g_legacy;
+}
+static void drain_legacy(void) { wait_legacy(legacy_submitted()); }
 /* Every cuStreamSynchronize, in order (the first 64): the handle, and how many device transfers
  * (copies and cuFile reads and writes) had been made by then, so that a test sees a producer's stream
  * synchronized before the transfer that needed it. Handles below 4096 are not the fake's streams: 0
@@ -500,7 +548,12 @@ EXPORT CUresult cuStreamSynchronize(Stream* s) {
   }
   g_syncs++;
   pthread_mutex_unlock(&g_mu);
-  if ((uintptr_t)s < 4096) return (uintptr_t)s <= 2 && !have_ctx() ? E_INVALID_CONTEXT : OK;
+  if ((uintptr_t)s <= 2) {
+    if (!have_ctx()) return E_INVALID_CONTEXT;
+    drain_legacy();
+    return OK;
+  }
+  if ((uintptr_t)s < 4096) return OK;
   pthread_mutex_lock(&s->mu);
   while (s->completed < s->submitted) pthread_cond_wait(&s->cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
@@ -545,7 +598,7 @@ static CUresult copy_async(void* dst, const void* src, size_t n, Stream* s, cons
     r->inflight++;
   }
   pthread_mutex_unlock(&g_mu);
-  push(s, op);
+  push(stream_of(s), op);
   return OK;
 }
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, Stream* s) {
@@ -553,6 +606,26 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n,
 }
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, Stream* s) {
   return copy_async(dst, (void*)(uintptr_t)src, n, s, dst);
+}
+/* A memset queued on a stream (on the legacy one for 0, 1 and 2), taking FAKE_CUDA_MEMSET_US: what a
+ * test queues where a real program would launch a kernel that writes the buffer. */
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char byte, size_t n, Stream* s) {
+  if (!have_ctx()) return E_INVALID_CONTEXT;
+  Op* op = calloc(1, sizeof *op);
+  if (!(op->dst = resolve((void*)(uintptr_t)dst, n))) {
+    free(op);
+    return E_ILLEGAL_ADDRESS;
+  }
+  op->fill = byte;
+  op->n = n;
+  op->delay_us = env_long("FAKE_CUDA_MEMSET_US", 0);
+  push(stream_of(s), op);
+  return OK;
+}
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char byte, size_t n) {
+  CUresult rc = cuMemsetD8Async(dst, byte, n, (Stream*)(uintptr_t)1);
+  if (rc == OK) drain_legacy();
+  return rc;
 }
 EXPORT CUresult cuEventCreate(Event** out, unsigned flags) {
   (void)flags;
@@ -570,7 +643,7 @@ EXPORT CUresult cuEventRecord(Event* e, Stream* s) {
   pthread_mutex_unlock(&e->mu);
   op->ev = e;
   __atomic_add_fetch(&g_cnt.events_recorded, 1, __ATOMIC_RELAXED);
-  push(s, op);
+  push(stream_of(s), op);
   return OK;
 }
 EXPORT CUresult cuEventSynchronize(Event* e) {
