@@ -652,9 +652,13 @@ int accio_gds_mode(accio_file* f, char* detail, size_t len) {
     namespace cu = accio::mem::cuda;
     cf::Mode m = cf::mode_for(f->f->ref().direct_fd >= 0 ? f->f->ref().direct_fd : f->f->ref().fd);
     if (cf::load()) {
-      cu::Target t;  // the gds mechanism's own answer (it holds the file's cuFile handle), on GPU 0
+      // The gds mechanism's own answer (it holds the file's cuFile handle), in the context of the
+      // GPU the program uses (not one of its own on GPU 0).
+      cu::ContextGuard g(cu::ContextGuard::HostWork{});
+      cu::Target t;
       t.kind = cu::MemKind::device;
       t.device = 0;
+      cu::load()->CtxGetCurrent(&t.ctx);
       if (std::string why = f->f->refusal(*accio::io::find("gds"), t); !why.empty())
         m = {cf::Mode::refused, "cuFile refuses this file (" + why + "): gds requests for it run staged"};
     }

@@ -6,6 +6,7 @@
 // buys nothing and is skipped. Requests are split over `threads` like `parallel`; submit()'s small
 // requests go to cuFile as batches (batch_limit, batch). Which path cuFile takes is reported by
 // explain() and `accio info` (cufile::mode_for), never assumed.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -28,6 +29,9 @@ namespace cf = mem::cufile;
 using base::Error;
 
 constexpr size_t kMaxRegistrations = 64;
+constexpr size_t kMaxRangeFactor = 16;                 // see Gds::registered
+constexpr size_t kMinRange = size_t{64} << 20;
+constexpr size_t kDefaultPinnedBudget = size_t{32} << 30;  // cufile.json's max_device_pinned_mem_size_kb
 
 class Gds final : public Mechanism {
  public:
@@ -93,11 +97,12 @@ class Gds final : public Mechanism {
     cu::ContextGuard g(c.target);
     void* fh = nullptr;
     std::vector<cf::IoParams> io(count);
+    Leases leases{*this, {}};
     try {
       cu::wait_legacy_stream();  // see run()
       fh = handle(c);
       for (size_t i = 0; i < count; ++i) {
-        const auto [base, boff] = registered(static_cast<char*>(items[i].buf), a);
+        const auto [base, boff, lease_id] = leases.add(registered(static_cast<char*>(items[i].buf), items[i].n, a));
         io[i].mode = 1;  // CUFILE_BATCH
         io[i].u.batch = {base, static_cast<off_t>(items[i].off), static_cast<off_t>(boff), items[i].n};
         io[i].fh = fh;
@@ -156,38 +161,100 @@ class Gds final : public Mechanism {
     return h;
   }
 
-  // The base and offset to pass cuFile for buf: the registered allocation when there is one.
-  std::pair<char*, size_t> registered(char* buf, const cf::Api& a) const {
-    if (!a.nvfs) return {buf, 0};
+  // The base and offset to pass cuFile for a request of n bytes at buf: the registered allocation
+  // when there is one (a lease: the registration is not dropped while the request runs), else buf
+  // itself (cuFile moves it through its own bounce buffers). What is registered is the allocation
+  // the driver reports around buf, kept for later requests into it (a caching allocator's segment),
+  // within cuFile's pinned-memory budget (max_device_pinned_mem_size, 32 GiB by default) and only
+  // where the allocation is at most kMaxRangeFactor x the request (at least 64 MiB): a VMM reservation
+  // (PyTorch's expandable segments) reports its whole range, about the GPU's memory and mostly not
+  // mapped, which is not pinned. KvikIO registers nothing unless asked.
+  struct Lease {
+    char* base;
+    size_t off;
+    unsigned long long id;  // 0: nothing leased
+  };
+  Lease registered(char* buf, size_t n, const cf::Api& a) const {
+    if (!a.nvfs) return {buf, 0, 0};
     const cu::Driver& d = *cu::load();
     int attrs[] = {cu::kPtrBufferId, cu::kPtrRangeStart, cu::kPtrRangeSize};
     unsigned long long buf_id = 0;
     void* base = nullptr;
     size_t size = 0;
     void* data[] = {&buf_id, &base, &size};
-    if (d.PointerGetAttributes(3, attrs, data, reinterpret_cast<cu::CUdeviceptr>(buf)) != cu::kSuccess || !base)
-      return {buf, 0};
+    if (d.PointerGetAttributes(3, attrs, data, reinterpret_cast<cu::CUdeviceptr>(buf)) != cu::kSuccess || !base ||
+        !buf_id)
+      return {buf, 0, 0};
     std::lock_guard lk(mu_);
     auto it = regs_.find(buf_id);
     if (it == regs_.end()) {
-      if (regs_.size() >= kMaxRegistrations) {
-        auto old = regs_.find(order_.front());
-        if (old->second) a.BufDeregister(old->second);
-        regs_.erase(old);
-        order_.pop_front();
+      if (size > std::max(kMaxRangeFactor * n, kMinRange)) {
+        base::warn_once("gds-bufregister-range",
+                        "cuFile buffers not registered: the driver reports a " + base::format_size(size) +
+                            " allocation around a " + base::format_size(n) +
+                            " request (a VMM reservation, such as PyTorch's expandable segments, is reported "
+                            "whole); cuFile uses its bounce buffers for such requests");
+        return {buf, 0, 0};
       }
-      void* reg = base;
+      const size_t budget = a.props_ok && a.props.max_device_pinned_mem_size
+                                ? size_t{a.props.max_device_pinned_mem_size} << 10
+                                : kDefaultPinnedBudget;
+      // A registration at the same address under another buffer id is of memory freed since (a
+      // caching allocator that released a segment): dropped, since cuFile knows a registration by its
+      // address. (One in use would mean a request into freed memory: this request then runs unregistered.)
+      for (auto o = order_.begin(); o != order_.end(); ++o) {
+        Reg& r = regs_.at(*o);
+        if (r.base != base) continue;
+        if (r.users) return {buf, 0, 0};
+        a.BufDeregister(r.base);
+        pinned_ -= r.size;
+        regs_.erase(*o);
+        order_.erase(o);
+        break;
+      }
+      // Room by the count and the budget: the oldest registrations no request holds are dropped.
+      for (auto o = order_.begin(); o != order_.end() && (regs_.size() >= kMaxRegistrations || pinned_ + size > budget);) {
+        Reg& r = regs_.at(*o);
+        if (r.users) {
+          ++o;
+          continue;
+        }
+        if (r.base) {
+          a.BufDeregister(r.base);
+          pinned_ -= r.size;
+        }
+        regs_.erase(*o);
+        o = order_.erase(o);
+      }
+      if (regs_.size() >= kMaxRegistrations || pinned_ + size > budget) return {buf, 0, 0};  // all in use: not now
+      Reg r{base, size, 0};
       if (cf::Error e = a.BufRegister(base, size, 0); e.err != 0) {
-        reg = nullptr;
+        r = {};
         base::warn_once("gds-bufregister", "cuFileBufRegister of a " + base::format_size(size) + " buffer failed (" +
                                                cf::error_text(e) + "): cuFile uses its bounce buffers for it");
       }
-      it = regs_.emplace(buf_id, reg).first;
+      pinned_ += r.size;
+      it = regs_.emplace(buf_id, r).first;
       order_.push_back(buf_id);
     }
-    if (!it->second) return {buf, 0};
-    return {static_cast<char*>(it->second), static_cast<size_t>(buf - static_cast<char*>(it->second))};
+    if (!it->second.base) return {buf, 0, 0};
+    ++it->second.users;
+    return {static_cast<char*>(it->second.base), static_cast<size_t>(buf - static_cast<char*>(it->second.base)), buf_id};
   }
+  void release(const Lease& l) const {
+    if (!l.id) return;
+    std::lock_guard lk(mu_);
+    if (auto it = regs_.find(l.id); it != regs_.end() && it->second.users) --it->second.users;
+  }
+  // Releases its leases when it goes out of scope.
+  struct Leases {
+    const Gds& g;
+    std::vector<Lease> held;
+    ~Leases() {
+      for (const Lease& l : held) g.release(l);
+    }
+    Lease add(Lease l) { return held.emplace_back(l); }
+  };
 
   size_t run(const IoContext& c, char* buf, size_t n, uint64_t off, bool write) const {
     const cf::Api& a = *cf::load();
@@ -196,7 +263,8 @@ class Gds final : public Mechanism {
     // default stream (a kernel still writing or reading the buffer), as staged's copies do.
     cu::wait_legacy_stream();
     void* fh = handle(c);
-    const auto [base, boff] = registered(buf, a);
+    Leases leases{*this, {}};
+    const auto [base, boff, lease_id] = leases.add(registered(buf, n, a));
     return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, 4096),
                      [&, base = base, boff = boff](uint64_t o, size_t len, size_t bo) {
                        cu::ContextGuard tg(c.target);
@@ -292,8 +360,14 @@ class Gds final : public Mechanism {
     std::string refused;  // why cuFile refused the file (handle null)
   };
   mutable std::map<uint64_t, Handle> handles_;  // file id -> cuFile handle
-  mutable std::map<unsigned long long, void*> regs_;  // driver buffer id -> registered base (null: refused)
-  mutable std::deque<unsigned long long> order_;
+  struct Reg {
+    void* base = nullptr;  // null: cuFile refused it
+    size_t size = 0;
+    unsigned users = 0;    // requests running with it (leases): not dropped meanwhile
+  };
+  mutable std::map<unsigned long long, Reg> regs_;  // driver buffer id -> registration
+  mutable std::deque<unsigned long long> order_;    // oldest first
+  mutable size_t pinned_ = 0;                       // bytes registered
 };
 
 ACCIO_REGISTER_MECHANISM(Gds, "threads", "task_size");

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "base/error.hpp"
 #include "base/fork.hpp"
@@ -69,6 +70,7 @@ Loaded& state() {
     resolve_symbol(l, "cuDeviceGetAttribute", d.DeviceGetAttribute, &miss);
     resolve_symbol(l, "cuDeviceTotalMem_v2", d.DeviceTotalMem, &miss);
     resolve_symbol(l, "cuDevicePrimaryCtxRetain", d.DevicePrimaryCtxRetain, &miss);
+    resolve_symbol(l, "cuDevicePrimaryCtxGetState", d.DevicePrimaryCtxGetState, nullptr);
     resolve_symbol(l, "cuCtxPushCurrent_v2", d.CtxPushCurrent, &miss);
     resolve_symbol(l, "cuCtxPopCurrent_v2", d.CtxPopCurrent, &miss);
     resolve_symbol(l, "cuCtxGetCurrent", d.CtxGetCurrent, &miss);
@@ -234,6 +236,22 @@ ContextGuard::ContextGuard(const Target& t) : d_(load()) {
 ContextGuard::ContextGuard(int device) : d_(load()) {
   if (d_) push(primary_context(device));
 }
+ContextGuard::ContextGuard(HostWork) : d_(load()) {
+  if (!d_) return;
+  CUcontext cur = nullptr;
+  if (d_->CtxGetCurrent(&cur) == kSuccess && cur) return;
+  int device = 0;
+  for (int i = 0; d_->DevicePrimaryCtxGetState && i < d_->devices; ++i) {
+    CUdevice dev;
+    unsigned flags = 0;
+    int active = 0;
+    if (d_->DeviceGet(&dev, i) == kSuccess && d_->DevicePrimaryCtxGetState(dev, &flags, &active) == kSuccess && active) {
+      device = i;
+      break;
+    }
+  }
+  push(primary_context(device));
+}
 void ContextGuard::push(CUcontext c) {
   CUcontext cur = nullptr;
   if (d_->CtxGetCurrent(&cur) == kSuccess && cur == c) return;
@@ -326,7 +344,9 @@ void free(void* p) {
   const Driver* d = load();
   if (!d || !p) return;
   const Target t = classify(p);
-  ContextGuard g(t.on_device() ? t : Target{MemKind::device, 0, nullptr});
+  std::optional<ContextGuard> g;
+  if (t.on_device()) g.emplace(t);
+  else g.emplace(ContextGuard::HostWork{});
   d->MemFree(reinterpret_cast<CUdeviceptr>(p));
 }
 
@@ -345,8 +365,16 @@ void copy(void* dst, const void* src, size_t n) {
 bool register_host(void* p, size_t n, const char* consequence) {
   const Driver* d = load();
   if (!d) return false;
-  ContextGuard g(0);
-  const CUresult rc = d->MemHostRegister(p, n, kHostRegisterPortable);
+  CUresult rc;
+  try {
+    ContextGuard g(ContextGuard::HostWork{});  // portable: pinned for every context
+    rc = d->MemHostRegister(p, n, kHostRegisterPortable);
+  } catch (const Error& e) {  // no context to pin in (exclusive-process mode): pageable, as refused
+    base::warn_once(std::string("cuda-register-context:") + (consequence ? consequence : "staging"),
+                    std::string(e.what()) + ": host memory cannot be pinned; " +
+                        (consequence ? consequence : "staging buffers stay pageable"));
+    return false;
+  }
   if (rc == kSuccess || rc == kErrorHostMemoryAlreadyRegistered) return true;
   // One warning per consequence: the staging rings' and accio_host_alloc's refusals are told apart.
   base::warn_once(std::string("cuda-register:") + (consequence ? consequence : "staging"),
@@ -413,8 +441,11 @@ double measure_copy(int device, bool to_device, size_t bytes, size_t chunk, unsi
 
 void unregister_host(void* p) {
   if (const Driver* d = load()) {
-    ContextGuard g(0);
-    d->MemHostUnregister(p);
+    try {
+      ContextGuard g(ContextGuard::HostWork{});
+      d->MemHostUnregister(p);
+    } catch (const Error&) {  // no context any more: the pages stay pinned until the process exits
+    }
   }
 }
 

@@ -61,6 +61,7 @@ struct Driver {
   CUresult (*DeviceGetAttribute)(int*, int, CUdevice);
   CUresult (*DeviceTotalMem)(size_t*, CUdevice);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*DevicePrimaryCtxGetState)(CUdevice, unsigned*, int*);  // optional (nullptr: not asked)
   CUresult (*CtxPushCurrent)(CUcontext);
   CUresult (*CtxPopCurrent)(CUcontext*);
   CUresult (*CtxGetCurrent)(CUcontext*);
@@ -141,6 +142,13 @@ class ContextGuard {
  public:
   explicit ContextGuard(const Target& t);
   explicit ContextGuard(int device);
+  // For work that belongs to no GPU (pinning host memory, opening cuFile): the calling thread's
+  // current context; without one, the primary context of the first GPU whose primary context is
+  // already active (the one the program uses), else GPU 0's. A context costs a few hundred MiB of
+  // GPU memory and, in exclusive-process mode, fails on a GPU another process owns: accio never
+  // makes one on a GPU the program does not use when it uses another.
+  struct HostWork {};
+  explicit ContextGuard(HostWork);
   ~ContextGuard();
   ContextGuard(const ContextGuard&) = delete;
   ContextGuard& operator=(const ContextGuard&) = delete;

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 
 #include "mem/cuda.hpp"
 
@@ -52,7 +53,13 @@ State& state() {
     cuda::resolve_symbol(a.lib, "cuFileBatchIOGetStatus", a.BatchGetStatus, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIODestroy", a.BatchDestroy, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIOCancel", a.BatchCancel, nullptr);
-    cuda::ContextGuard g(0);  // cuFile works in the calling thread's context
+    std::optional<cuda::ContextGuard> g;
+    try {
+      g.emplace(cuda::ContextGuard::HostWork{});  // cuFile works in the calling thread's context
+    } catch (const std::exception& e) {
+      s.why = std::string("no CUDA context to open cuFile in: ") + e.what();
+      return;
+    }
     if (Error e = a.DriverOpen(); e.err != 0) {
       s.why = "cuFileDriverOpen: " + error_text(e);
       return;
@@ -83,7 +90,8 @@ std::string error_text(Error e) {
                {5009, "DEVICE_NOT_SUPPORTED"},  {5010, "NVFS_DRIVER_ERROR"},      {5011, "CUDA_DRIVER_ERROR"},
                {5018, "INVALID_FILE_TYPE"},     {5019, "INVALID_FILE_OPEN_FLAG"}, {5020, "DIO_NOT_SET"},
                {5022, "INVALID_VALUE"},         {5025, "PERMISSION_DENIED"},      {5027, "HANDLE_NOT_REGISTERED"},
-               {5029, "DEVICE_NOT_FOUND"},      {5030, "INTERNAL_ERROR"},         {5034, "IO_DISABLED"}};
+               {5029, "DEVICE_NOT_FOUND"},      {5030, "INTERNAL_ERROR"},         {5034, "IO_DISABLED"},
+               {5012, "CUDA_POINTER_RANGE_ERROR"}, {5036, "GPU_MEMORY_PINNING_FAILED"}};
   std::string s = "cuFile error " + std::to_string(e.err);
   for (const auto& n : names)
     if (n.err == e.err) s += std::string(" (CU_FILE_") + n.name + ")";

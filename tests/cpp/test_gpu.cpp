@@ -537,6 +537,55 @@ TEST(Gpu, GdsSubmitBatchesSmallRequests) {
   accio_settings_free(s);
 }
 
+// A program that uses GPU 1 only (torchrun ranks choose theirs with set_device, not
+// CUDA_VISIBLE_DEVICES) gets no context from accio on GPU 0: one costs a few hundred MiB of GPU 0's
+// memory per process, and in exclusive-process mode GPU 0 may belong to another process. Run by
+// test_gpu_fake_second_gpu with two fake GPUs, GPU 0 refusing contexts (error 46, as such a GPU
+// does): pinning the staging rings and accio_host_alloc's memory, opening cuFile and registering
+// buffers with it, pagecache's lanes all work in GPU 1's context. Until the thirteenth session
+// they pinned in GPU 0's, and staged failed here.
+TEST(FakeGpu, ProgramOnSecondGpuGetsNoContextOnFirst) {
+  if (!fake() || !std::getenv("FAKE_CUDA_UNAVAILABLE")) GTEST_SKIP() << "run by test_gpu_fake_second_gpu";
+  ASSERT_EQ(accio_gpu_count(), 2);
+  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  auto retains = reinterpret_cast<uint64_t (*)(int)>(h ? dlsym(h, "fake_cuda_primary_retains") : nullptr);
+  ASSERT_NE(retains, nullptr);
+  TempDir dir;
+  const std::vector<char> data = pattern((4u << 20) + 5, 21);
+  write_file(dir.file("in"), data);
+  void* dev = nullptr;
+  ASSERT_EQ(accio_device_alloc(1, data.size(), 0, &dev), 0) << accio_last_error();
+  for (const char* mech : {"staged", "naive", "gds", "pagecache", "auto"}) {
+    SCOPED_TRACE(mech);
+    accio_settings* s = settings(mech, {{"pagecache_min", "4KiB"}});
+    accio_file* f;
+    ASSERT_EQ(accio_device_copy(dev, std::vector<char>(data.size()).data(), data.size()), 0) << accio_last_error();
+    ASSERT_EQ(accio_open(&f, dir.file("in").c_str(), "r", s), 0) << accio_last_error();
+    ASSERT_EQ(accio_pread(f, dev, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+    if (std::string(mech) != "auto") {
+      EXPECT_EQ(ran(f), mech);
+    }
+    accio_close(f);
+    EXPECT_TRUE(from_device(dev, data.size()) == data);
+    ASSERT_EQ(accio_open(&f, dir.file("out").c_str(), "w", s), 0) << accio_last_error();
+    ASSERT_EQ(accio_pwrite(f, dev, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+    accio_close(f);
+    EXPECT_TRUE(read_file(dir.file("out")) == data);
+    accio_settings_free(s);
+  }
+  void* host = nullptr;
+  int how = -1;
+  ASSERT_EQ(accio_host_alloc(1u << 20, &host, &how), 0) << accio_last_error();
+  EXPECT_EQ(how, ACCIO_HOST_CUDA) << "pinned in GPU 1's context";
+  EXPECT_EQ(accio_host_free(host), 0);
+  const std::string w = warnings();
+  EXPECT_EQ(w.find("pageable"), std::string::npos) << w;
+  EXPECT_EQ(w.find("cannot be pinned"), std::string::npos) << w;
+  EXPECT_EQ(retains(0), 0u) << "a context was made on GPU 0";
+  EXPECT_GT(retains(1), 0u);
+  accio_device_free(dev);
+}
+
 TEST(FakeGpu, StagedCopiesFromRegisteredRingsThatAreReused) {
   if (!fake()) GTEST_SKIP() << "fake driver only";
   TempDir dir;
@@ -639,6 +688,96 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
 
 // naive moves a request in 64 MiB chunks through one reused pageable buffer: a request of more than
 // two chunks, short at end of file, is three synchronous copies each way, bytes exact.
+bool fake_nvfs() { return fake() && std::getenv("FAKE_CUFILE_NVFS") && std::atoi(std::getenv("FAKE_CUFILE_NVFS")); }
+template <class F>
+F fake_fn(const char* name) {
+  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  return reinterpret_cast<F>(h ? dlsym(h, name) : nullptr);
+}
+
+// Memory mapped into a VMM reservation (cuMemCreate/cuMemMap; PyTorch's expandable segments) reports
+// the whole reservation as its range, about the GPU's memory and mostly not mapped. gds must not ask
+// cuFile to pin that (it registers the allocation around a request for later requests into it):
+// the request runs through cuFile's bounce buffers, with one warning. FAKE_CUDA_VMM_RESERVE makes the
+// fake report a 96 GiB range.
+TEST(FakeGpu, GdsDoesNotPinAVmmReservation) {
+  if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)";
+  TempDir dir;
+  const std::vector<char> data = pattern(8u << 20, 31);
+  write_file(dir.file("f"), data);
+  auto refused = fake_fn<uint64_t (*)()>("fake_cufile_range_refusals");
+  ASSERT_NE(refused, nullptr);
+  const uint64_t refused_before = refused();
+  setenv("FAKE_CUDA_VMM_RESERVE", "103079215104", 1);
+  {
+    DeviceMem dev(data.size(), false);
+    accio_settings* s = settings("gds");
+    accio_file* f;
+    ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+    const FakeCounters a = counters();
+    ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+    EXPECT_EQ(ran(f), "gds");
+    EXPECT_EQ(counters().cufile_buf_registers, a.cufile_buf_registers) << "no registration";
+    EXPECT_EQ(refused(), refused_before) << "asked cuFile to pin the whole reservation";
+    EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+    EXPECT_NE(warnings().find("VMM reservation"), std::string::npos) << warnings();
+    accio_close(f);
+    accio_settings_free(s);
+  }
+  unsetenv("FAKE_CUDA_VMM_RESERVE");
+}
+
+// gds keeps up to 64 registrations and drops the oldest for a new one; never one that a request in
+// another thread is still using (cuFile's behaviour then is undefined). One thread reads into buffer
+// A again and again, its registration the oldest, while three others register 96 new buffers.
+TEST(FakeGpu, GdsNeverDropsARegistrationInUse) {
+  if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)";
+  auto busy = fake_fn<uint64_t (*)()>("fake_cufile_busy_deregisters");
+  ASSERT_NE(busy, nullptr);
+  TempDir dir;
+  constexpr size_t n = 64 << 10;
+  const std::vector<char> data = pattern(n, 32);
+  write_file(dir.file("f"), data);
+  setenv("FAKE_CUFILE_IO_US", "2000", 1);
+  const uint64_t before = busy();
+  accio_settings* s = settings("gds", {{"threads", "1"}});
+  std::atomic<bool> others_done{false};
+  std::atomic<int> bad{0};
+  auto read_into = [&](void* p) {
+    accio_file* f = nullptr;
+    if (accio_open(&f, dir.file("f").c_str(), "r", s) != 0) {
+      ++bad;
+      return;
+    }
+    if (accio_pread(f, p, n, 0) != static_cast<int64_t>(n)) ++bad;
+    accio_close(f);
+  };
+  DeviceMem a(n, false);
+  std::thread first([&] {
+    do {
+      read_into(a.p);
+    } while (!others_done);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<std::thread> others;
+  for (int t = 0; t < 3; ++t)
+    others.emplace_back([&] {
+      for (int i = 0; i < 32; ++i) {
+        DeviceMem b(n, false);
+        read_into(b.p);
+      }
+    });
+  for (auto& t : others) t.join();
+  others_done = true;
+  first.join();
+  unsetenv("FAKE_CUFILE_IO_US");
+  accio_settings_free(s);
+  EXPECT_EQ(bad.load(), 0) << accio_last_error();
+  EXPECT_EQ(busy() - before, 0u) << "a registration was dropped while a cuFile read used it";
+  EXPECT_LE(counters().cufile_buf_registers, 64u);
+  EXPECT_TRUE(from_device(a.p, n) == data);
+}
+
 TEST(FakeGpu, NaiveMovesLargeRequestsInChunks) {
   if (!fake()) GTEST_SKIP() << "fake driver only";
   TempDir dir;

@@ -22,7 +22,8 @@
  * RLIMIT_MEMLOCK: a registration that would pin more than BYTES in all fails with
  * CUDA_ERROR_OUT_OF_MEMORY, as for a user process; root ignores the real limit, so only the fake can
  * refuse), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
- * asynchronous copy fails), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path),
+ * asynchronous copy fails), FAKE_CUDA_UNAVAILABLE=D (device D refuses a context: error 46, as in
+ * exclusive-process mode; fake_cuda_primary_retains(D) counts the retained ones), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path),
  * FAKE_CUFILE_REGISTER_ERR=E (cuFileHandleRegister refuses every descriptor with cuFile error E),
  * FAKE_CUFILE_REGISTER_ERR_DIRECT=E (only O_DIRECT ones), FAKE_CUFILE_NO_COMPAT=1 (the driver
  * properties say compatibility mode is off), FAKE_CUFILE_BATCH_SETUP_FAIL=1 (cuFileBatchIOSetUp fails), FAKE_CUFILE_BATCH_FAIL_AT=K (the K-th
@@ -204,11 +205,23 @@ EXPORT CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
   return OK;
 }
 EXPORT CUresult cuDeviceTotalMem_v2(size_t* b, int d) { (void)d; *b = (size_t)env_long("FAKE_CUDA_DEVICE_MEM", 1L << 30); return OK; }
+/* Primary contexts retained per device. FAKE_CUDA_UNAVAILABLE=D: device D refuses one with
+ * CUDA_ERROR_DEVICE_UNAVAILABLE (46), as a GPU in exclusive-process mode that another process owns. */
+static uint64_t g_retains[16];
 EXPORT CUresult cuDevicePrimaryCtxRetain(struct CUctx_st** c, int d) {
   if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
+  if (env_long("FAKE_CUDA_UNAVAILABLE", -1) == d) return 46;
+  __atomic_add_fetch(&g_retains[d], 1, __ATOMIC_RELAXED);
   *c = &g_ctx[d];
   return OK;
 }
+EXPORT CUresult cuDevicePrimaryCtxGetState(int d, unsigned* flags, int* active) {
+  if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
+  *flags = 0;
+  *active = __atomic_load_n(&g_retains[d], __ATOMIC_RELAXED) > 0;
+  return OK;
+}
+EXPORT uint64_t fake_cuda_primary_retains(int d) { return d >= 0 && d < 16 ? g_retains[d] : 0; }
 EXPORT CUresult cuCtxPushCurrent_v2(struct CUctx_st* c) {
   if (t_depth == 16) return E_INVALID_VALUE;
   t_stack[t_depth++] = c;
@@ -238,7 +251,10 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUde
       case 8: *(unsigned char*)data[i] = (unsigned char)(a && a->managed); break;  /* a bool, as the driver writes */
       case 9: *(int*)data[i] = a ? a->device : -2; break;
       case 11: *(void**)data[i] = a ? a->dev : NULL; break;
-      case 12: *(size_t*)data[i] = a ? a->size : 0; break;
+      /* FAKE_CUDA_VMM_RESERVE=BYTES: a device allocation reports a range of BYTES, as memory mapped
+       * into a VMM reservation (cuMemCreate/cuMemMap: PyTorch's expandable segments) reports the
+       * whole reservation, mapped or not. */
+      case 12: *(size_t*)data[i] = a ? (a->managed ? a->size : (size_t)env_long("FAKE_CUDA_VMM_RESERVE", (long)a->size)) : 0; break;
       default: break;
     }
   }
@@ -738,18 +754,73 @@ EXPORT void cuFileHandleDeregister(void* fh) {
   free(fh);
   __atomic_sub_fetch(&g_cnt.cufile_handles, 1, __ATOMIC_RELAXED);
 }
+/* Registered buffers: bytes pinned in all (FAKE_CUFILE_PINNED_LIMIT=BYTES refuses a registration
+ * past it with CU_FILE_GPU_MEMORY_PINNING_FAILED, 5036, as cufile.json's max_device_pinned_mem_size_kb
+ * does), the cuFile reads and writes running on each, and deregistrations made while one ran
+ * (fake_cufile_busy_deregisters; the real consequence is undefined). A range not wholly inside one
+ * allocation is refused (CU_FILE_CUDA_POINTER_RANGE_ERROR, 5012), as an unmapped range would be.
+ * Deregistered entries stay listed (dead), so that an I/O still running on one stays valid. */
+typedef struct BufReg { const char* p; size_t n; unsigned inflight; int dead; struct BufReg* next; } BufReg;
+static BufReg* g_bufregs;
+static uint64_t g_bufreg_bytes, g_busy_deregs, g_range_refused;
+EXPORT uint64_t fake_cufile_busy_deregisters(void) { return __atomic_load_n(&g_busy_deregs, __ATOMIC_RELAXED); }
+EXPORT uint64_t fake_cufile_range_refusals(void) { return __atomic_load_n(&g_range_refused, __ATOMIC_RELAXED); }
+EXPORT uint64_t fake_cufile_pinned_bytes(void) { return __atomic_load_n(&g_bufreg_bytes, __ATOMIC_RELAXED); }
 EXPORT CUfileError_t cuFileBufRegister(const void* p, size_t n, int flags) {
   (void)flags;
-  if (!resolve(p, n) || resolve(p, n) == p) return (CUfileError_t){5013, 0};  /* not device memory */
-  __atomic_add_fetch(&g_cnt.cufile_buf_registers, 1, __ATOMIC_RELAXED);
+  if (!resolve(p, 1) || resolve(p, 1) == p) return (CUfileError_t){5013, 0};  /* not device memory */
+  if (!resolve(p, n)) {
+    __atomic_add_fetch(&g_range_refused, 1, __ATOMIC_RELAXED);
+    return (CUfileError_t){5012, 0};
+  }
+  pthread_mutex_lock(&g_mu);
+  long limit = env_long("FAKE_CUFILE_PINNED_LIMIT", -1);
+  if (limit >= 0 && g_bufreg_bytes + n > (uint64_t)limit) {
+    pthread_mutex_unlock(&g_mu);
+    return (CUfileError_t){5036, 0};
+  }
+  BufReg* r = calloc(1, sizeof *r);
+  r->p = p, r->n = n, r->next = g_bufregs, g_bufregs = r;
+  g_bufreg_bytes += n;
+  g_cnt.cufile_buf_registers++;
+  pthread_mutex_unlock(&g_mu);
   return CF_OK;
 }
 EXPORT CUfileError_t cuFileBufDeregister(const void* p) {
-  (void)p;
-  __atomic_sub_fetch(&g_cnt.cufile_buf_registers, 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&g_mu);
+  for (BufReg* r = g_bufregs; r; r = r->next)
+    if (r->p == p && !r->dead) {
+      r->dead = 1;
+      if (r->inflight) g_busy_deregs++;
+      g_bufreg_bytes -= r->n;
+      g_cnt.cufile_buf_registers--;
+      break;
+    }
+  pthread_mutex_unlock(&g_mu);
   return CF_OK;
 }
+static BufReg* bufreg_enter(const void* base) {
+  pthread_mutex_lock(&g_mu);
+  BufReg* r = g_bufregs;
+  while (r && (r->p != base || r->dead)) r = r->next;
+  if (r) r->inflight++;
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+static ssize_t file_io_run(FileHandle* h, const void* base, size_t n, off_t off, off_t boff, int write);
 static ssize_t file_io(FileHandle* h, const void* base, size_t n, off_t off, off_t boff, int write) {
+  BufReg* r = bufreg_enter(base);
+  long us = env_long("FAKE_CUFILE_IO_US", 0);  /* each cuFile transfer takes this long */
+  if (us) usleep((useconds_t)us);
+  ssize_t got = file_io_run(h, base, n, off, boff, write);
+  if (r) {
+    pthread_mutex_lock(&g_mu);
+    r->inflight--;
+    pthread_mutex_unlock(&g_mu);
+  }
+  return got;
+}
+static ssize_t file_io_run(FileHandle* h, const void* base, size_t n, off_t off, off_t boff, int write) {
   if (off == env_long("FAKE_CUFILE_EIO_AT", -1)) return -EIO;
   char* p = resolve((const char*)base + boff, n);
   if (!p || p == (const char*)base + boff) return -EINVAL;  /* only device memory here */
