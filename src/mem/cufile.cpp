@@ -130,7 +130,11 @@ void* register_file(int direct_fd, int fd, std::string* why) {
     return nullptr;
   }
   std::string tried;
-  for (const int f : {direct_fd, fd}) {
+  // The direct path needs the O_DIRECT descriptor. In compatibility mode cuFile does POSIX I/O on
+  // the descriptor it was given: the buffered one keeps the page cache (a hot file is not read
+  // from the device again) and has no alignment rules.
+  const int order[2] = {a->nvfs ? direct_fd : fd, a->nvfs ? fd : direct_fd};
+  for (const int f : order) {
     if (f < 0) continue;
     Descr d{};
     d.type = 1;  // CU_FILE_HANDLE_TYPE_OPAQUE_FD

@@ -446,6 +446,13 @@ struct FakeCounters {
   uint64_t register_calls, register_readonly, register_refused, unregister_calls, registered_bytes, unregister_busy;
   uint64_t register_readonly_refused, pointer_queries;
 };
+bool fake_nvfs() { return fake() && std::getenv("FAKE_CUFILE_NVFS") && std::atoi(std::getenv("FAKE_CUFILE_NVFS")); }
+template <class F>
+F fake_fn(const char* name) {
+  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  return reinterpret_cast<F>(h ? dlsym(h, name) : nullptr);
+}
+
 FakeCounters counters() {
   FakeCounters c{};
   void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
@@ -675,7 +682,13 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
   char why[512];
   const char* nvfs = std::getenv("FAKE_CUFILE_NVFS");
   const FakeCounters a = counters();
+  auto direct_handles = fake_fn<uint64_t (*)()>("fake_cufile_direct_handles");
+  ASSERT_NE(direct_handles, nullptr);
+  const uint64_t direct_before = direct_handles();
   EXPECT_EQ(accio_gds_mode(f, why, sizeof why), nvfs && std::atoi(nvfs) ? 1 : 0) << why;
+  // The direct path gets the O_DIRECT descriptor; compatibility mode the buffered one (cuFile does
+  // POSIX I/O on it: the page cache stays in use).
+  EXPECT_EQ(direct_handles() - direct_before, fake_nvfs() ? 1u : 0u);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
   const FakeCounters b = counters();
   EXPECT_EQ(b.cufile_reads - a.cufile_reads, 3u * 3) << "3 MiB in 1 MiB tasks, three times";
@@ -688,11 +701,27 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
 
 // naive moves a request in 64 MiB chunks through one reused pageable buffer: a request of more than
 // two chunks, short at end of file, is three synchronous copies each way, bytes exact.
-bool fake_nvfs() { return fake() && std::getenv("FAKE_CUFILE_NVFS") && std::atoi(std::getenv("FAKE_CUFILE_NVFS")); }
-template <class F>
-F fake_fn(const char* name) {
-  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  return reinterpret_cast<F>(h ? dlsym(h, name) : nullptr);
+// cuFile refuses to pin a buffer (CU_FILE_GPU_MEMORY_PINNING_FAILED past max_device_pinned_mem_size,
+// FAKE_CUFILE_PINNED_LIMIT here): one warning, and the request runs through cuFile's bounce buffers.
+TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {
+  if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)";
+  TempDir dir;
+  const std::vector<char> data = pattern((2u << 20) + 9, 33);
+  write_file(dir.file("f"), data);
+  setenv("FAKE_CUFILE_PINNED_LIMIT", "0", 1);
+  {
+    DeviceMem dev(data.size(), false);
+    accio_settings* s = settings("gds");
+    accio_file* f;
+    ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+    ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+    EXPECT_EQ(ran(f), "gds");
+    EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+    EXPECT_NE(warnings().find("GPU_MEMORY_PINNING_FAILED"), std::string::npos) << warnings();
+    accio_close(f);
+    accio_settings_free(s);
+  }
+  unsetenv("FAKE_CUFILE_PINNED_LIMIT");
 }
 
 // Memory mapped into a VMM reservation (cuMemCreate/cuMemMap; PyTorch's expandable segments) reports

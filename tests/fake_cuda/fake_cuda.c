@@ -728,6 +728,8 @@ EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* p) {
   p->max_batch_io_size = 128;
   return CF_OK;
 }
+static uint64_t g_direct_handles;  /* handles registered on an O_DIRECT descriptor */
+EXPORT uint64_t fake_cufile_direct_handles(void) { return __atomic_load_n(&g_direct_handles, __ATOMIC_RELAXED); }
 EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
   if (!g_cufile_open) return (CUfileError_t){5001, 0};
   if (fake_cufile_log("cuFileHandleRegister fd", d->handle.fd) != 0) return (CUfileError_t){5030, 0};
@@ -736,6 +738,7 @@ EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
   if (!refuse && (fcntl(d->handle.fd, F_GETFL) & O_DIRECT)) refuse = env_long("FAKE_CUFILE_REGISTER_ERR_DIRECT", 0);
   if (refuse) return (CUfileError_t){(int)refuse, 0};
   FileHandle* h = calloc(1, sizeof *h);
+  if (fcntl(d->handle.fd, F_GETFL) & O_DIRECT) __atomic_add_fetch(&g_direct_handles, 1, __ATOMIC_RELAXED);
   /* Real cuFile takes O_DIRECT descriptors and handles alignment itself; the fake reads through a
    * buffered descriptor on the same file. */
   char proc[64];
