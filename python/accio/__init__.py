@@ -86,7 +86,9 @@ def gpus() -> list[dict]:
 
 def device_array(nbytes: int, device: str | int = "cuda:0", managed: bool = False) -> DeviceArray:
     """nbytes of GPU memory owned by the returned DeviceArray (freed with it). It exposes
-    __cuda_array_interface__ and DLPack: cupy.asarray(a), torch.from_dlpack(a) take it without a copy."""
+    __cuda_array_interface__ and DLPack: cupy.asarray(a), torch.from_dlpack(a) take it without a copy.
+    managed=True gives CUDA managed memory (DLPack device type 13, CUDA managed): CuPy takes it;
+    PyTorch's DLPack import has no case for that type and refuses it."""
     return _ext.DeviceArray(nbytes, _ordinal(device), managed)
 
 

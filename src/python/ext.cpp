@@ -89,6 +89,15 @@ class View {
       from_buffer(obj, writable);
       return;
     }
+    // A tensor that requires grad (a model's nn.Parameter) refuses DLPack and CAI export ("use
+    // tensor.detach()"); its detach() is the same storage, which is what accio reads into or writes
+    // from (as load_state_dict copies into parameters under no_grad).
+    if (nb::hasattr(obj, "requires_grad") && nb::hasattr(obj, "detach") &&
+        PyObject_IsTrue(obj.attr("requires_grad").ptr()) == 1) {
+      detached_ = obj.attr("detach")();
+      obj = detached_;
+      o = obj.ptr();
+    }
     bool dlpack_cpu = false;
     if (nb::hasattr(obj, "__dlpack_device__")) {
       int type = 0, id = 0;
@@ -199,8 +208,16 @@ class View {
   }
 
   void from_dlpack_host(nb::handle obj, bool writable) {
-    // nanobind calls __dlpack__ (no stream: CPU memory has none) and falls back as the spec says.
-    take_dlpack(obj, obj, writable, false);
+    // __dlpack__() called here (no stream: CPU memory has none), so that a producer's refusal (a
+    // tensor that requires grad: "use tensor.detach()") reaches the caller as it was raised.
+    nb::object fn = obj.attr("__dlpack__"), cap;
+    try {
+      cap = fn("max_version"_a = nb::make_tuple(nb::dlpack::major_version, nb::dlpack::minor_version));
+    } catch (nb::python_error& e) {
+      if (!e.matches(PyExc_TypeError)) throw;
+      cap = fn();  // before DLPack 1.0: no max_version keyword
+    }
+    take_dlpack(obj, cap, writable, false);
   }
 
   void from_cai(nb::handle obj, bool writable) {
@@ -276,6 +293,7 @@ class View {
   Py_buffer view_{};
   bool have_view_ = false;
   nb::ndarray<nb::ro> array_;  // a DLPack import: holds the producer's memory until released
+  nb::object detached_;         // the detach() of a tensor that requires grad, kept while its memory is used
   nb::object array_keep_;      // a __cuda_array_interface__ object
   void* ptr_ = nullptr;
   size_t size_ = 0;

@@ -76,6 +76,40 @@ def test_bytes_is_accepted_for_writes_but_not_reads(tmp_path):
             f.read_into(b"immutable!!")
 
 
+class _ParameterLike:
+    """A PyTorch nn.Parameter (or any tensor that requires grad) as accio sees it: requires_grad is
+    True, DLPack and __cuda_array_interface__ exports are refused with torch's messages, and
+    detach() is the same storage (here a numpy array)."""
+
+    def __init__(self, arr, requires_grad=True):
+        self.arr, self.requires_grad = arr, requires_grad
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kw):
+        raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+
+    def detach(self):
+        return self.arr
+
+
+def test_a_tensor_that_requires_grad_is_read_into_through_its_detach(tmp_path):
+    """f.read_into(model.weight): torch refuses to export a parameter, whose detach() shares its
+    storage; accio uses that, as load_state_dict copies into parameters."""
+    data = np.random.default_rng(5).integers(0, 256, 70000, dtype=np.uint8)
+    data.tofile(tmp_path / "w")
+    weight = np.zeros(data.size, np.uint8)
+    with accio.open(tmp_path / "w") as f:
+        assert f.read_into(_ParameterLike(weight)) == data.size
+    assert np.array_equal(weight, data)
+    assert accio.write(tmp_path / "back", _ParameterLike(weight)) == data.size
+    assert (tmp_path / "back").read_bytes() == data.tobytes()
+    # Without requires_grad the export's own error stands: accio does not detach what it need not.
+    with accio.open(tmp_path / "w") as f, pytest.raises(BufferError, match="require gradient"):
+        f.read_into(_ParameterLike(weight, requires_grad=False))
+
+
 def test_non_contiguous_array_is_rejected(tmp_path):
     with accio.open(tmp_path / "nc", "w+") as f:
         a = np.zeros((64, 64), dtype=np.uint8)[:, ::2]
