@@ -129,6 +129,38 @@ def test_run_warms_each_cell_up_untimed_with_short_phases(monkeypatch, tmp_path)
     assert calls[0][1] == stats.rotation(["auto", "posix"], 0) and calls[8][1] == stats.rotation(["auto", "posix"], 1)
 
 
+def test_other_profiles_are_auto_contenders_in_the_same_rounds(monkeypatch, tmp_path):
+    """--vs-profile: auto with another profile (or the built-in model) is measured in the same rounds,
+    never the oracle, and auto is compared with it by the paired ratio, cell by cell and overall."""
+    from accio.tune.measure import Bench
+    seen = []
+    speed = {("auto", None): 1200.0, ("auto", "off"): 1000.0, ("auto", "old.json"): 1200.0, ("posix", None): 1100.0}
+    rng = random.Random(4)
+
+    def together(self, entries, op, cold, threads, size, min_seconds=0.0, device=-1, file_size=0):
+        seen.append([(e[0]["mechanism"], e[0].get("profile")) for e in entries])
+        moment = 1 + rng.uniform(-.05, .05)  # the machine's speed this round, shared by its contenders
+        return [speed[(e[0]["mechanism"], e[0].get("profile"))] * moment for e in entries]
+    monkeypatch.setattr(Bench, "sample_together", together)
+    cells = [{"op": "read", "cache": "hot", "threads": 1, "file_size": 8 * MiB, "transfer": x} for x in (4 * KiB, MiB)]
+    result = evaluate.run(Bench(str(tmp_path), MiB), cells, 7, contenders=("auto", "posix"), max_reps=7,
+                          profiles={"built-in": "off", "old": "old.json"})
+    assert result["contenders"] == ["auto", "posix", "auto[built-in]", "auto[old]"]
+    assert all(len(r) == 4 for r in seen)  # every round has every contender
+    for c in result["cells"]:
+        assert c["oracle"] == "posix"  # the other profiles are not fixed mechanisms
+        assert c["auto_vs"]["auto[built-in]"]["verdict"] == "faster" and c["auto_vs"]["auto[built-in]"]["method"] == "paired"
+        assert abs(c["auto_vs"]["auto[built-in]"]["estimate"] - 1.2) < 1e-3
+        assert c["auto_vs"]["auto[old]"]["verdict"] == "within noise"
+    vs = result["verdict"]["auto_geomean_vs"]
+    assert vs["auto[built-in]"]["verdict"] == "faster" and vs["auto[old]"]["verdict"] == "within noise"
+    assert result["verdict"]["best_fixed"] == "posix"
+    text = evaluate.render(result)
+    assert "cells where auto differs significantly from auto[built-in] (2):" in text
+    assert "cells where auto differs significantly from auto[old] (0)" in text
+    assert "auto/auto[built-in] 1.2" in text
+
+
 def test_sample_together_alternates_phases_until_each_has_its_time(monkeypatch, tmp_path):
     from accio.tune.measure import Bench
     calls = []

@@ -266,6 +266,10 @@ def test_tune_error_paths(tmp_path):
     assert r.returncode == 2 and "budget" in r.stderr
     r = tune(str(tmp_path), "--evaluate", "-i", "7", "--max-reps", "5", check=False)
     assert r.returncode == 2 and "--max-reps 5" in r.stderr
+    r = tune(str(tmp_path), "--vs-profile", "off", check=False)
+    assert r.returncode == 2 and "--vs-profile goes with --evaluate" in r.stderr
+    r = tune(str(tmp_path), "--evaluate", "--vs-profile", str(tmp_path / "nope.json"), check=False)
+    assert r.returncode == 2 and "no such profile file" in r.stderr
     r = tune(str(tmp_path / "missing"), check=False)
     assert r.returncode == 1 and "no such file" in r.stderr
     r = tune(str(tmp_path), "--file-size", "1t", "--budget", "10", check=False)

@@ -57,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default {evaluate_mod.MAX_SAMPLES})")
     p.add_argument("--json", metavar="FILE", help="--evaluate: write the results as JSON ('-' for stdout; "
                    "the table then goes to stderr)")
+    p.add_argument("--vs-profile", action="append", default=[], metavar="PROFILE",
+                   help="--evaluate: also measure auto with this profile file ('off': the built-in model), in the "
+                   "same rounds, and compare auto with it cell by cell (repeatable)"),
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -124,6 +127,11 @@ def _check_usage(args) -> None:
         raise UsageError("--show and --evaluate do not go together")
     if args.json and not args.evaluate:
         raise UsageError("--json goes with --evaluate (a calibration writes its profile; see --profile)")
+    if args.vs_profile and not args.evaluate:
+        raise UsageError("--vs-profile goes with --evaluate")
+    for v in args.vs_profile:
+        if v != "off" and not os.path.isfile(v):
+            raise UsageError(f"--vs-profile {v}: no such profile file (or 'off' for the built-in model)")
     if args.profile == "-":
         raise UsageError("--profile takes a file name: a profile is a file that auto reads, not stdout")
     if args.threads < 0:
@@ -312,7 +320,12 @@ def evaluate(args, directory: str, path: str) -> int:
                                  f"({bench.cold_note})")
             if args.profile and have:
                 os.environ["ACCIO_PROFILE"] = args.profile  # the auto handles of the run use this profile
-            result = evaluate_mod.run(bench, cells(), args.reps, progress=progress, max_reps=args.max_reps)
+            others = {("built-in" if v == "off" else os.path.basename(v).removesuffix(".json")): v
+                      for v in args.vs_profile}
+            if len(others) != len(args.vs_profile):
+                raise UsageError("--vs-profile: two profiles with the same file name")
+            result = evaluate_mod.run(bench, cells(), args.reps, progress=progress, max_reps=args.max_reps,
+                                      profiles=others)
             result["decision_ns"] = decision_cost(bench, args.profile if have else None, transfers)
             result["cold_reads"] = bench.cold_reads
             result["notes"] = [bench.cold_note] if bench.cold_note else []
@@ -330,7 +343,7 @@ def evaluate(args, directory: str, path: str) -> int:
     info = gather(directory)
     result.update({"schema": "accio.tune-evaluate/1", "profile": path if have else model,
                    "path": os.path.abspath(directory), "threads": threads, "ops": list(ops),
-                   "caches": list(caches), "reps": args.reps,
+                   "caches": list(caches), "reps": args.reps, "vs_profiles": list(args.vs_profile),
                    "max_reps": args.max_reps, "command": "accio " + " ".join(sys.argv[1:]),
                    "machine": {k: info[k] for k in ("kernel", "cpu", "memory")}, "accio": __version__,
                    "git_commit": _ext.git_commit(), "filesystem": info.get("filesystem"),

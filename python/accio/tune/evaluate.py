@@ -13,6 +13,10 @@ excludes 1.0, within noise when it contains 1.0 and lies inside +-5%, else undec
 comparison with the oracle gets more rounds (auto and the fixed mechanisms within 10% of the oracle,
 EXTRA_ROUNDS at a time) up to max_reps samples; what is still undecided then is reported so.
 
+Other profiles (--vs-profile) join as more auto contenders, named auto[label] (auto[built-in] for
+the built-in model): measured in the same rounds, they are not fixed mechanisms (never the oracle),
+and auto is compared with each by the same paired ratio, cell by cell and over the grid.
+
 A cell meets the goal when auto's median ratio to the oracle (the median of the paired per-round
 ratios, the estimate the interval is about) is at least GOAL (0.9) or the two are within noise. The summary compares auto's geometric mean over the cells with every fixed
 mechanism's (geomean of the per-cell ratios auto/m, with an interval from resampling every cell).
@@ -36,6 +40,11 @@ EXTRA_ROUNDS = 4       # rounds added at a time to an undecided cell
 WARMUP_BYTES = 16 * MiB  # each contender's untimed phase before a cell's first round
 GOAL = 0.9             # a cell is fine when auto reaches this fraction of the oracle, or is within noise
 NEAR = 0.9             # fixed mechanisms at least this close to the oracle join the extra rounds
+
+
+def is_auto(m: str) -> bool:
+    """auto, or auto with another profile (auto[label]): not a fixed mechanism."""
+    return m == "auto" or m.startswith("auto[")
 
 
 def warmup_bytes(file_size: int, transfer: int, threads: int) -> int:
@@ -91,7 +100,8 @@ def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, 
     contender the rounds it was measured in (so that pairs are paired)."""
     samples = {m: [] for m in contenders}
     rounds = {m: [] for m in contenders}
-    fixed = [m for m in contenders if m != "auto"]
+    fixed = [m for m in contenders if not is_auto(m)]
+    autos = [m for m in contenders if is_auto(m)]  # auto first; other profiles stay paired with it
     n_round = 0
 
     def more(names, k):
@@ -114,7 +124,7 @@ def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, 
         oracle = max(med, key=med.get)
         if _compare(rounds, samples, "auto", oracle)["verdict"] != "undecided":
             break
-        near = ["auto", *(m for m in fixed if med[m] >= NEAR * med[oracle])]
+        near = [*autos, *(m for m in fixed if med[m] >= NEAR * med[oracle])]
         more(near, min(EXTRA_ROUNDS, max_reps - len(samples["auto"])))
     return samples, rounds
 
@@ -122,13 +132,13 @@ def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, 
 def judge(cell: dict, samples: dict, rounds: dict) -> None:
     """Adds to the cell: medians, the oracle, ratios to it, auto's comparisons, and whether it is fine."""
     med = {m: stats.median(v) for m, v in samples.items()}
-    fixed = [m for m in samples if m != "auto"]
+    fixed = [m for m in samples if not is_auto(m)]
     oracle = max(fixed, key=med.get) if fixed else max(med, key=med.get)
     cell.update({"samples": {m: [round(x, 1) for x in v] for m, v in samples.items()},
                  "median": {m: round(v, 1) for m, v in med.items()},
                  "oracle": oracle, "ratio": {m: round(v / med[oracle], 4) for m, v in med.items()}})
     if "auto" in samples:
-        cell["auto_vs"] = {m: _compare(rounds, samples, "auto", m) for m in fixed}
+        cell["auto_vs"] = {m: _compare(rounds, samples, "auto", m) for m in samples if m != "auto"}
         vs = cell["auto_vs"].get(oracle)
         cell["verdict"] = vs["verdict"] if vs else "undecided"
         # auto's ratio to the oracle is the median of the paired per-round ratios, the estimate its
@@ -141,10 +151,13 @@ def judge(cell: dict, samples: dict, rounds: dict) -> None:
 
 
 def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=None, max_reps: int = MAX_SAMPLES,
-        device: int = -1) -> dict:
+        device: int = -1, profiles: dict | None = None) -> dict:
     """contenders: auto and every host mechanism (the engine's registry) unless given; device >= 0:
-    the buffers are in that GPU's memory (contenders: auto and the device mechanisms)."""
-    contenders = tuple(contenders or ("auto", *host_mechanisms()))
+    the buffers are in that GPU's memory (contenders: auto and the device mechanisms). profiles:
+    {label: profile setting} of more auto contenders, auto[label] (a profile file, or "off")."""
+    profiles = profiles or {}
+    contenders = (*(contenders or ("auto", *host_mechanisms())), *(f"auto[{k}]" for k in profiles))
+    settings = {f"auto[{k}]": {"mechanism": "auto", "profile": v} for k, v in profiles.items()}
     max_reps = max(max_reps, reps)
     total = len(cells) * reps * len(contenders)
     done = 0
@@ -167,7 +180,7 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
                 if warm:  # the warm-up pass: one short phase each (threads, rings, the planner's first look)
                     nbytes = min(nbytes, warmup_bytes(c["file_size"], c["transfer"], c["threads"]))
                 # auto's plans are those of its timed phases (the warm-up's are not counted)
-                entries.append(({"mechanism": m}, nbytes, used if m == "auto" and not warm else None))
+                entries.append((settings.get(m, {"mechanism": m}), nbytes, used if m == "auto" and not warm else None))
             got = bench.sample_together(entries, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
                                         min_seconds=0 if warm else SAMPLE_SECONDS, device=device,
                                         file_size=c["file_size"])
@@ -196,13 +209,14 @@ def summarize(cells: list[dict], contenders, elapsed: float) -> dict:
         ratios = [c["ratio"][m] for c in cells]
         per[m] = {"geomean": round(geomean(ratios), 4), "worst": round(min(ratios), 4),
                   "cells_within_10pct": sum(r >= GOAL for r in ratios)}
-    fixed = [m for m in contenders if m != "auto"]
+    fixed = [m for m in contenders if not is_auto(m)]
     best_fixed = max(fixed, key=lambda m: per[m]["geomean"]) if fixed else None
     verdict = {}
     if "auto" in per and best_fixed:
-        # auto over each fixed mechanism across the grid: the geomean of the per-cell ratios.
+        # auto over each fixed mechanism (and other profile) across the grid: the geomean of the
+        # per-cell ratios.
         vs = {}
-        for m in fixed:
+        for m in (m for m in contenders if m != "auto"):
             r = stats.geomean_ratio([_pair(c["rounds"], c["samples"], "auto", m) for c in cells])
             vs[m] = {"estimate": round(r.estimate, 4), "low": round(r.low, 4), "high": round(r.high, 4),
                      "verdict": stats.verdict(r)}
@@ -259,6 +273,13 @@ def render(result: dict) -> str:
         if und:
             out.append(f"undecided after up to {max(c['auto_vs'][c['oracle']]['n'] for c in und)} samples "
                        f"({len(und)}): " + "; ".join(f"{_cell_name(c)} {c['auto_ratio']:.2f}" for c in und))
+        for other in (m for m in cont if is_auto(m) and m != "auto"):  # --vs-profile
+            sig = [c for c in result["cells"] if c["auto_vs"][other]["verdict"] in ("slower", "faster")]
+            out.append(f"cells where auto differs significantly from {other} ({len(sig)})" + (":" if sig else ""))
+            for c in sig:
+                vs = c["auto_vs"][other]
+                out.append(f"  {_cell_name(c):28s} auto {vs['verdict']} by {abs(1 - vs['estimate']):.1%} "
+                           f"[{vs['low']:.3f}-{vs['high']:.3f}], n={vs['n']} ({', '.join(c.get('auto_plans', []))})")
     out.append("")
     out.append("ratio to the oracle per contender (geometric mean over the cells):")
     for m, s in result["summary"].items():
@@ -266,7 +287,7 @@ def render(result: dict) -> str:
                    f"within {1 - GOAL:.0%}: {s['cells_within_10pct']}/{len(result['cells'])} cells")
     v = result.get("verdict")
     if v:
-        out.append("auto over each fixed mechanism (geomean of the per-cell ratios, 95% interval):")
+        out.append("auto over each fixed mechanism and other profile (geomean of the per-cell ratios, 95% interval):")
         for m, g in v["auto_geomean_vs"].items():
             out.append(f"  auto/{m:9s} {g['estimate']:.3f} [{g['low']:.3f}-{g['high']:.3f}]  {g['verdict']}")
         out.append(f"auto >= every fixed mechanism (geomean to the oracle >= {v['best_fixed']}'s): "
