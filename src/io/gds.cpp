@@ -8,6 +8,7 @@
 // explain() and `accio info` (cufile::mode_for), never assumed.
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -29,8 +30,7 @@ namespace cf = mem::cufile;
 using base::Error;
 
 constexpr size_t kMaxRegistrations = 64;
-constexpr size_t kMaxRangeFactor = 16;                 // see Gds::registered
-constexpr size_t kMinRange = size_t{64} << 20;
+constexpr size_t kMaxRange = size_t{8} << 30;          // see Gds::registered
 constexpr size_t kDefaultPinnedBudget = size_t{32} << 30;  // cufile.json's max_device_pinned_mem_size_kb
 
 class Gds final : public Mechanism {
@@ -38,13 +38,22 @@ class Gds final : public Mechanism {
   const char* name() const override { return "gds"; }
   int rank() const override { return 12; }
   bool device() const override { return true; }
-  bool available(std::string* why) const override { return cf::load(why) != nullptr; }
+  // Whether libcufile is there; its driver is opened by the first GPU request (resolve), in that
+  // buffer's context, so that listing the mechanisms makes no CUDA context.
+  bool available(std::string* why) const override { return cf::library(why) != nullptr; }
 
   // Where cuFile cannot serve this file (not loaded; or, for a request into GPU memory, it refuses
   // to register the file), staged runs instead, after one warning that says why.
   const Mechanism& resolve(const IoContext& c) const override {
     std::string why;
-    if (cf::load(&why)) {
+    const cf::Api* a = nullptr;
+    if (c.target.on_device()) {
+      cu::ContextGuard g(c.target);  // cuFile's driver is opened in the first GPU buffer's context
+      a = cf::load(&why);
+    } else {
+      a = cf::library(&why);
+    }
+    if (a) {
       if (!c.target.on_device()) return *this;
       why = refusal(c);
       if (why.empty()) return *this;
@@ -102,7 +111,7 @@ class Gds final : public Mechanism {
       cu::wait_legacy_stream();  // see run()
       fh = handle(c);
       for (size_t i = 0; i < count; ++i) {
-        const auto [base, boff, lease_id] = leases.add(registered(static_cast<char*>(items[i].buf), items[i].n, a));
+        const auto [base, boff, lease_id] = leases.take(static_cast<char*>(items[i].buf), items[i].n, a);
         io[i].mode = 1;  // CUFILE_BATCH
         io[i].u.batch = {base, static_cast<off_t>(items[i].off), static_cast<off_t>(boff), items[i].n};
         io[i].fh = fh;
@@ -166,9 +175,9 @@ class Gds final : public Mechanism {
   // itself (cuFile moves it through its own bounce buffers). What is registered is the allocation
   // the driver reports around buf, kept for later requests into it (a caching allocator's segment),
   // within cuFile's pinned-memory budget (max_device_pinned_mem_size, 32 GiB by default) and only
-  // where the allocation is at most kMaxRangeFactor x the request (at least 64 MiB): a VMM reservation
-  // (PyTorch's expandable segments) reports its whole range, about the GPU's memory and mostly not
-  // mapped, which is not pinned. KvikIO registers nothing unless asked.
+  // up to kMaxRange: memory mapped into a VMM reservation (PyTorch's expandable segments) reports
+  // the whole reservation, about the GPU's memory and mostly not mapped, which is not pinned.
+  // KvikIO registers nothing unless asked.
   struct Lease {
     char* base;
     size_t off;
@@ -188,29 +197,35 @@ class Gds final : public Mechanism {
     std::lock_guard lk(mu_);
     auto it = regs_.find(buf_id);
     if (it == regs_.end()) {
-      if (size > std::max(kMaxRangeFactor * n, kMinRange)) {
+      if (size > kMaxRange) {
         base::warn_once("gds-bufregister-range",
                         "cuFile buffers not registered: the driver reports a " + base::format_size(size) +
-                            " allocation around a " + base::format_size(n) +
-                            " request (a VMM reservation, such as PyTorch's expandable segments, is reported "
-                            "whole); cuFile uses its bounce buffers for such requests");
+                            " allocation around a " + base::format_size(n) + " request, more than accio registers (" +
+                            base::format_size(kMaxRange) +
+                            "; memory mapped into a VMM reservation, such as PyTorch's expandable segments, "
+                            "reports the whole reservation); cuFile uses its bounce buffers for such requests");
         return {buf, 0, 0};
       }
       const size_t budget = a.props_ok && a.props.max_device_pinned_mem_size
                                 ? size_t{a.props.max_device_pinned_mem_size} << 10
                                 : kDefaultPinnedBudget;
-      // A registration at the same address under another buffer id is of memory freed since (a
-      // caching allocator that released a segment): dropped, since cuFile knows a registration by its
-      // address. (One in use would mean a request into freed memory: this request then runs unregistered.)
-      for (auto o = order_.begin(); o != order_.end(); ++o) {
+      // A registration overlapping this allocation under another buffer id is of memory freed since
+      // (a caching allocator that released a segment): dropped, since cuFile knows registrations by
+      // their addresses. (One in use would mean a request into freed memory: this request then runs
+      // unregistered.)
+      const auto lo = reinterpret_cast<uintptr_t>(base), hi = lo + size;
+      for (auto o = order_.begin(); o != order_.end();) {
         Reg& r = regs_.at(*o);
-        if (r.base != base) continue;
+        const auto rlo = reinterpret_cast<uintptr_t>(r.base), rhi = rlo + r.size;
+        if (!r.base || rhi <= lo || hi <= rlo) {
+          ++o;
+          continue;
+        }
         if (r.users) return {buf, 0, 0};
         a.BufDeregister(r.base);
         pinned_ -= r.size;
         regs_.erase(*o);
-        order_.erase(o);
-        break;
+        o = order_.erase(o);
       }
       // Room by the count and the budget: the oldest registrations no request holds are dropped.
       for (auto o = order_.begin(); o != order_.end() && (regs_.size() >= kMaxRegistrations || pinned_ + size > budget);) {
@@ -246,14 +261,17 @@ class Gds final : public Mechanism {
     std::lock_guard lk(mu_);
     if (auto it = regs_.find(l.id); it != regs_.end() && it->second.users) --it->second.users;
   }
-  // Releases its leases when it goes out of scope.
+  // Takes leases (registered()) and releases them when it goes out of scope.
   struct Leases {
     const Gds& g;
     std::vector<Lease> held;
     ~Leases() {
       for (const Lease& l : held) g.release(l);
     }
-    Lease add(Lease l) { return held.emplace_back(l); }
+    Lease take(char* buf, size_t n, const cf::Api& a) {
+      held.reserve(held.size() + 1);  // before the lease is taken: the push cannot throw after it
+      return held.emplace_back(g.registered(buf, n, a));
+    }
   };
 
   size_t run(const IoContext& c, char* buf, size_t n, uint64_t off, bool write) const {
@@ -264,7 +282,7 @@ class Gds final : public Mechanism {
     cu::wait_legacy_stream();
     void* fh = handle(c);
     Leases leases{*this, {}};
-    const auto [base, boff, lease_id] = leases.add(registered(buf, n, a));
+    const auto [base, boff, lease_id] = leases.take(buf, n, a);
     return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, 4096),
                      [&, base = base, boff = boff](uint64_t o, size_t len, size_t bo) {
                        cu::ContextGuard tg(c.target);

@@ -74,6 +74,7 @@ Loaded& state() {
     resolve_symbol(l, "cuCtxPushCurrent_v2", d.CtxPushCurrent, &miss);
     resolve_symbol(l, "cuCtxPopCurrent_v2", d.CtxPopCurrent, &miss);
     resolve_symbol(l, "cuCtxGetCurrent", d.CtxGetCurrent, &miss);
+    resolve_symbol(l, "cuCtxGetDevice", d.CtxGetDevice, nullptr);
     resolve_symbol(l, "cuPointerGetAttributes", d.PointerGetAttributes, &miss);
     resolve_symbol(l, "cuMemAlloc_v2", d.MemAlloc, &miss);
     resolve_symbol(l, "cuMemAllocManaged", d.MemAllocManaged, &miss);
@@ -239,7 +240,11 @@ ContextGuard::ContextGuard(int device) : d_(load()) {
 ContextGuard::ContextGuard(HostWork) : d_(load()) {
   if (!d_) return;
   CUcontext cur = nullptr;
-  if (d_->CtxGetCurrent(&cur) == kSuccess && cur) return;
+  if (d_->CtxGetCurrent(&cur) == kSuccess && cur) {
+    CUdevice dev;
+    if (d_->CtxGetDevice && d_->CtxGetDevice(&dev) == kSuccess) push(primary_context(static_cast<int>(dev)));
+    return;
+  }
   int device = 0;
   for (int i = 0; d_->DevicePrimaryCtxGetState && i < d_->devices; ++i) {
     CUdevice dev;

@@ -65,6 +65,7 @@ struct Driver {
   CUresult (*CtxPushCurrent)(CUcontext);
   CUresult (*CtxPopCurrent)(CUcontext*);
   CUresult (*CtxGetCurrent)(CUcontext*);
+  CUresult (*CtxGetDevice)(CUdevice*);  // optional (nullptr: the current context itself is used)
   CUresult (*PointerGetAttributes)(unsigned, int*, void**, CUdeviceptr);
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
   CUresult (*MemAllocManaged)(CUdeviceptr*, size_t, unsigned);
@@ -142,11 +143,13 @@ class ContextGuard {
  public:
   explicit ContextGuard(const Target& t);
   explicit ContextGuard(int device);
-  // For work that belongs to no GPU (pinning host memory, opening cuFile): the calling thread's
-  // current context; without one, the primary context of the first GPU whose primary context is
-  // already active (the one the program uses), else GPU 0's. A context costs a few hundred MiB of
-  // GPU memory and, in exclusive-process mode, fails on a GPU another process owns: accio never
-  // makes one on a GPU the program does not use when it uses another.
+  // For work that belongs to no GPU (pinning host memory, opening cuFile): the primary context of
+  // the GPU of the calling thread's current context (the primary one, which accio keeps retained,
+  // rather than a context the program may destroy while the pinning lasts); without a current
+  // context, of the first GPU whose primary context is already active (the one the program uses),
+  // else GPU 0's. A context costs a few hundred MiB of GPU memory and, in exclusive-process mode,
+  // fails on a GPU another process owns: once the program has made its GPU current, accio makes
+  // none on another.
   struct HostWork {};
   explicit ContextGuard(HostWork);
   ~ContextGuard();

@@ -5,6 +5,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -16,10 +17,17 @@ namespace accio::mem::cufile {
 std::string library_name() { return cuda::library_from_env("ACCIO_LIBCUFILE", "libcufile.so.0"); }
 
 namespace {
+// Two steps: the library (loaded and its symbols resolved once; listing the mechanisms needs no
+// more), then the driver (cuFileDriverOpen and its properties, once, in a CUDA context: the first
+// GPU request's, since Gds::resolve asks under the buffer's context). A failure to find a context is
+// not kept: the next call, from a thread with one current, opens it.
 struct State {
   Api api;
+  bool library = false;  // loaded, symbols resolved
+  std::string why;       // why not (the library or, once `opened`, the driver)
+  std::mutex mu;
+  std::atomic<bool> opened{false};  // the driver step ran to an outcome (ok or why)
   const Api* ok = nullptr;
-  std::string why;
 };
 
 State& state() {
@@ -50,34 +58,52 @@ State& state() {
     }
     cuda::resolve_symbol(a.lib, "cuFileBatchIOSetUp", a.BatchSetUp, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIOSubmit", a.BatchSubmit, nullptr);
-    cuda::resolve_symbol(a.lib, "cuFileBatchIOGetStatus", a.BatchGetStatus, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIODestroy", a.BatchDestroy, nullptr);
+    cuda::resolve_symbol(a.lib, "cuFileBatchIOGetStatus", a.BatchGetStatus, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIOCancel", a.BatchCancel, nullptr);
-    std::optional<cuda::ContextGuard> g;
-    try {
-      g.emplace(cuda::ContextGuard::HostWork{});  // cuFile works in the calling thread's context
-    } catch (const std::exception& e) {
-      s.why = std::string("no CUDA context to open cuFile in: ") + e.what();
-      return;
-    }
-    if (Error e = a.DriverOpen(); e.err != 0) {
-      s.why = "cuFileDriverOpen: " + error_text(e);
-      return;
-    }
-    if (a.DriverGetProperties(&a.props).err == 0) {
-      a.props_ok = true;
-      a.nvfs = a.props.nvfs.major_version || a.props.nvfs.minor_version;  // KvikIO's test, too
-      if (a.BatchSetUp && a.BatchSubmit && a.BatchGetStatus && a.BatchDestroy)
-        a.max_batch = a.props.max_batch_io_size ? a.props.max_batch_io_size : 128;
-    }
-    s.ok = &a;
+    s.library = true;
   });
   return s;
 }
 }  // namespace
 
+const Api* library(std::string* why) {
+  State& s = state();
+  if (!s.library && why) *why = s.why;
+  return s.library ? &s.api : nullptr;
+}
+
 const Api* load(std::string* why) {
   State& s = state();
+  if (!s.library) {
+    if (why) *why = s.why;
+    return nullptr;
+  }
+  if (!s.opened.load(std::memory_order_acquire)) {
+    std::lock_guard lk(s.mu);
+    if (!s.opened.load(std::memory_order_relaxed)) {
+      Api& a = s.api;
+      std::optional<cuda::ContextGuard> g;
+      try {
+        g.emplace(cuda::ContextGuard::HostWork{});  // cuFile works in the calling thread's context
+      } catch (const std::exception& e) {  // not kept: a later call may have a context
+        if (why) *why = std::string("no CUDA context to open cuFile in: ") + e.what();
+        return nullptr;
+      }
+      if (Error e = a.DriverOpen(); e.err != 0) {
+        s.why = "cuFileDriverOpen: " + error_text(e);
+      } else {
+        if (a.DriverGetProperties(&a.props).err == 0) {
+          a.props_ok = true;
+          a.nvfs = a.props.nvfs.major_version || a.props.nvfs.minor_version;  // KvikIO's test, too
+          if (a.BatchSetUp && a.BatchSubmit && a.BatchGetStatus && a.BatchDestroy)
+            a.max_batch = a.props.max_batch_io_size ? a.props.max_batch_io_size : 128;
+        }
+        s.ok = &a;
+      }
+      s.opened.store(true, std::memory_order_release);
+    }
+  }
   if (!s.ok && why) *why = s.why;
   return s.ok;
 }

@@ -75,7 +75,12 @@ struct Api {
 };
 
 std::string library_name();  // $ACCIO_LIBCUFILE, else libcufile.so.0
-// Loads libcufile and opens the driver (once; needs libcuda). nullptr and *why when it cannot.
+// libcufile loaded and its symbols resolved (once; needs libcuda), without opening the driver:
+// whether gds can be offered at all. nullptr and *why when not.
+const Api* library(std::string* why = nullptr);
+// library(), and the driver opened (cuFileDriverOpen, once, in the calling thread's context, else
+// ContextGuard::HostWork's: call it with the GPU buffer's context current). nullptr and *why when it
+// cannot; a failure to find a context is not kept.
 const Api* load(std::string* why = nullptr);
 std::string error_text(Error e);
 

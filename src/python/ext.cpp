@@ -92,8 +92,7 @@ class View {
     // A tensor that requires grad (a model's nn.Parameter) refuses DLPack and CAI export ("use
     // tensor.detach()"); its detach() is the same storage, which is what accio reads into or writes
     // from (as load_state_dict copies into parameters under no_grad).
-    if (nb::hasattr(obj, "requires_grad") && nb::hasattr(obj, "detach") &&
-        PyObject_IsTrue(obj.attr("requires_grad").ptr()) == 1) {
+    if (nb::hasattr(obj, "requires_grad") && nb::hasattr(obj, "detach") && truth(obj.attr("requires_grad"))) {
       detached_ = obj.attr("detach")();
       obj = detached_;
       o = obj.ptr();
@@ -159,6 +158,30 @@ class View {
     size_ = static_cast<size_t>(view_.len);
   }
 
+  static bool truth(nb::handle v) {
+    const int t = PyObject_IsTrue(v.ptr());
+    if (t < 0) throw nb::python_error();
+    return t == 1;
+  }
+
+  // obj.__dlpack__() as the array API asks: max_version, and stream=1 (the legacy default stream)
+  // for CUDA memory; a producer that refuses a keyword with TypeError is asked again with fewer
+  // (before DLPack 1.0: no max_version; with no stream keyword at all it assumes the legacy stream).
+  static nb::object call_dlpack(nb::handle obj, bool cuda) {
+    nb::object fn = obj.attr("__dlpack__");
+    const nb::object version = nb::make_tuple(nb::dlpack::major_version, nb::dlpack::minor_version);
+    const int attempts = cuda ? 3 : 2;
+    for (int attempt = 0;; ++attempt) {
+      try {
+        if (attempt == 0) return cuda ? fn("stream"_a = 1, "max_version"_a = version) : fn("max_version"_a = version);
+        if (attempt == 1 && cuda) return fn("stream"_a = 1);
+        return fn();
+      } catch (nb::python_error& e) {
+        if (attempt == attempts - 1 || !e.matches(PyExc_TypeError)) throw;
+      }
+    }
+  }
+
   // Takes a DLPack capsule (or anything nanobind imports) as the array; checks writability and layout.
   void take_dlpack(nb::handle obj, nb::handle cap, bool writable, bool cuda) {
     nb::ndarray<> rw;
@@ -189,35 +212,16 @@ class View {
   void from_dlpack_cuda(nb::handle obj, int id, bool writable) {
     if (!nb::hasattr(obj, "__dlpack__"))
       throw nb::type_error((what(obj) + " has __dlpack_device__ but no __dlpack__: " + kAccepted).c_str());
-    nb::object fn = obj.attr("__dlpack__");
-    const nb::object version = nb::make_tuple(nb::dlpack::major_version, nb::dlpack::minor_version);
-    nb::object cap;
-    // stream=1: the legacy default stream, which accio synchronizes below.
-    for (int attempt = 0; attempt < 3 && !cap.is_valid(); ++attempt) {
-      try {
-        if (attempt == 0) cap = fn("stream"_a = 1, "max_version"_a = version);
-        else if (attempt == 1) cap = fn("stream"_a = 1);  // before DLPack 1.0 (array API 2023)
-        else cap = fn();  // no stream keyword: the producer assumes the legacy default stream
-      } catch (nb::python_error& e) {
-        if (attempt == 2 || !e.matches(PyExc_TypeError)) throw;
-      }
-    }
     device_ = id;
-    take_dlpack(obj, cap, writable, true);
+    // stream=1: the legacy default stream, which accio synchronizes below.
+    take_dlpack(obj, call_dlpack(obj, true), writable, true);
     sync_stream(id, 1);
   }
 
   void from_dlpack_host(nb::handle obj, bool writable) {
     // __dlpack__() called here (no stream: CPU memory has none), so that a producer's refusal (a
     // tensor that requires grad: "use tensor.detach()") reaches the caller as it was raised.
-    nb::object fn = obj.attr("__dlpack__"), cap;
-    try {
-      cap = fn("max_version"_a = nb::make_tuple(nb::dlpack::major_version, nb::dlpack::minor_version));
-    } catch (nb::python_error& e) {
-      if (!e.matches(PyExc_TypeError)) throw;
-      cap = fn();  // before DLPack 1.0: no max_version keyword
-    }
-    take_dlpack(obj, cap, writable, false);
+    take_dlpack(obj, call_dlpack(obj, false), writable, false);
   }
 
   void from_cai(nb::handle obj, bool writable) {

@@ -23,7 +23,8 @@
  * CUDA_ERROR_OUT_OF_MEMORY, as for a user process; root ignores the real limit, so only the fake can
  * refuse), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
  * asynchronous copy fails), FAKE_CUDA_UNAVAILABLE=D (device D refuses a context: error 46, as in
- * exclusive-process mode; fake_cuda_primary_retains(D) counts the retained ones), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path),
+ * exclusive-process mode; fake_cuda_primary_retains(D) counts the retained ones,
+ * fake_cuda_primary_retain_attempts(D) the refused ones too), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path),
  * FAKE_CUFILE_REGISTER_ERR=E (cuFileHandleRegister refuses every descriptor with cuFile error E),
  * FAKE_CUFILE_REGISTER_ERR_DIRECT=E (only O_DIRECT ones), FAKE_CUFILE_NO_COMPAT=1 (the driver
  * properties say compatibility mode is off), FAKE_CUFILE_BATCH_SETUP_FAIL=1 (cuFileBatchIOSetUp fails), FAKE_CUFILE_BATCH_FAIL_AT=K (the K-th
@@ -207,9 +208,10 @@ EXPORT CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
 EXPORT CUresult cuDeviceTotalMem_v2(size_t* b, int d) { (void)d; *b = (size_t)env_long("FAKE_CUDA_DEVICE_MEM", 1L << 30); return OK; }
 /* Primary contexts retained per device. FAKE_CUDA_UNAVAILABLE=D: device D refuses one with
  * CUDA_ERROR_DEVICE_UNAVAILABLE (46), as a GPU in exclusive-process mode that another process owns. */
-static uint64_t g_retains[16];
+static uint64_t g_retains[16], g_retain_attempts[16];
 EXPORT CUresult cuDevicePrimaryCtxRetain(struct CUctx_st** c, int d) {
   if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
+  __atomic_add_fetch(&g_retain_attempts[d], 1, __ATOMIC_RELAXED);
   if (env_long("FAKE_CUDA_UNAVAILABLE", -1) == d) return 46;
   __atomic_add_fetch(&g_retains[d], 1, __ATOMIC_RELAXED);
   *c = &g_ctx[d];
@@ -222,6 +224,7 @@ EXPORT CUresult cuDevicePrimaryCtxGetState(int d, unsigned* flags, int* active) 
   return OK;
 }
 EXPORT uint64_t fake_cuda_primary_retains(int d) { return d >= 0 && d < 16 ? g_retains[d] : 0; }
+EXPORT uint64_t fake_cuda_primary_retain_attempts(int d) { return d >= 0 && d < 16 ? g_retain_attempts[d] : 0; }
 EXPORT CUresult cuCtxPushCurrent_v2(struct CUctx_st* c) {
   if (t_depth == 16) return E_INVALID_VALUE;
   t_stack[t_depth++] = c;
@@ -234,6 +237,11 @@ EXPORT CUresult cuCtxPopCurrent_v2(struct CUctx_st** c) {
   return OK;
 }
 EXPORT CUresult cuCtxGetCurrent(struct CUctx_st** c) { *c = t_depth ? t_stack[t_depth - 1] : NULL; return OK; }
+EXPORT CUresult cuCtxGetDevice(int* d) {
+  if (!t_depth) return E_INVALID_CONTEXT;
+  *d = t_stack[t_depth - 1]->device;
+  return OK;
+}
 static int have_ctx(void) { return t_depth > 0; }
 
 EXPORT CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUdeviceptr ptr) {
@@ -765,7 +773,8 @@ EXPORT void cuFileHandleDeregister(void* fh) {
  * Deregistered entries stay listed (dead), so that an I/O still running on one stays valid. */
 typedef struct BufReg { const char* p; size_t n; unsigned inflight; int dead; struct BufReg* next; } BufReg;
 static BufReg* g_bufregs;
-static uint64_t g_bufreg_bytes, g_busy_deregs, g_range_refused;
+static uint64_t g_bufreg_bytes, g_busy_deregs, g_range_refused, g_deregs;
+EXPORT uint64_t fake_cufile_deregisters(void) { return __atomic_load_n(&g_deregs, __ATOMIC_RELAXED); }
 EXPORT uint64_t fake_cufile_busy_deregisters(void) { return __atomic_load_n(&g_busy_deregs, __ATOMIC_RELAXED); }
 EXPORT uint64_t fake_cufile_range_refusals(void) { return __atomic_load_n(&g_range_refused, __ATOMIC_RELAXED); }
 EXPORT uint64_t fake_cufile_pinned_bytes(void) { return __atomic_load_n(&g_bufreg_bytes, __ATOMIC_RELAXED); }
@@ -794,6 +803,7 @@ EXPORT CUfileError_t cuFileBufDeregister(const void* p) {
   for (BufReg* r = g_bufregs; r; r = r->next)
     if (r->p == p && !r->dead) {
       r->dead = 1;
+      g_deregs++;
       if (r->inflight) g_busy_deregs++;
       g_bufreg_bytes -= r->n;
       g_cnt.cufile_buf_registers--;

@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the table then goes to stderr)")
     p.add_argument("--vs-profile", action="append", default=[], metavar="PROFILE",
                    help="--evaluate: also measure auto with this profile file ('off': the built-in model), in the "
-                   "same rounds, and compare auto with it cell by cell (repeatable)"),
+                   "same rounds, and compare auto with it cell by cell (repeatable)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 

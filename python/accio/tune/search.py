@@ -163,12 +163,14 @@ class Search:
     # (group, size, plan) -> ([plan MiB/s], [built-in MiB/s]): the guard's paired rounds against the
     # built-in plan for that size; kept apart from `samples`, so the ranking stays the search's
     pairs: dict = field(default_factory=dict)
-    secs: dict = field(default_factory=dict)      # (group, plan) -> seconds its last sample took
-    est: dict = field(default_factory=dict)       # (group, plan) -> last MiB/s (sizes the next sample)
+    secs: dict = field(default_factory=dict)      # (group, size, plan) and (group, plan) -> seconds of its last sample
+    est: dict = field(default_factory=dict)       # (group, size, plan) and (group, plan) -> last MiB/s (sizes the next sample)
     notes: list = field(default_factory=list)
     start: float = field(default_factory=time.monotonic)
     exhausted: bool = False
     hold: bool = False  # leave the guard the time it needs (the steps after confirm)
+    _reserve_at: float = field(default=float("-inf"), repr=False)  # guard_reserve's cache: when, and its value
+    _reserve: float = field(default=0.0, repr=False)
     device: int = -1  # >= 0: a GPU's device table (buffers in its memory, device mechanisms)
 
     # ---- bookkeeping ----
@@ -197,14 +199,23 @@ class Search:
         mibps = self.bench.sample(plan.settings(), g.op, g.cache == "cold", g.threads, size, self._nbytes(g, size, plan),
                                   min_seconds=SAMPLE_SECONDS / 2, device=self.device)
         self.samples.setdefault((g, size, plan), []).append(mibps)
-        self.est[(g, plan)] = mibps
-        self.secs[(g, plan)] = time.monotonic() - t0
+        self._record(g, size, plan, mibps, time.monotonic() - t0)
         self._progress(g, size, plan.label)
         return True
 
+    def _record(self, g: Group, size: int, plan: Plan, mibps: float, seconds: float) -> None:
+        """The plan's last rate and sample time, at this size and for the group."""
+        for k in ((g, size, plan), (g, plan)):
+            self.est[k], self.secs[k] = mibps, seconds
+
+    def _last(self, table: dict, g: Group, size: int, plan: Plan, default: float) -> float:
+        """The plan's last value at this size, else its last in the group, else default."""
+        return table.get((g, size, plan), table.get((g, plan), default))
+
     def _nbytes(self, g: Group, size: int, plan: Plan) -> int:
-        """Bytes for one sample of about SAMPLE_SECONDS at the plan's last measured rate."""
-        nbytes = int(self.est.get((g, plan), 1000.0) * MiB * SAMPLE_SECONDS)
+        """Bytes for one sample of about SAMPLE_SECONDS at the plan's last measured rate (at this size
+        where it was measured at it: a rate of 64 MiB requests would make a 4 KiB sample far too long)."""
+        nbytes = int(self._last(self.est, g, size, plan, 1000.0) * MiB * SAMPLE_SECONDS)
         return max(nbytes, size * g.threads, min(self.bench.file_size, 8 * MiB))
 
     def _progress(self, g: Group, size: int, what: str) -> None:
@@ -215,20 +226,23 @@ class Search:
 
     def measure_pair(self, g: Group, size: int, plan: Plan, builtin: Plan) -> bool:
         """One paired round of `plan` and the built-in plan (Bench.sample_together: their phases take
-        turns, so both see the same machine), the built-in plan first every other round; False (and
-        nothing measured) once the budget is spent."""
+        turns, so both see the same machine), which goes first by stats.rotation (a strict A-B, B-A
+        alternation put a disturbance of period two on one side); False (and nothing measured) once
+        the budget is spent."""
         if self.left() <= 0:
             self.exhausted = True
             return False
         a, b = self.pairs.setdefault((g, size, plan), ([], []))
-        order = [plan, builtin] if len(a) % 2 == 0 else [builtin, plan]
+        order = stats.rotation([plan, builtin], len(a) + size.bit_length())
         t0 = time.monotonic()
         got = self.bench.sample_together([(p.settings(), self._nbytes(g, size, p), None) for p in order], g.op,
                                          g.cache == "cold", g.threads, size, SAMPLE_SECONDS / 2, self.device)
         by = dict(zip(order, got))
         a.append(by[plan])
         b.append(by[builtin])
-        self.secs[(g, plan)] = self.secs[(g, builtin)] = (time.monotonic() - t0) / 2
+        seconds = (time.monotonic() - t0) / 2
+        for p in order:
+            self._record(g, size, p, by[p], seconds)
         self._progress(g, size, f"{plan.label} vs built-in {builtin.label}")
         return True
 
@@ -299,10 +313,11 @@ class Search:
         """Seconds the guard's first stats.MIN_SAMPLES rounds of every current contest are estimated
         to take (by each plan's last sample), recomputed at most once a second."""
         now = time.monotonic()
-        if now - getattr(self, "_reserve_at", -2.0) >= 1.0:
+        if now - self._reserve_at >= 1.0:
             self._reserve_at = now
             self._reserve = sum(max(0, stats.MIN_SAMPLES - len(self.pairs.get((g, size, p), ([], []))[0]))
-                                * (self.secs.get((g, p), SAMPLE_SECONDS) + self.secs.get((g, b), SAMPLE_SECONDS))
+                                * (self._last(self.secs, g, size, p, SAMPLE_SECONDS)
+                                   + self._last(self.secs, g, size, b, SAMPLE_SECONDS))
                                 for g, size, p, b in self.guard_targets())
         return self._reserve
 
@@ -326,14 +341,15 @@ class Search:
         for step in (self.parameters, self.boundaries, self.polish):
             step()
             if self.exhausted:
-                self.notes.append(f"the {step.__name__} step stopped to leave the noise guard its time: some "
-                                  "cells have fewer samples or parameter variants than planned")
+                if step != self.polish:  # polish runs until the time left is the guard's: no news
+                    self.notes.append(f"the {step.__name__} step stopped to leave the noise guard its time: some "
+                                      "cells have fewer samples or parameter variants than planned")
                 break
         self.hold = self.exhausted = False
         self.guard()
         if self.exhausted:
             targets = self.guard_targets()
-            short = sum(len(self.pairs.get(t[:3], ([],))[0]) < stats.MIN_SAMPLES for t in targets)
+            short = sum(len(self.pairs.get(t[:3], ([], []))[0]) < stats.MIN_SAMPLES for t in targets)
             self.notes.append(f"the budget ran out during the guard step: {short} of {len(targets)} winners had fewer "
                               f"than {stats.MIN_SAMPLES} paired rounds against the built-in plan and keep it" if short else
                               "the budget ran out while the guard added rounds to undecided contests: those keep the "
