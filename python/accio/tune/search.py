@@ -10,7 +10,7 @@ cache state and concurrency, measured in the time the user allows rather than ce
    is measured with both winners, halving the interval while time remains;
 5. polish: the closest contests get more samples;
 6. guard: each cell's winner (and its best plan without alignment needs) against the built-in
-   model's plan, in paired rounds (the two measured together, their order alternating), at least
+   model's plan, in paired rounds (the two measured together, which goes first by stats.rotation), at least
    stats.MIN_SAMPLES rounds, more up to GUARD_MAX while the interval is undecided.
 Each step stops when the budget is spent; from the parameters step on, the steps leave the guard
 the time its rounds are estimated to take. What was not measured falls back to the built-in model
@@ -276,10 +276,14 @@ class Search:
         plans = [p for p in self.plans if g.op == "read" or p.mechanism not in READ_ONLY]
         return plans + ([b] if b not in plans else [])
 
+    def rounds(self, g: Group, size: int, plan: Plan) -> int:
+        """The guard's paired rounds of plan against the built-in plan so far."""
+        return len(self.pairs.get((g, size, plan), ([], []))[0])
+
     def guard_ratio(self, g: Group, size: int, plan: Plan) -> stats.Ratio | None:
         """plan / the built-in plan over the guard's paired rounds; None before stats.MIN_SAMPLES."""
         a, b = self.pairs.get((g, size, plan), ([], []))
-        return stats.ratio(a, b, paired=True) if len(a) >= stats.MIN_SAMPLES else None
+        return stats.ratio(a, b, paired=True) if self.rounds(g, size, plan) >= stats.MIN_SAMPLES else None
 
     def decide(self, g: Group, size: int, ranked: list[Plan]) -> tuple[Plan, dict]:
         """The first of `ranked` (best first) if the guard found it faster than the built-in plan (the
@@ -289,7 +293,7 @@ class Search:
         if best == builtin:
             return best, {}
         r = self.guard_ratio(g, size, best)
-        why = {"winner": best.label, "rounds": len(self.pairs.get((g, size, best), ([], []))[0]),
+        why = {"winner": best.label, "rounds": self.rounds(g, size, best),
                "vs_builtin": [round(r.estimate, 3), round(r.low, 3), round(r.high, 3)] if r else None}
         if r and r.low > 1.0:
             return best, why
@@ -315,7 +319,7 @@ class Search:
         now = time.monotonic()
         if now - self._reserve_at >= 1.0:
             self._reserve_at = now
-            self._reserve = sum(max(0, stats.MIN_SAMPLES - len(self.pairs.get((g, size, p), ([], []))[0]))
+            self._reserve = sum(max(0, stats.MIN_SAMPLES - self.rounds(g, size, p))
                                 * (self._last(self.secs, g, size, p, SAMPLE_SECONDS)
                                    + self._last(self.secs, g, size, b, SAMPLE_SECONDS))
                                 for g, size, p, b in self.guard_targets())
@@ -349,7 +353,7 @@ class Search:
         self.guard()
         if self.exhausted:
             targets = self.guard_targets()
-            short = sum(len(self.pairs.get(t[:3], ([], []))[0]) < stats.MIN_SAMPLES for t in targets)
+            short = sum(self.rounds(*t[:3]) < stats.MIN_SAMPLES for t in targets)
             self.notes.append(f"the budget ran out during the guard step: {short} of {len(targets)} winners had fewer "
                               f"than {stats.MIN_SAMPLES} paired rounds against the built-in plan and keep it" if short else
                               "the budget ran out while the guard added rounds to undecided contests: those keep the "
@@ -438,7 +442,7 @@ class Search:
         todo, want = sorted(self.guard_targets(), key=gain, reverse=True), stats.MIN_SAMPLES
         while todo:
             for g, size, p, b in todo:
-                while len(self.pairs.get((g, size, p), ([], []))[0]) < want:
+                while self.rounds(g, size, p) < want:
                     if not self.measure_pair(g, size, p, b):
                         return
             if want >= GUARD_MAX:
