@@ -6,7 +6,6 @@
 // buys nothing and is skipped. Requests are split over `threads` like `parallel`; submit()'s small
 // requests go to cuFile as batches (batch_limit, batch). Which path cuFile takes is reported by
 // explain() and `accio info` (cufile::mode_for), never assumed.
-#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
