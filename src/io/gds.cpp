@@ -107,7 +107,7 @@ class Gds final : public Mechanism {
     std::vector<cf::IoParams> io(count);
     Leases leases{*this, {}};
     try {
-      cu::wait_legacy_stream();  // see run()
+      cu::wait_legacy_stream(c.file.path);  // see run()
       fh = handle(c);
       for (size_t i = 0; i < count; ++i) {
         const auto [base, boff, lease_id] = leases.take(static_cast<char*>(items[i].buf), items[i].n, a);
@@ -278,7 +278,7 @@ class Gds final : public Mechanism {
     cu::ContextGuard g(c.target);
     // cuFile's DMA is ordered with no CUDA stream: wait for what the caller queued on the legacy
     // default stream (a kernel still writing or reading the buffer), as staged's copies do.
-    cu::wait_legacy_stream();
+    cu::wait_legacy_stream(c.file.path, static_cast<int64_t>(off));
     void* fh = handle(c);
     Leases leases{*this, {}};
     const auto [base, boff, lease_id] = leases.take(buf, n, a);

@@ -226,9 +226,10 @@ CUcontext primary_context(int device) {
   return c;
 }
 
-void wait_legacy_stream() {
+void wait_legacy_stream(const std::string& path, int64_t offset) {
   const Driver& d = *load();
-  check(d, d.StreamSynchronize(reinterpret_cast<CUstream>(uintptr_t{1})), "cuStreamSynchronize(CU_STREAM_LEGACY)");
+  check(d, d.StreamSynchronize(reinterpret_cast<CUstream>(uintptr_t{1})), "cuStreamSynchronize(CU_STREAM_LEGACY)", path,
+        offset);
 }
 
 ContextGuard::ContextGuard(const Target& t) : d_(load()) {

@@ -164,7 +164,8 @@ class ContextGuard {
 CUcontext primary_context(int device);  // retained once per device, kept
 // Waits for the work queued on the current context's legacy default stream (and so for what it waits
 // for): what a transfer outside accio's own streams (cuFile's) needs to be ordered as staged's are.
-void wait_legacy_stream();
+// path and offset name the request in an error.
+void wait_legacy_stream(const std::string& path = {}, int64_t offset = -1);
 
 // ---- device facts (accio info) ----
 struct GpuInfo {

@@ -708,6 +708,30 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
   accio_settings_free(s);
 }
 
+// gds waits for the legacy default stream before cuFile; when that wait fails, the request fails
+// with an error naming the call and the file, and the next request works.
+TEST(FakeGpu, GdsLegacyStreamWaitFailureNamesTheFile) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(1u << 20, 34);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  setenv("FAKE_CUDA_FAIL_LEGACY_SYNC", "1", 1);
+  const int64_t r = accio_pread(f, dev.p, data.size(), 0);
+  unsetenv("FAKE_CUDA_FAIL_LEGACY_SYNC");
+  EXPECT_LT(r, 0);
+  const std::string e = accio_last_error();
+  EXPECT_NE(e.find("CU_STREAM_LEGACY"), std::string::npos) << e;
+  EXPECT_NE(e.find(dir.file("f")), std::string::npos) << e;
+  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+  accio_close(f);
+  accio_settings_free(s);
+}
+
 // cuFile refuses to pin a buffer (CU_FILE_GPU_MEMORY_PINNING_FAILED past max_device_pinned_mem_size,
 // FAKE_CUFILE_PINNED_LIMIT here): one warning, and the request runs through cuFile's bounce buffers.
 TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {

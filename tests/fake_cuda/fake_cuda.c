@@ -24,6 +24,7 @@
  * refuse), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
  * asynchronous copy fails), FAKE_CUDA_UNAVAILABLE=D (device D refuses a context: error 46, as in
  * exclusive-process mode; fake_cuda_primary_retains(D) counts the retained ones,
+ * FAKE_CUDA_FAIL_LEGACY_SYNC=1 makes a synchronization of a default stream fail (999),
  * fake_cuda_primary_retain_attempts(D) the refused ones too), FAKE_CUFILE_NVFS=1 (cuFile reports the nvidia-fs driver: direct path),
  * FAKE_CUFILE_REGISTER_ERR=E (cuFileHandleRegister refuses every descriptor with cuFile error E),
  * FAKE_CUFILE_REGISTER_ERR_DIRECT=E (only O_DIRECT ones), FAKE_CUFILE_NO_COMPAT=1 (the driver
@@ -574,6 +575,7 @@ EXPORT CUresult cuStreamSynchronize(Stream* s) {
   pthread_mutex_unlock(&g_mu);
   if ((uintptr_t)s <= 2) {
     if (!have_ctx()) return E_INVALID_CONTEXT;
+    if (env_long("FAKE_CUDA_FAIL_LEGACY_SYNC", 0)) return 999;  /* CUDA_ERROR_UNKNOWN */
     drain_legacy();
     return OK;
   }
