@@ -30,6 +30,12 @@ namespace {
 using testing_accio::TempDir;
 
 bool fake() { return std::getenv("ACCIO_TEST_FAKE_GPU") != nullptr; }
+// A function of the fake driver (ACCIO_LIBCUDA), nullptr where there is none.
+template <class F>
+F fake_fn(const char* name) {
+  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW);  // the library accio loads (or will)
+  return reinterpret_cast<F>(h ? dlsym(h, name) : nullptr);
+}
 
 #define REQUIRE_GPU()                                         \
   do {                                                        \
@@ -233,10 +239,10 @@ TEST(Gpu, StreamSyncTakesTheDefaultStreamsAndRefusesZero) {
   EXPECT_EQ(accio_cuda_stream_sync(99, 1), -ENODEV);
   if (!fake()) return;
   uint64_t handles[64], before[64];
-  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  auto log = reinterpret_cast<unsigned (*)(uint64_t*, uint64_t*, unsigned)>(h ? dlsym(h, "fake_cuda_stream_syncs") : nullptr);
-  auto reset = reinterpret_cast<void (*)()>(dlsym(h, "fake_cuda_reset_counters"));
+  auto log = fake_fn<unsigned (*)(uint64_t*, uint64_t*, unsigned)>("fake_cuda_stream_syncs");
+  auto reset = fake_fn<void (*)()>("fake_cuda_reset_counters");
   ASSERT_NE(log, nullptr);
+  ASSERT_NE(reset, nullptr);
   reset();  // the log keeps the first 64
   EXPECT_EQ(accio_cuda_stream_sync(0, 7), 0) << accio_last_error();
   ASSERT_EQ(log(handles, before, 64), 1u);
@@ -448,16 +454,10 @@ struct FakeCounters {
   uint64_t register_readonly_refused, pointer_queries;
 };
 bool fake_nvfs() { return fake() && std::getenv("FAKE_CUFILE_NVFS") && std::atoi(std::getenv("FAKE_CUFILE_NVFS")); }
-template <class F>
-F fake_fn(const char* name) {
-  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW);  // the library accio loads (or will)
-  return reinterpret_cast<F>(h ? dlsym(h, name) : nullptr);
-}
 
 FakeCounters counters() {
   FakeCounters c{};
-  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  if (auto fn = reinterpret_cast<void (*)(FakeCounters*)>(h ? dlsym(h, "fake_cuda_counters") : nullptr)) fn(&c);
+  if (auto fn = fake_fn<void (*)(FakeCounters*)>("fake_cuda_counters")) fn(&c);
   return c;
 }
 
@@ -732,6 +732,20 @@ TEST(FakeGpu, GdsLegacyStreamWaitFailureNamesTheFile) {
   accio_settings_free(s);
 }
 
+// A gds read of the whole file at path into fresh device memory, checked: gds ran, and the device
+// holds the file's bytes.
+void gds_read_matches(const std::string& path, const std::vector<char>& data) {
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, path.c_str(), "r", s), 0);
+  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  EXPECT_EQ(ran(f), "gds");
+  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+  accio_close(f);
+  accio_settings_free(s);
+}
+
 // cuFile refuses to pin a buffer (CU_FILE_GPU_MEMORY_PINNING_FAILED past max_device_pinned_mem_size,
 // FAKE_CUFILE_PINNED_LIMIT here): one warning, and the request runs through cuFile's bounce buffers.
 TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {
@@ -740,19 +754,9 @@ TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {
   const std::vector<char> data = pattern((2u << 20) + 9, 33);
   write_file(dir.file("f"), data);
   setenv("FAKE_CUFILE_PINNED_LIMIT", "0", 1);
-  {
-    DeviceMem dev(data.size(), false);
-    accio_settings* s = settings("gds");
-    accio_file* f;
-    ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
-    ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
-    EXPECT_EQ(ran(f), "gds");
-    EXPECT_TRUE(from_device(dev.p, data.size()) == data);
-    EXPECT_NE(warnings().find("GPU_MEMORY_PINNING_FAILED"), std::string::npos) << warnings();
-    accio_close(f);
-    accio_settings_free(s);
-  }
+  gds_read_matches(dir.file("f"), data);
   unsetenv("FAKE_CUFILE_PINNED_LIMIT");
+  EXPECT_NE(warnings().find("GPU_MEMORY_PINNING_FAILED"), std::string::npos) << warnings();
 }
 
 // Memory mapped into a VMM reservation (cuMemCreate/cuMemMap; PyTorch's expandable segments) reports
@@ -768,23 +772,13 @@ TEST(FakeGpu, GdsDoesNotPinAVmmReservation) {
   auto refused = fake_fn<uint64_t (*)()>("fake_cufile_range_refusals");
   ASSERT_NE(refused, nullptr);
   const uint64_t refused_before = refused();
+  const FakeCounters a = counters();
   setenv("FAKE_CUDA_VMM_RESERVE", "103079215104", 1);
-  {
-    DeviceMem dev(data.size(), false);
-    accio_settings* s = settings("gds");
-    accio_file* f;
-    ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
-    const FakeCounters a = counters();
-    ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
-    EXPECT_EQ(ran(f), "gds");
-    EXPECT_EQ(counters().cufile_buf_registers, a.cufile_buf_registers) << "no registration";
-    EXPECT_EQ(refused(), refused_before) << "asked cuFile to pin the whole reservation";
-    EXPECT_TRUE(from_device(dev.p, data.size()) == data);
-    EXPECT_NE(warnings().find("VMM reservation"), std::string::npos) << warnings();
-    accio_close(f);
-    accio_settings_free(s);
-  }
+  gds_read_matches(dir.file("f"), data);
   unsetenv("FAKE_CUDA_VMM_RESERVE");
+  EXPECT_EQ(counters().cufile_buf_registers, a.cufile_buf_registers) << "no registration";
+  EXPECT_EQ(refused(), refused_before) << "asked cuFile to pin the whole reservation";
+  EXPECT_NE(warnings().find("VMM reservation"), std::string::npos) << warnings();
 }
 
 // gds keeps up to 64 registrations and drops the oldest for a new one; never one that a request in
@@ -1348,13 +1342,12 @@ TEST(FakeGpu, PagecacheRegistrationCacheAndItsInvalidation) {
 // pinned (no SIGBUS).
 TEST(FakeGpu, FakeRegistrationPinsReadOnlyFilePages) {
   if (!fake()) GTEST_SKIP() << "fake driver only";
-  void* h = dlopen(std::getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(h, nullptr);
-  auto reg = reinterpret_cast<int (*)(void*, size_t, unsigned)>(dlsym(h, "cuMemHostRegister_v2"));
-  auto unreg = reinterpret_cast<int (*)(void*)>(dlsym(h, "cuMemHostUnregister"));
-  auto push = reinterpret_cast<int (*)(void*)>(dlsym(h, "cuCtxPushCurrent_v2"));
-  auto pop = reinterpret_cast<int (*)(void**)>(dlsym(h, "cuCtxPopCurrent_v2"));
-  auto retain = reinterpret_cast<int (*)(void**, int)>(dlsym(h, "cuDevicePrimaryCtxRetain"));
+  auto reg = fake_fn<int (*)(void*, size_t, unsigned)>("cuMemHostRegister_v2");
+  auto unreg = fake_fn<int (*)(void*)>("cuMemHostUnregister");
+  auto push = fake_fn<int (*)(void*)>("cuCtxPushCurrent_v2");
+  auto pop = fake_fn<int (*)(void**)>("cuCtxPopCurrent_v2");
+  auto retain = fake_fn<int (*)(void**, int)>("cuDevicePrimaryCtxRetain");
+  ASSERT_TRUE(reg && unreg && push && pop && retain);
   TempDir dir;
   const std::vector<char> data = pattern(8192, 40);
   write_file(dir.file("f"), data);
