@@ -60,6 +60,8 @@ static struct {
   size_t (*fread_unlocked_)(void*, size_t, size_t, FILE*); /* the name is a macro in glibc's stdio.h */
   off_t (*lseek)(int, off_t, int);
   int (*fclose)(FILE*);
+  FILE* (*freopen)(const char*, const char*, FILE*);
+  int (*pclose)(FILE*);
   void (*doallocbuf)(FILE*); /* glibc's _IO_doallocbuf, looked up at run time: see fread_large */
 } real;
 
@@ -103,6 +105,12 @@ static int k_fclose(FILE* f) {
   errno = EAGAIN;
   return EOF;
 }
+static FILE* k_freopen(const char* p, const char* m, FILE* f) {
+  (void)p, (void)m, (void)f;
+  errno = EAGAIN;
+  return NULL;
+}
+#define k_pclose k_fclose
 static void k_doallocbuf(FILE* f) { (void)f; } /* none: the stream keeps no buffer, libc's fread reads it */
 
 static TLS int t_inside; /* this thread is inside the shim or the engine: everything passes through */
@@ -125,10 +133,11 @@ static const char* const kSym[][2] = {
     {"preadv64v2", "preadv2"}, {"write", NULL},            {"pwrite64", "pwrite"}, {"writev", NULL},
     {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"dup2", NULL},
     {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL}, {"lseek64", "lseek"}, {"fclose", NULL},
-    {"_IO_doallocbuf", NULL},
+    {"freopen64", "freopen"}, {"pclose", NULL}, {"_IO_doallocbuf", NULL},
 };
 enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close,
-       S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek, S_fclose, S_doallocbuf };
+       S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek, S_fclose, S_freopen,
+       S_pclose, S_doallocbuf };
 
 #define REAL(name)                                                                                     \
   (__builtin_expect(real.name != NULL, 1)                                                              \
@@ -545,7 +554,7 @@ out:
 }
 
 /* The program closes a descriptor: handles on its file that are not in use are closed too, so that
- * a deleted file's space is not held by the shim (fclose comes here too). */
+ * a deleted file's space is not held by the shim (fclose, freopen and pclose come here too). */
 static void handles_forget(const struct stat* st) {
   pthread_mutex_lock(&g_mu);
   for (int i = 0; i < g_nhandles; ++i) {
@@ -1235,17 +1244,29 @@ EXPORT size_t __fread_unlocked_chk(void* buf, size_t buflen, size_t size, size_t
   return fread_unlocked(buf, size, n, f);
 }
 
-/* fclose closes the stream's descriptor inside libc: what the shim knows of it goes first, as at
- * close(), so that the engine's handles do not hold a deleted file's space until evicted. (freopen,
- * fcloseall and pclose close inside libc too, unseen: those handles wait for eviction; they are
- * found by device and inode, so a reused descriptor never reads through them.) */
+/* fclose, freopen and pclose close the stream's descriptor inside libc: what the shim knows of it
+ * goes first, as at close(), so that the engine's handles do not hold a deleted file's space until
+ * evicted. */
+static void forget_stream(FILE* f) {
+  if (!f) return;
+  const int fd = stream_fd(f);
+  if (fd >= 0) forget_fd(fd);
+}
 EXPORT int fclose(FILE* f) {
-  if (f) {
-    const int fd = stream_fd(f);
-    if (fd >= 0) forget_fd(fd);
-  }
+  forget_stream(f);
   return REAL(fclose)(f);
 }
+EXPORT FILE* freopen(const char* path, const char* mode, FILE* f) {
+  forget_stream(f);
+  return REAL(freopen)(path, mode, f);
+}
+EXPORT FILE* freopen64(const char* path, const char* mode, FILE* f) { return freopen(path, mode, f); }
+EXPORT int pclose(FILE* f) {
+  forget_stream(f);
+  return REAL(pclose)(f);
+}
+/* fcloseall is not interposed: glibc's flushes the streams and leaves their descriptors open
+ * (tests/cpp/preload_semantics.c checks that it still does). */
 
 /* ---------------------------------------------------------------------------------------------
  * Start-up, fork and exit. */

@@ -10,7 +10,8 @@
  * during large transfers), threads sharing a descriptor, fork (child and parent keep working),
  * close (no descriptor keeps a deleted file), exec (the preload is inherited), and stdio: large
  * freads, which the shim serves, between small ones, seeks, ungetc, end of file, a pipe, and
- * fclose. */
+ * fclose; freopen and pclose (which close inside libc, where the shim sees no close()) release a
+ * deleted file too, and glibc's fcloseall closes no descriptor. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -646,6 +647,67 @@ static void test_stdio(void) {
   free(b);
 }
 
+/* ---- freopen, pclose, fcloseall: libc closes the descriptor inside; the file is released ---- */
+static void test_stdio_closers(void) {
+  unsigned char* b = malloc(2 * MiB);
+  /* freopen onto another file: the first is released, the stream reads the second */
+  char a[4096], c[4096];
+  snprintf(a, sizeof a, "%s", path_of("reopen_a"));
+  snprintf(c, sizeof c, "%s", path_of("reopen_b"));
+  make_file(a, 2 * MiB);
+  make_file(c, 3 * MiB);
+  FILE* f = fopen(a, "rb");
+  CHECK(f && fread(b, 1, 2 * MiB, f) == 2 * MiB && matches(b, 0, 2 * MiB), "fread before freopen");
+  unlink(a);
+  f = freopen(c, "rb", f);
+  CHECK(f != NULL, "freopen: %s", strerror(errno));
+  no_descriptor_holds(a, "freopen");
+  CHECK(f && fseek(f, MiB, SEEK_SET) == 0 && fread(b, 1, 2 * MiB, f) == 2 * MiB && matches(b, MiB, 2 * MiB),
+        "fread after freopen");
+  /* freopen(NULL): the same file in another mode, read from its start */
+  f = f ? freopen(NULL, "rb", f) : NULL;
+  CHECK(f && fread(b, 1, 2 * MiB, f) == 2 * MiB && matches(b, 0, 2 * MiB), "fread after freopen(NULL)");
+  unlink(c);
+  if (f) fclose(f);
+  no_descriptor_holds(c, "freopen(NULL) and fclose");
+
+  /* pclose: the stream of a pipe, its exit status kept */
+  make_file(a, 2 * MiB);
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "cat '%s'; exit 3", a);
+  f = popen(cmd, "r");
+  CHECK(f && fread(b, 1, 2 * MiB, f) == 2 * MiB && matches(b, 0, 2 * MiB), "fread from popen");
+  if (f) {
+    const int status = pclose(f);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3, "pclose: status %d", status);
+  }
+
+  /* glibc's fcloseall flushes every stream and closes no descriptor, so the shim does not interpose
+   * it: if a libc ever closes them there, the shim must forget them as at fclose. A read through the
+   * engine after it gets the file's bytes. In a child: its streams stay unusable after it. */
+  make_file(c, 2 * MiB);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int code = 0;
+    FILE* g = fopen(a, "rb");
+    const int fd = open(c, O_RDONLY);
+    if (!g || fd < 0 || fread(b, 1, 2 * MiB, g) != 2 * MiB || !matches(b, 0, 2 * MiB)) _exit(10);
+    const int gfd = fileno(g);
+    if (fcloseall() != 0) code |= 1;
+    if (fcntl(gfd, F_GETFD) < 0) code |= 2;
+    if (pread(fd, b, 2 * MiB, 0) != (ssize_t)(2 * MiB) || !matches(b, 0, 2 * MiB)) code |= 4;
+    _exit(code);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+        "fcloseall in a child: status %d (1 failed, 2 it closed a descriptor: preload.c must forget it, 4 wrong data)",
+        WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  unlink(a);
+  unlink(c);
+  free(b);
+}
+
 /* ---- exec: the preload is inherited and active in the new image ---- */
 static int exec_child(void) {
   const char* p = path_of("exec");
@@ -702,6 +764,7 @@ int main(int argc, char** argv) {
   test_fork();
   test_close_releases();
   test_stdio();
+  test_stdio_closers();
   test_exec();
   if (expect) {
     uint64_t t = 0, redone = 0;
