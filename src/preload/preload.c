@@ -195,9 +195,9 @@ static inline int below_gate(int fd, size_t n, int w) {
  * would be four windows for 1 MiB calls). A program that starts on a cold file gets the cold plan
  * from its first call. The window falls back to kMemoBytes when the program moves: an lseek() that moves the file offset, a pread
  * at another offset than where the previous one of the descriptor ended. Passing through is always
- * correct, so racing threads and a descriptor reused where no preload sees it (fclose, which closes
- * inside libc; a raw system call) cost at most a window at libc's speed. Cleared at close(), dup2(),
- * dup3() and close_range() of the descriptor, and when the engine serves a request on it. */
+ * correct, so racing threads and a descriptor reused where no preload sees it (a raw system call)
+ * cost at most a window at libc's speed. Cleared at close(), dup2(), dup3(), close_range(),
+ * fclose(), freopen() and pclose() of the descriptor, and when the engine serves a request on it. */
 #define MEMO_MAX_FD 4096
 static const uint64_t kMemoBytes = 16u << 20;
 static const uint64_t kMemoMaxBytes = 256u << 20;
