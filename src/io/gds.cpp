@@ -6,7 +6,9 @@
 // buys nothing and is skipped. Requests are split over `threads` like `parallel`; submit()'s small
 // requests go to cuFile as batches (batch_limit, batch). Which path cuFile takes is reported by
 // explain() and `accio info` (cufile::mode_for), never assumed.
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
@@ -31,6 +33,10 @@ using base::Error;
 constexpr size_t kMaxRegistrations = 64;
 constexpr size_t kMaxRange = size_t{8} << 30;          // see Gds::registered
 constexpr size_t kDefaultPinnedBudget = size_t{32} << 30;  // cufile.json's max_device_pinned_mem_size_kb
+// A buffer cuFile refused to register is asked again after this long: pinning fails while others
+// hold the GPU's pinned memory (GPU_MEMORY_PINNING_FAILED), which they may give back. One failed
+// cuFileBufRegister a second costs little beside the requests that run meanwhile.
+constexpr std::chrono::steady_clock::duration kRetryRefused = std::chrono::seconds(1);
 
 class Gds final : public Mechanism {
  public:
@@ -175,8 +181,8 @@ class Gds final : public Mechanism {
   // the driver reports around buf, kept for later requests into it (a caching allocator's segment),
   // within cuFile's pinned-memory budget (max_device_pinned_mem_size, 32 GiB by default) and only
   // up to kMaxRange: memory mapped into a VMM reservation (PyTorch's expandable segments) reports
-  // the whole reservation, about the GPU's memory and mostly not mapped, which is not pinned.
-  // KvikIO registers nothing unless asked.
+  // the whole reservation, about the GPU's memory and mostly not mapped, which is not pinned. A
+  // refusal is kept for kRetryRefused. KvikIO registers nothing unless asked.
   struct Lease {
     char* base;
     size_t off;
@@ -195,6 +201,11 @@ class Gds final : public Mechanism {
       return {buf, 0, 0};
     std::lock_guard lk(mu_);
     auto it = regs_.find(buf_id);
+    if (it != regs_.end() && !it->second.base && std::chrono::steady_clock::now() - it->second.refused_at >= kRetryRefused) {
+      order_.erase(std::find(order_.begin(), order_.end(), buf_id));
+      regs_.erase(it);
+      it = regs_.end();
+    }
     if (it == regs_.end()) {
       if (size > kMaxRange) {
         base::warn_once("gds-bufregister-range",
@@ -241,9 +252,10 @@ class Gds final : public Mechanism {
         o = order_.erase(o);
       }
       if (regs_.size() >= kMaxRegistrations || pinned_ + size > budget) return {buf, 0, 0};  // all in use: not now
-      Reg r{base, size, 0};
+      Reg r{base, size, 0, {}};
       if (cf::Error e = a.BufRegister(base, size, 0); e.err != 0) {
         r = {};
+        r.refused_at = std::chrono::steady_clock::now();
         base::warn_once("gds-bufregister", "cuFileBufRegister of a " + base::format_size(size) + " buffer failed (" +
                                                cf::error_text(e) + "): cuFile uses its bounce buffers for it");
       }
@@ -381,6 +393,7 @@ class Gds final : public Mechanism {
     void* base = nullptr;  // null: cuFile refused it
     size_t size = 0;
     unsigned users = 0;    // requests running with it (leases): not dropped meanwhile
+    std::chrono::steady_clock::time_point refused_at{};  // when cuFile refused it (base null)
   };
   mutable std::map<unsigned long long, Reg> regs_;  // driver buffer id -> registration
   mutable std::deque<unsigned long long> order_;    // oldest first

@@ -734,16 +734,19 @@ TEST(FakeGpu, GdsLegacyStreamWaitFailureNamesTheFile) {
 
 // A gds read of the whole file at path into fresh device memory, checked: gds ran, and the device
 // holds the file's bytes.
-void gds_read_matches(const std::string& path, const std::vector<char>& data) {
-  DeviceMem dev(data.size(), false);
+void gds_read_into(void* dev, const std::string& path, const std::vector<char>& data) {
   accio_settings* s = settings("gds");
   accio_file* f;
   ASSERT_EQ(accio_open(&f, path.c_str(), "r", s), 0);
-  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  ASSERT_EQ(accio_pread(f, dev, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
   EXPECT_EQ(ran(f), "gds");
-  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+  EXPECT_TRUE(from_device(dev, data.size()) == data);
   accio_close(f);
   accio_settings_free(s);
+}
+void gds_read_matches(const std::string& path, const std::vector<char>& data) {
+  DeviceMem dev(data.size(), false);
+  gds_read_into(dev.p, path, data);
 }
 
 // cuFile refuses to pin a buffer (CU_FILE_GPU_MEMORY_PINNING_FAILED past max_device_pinned_mem_size,
@@ -757,6 +760,26 @@ TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {
   gds_read_matches(dir.file("f"), data);
   unsetenv("FAKE_CUFILE_PINNED_LIMIT");
   EXPECT_NE(warnings().find("GPU_MEMORY_PINNING_FAILED"), std::string::npos) << warnings();
+}
+
+// A refusal to pin is not kept for the buffer's life: pinning fails while others hold the GPU's
+// pinned memory, and they may give it back. The same buffer is registered once a second has passed.
+TEST(FakeGpu, GdsAsksAgainForABufferCuFileCouldNotPin) {
+  if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)";
+  TempDir dir;
+  const std::vector<char> data = pattern((2u << 20) + 9, 34);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  const uint64_t before = counters().cufile_buf_registers;
+  setenv("FAKE_CUFILE_PINNED_LIMIT", "0", 1);
+  gds_read_into(dev.p, dir.file("f"), data);
+  unsetenv("FAKE_CUFILE_PINNED_LIMIT");
+  EXPECT_EQ(counters().cufile_buf_registers, before) << "refused";
+  gds_read_into(dev.p, dir.file("f"), data);
+  EXPECT_EQ(counters().cufile_buf_registers, before) << "the refusal is kept for a second, not asked per request";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  gds_read_into(dev.p, dir.file("f"), data);
+  EXPECT_EQ(counters().cufile_buf_registers, before + 1) << "not asked again after the refusal's second";
 }
 
 // Memory mapped into a VMM reservation (cuMemCreate/cuMemMap; PyTorch's expandable segments) reports
