@@ -7,6 +7,7 @@ and every command line.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 
@@ -78,6 +79,24 @@ def meminfo() -> dict[str, int]:
     except (OSError, ValueError, IndexError):
         pass
     return out
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """SIGTERM raises KeyboardInterrupt in the main thread while inside, as Ctrl-C does, so that a
+    command killed by `kill` or a batch system removes its scratch files on the way out (the `with`
+    blocks and `finally` clauses run) instead of leaving them behind. The previous handler is put
+    back on leaving; outside the main thread (where no handler can be set) nothing changes."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def fsync_path(path: str) -> None:

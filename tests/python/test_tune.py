@@ -334,3 +334,72 @@ def test_cold_split_benchmark_runs_and_reports_what_auto_ran(tmp_path):
     assert [p for p in os.listdir(tmp_path) if p != "cs.json"] == []
     bad = subprocess.run([sys.executable, bench, "--size", "1m", "--request", "2m"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--request" in bad.stderr
+
+
+def test_tune_never_replaces_a_profile_with_one_of_nothing(tmp_path, monkeypatch):
+    """A --file-size too small to measure anything is refused before anything runs, and a search
+    that measured nothing (here: stubbed out) saves nothing: the profile there is kept. Both once
+    wrote a profile of no measurements over a real one, silently turning the tuning off."""
+    prof = tmp_path / "mine.json"
+    prof.write_text(json.dumps(PROFILE))
+    r = tune(str(tmp_path), "--file-size", "1k", "--profile", str(prof), check=False)
+    assert r.returncode == 2 and "--file-size 1k" in r.stderr and "at least 8MiB" in r.stderr, r.stderr
+    assert json.loads(prof.read_text()) == PROFILE and not list(tmp_path.glob("accio-tune.*"))
+
+    import accio.tune as t
+    class Nothing:  # a search whose budget ran out before its first sample
+        def __init__(self, bench, threads, *a, **k):
+            self.bench, self.threads, self.notes, self.samples, self.device = bench, threads, [], {}, -1
+        def run(self):
+            pass
+    monkeypatch.setattr(t, "Search", Nothing)
+    monkeypatch.setattr(t.prefetch_mod, "measure", lambda *a, **k: {})
+    monkeypatch.setattr(t.profile_mod, "build", lambda search, meta: {"measurements": [], **meta})
+    import argparse
+    parser = argparse.ArgumentParser()
+    t.add_arguments(parser)
+    args = parser.parse_args([str(tmp_path), "--budget", "30", "--file-size", "8m", "--profile", str(prof), "-q"])
+    with pytest.raises(RuntimeError, match=f"nothing was measured .*the profile at {prof} is kept"):
+        t.main(args)
+    assert json.loads(prof.read_text()) == PROFILE and not list(tmp_path.glob("accio-tune.*"))
+
+
+def test_sigterm_removes_the_scratch_files(tmp_path):
+    """`kill` (a batch system's time limit) ends accio tune as Ctrl-C does: exit 130, its 256 MiB
+    scratch files removed, the profile untouched. SIGTERM used to kill it on the spot, files left."""
+    import signal
+    import time
+    prof = tmp_path / "mine.json"
+    prof.write_text(json.dumps(PROFILE))
+    p = subprocess.Popen([*ACCIO, "tune", str(tmp_path), "--budget", "60", "--file-size", "64m", "--profile", str(prof),
+                          "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("accio-tune.*")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert list(tmp_path.glob("accio-tune.*")), "the calibration never wrote its files"
+    p.send_signal(signal.SIGTERM)
+    _out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert not list(tmp_path.glob("accio-tune.*"))
+    assert json.loads(prof.read_text()) == PROFILE
+
+
+def test_show_without_a_profile_states_the_models_own_crossing(tmp_path):
+    """--show with no profile describes the built-in model as the engine has it on this machine
+    (it said 'posix below 1 MiB' while the model crossed at 1536 KiB on 2 CPUs)."""
+    from accio.tune.search import builtin_model
+    from accio.tune.measure import fmt
+    model = builtin_model(where=str(tmp_path))
+    first = model["decisions"]["read"]["1"]["hot"][0]
+    r = tune(str(tmp_path), "--show", check=False)
+    assert r.returncode == 1 and all(line.startswith("accio tune: ") for line in r.stderr.splitlines()), r.stderr
+    assert f"below {fmt(first['max_size'] + 1)}" in r.stderr, r.stderr
+
+
+def test_profile_ranges_are_written_in_round_sizes():
+    from accio.tune.profile import _range
+    assert _range(0, 8 * 2**20) == "<= 8MiB"  # was '< 8388609B'
+    assert _range(8 * 2**20 + 1, 64 * 2**20 - 1) == "> 8MiB .. < 64MiB"
+    assert _range(8 * 2**20 + 1, None) == "> 8MiB"
+    assert _range(1536 * 1024, None) == ">= 1536KiB" and _range(0, None) == "any size"
+    assert _range(0, 1536 * 1024 - 1) == "< 1536KiB" and _range(1536 * 1024, 8 * 2**20 - 1) == "1536KiB .. < 8MiB"

@@ -13,13 +13,15 @@ import time
 from datetime import datetime, timezone
 
 from .. import File, __version__, _ext, stats
-from .._system import drop_pages
+from .._system import drop_pages, sigterm_interrupts
 from .._usage import UsageError, check_output_path, write_json
 from . import evaluate as evaluate_mod
 from . import prefetch as prefetch_mod
 from . import profile as profile_mod
 from .measure import MiB, Bench, fmt
 from .search import Search, base_plans, builtin_model, device_plans
+
+MIN_FILE_SIZE = 8 * MiB  # --file-size: smaller files leave most of the search's request sizes unmeasured
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-budget", type=float, metavar="SECONDS",
                    help="the GPU's share of --budget (default a third of it)")
     p.add_argument("--file-size", default="256m", metavar="SIZE",
-                   help="scratch file size for the calibration (default 256m; two such files are written in PATH)")
+                   help="scratch file size for the calibration (default 256m, at least 8m; two such files are written in PATH)")
     p.add_argument("--threads", type=int, default=0, metavar="N",
                    help="the N of the 'several requests in flight' cells (default: online CPUs)")
     p.add_argument("--profile", metavar="FILE",
@@ -214,21 +216,43 @@ def main(args) -> int:
     path = args.profile or key["file"]
     if args.show:
         return show(path, key, directory)
-    if args.evaluate:
-        return evaluate(args, directory, path)
-    return tune(args, directory, key, path, file_size)
+    with sigterm_interrupts():  # killed: the scratch files go, as at Ctrl-C (exit 130)
+        if args.evaluate:
+            return evaluate(args, directory, path)
+        if file_size < MIN_FILE_SIZE:
+            raise UsageError(f"--file-size {args.file_size}: the calibration needs at least {fmt(MIN_FILE_SIZE)} "
+                             f"(it measures requests up to 64 MiB on files of this size; the default is 256m)")
+        return tune(args, directory, key, path, file_size)
 
 
 def show(path: str, key: dict, directory: str) -> int:
     if not os.path.exists(path):
-        print(f"no profile for {key['filesystem']} on {key['device']} (kernel {key['kernel']}, accio {key['accio']}) "
-              f"at {path}: auto uses the built-in model (posix below 1 MiB, parallel above, scaled with the CPUs).\n"
-              f"Run `accio tune {directory}` to measure this filesystem.", file=sys.stderr)
+        print(f"accio tune: no profile for {key['filesystem']} on {key['device']} (kernel {key['kernel']}, "
+              f"accio {key['accio']}) at {path}: auto uses the built-in model ({_model_words(directory)} for one "
+              f"reader on this machine; a file's explain() gives a request's plan).\n"
+              f"accio tune: run `accio tune {directory}` to measure this filesystem.", file=sys.stderr)
         return 1
     with open(path) as f:
         _ext.profile_describe(f.read(), path)  # the engine's own parse: what it refuses, --show refuses, naming it
     print(profile_mod.render(profile_mod.load(path), path))
     return 0
+
+
+def _model_words(directory: str) -> str:
+    """The built-in model's reads by one thread in words: 'posix below 1536KiB, parallel above'."""
+    model = builtin_model(where=directory)
+    plans = [p["mechanism"] for p in model["plans"]]
+    cells = model["decisions"]["read"]["1"]["hot"]
+    words, lo = [], 0
+    for i, c in enumerate(cells):
+        mech = plans[c["plans"][0]]
+        if i + 1 < len(cells) and plans[cells[i + 1]["plans"][0]] == mech:
+            continue  # the same mechanism in the next cell: one phrase for both
+        hi = c["max_size"]
+        words.append(f"{mech} " + ("above" if hi is None and lo else "at every size" if hi is None
+                                   else f"below {fmt(hi + 1)}" if not lo else f"up to {fmt(hi)}"))
+        lo = (hi or 0) + 1
+    return ", ".join(words)
 
 
 def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
@@ -262,6 +286,10 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
             "budget_s": args.budget, "elapsed_s": round(time.monotonic() - t0, 1), "file_size": file_size,
             "o_direct": takes_direct, "prefetch": prefetch}
     doc = profile_mod.build(search, meta)
+    if not doc["measurements"]:  # a profile of nothing would replace the one there with the built-in model
+        raise RuntimeError(f"nothing was measured in {meta['elapsed_s']} s (--budget {args.budget}); "
+                           f"{'the profile at ' + path + ' is kept' if os.path.exists(path) else 'no profile saved'}: "
+                           "give the calibration more time with --budget")
     devices = profile_mod.kept_devices(path, gpu["name"] if gpu else None)
     if device is not None:
         devices.append(profile_mod.build_device(device, gpu, {"budget_s": round(device_budget, 1),

@@ -101,7 +101,11 @@ class Bench:
         self._read_files = {file_size: self.read_path}  # size -> a read file of exactly that size
 
     def __enter__(self) -> "Bench":
-        self.prepare()
+        try:
+            self.prepare()
+        except BaseException:  # interrupted while writing its files (Ctrl-C, SIGTERM): none stay
+            self.cleanup()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

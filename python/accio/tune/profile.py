@@ -221,9 +221,13 @@ def load(path: str) -> dict:
 
 
 def _range(lo: int, hi: int | None) -> str:
+    """A size range [lo, hi] in round sizes: '< 1536KiB', '1536KiB .. <= 8MiB', '> 8MiB' (a cell that
+    ends at 8 MiB inclusive is not written '< 8388609B')."""
+    low = ("> " + fmt(lo - 1)) if lo % 1024 else fmt(lo)
     if hi is None:
-        return f">= {fmt(lo)}" if lo else "any size"
-    return f"< {fmt(hi + 1)}" if lo == 0 else f"{fmt(lo)} .. < {fmt(hi + 1)}"
+        return ("" if lo % 1024 else ">= ") + low if lo else "any size"
+    high = f"< {fmt(hi + 1)}" if (hi + 1) % 1024 == 0 else f"<= {fmt(hi)}"
+    return high if lo == 0 else f"{low} .. {high}"
 
 
 def render(doc: dict, source: str) -> str:
