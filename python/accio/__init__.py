@@ -288,6 +288,32 @@ def _layout(path: str, nbytes: int, dtype, itemsize: int, shape) -> tuple[int, .
     return shape
 
 
+def _whole_file(path: str) -> None:
+    """ValueError unless path is a regular file whose size is what it holds, checked before it is
+    opened, so that a FIFO's bytes are not consumed (accio.read returned an empty array for /dev/zero,
+    a FIFO, /proc/cpuinfo)."""
+    import stat
+    st = os.stat(path)
+    mode = st.st_mode
+    if not stat.S_ISREG(mode):
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a pipe (FIFO)" if stat.S_ISFIFO(mode) else
+                "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
+                "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise ValueError(f"accio.read('{path}'): {kind}, not a regular file: accio.read sizes its array by the "
+                         f"file's size; read a stream with open(path, 'rb') and numpy.frombuffer"
+                         + (", or a block device with accio.open(path).read_into(buffer)" if stat.S_ISBLK(mode) else ""))
+    if st.st_size == 0:
+        fd = os.open(path, os.O_RDONLY)  # (open is accio's here)
+        try:
+            holds = os.read(fd, 1)
+        finally:
+            os.close(fd)
+        if holds:
+            raise ValueError(f"accio.read('{path}'): the file reports size 0 but holds bytes (a /proc or /sys "
+                                 f"file): accio.read sizes its array by the file's size; read it with "
+                                 f"open(path, 'rb').read()")
+
+
 def read(path: str | os.PathLike, *, device: str | int | None = None, framework: str | None = None,
          dtype=None, shape=None, out=None, **settings: Any):
     """Read a whole file into a new array, or into `out`.
@@ -306,8 +332,11 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
     Other keyword arguments are settings: mechanism="staged", threads=8, ...
 
     Without dtype and shape, a file that shrinks while being read gives a shorter array; otherwise
-    (and for a DeviceArray) that raises accio.Error (EIO)."""
+    (and for a DeviceArray) that raises accio.Error (EIO). The file's size sets the array's, so only
+    a regular file is read: a pipe, a device or a /proc file (size 0, yet bytes) raise ValueError
+    before anything of them is read."""
     path = os.fspath(path)
+    _whole_file(path)
     if out is not None:
         if device is not None or framework is not None or dtype is not None or shape is not None:
             raise TypeError("accio.read(out=...) fills out as it is: leave device, framework, dtype and shape "

@@ -152,7 +152,20 @@ class View {
  private:
   void from_buffer(nb::handle obj, bool writable) {
     const int flags = PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw nb::python_error();
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
+      nb::python_error refused;  // takes the exception: the probe below must not see it
+      Py_buffer ro;
+      // A read-only buffer (bytes, a read-only array or mmap) as a read target: a TypeError saying
+      // so, as documented, not the exporter's bare BufferError ("Object is not writable").
+      if (writable && refused.matches(PyExc_BufferError) && PyObject_GetBuffer(obj.ptr(), &ro, PyBUF_ANY_CONTIGUOUS) == 0) {
+        PyBuffer_Release(&ro);
+        throw nb::type_error(("a read target must be writable: " + what(obj) +
+                              " is read-only (a bytearray, a writable NumPy array or memoryview, or an mmap "
+                              "opened for writing takes the bytes)").c_str());
+      }
+      PyErr_Clear();
+      throw refused;
+    }
     have_view_ = true;
     ptr_ = view_.buf;
     size_ = static_cast<size_t>(view_.len);

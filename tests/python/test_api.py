@@ -147,14 +147,41 @@ def test_read_with_dtype_shape_and_out(tmp_path):
         accio.read(p, shape=(-1, -1))
     with pytest.raises(ValueError, match="out holds 95"):
         accio.read(p, out=bytearray(95))
-    with pytest.raises((BufferError, ValueError)):
-        accio.read(p, out=b"x" * 96)
+    with pytest.raises(TypeError, match="a read target must be writable: bytes is read-only"):
+        accio.read(p, out=b"x" * 96)  # was the exporter's bare BufferError
     with pytest.raises(TypeError, match="leave device, framework, dtype and shape unset"):
         accio.read(p, out=bytearray(96), dtype=np.float32)
     with pytest.raises(TypeError):
         accio.read(p, "posix")  # mechanism is a keyword setting like the others
     with pytest.raises(ValueError, match="framework 'jax'"):
         accio.read(p, framework="jax")
+
+
+def test_read_refuses_what_its_size_does_not_describe(tmp_path):
+    """accio.read sizes its array by the file's size: a FIFO, a device or a /proc file gave an empty
+    array (a FIFO's bytes consumed and lost). Now a ValueError before anything is read; an empty
+    regular file is still an empty array."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    keep = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # both ends open: nothing blocks
+    try:
+        os.write(keep, b"hi")
+        with pytest.raises(ValueError, match=r"a pipe \(FIFO\), not a regular file"):
+            accio.read(fifo)
+        assert os.read(keep, 16) == b"hi"  # the writer's bytes are still there
+    finally:
+        os.close(keep)
+    with pytest.raises(ValueError, match="a character device"):
+        accio.read("/dev/zero")
+    with pytest.raises(ValueError, match="a directory"):
+        accio.read(tmp_path)
+    if os.path.exists("/proc/self/status"):
+        with pytest.raises(ValueError, match="reports size 0 but holds bytes"):
+            accio.read("/proc/self/status")
+    (tmp_path / "empty").write_bytes(b"")
+    assert accio.read(tmp_path / "empty").size == 0
+    with pytest.raises(FileNotFoundError):
+        accio.read(tmp_path / "missing")
 
 
 def test_write_takes_every_host_array_type(tmp_path):
