@@ -9,6 +9,7 @@
 #include <clocale>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "base/json.hpp"
@@ -24,9 +25,12 @@ std::string set_comma_locale() {
   char dir[] = "/tmp/accio-locale-XXXXXX";
   if (!mkdtemp(dir)) return "mkdtemp failed";
   const std::string cmd = "localedef -i de_DE -f UTF-8 " + std::string(dir) + "/de_DE.UTF-8 >/dev/null 2>&1";
-  if (std::system(cmd.c_str()) != 0) return "no de_DE locale installed and localedef could not make one";
+  const bool made = std::system(cmd.c_str()) == 0;
   setenv("LOCPATH", dir, 1);
-  if (!std::setlocale(LC_ALL, "de_DE.UTF-8")) return "setlocale(de_DE.UTF-8) failed with LOCPATH=" + std::string(dir);
+  const bool set = made && std::setlocale(LC_ALL, "de_DE.UTF-8");
+  std::filesystem::remove_all(dir);  // the locale is loaded (mapped) by now: its 3 MB of files go
+  if (!made) return "no de_DE locale installed and localedef could not make one";
+  if (!set) return "setlocale(de_DE.UTF-8) failed with LOCPATH=" + std::string(dir);
   return "";
 }
 }  // namespace
