@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <stdexcept>
@@ -541,6 +542,9 @@ TEST_F(CFuture, CppOnCompleteThatThrowsTerminates) {
   std::vector<char> buf(4096);
   EXPECT_DEATH(
       {
+        // The dying child (this test run again, SetUp and all) never destroys its TempDir: it goes
+        // here, the file is open already.
+        std::filesystem::remove_all(dir_.path());
         accio::Future fut = f.pread_async(buf.data(), buf.size(), 0);
         fut.get();
         fut.on_complete([](accio::Completion) { throw std::runtime_error("callback threw here"); });

@@ -1,3 +1,4 @@
+import atexit
 import os
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ import pytest
 os.environ.setdefault("ACCIO_QUIET", "1")
 # Profiles the tests write (accio tune) or rely on never come from or go to the user's cache.
 os.environ["ACCIO_PROFILE_DIR"] = tempfile.mkdtemp(prefix="accio-test-profiles-")
+atexit.register(shutil.rmtree, os.environ["ACCIO_PROFILE_DIR"], ignore_errors=True)
 
 MECHANISMS = ["posix", "parallel", "direct", "uring", "auto"]
 
