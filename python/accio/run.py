@@ -185,7 +185,8 @@ def render(report: dict) -> str:
              f"the engine), wrote {fmt_size(tot['write'])} ({fmt_size(eng['write'])} through the engine); "
              f"threshold {fmt_size(report['threshold'])}, mechanism {report['mechanism']}" + _floor_text(report)]
     if not files:
-        lines.append("  (no reads or writes on regular files)")
+        lines.append("  (no reads or writes on regular files; copies made inside the kernel, with copy_file_range, "
+                     "sendfile or splice as cp and cat use between files, are not seen: docs/preload.md)")
         return "\n".join(lines)
     # engine: calls the engine served; passed: large calls the planner sent back to libc (it would
     # have run posix there: hot pages, or a size where the engine does not win on this machine)

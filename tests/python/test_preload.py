@@ -315,6 +315,14 @@ def test_stats_report(data, tmp_path):
     assert str(src) in p.stderr and "plans the engine ran" in p.stderr
 
 
+def test_stats_of_a_run_without_file_io_says_what_is_not_seen():
+    """A program whose copies happen inside the kernel (cp and cat between files: copy_file_range)
+    shows no files; the table says why instead of a bare '0 files'."""
+    from accio.run import render
+    text = render({"processes": [{"pid": 1}], "files": [], "threshold": 2**20, "mechanism": "auto"})
+    assert "0 files" in text and "copy_file_range" in text and "docs/preload.md" in text
+
+
 def test_mechanism_is_used(data, tmp_path):
     cmd = ["dd", f"if={data / 'big.bin'}", "of=/dev/null", "bs=2M"]
     _, rep = accio_run(cmd, tmp_path, mechanism="parallel", threshold=None)
