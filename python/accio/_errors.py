@@ -18,6 +18,15 @@ class Error(OSError):
     def __str__(self) -> str:  # the native message already names op, path, offset and errno
         return self.args[1] if len(self.args) > 1 else super().__str__()
 
+    def __reduce__(self):
+        # The errno subclasses (accio.FileNotFoundError...) are made at run time, so pickle cannot
+        # find them by name: an accio error raised in a worker process (multiprocessing, a
+        # DataLoader worker) failed to reach its parent. Rebuilt from errno and args instead.
+        return (_unpickle, (self.errno, self.args, self.filename), self.__dict__ or None)
+
+
+Error.__module__ = "accio"  # tracebacks say accio.Error, the name users catch (accio exports it)
+
 
 _BUILTIN = {
     _errno.ENOENT: FileNotFoundError,
@@ -41,6 +50,11 @@ def error_class(err: int) -> type:
     if base not in _classes:
         _classes[base] = type(base.__name__, (Error, base), {"__module__": "accio"})
     return _classes[base]
+
+
+def _unpickle(err: int | None, args: tuple, filename: str | None = None) -> Error:
+    cls = error_class(err) if err is not None else Error
+    return cls(*args, filename) if filename is not None and len(args) == 2 else cls(*args)
 
 
 def make_error(err: int, operation: str, path: str, offset: int | None, message: str) -> Error:

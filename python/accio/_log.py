@@ -36,7 +36,21 @@ def _emit(level: int, key: str, message: str) -> None:
         _logger.addHandler(logging.NullHandler())
     _logger.log(level, message, extra={"accio_key": key})
     if level <= logging.WARNING and not _quiet():  # errors (the offload runtime's) raise where they occur
-        warnings.warn(message, AccioWarning, stacklevel=2)
+        warnings.warn(message, AccioWarning, stacklevel=_callers_level())
+
+
+def _callers_level() -> int:
+    """The stacklevel, for warnings.warn in _emit, of the first frame outside the accio package: the
+    line of the program that made the call (accio.open(...)), not accio's own wrapper."""
+    import sys
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    try:
+        level, frame = 2, sys._getframe(2)  # 2: _emit's caller
+    except ValueError:  # none: an engine thread with no Python frames issued it
+        return 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 2
 
 
 def install(ext) -> None:

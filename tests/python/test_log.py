@@ -102,3 +102,35 @@ def test_a_worker_thread_message_never_waits_for_the_gil(fake_lib, tmp_path):
     out = json.loads(run(code, fake_lib, tmp_path, quiet=False).stdout)  # run() times out at 300 s
     assert out["n"] == 4 << 20 and out["same"]
     assert len(out["warnings"]) == 1 and "gds cannot serve" in out["warnings"][0], out["warnings"]
+
+
+def test_engine_warnings_point_at_the_programs_line(tmp_path):
+    """An AccioWarning names the line of the program that made the call, not accio's wrapper
+    (accio/__init__.py), so `python -W error` and the warning's location lead to the user's code."""
+    import subprocess
+    import sys
+    prog = tmp_path / "user.py"
+    (tmp_path / "f").write_bytes(b"x" * 10)
+    prog.write_text("import accio\n\nf = accio.open(%r)\n" % str(tmp_path / "f"))
+    env = {k: v for k, v in os.environ.items() if k != "ACCIO_QUIET"}
+    env["ACCIO_PROFILE_DIR"] = str(tmp_path / "none")  # no profile: the engine warns at open
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env)
+    assert "AccioWarning" in r.stderr, r.stderr
+    assert f"{prog}:3: AccioWarning" in r.stderr and "__init__.py" not in r.stderr, r.stderr
+
+
+def test_accio_errors_survive_pickling():
+    """A worker process's accio error reaches its parent (multiprocessing pickles it): the errno
+    subclasses are made at run time and pickle could not find them by name."""
+    import pickle
+    import accio
+    from accio._errors import file_shrank
+    with pytest.raises(accio.Error) as info:
+        accio.open("/nonexistent/accio-pickle")
+    back = pickle.loads(pickle.dumps(info.value))
+    assert type(back) is type(info.value) and isinstance(back, FileNotFoundError) and isinstance(back, accio.Error)
+    assert (back.errno, str(back), back.filename, back.operation) == (
+        info.value.errno, str(info.value), info.value.filename, info.value.operation)
+    shrank = pickle.loads(pickle.dumps(file_shrank("p", 1, 2)))
+    assert type(shrank) is accio.Error and "file shrank" in str(shrank) and shrank.errno == 5
+    assert repr(type(back)) == "<class 'accio.FileNotFoundError'>" and accio.Error.__module__ == "accio"
