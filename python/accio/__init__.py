@@ -238,8 +238,9 @@ _FRAMEWORKS = {
 }
 
 
-def _framework(name: str):
-    """The module of a framework accio.read can return, or an ImportError naming the pip package."""
+def _framework(name: str, caller: str = "accio.read"):
+    """The module of a framework accio.read can return, or an ImportError naming the caller's call
+    and the pip package."""
     if name not in _FRAMEWORKS:
         raise ValueError(f"framework {name!r}: expected 'numpy', 'cupy' or 'torch'")
     module, package = _FRAMEWORKS[name]
@@ -247,7 +248,7 @@ def _framework(name: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"accio.read(framework={name!r}) needs {module}, which does not import here ({e}): "
+        raise ImportError(f"{caller}(framework={name!r}) needs {module}, which does not import here ({e}): "
                           f"pip install {package}", name=module) from e
 
 

@@ -393,6 +393,11 @@ def test_arguments_are_checked(tmp_path):
         st.load_file(p, device="cuda:0", framework="numpy")
     with pytest.raises(ValueError, match="GPU memory"):
         st.load_file(p, framework="accio")
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # the message names the call made, not accio.read
+        with pytest.raises(ImportError, match=r"accio.safetensors\(framework='torch'\) needs torch.*pip install torch"):
+            st.load_file(p, framework="torch")
     with pytest.raises(ValueError, match="cuda"):
         st.load_file(p, device="tpu")
 

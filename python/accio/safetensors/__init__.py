@@ -125,7 +125,7 @@ class _Cupy(_Numpy):
 
     def __init__(self, ordinal):
         super().__init__(ordinal)
-        self.cp = accio._framework("cupy")
+        self.cp = accio._framework("cupy", "accio.safetensors")
         self.device = self.cp.cuda.Device(self.cp.cuda.runtime.getDevice() if ordinal is None else ordinal)
 
     def alloc(self, n: int):
@@ -144,7 +144,7 @@ class _Torch:
     name = "torch"
 
     def __init__(self, ordinal):
-        self.torch = accio._framework("torch")
+        self.torch = accio._framework("torch", "accio.safetensors")
         self.where = "cpu" if ordinal is None else f"cuda:{ordinal}"
 
     def dtype(self, st: str):
