@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file-size", default="256m", metavar="SIZE",
                    help="scratch file size for the calibration (default 256m, at least 8m; two such files are written in PATH)")
     p.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="the N of the 'several requests in flight' cells (default: online CPUs)")
+                   help="the N of the 'several requests in flight' cells (default 0: the online CPUs)")
     p.add_argument("--profile", metavar="FILE",
                    help="profile file to write, show or evaluate with (default: the key's file in the profile directory)")
     p.add_argument("--show", action="store_true", help="print the profile of PATH's filesystem as a table and exit")
