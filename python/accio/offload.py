@@ -175,10 +175,9 @@ class OnStack:
     goes through a host copy (see the module's docstring)."""
 
     def __init__(self, buff, size: int | None = None, inout: int = INTENT_IN):
-        try:  # held until this OnStack goes: the address stays valid (no resize, no close)
-            self._view = _ext.HeldView(buff, inout != INTENT_IN)
-        except BufferError as e:
-            raise ValueError(f"OnStack with OUT or INOUT needs a writable buffer ({e})") from e
+        # Held until this OnStack goes: the address stays valid (no resize, no close). OUT and INOUT
+        # need a writable buffer: TypeError naming the read-only one, as every read target.
+        self._view = _ext.HeldView(buff, inout != INTENT_IN)
         n = self._view.nbytes
         self.size = n if size is None else int(size)
         if not 0 <= self.size <= n:
@@ -211,10 +210,7 @@ class _Staged:
 def _held(buf, writable: bool, nbytes: int | None) -> tuple[object, int]:
     """(held view, bytes to move) of a contiguous buffer, host or GPU (see the module's docstring);
     nbytes (default: all of it) must fit."""
-    try:
-        view = _ext.HeldView(buf, writable)
-    except BufferError as e:
-        raise ValueError(f"the buffer is read-only ({e}); read_mem needs a writable one") from e
+    view = _ext.HeldView(buf, writable)  # a read-only buffer to read into: TypeError naming it
     n = view.nbytes
     if nbytes is not None:
         if not 0 <= int(nbytes) <= n:

@@ -67,8 +67,10 @@ def test_stack_arguments(proc, kernels):
         h(ctx, offload.OnStack(out, inout=offload.INTENT_INOUT), n).wait_result()
         assert np.array_equal(out, (before + 1).astype(np.uint8))
     assert lib.k_sum_in(ctx, offload.OnStack(b"\x01\x02\x03"), 3).wait_result() == 6  # read-only IN
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="must be writable: bytes is read-only"):
         offload.OnStack(b"abc", inout=offload.INTENT_OUT)
+    with pytest.raises(TypeError, match="must be writable: bytes is read-only"):
+        proc.read_mem(b"abc", proc.alloc_mem(3))
 
 
 @pytest.mark.parametrize("n", [0, 1, 4095, 1 << 20, (9 << 20) + 3])
