@@ -33,7 +33,7 @@ const accio_setting_spec kRows[] = {
     {"offload_slots", "ACCIO_OFFLOAD_SLOTS", "requests in flight per queue", "count", "256", 2,
      INT64_C(1) << 20, nullptr},
     {"offload_arena", "ACCIO_OFFLOAD_ARENA", "payload arena per queue (stack arguments, transfer pieces)",
-     "size", "16m", INT64_C(64) << 10, INT64_C(1) << 40, nullptr},
+     "size", "16MiB", INT64_C(64) << 10, INT64_C(1) << 40, nullptr},
     {"offload_worker", "ACCIO_OFFLOAD_WORKER",
      "the worker program; auto: VEORUN_BIN, else accio-offload-worker next to libaccio_offload", "text",
      kAuto, 0, 0, nullptr},
