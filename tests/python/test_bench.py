@@ -192,7 +192,8 @@ def test_vs_fio(tmp_path):
     js = tmp_path / "f.json"
     r = bench("-T", "write,reread", "-m", "posix,parallel,uring", "-s", "4m", "-r", "1m", "-i", "2", "--vs-fio",
               "--set", "task_size=256k", "-d", str(tmp_path), "--json", str(js))
-    assert "accio vs fio" in r.stdout and "95% interval" in r.stdout
+    assert "accio vs fio" in r.stdout and "95% interval" in r.stdout and "too few samples (2 < 7)" in r.stdout
+    assert not any(v in r.stdout for v in ("faster", "slower", "within noise"))
     doc = json.loads(js.read_text())
     validate(doc)
     for x in doc["results"]:
@@ -202,7 +203,7 @@ def test_vs_fio(tmp_path):
         per_round = [a["mib_s"] / b["mib_s"] for a, b in zip(x["samples"], f["samples"])]
         assert len(per_round) == 2 and f["ratio"] == pytest.approx(statistics.median(per_round))
         assert f["interval"][0] <= f["ratio"] <= f["interval"][1]
-        assert f["verdict"] in ("faster", "slower", "within noise", "undecided")
+        assert f["verdict"] == "too few samples (2 < 7)"  # -i 2: the ratio, but no verdict (accio.stats)
     jobs = {x["mechanism"]: x["fio"]["job"] for x in doc["results"]}
     assert jobs["posix"].startswith("psync bs=1048576") and jobs["uring"].startswith("io_uring bs=262144 iodepth=4")
     assert "x2 (2 per thread" in jobs["parallel"] or "x1" in jobs["parallel"]
@@ -214,7 +215,8 @@ def test_compare(tmp_path):
         bench("-T", "write,reread", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path),
               "--json", str(f))
     r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(b)], capture_output=True, text=True)
-    assert r.returncode == 0 and "B/A" in r.stdout and "2 results in both" in r.stdout
+    assert r.returncode == 0 and "B/A" in r.stdout and "2 results in both: 2 too few samples" in r.stdout
+    assert r.stdout.count("too few samples (1 < 7)") == 2
     (tmp_path / "bad.json").write_text('{"schema": "other"}')
     r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(tmp_path / "bad.json")], capture_output=True,
                        text=True)
