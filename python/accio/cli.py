@@ -3,15 +3,16 @@
 This is the Python CLI, installed as accio-py (and `python -m accio`); the `accio` on PATH is native
 (src/preload/front.c): it runs `accio run` itself and execs accio-py, unchanged, for the rest.
 
-Exit statuses (accio._usage, docs/api.md): 2 called wrongly, 1 ran and failed; `accio run` returns
-the program's status, 126/127 when it cannot be run or found, 125 for accio's own errors.
+Exit statuses (accio._usage, docs/api.md): 2 called wrongly, 1 ran and failed, 141 quietly when
+stdout's reader went away (`| head`); `accio run` returns the program's status, 126/127 when it
+cannot be run or found, 125 for accio's own errors.
 """
 from __future__ import annotations
 
 import sys
 
 from . import __version__
-from ._usage import FAILURE, USAGE, UsageError, describe, report
+from ._usage import FAILURE, USAGE, UsageError, describe, reader_gone, report, stdout_reader_gone
 
 
 def _cmd_info(args) -> int:
@@ -148,6 +149,17 @@ def _add_run_parser(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command, with one rule for a reader of stdout that went away (`accio tune DIR --show |
+    head -5`): no message, exit 141, whichever command was writing (_guarded lets it through)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise
+        return reader_gone()
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from ._log import plain_stderr
     plain_stderr()
@@ -180,6 +192,8 @@ def _guarded(command: str, func, args) -> int:
         report(command, str(e))
         return USAGE
     except (OSError, RuntimeError) as e:
+        if isinstance(e, BrokenPipeError) and stdout_reader_gone():
+            raise  # not a failure: main() exits quietly
         report(command, describe(e))
         return FAILURE
     except KeyboardInterrupt:

@@ -225,3 +225,43 @@ def test_json_dash_elsewhere(tmp_path, argv, schema):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["schema"] == schema  # stdout is the JSON alone; the tables went to stderr
     assert not (tmp_path / "-").exists() and "wrote" not in r.stderr
+
+
+def _into_a_closed_pipe(argv, cwd):
+    """Runs argv with stdout a pipe whose reader has already gone (as `| head` leaves it)."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run(argv, stdout=w, stderr=subprocess.PIPE, text=True, cwd=cwd, timeout=120)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_a_reader_that_went_away_is_not_an_error(places, front, tmp_path):
+    # `accio tune DIR --show | head -5` printed "accio tune: broken pipe (errno 32)" and exited 1;
+    # `accio run --stats-json - -- true | head`, the same and 125. Coreutils exit quietly (141).
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for f in (a, b):
+        subprocess.run([*ACCIO, *_small_bench("-d", str(tmp_path), "--json", str(f))], check=True, timeout=300,
+                       capture_output=True)
+    for argv in (["info"], ["bench", "compare", str(a), str(b)]):
+        r = _into_a_closed_pipe([*FRONTS[front], *argv], places["tmp"])
+        assert (r.returncode, r.stderr) == (141, ""), (argv, r.returncode, r.stderr)
+    for argv in (["--help"], ["bench", "--help"]):  # argparse's exit 0, its text unflushed: quiet too
+        r = _into_a_closed_pipe([*FRONTS[front], *argv], places["tmp"])
+        assert r.returncode in (0, 141) and r.stderr == "", (argv, r.returncode, r.stderr)
+    # accio run: the program's own status stands, and nothing is said about the report's pipe
+    for code in (0, 3):
+        r = _into_a_closed_pipe([*FRONTS[front], "run", "--stats-json", "-", "--", "sh", "-c", f"exit {code}"],
+                                places["tmp"])
+        assert (r.returncode, r.stderr) == (code, ""), (code, r.returncode, r.stderr)
+
+
+def test_a_broken_pipe_that_is_not_stdout_stays_an_error(capsys):
+    from accio import cli
+
+    def fails(_args):
+        raise BrokenPipeError(32, "Broken pipe", "the offload worker's socket")
+    assert cli._guarded("offload-bench", fails, None) == 1
+    assert "accio offload-bench: the offload worker's socket: broken pipe (errno 32)" in capsys.readouterr().err
