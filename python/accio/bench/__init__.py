@@ -28,7 +28,7 @@ from .._usage import UsageError, check_output_path, stdout_outputs
 from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
-from .runner import Runner
+from .runner import Runner, file_extents, reads_files_as_found
 from .._system import online_cpus, parse_sizes
 from .spec import LAYOUTS, TESTS, Spec, apply_preset, parse_counts, parse_mechanisms, parse_tests
 
@@ -71,7 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("files")
     g.add_argument("-d", "--dir", action="append", dest="dirs", metavar="DIR",
                    help="directory for the files under test (repeatable: each is a row group; default: temp dir)")
-    g.add_argument("--files", help="comma-separated file names to use instead (as iozone -F; overwritten, kept)")
+    g.add_argument("--files", help="comma-separated file names to use instead (as iozone -F), kept afterwards. "
+                   "WRITE TESTS OVERWRITE THEM (write and write+sync truncate them first). A run whose first test "
+                   "reads (e.g. -T read) reads them as they are, unverified, and never writes them; a file shorter "
+                   "than the run reads is refused before it starts")
     g.add_argument("-F", "--file-per-process", dest="layout", action="store_const", const="fpp",
                    help="one file per thread and process (IOR -F; the default)")
     g.add_argument("--shared", dest="layout", action="store_const", const="shared",
@@ -188,6 +191,8 @@ def _check(spec: Spec, world: int) -> None:
         need = max((p * t for _d, layout, p, t, *_ in spec.configurations() if layout == "fpp"), default=1)
         if len(spec.files) < need:
             raise ValueError(f"--files: {need} files needed (one per thread and process), {len(spec.files)} given")
+        if reads_files_as_found(spec):
+            _check_files_cover(spec)
     for d in spec.dirs:  # the file system said no: exit 1, as for any path that cannot be used
         if not os.path.exists(d):
             raise FileNotFoundError(2, "No such file or directory", f"-d {d}")
@@ -209,6 +214,45 @@ def _check(spec: Spec, world: int) -> None:
             _ext.settings(list({**spec.settings, **dict(m.settings)}.items()))
         except OSError as e:  # a bad --set (or NAME+knob) value is a usage error
             raise ValueError(str(e)) from None
+
+
+def _check_files_cover(spec: Spec) -> None:
+    """A run whose first test reads (no write test before it) reads the --files as they are and never
+    writes them: each must exist and hold every byte the run reads, or the run is refused before it
+    starts (exit 2) with what to do, rather than the file rewritten or a short read halfway."""
+    from .._system import fmt_size
+    tests = ",".join(spec.tests)
+    for f, (need, writers) in file_extents(spec).items():
+        try:
+            have = _file_size(f)
+        except FileNotFoundError:
+            raise ValueError(f"--files {f}: no such file; -T {tests} reads the files as they are and does not "
+                             f"create them: name an existing file, or put a write test first (-T write,{tests}), "
+                             "which writes it") from None
+        except OSError as e:
+            raise ValueError(f"--files {f}: {(e.strerror or str(e)).lower()}") from None
+        if have < need:
+            fit = have // writers
+            fit_text = f"{fit >> 20}m" if fit >= 1 << 20 else f"{fit >> 10}k" if fit >= 1 << 10 else str(fit)
+            raise ValueError(f"--files {f}: {fmt_size(have)}, but -T {tests} reads {fmt_size(need)} of it"
+                             + (f" ({writers} writers x -s)" if writers > 1 else "") +
+                             f"; a read-only run reads the files as they are and never writes them: give -s {fit_text} "
+                             f"or less, or put a write test first (-T write,{tests}), which overwrites the file")
+
+
+def _file_size(path: str) -> int:
+    """The bytes a file (or block device: its size is not in st_size) holds; IsADirectoryError for a directory."""
+    import stat
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "Is a directory", path)
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
 
 
 class Progress:
@@ -311,7 +355,7 @@ def parameters(spec: Spec) -> dict:
             "records": spec.records, "threads": spec.threads, "processes": spec.processes, "layouts": spec.layouts,
             "dirs": spec.dirs, "files": spec.files, "iterations": spec.iterations, "target": spec.target,
             "drop_caches": spec.drop_caches, "vs_fio": spec.vs_fio, "verify": spec.verify,
-            "iodepths": spec.iodepths, "runtime_s": spec.runtime}
+            "iodepths": spec.iodepths, "runtime_s": spec.runtime, "files_read_as_found": reads_files_as_found(spec)}
 
 
 def check_outputs(args) -> str | None:
@@ -344,7 +388,8 @@ def main(args) -> int:
     progress = Progress(phases, world.rank == 0 and not args.quiet)
     if world.rank == 0 and not args.quiet:
         print(f"accio bench{' --preset ' + spec.preset if spec.preset else ''}: {phases} timed phases, "
-              f"{len(spec.mechanisms)} mechanism(s), {world.size} process(es), in {', '.join(spec.files or spec.dirs)}",
+              f"{len(spec.mechanisms)} mechanism(s), {world.size} process(es), in {', '.join(spec.files or spec.dirs)}"
+              + (" (read as they are: not written, not verified)" if reads_files_as_found(spec) else ""),
               file=sys.stderr, flush=True)
     doc = None
     if world.rank == 0:

@@ -158,8 +158,14 @@ def table_model(results: list[dict], kind: str = "generic") -> dict:
         out.append({"cells": cells, "slice": tuple(cells[:test_at] + cells[test_at + 1:]), "test": key[test_at],
                     "by": by, "best": best, "marks": marks})
     baseline = next((b for b in BASELINES if b in cols), None)
-    return {"heads": heads, "cols": cols, "baseline": baseline, "rows": out, "notes": notes,
+    caveats = [AS_FOUND] if any(r.get("as_found") for r in results) else []
+    return {"heads": heads, "cols": cols, "baseline": baseline, "rows": out, "notes": notes, "caveats": caveats,
             "xeonphi": kind == "xeonphi"}
+
+
+# Under the table when a read took a user's --files as they were (no write test before it in the run).
+AS_FOUND = ("reads of the --files as they are (no write test before them in this run): the files' own bytes, "
+            "not accio's stamps, so not verified")
 
 
 def cell_marks(r: dict) -> str:
@@ -199,7 +205,7 @@ def render_table(results: list[dict], kind: str = "generic") -> str:
     if t["notes"]:
         out.append(MARKS_LEGEND + ":")
         out += ["  " + n for n in t["notes"]]
-    return "\n".join(out)
+    return "\n".join(out + ["note: " + c for c in t["caveats"]])
 
 
 LATENCY_HEADS = ["IOPS", "p50", "p99", "p99.9"]

@@ -428,7 +428,7 @@ def write_html(path: str, doc: dict, table_kind: str) -> None:
     kv = lambda rows: "<table class=\"kv\">" + "".join(  # noqa: E731
         f"<tr><th>{esc(a)}</th><td>{esc(b)}</td></tr>" for a, b in rows) + "</table>"
     fio = render_fio(results)
-    notes = "".join(f"<li>{esc(n)}</li>" for n in (model["notes"] if model else []))
+    notes = "".join(f"<li>{esc(n)}</li>" for n in (model["notes"] + model["caveats"] if model else []))
     incomplete = "" if doc.get("complete", True) else (
         '<p class="incomplete"><strong>Incomplete run</strong>: it was interrupted; these are the results it '
         "finished.</p>")
