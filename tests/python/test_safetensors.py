@@ -548,3 +548,30 @@ def test_bench_safetensors_cli_table_and_json(tmp_path):
     r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", bad, "--rounds", "1"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1 and "bad.safetensors" in r.stderr and "'w'" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cuda:0"], "--device cuda:0 needs torch, which does not import here: pip install torch"),
+    (["--device", "cuda:0", "--framework", "cupy"], "--framework cupy needs cupy, which does not import here: "
+                                                    "pip install cupy-cuda12x"),
+    (["--framework", "torch"], "--framework torch needs torch, which does not import here: pip install torch"),
+    (["--rounds", "0"], "--rounds must be at least 1"),
+    (["--set", "threads"], "--set threads: expected NAME=VALUE"),
+])
+def test_bench_safetensors_says_what_is_missing_in_one_line(tmp_path, args, message):
+    # Without torch, `--device cuda:0` was a 19-line ModuleNotFoundError traceback. Whatever is
+    # installed here, torch and cupy are made not to import.
+    import subprocess
+    import sys
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    for mod in ("torch", "cupy"):
+        (blocked / f"{mod}.py").write_text(f"raise ImportError('no {mod} (blocked by the test)')\n")
+    p = str(tmp_path / "m.safetensors")
+    sn.save_file({"w": np.zeros((4, 4), np.float32)}, p)
+    env = dict(os.environ, PYTHONPATH=f"{blocked}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", p, *args], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr  # called with what cannot run here: exit 2, as bench --vs-fio without fio
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"accio bench safetensors: {message}"), r.stderr
