@@ -312,6 +312,20 @@ def test_bad_arguments_fail_clearly(args, message):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["-s", "abc"], "-s: 'abc' is not a size (e.g. 64m, 1g)"),  # was "parse size: ... (errno 22)"
+    (["-s", "0"], "-s: '0' is not a positive size (e.g. 64m, 1g)"),  # was "'0': sizes must be positive"
+    (["-s", "1m,0"], "-s: '0' is not a positive size"),
+    (["-r", "16m:1m"], "-r: '16m:1m' is not a range of sizes: need 0 < low <= high"),
+    (["-t", "abc"], "-t: 'abc' is not a count (e.g. 1,2,4 or 1:8 or 1..N)"),  # was "invalid literal for int()"
+    (["-Q", "x"], "-Q: 'x' is not a count"),
+])
+def test_a_bad_size_or_count_names_its_option(args, message):
+    r = bench(*args, check=False)
+    assert r.returncode == 2 and r.stderr.startswith(f"accio bench: {message}"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "errno" not in r.stderr, r.stderr
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may drop caches")
 def test_drop_caches_needs_root():
     r = bench("--drop-caches", check=False)

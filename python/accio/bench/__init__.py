@@ -105,19 +105,29 @@ def build_spec(args, world: int) -> Spec:
     get = lambda k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS.get(k)  # noqa: E731
     _check_target(args.target)
     spec = Spec(tests=parse_tests(get("tests")), mechanisms=parse_mechanisms(get("mechanisms"), args.target),
-                file_sizes=parse_sizes(get("file_sizes")), records=parse_sizes(get("records")),
-                threads=parse_counts(get("threads"), n),
-                processes=parse_counts(args.processes, world) if args.processes else [world],
+                file_sizes=_option("-s", parse_sizes, get("file_sizes")),
+                records=_option("-r", parse_sizes, get("records")),
+                threads=_option("-t", parse_counts, get("threads"), n),
+                processes=_option("-p", parse_counts, args.processes, world) if args.processes else [world],
                 layouts=_layouts(args.layout), dirs=args.dirs or [tempfile.gettempdir()],
                 iterations=get("iterations"), target=args.target,
                 files=[f for f in (args.files or "").split(",") if f],
                 settings=dict(_kv(x) for x in args.set), drop_caches=args.drop_caches, vs_fio=args.vs_fio,
                 keep=args.keep, verify=args.verify,
-                iodepths=parse_counts(args.iodepths, 1 << 16) if args.iodepths else [1], runtime=args.runtime or 0.0)
+                iodepths=_option("-Q", parse_counts, args.iodepths, 1 << 16) if args.iodepths else [1],
+                runtime=args.runtime or 0.0)
     if args.preset:
         spec = apply_preset(spec, args.preset, world, explicit)
     _check(spec, world)
     return spec
+
+
+def _option(option: str, parse, text: str, *more):
+    """parse(text, *more), its ValueError naming the option: "-s: 'abc' is not a size (e.g. 64m, 1g)"."""
+    try:
+        return parse(text, *more)
+    except ValueError as e:
+        raise ValueError(f"{option}: {e}") from None
 
 
 def _seconds(text: str) -> float:
