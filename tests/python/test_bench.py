@@ -291,6 +291,26 @@ def test_compare(tmp_path):
     r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(tmp_path / "bad.json")], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "not an accio bench JSON" in r.stderr  # it ran and the file was wrong
+    # the file that is wrong is named (was "B is not JSON"), with what to give instead
+    small = tmp_path / "small.txt"
+    small.write_text("hi\n")
+    r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(small)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.startswith(f"accio bench compare: {small} is not JSON (") \
+        and "give the --json file of an accio bench run" in r.stderr, r.stderr
+    # '-' is stdin for one input, as it is stdout for the outputs
+    r = subprocess.run([*ACCIO, "bench", "compare", "-", str(b)], input=a.read_text(), capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "2 results in both" in r.stdout, r.stderr
+    r = subprocess.run([*ACCIO, "bench", "compare", "-", str(b)], input="hi\n", capture_output=True, text=True)
+    assert r.returncode == 1 and "accio bench compare: stdin is not JSON (" in r.stderr
+    r = subprocess.run([*ACCIO, "bench", "compare", "-", "-"], input=a.read_text(), capture_output=True, text=True)
+    assert r.returncode == 2 and "A and B both ask for stdin ('-'); give one of them a file name" in r.stderr
+    html = tmp_path / "from-stdin.html"
+    r = subprocess.run([*ACCIO, "bench", "report", "-", "-o", str(html)], input=a.read_text(), capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "posix" in r.stdout and html.read_text().lower().startswith("<!doctype html")
+    r = subprocess.run([*ACCIO, "bench", "report", "-"], input=a.read_text(), capture_output=True, text=True)
+    assert r.returncode == 2 and "give -o FILE.html (or -o - for stdout)" in r.stderr
 
 
 @pytest.mark.parametrize("args, message", [

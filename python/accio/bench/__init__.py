@@ -15,6 +15,7 @@ checkpoint (safetensors). docs/methodology.md explains what is measured and how.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -474,10 +475,12 @@ def compare_main(argv: list[str]) -> int:
                                 "each with its 95%% bootstrap interval and verdict: faster, slower, within noise "
                                 "(the interval holds 1 and lies inside ±5%%), undecided, or too few samples "
                                 "(fewer than 7 a side: run with -i 7). docs/methodology.md.")
-    p.add_argument("a", metavar="A.json")
-    p.add_argument("b", metavar="B.json")
+    p.add_argument("a", metavar="A.json", help="the run to compare against ('-' for stdin)")
+    p.add_argument("b", metavar="B.json", help="the other run ('-' for stdin, if A is a file)")
     args = p.parse_args(argv)
-    a, b = _load_run(args.a, "A"), _load_run(args.b, "B")  # missing or not a bench JSON: exit 1
+    if args.a == args.b == "-":
+        raise UsageError("A and B both ask for stdin ('-'); give one of them a file name")
+    a, b = _load_run(args.a), _load_run(args.b)  # missing or not a bench JSON: exit 1
     try:
         print(output.compare(a, b))
     except (ValueError, KeyError) as e:
@@ -485,17 +488,20 @@ def compare_main(argv: list[str]) -> int:
     return 0
 
 
-def _load_run(path: str, name: str = "") -> dict:
-    """A bench JSON file: a missing or unreadable one is an OSError, one that is not a bench JSON (or
-    not JSON) a RuntimeError: both exit 1 (it ran and failed) with one sentence."""
-    with open(path) as f:
+def _load_run(path: str) -> dict:
+    """A bench JSON file ('-': stdin): a missing or unreadable one is an OSError, one that is not a
+    bench JSON (or not JSON) a RuntimeError: both exit 1 (it ran and failed) with one sentence that
+    names the file."""
+    name = "stdin" if path == "-" else path
+    with (contextlib.nullcontext(sys.stdin) if path == "-" else open(path)) as f:
         try:
             doc = json.load(f)
-        except ValueError as e:
-            raise RuntimeError(f"{name or path} is not JSON ({e})") from None
+        except ValueError as e:  # UnicodeDecodeError too: a binary file
+            raise RuntimeError(f"{name} is not JSON ({e}): give the --json file of an accio bench run") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("accio.bench/"):
-        raise RuntimeError(f"{name or path} is not an accio bench JSON file "
-                           f"(schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
+        raise RuntimeError(f"{name} is not an accio bench JSON file "
+                           f"(schema {doc.get('schema') if isinstance(doc, dict) else None!r}): give the --json file "
+                           "of an accio bench run")
     return doc
 
 
@@ -505,12 +511,17 @@ def report_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="accio bench report", description="Redraw the report of an accio bench "
                                 "run from its JSON: the table on stdout and the HTML report (tables, plots, "
                                 "summary), e.g. after an interrupted run or with a newer accio.")
-    p.add_argument("run", metavar="RUN.json")
+    p.add_argument("run", metavar="RUN.json", help="the run's --json file ('-' for stdin, with -o)")
     p.add_argument("-o", "--output", metavar="FILE", help="the HTML report (default: RUN.html beside the JSON; "
                    "'-' for stdout, the table then goes to stderr)")
     args = p.parse_args(argv)
     out = args.output or (args.run[:-5] if args.run.endswith(".json") else args.run) + ".html"
-    doc = _load_run(args.run)  # the input's error first: it is the one to fix
+    if args.run == "-":  # the output checked before stdin is read, which cannot be read twice
+        if not args.output:
+            raise UsageError("a run from stdin ('-') has no name to put the report beside: give -o FILE.html "
+                             "(or -o - for stdout)")
+        check_output_path("--output", out)
+    doc = _load_run(args.run)  # a file's error first: it is the one to fix
     check_output_path("--output", out)
     try:
         preset = doc.get("preset")  # files from before "table": the preset's layout
@@ -518,7 +529,8 @@ def report_main(argv: list[str]) -> int:
         print(output.render_table(doc["results"], kind), file=sys.stderr if out == "-" else sys.stdout)
         report.write_html(out, doc, kind)
     except (KeyError, TypeError) as e:
-        raise RuntimeError(f"{args.run}: a result lacks {e}: not a complete accio bench file") from None
+        raise RuntimeError(f"{'stdin' if args.run == '-' else args.run}: a result lacks {e}: not a complete "
+                           "accio bench file") from None
     if out != "-":
         print(f"wrote {out}", file=sys.stderr)
     return 0
