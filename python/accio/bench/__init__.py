@@ -43,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "random-write. Under mpirun, one rank per process with IOR's rules.\n"
                      "Sub-commands beside the run (`accio bench run ...` is the same as `accio bench ...`):\n"
                      "  compare A.json B.json   ratios of two runs, each called faster/slower/within noise\n"
+                     "                          (\"too few samples\" under 7 iterations a side; '-' reads stdin)\n"
                      "  report RUN.json         redraw the HTML report (and the table) of a run\n"
                      "  safetensors FILE        checkpoint loading against safetensors and fastsafetensors\n"
                      "Methodology: docs/methodology.md.")
@@ -86,7 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--drop-caches", action="store_true",
                    help="cold reads drop all caches via /proc/sys/vm/drop_caches (root) instead of posix_fadvise")
     g.add_argument("--vs-fio", action="store_true", help="also run the equivalent fio job on the same files "
-                   "for posix, parallel, direct and uring and print the ratios")
+                   "for posix, parallel, direct and uring and print the ratios (a verdict from -i 7 on)")
     g.add_argument("--no-verify", dest="verify", action="store_false",
                    help="do not check the record stamps that reads find")
     g = p.add_argument_group("output")
