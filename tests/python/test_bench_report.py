@@ -455,3 +455,10 @@ def test_every_mark_in_the_report_names_its_own_note(tmp_path):
     marks = {(c["mechanism"], m) for row in p.cells for c in row for m in re.findall(r"[*!][0-9]+", c["text"])}
     assert marks == {("auto", "*1"), ("auto", "*2"), ("posix", "!1"), ("auto", "!2")}
     assert "*N: the mechanism ran as another" in page  # the legend explains the marks
+
+
+def test_a_note_names_each_plan_once():
+    plans = [{"plan": "posix", "why": "hot", "calls": 5}, {"plan": "posix", "why": "small", "calls": 2},
+             {"plan": "parallel(task=4MiB)", "why": "large", "calls": 1}]
+    text = output.render_table([_result("write", "auto", [100] * 7, plans=plans, ran="posix/parallel")])
+    assert "  *1 auto chose posix, parallel(task=4MiB)" in text.splitlines()

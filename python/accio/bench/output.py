@@ -150,7 +150,8 @@ def table_model(results: list[dict], kind: str = "generic") -> dict:
                                       f"{r['cache']['residency'] * 100:.0f}% resident after {r['cache']['method']}: "
                                       "a cached read")
             if "*" in symbols:
-                chose = [p["plan"] for p in r.get("plans") or []] if r["engine_mechanism"] == "auto" else []
+                chose = list(dict.fromkeys(p["plan"] for p in r.get("plans") or [])) \
+                    if r["engine_mechanism"] == "auto" else []  # a plan once, whatever the reasons it was chosen for
                 marks[m] += mark("*", f"{m} chose {', '.join(chose)}" if chose else f"{m} ran as {r['ran']}")
         contenders = {m: r for m, r in by.items() if m not in CEILINGS}
         best = max(contenders, key=lambda m: contenders[m]["mib_s"]) if len(contenders) > 1 else None
