@@ -18,12 +18,16 @@ MiB = 1 << 20
 COLD_MAX_RESIDENCY = 0.01
 
 
+SIZE_EXAMPLES = "e.g. 64m, 1g"
+
+
 def parse_size(text: str) -> int:
-    """One size: 4096, 4k, 16m, 1g, 2GiB (binary units). ValueError with the engine's reason."""
+    """One size: 4096, 4k, 16m, 1g, 2GiB (binary units), by the engine's grammar. ValueError
+    "'abc' is not a size (e.g. 64m, 1g)": a sentence a command prefixes with its option."""
     try:
         return int(_ext.parse_size(text.strip()))
-    except OSError as e:
-        raise ValueError(e.strerror or str(e)) from None
+    except OSError:
+        raise ValueError(f"{text.strip()!r} is not a size ({SIZE_EXAMPLES})") from None
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -33,14 +37,16 @@ def parse_sizes(text: str) -> list[int]:
         if ":" in item:
             lo, hi = (parse_size(x) for x in item.split(":", 1))
             if lo <= 0 or hi < lo:
-                raise ValueError(f"bad range '{item}': need 0 < low <= high")
+                raise ValueError(f"{item!r} is not a range of sizes: need 0 < low <= high (e.g. 4k:64m)")
             while lo <= hi:
                 out.append(lo)
                 lo *= 2
+        elif (v := parse_size(item)) <= 0:
+            raise ValueError(f"{item!r} is not a positive size ({SIZE_EXAMPLES})")
         else:
-            out.append(parse_size(item))
-    if not out or any(v <= 0 for v in out):
-        raise ValueError(f"'{text}': sizes must be positive")
+            out.append(v)
+    if not out:
+        raise ValueError(f"no size given ({SIZE_EXAMPLES})")
     return sorted(set(out))
 
 

@@ -3,6 +3,7 @@
     2    called wrongly: a bad option or value, options that do not go together (argparse's own
          errors are 2 as well); the line is `accio CMD: one sentence` on stderr
     1    ran and failed: a path that does not exist or cannot be used, an I/O error, a failed run
+    141  stdout's reader went away (`| head`): no message, as coreutils (128 + SIGPIPE)
     accio run returns the program's own status, 126 when it cannot be run, 127 when it is not
     found and 125 for accio's own errors, usage errors included (as `env` and `nohup` do).
 
@@ -17,6 +18,9 @@ import sys
 
 USAGE = 2
 FAILURE = 1
+# The reader of stdout went away (`accio tune DIR --show | head -5`): quiet, with the status of a
+# coreutils writer killed by SIGPIPE (128 + 13), as a shell reports `seq 1000000 | head -1`'s.
+READER_GONE = 141
 # accio run, as env(1): the program's own status, or _ext.RUN_OWN_ERROR (125), RUN_CANNOT_EXECUTE
 # (126), RUN_NOT_FOUND (127): defined once, with the native launcher (src/preload/run_cli.h).
 
@@ -32,6 +36,27 @@ def describe(e: BaseException) -> str:
         where = f"{e.filename}: " if e.filename else ""
         return f"{where}{e.strerror[:1].lower() + e.strerror[1:]} (errno {e.errno})"
     return str(e)
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (poll says POLLERR/POLLHUP), so that
+    a BrokenPipeError from elsewhere (a child's pipe, a socket) stays an error."""
+    import select
+    try:
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def reader_gone() -> int:
+    """After a BrokenPipeError on stdout: /dev/null over stdout (so that the interpreter's last flush
+    does not complain), and the quiet exit status, READER_GONE (Python's recommended pattern)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return READER_GONE
 
 
 def report(command: str, message: str) -> None:

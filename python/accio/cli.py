@@ -3,15 +3,16 @@
 This is the Python CLI, installed as accio-py (and `python -m accio`); the `accio` on PATH is native
 (src/preload/front.c): it runs `accio run` itself and execs accio-py, unchanged, for the rest.
 
-Exit statuses (accio._usage, docs/api.md): 2 called wrongly, 1 ran and failed; `accio run` returns
-the program's status, 126/127 when it cannot be run or found, 125 for accio's own errors.
+Exit statuses (accio._usage, docs/api.md): 2 called wrongly, 1 ran and failed, 141 quietly when
+stdout's reader went away (`| head`); `accio run` returns the program's status, 126/127 when it
+cannot be run or found, 125 for accio's own errors.
 """
 from __future__ import annotations
 
 import sys
 
 from . import __version__
-from ._usage import FAILURE, USAGE, UsageError, describe, report
+from ._usage import FAILURE, USAGE, UsageError, describe, reader_gone, report, stdout_reader_gone
 
 
 def _cmd_info(args) -> int:
@@ -105,7 +106,8 @@ def build_parser():
                        "  accio bench -T write+sync,cold-read -s 1g -r 1m,16m -t 1,2 --json out.json\n"
                        "  mpirun -np 4 accio bench --preset ior --layout fpp,shared\n"
                        "  accio bench -T random-read -r 4k -Q 1,4,16 --runtime 10s --json qd.json\n"
-                       "  accio bench compare A.json B.json   (verdicts: faster, slower, within noise)\n"
+                       "  accio bench compare A.json B.json   (verdicts: faster, slower, within noise; "
+                       "none under -i 7)\n"
                        "  accio bench report run.json -o run.html   (redraw the report of a run)\n"
                        "  accio bench safetensors model.safetensors --device cuda:0 --json st.json"
                        "   (checkpoint loading vs safetensors, fastsafetensors; --help for its options)")
@@ -148,6 +150,17 @@ def _add_run_parser(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command, with one rule for a reader of stdout that went away (`accio tune DIR --show |
+    head -5`): no message, exit 141, whichever command was writing (_guarded lets it through)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise
+        return reader_gone()
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from ._log import plain_stderr
     plain_stderr()
@@ -180,6 +193,8 @@ def _guarded(command: str, func, args) -> int:
         report(command, str(e))
         return USAGE
     except (OSError, RuntimeError) as e:
+        if isinstance(e, BrokenPipeError) and stdout_reader_gone():
+            raise  # not a failure: main() exits quietly
         report(command, describe(e))
         return FAILURE
     except KeyboardInterrupt:

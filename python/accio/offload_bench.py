@@ -124,7 +124,7 @@ def main(args) -> int:
     try:
         max_bytes = parse_size(args.max_bytes or ("64m" if args.quick else "1g"))
     except ValueError as e:
-        raise UsageError(f"--max-bytes {args.max_bytes!r}: {e}") from None
+        raise UsageError(f"--max-bytes: {e}") from None
     if max_bytes < 1:
         raise UsageError(f"--max-bytes {args.max_bytes!r}: must be at least 1 byte")
     wanted = [t.strip() for t in args.transports.split(",") if t.strip()]

@@ -71,7 +71,8 @@ def launch(argv: list[str]) -> int:
 def report_main(argv: list[str]) -> int:
     """`accio-py --run-report DIR --status N [--stats] [--stats-json FILE] [--threshold B]
     [--mechanism M] -- program...`: what the launcher runs after the program when asked for
-    statistics. Exit 0, or 1 when the report cannot be written (the launcher then exits 125)."""
+    statistics. Exit 0, or 1 when the report cannot be written (the launcher then exits 125);
+    141 (cli.main) when stdout's reader went away, which the launcher does not count as an error."""
     import argparse
     p = argparse.ArgumentParser(prog="accio --run-report")
     p.add_argument("--run-report", dest="report", required=True)
@@ -91,6 +92,8 @@ def report_main(argv: list[str]) -> int:
         try:  # ensure_ascii: a name's escaped bytes stay \udcXX
             write_json(a.stats_json, report)
         except OSError as e:  # the program ran, its report could not be written: accio's own error
+            if a.stats_json == "-" and isinstance(e, BrokenPipeError):
+                raise  # stdout's reader went away: cli.main exits quietly, the launcher keeps the status
             print(f"accio run: write --stats-json {a.stats_json}: {(e.strerror or str(e)).lower()} "
                   f"(errno {e.errno}); the program's exit status was {a.status}", file=sys.stderr)
             return 1

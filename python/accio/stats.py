@@ -12,9 +12,11 @@ contender and a ceiling) with a 95% percentile-bootstrap interval:
 
 Verdicts (values are rates, higher is better): "faster" when the whole interval is above 1,
 "slower" when it is below, "within noise" only when it contains 1.0 and lies inside
-[1 - NOISE, 1 + NOISE], otherwise "undecided" (too few or too noisy samples: measure more). A goal
-such as "staged >= 0.95 x the ceiling" is "met" when the median ratio reaches it, else "missed"
-(the project's rule); the interval is reported beside it, so a goal met by a noisy median shows.
+[1 - NOISE, 1 + NOISE], otherwise "undecided" (too noisy samples: measure more). A goal such as
+"staged >= 0.95 x the ceiling" is "met" when the median ratio reaches it, else "missed" (the
+project's rule); the interval is reported beside it, so a goal met by a noisy median shows. With
+fewer than MIN_SAMPLES samples on a side neither verdict() nor goal() claims anything: both say
+"too few samples (N < 7)" (too_few), whoever prints them; the ratio and interval are still shown.
 
 Used by benchmarks/gpu_bench.py, benchmarks/offload_vs_base.py and `accio tune --evaluate` (its
 rotation and ratios; its rounds take turns phase by phase, Bench.sample_together); docs/methodology.md.
@@ -31,6 +33,7 @@ MIN_SAMPLES = 7
 CONFIDENCE = 0.95
 NOISE = 0.05
 RESAMPLES = 10000
+TOO_FEW = "too few samples"  # the verdict under MIN_SAMPLES: "too few samples (3 < 7)"
 
 
 def rotation(names: Sequence[str], round_index: int) -> list[str]:
@@ -169,8 +172,25 @@ def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]]
                  confidence)
 
 
+def too_few(r: Ratio) -> str | None:
+    """'too few samples (N < 7)' when a side of r has fewer than MIN_SAMPLES samples, else None: the
+    one place that says when a ratio may be called anything. A geometric mean over cells (n_a, n_b
+    count cells, each already a ratio of its own samples) is not held to it."""
+    n = min(r.n_a, r.n_b)
+    if r.method == "geomean" or n >= MIN_SAMPLES:
+        return None
+    return f"{TOO_FEW} ({n} < {MIN_SAMPLES})"
+
+
+def decided(v: str) -> bool:
+    """Whether a verdict() says something: faster, slower or within noise (not undecided, not too few)."""
+    return v in ("faster", "slower", "within noise")
+
+
 def verdict(r: Ratio, noise: float = NOISE) -> str:
-    """faster, slower, within noise, or undecided (see the module's docstring)."""
+    """faster, slower, within noise, undecided, or too few samples (see the module's docstring)."""
+    if few := too_few(r):
+        return few
     if r.low > 1.0:
         return "faster"
     if r.high < 1.0:
@@ -182,7 +202,9 @@ def verdict(r: Ratio, noise: float = NOISE) -> str:
 
 def goal(r: Ratio, target: float) -> str:
     """met or missed for a goal 'a >= target x b': the median ratio decides (describe() gives the
-    interval to report beside it)."""
+    interval to report beside it); too few samples (too_few) under MIN_SAMPLES a side."""
+    if few := too_few(r):
+        return few
     return "met" if r.estimate >= target else "missed"
 
 
@@ -195,5 +217,6 @@ def enough(samples: Sequence[float]) -> bool:
     return len(samples) >= MIN_SAMPLES
 
 
+
 __all__ = ["MIN_SAMPLES", "CONFIDENCE", "NOISE", "Ratio", "rotation", "interleave", "median", "summary", "ratio",
-           "geomean_ratio", "verdict", "goal", "describe", "enough"]
+           "geomean_ratio", "verdict", "goal", "describe", "enough", "too_few", "decided", "TOO_FEW"]

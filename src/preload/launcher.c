@@ -682,7 +682,12 @@ int accio_run_main(int argc, char** argv) {
   if (rp > 0) {
     g_child = rp;
     const int rs = wait_for(rp);
-    rc = WIFEXITED(rs) && WEXITSTATUS(rs) == 0 ? 0 : ACCIO_RUN_OWN_ERROR;
+    /* 128 + SIGPIPE (accio-py's quiet exit) or SIGPIPE itself: the reader of stdout went away while
+     * the report was written (`accio run --stats-json - -- prog | head`), not an error: the
+     * program's status stands, as it does after a complete report. */
+    const int reader_gone = (WIFEXITED(rs) && WEXITSTATUS(rs) == 128 + SIGPIPE) ||
+                            (WIFSIGNALED(rs) && WTERMSIG(rs) == SIGPIPE);
+    rc = (WIFEXITED(rs) && WEXITSTATUS(rs) == 0) || reader_gone ? 0 : ACCIO_RUN_OWN_ERROR;
   }
   remove_dir(dir);
   if (rc) return rc;

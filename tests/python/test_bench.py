@@ -147,6 +147,7 @@ def test_layouts_create_the_expected_files(tmp_path):
 
 def test_explicit_files_are_used_and_kept(tmp_path):
     a, b = tmp_path / "a.dat", tmp_path / "b.dat"
+    a.write_bytes(b"u" * (3 << 20))  # a write test overwrites a user's file (IOzone -F; documented)
     bench("-T", "write,reread", "-m", "posix", "-s", "1m", "-r", "1m", "-t", "2", "-i", "1",
           "--files", f"{a},{b}")
     assert a.stat().st_size == b.stat().st_size == 1 << 20
@@ -155,7 +156,57 @@ def test_explicit_files_are_used_and_kept(tmp_path):
     assert r.returncode == 2 and "3 files needed (one per thread and process), 2 given" in r.stderr
 
 
-def test_mpirun_two_ranks(tmp_path):
+def test_a_read_only_run_reads_the_users_files_as_they_are(tmp_path):
+    # `--files data.bin -T read -s 8m` rewrote a 100 MiB file with 8 MiB of bench data (the untimed
+    # write before a read): a run that only reads now reads the files as they are, as fio does.
+    a, b = tmp_path / "a.dat", tmp_path / "b.dat"
+    content = {f: os.urandom((3 << 20) + 5) for f in (a, b)}
+    for f, c in content.items():
+        f.write_bytes(c)
+    js = tmp_path / "r.json"
+    r = bench("-T", "read,cold-read", "-m", "posix,parallel", "-s", "1m", "-r", "256k", "-t", "2", "-i", "1",
+              "--files", f"{a},{b}", "--json", str(js))
+    assert all(f.read_bytes() == c for f, c in content.items())  # not a byte written, nor truncated
+    assert "note: reads of the --files as they are" in r.stdout and "not verified" in r.stdout
+    doc = json.loads(js.read_text())
+    validate(doc)
+    assert doc["parameters"]["files_read_as_found"] is True
+    assert len(doc["results"]) == 4
+    for x in doc["results"]:
+        assert x["as_found"] is True and x["verified"] is False
+        assert all(s["bytes"] == 2 << 20 and s["as_found"] and not s["verified"] for s in x["samples"])
+    # a write test first: the files are this run's again, written and verified (and overwritten)
+    doc = json.loads(bench("-T", "write,read", "-m", "posix", "-s", "1m", "-r", "256k", "-i", "1",
+                           "--files", str(a), "--json", "-").stdout)
+    assert doc["parameters"]["files_read_as_found"] is False and a.stat().st_size == 1 << 20
+    read = next(x for x in doc["results"] if x["test"] == "read")
+    assert read["verified"] is True and read["as_found"] is False
+
+
+@pytest.mark.parametrize("size, extra, message", [
+    (512 << 10, [], "{f}: 512 KiB, but -T read,reread reads 1 MiB of it; a read-only run reads the files as "
+                    "they are and never writes them: give -s 512k or less, or put a write test first "
+                    "(-T write,read,reread)"),
+    ((3 << 20) // 2, ["--shared", "-t", "2"], "{f}: 1536 KiB, but -T read,reread reads 2 MiB of it (2 writers x "
+                                              "-s); a read-only run reads the files as they are and never writes "
+                                              "them: give -s 768k"),
+    (None, [], "{f}: no such file; -T read,reread reads the files as they are and does not create them: name an "
+               "existing file, or put a write test first (-T write,read,reread), which writes it"),
+])
+def test_a_read_only_run_refuses_files_it_cannot_read_before_it_starts(tmp_path, size, extra, message):
+    f = tmp_path / "short.dat"
+    content = os.urandom(size) if size is not None else None
+    if content is not None:
+        f.write_bytes(content)
+    r = bench("-T", "read,reread", "-m", "posix", "-s", "1m", "-r", "256k", "-i", "1", "--files", str(f), *extra,
+              check=False)
+    assert r.returncode == 2 and f"accio bench: --files {message.format(f=f)}" in r.stderr, r.stderr
+    assert "timed phases" not in r.stderr and "Traceback" not in r.stderr  # refused before the run
+    assert (f.read_bytes() if f.exists() else None) == content  # untouched, and never created
+
+
+def _mpirun():
+    """mpirun and the environment it needs here, or the test is skipped (failed in CI)."""
     mpirun = shutil.which("mpirun")
     try:
         import mpi4py  # noqa: F401
@@ -165,11 +216,30 @@ def test_mpirun_two_ranks(tmp_path):
         if IN_CI:
             pytest.fail("CI must install OpenMPI and mpi4py (make test does)")
         pytest.skip("mpirun or mpi4py missing")
+    return mpirun, {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                    "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl": "self,vader,tcp"}
+
+
+def test_mpirun_read_only_run_of_a_shared_file_as_it_is(tmp_path):
+    mpirun, env = _mpirun()
+    f = tmp_path / "shared.dat"
+    content = os.urandom(3 << 20)
+    f.write_bytes(content)
+    argv = [mpirun, "-np", "2", *ACCIO, "bench", "-T", "read", "-m", "posix", "-r", "256k", "-i", "1", "--shared",
+            "--files", str(f), "-q"]
+    r = subprocess.run([*argv, "-s", "2m"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0 and r.stderr.count("3 MiB, but -T read reads 4 MiB of it (2 writers x -s)") == 1
+    assert f.read_bytes() == content  # refused on every rank, before any of them touched the file
+    r = subprocess.run([*argv, "-s", "1m", "-p", "1,2"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f.read_bytes() == content and r.stdout.count("note: reads of the --files as they are") == 1
+
+
+def test_mpirun_two_ranks(tmp_path):
+    mpirun, env = _mpirun()
     js = tmp_path / "m.json"
     d = tmp_path / "d"
     d.mkdir()
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl": "self,vader,tcp"}
     r = subprocess.run([mpirun, "-np", "2", *ACCIO, "bench", "-T", "write,cold-read", "-m", "posix,uring",
                         "-s", "1m", "-r", "256k", "-p", "1,2", "--layout", "fpp,shared", "-i", "2", "-d", str(d),
                         "--keep", "--json", str(js)], capture_output=True, text=True, env=env, timeout=300)
@@ -192,7 +262,8 @@ def test_vs_fio(tmp_path):
     js = tmp_path / "f.json"
     r = bench("-T", "write,reread", "-m", "posix,parallel,uring", "-s", "4m", "-r", "1m", "-i", "2", "--vs-fio",
               "--set", "task_size=256k", "-d", str(tmp_path), "--json", str(js))
-    assert "accio vs fio" in r.stdout and "95% interval" in r.stdout
+    assert "accio vs fio" in r.stdout and "95% interval" in r.stdout and "too few samples (2 < 7)" in r.stdout
+    assert not any(v in r.stdout for v in ("faster", "slower", "within noise"))
     doc = json.loads(js.read_text())
     validate(doc)
     for x in doc["results"]:
@@ -202,7 +273,7 @@ def test_vs_fio(tmp_path):
         per_round = [a["mib_s"] / b["mib_s"] for a, b in zip(x["samples"], f["samples"])]
         assert len(per_round) == 2 and f["ratio"] == pytest.approx(statistics.median(per_round))
         assert f["interval"][0] <= f["ratio"] <= f["interval"][1]
-        assert f["verdict"] in ("faster", "slower", "within noise", "undecided")
+        assert f["verdict"] == "too few samples (2 < 7)"  # -i 2: the ratio, but no verdict (accio.stats)
     jobs = {x["mechanism"]: x["fio"]["job"] for x in doc["results"]}
     assert jobs["posix"].startswith("psync bs=1048576") and jobs["uring"].startswith("io_uring bs=262144 iodepth=4")
     assert "x2 (2 per thread" in jobs["parallel"] or "x1" in jobs["parallel"]
@@ -214,11 +285,32 @@ def test_compare(tmp_path):
         bench("-T", "write,reread", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path),
               "--json", str(f))
     r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(b)], capture_output=True, text=True)
-    assert r.returncode == 0 and "B/A" in r.stdout and "2 results in both" in r.stdout
+    assert r.returncode == 0 and "B/A" in r.stdout and "2 results in both: 2 too few samples" in r.stdout
+    assert r.stdout.count("too few samples (1 < 7)") == 2
     (tmp_path / "bad.json").write_text('{"schema": "other"}')
     r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(tmp_path / "bad.json")], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "not an accio bench JSON" in r.stderr  # it ran and the file was wrong
+    # the file that is wrong is named (was "B is not JSON"), with what to give instead
+    small = tmp_path / "small.txt"
+    small.write_text("hi\n")
+    r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(small)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.startswith(f"accio bench compare: {small} is not JSON (") \
+        and "give the --json file of an accio bench run" in r.stderr, r.stderr
+    # '-' is stdin for one input, as it is stdout for the outputs
+    r = subprocess.run([*ACCIO, "bench", "compare", "-", str(b)], input=a.read_text(), capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "2 results in both" in r.stdout, r.stderr
+    r = subprocess.run([*ACCIO, "bench", "compare", "-", str(b)], input="hi\n", capture_output=True, text=True)
+    assert r.returncode == 1 and "accio bench compare: stdin is not JSON (" in r.stderr
+    r = subprocess.run([*ACCIO, "bench", "compare", "-", "-"], input=a.read_text(), capture_output=True, text=True)
+    assert r.returncode == 2 and "A and B both ask for stdin ('-'); give one of them a file name" in r.stderr
+    html = tmp_path / "from-stdin.html"
+    r = subprocess.run([*ACCIO, "bench", "report", "-", "-o", str(html)], input=a.read_text(), capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "posix" in r.stdout and html.read_text().lower().startswith("<!doctype html")
+    r = subprocess.run([*ACCIO, "bench", "report", "-"], input=a.read_text(), capture_output=True, text=True)
+    assert r.returncode == 2 and "give -o FILE.html (or -o - for stdout)" in r.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -238,6 +330,20 @@ def test_bad_arguments_fail_clearly(args, message):
     r = bench(*args, check=False)
     assert r.returncode in (1, 2) and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-s", "abc"], "-s: 'abc' is not a size (e.g. 64m, 1g)"),  # was "parse size: ... (errno 22)"
+    (["-s", "0"], "-s: '0' is not a positive size (e.g. 64m, 1g)"),  # was "'0': sizes must be positive"
+    (["-s", "1m,0"], "-s: '0' is not a positive size"),
+    (["-r", "16m:1m"], "-r: '16m:1m' is not a range of sizes: need 0 < low <= high"),
+    (["-t", "abc"], "-t: 'abc' is not a count (e.g. 1,2,4 or 1:8 or 1..N)"),  # was "invalid literal for int()"
+    (["-Q", "x"], "-Q: 'x' is not a count"),
+])
+def test_a_bad_size_or_count_names_its_option(args, message):
+    r = bench(*args, check=False)
+    assert r.returncode == 2 and r.stderr.startswith(f"accio bench: {message}"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "errno" not in r.stderr, r.stderr
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may drop caches")

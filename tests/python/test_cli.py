@@ -120,7 +120,7 @@ EXIT_TABLE = [
      "accio bench compare: /nonexistent/a.json: no such file or directory (errno 2)"),
     (["bench", "compare", "{noexec}"], 2, "the following arguments are required"),
     (["bench", "run", "-i", "0"], 2, "accio bench: --iterations must be at least 1"),
-    (["bench", "-Q", "0"], 2, "accio bench: '0': counts must be at least 1"),
+    (["bench", "-Q", "0"], 2, "accio bench: -Q: '0': counts must be at least 1"),
     (["bench", "--runtime", "-5"], 2, "the runtime must be positive"),
     (["bench", "--runtime", "soon"], 2, "is not a time"),
     (["bench", "--vs-fio", "-Q", "1,4"], 2, "--iodepth"),
@@ -134,13 +134,13 @@ EXIT_TABLE = [
     (["tune", "{tmp}", "--json", "x.json"], 2, "--json goes with --evaluate"),
     (["tune", "{tmp}", "--profile", "-"], 2, "--profile takes a file name"),
     (["tune", "{tmp}", "--show", "--evaluate"], 2, "do not go together"),
-    (["tune", "{tmp}", "--evaluate", "--transfers", "4q"], 2, "accio tune: --transfers '4q'"),
+    (["tune", "{tmp}", "--evaluate", "--transfers", "4q"], 2, "accio tune: --transfers: '4q' is not a size (e.g. 64m"),
     (["tune", "{tmp}", "--evaluate", "--reps", "0"], 2, "--reps must be at least 1"),
     (["tune", "{tmp}", "--target", "cuda:0"], 2, "measured with --device cuda:N"),
     (["tune", "{tmp}", "--device", "gpu0"], 2, "--device 'gpu0': expected cuda:N or N"),
     (["tune", "{tmp}", "--device", "0", "--no-device"], 2, "--device and --no-device do not go together"),
     (["offload-bench", "--transports", "pigeon"], 2, "unknown configuration(s) pigeon"),
-    (["offload-bench", "--max-bytes", "lots"], 2, "accio offload-bench: --max-bytes 'lots'"),
+    (["offload-bench", "--max-bytes", "lots"], 2, "accio offload-bench: --max-bytes: 'lots' is not a size"),
     (["offload-bench", "--reps", "0"], 2, "--reps 0: must be at least 1"),
     (["offload-bench", "--json", "/nonexistent/o.json"], 1, "--json /nonexistent/o.json"),
     (["run", "--", "sh", "-c", "exit 3"], 3, ""),
@@ -225,3 +225,43 @@ def test_json_dash_elsewhere(tmp_path, argv, schema):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["schema"] == schema  # stdout is the JSON alone; the tables went to stderr
     assert not (tmp_path / "-").exists() and "wrote" not in r.stderr
+
+
+def _into_a_closed_pipe(argv, cwd):
+    """Runs argv with stdout a pipe whose reader has already gone (as `| head` leaves it)."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run(argv, stdout=w, stderr=subprocess.PIPE, text=True, cwd=cwd, timeout=120)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_a_reader_that_went_away_is_not_an_error(places, front, tmp_path):
+    # `accio tune DIR --show | head -5` printed "accio tune: broken pipe (errno 32)" and exited 1;
+    # `accio run --stats-json - -- true | head`, the same and 125. Coreutils exit quietly (141).
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for f in (a, b):
+        subprocess.run([*ACCIO, *_small_bench("-d", str(tmp_path), "--json", str(f))], check=True, timeout=300,
+                       capture_output=True)
+    for argv in (["info"], ["bench", "compare", str(a), str(b)]):
+        r = _into_a_closed_pipe([*FRONTS[front], *argv], places["tmp"])
+        assert (r.returncode, r.stderr) == (141, ""), (argv, r.returncode, r.stderr)
+    for argv in (["--help"], ["bench", "--help"]):  # argparse's exit 0, its text unflushed: quiet too
+        r = _into_a_closed_pipe([*FRONTS[front], *argv], places["tmp"])
+        assert r.returncode in (0, 141) and r.stderr == "", (argv, r.returncode, r.stderr)
+    # accio run: the program's own status stands, and nothing is said about the report's pipe
+    for code in (0, 3):
+        r = _into_a_closed_pipe([*FRONTS[front], "run", "--stats-json", "-", "--", "sh", "-c", f"exit {code}"],
+                                places["tmp"])
+        assert (r.returncode, r.stderr) == (code, ""), (code, r.returncode, r.stderr)
+
+
+def test_a_broken_pipe_that_is_not_stdout_stays_an_error(capsys):
+    from accio import cli
+
+    def fails(_args):
+        raise BrokenPipeError(32, "Broken pipe", "the offload worker's socket")
+    assert cli._guarded("offload-bench", fails, None) == 1
+    assert "accio offload-bench: the offload worker's socket: broken pipe (errno 32)" in capsys.readouterr().err

@@ -93,9 +93,9 @@ def test_identical_ratios_give_a_point_interval_and_within_noise_at_one():
 
 def test_unpaired_ratio_of_medians():
     a = [10, 11, 12, 13, 14, 15, 16]
-    b = [20, 21, 22, 23, 24]
+    b = [19, 20, 21, 22, 23, 24, 25, 26]  # 8: unequal counts, at least 7 a side for a verdict
     r = stats.ratio(a, b)
-    assert r.method == "unpaired" and r.estimate == pytest.approx(13 / 22)
+    assert r.method == "unpaired" and r.estimate == pytest.approx(13 / 22.5)
     assert r.low < r.estimate < r.high and r.high < 1 and stats.verdict(r) == "slower"
     with pytest.raises(ValueError):
         stats.ratio(a, b, paired=True)
@@ -128,6 +128,21 @@ def test_goal_rule(est, low, high, want):
     # The median ratio decides, whatever the interval (which is reported beside it).
     r = stats.Ratio(estimate=est, low=low, high=high, n_a=7, n_b=7, method="paired")
     assert stats.goal(r, 0.95) == want
+
+
+@pytest.mark.parametrize("n_a, n_b", [(3, 7), (7, 6), (1, 1)])
+def test_under_the_minimum_no_verdict_and_no_goal_whatever_the_interval(n_a, n_b):
+    # The one rule for every printer (bench --vs-fio, compare, safetensors, tune): the ratio and its
+    # interval, but no faster/slower/within noise and no met/missed under MIN_SAMPLES a side.
+    for low, high in ((1.5, 2.0), (0.5, 0.6), (0.99, 1.01)):
+        r = stats.Ratio(estimate=(low + high) / 2, low=low, high=high, n_a=n_a, n_b=n_b, method="paired")
+        want = f"too few samples ({min(n_a, n_b)} < 7)"
+        assert stats.verdict(r) == want and stats.goal(r, 0.95) == want and not stats.decided(want)
+    r = stats.ratio([2.0, 2.1, 2.2], [1.0, 1.0, 1.0])
+    assert r.low > 1 and stats.verdict(r) == "too few samples (3 < 7)"
+    # a geometric mean counts cells, not samples: it is judged by its interval
+    g = stats.Ratio(estimate=1.5, low=1.2, high=1.8, n_a=3, n_b=3, method="geomean")
+    assert stats.verdict(g) == "faster"
 
 
 def test_noisy_but_centred_samples_are_undecided_not_within_noise():

@@ -194,7 +194,7 @@ def test_evaluate_reports_regret_against_the_oracle(tmp_path):
         assert all(0 < c["ratio"][m] <= 1 for m in fixed) and c["ratio"]["auto"] > 0
         assert set(c["auto_vs"]) == fixed
         assert all(v["low"] <= v["estimate"] <= v["high"] for v in c["auto_vs"].values())
-        assert c["verdict"] == "undecided"  # fewer than 7 samples are never a result...
+        assert c["verdict"] in ("too few samples (1 < 7)", "too few samples (2 < 7)")  # never a result...
         assert len(c["samples"]["auto"]) == 2  # ...so one extra round, up to --max-reps
         assert c["auto_plans"], c
     assert set(doc["summary"]) == {"auto"} | fixed

@@ -40,7 +40,7 @@ def test_quick_cells(tmp_path):
         assert len(a) == len(f) == 3 and min(a + f) > 0
         assert c["ratio"]["estimate"] == pytest.approx(statistics.median(x / y for x, y in zip(a, f)))
         assert c["ratio"]["low"] <= c["ratio"]["estimate"] <= c["ratio"]["high"]
-        assert c["goal"] == ("met" if c["ratio"]["estimate"] >= 0.9 else "missed")
+        assert c["goal"] == c["verdict"] == "too few samples (3 < 7)"  # --quick's 3 rounds: no goal (accio.stats)
         if c["rw"] == "read":  # dropped before every sample, on both sides
             assert c["residency"][1] <= 0.01
         if c["rw"] == "write" and c["buffering"] == "buffered":  # small writes: uring against posix
@@ -49,7 +49,7 @@ def test_quick_cells(tmp_path):
             assert c["vs_posix"]["ratio"]["estimate"] == pytest.approx(statistics.median(x / y for x, y in zip(u, p)))
         else:
             assert "vs_posix" not in c and "posix_requests" not in c
-    assert f"of {len(cells)} cells meet" in r.stdout
+    assert f"0 of {len(cells)} cells meet accio/fio >= 0.9 ({len(cells)} with too few samples to say)" in r.stdout
     assert not any(p.name.startswith("accio-uring-fio-") for p in tmp_path.iterdir())  # its file is gone
 
 

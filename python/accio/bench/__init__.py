@@ -15,6 +15,7 @@ checkpoint (safetensors). docs/methodology.md explains what is measured and how.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -28,7 +29,7 @@ from .._usage import UsageError, check_output_path, stdout_outputs
 from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
-from .runner import Runner
+from .runner import Runner, file_extents, reads_files_as_found
 from .._system import online_cpus, parse_sizes
 from .spec import LAYOUTS, TESTS, Spec, apply_preset, parse_counts, parse_mechanisms, parse_tests
 
@@ -42,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "random-write. Under mpirun, one rank per process with IOR's rules.\n"
                      "Sub-commands beside the run (`accio bench run ...` is the same as `accio bench ...`):\n"
                      "  compare A.json B.json   ratios of two runs, each called faster/slower/within noise\n"
+                     "                          (\"too few samples\" under 7 iterations a side; '-' reads stdin)\n"
                      "  report RUN.json         redraw the HTML report (and the table) of a run\n"
                      "  safetensors FILE        checkpoint loading against safetensors and fastsafetensors\n"
                      "Methodology: docs/methodology.md.")
@@ -71,7 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("files")
     g.add_argument("-d", "--dir", action="append", dest="dirs", metavar="DIR",
                    help="directory for the files under test (repeatable: each is a row group; default: temp dir)")
-    g.add_argument("--files", help="comma-separated file names to use instead (as iozone -F; overwritten, kept)")
+    g.add_argument("--files", help="comma-separated file names to use instead (as iozone -F), kept afterwards. "
+                   "WRITE TESTS OVERWRITE THEM (write and write+sync truncate them first). A run whose first test "
+                   "reads (e.g. -T read) reads them as they are, unverified, and never writes them; a file shorter "
+                   "than the run reads is refused before it starts")
     g.add_argument("-F", "--file-per-process", dest="layout", action="store_const", const="fpp",
                    help="one file per thread and process (IOR -F; the default)")
     g.add_argument("--shared", dest="layout", action="store_const", const="shared",
@@ -82,7 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--drop-caches", action="store_true",
                    help="cold reads drop all caches via /proc/sys/vm/drop_caches (root) instead of posix_fadvise")
     g.add_argument("--vs-fio", action="store_true", help="also run the equivalent fio job on the same files "
-                   "for posix, parallel, direct and uring and print the ratios")
+                   "for posix, parallel, direct and uring and print the ratios (a verdict from -i 7 on)")
     g.add_argument("--no-verify", dest="verify", action="store_false",
                    help="do not check the record stamps that reads find")
     g = p.add_argument_group("output")
@@ -102,19 +107,29 @@ def build_spec(args, world: int) -> Spec:
     get = lambda k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS.get(k)  # noqa: E731
     _check_target(args.target)
     spec = Spec(tests=parse_tests(get("tests")), mechanisms=parse_mechanisms(get("mechanisms"), args.target),
-                file_sizes=parse_sizes(get("file_sizes")), records=parse_sizes(get("records")),
-                threads=parse_counts(get("threads"), n),
-                processes=parse_counts(args.processes, world) if args.processes else [world],
+                file_sizes=_option("-s", parse_sizes, get("file_sizes")),
+                records=_option("-r", parse_sizes, get("records")),
+                threads=_option("-t", parse_counts, get("threads"), n),
+                processes=_option("-p", parse_counts, args.processes, world) if args.processes else [world],
                 layouts=_layouts(args.layout), dirs=args.dirs or [tempfile.gettempdir()],
                 iterations=get("iterations"), target=args.target,
                 files=[f for f in (args.files or "").split(",") if f],
                 settings=dict(_kv(x) for x in args.set), drop_caches=args.drop_caches, vs_fio=args.vs_fio,
                 keep=args.keep, verify=args.verify,
-                iodepths=parse_counts(args.iodepths, 1 << 16) if args.iodepths else [1], runtime=args.runtime or 0.0)
+                iodepths=_option("-Q", parse_counts, args.iodepths, 1 << 16) if args.iodepths else [1],
+                runtime=args.runtime or 0.0)
     if args.preset:
         spec = apply_preset(spec, args.preset, world, explicit)
     _check(spec, world)
     return spec
+
+
+def _option(option: str, parse, text: str, *more):
+    """parse(text, *more), its ValueError naming the option: "-s: 'abc' is not a size (e.g. 64m, 1g)"."""
+    try:
+        return parse(text, *more)
+    except ValueError as e:
+        raise ValueError(f"{option}: {e}") from None
 
 
 def _seconds(text: str) -> float:
@@ -188,6 +203,8 @@ def _check(spec: Spec, world: int) -> None:
         need = max((p * t for _d, layout, p, t, *_ in spec.configurations() if layout == "fpp"), default=1)
         if len(spec.files) < need:
             raise ValueError(f"--files: {need} files needed (one per thread and process), {len(spec.files)} given")
+        if reads_files_as_found(spec):
+            _check_files_cover(spec)
     for d in spec.dirs:  # the file system said no: exit 1, as for any path that cannot be used
         if not os.path.exists(d):
             raise FileNotFoundError(2, "No such file or directory", f"-d {d}")
@@ -209,6 +226,45 @@ def _check(spec: Spec, world: int) -> None:
             _ext.settings(list({**spec.settings, **dict(m.settings)}.items()))
         except OSError as e:  # a bad --set (or NAME+knob) value is a usage error
             raise ValueError(str(e)) from None
+
+
+def _check_files_cover(spec: Spec) -> None:
+    """A run whose first test reads (no write test before it) reads the --files as they are and never
+    writes them: each must exist and hold every byte the run reads, or the run is refused before it
+    starts (exit 2) with what to do, rather than the file rewritten or a short read halfway."""
+    from .._system import fmt_size
+    tests = ",".join(spec.tests)
+    for f, (need, writers) in file_extents(spec).items():
+        try:
+            have = _file_size(f)
+        except FileNotFoundError:
+            raise ValueError(f"--files {f}: no such file; -T {tests} reads the files as they are and does not "
+                             f"create them: name an existing file, or put a write test first (-T write,{tests}), "
+                             "which writes it") from None
+        except OSError as e:
+            raise ValueError(f"--files {f}: {(e.strerror or str(e)).lower()}") from None
+        if have < need:
+            fit = have // writers
+            fit_text = f"{fit >> 20}m" if fit >= 1 << 20 else f"{fit >> 10}k" if fit >= 1 << 10 else str(fit)
+            raise ValueError(f"--files {f}: {fmt_size(have)}, but -T {tests} reads {fmt_size(need)} of it"
+                             + (f" ({writers} writers x -s)" if writers > 1 else "") +
+                             f"; a read-only run reads the files as they are and never writes them: give -s {fit_text} "
+                             f"or less, or put a write test first (-T write,{tests}), which overwrites the file")
+
+
+def _file_size(path: str) -> int:
+    """The bytes a file (or block device: its size is not in st_size) holds; IsADirectoryError for a directory."""
+    import stat
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "Is a directory", path)
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
 
 
 class Progress:
@@ -311,7 +367,7 @@ def parameters(spec: Spec) -> dict:
             "records": spec.records, "threads": spec.threads, "processes": spec.processes, "layouts": spec.layouts,
             "dirs": spec.dirs, "files": spec.files, "iterations": spec.iterations, "target": spec.target,
             "drop_caches": spec.drop_caches, "vs_fio": spec.vs_fio, "verify": spec.verify,
-            "iodepths": spec.iodepths, "runtime_s": spec.runtime}
+            "iodepths": spec.iodepths, "runtime_s": spec.runtime, "files_read_as_found": reads_files_as_found(spec)}
 
 
 def check_outputs(args) -> str | None:
@@ -344,7 +400,8 @@ def main(args) -> int:
     progress = Progress(phases, world.rank == 0 and not args.quiet)
     if world.rank == 0 and not args.quiet:
         print(f"accio bench{' --preset ' + spec.preset if spec.preset else ''}: {phases} timed phases, "
-              f"{len(spec.mechanisms)} mechanism(s), {world.size} process(es), in {', '.join(spec.files or spec.dirs)}",
+              f"{len(spec.mechanisms)} mechanism(s), {world.size} process(es), in {', '.join(spec.files or spec.dirs)}"
+              + (" (read as they are: not written, not verified)" if reads_files_as_found(spec) else ""),
               file=sys.stderr, flush=True)
     doc = None
     if world.rank == 0:
@@ -419,10 +476,12 @@ def compare_main(argv: list[str]) -> int:
                                 "each with its 95%% bootstrap interval and verdict: faster, slower, within noise "
                                 "(the interval holds 1 and lies inside ±5%%), undecided, or too few samples "
                                 "(fewer than 7 a side: run with -i 7). docs/methodology.md.")
-    p.add_argument("a", metavar="A.json")
-    p.add_argument("b", metavar="B.json")
+    p.add_argument("a", metavar="A.json", help="the run to compare against ('-' for stdin)")
+    p.add_argument("b", metavar="B.json", help="the other run ('-' for stdin, if A is a file)")
     args = p.parse_args(argv)
-    a, b = _load_run(args.a, "A"), _load_run(args.b, "B")  # missing or not a bench JSON: exit 1
+    if args.a == args.b == "-":
+        raise UsageError("A and B both ask for stdin ('-'); give one of them a file name")
+    a, b = _load_run(args.a), _load_run(args.b)  # missing or not a bench JSON: exit 1
     try:
         print(output.compare(a, b))
     except (ValueError, KeyError) as e:
@@ -430,17 +489,20 @@ def compare_main(argv: list[str]) -> int:
     return 0
 
 
-def _load_run(path: str, name: str = "") -> dict:
-    """A bench JSON file: a missing or unreadable one is an OSError, one that is not a bench JSON (or
-    not JSON) a RuntimeError: both exit 1 (it ran and failed) with one sentence."""
-    with open(path) as f:
+def _load_run(path: str) -> dict:
+    """A bench JSON file ('-': stdin): a missing or unreadable one is an OSError, one that is not a
+    bench JSON (or not JSON) a RuntimeError: both exit 1 (it ran and failed) with one sentence that
+    names the file."""
+    name = "stdin" if path == "-" else path
+    with (contextlib.nullcontext(sys.stdin) if path == "-" else open(path)) as f:
         try:
             doc = json.load(f)
-        except ValueError as e:
-            raise RuntimeError(f"{name or path} is not JSON ({e})") from None
+        except ValueError as e:  # UnicodeDecodeError too: a binary file
+            raise RuntimeError(f"{name} is not JSON ({e}): give the --json file of an accio bench run") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("accio.bench/"):
-        raise RuntimeError(f"{name or path} is not an accio bench JSON file "
-                           f"(schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
+        raise RuntimeError(f"{name} is not an accio bench JSON file "
+                           f"(schema {doc.get('schema') if isinstance(doc, dict) else None!r}): give the --json file "
+                           "of an accio bench run")
     return doc
 
 
@@ -450,12 +512,17 @@ def report_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="accio bench report", description="Redraw the report of an accio bench "
                                 "run from its JSON: the table on stdout and the HTML report (tables, plots, "
                                 "summary), e.g. after an interrupted run or with a newer accio.")
-    p.add_argument("run", metavar="RUN.json")
+    p.add_argument("run", metavar="RUN.json", help="the run's --json file ('-' for stdin, with -o)")
     p.add_argument("-o", "--output", metavar="FILE", help="the HTML report (default: RUN.html beside the JSON; "
                    "'-' for stdout, the table then goes to stderr)")
     args = p.parse_args(argv)
     out = args.output or (args.run[:-5] if args.run.endswith(".json") else args.run) + ".html"
-    doc = _load_run(args.run)  # the input's error first: it is the one to fix
+    if args.run == "-":  # the output checked before stdin is read, which cannot be read twice
+        if not args.output:
+            raise UsageError("a run from stdin ('-') has no name to put the report beside: give -o FILE.html "
+                             "(or -o - for stdout)")
+        check_output_path("--output", out)
+    doc = _load_run(args.run)  # a file's error first: it is the one to fix
     check_output_path("--output", out)
     try:
         preset = doc.get("preset")  # files from before "table": the preset's layout
@@ -463,7 +530,8 @@ def report_main(argv: list[str]) -> int:
         print(output.render_table(doc["results"], kind), file=sys.stderr if out == "-" else sys.stdout)
         report.write_html(out, doc, kind)
     except (KeyError, TypeError) as e:
-        raise RuntimeError(f"{args.run}: a result lacks {e}: not a complete accio bench file") from None
+        raise RuntimeError(f"{'stdin' if args.run == '-' else args.run}: a result lacks {e}: not a complete "
+                           "accio bench file") from None
     if out != "-":
         print(f"wrote {out}", file=sys.stderr)
     return 0

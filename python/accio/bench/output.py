@@ -113,7 +113,9 @@ def table_model(results: list[dict], kind: str = "generic") -> dict:
     """The results table that the text and the HTML report both show: rows by the dimensions that
     vary (test last), a column per mechanism. {'heads': row heads, 'cols': mechanisms, 'baseline':
     the column ratios are taken against or None, 'rows': [{'cells': row labels, 'slice': the labels
-    but the test, 'test', 'by': {mechanism: result}, 'best': mechanism or None}], 'notes': marks}."""
+    but the test, 'test', 'by': {mechanism: result}, 'best': mechanism or None, 'marks': {mechanism:
+    '*1', '!2*1' or ''}}], 'notes': ['*1 auto chose posix', ...]}. Every note has its own number, so
+    a cell's mark names the note that explains it."""
     cols = _columns(results)
     dims = [d for d in ROW_DIMS.get(kind, ROW_DIMS["generic"])
             if d == "test" or len({r.get(d, 1) for r in results}) > 1]
@@ -127,32 +129,44 @@ def table_model(results: list[dict], kind: str = "generic") -> dict:
             rows[key][r["mechanism"]] = r
     heads = [HEAD[d] for d in dims] + (["threads"] if kind == "xeonphi" else [])
     notes: list[str] = []
+    numbered: dict[tuple[str, str], str] = {}  # (symbol, note) -> its mark, '*1': a note per number
+
+    def mark(symbol: str, text: str) -> str:
+        if (symbol, text) not in numbered:
+            numbered[(symbol, text)] = f"{symbol}{sum(k[0] == symbol for k in numbered) + 1}"
+            notes.append(f"{numbered[(symbol, text)]} {text}")
+        return numbered[(symbol, text)]
     out = []
     for key in sorted(rows, key=lambda k: _row_key(next(iter(rows[k].values())), dims) + k[len(dims):]):
         by = rows[key]
         cells = [_cell_value(d, v) for d, v in zip(dims, key)]
         if kind == "xeonphi":
             cells.append("1" if key[-1] == "1" else "best")
+        marks = {}
         for m, r in by.items():
-            marks = cell_marks(r)
-            if "!" in marks:
-                note = (f"! {r['test']} {m} in {r['directory']}: not cold, {r['cache']['residency'] * 100:.0f}% "
-                        f"resident after {r['cache']['method']}: a cached read")
-                if note not in notes:
-                    notes.append(note)
-            if "*" in marks:
-                chose = [p["plan"] for p in r.get("plans") or []] if r["engine_mechanism"] == "auto" else []
-                note = f"* {m} chose {', '.join(chose)}" if chose else f"* {m} ran as {r['ran']}"
-                if note not in notes:
-                    notes.append(note)
+            symbols, marks[m] = cell_marks(r), ""
+            if "!" in symbols:
+                marks[m] += mark("!", f"{r['test']} {m} in {r['directory']}: not cold, "
+                                      f"{r['cache']['residency'] * 100:.0f}% resident after {r['cache']['method']}: "
+                                      "a cached read")
+            if "*" in symbols:
+                chose = list(dict.fromkeys(p["plan"] for p in r.get("plans") or [])) \
+                    if r["engine_mechanism"] == "auto" else []  # a plan once, whatever the reasons it was chosen for
+                marks[m] += mark("*", f"{m} chose {', '.join(chose)}" if chose else f"{m} ran as {r['ran']}")
         contenders = {m: r for m, r in by.items() if m not in CEILINGS}
         best = max(contenders, key=lambda m: contenders[m]["mib_s"]) if len(contenders) > 1 else None
         test_at = dims.index("test")
         out.append({"cells": cells, "slice": tuple(cells[:test_at] + cells[test_at + 1:]), "test": key[test_at],
-                    "by": by, "best": best})
+                    "by": by, "best": best, "marks": marks})
     baseline = next((b for b in BASELINES if b in cols), None)
-    return {"heads": heads, "cols": cols, "baseline": baseline, "rows": out, "notes": notes,
+    caveats = [AS_FOUND] if any(r.get("as_found") for r in results) else []
+    return {"heads": heads, "cols": cols, "baseline": baseline, "rows": out, "notes": notes, "caveats": caveats,
             "xeonphi": kind == "xeonphi"}
+
+
+# Under the table when a read took a user's --files as they were (no write test before it in the run).
+AS_FOUND = ("reads of the --files as they are (no write test before them in this run): the files' own bytes, "
+            "not accio's stamps, so not verified")
 
 
 def cell_marks(r: dict) -> str:
@@ -161,10 +175,16 @@ def cell_marks(r: dict) -> str:
         ("*" if r["ran"] != r["engine_mechanism"] else "")
 
 
+# What the numbered marks of a cell mean (the table's legend and the HTML report's).
+MARKS_LEGEND = ("*N: the mechanism ran as another (auto: as the plan it chose); !N: a cold read that was not "
+                "cold; notes by mark")
+
+
 def render_table(results: list[dict], kind: str = "generic") -> str:
     """The stdout table. Cells: median MiB/s and the spread (half of max - min, in % of the median).
-    Marks: '!' a cold read that the residency check shows was not cold; '*' the mechanism fell back
-    (or, for auto, ran as the plan it chose); '<' the best of the row."""
+    Marks, numbered, each with its note under the table: '!N' a cold read that the residency check
+    shows was not cold; '*N' the mechanism fell back (or, for auto, ran as the plan it chose); '<'
+    the best of the row."""
     if not results:
         return "(no results)"
     t = table_model(results, kind)
@@ -178,12 +198,15 @@ def render_table(results: list[dict], kind: str = "generic") -> str:
                 continue
             best = f" ({r['threads']})" if t["xeonphi"] and row["cells"][-1] == "best" else ""
             win = "<" if m == row["best"] else ""
-            cells.append(f"{sig3(r['mib_s'])}{best} {_spread(r)}{cell_marks(r)}{win}".strip())
+            cells.append(f"{sig3(r['mib_s'])}{best} {_spread(r)}{row['marks'][m]}{win}".strip())
         lines.append(cells)
     out = _grid(t["heads"] + t["cols"], lines, len(t["heads"]))
     out.append("MiB/s, median of the iterations ± half the range; < the best of the row"
                + ("; best: the best thread count (in parentheses)" if t["xeonphi"] else ""))
-    return "\n".join(out + t["notes"])
+    if t["notes"]:
+        out.append(MARKS_LEGEND + ":")
+        out += ["  " + n for n in t["notes"]]
+    return "\n".join(out + ["note: " + c for c in t["caveats"]])
 
 
 LATENCY_HEADS = ["IOPS", "p50", "p99", "p99.9"]
@@ -217,7 +240,7 @@ def render_fio(results: list[dict]) -> str:
     if not rows:
         return ""
     out = [f"{'test':<13}{'mechanism':<14}{'record':>9}{'threads':>8}{'accio':>9}{'fio':>9}{'ratio':>7}"
-           f"  {'95% interval':<13} {'verdict':<12}  fio job"]
+           f"  {'95% interval':<13} {'verdict':<23}  fio job"]
     for r in rows:
         f = r["fio"]
         off = f["ratio"] is not None and abs(f["ratio"] - 1) > FIO_TOLERANCE
@@ -226,10 +249,10 @@ def render_fio(results: list[dict]) -> str:
         interval = f"{iv[0]:.2f}-{iv[1]:.2f}" if iv else "-"
         out.append(f"{r['test']:<13}{r['mechanism']:<14}{fmt_size(r['record_size']):>9}{r['threads']:>8}"
                    f"{r['mib_s']:>9.0f}{f['mib_s']:>9.0f}{ratio}{'!' if off else ' '} {interval:<13} "
-                   f"{f.get('verdict', '-'):<12}  {f['job']}")
+                   f"{f.get('verdict', '-'):<23}  {f['job']}")
     out.append(f"MiB/s, medians; ratio: median of the per-iteration accio/fio ratios with its 95% bootstrap "
                f"interval; ! = differs from fio by more than {FIO_TOLERANCE:.0%}; the verdict says whether the "
-               "samples can tell (see docs/methodology.md)")
+               "samples can tell: none under 7 iterations (-i 7; docs/methodology.md)")
     return "\n".join(out)
 
 
@@ -278,13 +301,10 @@ def _key(r: dict) -> tuple:
 
 def compare_verdict(a: list[float], b: list[float]):
     """B against A by the project's rule (accio.stats): the median ratio B/A with its 95% bootstrap
-    interval, unpaired (two runs, not interleaved rounds); 'faster'/'slower' when the interval
-    excludes 1, 'within noise' when it holds 1 and lies inside ±5%, else 'undecided'; with fewer
-    than 7 samples a side nothing is claimed: 'too few samples'."""
+    interval, unpaired (two runs, not interleaved rounds), and stats.verdict (too few samples under
+    7 a side)."""
     from .. import stats
     r = stats.ratio(b, a, paired=False)
-    if not (stats.enough(a) and stats.enough(b)):
-        return r, f"too few samples ({len(a)}, {len(b)}; {stats.MIN_SAMPLES} needed)"
     return r, stats.verdict(r)
 
 

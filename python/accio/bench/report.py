@@ -23,7 +23,7 @@ from collections import defaultdict
 from .._system import fmt_size
 from .._usage import output_file
 from .latency import PERCENTILES
-from .output import (LATENCY_HEADS, cell_marks, latency_cells, noisy, render_fio, sig3, spread_pct,
+from .output import (LATENCY_HEADS, MARKS_LEGEND, cell_marks, latency_cells, noisy, render_fio, sig3, spread_pct,
                      table_model)
 
 
@@ -272,6 +272,8 @@ def results_table(model: dict) -> str:
                 parts.append(f'<span class="ratio">{r["mib_s"] / b["mib_s"]:.2f}× {esc(base)}</span>')
             if r["engine_mechanism"] == "auto":
                 parts.append(f'<span class="plan" title="the plan that served most requests">{esc(_plan_of(r))}</span>')
+            if row["marks"].get(m):  # '*1', '!2*1': the numbered notes under the table
+                parts.append(f'<sup class="mark">{esc(row["marks"][m])}</sup>')
             title = "best of the row" if m == row["best"] else ""
             if "noisy" in cls:
                 title = (title + "; " if title else "") + "noisy: the iterations spread more than ±5%"
@@ -413,7 +415,7 @@ table.results td,table.latency td{text-align:right;white-space:nowrap}
 td .v{font-variant-numeric:tabular-nums}td .spread,td .ratio,td .plan{display:block;font-size:.8em;color:#666}
 td.best{background:#e6f4ea}td.best .v{font-weight:700}td.best .v::after{content:" \\2605";color:#2e7d32}
 td.noisy .spread{color:#b00020;font-weight:600}td.noisy .v::before{content:"~";color:#b00020}
-td.notcold .v::after{content:" !";color:#b00020}.swatch{display:inline-block;width:.8em;height:.8em;margin-right:.3em}
+td.notcold .mark{color:#b00020}.swatch{display:inline-block;width:.8em;height:.8em;margin-right:.3em}
 svg{display:block;margin:.8em 0;max-width:100%;height:auto}.summary{font-size:1.05em;line-height:1.5}"""
 
 
@@ -426,7 +428,7 @@ def write_html(path: str, doc: dict, table_kind: str) -> None:
     kv = lambda rows: "<table class=\"kv\">" + "".join(  # noqa: E731
         f"<tr><th>{esc(a)}</th><td>{esc(b)}</td></tr>" for a, b in rows) + "</table>"
     fio = render_fio(results)
-    notes = "".join(f"<li>{esc(n)}</li>" for n in (model["notes"] if model else []))
+    notes = "".join(f"<li>{esc(n)}</li>" for n in (model["notes"] + model["caveats"] if model else []))
     incomplete = "" if doc.get("complete", True) else (
         '<p class="incomplete"><strong>Incomplete run</strong>: it was interrupted; these are the results it '
         "finished.</p>")
@@ -434,7 +436,7 @@ def write_html(path: str, doc: dict, table_kind: str) -> None:
             + (f"<ul class=\"notes\">{notes}</ul>" if notes else "")
             + "<p>MiB/s (2<sup>20</sup> bytes per second), the median of the iterations; below it half their range "
               "and the ratio to the baseline column. ★ the best of the row; ~ a noisy cell (spread above ±5%: "
-              "small differences there are not measured); ! a cold read that was not cold.</p>"
+              "small differences there are not measured); " + esc(MARKS_LEGEND) + " (the list above).</p>"
             + (f"<h2>IOPS and latency</h2>{latency_table(results)}<p>Latency of single requests, submission to "
                f"completion, over every request of every iteration; percentiles {', '.join(f'p{p:g}' for p in PERCENTILES)}"
                ".</p>" if latency_table(results) else "")

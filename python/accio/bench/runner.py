@@ -1,6 +1,7 @@
 """Runs a Spec: for every configuration and iteration, the selected tests in IOzone's order.
 
-Each timed phase: files prepared (created, or written untimed when a read test finds no data),
+Each timed phase: files prepared (created, or written untimed when a read test finds no data; a
+user's --files never: a read before any write reads them as they are, unverified),
 caches handled (cold-read: fsync, drop, verify the residency), handles opened, a barrier across
 ranks, then the native phase (accio._ext.bench_run: every thread of every rank starts at the
 barrier and times itself and every request), then IOR's bandwidth: total bytes / (latest end -
@@ -51,8 +52,24 @@ class BenchError(RuntimeError):
     pass
 
 
+def reads_files_as_found(spec: Spec) -> bool:
+    """--files and a read test first (tests run in IOzone's order): no write test of this run comes
+    before it, so the reads take the user's files as they are, unverified (they hold no stamps), as
+    fio reads an existing file. A read never writes a user's file (_ensure_data)."""
+    return bool(spec.files) and spec.tests[0] in READ_TESTS
 
 
+def file_extents(spec: Spec) -> dict[str, tuple[int, int]]:
+    """--files: {file: (bytes the run reads or writes from its start, writers sharing it)}, the most
+    over the configurations (fpp: -s each; shared: the first file, -s per writer)."""
+    out: dict[str, tuple[int, int]] = {}
+    for _d, layout, p, t, fs, *_rest in spec.configurations():
+        writers = p * t
+        ends = {spec.files[0]: (writers * fs, writers)} if layout == "shared" else \
+            {f: (fs, 1) for f in spec.files[:writers]}
+        for f, (n, w) in ends.items():
+            out[f] = max(out.get(f, (0, 1)), (n, w))
+    return out
 
 
 def _close_quietly(handles) -> None:
@@ -128,8 +145,9 @@ class Runner:
 
     def _ensure_data(self, c: Config, usable: tuple) -> None:
         """Before a read test: if the files do not hold data of this configuration, write it untimed
-        with plain calls."""
-        if self.data_key not in usable:
+        with plain calls; never a user's --files, which a read reads as they are (unverified; the
+        CLI checked before the run that they are long enough)."""
+        if self.data_key not in usable and not self.spec.files:
             self.phase(c, "write", Column("posix", "posix"), timed=False)
 
     # -- one timed phase --
@@ -163,11 +181,13 @@ class Runner:
         self._raise_if_any(err, f"preparing {test}")
         comm.barrier()
         ran, plans, hist = [], [], []
+        as_found = not write and self.data_key != c.data_key  # --files read before any write: no stamps
+        verify = not write and spec.verify and not as_found
         try:
             if jobs:
                 out = _ext.bench_run([h._f for h in handles], [j.offset for j in jobs], [j.length for j in jobs],
-                                     c.record, write, test.startswith("random"), test == "write+sync",
-                                     (not write) and spec.verify and self.data_key == c.data_key, seed, device,
+                                     c.record, write, test.startswith("random"), test == "write+sync", verify, seed,
+                                     device,
                                      int(spec.runtime * 1e9) if timed else 0, c.iodepth)
                 local, hist = out["intervals"], out["latency_ns"]
             for h in handles:
@@ -198,7 +218,7 @@ class Runner:
                   "iops": ops / seconds if seconds > 0 else float("inf"),
                   "plans": sum_plans(p for rank in plans for p in rank), "latency_ns": latency.merge(hist)}
         if not write:
-            sample["residency"] = cached / total if total else 0.0
+            sample.update(residency=cached / total if total else 0.0, verified=verify, as_found=as_found)
         return sample
 
     def _copy_ceiling(self, jobs, write: bool, device: int) -> dict:
@@ -325,6 +345,9 @@ def make_result(spec: Spec, c: Config, test: str, samples: list[dict], fio_sampl
            **stats_of(bw), "iops": statistics.median(s["iops"] for s in samples),
            "plans": sum_plans(p for s in samples for p in s["plans"]),
            "latency": latency.summary(hist), "samples": samples}
+    if test in READ_TESTS:  # whether every read checked accio's stamps; as_found: some read a user's file as it was
+        out["verified"] = all(s.get("verified", False) for s in samples)
+        out["as_found"] = any(s.get("as_found", False) for s in samples)
     for s in samples:
         del s["plans"]  # summed into the result's
     if fio_samples:

@@ -33,7 +33,10 @@ def parse_counts(text: str, n_max: int) -> list[int]:
 
     def one(tok: str) -> int:
         tok = tok.strip().lower()
-        v = n_max if tok in ("n", "max") else int(tok)
+        try:
+            v = n_max if tok in ("n", "max") else int(tok)
+        except ValueError:
+            raise ValueError(f"{tok!r} is not a count (e.g. 1,2,4 or 1:8 or 1..N)") from None
         if v < 1:
             raise ValueError(f"'{tok}': counts must be at least 1")
         return v

@@ -99,7 +99,7 @@ def _sizes(option: str, text: str) -> list[int]:
     try:
         sizes = parse_sizes(text)
     except ValueError as e:
-        raise UsageError(f"{option} {text!r}: {e}") from None
+        raise UsageError(f"{option}: {e}") from None
     if not sizes:
         raise UsageError(f"{option} {text!r}: no sizes given")
     return sizes

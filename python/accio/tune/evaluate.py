@@ -9,8 +9,8 @@ warm-up phase each, then `reps` rounds (at least MIN_SAMPLES for a result) in a 
 oracle of a cell is the fixed mechanism with the best median; a contender's ratio is its median over
 the oracle's (auto's can exceed 1). auto is compared with the oracle and with every fixed mechanism
 by the paired ratio of the rounds and its 95% bootstrap interval: faster or slower when the interval
-excludes 1.0, within noise when it contains 1.0 and lies inside +-5%, else undecided. An undecided
-comparison with the oracle gets more rounds (auto and the fixed mechanisms within 10% of the oracle,
+excludes 1.0, within noise when it contains 1.0 and lies inside +-5%, else undecided; with fewer
+than MIN_SAMPLES rounds, too few samples (stats.verdict). An undecided (or too few) comparison with the oracle gets more rounds (auto and the fixed mechanisms within 10% of the oracle,
 EXTRA_ROUNDS at a time) up to max_reps samples; what is still undecided then is reported so.
 
 Other profiles (--vs-profile) join as more auto contenders, named auto[label] (auto[built-in] for
@@ -84,9 +84,8 @@ def _pair(rounds: dict, samples: dict, a: str, b: str) -> tuple[list, list, bool
 def _compare(rounds: dict, samples: dict, a: str, b: str) -> dict:
     xa, xb, paired = _pair(rounds, samples, a, b)
     r = stats.ratio(xa, xb, paired=paired)
-    verdict = stats.verdict(r) if min(len(xa), len(xb)) >= stats.MIN_SAMPLES else "undecided"
     return {"estimate": round(r.estimate, 4), "low": round(r.low, 4), "high": round(r.high, 4),
-            "method": r.method, "n": min(len(xa), len(xb)), "verdict": verdict}
+            "method": r.method, "n": min(len(xa), len(xb)), "verdict": stats.verdict(r)}
 
 
 def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, warmup=None,
@@ -122,7 +121,7 @@ def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, 
     while "auto" in samples and fixed and len(samples["auto"]) < max_reps:
         med = {m: stats.median(samples[m]) for m in fixed}
         oracle = max(med, key=med.get)
-        if _compare(rounds, samples, "auto", oracle)["verdict"] != "undecided":
+        if stats.decided(_compare(rounds, samples, "auto", oracle)["verdict"]):
             break
         near = [*autos, *(m for m in fixed if med[m] >= NEAR * med[oracle])]
         more(near, min(EXTRA_ROUNDS, max_reps - len(samples["auto"])))
@@ -225,7 +224,7 @@ def summarize(cells: list[dict], contenders, elapsed: float) -> dict:
             "auto_at_least_every_fixed": per["auto"]["geomean"] >= per[best_fixed]["geomean"],
             "cells_fine": sum(c["fine"] for c in cells),
             "cells_slower": sum(c["verdict"] == "slower" for c in cells),
-            "cells_undecided": sum(c["verdict"] == "undecided" for c in cells),
+            "cells_undecided": sum(not stats.decided(c["verdict"]) for c in cells),
             "auto_fine_every_cell": all(c["fine"] for c in cells),
             "best_fixed": best_fixed,
             "best_fixed_worst": per[best_fixed]["worst"],
@@ -269,7 +268,7 @@ def render(result: dict) -> str:
             vs = c["auto_vs"][c["oracle"]]
             out.append(f"  {_cell_name(c):28s} auto {c['verdict']} than {c['oracle']} by "
                        f"{abs(1 - vs['estimate']):.1%} [{vs['low']:.3f}-{vs['high']:.3f}], n={vs['n']}")
-        und = [c for c in result["cells"] if c["verdict"] == "undecided"]
+        und = [c for c in result["cells"] if not stats.decided(c["verdict"])]
         if und:
             out.append(f"undecided after up to {max(c['auto_vs'][c['oracle']]['n'] for c in und)} samples "
                        f"({len(und)}): " + "; ".join(f"{_cell_name(c)} {c['auto_ratio']:.2f}" for c in und))
