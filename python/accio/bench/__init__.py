@@ -19,7 +19,6 @@ import contextlib
 import datetime
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
 from .runner import Runner, file_extents, reads_files_as_found
-from .._system import online_cpus, parse_sizes
+from .._system import online_cpus, parse_sizes, sigterm_interrupts
 from .spec import LAYOUTS, TESTS, Spec, apply_preset, parse_counts, parse_mechanisms, parse_tests
 
 DEFAULTS = dict(tests="write,rewrite,read,reread", mechanisms="all", file_sizes="256m", records="1m",
@@ -423,15 +422,13 @@ def main(args) -> int:
     if doc is not None:
         doc["results"] = runner.results  # the list the runner appends to
     interrupted = False
-    term = signal.signal(signal.SIGTERM, signal.default_int_handler) if world.size == 1 else None
-    try:
-        runner.run()
+    try:  # under mpirun SIGTERM stays the launcher's to handle
+        with sigterm_interrupts() if world.size == 1 else contextlib.nullcontext():
+            runner.run()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: report what was measured, then exit 130
         interrupted = True
     finally:
         progress.close()
-        if term is not None:
-            signal.signal(signal.SIGTERM, term)
     if world.rank != 0:
         return 130 if interrupted else 0
     doc["complete"] = not interrupted
