@@ -263,6 +263,7 @@ SettingValue SettingRow::parse(const std::string& text) const {
     v.text = text;
   }
   if (adjust) adjust(v);
+  if (auto c = check.load(std::memory_order_acquire)) c(v.text);
   return v;
 }
 
@@ -282,6 +283,14 @@ size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue
   Table& t = table();
   std::lock_guard lk(t.mu);
   return t.add(spec, std::move(adjust), foreign);
+}
+
+void set_setting_check(const std::string& name, void (*check)(const std::string&)) {
+  Table& t = table();
+  std::lock_guard lk(t.mu);
+  SettingRow* r = t.find(name);
+  if (!r) throw Error(EINVAL, "register setting", "", kNoOffset, "no setting '" + name + "' to check");
+  r->check.store(check, std::memory_order_release);
 }
 
 Knob::Knob(const SettingSpec& spec, std::function<void(SettingValue&)> adjust)

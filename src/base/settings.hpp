@@ -5,6 +5,7 @@
 // time (accio_setting_register). Settings::set/get/from_env, the C API, Python, `accio info` and
 // docs/api.md all read the table. Settings::from_env() is what a handle starts from.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -53,6 +54,10 @@ struct SettingRow {
   // environment variable is that library's error, reported when the row is read (get), so that a
   // bad ACCIO_OFFLOAD_* never stops file I/O in a process that also loaded the offload library.
   bool foreign = false;
+  // Optional: the check of a core row's values that a layer above base owns (set_setting_check):
+  // the mechanism registry's for `mechanism`, the planner's for `profile`. Run by parse() after the
+  // kind's rules, so set(), from_env() and every front end refuse the same values with one reason.
+  std::atomic<void (*)(const std::string&)> check{nullptr};
 
   SettingValue parse(const std::string& text) const;  // throws std::invalid_argument (the reason)
   std::string print(const SettingValue& v) const;     // count, size: decimal; bool: on/off
@@ -68,6 +73,10 @@ const SettingRow* find_setting(const std::string& name);  // nullptr if unknown
 // for a bad spec (the message says what is wrong).
 size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue&)> adjust = {},
                         bool foreign = false);
+
+// Installs a row's check (SettingRow::check), once, at load time (a static initializer of the layer
+// that knows the valid values). The check throws std::invalid_argument with the reason.
+void set_setting_check(const std::string& name, void (*check)(const std::string& value));
 
 // Made by defaults() or from_env() (a default-constructed Settings holds no values: the table's
 // defaults are the only ones).

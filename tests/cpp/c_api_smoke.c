@@ -192,16 +192,17 @@ int main(void) {
     int rfd = open(path, O_RDONLY);
     CHECK(rfd >= 0);
     CHECK(accio_prefetch_window(rfd, ps) == 32 << 20);
-    CHECK(accio_settings_set(ps, "profile", "off") == 0 && accio_prefetch_window(rfd, ps) == 0);
     CHECK(accio_prefetch_window(-1, NULL) == -EBADF);
     pfd = open(prof, O_WRONLY | O_TRUNC);
     const char* bad = PROFILE("-4096");
 #undef PROFILE
     CHECK(pfd >= 0 && write(pfd, bad, strlen(bad)) == (ssize_t)strlen(bad));
     close(pfd);
-    CHECK(accio_settings_set(ps, "profile", prof) == 0);
+    /* The profile went bad after it was set: refused where it is read, and when it is set again. */
     CHECK(accio_prefetch_window(rfd, ps) == -EINVAL && strstr(accio_last_error(), prof) != NULL);
     CHECK(strstr(accio_last_error(), "prefetch.window") != NULL);
+    CHECK(accio_settings_set(ps, "profile", prof) == -EINVAL && strstr(accio_last_error(), "prefetch.window") != NULL);
+    CHECK(accio_settings_set(ps, "profile", "off") == 0 && accio_prefetch_window(rfd, ps) == 0);
     close(rfd);
     unlink(prof);
     accio_settings_free(ps);

@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,9 @@ os.environ.setdefault("ACCIO_QUIET", "1")
 os.environ["ACCIO_PROFILE_DIR"] = tempfile.mkdtemp(prefix="accio-test-profiles-")
 
 MECHANISMS = ["posix", "parallel", "direct", "uring", "auto"]
+# The smallest profile document the planner takes: posix for every request.
+POSIX_PROFILE = json.dumps({"schema": "accio.profile/1", "plans": [{"mechanism": "posix"}], "decisions": {
+    op: {n: {"hot": [{"max_size": None, "plans": [0]}]} for n in ("1", "N")} for op in ("read", "write")}})
 
 
 @pytest.fixture(params=MECHANISMS)
