@@ -357,7 +357,7 @@ std::string Settings::get(const std::string& name) const {
   return r->print(r->index < values.size() ? values[r->index] : r->parse(r->spec.default_value));
 }
 
-Settings Settings::from_env() {
+Settings Settings::from_env(bool keep_errors) {
   Settings s = defaults();
   const size_t n = setting_count();
   for (size_t i = 0; i < n; ++i) {
@@ -368,7 +368,7 @@ Settings Settings::from_env() {
       put(s, setting_row(i), parse_value(setting_row(i), v));
     } catch (const std::invalid_argument& e) {
       std::string why = k.env + "='" + v + "' is not valid: " + e.what();
-      if (!setting_row(i).foreign) throw Error(EINVAL, "read environment", "", kNoOffset, why);
+      if (!setting_row(i).foreign && !keep_errors) throw Error(EINVAL, "read environment", "", kNoOffset, why);
       s.env_errors.emplace_back(i, std::move(why));
     }
   }

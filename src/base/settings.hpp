@@ -94,13 +94,16 @@ struct Settings {
   // Every other row's value, by row index (entries of core rows are unused). A row registered
   // after this object was made reads as its default until set.
   std::vector<SettingValue> values;
-  // Foreign rows whose environment value from_env() could not parse: (row index, the error), thrown
-  // by get() of that row until set() gives it a good value.
+  // Rows whose environment value from_env() could not parse: (row index, the error), thrown by get()
+  // of that row until set() gives it a good value. Foreign rows always; accio's own only with
+  // from_env(true) (what `accio info` shows: each row's value or its own error).
   std::vector<std::pair<size_t, std::string>> env_errors;
 
   static Settings defaults();   // every row's default
-  static Settings from_env();   // defaults() overridden by ACCIO_* (throws Error(EINVAL) on bad values
-                                // of accio's own rows; see SettingRow::foreign for the others)
+  // defaults() overridden by ACCIO_*: throws Error(EINVAL) on a bad value of accio's own rows
+  // (see SettingRow::foreign for the others), unless keep_errors, which keeps every row's error
+  // in env_errors instead (the row then holds its default).
+  static Settings from_env(bool keep_errors = false);
 
   void set(const std::string& name, const std::string& value);  // throws Error(EINVAL)
   std::string get(const std::string& name) const;              // throws Error(EINVAL)

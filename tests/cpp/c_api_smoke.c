@@ -99,8 +99,9 @@ int main(void) {
   CHECK(accio_probe("o_direct", "/nonexistent/accio", NULL, 0) == -ENOENT);
   CHECK(strcmp(accio_last_error(), "stat '/nonexistent/accio': No such file or directory (errno 2)") == 0);
   CHECK(strcmp(accio_last_error_op(), "stat") == 0 && accio_last_errno() == ENOENT);
-  CHECK(accio_settings_get(NULL, "threads", NULL, 0) == -EINVAL);
+  CHECK(accio_settings_get(s, NULL, NULL, 0) == -EINVAL);
   CHECK(strcmp(accio_last_error(), "accio_settings_get: null argument (errno 22)") == 0);
+  CHECK(accio_settings_get(NULL, "mechanism", NULL, 0) == 4); /* NULL: defaults + environment ("auto") */
   CHECK(accio_pread(f, NULL, 0, -4) == -EINVAL);
   CHECK(strstr(accio_last_error(), ": negative offset (errno 22)") != NULL);
   CHECK(accio_file_mechanism_stats(f, -1, NULL, NULL) == -EINVAL);

@@ -173,6 +173,26 @@ TEST(Settings, MechanismAndProfileAreCheckedWhenSet) {
   for (const char* ok : {"auto", "off"}) EXPECT_NO_THROW(s.set("profile", ok));
 }
 
+// accio_settings_get(NULL, ...): a row's value from the defaults and the environment, or that row's
+// own error whatever the other rows hold (what `accio info` shows per row).
+TEST(Settings, EachRowsEnvironmentError) {
+  setenv("ACCIO_MECHANISM", "bogus", 1);
+  setenv("ACCIO_THREADS", "abc", 1);
+  setenv("ACCIO_TASK_SIZE", "1m", 1);
+  char buf[512];
+  EXPECT_EQ(accio_settings_get(nullptr, "mechanism", buf, sizeof buf), -EINVAL);
+  EXPECT_NE(std::string(accio_last_error()).find("ACCIO_MECHANISM='bogus' is not valid: unknown mechanism"),
+            std::string::npos);
+  EXPECT_EQ(accio_settings_get(nullptr, "threads", buf, sizeof buf), -EINVAL);
+  EXPECT_EQ(std::string(accio_last_error()), "read environment: ACCIO_THREADS='abc' is not valid: not an integer (errno 22)");
+  EXPECT_EQ(c_get(nullptr, "task_size"), "1048576");
+  EXPECT_EQ(c_get(nullptr, "direct"), "off");
+  EXPECT_EQ(accio_settings_get(nullptr, "nonesuch", buf, sizeof buf), -EINVAL);
+  EXPECT_EQ(accio_settings_new(), nullptr);  // a handle still refuses to start from them
+  for (const char* v : {"ACCIO_MECHANISM", "ACCIO_THREADS", "ACCIO_TASK_SIZE"}) unsetenv(v);
+  EXPECT_EQ(c_get(nullptr, "mechanism"), "auto");
+}
+
 TEST(Settings, EveryMechanismKnobIsARow) {
   for (const io::Mechanism* m : io::all())
     for (const std::string& k : m->knobs) EXPECT_NE(base::find_setting(k), nullptr) << m->name() << " reads " << k;
