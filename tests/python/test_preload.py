@@ -328,6 +328,19 @@ def test_a_bad_setting_is_refused_before_the_program_runs(data, tmp_path, var, v
         assert engine_calls(rep) > 0
 
 
+def test_the_shim_names_a_bad_setting(data, tmp_path):
+    """Preloaded by hand (no launcher to check first), the shim says which variable is bad and why,
+    then passes every call through (-v used to say only "bad ACCIO_* setting in the environment")."""
+    import accio
+    shim = next(Path(accio.__file__).parent.glob("lib/libaccio_preload.so"))
+    env = {k: v for k, v in os.environ.items() if k != "ACCIO_QUIET"}
+    p = subprocess.run(["dd", f"if={data / 'big.bin'}", "of=/dev/null", "bs=1M", "status=none"], capture_output=True, text=True,
+                       env={**env, "LD_PRELOAD": str(shim), "ACCIO_THREADS": "abc"})
+    assert p.returncode == 0, p.stderr
+    assert ("accio preload: read environment: ACCIO_THREADS='abc' is not valid: not an integer (errno 22): every "
+            "request passes through (correct the variable or unset it)") in p.stderr, p.stderr
+
+
 def test_stats_report(data, tmp_path):
     """--stats prints the per-file table; the JSON holds every process (children, exec'd programs)."""
     src = data / "big.bin"
