@@ -95,7 +95,9 @@ accio_settings* accio_settings_new(void);   /* defaults + environment; NULL on a
 accio_settings* accio_settings_copy(const accio_settings* s);
 void accio_settings_free(accio_settings* s);
 int accio_settings_set(accio_settings* s, const char* name, const char* value);  /* 0 or -EINVAL */
-/* Writes the value (NUL-terminated) into out; returns its length or a negative errno. */
+/* Writes the value (NUL-terminated) into out; returns its length or a negative errno. s NULL: the
+ * value accio_settings_new() would give the row (defaults + environment), or -EINVAL with that row's
+ * own error (its ACCIO_* value is bad) whatever the other rows' variables hold. */
 int accio_settings_get(const accio_settings* s, const char* name, char* out, size_t len);
 int accio_setting_count(void);
 const char* accio_setting_name(int i);   /* "threads" */

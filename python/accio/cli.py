@@ -25,7 +25,10 @@ def _cmd_info(args) -> int:
         raise type(e)(e.errno, e.strerror, f"stat {args.path}") from None
     data = info.gather(args.path)
     print(json.dumps(data, indent=2) if args.json else info.render(data))
-    return 0
+    errors = info.setting_errors(data)  # shown in their rows too; said again where a script sees it
+    for e in errors:
+        print(f"accio info: {e}; correct the variable or unset it", file=sys.stderr)
+    return FAILURE if errors else 0
 
 
 def _pkg_dir():

@@ -121,8 +121,16 @@ def gather(path: str = ".") -> dict:
 
 
 def _settings_now() -> list[dict]:
-    values = {n: v for n, _env, _doc, v in _ext.settings([])}
-    return [{**row, "value": values[row["name"]]} for row in settings_table()]
+    """Each row with the value a file opened now gets from the defaults and ACCIO_* ("value"), or, where
+    the row's variable holds a bad value, None and the engine's error ("error")."""
+    now = {n: (v, e) for n, v, e in _ext.env_settings()}
+    return [{**row, "value": now[row["name"]][0], "error": now[row["name"]][1]} for row in settings_table()]
+
+
+def setting_errors(info: dict) -> list[str]:
+    """The engine's errors for the ACCIO_* variables that hold bad values (accio refuses to open files
+    with them; the offload runtime, with a bad ACCIO_OFFLOAD_*, refuses to start)."""
+    return [s["error"] for s in info["settings"] if s.get("error")]
 
 
 def settings_table() -> list[dict]:
@@ -184,12 +192,28 @@ def _gpus(path: str) -> dict:
 
 
 def _profile(path: str) -> dict:
-    """The accio tune profile that `auto` uses for files under path, if there is one."""
+    """The tuning profile that `auto` uses for files under path, as the engine decides: the file the
+    `profile` setting (ACCIO_PROFILE) names, none with off (the built-in model), else the profile
+    directory's for path's filesystem if there is one. "source" says which; "error" is the engine's
+    refusal of a bad ACCIO_PROFILE (a missing or malformed file), with which it opens no file."""
+    setting, error = next((v, e) for n, v, e in _ext.env_settings() if n == "profile")
+    if error:
+        return {"file": os.environ.get("ACCIO_PROFILE"), "exists": False, "source": "ACCIO_PROFILE", "error": error}
+    if setting != "auto":
+        return {"file": None if setting == "off" else setting, "exists": setting != "off", "source": "ACCIO_PROFILE"}
     try:
         key = _ext.profile_key(path)
     except OSError as e:
-        return {"file": None, "exists": False, "detail": str(e)}
-    return {"file": key["file"], "exists": os.path.exists(key["file"])}
+        return {"file": None, "exists": False, "detail": str(e), "source": "profile directory"}
+    return {"file": key["file"], "exists": os.path.exists(key["file"]), "source": "profile directory"}
+
+
+def _profile_text(p: dict) -> str:
+    if p.get("error"):
+        return f"invalid: {p['error']}"
+    if p["source"] == "ACCIO_PROFILE":
+        return f"{p['file']} (ACCIO_PROFILE)" if p["exists"] else "off (ACCIO_PROFILE): auto uses the built-in model"
+    return p["file"] if p["exists"] else "none: auto uses the built-in model (run `accio tune PATH`)"
 
 
 def _kib(v) -> str:
@@ -216,8 +240,7 @@ def render(info: dict) -> str:
         f"path          {p['path']}: {p['fstype']} on {p['device']} (mounted at {p['mount_point']})",
         f"O_DIRECT      {'yes' if p['o_direct']['supported'] else 'no'} ({p['o_direct']['detail']})",
         f"residency     {info['residency_query']['method']} ({info['residency_query']['detail']})",
-        f"tune profile  " + (info["tuning_profile"]["file"] if info["tuning_profile"]["exists"] else
-                             "none: auto uses the built-in model (run `accio tune PATH`)"),
+        f"tune profile  {_profile_text(info['tuning_profile'])}",
     ]
     g = info["gpus"]
     if not g["available"]:
@@ -241,11 +264,13 @@ def render(info: dict) -> str:
         serves = "GPU memory " if m["device"] else "host memory"
         lines.append(f"  {m['name']:<10} {serves}  {'available' if m['available'] else 'unavailable: ' + m['detail']}")
     lines.append("settings (ACCIO_<NAME> or the API, same names)")
-    rows = info["settings"]
+    rows = [{**s, "value": "invalid" if s.get("error") else s["value"]} for s in info["settings"]]
     wn, wv, we = (max((len(str(s[k])) for s in rows), default=0) for k in ("name", "value", "env"))
     for s in rows:  # columns as wide as their longest entry (offload_* rows are long)
         doc = s["doc"] + (f" ({', '.join(s['read_by'])})" if s["read_by"] else "")
         lines.append(f"  {s['name']:<{wn}}  {s['value']:<{wv}}  {s['env']:<{we}}  {doc}")
+        if s.get("error"):  # the engine's reason, under the row
+            lines.append(f"  {'':<{wn}}  {s['error']}")
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ Error::Error(int errnum, std::string op, std::string path, int64_t offset, std::
       errnum_(errnum),
       op_(std::move(op)),
       path_(std::move(path)),
+      detail_(detail.empty() ? std::strerror(errnum) : std::move(detail)),
       offset_(offset) {}
 
 }  // namespace accio::base

@@ -16,10 +16,11 @@ class Error : public std::runtime_error {
   const std::string& op() const noexcept { return op_; }
   const std::string& path() const noexcept { return path_; }
   int64_t offset() const noexcept { return offset_; }
+  const std::string& detail() const noexcept { return detail_; }  // the detail given, else strerror
 
  private:
   int errnum_;
-  std::string op_, path_;
+  std::string op_, path_, detail_;
   int64_t offset_;
 };
 

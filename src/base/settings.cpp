@@ -263,6 +263,7 @@ SettingValue SettingRow::parse(const std::string& text) const {
     v.text = text;
   }
   if (adjust) adjust(v);
+  if (auto c = check.load(std::memory_order_acquire)) c(v.text);
   return v;
 }
 
@@ -282,6 +283,14 @@ size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue
   Table& t = table();
   std::lock_guard lk(t.mu);
   return t.add(spec, std::move(adjust), foreign);
+}
+
+void set_setting_check(const std::string& name, void (*check)(const std::string&)) {
+  Table& t = table();
+  std::lock_guard lk(t.mu);
+  SettingRow* r = t.find(name);
+  if (!r) throw Error(EINVAL, "register setting", "", kNoOffset, "no setting '" + name + "' to check");
+  r->check.store(check, std::memory_order_release);
 }
 
 Knob::Knob(const SettingSpec& spec, std::function<void(SettingValue&)> adjust)
@@ -348,7 +357,7 @@ std::string Settings::get(const std::string& name) const {
   return r->print(r->index < values.size() ? values[r->index] : r->parse(r->spec.default_value));
 }
 
-Settings Settings::from_env() {
+Settings Settings::from_env(bool keep_errors) {
   Settings s = defaults();
   const size_t n = setting_count();
   for (size_t i = 0; i < n; ++i) {
@@ -359,7 +368,7 @@ Settings Settings::from_env() {
       put(s, setting_row(i), parse_value(setting_row(i), v));
     } catch (const std::invalid_argument& e) {
       std::string why = k.env + "='" + v + "' is not valid: " + e.what();
-      if (!setting_row(i).foreign) throw Error(EINVAL, "read environment", "", kNoOffset, why);
+      if (!setting_row(i).foreign && !keep_errors) throw Error(EINVAL, "read environment", "", kNoOffset, why);
       s.env_errors.emplace_back(i, std::move(why));
     }
   }

@@ -5,6 +5,7 @@
 // time (accio_setting_register). Settings::set/get/from_env, the C API, Python, `accio info` and
 // docs/api.md all read the table. Settings::from_env() is what a handle starts from.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -53,6 +54,10 @@ struct SettingRow {
   // environment variable is that library's error, reported when the row is read (get), so that a
   // bad ACCIO_OFFLOAD_* never stops file I/O in a process that also loaded the offload library.
   bool foreign = false;
+  // Optional: the check of a core row's values that a layer above base owns (set_setting_check):
+  // the mechanism registry's for `mechanism`, the planner's for `profile`. Run by parse() after the
+  // kind's rules, so set(), from_env() and every front end refuse the same values with one reason.
+  std::atomic<void (*)(const std::string&)> check{nullptr};
 
   SettingValue parse(const std::string& text) const;  // throws std::invalid_argument (the reason)
   std::string print(const SettingValue& v) const;     // count, size: decimal; bool: on/off
@@ -68,6 +73,10 @@ const SettingRow* find_setting(const std::string& name);  // nullptr if unknown
 // for a bad spec (the message says what is wrong).
 size_t register_setting(const SettingSpec& spec, std::function<void(SettingValue&)> adjust = {},
                         bool foreign = false);
+
+// Installs a row's check (SettingRow::check), once, at load time (a static initializer of the layer
+// that knows the valid values). The check throws std::invalid_argument with the reason.
+void set_setting_check(const std::string& name, void (*check)(const std::string& value));
 
 // Made by defaults() or from_env() (a default-constructed Settings holds no values: the table's
 // defaults are the only ones).
@@ -85,13 +94,16 @@ struct Settings {
   // Every other row's value, by row index (entries of core rows are unused). A row registered
   // after this object was made reads as its default until set.
   std::vector<SettingValue> values;
-  // Foreign rows whose environment value from_env() could not parse: (row index, the error), thrown
-  // by get() of that row until set() gives it a good value.
+  // Rows whose environment value from_env() could not parse: (row index, the error), thrown by get()
+  // of that row until set() gives it a good value. Foreign rows always; accio's own only with
+  // from_env(true) (what `accio info` shows: each row's value or its own error).
   std::vector<std::pair<size_t, std::string>> env_errors;
 
   static Settings defaults();   // every row's default
-  static Settings from_env();   // defaults() overridden by ACCIO_* (throws Error(EINVAL) on bad values
-                                // of accio's own rows; see SettingRow::foreign for the others)
+  // defaults() overridden by ACCIO_*: throws Error(EINVAL) on a bad value of accio's own rows
+  // (see SettingRow::foreign for the others), unless keep_errors, which keeps every row's error
+  // in env_errors instead (the row then holds its default).
+  static Settings from_env(bool keep_errors = false);
 
   void set(const std::string& name, const std::string& value);  // throws Error(EINVAL)
   std::string get(const std::string& name) const;              // throws Error(EINVAL)

@@ -186,7 +186,9 @@ int accio_settings_set(accio_settings* s, const char* name, const char* value) {
   });
 }
 int accio_settings_get(const accio_settings* s, const char* name, char* out, size_t len) {
-  ACCIO_CHECK(s && name, "accio_settings_get");
+  ACCIO_CHECK(name, "accio_settings_get");
+  if (!s)  // defaults + environment, row by row: this row's value or its own error
+    return guard([&] { return copy_out(accio::base::Settings::from_env(/*keep_errors=*/true).get(name), out, len); });
   return guard([&] { return copy_out(s->s.get(name), out, len); });
 }
 int64_t accio_parse_size(const char* text) {

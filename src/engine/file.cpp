@@ -125,11 +125,9 @@ std::shared_ptr<File> File::open_as(const std::string& path, const std::string& 
   const io::Mechanism* fixed = nullptr;
   if (s.mechanism != "auto") {
     fixed = io::find(s.mechanism);
-    if (!fixed) {
-      std::string names = "auto";
-      for (auto* m : io::all()) names += std::string(", ") + m->name();
-      throw Error(EINVAL, "open", shown, base::kNoOffset, "unknown mechanism '" + s.mechanism + "' (one of " + names + ")");
-    }
+    if (!fixed)  // only a Settings made without defaults() or from_env(), which check the name
+      throw Error(EINVAL, "open", shown, base::kNoOffset,
+                  "unknown mechanism '" + s.mechanism + "' (one of " + io::names() + ")");
   }
 
   // A profile named by the settings is loaded before the file is touched (a bad one fails the open

@@ -8,6 +8,8 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -15,6 +17,7 @@
 #endif
 
 #include "base/error.hpp"
+#include "base/settings.hpp"
 #include "base/sys.hpp"
 #include "io/mechanism.hpp"
 
@@ -56,6 +59,21 @@ const Mechanism* find(const std::string& name) {
     if (name == m->name()) return m;
   return nullptr;
 }
+
+std::string names() {
+  std::string s = "auto";
+  for (auto* m : all()) s += std::string(", ") + m->name();
+  return s;
+}
+
+namespace {
+// The `mechanism` setting names auto or a registered mechanism: refused when it is set or read from
+// ACCIO_MECHANISM (the error names the variable), not at the first open.
+void check_mechanism(const std::string& v) {
+  if (v != "auto" && !find(v)) throw std::invalid_argument("unknown mechanism (one of " + names() + ")");
+}
+[[maybe_unused]] const bool kMechanismChecked = (base::set_setting_check("mechanism", check_mechanism), true);
+}  // namespace
 
 size_t read_full(int fd, void* buf, size_t n, uint64_t off, const std::string& path, size_t eof_align) {
   auto* p = static_cast<char*>(buf);

@@ -149,6 +149,7 @@ class Mechanism {
 // Every registered mechanism, ordered by rank; ids are indexes into this list.
 const std::vector<const Mechanism*>& all();
 const Mechanism* find(const std::string& name);  // nullptr if unknown
+std::string names();                              // "auto, posix, parallel, ...": what `mechanism` takes
 
 struct Registrar {
   Registrar(std::unique_ptr<Mechanism> m, std::vector<std::string> knobs);

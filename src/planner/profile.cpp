@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string_view>
 
 #include "base/error.hpp"
@@ -634,6 +635,21 @@ std::shared_ptr<const Profile> load(const std::string& path) {
   l = Loaded{mt, st.st_size, Profile::parse(text, path)};
   return l.profile;
 }
+
+// The `profile` setting names auto, off or a profile file that loads: a file that is missing,
+// unreadable or malformed is refused when it is set or read from ACCIO_PROFILE (the error names the
+// variable), as the engine would refuse every open with it. (The open loads it again, from the
+// cache: a file changed since is refused there.)
+void check_profile(const std::string& v) {
+  if (v == "auto" || v == "off") return;
+  const char* instead = " (auto, off, or a profile file that `accio tune` wrote)";
+  try {
+    if (!load(v)) throw std::invalid_argument(std::string("no such file") + instead);
+  } catch (const Error& e) {
+    throw std::invalid_argument((e.errnum() == EINVAL ? "not a profile: " : "cannot read it: ") + e.detail() + instead);
+  }
+}
+[[maybe_unused]] const bool kProfileChecked = (base::set_setting_check("profile", check_profile), true);
 }  // namespace
 
 namespace {

@@ -195,16 +195,22 @@ static int find_shim(char* out, size_t len) {
   return shim_from_python(out, len);
 }
 
-/* What --mechanism takes: auto and the engine's host mechanisms (the shim sees host buffers). Asks
- * libaccio next to the shim, loaded only when --mechanism is given. Returns 1 when `m` is one. */
-static int mechanism_ok(const char* shim, const char* m, char* choices, size_t len) {
-  snprintf(choices, len, "auto");
-  if (!strcmp(m, "auto")) return 1;
+/* libaccio next to the shim (the engine the program's shim will load), or NULL (dlerror() says why).
+ * Loaded only when it has something to check: --mechanism, or ACCIO_* settings in the environment. */
+static void* engine_library(const char* shim) {
   char lib[PATH_MAX];
   snprintf(lib, sizeof lib, "%s", shim);
   char* slash = strrchr(lib, '/');
   snprintf(slash ? slash + 1 : lib, sizeof lib - (size_t)(slash ? slash + 1 - lib : 0), "libaccio.so");
-  void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  return dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+}
+
+/* What --mechanism takes: auto and the engine's host mechanisms (the shim sees host buffers). Asks
+ * libaccio next to the shim. Returns 1 when `m` is one. */
+static int mechanism_ok(const char* shim, const char* m, char* choices, size_t len) {
+  snprintf(choices, len, "auto");
+  if (!strcmp(m, "auto")) return 1;
+  void* h = engine_library(shim);
   if (!h) return 0;
   int (*count)(void);
   const char* (*name)(int);
@@ -220,6 +226,42 @@ static int mechanism_ok(const char* shim, const char* m, char* choices, size_t l
     found |= !strcmp(name(i), m);
   }
   return found;
+}
+
+/* The ACCIO_* settings the program's engine will read, checked before it starts by the engine's own
+ * check (accio_settings_new: each row's kind and bounds, a registered mechanism, a profile file that
+ * loads). A bad one would make every process's engine refuse to start, and its shim pass every call
+ * to libc without a word (ACCIO_QUIET): so it is refused here, once, naming the variable, as a bad
+ * --mechanism is. libaccio is loaded for it (about a millisecond) only when an ACCIO_* variable is
+ * set other than the launcher's and the shim's own and the profile directory (ACCIO_PRELOAD_*,
+ * ACCIO_RUN_*, ACCIO_QUIET, ACCIO_PROFILE_DIR), none of which is a setting. Returns 1 when they are
+ * good. */
+static int settings_ok(const char* shim) {
+  int any = 0;
+  for (char** e = environ; *e && !any; ++e)
+    any = !strncmp(*e, "ACCIO_", 6) && strncmp(*e, "ACCIO_PRELOAD_", 14) && strncmp(*e, "ACCIO_RUN_", 10) &&
+          strncmp(*e, "ACCIO_QUIET=", 12) && strncmp(*e, "ACCIO_PROFILE_DIR=", 18);
+  if (!any) return 1;
+  void* h = engine_library(shim);
+  void* (*settings_new)(void) = NULL;
+  void (*settings_free)(void*) = NULL;
+  const char* (*last_error)(void) = NULL;
+  if (h) {
+    *(void**)&settings_new = dlsym(h, "accio_settings_new");
+    *(void**)&settings_free = dlsym(h, "accio_settings_free");
+    *(void**)&last_error = dlsym(h, "accio_last_error");
+  }
+  if (!settings_new || !settings_free || !last_error) {
+    say("cannot load the engine beside %s to check the ACCIO_* settings (%s); reinstall accio", shim, dlerror());
+    return 0;
+  }
+  void* s = settings_new();
+  if (!s) {
+    say("%s; correct the variable or unset it (`accio info` shows every setting)", last_error());
+    return 0;
+  }
+  settings_free(s);
+  return 1;
 }
 
 /* Checked before the program runs (a report that cannot be written is 125 before, not after). */
@@ -398,7 +440,7 @@ static void look_at_profiles(char* dir, size_t len, int* any, int* window, uint6
       *window = has_window(text);
       lower_floor(text, floor);
       free(text);
-    } else {
+    } else { /* gone since settings_ok() found it loadable: the shim asks from the threshold up */
       floor[0] = floor[1] = 0;
     }
     return;
@@ -551,7 +593,12 @@ int accio_run_main(int argc, char** argv) {
       say("--mechanism '%s': not one of %s", val[OPT_MECHANISM], choices);
       return ACCIO_RUN_OWN_ERROR;
     }
+    if (setenv("ACCIO_MECHANISM", val[OPT_MECHANISM], 1) != 0) {
+      say("cannot set the environment: %s (errno %d)", why(errno), errno);
+      return ACCIO_RUN_OWN_ERROR;
+    }
   }
+  if (!settings_ok(shim)) return ACCIO_RUN_OWN_ERROR;
   const int stats = val[OPT_STATS] || val[OPT_STATS_JSON];
   if (!output_ok(val[OPT_STATS_JSON])) return ACCIO_RUN_OWN_ERROR;
   /* The report's command, found before the program runs (and before our environment changes). */
@@ -568,7 +615,6 @@ int accio_run_main(int argc, char** argv) {
   if (!locate(prog[0], exe, sizeof exe, &status)) return status;
 
   if (set_preload(shim) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
-      (val[OPT_MECHANISM] && setenv("ACCIO_MECHANISM", val[OPT_MECHANISM], 1) != 0) ||
       (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0) ||
       use_profiles(val[OPT_VERBOSE] != NULL) != 0) {
     say("cannot set the environment: %s (errno %d)", why(errno), errno);

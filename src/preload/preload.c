@@ -358,7 +358,8 @@ static int engine_load_locked(void) {
   g_settings = eng.settings_new();
   g_settings_direct = eng.settings_new();
   if (!g_settings || !g_settings_direct) {
-    tell_user("accio preload: bad ACCIO_* setting in the environment: every request passes through\n");
+    tell_user("accio preload: %s: every request passes through (correct the variable or unset it)\n",
+              eng.last_error());
     return 0;
   }
   if (!g_mechanism_set) eng.settings_set(g_settings_direct, "mechanism", "direct");

@@ -1108,6 +1108,23 @@ NB_MODULE(_ext, m) {
     }
     return out;
   });
+  m.def("env_settings", [] {
+    // Each row as a handle opened now would start with it (defaults + ACCIO_*), or that row's own
+    // error where its variable's value is bad, whatever the others hold: what `accio info` shows.
+    std::vector<std::tuple<std::string, std::optional<std::string>, std::optional<std::string>>> out;
+    for (int i = 0; i < accio_setting_count(); ++i) {
+      const char* name = accio_setting_name(i);
+      try {
+        out.emplace_back(name, accio::detail::read_string([&](char* o, size_t len) {
+                           return accio_settings_get(nullptr, name, o, len);
+                         }), std::nullopt);
+      } catch (const accio::Error& e) {
+        out.emplace_back(name, std::nullopt, std::string(e.what()));
+      }
+    }
+    return out;
+  }, "[(name, value, error)]: each setting from the defaults and the ACCIO_* environment, value None and "
+     "error the reason where that row's variable is bad.");
   m.def("setting_specs", [] {
     nb::list out;
     for (int i = 0; i < accio_setting_count(); ++i) {

@@ -99,8 +99,9 @@ int main(void) {
   CHECK(accio_probe("o_direct", "/nonexistent/accio", NULL, 0) == -ENOENT);
   CHECK(strcmp(accio_last_error(), "stat '/nonexistent/accio': No such file or directory (errno 2)") == 0);
   CHECK(strcmp(accio_last_error_op(), "stat") == 0 && accio_last_errno() == ENOENT);
-  CHECK(accio_settings_get(NULL, "threads", NULL, 0) == -EINVAL);
+  CHECK(accio_settings_get(s, NULL, NULL, 0) == -EINVAL);
   CHECK(strcmp(accio_last_error(), "accio_settings_get: null argument (errno 22)") == 0);
+  CHECK(accio_settings_get(NULL, "mechanism", NULL, 0) == 4); /* NULL: defaults + environment ("auto") */
   CHECK(accio_pread(f, NULL, 0, -4) == -EINVAL);
   CHECK(strstr(accio_last_error(), ": negative offset (errno 22)") != NULL);
   CHECK(accio_file_mechanism_stats(f, -1, NULL, NULL) == -EINVAL);
@@ -192,16 +193,17 @@ int main(void) {
     int rfd = open(path, O_RDONLY);
     CHECK(rfd >= 0);
     CHECK(accio_prefetch_window(rfd, ps) == 32 << 20);
-    CHECK(accio_settings_set(ps, "profile", "off") == 0 && accio_prefetch_window(rfd, ps) == 0);
     CHECK(accio_prefetch_window(-1, NULL) == -EBADF);
     pfd = open(prof, O_WRONLY | O_TRUNC);
     const char* bad = PROFILE("-4096");
 #undef PROFILE
     CHECK(pfd >= 0 && write(pfd, bad, strlen(bad)) == (ssize_t)strlen(bad));
     close(pfd);
-    CHECK(accio_settings_set(ps, "profile", prof) == 0);
+    /* The profile went bad after it was set: refused where it is read, and when it is set again. */
     CHECK(accio_prefetch_window(rfd, ps) == -EINVAL && strstr(accio_last_error(), prof) != NULL);
     CHECK(strstr(accio_last_error(), "prefetch.window") != NULL);
+    CHECK(accio_settings_set(ps, "profile", prof) == -EINVAL && strstr(accio_last_error(), "prefetch.window") != NULL);
+    CHECK(accio_settings_set(ps, "profile", "off") == 0 && accio_prefetch_window(rfd, ps) == 0);
     close(rfd);
     unlink(prof);
     accio_settings_free(ps);

@@ -721,16 +721,22 @@ TEST(Engine, BadProfileFailsOpenBeforeTouchingTheFile) {
   const std::string data = d.file("keep");
   std::ofstream(data) << "precious";
   auto s = base::Settings::defaults();
-  s.set("profile", write_text(d, "bad.json", "{\"schema\": \"accio.profile/1\"}"));
+  // The setting refuses a malformed or missing file; a profile that goes bad or goes away after it
+  // was set fails the open.
+  const std::string prof = write_text(d, "p.json", kProfile);
+  s.set("profile", prof);
+  write_text(d, "p.json", "{\"schema\": \"accio.profile/1\"}");
   try {
     engine::File::open(data, "w", s);
     ADD_FAILURE() << "opened with a malformed profile";
   } catch (const base::Error& e) {
     EXPECT_EQ(e.errnum(), EINVAL);
-    EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("p.json"), std::string::npos);
   }
-  s.set("profile", d.file("missing.json"));
+  EXPECT_THROW(s.set("profile", prof), base::Error);
+  std::remove(prof.c_str());
   EXPECT_THROW(engine::File::open(data, "w", s), base::Error);
+  EXPECT_THROW(s.set("profile", d.file("missing.json")), base::Error);
   std::ifstream in(data);
   std::string got;
   in >> got;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "accio/accio.hpp"
 #include "base/error.hpp"
 #include "base/settings.hpp"
+#include "helpers.hpp"
 #include "io/mechanism.hpp"
 
 using namespace accio;
@@ -27,6 +30,28 @@ std::string c_get(const accio_settings* s, const char* name) {
   char buf[64];
   EXPECT_GE(accio_settings_get(s, name, buf, sizeof buf), 0) << accio_last_error();
   return buf;
+}
+
+// The smallest profile the planner takes: posix for everything.
+const char* kPosixProfile =
+    R"({"schema": "accio.profile/1", "plans": [{"mechanism": "posix"}], "decisions": {"read": {"1": {"hot": )"
+    R"([{"max_size": null, "plans": [0]}]}, "N": {"hot": [{"max_size": null, "plans": [0]}]}}, "write": {"1": )"
+    R"({"hot": [{"max_size": null, "plans": [0]}]}, "N": {"hot": [{"max_size": null, "plans": [0]}]}}}})";
+
+std::string write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+// What from_env() throws, or "no error".
+std::string env_error() {
+  try {
+    base::Settings::from_env();
+  } catch (const base::Error& e) {
+    EXPECT_EQ(e.errnum(), EINVAL);
+    return e.what();
+  }
+  return "no error";
 }
 
 int row_of(const char* name) {
@@ -97,6 +122,75 @@ TEST(Settings, EnvironmentOverrides) {
   EXPECT_NE(std::string(accio_last_error()).find("ACCIO_RING_DEPTH"), std::string::npos);
   unsetenv("ACCIO_RING_DEPTH");
   unsetenv("ACCIO_TASK_SIZE");
+}
+
+// The mechanism is one that is registered and the profile a file that loads: refused where the
+// value is set or read from the environment, with the variable named (the engine refused them only
+// at the first open, and `accio run`'s shim then passed every call to libc without a word).
+TEST(Settings, MechanismAndProfileAreCheckedWhenSet) {
+  base::Settings s = base::Settings::defaults();
+  try {
+    s.set("mechanism", "warp");
+    ADD_FAILURE() << "mechanism 'warp' accepted";
+  } catch (const base::Error& e) {
+    EXPECT_EQ(e.errnum(), EINVAL);
+    EXPECT_EQ(std::string(e.what()), "set setting: mechanism='warp' is not valid: unknown mechanism (one of " +
+                                         io::names() + ") (errno 22)");
+  }
+  EXPECT_EQ(s.mechanism, "auto");  // nothing changed
+  s.set("mechanism", "parallel");
+  EXPECT_EQ(io::names().rfind("auto, posix, parallel", 0), 0u) << io::names();
+
+  setenv("ACCIO_MECHANISM", "bogus", 1);
+  EXPECT_EQ(env_error(), "read environment: ACCIO_MECHANISM='bogus' is not valid: unknown mechanism (one of " +
+                             io::names() + ") (errno 22)");
+  EXPECT_EQ(accio_settings_new(), nullptr);
+  EXPECT_NE(std::string(accio_last_error()).find("ACCIO_MECHANISM='bogus' is not valid: unknown mechanism"),
+            std::string::npos);
+  unsetenv("ACCIO_MECHANISM");
+
+  testing_accio::TempDir d;
+  const std::string good = write_file(d.file("good.json"), kPosixProfile);
+  const std::string bad = write_file(d.file("bad.json"), R"({"schema": "accio.profile/1"})");
+  const std::string missing = d.file("missing.json");
+  s.set("profile", good);
+  EXPECT_EQ(s.profile, good);
+  setenv("ACCIO_PROFILE", missing.c_str(), 1);
+  EXPECT_EQ(env_error(), "read environment: ACCIO_PROFILE='" + missing +
+                             "' is not valid: no such file (auto, off, or a profile file that `accio tune` wrote) "
+                             "(errno 22)");
+  setenv("ACCIO_PROFILE", bad.c_str(), 1);
+  EXPECT_EQ(env_error(), "read environment: ACCIO_PROFILE='" + bad +
+                             "' is not valid: not a profile: plans must be a non-empty array (auto, off, or a profile "
+                             "file that `accio tune` wrote) (errno 22)");
+  setenv("ACCIO_PROFILE", d.path().c_str(), 1);  // a directory
+  EXPECT_NE(env_error().find("is not valid: cannot read it: "), std::string::npos);
+  setenv("ACCIO_PROFILE", good.c_str(), 1);
+  EXPECT_EQ(base::Settings::from_env().profile, good);
+  unsetenv("ACCIO_PROFILE");
+  EXPECT_THROW(s.set("profile", missing), base::Error);
+  EXPECT_EQ(s.profile, good);
+  for (const char* ok : {"auto", "off"}) EXPECT_NO_THROW(s.set("profile", ok));
+}
+
+// accio_settings_get(NULL, ...): a row's value from the defaults and the environment, or that row's
+// own error whatever the other rows hold (what `accio info` shows per row).
+TEST(Settings, EachRowsEnvironmentError) {
+  setenv("ACCIO_MECHANISM", "bogus", 1);
+  setenv("ACCIO_THREADS", "abc", 1);
+  setenv("ACCIO_TASK_SIZE", "1m", 1);
+  char buf[512];
+  EXPECT_EQ(accio_settings_get(nullptr, "mechanism", buf, sizeof buf), -EINVAL);
+  EXPECT_NE(std::string(accio_last_error()).find("ACCIO_MECHANISM='bogus' is not valid: unknown mechanism"),
+            std::string::npos);
+  EXPECT_EQ(accio_settings_get(nullptr, "threads", buf, sizeof buf), -EINVAL);
+  EXPECT_EQ(std::string(accio_last_error()), "read environment: ACCIO_THREADS='abc' is not valid: not an integer (errno 22)");
+  EXPECT_EQ(c_get(nullptr, "task_size"), "1048576");
+  EXPECT_EQ(c_get(nullptr, "direct"), "off");
+  EXPECT_EQ(accio_settings_get(nullptr, "nonesuch", buf, sizeof buf), -EINVAL);
+  EXPECT_EQ(accio_settings_new(), nullptr);  // a handle still refuses to start from them
+  for (const char* v : {"ACCIO_MECHANISM", "ACCIO_THREADS", "ACCIO_TASK_SIZE"}) unsetenv(v);
+  EXPECT_EQ(c_get(nullptr, "mechanism"), "auto");
 }
 
 TEST(Settings, EveryMechanismKnobIsARow) {
@@ -259,7 +353,11 @@ TEST(SettingsRegister, ConcurrentWithReaders) {
 }
 
 TEST(Settings, CppHeaderGetIsNotCut) {
-  const std::string path = "/tmp/" + std::string(1000, 'p') + ".json";
+  testing_accio::TempDir d;  // a profile (which must exist) at a path of over 1000 characters
+  std::string dir = d.path();
+  for (int i = 0; i < 5; ++i) std::filesystem::create_directory(dir += "/" + std::string(200, 'p'));
+  const std::string path = write_file(dir + "/p.json", kPosixProfile);
+  ASSERT_GT(path.size(), 1000u);
   accio::Settings s;
   s.set("profile", path);
   EXPECT_EQ(s.get("profile"), path);

@@ -1,4 +1,5 @@
 import atexit
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,9 @@ os.environ["ACCIO_PROFILE_DIR"] = tempfile.mkdtemp(prefix="accio-test-profiles-"
 atexit.register(shutil.rmtree, os.environ["ACCIO_PROFILE_DIR"], ignore_errors=True)
 
 MECHANISMS = ["posix", "parallel", "direct", "uring", "auto"]
+# The smallest profile document the planner takes: posix for every request.
+POSIX_PROFILE = json.dumps({"schema": "accio.profile/1", "plans": [{"mechanism": "posix"}], "decisions": {
+    op: {n: {"hot": [{"max_size": None, "plans": [0]}]} for n in ("1", "N")} for op in ("read", "write")}})
 
 
 @pytest.fixture(params=MECHANISMS)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import accio
+from conftest import POSIX_PROFILE
 
 
 def test_version_and_mechanisms():
@@ -321,6 +322,34 @@ def test_bad_setting_and_mechanism(tmp_path):
     assert ei.value.errno == errno.EINVAL and "threads" in str(ei.value)
     with pytest.raises(accio.Error, match="unknown mechanism"):
         accio.open(tmp_path / "x", "w", mechanism="warp")
+
+
+def test_a_bad_mechanism_or_profile_names_its_variable(tmp_path, monkeypatch):
+    """ACCIO_MECHANISM and ACCIO_PROFILE are checked where they are read, as every other setting is
+    (docs/api.md: a bad value is an EINVAL error naming the variable): not at the open, with a message
+    that named neither the variable nor (for the profile) the setting."""
+    p = tmp_path / "f"
+    p.write_bytes(b"x")
+    (tmp_path / "bad.json").write_text('{"schema": "accio.profile/1"}')
+    (tmp_path / "good.json").write_text(POSIX_PROFILE)
+    names = ", ".join(["auto"] + [name for name, _available, _why in accio.mechanisms()])
+    for var, value, why in [
+            ("ACCIO_MECHANISM", "bogus", f"unknown mechanism (one of {names})"),
+            ("ACCIO_PROFILE", str(tmp_path / "missing.json"),
+             "no such file (auto, off, or a profile file that `accio tune` wrote)"),
+            ("ACCIO_PROFILE", str(tmp_path / "bad.json"), "not a profile: plans must be a non-empty array")]:
+        monkeypatch.setenv(var, value)
+        with pytest.raises(accio.Error) as e:
+            accio.open(p)
+        assert e.value.errno == errno.EINVAL
+        assert str(e.value).startswith(f"read environment: {var}='{value}' is not valid: {why}"), str(e.value)
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("ACCIO_PROFILE", str(tmp_path / "good.json"))
+    assert accio.read(p).tobytes() == b"x"
+    with pytest.raises(accio.Error, match=r"set setting: profile='.*missing.json' is not valid: no such file"):
+        accio.open(p, profile=str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match=r"mechanism='warp' is not valid: unknown mechanism \(one of auto, posix"):
+        accio.defaults.set(mechanism="warp")
 
 
 def test_closed_file(tmp_path):

@@ -44,6 +44,41 @@ def test_info_text_and_json(tmp_path):
     assert any(s["name"] == "threads" and s["env"] == "ACCIO_THREADS" for s in data["settings"])
 
 
+def test_info_shows_a_bad_setting_in_its_row_and_fails(tmp_path):
+    """A bad ACCIO_* value is shown where it is, in its row (the engine's error under it) and as the
+    profile accio would use, and said again on stderr, exit 1: `accio info` listed ACCIO_MECHANISM=bogus
+    as the current value, and a missing ACCIO_PROFILE's file as if the profile directory's were used."""
+    missing = tmp_path / "nonexistent.json"
+    env = {**os.environ, "ACCIO_MECHANISM": "bogus", "ACCIO_PROFILE": str(missing)}
+    r = subprocess.run([*ACCIO, "info", str(tmp_path)], capture_output=True, text=True, env=env)
+    assert r.returncode == 1, r.stderr
+    mech = "read environment: ACCIO_MECHANISM='bogus' is not valid: unknown mechanism (one of auto, posix"
+    prof = f"read environment: ACCIO_PROFILE='{missing}' is not valid: no such file"
+    lines = r.stdout.splitlines()
+    assert any(x.startswith(f"tune profile  invalid: {prof}") for x in lines), r.stdout
+    row = next(i for i, x in enumerate(lines) if x.split()[:3] == ["mechanism", "invalid", "ACCIO_MECHANISM"])
+    assert lines[row + 1].strip().startswith(mech), lines[row:row + 2]
+    assert [x.split(": ", 1)[0] for x in r.stderr.splitlines()] == ["accio info", "accio info"], r.stderr
+    assert mech in r.stderr and prof in r.stderr and r.stderr.count("; correct the variable or unset it") == 2
+    data = json.loads(subprocess.run([*ACCIO, "info", "--json", str(tmp_path)], capture_output=True, text=True,
+                                     env=env).stdout)
+    rows = {s["name"]: s for s in data["settings"]}
+    assert rows["mechanism"]["value"] is None and rows["mechanism"]["error"].startswith(mech)
+    assert rows["threads"]["error"] is None and int(rows["threads"]["value"]) > 0
+    assert data["tuning_profile"]["source"] == "ACCIO_PROFILE" and data["tuning_profile"]["error"].startswith(prof)
+
+
+def test_info_says_which_profile_accio_profile_chooses(tmp_path):
+    from conftest import POSIX_PROFILE
+    good = tmp_path / "p.json"
+    good.write_text(POSIX_PROFILE)
+    for value, shown in [(str(good), f"tune profile  {good} (ACCIO_PROFILE)"),
+                         ("off", "tune profile  off (ACCIO_PROFILE): auto uses the built-in model")]:
+        r = subprocess.run([*ACCIO, "info", str(tmp_path)], capture_output=True, text=True,
+                           env={**os.environ, "ACCIO_PROFILE": value})
+        assert r.returncode == 0 and shown in r.stdout.splitlines(), r.stdout + r.stderr
+
+
 def test_config_builds_a_c_program(tmp_path):
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:

@@ -296,6 +296,51 @@ def test_errors(tmp_path):
     assert p.returncode == 126
 
 
+NATIVE = [str(Path(sys.executable).with_name("accio"))]
+BAD_SETTINGS = [
+    ("ACCIO_MECHANISM", "bogus", "unknown mechanism (one of auto, posix, parallel"),
+    ("ACCIO_THREADS", "abc", "not an integer"),
+    ("ACCIO_PROFILE", "{tmp}/missing.json", "no such file (auto, off, or a profile file that `accio tune` wrote)"),
+    ("ACCIO_PROFILE", "{tmp}/bad.json", "not a profile: plans must be a non-empty array"),
+]
+
+
+@pytest.mark.parametrize("var, value, why", BAD_SETTINGS, ids=[f"{v}={x}" for v, x, _ in BAD_SETTINGS])
+def test_a_bad_setting_is_refused_before_the_program_runs(data, tmp_path, var, value, why):
+    """A bad ACCIO_* value made every process's engine refuse to start, and the shim passed every call
+    to libc ("0 B through the engine") without a word (ACCIO_QUIET; -v said only "bad ACCIO_*
+    setting"). The launcher checks the settings as the engine does and refuses (125), once, before
+    the program starts, naming the variable, its value and why, as it refuses --mechanism warp."""
+    (tmp_path / "bad.json").write_text('{"schema": "accio.profile/1"}')
+    value = value.format(tmp=tmp_path)
+    ran = tmp_path / "ran"
+    for front in (ACCIO, NATIVE):
+        for opts in ([], ["--stats", "-v"]):
+            p = subprocess.run([*front, "run", *opts, "--", "sh", "-c", f"touch {ran}; cat {data / 'big.bin'} >/dev/null"],
+                               env={**os.environ, var: value}, capture_output=True, text=True)
+            assert p.returncode == 125, p.stderr
+            assert p.stderr.startswith(f"accio run: read environment: {var}='{value}' is not valid: {why}"), p.stderr
+            assert p.stderr.endswith("; correct the variable or unset it (`accio info` shows every setting)\n")
+            assert p.stderr.count("\n") == 1 and not ran.exists(), p.stderr
+    # --mechanism sets ACCIO_MECHANISM for the program: a bad one in the environment is then not used.
+    if var == "ACCIO_MECHANISM":
+        p, rep = accio_run(["cat", str(data / "big.bin")], tmp_path, mechanism="posix", env={**os.environ, var: value})
+        assert engine_calls(rep) > 0
+
+
+def test_the_shim_names_a_bad_setting(data, tmp_path):
+    """Preloaded by hand (no launcher to check first), the shim says which variable is bad and why,
+    then passes every call through (-v used to say only "bad ACCIO_* setting in the environment")."""
+    import accio
+    shim = next(Path(accio.__file__).parent.glob("lib/libaccio_preload.so"))
+    env = {k: v for k, v in os.environ.items() if k != "ACCIO_QUIET"}
+    p = subprocess.run(["dd", f"if={data / 'big.bin'}", "of=/dev/null", "bs=1M", "status=none"], capture_output=True, text=True,
+                       env={**env, "LD_PRELOAD": str(shim), "ACCIO_THREADS": "abc"})
+    assert p.returncode == 0, p.stderr
+    assert ("accio preload: read environment: ACCIO_THREADS='abc' is not valid: not an integer (errno 22): every "
+            "request passes through (correct the variable or unset it)") in p.stderr, p.stderr
+
+
 def test_stats_report(data, tmp_path):
     """--stats prints the per-file table; the JSON holds every process (children, exec'd programs)."""
     src = data / "big.bin"
@@ -863,7 +908,11 @@ def test_the_launcher_gives_the_shim_the_floor_of_the_model_and_every_profile(tm
     del doc["engine_from"]
     p.write_text(json.dumps(doc))  # as an older accio wrote it: the floor is unknown
     assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=str(pdir)) == (0, 0)
-    assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=none, ACCIO_PROFILE=str(tmp_path / "missing.json")) == (0, 0)
+    # A missing ACCIO_PROFILE is no longer run with a floor of 0: the launcher refuses it (the engine
+    # would refuse every open), test_a_bad_setting_is_refused_before_the_program_runs.
+    p = subprocess.run([str(launcher), "--", "env"], capture_output=True, text=True,
+                       env={**os.environ, "ACCIO_PROFILE": str(tmp_path / "missing.json")})
+    assert p.returncode == 125 and "ACCIO_PROFILE=" not in p.stdout, p.stderr
 
 
 def test_below_the_floor_the_engine_is_never_loaded(tmp_path):

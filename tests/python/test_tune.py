@@ -128,8 +128,9 @@ def test_bad_profiles_are_clear_errors_and_lose_nothing(tmp_path, data):
     with pytest.raises(OSError) as e:
         accio.open(path, "w", profile=str(bad))
     assert e.value.errno == 22 and "bad.json" in str(e.value) and "plans" in str(e.value)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(OSError) as e:  # a bad value of the setting (EINVAL, as every other), named
         accio.open(path, "w", profile=str(tmp_path / "none.json"))
+    assert e.value.errno == 22 and f"profile='{tmp_path / 'none.json'}' is not valid: no such file" in str(e.value)
     assert (np.fromfile(path, dtype=np.uint8) == arr).all()  # never truncated
     with pytest.raises(OSError):
         accio.settings(cache_probe="sometimes")

@@ -168,11 +168,15 @@ def test_info_shows_the_table(tmp_path):
 
 
 def test_long_setting_values_are_not_cut(tmp_path):
-    long = str(tmp_path / ("p" * 1000 + ".json"))
-    assert accio.settings(profile=long)["profile"] == long
+    from conftest import POSIX_PROFILE
+    folder = tmp_path.joinpath(*["p" * 200] * 5)  # a profile must exist: one at a path of over 1000 bytes
+    folder.mkdir(parents=True)
+    (folder / "p.json").write_text(POSIX_PROFILE)
+    long = str(folder / "p.json")
+    assert len(long) > 1000 and accio.settings(profile=long)["profile"] == long
     data = tmp_path / "d"
     data.write_bytes(b"x")
-    with accio.open(str(data), "r", mechanism="posix", profile=long) as f:  # a fixed mechanism reads no profile
+    with accio.open(str(data), "r", mechanism="posix", profile=long) as f:
         assert f.setting("profile") == long
 
 
