@@ -766,20 +766,26 @@ TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {
 // pinned memory, and they may give it back. The same buffer is registered once a second has passed.
 TEST(FakeGpu, GdsAsksAgainForABufferCuFileCouldNotPin) {
   if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)";
+  auto refusals = fake_fn<uint64_t (*)()>("fake_cufile_pin_refusals");
+  ASSERT_NE(refusals, nullptr);
   TempDir dir;
   const std::vector<char> data = pattern((2u << 20) + 9, 34);
   write_file(dir.file("f"), data);
   DeviceMem dev(data.size(), false);
-  const uint64_t before = counters().cufile_buf_registers;
+  // (The registration count is compared after the first read: that read may also drop an earlier
+  // test's stale registration that overlaps this allocation, as allocators reuse addresses.)
+  const uint64_t refused = refusals();
   setenv("FAKE_CUFILE_PINNED_LIMIT", "0", 1);
   gds_read_into(dev.p, dir.file("f"), data);
   unsetenv("FAKE_CUFILE_PINNED_LIMIT");
-  EXPECT_EQ(counters().cufile_buf_registers, before) << "refused";
+  EXPECT_EQ(refusals(), refused + 1) << "cuFile was not asked (or not refused)";
+  const uint64_t registered = counters().cufile_buf_registers;
   gds_read_into(dev.p, dir.file("f"), data);
-  EXPECT_EQ(counters().cufile_buf_registers, before) << "the refusal is kept for a second, not asked per request";
+  EXPECT_EQ(refusals(), refused + 1);
+  EXPECT_EQ(counters().cufile_buf_registers, registered) << "the refusal is kept for a second, not asked per request";
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   gds_read_into(dev.p, dir.file("f"), data);
-  EXPECT_EQ(counters().cufile_buf_registers, before + 1) << "not asked again after the refusal's second";
+  EXPECT_EQ(counters().cufile_buf_registers, registered + 1) << "not asked again after the refusal's second";
 }
 
 // Memory mapped into a VMM reservation (cuMemCreate/cuMemMap; PyTorch's expandable segments) reports

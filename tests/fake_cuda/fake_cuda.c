@@ -775,7 +775,8 @@ EXPORT void cuFileHandleDeregister(void* fh) {
  * Deregistered entries stay listed (dead), so that an I/O still running on one stays valid. */
 typedef struct BufReg { const char* p; size_t n; unsigned inflight; int dead; struct BufReg* next; } BufReg;
 static BufReg* g_bufregs;
-static uint64_t g_bufreg_bytes, g_busy_deregs, g_range_refused, g_deregs;
+static uint64_t g_bufreg_bytes, g_busy_deregs, g_range_refused, g_deregs, g_pin_refused;
+EXPORT uint64_t fake_cufile_pin_refusals(void) { return __atomic_load_n(&g_pin_refused, __ATOMIC_RELAXED); }
 EXPORT uint64_t fake_cufile_deregisters(void) { return __atomic_load_n(&g_deregs, __ATOMIC_RELAXED); }
 EXPORT uint64_t fake_cufile_busy_deregisters(void) { return __atomic_load_n(&g_busy_deregs, __ATOMIC_RELAXED); }
 EXPORT uint64_t fake_cufile_range_refusals(void) { return __atomic_load_n(&g_range_refused, __ATOMIC_RELAXED); }
@@ -790,6 +791,7 @@ EXPORT CUfileError_t cuFileBufRegister(const void* p, size_t n, int flags) {
   pthread_mutex_lock(&g_mu);
   long limit = env_long("FAKE_CUFILE_PINNED_LIMIT", -1);
   if (limit >= 0 && g_bufreg_bytes + n > (uint64_t)limit) {
+    g_pin_refused++;
     pthread_mutex_unlock(&g_mu);
     return (CUfileError_t){5036, 0};
   }
