@@ -156,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     """Every command, with one rule for a reader of stdout that went away (`accio tune DIR --show |
     head -5`): no message, exit 141, whichever command was writing (_guarded lets it through)."""
     try:
-        return _main(argv)
+        try:
+            return _main(argv)
+        finally:  # on return and on argparse's SystemExit: a reader gone is found here, not at exit
+            sys.stdout.flush()
     except BrokenPipeError:
         if not stdout_reader_gone():
             raise
