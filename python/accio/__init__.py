@@ -294,7 +294,11 @@ def _whole_file(path: str) -> None:
     opened, so that a FIFO's bytes are not consumed (accio.read returned an empty array for /dev/zero,
     a FIFO, /proc/cpuinfo)."""
     import stat
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:  # as the engine's open says it: an accio.Error (FileNotFoundError...)
+        from ._errors import make_error
+        raise make_error(e.errno, "open", path, None, f"open '{path}': {e.strerror} (errno {e.errno})") from None
     mode = st.st_mode
     if not stat.S_ISREG(mode):
         kind = ("a directory" if stat.S_ISDIR(mode) else "a pipe (FIFO)" if stat.S_ISFIFO(mode) else

@@ -181,8 +181,10 @@ def test_read_refuses_what_its_size_does_not_describe(tmp_path):
             accio.read("/proc/self/status")
     (tmp_path / "empty").write_bytes(b"")
     assert accio.read(tmp_path / "empty").size == 0
-    with pytest.raises(FileNotFoundError):
-        accio.read(tmp_path / "missing")
+    with pytest.raises(accio.Error) as info:
+        accio.read(tmp_path / "missing")  # an accio.Error, as the engine's open raises it
+    assert isinstance(info.value, accio.Error) and isinstance(info.value, FileNotFoundError)
+    assert str(info.value) == f"open '{tmp_path / 'missing'}': No such file or directory (errno 2)"
 
 
 def test_write_takes_every_host_array_type(tmp_path):
