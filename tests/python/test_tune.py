@@ -404,3 +404,14 @@ def test_profile_ranges_are_written_in_round_sizes():
     assert _range(8 * 2**20 + 1, None) == "> 8MiB"
     assert _range(1536 * 1024, None) == ">= 1536KiB" and _range(0, None) == "any size"
     assert _range(0, 1536 * 1024 - 1) == "< 1536KiB" and _range(1536 * 1024, 8 * 2**20 - 1) == "1536KiB .. < 8MiB"
+
+
+def test_tune_writes_the_profile_that_accio_profile_names(tmp_path):
+    """ACCIO_PROFILE=X set for the programs, then `accio tune --profile X` to make X: the calibration
+    measures fixed plans, so the profile named (missing until this run writes it) must not refuse
+    its opens."""
+    prof = tmp_path / "mine.json"
+    r = tune(str(tmp_path), "--budget", "8", "--file-size", "16m", "--profile", str(prof), "-q",
+             env={"ACCIO_PROFILE": str(prof)}, check=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(prof.read_text())["measurements"]

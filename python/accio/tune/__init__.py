@@ -222,7 +222,14 @@ def main(args) -> int:
         if file_size < MIN_FILE_SIZE:
             raise UsageError(f"--file-size {args.file_size}: the calibration needs at least {fmt(MIN_FILE_SIZE)} "
                              f"(it measures requests up to 64 MiB on files of this size; the default is 256m)")
-        return tune(args, directory, key, path, file_size)
+        # The calibration measures fixed plans: the profile ACCIO_PROFILE names plays no part, and
+        # may be the one this run is to write (not there yet: every open would refuse it).
+        saved = os.environ.pop("ACCIO_PROFILE", None)
+        try:
+            return tune(args, directory, key, path, file_size)
+        finally:
+            if saved is not None:
+                os.environ["ACCIO_PROFILE"] = saved
 
 
 def show(path: str, key: dict, directory: str) -> int:
