@@ -195,9 +195,12 @@ static int find_shim(char* out, size_t len) {
   return shim_from_python(out, len);
 }
 
-/* libaccio next to the shim (the engine the program's shim will load), or NULL (dlerror() says why).
- * Loaded only when it has something to check: --mechanism, or ACCIO_* settings in the environment. */
+/* The engine the program's shim will load (ACCIO_PRELOAD_ENGINE, else libaccio next to the shim, as
+ * preload.c's engine_load_locked finds it), or NULL (dlerror() says why). Loaded only when it has
+ * something to check: --mechanism, or ACCIO_* settings in the environment. */
 static void* engine_library(const char* shim) {
+  const char* env = getenv("ACCIO_PRELOAD_ENGINE");
+  if (env && *env) return dlopen(env, RTLD_NOW | RTLD_LOCAL);
   char lib[PATH_MAX];
   snprintf(lib, sizeof lib, "%s", shim);
   char* slash = strrchr(lib, '/');
@@ -206,7 +209,7 @@ static void* engine_library(const char* shim) {
 }
 
 /* What --mechanism takes: auto and the engine's host mechanisms (the shim sees host buffers). Asks
- * libaccio next to the shim. Returns 1 when `m` is one. */
+ * the shim's engine (engine_library). Returns 1 when `m` is one. */
 static int mechanism_ok(const char* shim, const char* m, char* choices, size_t len) {
   snprintf(choices, len, "auto");
   if (!strcmp(m, "auto")) return 1;

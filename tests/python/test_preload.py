@@ -328,6 +328,26 @@ def test_a_bad_setting_is_refused_before_the_program_runs(data, tmp_path, var, v
         assert engine_calls(rep) > 0
 
 
+def test_the_launcher_checks_settings_with_the_engine_the_shim_loads(tmp_path):
+    """With the engine elsewhere (ACCIO_PRELOAD_ENGINE, docs/preload.md), the launcher checks the
+    ACCIO_* settings with that engine, as the shim will load it: it looked only next to the shim,
+    found none, and refused any setting (125)."""
+    import accio
+    from accio.run import launcher_path
+    lib = Path(accio.__file__).parent / "lib"
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(launcher_path(), alone / "accio-run")
+    shutil.copy(lib / "libaccio_preload.so", alone / "libaccio_preload.so")  # no libaccio.so beside it
+    engine = next(lib.glob("libaccio.so*"))
+    env = {**os.environ, "ACCIO_THREADS": "4", "ACCIO_PRELOAD_ENGINE": str(engine)}
+    p = subprocess.run([str(alone / "accio-run"), "--", "true"], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([str(alone / "accio-run"), "--", "true"], env={**env, "ACCIO_THREADS": "abc"},
+                       capture_output=True, text=True)
+    assert p.returncode == 125 and "ACCIO_THREADS='abc' is not valid" in p.stderr, p.stderr
+
+
 def test_the_shim_names_a_bad_setting(data, tmp_path):
     """Preloaded by hand (no launcher to check first), the shim says which variable is bad and why,
     then passes every call through (-v used to say only "bad ACCIO_* setting in the environment")."""
