@@ -201,8 +201,8 @@ class View {
     if (writable ? !nb::try_cast(cap, rw, false) : !nb::try_cast(cap, array_, false)) {
       nb::ndarray<nb::ro> ro;
       if (writable && nb::try_cast(cap, ro, false))
-        throw nb::value_error((what(obj) + " is read-only (its DLPack export says so): read into a writable "
-                               "array").c_str());
+        throw nb::type_error((what(obj) + " is read-only (its DLPack export says so): read into a writable "
+                              "array").c_str());  // TypeError, as for every read-only read target
       throw nb::type_error((what(obj) + ".__dlpack__() returned a " + what(cap) +
                             " that is not a DLPack capsule accio can import: " + kAccepted).c_str());
     }
@@ -282,8 +282,8 @@ class View {
                 "typestr like '<f4'");
     }
     if (writable && readonly)
-      throw nb::value_error(("the device array is read-only (" + name +
-                             ".__cuda_array_interface__ data is (pointer, True)): read into a writable array").c_str());
+      throw nb::type_error(("the device array is read-only (" + name +
+                            ".__cuda_array_interface__ data is (pointer, True)): read into a writable array").c_str());
     size_t n = 1;
     for (int64_t e : shape) {
       if (e < 0) throw bad("negative extent in shape");

@@ -150,6 +150,10 @@ def test_read_with_dtype_shape_and_out(tmp_path):
         accio.read(p, out=bytearray(95))
     with pytest.raises(TypeError, match="a read target must be writable: bytes is read-only"):
         accio.read(p, out=b"x" * 96)  # was the exporter's bare BufferError
+    ro = np.zeros(96, np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(TypeError, match="is read-only"):
+        accio.read(p, out=ro)  # through its DLPack export: was a ValueError
     with pytest.raises(TypeError, match="leave device, framework, dtype and shape unset"):
         accio.read(p, out=bytearray(96), dtype=np.float32)
     with pytest.raises(TypeError):

@@ -169,7 +169,7 @@ def test_managed_memory_and_read_into_device(fake_lib, tmp_path):
             __cuda_array_interface__ = dict(g.__cuda_array_interface__, data=(g.ptr, True))
         try:
             accio.open("in.bin").read_into(RO())
-        except ValueError as e:
+        except TypeError as e:
             print("refused:", e)
     """, fake_lib, tmp_path)
     assert "gds staged" in r.stdout, r.stdout  # cuFile does not take managed memory: staged ran
@@ -522,14 +522,14 @@ def test_bad_device_objects_get_errors_that_say_what_was_given(fake_lib, no_host
     assert "ValueError: __main__.CuPyLike.__cuda_array_interface__ has stream 0, which CAI v3 disallows" in out
     assert "TypeError: __main__.CuPyLike.__cuda_array_interface__: stream is a str, not an int" in out
     assert out.count("CuPyLike is not C-contiguous") == 2
-    assert "ValueError: the device array is read-only" in out
+    assert "TypeError: the device array is read-only" in out
     assert "TypeError: __main__.CuPyLike.__cuda_array_interface__: typestr <f" in out
     assert "TypeError: __main__.NoTypestr.__cuda_array_interface__: no 'typestr' entry" in out
     assert "TypeError: __main__.Rocm lives on DLPack device type 10, which accio cannot address" in out
     assert "TypeError: Accessing a Plain on CPU is not allowed" in out  # the object's own refusal
     assert "TypeError: expected a buffer, got list: accio takes a contiguous buffer" in out
     assert "ValueError: __main__.CpuDLPack is not C-contiguous" in out
-    assert "ValueError: __main__.CpuDLPack is read-only (its DLPack export says so)" in out
+    assert "TypeError: __main__.CpuDLPack is read-only (its DLPack export says so)" in out
 
 
 def test_read_returns_the_framework_asked_for(fake_lib, no_host_buffer, tmp_path):
