@@ -101,8 +101,8 @@ def sigterm_interrupts():
     old = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    finally:  # None: a handler not set from Python, which cannot be put back: the default then
+        signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
 
 def fsync_path(path: str) -> None:
