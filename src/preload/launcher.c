@@ -236,14 +236,14 @@ static int mechanism_ok(const char* shim, const char* m, char* choices, size_t l
  * loads). A bad one would make every process's engine refuse to start, and its shim pass every call
  * to libc without a word (ACCIO_QUIET): so it is refused here, once, naming the variable, as a bad
  * --mechanism is. libaccio is loaded for it (about a millisecond) only when an ACCIO_* variable is
- * set other than the launcher's and the shim's own and the profile directory (ACCIO_PRELOAD_*,
- * ACCIO_RUN_*, ACCIO_QUIET, ACCIO_PROFILE_DIR), none of which is a setting. Returns 1 when they are
- * good. */
+ * set other than the launcher's and the shim's own, the profile directory and the offload
+ * runtime's (ACCIO_PRELOAD_*, ACCIO_RUN_*, ACCIO_QUIET, ACCIO_PROFILE_DIR, ACCIO_OFFLOAD_*: none is a
+ * setting the shim's engine reads). Returns 1 when they are good. */
 static int settings_ok(const char* shim) {
   int any = 0;
   for (char** e = environ; *e && !any; ++e)
     any = !strncmp(*e, "ACCIO_", 6) && strncmp(*e, "ACCIO_PRELOAD_", 14) && strncmp(*e, "ACCIO_RUN_", 10) &&
-          strncmp(*e, "ACCIO_QUIET=", 12) && strncmp(*e, "ACCIO_PROFILE_DIR=", 18);
+          strncmp(*e, "ACCIO_QUIET=", 12) && strncmp(*e, "ACCIO_PROFILE_DIR=", 18) && strncmp(*e, "ACCIO_OFFLOAD_", 14);
   if (!any) return 1;
   void* h = engine_library(shim);
   void* (*settings_new)(void) = NULL;
@@ -255,7 +255,8 @@ static int settings_ok(const char* shim) {
     *(void**)&last_error = dlsym(h, "accio_last_error");
   }
   if (!settings_new || !settings_free || !last_error) {
-    say("cannot load the engine beside %s to check the ACCIO_* settings (%s); reinstall accio", shim, dlerror());
+    say("cannot load the engine of %s to check the ACCIO_* settings (%s); reinstall accio, or correct "
+        "ACCIO_PRELOAD_ENGINE", shim, dlerror());
     return 0;
   }
   void* s = settings_new();
