@@ -247,6 +247,12 @@ def test_report_table_marks_the_best_flags_noise_and_gives_ratios(tmp_path):
     # environment: block device and tuning profile; parameters as values, not reprs
     assert "mq-deadline" in p.kv["  block device"] and "non-rotational" in p.kv["  block device"]
     assert "accio tune" in p.kv["  tuning profile"]
+    # a run under ACCIO_PROFILE=off says so, as `accio info` does (it said "none measured")
+    from accio.bench.report import environment_rows
+    off = json.loads(json.dumps(doc))
+    for v in off["environment"]["paths"].values():
+        v["tuning_profile"] = {"file": None, "exists": False, "source": "ACCIO_PROFILE"}
+    assert ("  tuning profile", "off (ACCIO_PROFILE): auto uses the built-in model") in environment_rows(off)
     assert p.kv["records"] == "4 KiB, 1 MiB" and p.kv["drop_caches"] == "no" and p.kv["files"] == "none"
     assert p.kv["runtime_s"] == "once over the range"
     assert p.kv["settings"] == "threads=2, task_size=4 MiB"

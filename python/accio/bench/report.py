@@ -398,7 +398,10 @@ def environment_rows(doc: dict) -> list[tuple[str, str]]:
         if "block_device" in v:
             rows.append(("  block device", _device_text(v["block_device"])))
         prof = v.get("tuning_profile")
-        if prof:
+        if prof and "source" in prof:  # as `accio info` says it (ACCIO_PROFILE's file, off, or its error)
+            from ..info import _profile_text
+            rows.append(("  tuning profile", _profile_text(prof)))
+        elif prof:  # a JSON from before the source was recorded
             rows.append(("  tuning profile", prof["file"] if prof.get("exists") else
                          "none measured: auto plans from the built-in profile (run `accio tune` on it)"))
     from ..info import settings_table
