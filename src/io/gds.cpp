@@ -35,7 +35,8 @@ constexpr size_t kMaxRange = size_t{8} << 30;          // see Gds::registered
 constexpr size_t kDefaultPinnedBudget = size_t{32} << 30;  // cufile.json's max_device_pinned_mem_size_kb
 // A buffer cuFile refused to register is asked again after this long: pinning fails while others
 // hold the GPU's pinned memory (GPU_MEMORY_PINNING_FAILED), which they may give back. One failed
-// cuFileBufRegister a second costs little beside the requests that run meanwhile.
+// cuFileBufRegister a second costs little beside the requests that run meanwhile (it is made under
+// mu_, which every request into device memory takes, as the first registration is).
 constexpr std::chrono::steady_clock::duration kRetryRefused = std::chrono::seconds(1);
 
 class Gds final : public Mechanism {
