@@ -195,16 +195,11 @@ static int find_shim(char* out, size_t len) {
   return shim_from_python(out, len);
 }
 
-/* The engine the program's shim will load (ACCIO_PRELOAD_ENGINE, else libaccio next to the shim, as
- * preload.c's engine_load_locked finds it), or NULL (dlerror() says why). Loaded only when it has
- * something to check: --mechanism, or ACCIO_* settings in the environment. */
+/* The engine the program's shim will load (accio_run_engine_path), or NULL (dlerror() says why).
+ * Loaded only when it has something to check: --mechanism, or ACCIO_* settings in the environment. */
 static void* engine_library(const char* shim) {
-  const char* env = getenv("ACCIO_PRELOAD_ENGINE");
-  if (env && *env) return dlopen(env, RTLD_NOW | RTLD_LOCAL);
   char lib[PATH_MAX];
-  snprintf(lib, sizeof lib, "%s", shim);
-  char* slash = strrchr(lib, '/');
-  snprintf(slash ? slash + 1 : lib, sizeof lib - (size_t)(slash ? slash + 1 - lib : 0), "libaccio.so");
+  accio_run_engine_path(shim, lib, sizeof lib);
   return dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 }
 

@@ -325,17 +325,8 @@ static int engine_load_locked(void) {
   if (g_engine) return g_engine > 0;
   g_engine = -1;
   char path[PATH_MAX];
-  const char* env = getenv("ACCIO_PRELOAD_ENGINE");
   Dl_info info;
-  if (env && *env) {
-    snprintf(path, sizeof path, "%s", env);
-  } else if (dladdr(&g_gate, &info) && info.dli_fname) {
-    snprintf(path, sizeof path, "%s", info.dli_fname);
-    char* slash = strrchr(path, '/');
-    snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0), "libaccio.so");
-  } else {
-    snprintf(path, sizeof path, "libaccio.so");
-  }
+  accio_run_engine_path(dladdr(&g_gate, &info) && info.dli_fname ? info.dli_fname : NULL, path, sizeof path);
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!h) {
     tell_user("accio preload: cannot load the engine (%s): every request passes through\n", dlerror());

@@ -9,7 +9,9 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Exit statuses, as env(1) and nohup(1): otherwise the program's own. */
 #define ACCIO_RUN_OWN_ERROR 125      /* accio's own error, a usage error of `accio run` included */
@@ -66,6 +68,18 @@ static inline size_t accio_run_parse_size(const char* s, int* ok) {
   if (*end == 'b' || *end == 'B') ++end;
   *ok = *end == '\0' && v <= ULLONG_MAX / mul && v * mul <= (unsigned long long)SIZE_MAX;
   return *ok ? (size_t)(v * mul) : 0;
+}
+
+/* The engine the shim loads into the program (into out): ACCIO_PRELOAD_ENGINE, else libaccio.so in
+ * the shim's directory (shim: the shim's path; NULL or a bare name: libaccio.so by the library search
+ * path). One definition for the shim, which loads it, and the launcher, which checks the ACCIO_*
+ * settings with the same engine before the program starts. */
+static inline void accio_run_engine_path(const char* shim, char* out, size_t len) {
+  const char* env = getenv("ACCIO_PRELOAD_ENGINE");
+  const char* slash = shim ? strrchr(shim, '/') : NULL;
+  if (env && *env) snprintf(out, len, "%s", env);
+  else if (slash) snprintf(out, len, "%.*s/libaccio.so", (int)(slash - shim), shim);
+  else snprintf(out, len, "libaccio.so");
 }
 
 #endif

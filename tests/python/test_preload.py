@@ -328,7 +328,7 @@ def test_a_bad_setting_is_refused_before_the_program_runs(data, tmp_path, var, v
         assert engine_calls(rep) > 0
 
 
-def test_the_launcher_checks_settings_with_the_engine_the_shim_loads(tmp_path):
+def test_the_launcher_checks_settings_with_the_engine_the_shim_loads(data, tmp_path):
     """With the engine elsewhere (ACCIO_PRELOAD_ENGINE, docs/preload.md), the launcher checks the
     ACCIO_* settings with that engine, as the shim will load it: it looked only next to the shim,
     found none, and refused any setting (125)."""
@@ -343,6 +343,12 @@ def test_the_launcher_checks_settings_with_the_engine_the_shim_loads(tmp_path):
     env = {**os.environ, "ACCIO_THREADS": "4", "ACCIO_PRELOAD_ENGINE": str(engine)}
     p = subprocess.run([str(alone / "accio-run"), "--", "true"], env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+    # and the shim loads that engine: it serves 4 MiB reads (accio_preload_counters, in the program)
+    served = ("import ctypes, os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nwhile os.read(fd, 4 << 20): pass\n"
+              "t = ctypes.c_uint64()\nctypes.CDLL(None).accio_preload_counters(ctypes.byref(t), None)\nprint(t.value)")
+    p = subprocess.run([str(alone / "accio-run"), "--", sys.executable, "-c", served, str(data / "big.bin")], env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and int(p.stdout) > 0, (p.stdout, p.stderr)
     p = subprocess.run([str(alone / "accio-run"), "--", "true"], env={**env, "ACCIO_THREADS": "abc"},
                        capture_output=True, text=True)
     assert p.returncode == 125 and "ACCIO_THREADS='abc' is not valid" in p.stderr, p.stderr
