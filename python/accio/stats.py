@@ -217,6 +217,5 @@ def enough(samples: Sequence[float]) -> bool:
     return len(samples) >= MIN_SAMPLES
 
 
-
 __all__ = ["MIN_SAMPLES", "CONFIDENCE", "NOISE", "Ratio", "rotation", "interleave", "median", "summary", "ratio",
            "geomean_ratio", "verdict", "goal", "describe", "enough", "too_few", "decided", "TOO_FEW"]

@@ -147,12 +147,11 @@ def main(argv: list[str]) -> int:
 def _check_framework(args, framework: str) -> None:
     """The framework the tensors are made in must import, or the command is refused before it starts
     (exit 2, as bench's --vs-fio without fio) with the option that asked for it and what to install."""
-    import importlib
-    from .. import _FRAMEWORKS
-    module, package = _FRAMEWORKS[framework]
+    from .. import _FRAMEWORKS, _framework
     try:
-        importlib.import_module(module)
+        _framework(framework)  # the import accio.safetensors makes
     except ImportError:
+        module, package = _FRAMEWORKS[framework]
         option = f"--framework {framework}" if args.framework else f"--device {args.device}"
         raise UsageError(f"{option} needs {module}, which does not import here: pip install {package}") from None
 

@@ -10,8 +10,9 @@ oracle of a cell is the fixed mechanism with the best median; a contender's rati
 the oracle's (auto's can exceed 1). auto is compared with the oracle and with every fixed mechanism
 by the paired ratio of the rounds and its 95% bootstrap interval: faster or slower when the interval
 excludes 1.0, within noise when it contains 1.0 and lies inside +-5%, else undecided; with fewer
-than MIN_SAMPLES rounds, too few samples (stats.verdict). An undecided (or too few) comparison with the oracle gets more rounds (auto and the fixed mechanisms within 10% of the oracle,
-EXTRA_ROUNDS at a time) up to max_reps samples; what is still undecided then is reported so.
+than MIN_SAMPLES rounds, too few samples (stats.verdict). An undecided (or too few) comparison with
+the oracle gets more rounds (auto and the fixed mechanisms within 10% of the oracle, EXTRA_ROUNDS at
+a time) up to max_reps samples; what is still undecided then is reported so.
 
 Other profiles (--vs-profile) join as more auto contenders, named auto[label] (auto[built-in] for
 the built-in model): measured in the same rounds, they are not fixed mechanisms (never the oracle),
