@@ -26,7 +26,8 @@ READER_GONE = 141
 
 
 class UsageError(Exception):
-    """The command was called wrongly; str() is one sentence without the `accio CMD:` prefix."""
+    """The command was called wrongly, or asked for what this machine lacks (a package, a tool, a GPU),
+    found before anything runs; str() is one sentence without the `accio CMD:` prefix."""
 
 
 def describe(e: BaseException) -> str:

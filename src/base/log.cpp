@@ -42,13 +42,23 @@ void emit(Level level, const std::string& key, const std::string& msg) {
 }
 }  // namespace
 
-bool warn_once(const std::string& key, const std::string& msg) {
+int job_rank() {
+  // bench/comm.py's _MPI_ENV names the same launchers (by their size variables)
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (v && *v) return std::atoi(v);
+  }
+  return 0;
+}
+
+bool warn_once(const std::string& key, const std::string& msg, Scope scope) {
   {
     Log& l = g_log.get();
     std::lock_guard lk(l.mu);
     if (!l.keys.insert(key).second) return false;
     l.lines.push_back(msg);
   }
+  if (scope == Scope::job && job_rank() != 0) return false;  // recorded; rank 0 says it for the job
   emit(Level::warning, key, msg);  // outside the log's lock: two messages never wait on each other
   return true;
 }

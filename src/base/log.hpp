@@ -13,9 +13,16 @@ enum class Level { info = 20, warning = 30, error = 40 };  // Python logging's n
 // return promptly, never call back into accio or wait for another thread.
 using Sink = void (*)(int level, const char* key, const char* message, void* user);
 
+// Who says a warning: every process (a cause of its own: a shortage, a fallback), or one process per
+// job, for a cause that every rank of an MPI job shares (no tuning profile for the filesystem): there
+// only rank 0 issues it, so 1000 ranks print one line, not 1000; the others record it (warnings()).
+enum class Scope { process, job };
 // Issues `msg` the first time `key` is seen (to the sink, or "accio: warning: <msg>" on stderr).
 // Returns true if issued.
-bool warn_once(const std::string& key, const std::string& msg);
+bool warn_once(const std::string& key, const std::string& msg, Scope scope = Scope::process);
+// This process's rank in an MPI job, from the variables the launchers set (Open MPI, MPICH's Hydra
+// and Intel MPI, PMIx, MVAPICH, Slurm's srun): 0 outside a job or when none says.
+int job_rank();
 // Every warning issued so far (for `accio info` and tests).
 std::vector<std::string> warnings();
 // Issues `msg` every time (to the sink, or "accio: error: <msg>" etc. on stderr); not recorded.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <functional>
@@ -96,6 +97,36 @@ TEST(Json, SkipsTopLevelMembersButChecksThem) {
                           "{\"big\": \"\x01\"}"})
     EXPECT_THROW(base::json::parse(bad, {"big"}), std::runtime_error) << bad;
   EXPECT_THROW(base::json::parse("{\"big\": " + std::string(100, '[') + "}", {"big"}), std::runtime_error);
+}
+
+// A cause every rank of an MPI job shares (no profile for the filesystem) is said by rank 0 only, so
+// that 1000 ranks print one line; the other ranks record it. A process's own cause is said by each.
+TEST(Log, JobWideWarningsAreSaidByRankZeroOnly) {
+  const std::string quiet = std::getenv("ACCIO_QUIET") ? std::getenv("ACCIO_QUIET") : "";
+  unsetenv("ACCIO_QUIET");  // this test reads stderr
+  auto said = [](const char* rank, const std::string& key, base::Scope scope, bool* issued) {
+    if (rank) setenv("PMI_RANK", rank, 1); else unsetenv("PMI_RANK");
+    testing::internal::CaptureStderr();
+    *issued = base::warn_once(key, "message " + key, scope);
+    return testing::internal::GetCapturedStderr();
+  };
+  bool issued = true;
+  EXPECT_EQ(said("3", "job-rank3", base::Scope::job, &issued), "");
+  EXPECT_FALSE(issued);
+  EXPECT_EQ(base::job_rank(), 3);
+  const auto w = base::warnings();
+  EXPECT_NE(std::find(w.begin(), w.end(), "message job-rank3"), w.end()) << "recorded on every rank";
+  EXPECT_EQ(said("3", "process-rank3", base::Scope::process, &issued), "accio: warning: message process-rank3\n");
+  EXPECT_TRUE(issued);
+  EXPECT_EQ(said("0", "job-rank0", base::Scope::job, &issued), "accio: warning: message job-rank0\n");
+  EXPECT_TRUE(issued);
+  EXPECT_EQ(said(nullptr, "job-solo", base::Scope::job, &issued), "accio: warning: message job-solo\n");
+  EXPECT_TRUE(issued);
+  EXPECT_EQ(base::job_rank(), 0);
+  setenv("OMPI_COMM_WORLD_RANK", "7", 1);
+  EXPECT_EQ(base::job_rank(), 7) << "Open MPI's variable";
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  if (!quiet.empty()) setenv("ACCIO_QUIET", quiet.c_str(), 1);
 }
 
 TEST(Profile, ParsesAndMergesHotAndColdBoundaries) {

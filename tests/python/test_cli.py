@@ -220,6 +220,26 @@ def test_exit_status_and_message(places, argv, status, fragment, front):
         assert last.startswith("accio"), r.stderr
 
 
+@pytest.mark.parametrize("package, argv, env, fragment", [
+    ("matplotlib", ["bench", "--plot", "plots"], {}, "accio bench: --plot needs matplotlib: pip install 'accio-io[plot]'"),
+    ("mpi4py", ["bench"], {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"},
+     "accio bench: running under an MPI launcher but mpi4py is not installed: pip install 'accio-io[mpi]'"),
+])
+def test_a_missing_optional_package_is_a_usage_error_before_the_run(tmp_path, package, argv, env, fragment):
+    """A missing optional package is exit 2 before anything is measured, as a missing fio (--vs-fio),
+    torch (bench safetensors) or GPU (--target cuda:0, tune --device 0) are: asked for what this
+    machine lacks. --plot used to find matplotlib missing after the whole run."""
+    trap = tmp_path / "trap" / package
+    trap.mkdir(parents=True)
+    (trap / "__init__.py").write_text(f"raise ImportError('no {package} here (test)')\n")
+    e = dict(os.environ, PYTHONPATH=str(tmp_path / "trap"), **env)
+    r = subprocess.run([*ACCIO, *argv, "-d", str(tmp_path), "-s", "1m", "-r", "1m", "-i", "1", "-q"],
+                       capture_output=True, text=True, cwd=tmp_path, env=e, timeout=120)
+    assert r.returncode == 2 and fragment in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "plots").exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("accio")], "nothing was measured"
+
+
 def _small_bench(*extra):
     return ["bench", "-T", "write,read", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-q", *extra]
 

@@ -119,6 +119,40 @@ def test_engine_warnings_point_at_the_programs_line(tmp_path):
     assert f"{prog}:3: AccioWarning" in r.stderr and "__init__.py" not in r.stderr, r.stderr
 
 
+def test_no_profile_is_said_once_per_mpi_job(tmp_path):
+    """Every rank of an MPI job opens files on a filesystem with no tuning profile: rank 0 says so,
+    the other ranks record it without a word (1000 ranks, one line), on the C library's stderr and
+    as an AccioWarning alike."""
+    (tmp_path / "f").write_bytes(b"x" * 10)
+    code = textwrap.dedent(f"""
+        import ctypes, json, sys
+        if sys.argv[1] == "c":  # the C library alone, its default channel (stderr)
+            import importlib.util, os
+            pkg = importlib.util.find_spec("accio").submodule_search_locations[0]  # not imported: no callback
+            lib = ctypes.CDLL(os.path.join(pkg, "lib", "libaccio.so"))
+            f = ctypes.c_void_p()
+            assert lib.accio_open(ctypes.byref(f), {str(tmp_path / "f")!r}.encode(), b"r", None) == 0
+            buf = ctypes.create_string_buffer(1 << 16)
+            lib.accio_warnings(buf, len(buf))
+            print(json.dumps("no tuning profile" in buf.value.decode()))
+        else:
+            import accio
+            accio.read({str(tmp_path / "f")!r})
+            print(json.dumps("no tuning profile" in accio._ext.warnings()))
+    """)
+    base = {k: v for k, v in os.environ.items() if k not in ("ACCIO_QUIET", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                                             "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")}
+    base["ACCIO_PROFILE_DIR"] = str(tmp_path / "none")
+    for how in ("c", "python"):
+        for rank_env, says in (({}, True), ({"PMI_RANK": "0"}, True), ({"PMI_RANK": "5"}, False),
+                               ({"OMPI_COMM_WORLD_RANK": "1"}, False), ({"PMIX_RANK": "2"}, False)):
+            r = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True,
+                               env=dict(base, **rank_env))
+            assert r.returncode == 0, r.stderr
+            assert json.loads(r.stdout) is True, (how, rank_env, r.stdout)  # recorded on every rank
+            assert ("no tuning profile" in r.stderr) == says, (how, rank_env, r.stderr)
+
+
 def test_accio_errors_survive_pickling():
     """A worker process's accio error reaches its parent (multiprocessing pickles it): the errno
     subclasses are made at run time and pickle could not find them by name."""

@@ -11,6 +11,8 @@ import os
 import socket
 import time
 
+from .._usage import UsageError
+
 _MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 
 
@@ -36,7 +38,7 @@ class Mpi:
         try:
             from mpi4py import MPI
         except ImportError:
-            raise RuntimeError("running under an MPI launcher but mpi4py is not installed: "
+            raise UsageError("running under an MPI launcher but mpi4py is not installed: "
                                "pip install 'accio-io[mpi]' (or pip install mpi4py)") from None
         self._mpi = MPI
         self.comm = MPI.COMM_WORLD

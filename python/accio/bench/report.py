@@ -21,19 +21,20 @@ import zlib
 from collections import defaultdict
 
 from .._system import fmt_size
-from .._usage import output_file
+from .._usage import UsageError, output_file
 from .latency import PERCENTILES
 from .output import (LATENCY_HEADS, MARKS_LEGEND, cell_marks, latency_cells, noisy, render_fio, sig3, spread_pct,
                      table_model)
 
 
 def _plt():
+    """matplotlib.pyplot; UsageError without it (bench checks it before it runs: `require_plots`)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise RuntimeError("plots need matplotlib: pip install 'accio-io[plot]' (or pip install matplotlib)") from None
+        raise UsageError("--plot needs matplotlib: pip install 'accio-io[plot]' (or pip install matplotlib)") from None
     return plt
 
 

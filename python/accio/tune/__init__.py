@@ -174,13 +174,13 @@ def _gpu(args, directory: str) -> dict | None:
     if not found["available"] or not found["devices"]:
         why = found["detail"] or "the driver reports no GPU"
         if want is not None:
-            raise OSError(19, f"--device cuda:{want}: no GPU here ({why})")
+            raise UsageError(f"--device cuda:{want}: no GPU here ({why})")
         print(f"accio tune: no GPU ({why}): host memory only", file=sys.stderr)
         return None
     gpus = {g["ordinal"]: g for g in found["devices"]}
     if want is not None and want not in gpus:
-        raise OSError(19, f"--device cuda:{want}: no such GPU (the driver reports {len(gpus)}: "
-                      + ", ".join(f"cuda:{o} {g['name']}" for o, g in sorted(gpus.items())) + ")")
+        raise UsageError(f"--device cuda:{want}: no such GPU (the driver reports {len(gpus)}: "
+                         + ", ".join(f"cuda:{o} {g['name']}" for o, g in sorted(gpus.items())) + ")")
     return dict(gpus[min(gpus) if want is None else want], cufile=found["cufile"])
 
 
