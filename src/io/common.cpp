@@ -125,14 +125,13 @@ void write_full(int fd, const void* buf, size_t n, uint64_t off, const std::stri
 // A/B the same detour made writes from a bytearray slower (0.89x).
 
 const base::Knob kRealign{{"realign", "ACCIO_REALIGN",
-                           "host reads (posix, parallel) into a buffer not 32-byte aligned like the file offset, "
+                           "host reads (posix, parallel, uring buffered) into a buffer not 32-byte aligned like the file offset, "
                            "through an aligned buffer: auto (where this CPU's kernel copy is slow for "
                            "such buffers, measured once per process), on, off",
                            "choice", "auto", 0, 0, "auto|on|off"}};
 
 namespace {
-constexpr size_t kRealignMin = 64 << 10;   // smaller requests: the kernel's copy as it is
-constexpr size_t kRealignChunk = 1 << 20;  // the per-thread aligned buffer (plus a page of lead)
+constexpr size_t kRealignMin = 64 << 10;  // smaller requests: the kernel's copy as it is
 
 #if defined(__x86_64__)
 inline void rep_movsb(void* d, const void* s, size_t n) {
@@ -197,6 +196,7 @@ __attribute__((target("avx2"))) void copy_out_avx2(char* dst, const char* src, s
   std::memcpy(dst + i, src + i, n - i);
 }
 #endif
+}  // namespace
 
 void copy_out(char* dst, const char* src, size_t n, bool stream) {
 #if defined(__x86_64__)
@@ -207,6 +207,7 @@ void copy_out(char* dst, const char* src, size_t n, bool stream) {
   std::memcpy(dst, src, n);
 }
 
+namespace {
 // This thread's aligned buffer: kRealignChunk bytes plus a page, so that a chunk can start at any
 // page offset. Kept for the thread's life (1 MiB per thread that realigned a read). Null where it
 // cannot be allocated: the read then goes to the kernel as it is.
@@ -215,6 +216,7 @@ char* realign_buffer() {
   if (!b) b.reset(static_cast<char*>(std::aligned_alloc(4096, kRealignChunk + 4096)));
   return b.get();
 }
+}  // namespace
 
 // Whether a request takes the aligned buffer: the realign setting (auto: this CPU is slow for such
 // copies), a buffer off the file offset's alignment, large enough, and host memory (a GPU buffer
@@ -228,7 +230,6 @@ bool realigns(const IoContext& c, const void* buf, size_t n, uint64_t off) {
   if (mode == "off" || (mode == "auto" && !slow_misaligned_copy())) return false;
   return !(c.target.asked ? c.target : mem::cuda::classify(buf, true)).on_device();
 }
-}  // namespace
 
 bool slow_misaligned_copy() {
 #if defined(__x86_64__)

@@ -175,6 +175,14 @@ void write_full(int fd, const void* buf, size_t n, uint64_t off, const std::stri
 // the aligned buffer too (parallel's tasks); common.cpp has the measurements.
 enum class ColdRealign { kStraight, kPieces };
 size_t read_host(const IoContext& c, void* buf, size_t n, uint64_t off, ColdRealign cold);
+// Whether a read takes an aligned buffer (read_host; uring's buffered reads through its staging
+// buffers): the realign setting, a buffer of n >= 64 KiB not 32-byte aligned like off, host memory.
+bool realigns(const IoContext& c, const void* buf, size_t n, uint64_t off);
+// The bytes one realigned piece moves: small enough to be copied on while still in the CPU's cache.
+inline constexpr size_t kRealignChunk = size_t{1} << 20;
+// memcpy into the program's buffer with AVX2 stores aligned on dst (streaming stores with `stream`:
+// for requests of kRealignChunk or more, whose bytes would only push others out of the cache).
+void copy_out(char* dst, const char* src, size_t n, bool stream);
 // Whether this CPU's kernel copy (`rep movsb`, with FSRM) is slow for a buffer misaligned against
 // the page cache (AMD Zen 3 and 4): measured once per process, on first use.
 bool slow_misaligned_copy();

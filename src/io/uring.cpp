@@ -9,6 +9,10 @@
 // -EAGAIN, which XFS or btrfs may give in passing) that handle's buffered writes are plain pwrite in
 // the calling thread, which is what the worker would have done, without the round trip (docs/api.md):
 // one pwrite per piece the ring would have sent, never one for the whole request (write_pieces).
+// Buffered reads into a buffer that realign would take (posix's read_host: misaligned against the
+// file offset, on a CPU whose kernel copy is slow for it) go through the staging buffers, each piece
+// placed at its offset's page offset, while the page cache holds them (RWF_NOWAIT): from the first
+// piece the kernel would wait for the device for, the rest goes straight into the program's buffer.
 #include <liburing.h>
 
 #include <algorithm>
@@ -269,7 +273,8 @@ class Uring final : public Mechanism {
 
   // Moves [off, off+n) through the ring; with `direct`, writes are aligned and reads are widened to
   // whole blocks (the wanted bytes are copied out of staging buffers). Buffered writes of a file
-  // whose filesystem would punt them to io-wq are written inline (see the top of this file).
+  // whose filesystem would punt them to io-wq are written inline, and buffered reads realigned
+  // while they are cached (see the top of this file).
   size_t ring_range(const IoContext& c, char* user, size_t n, uint64_t off, bool write, bool direct) const {
     const bool buffered_write = write && !direct;
     const size_t A = direct ? c.file.off_align : 1;
@@ -287,6 +292,9 @@ class Uring final : public Mechanism {
     const size_t chunk = std::max<size_t>(align_down(pool.buffer_size(), A), A);
     const unsigned batch = direct ? submit_batch(qd) : qd;  // pieces per io_uring_enter
     const bool user_aligned_mode = direct && is_aligned(user + (align_up(off, A) - off), c.file.mem_align);
+    // Buffered reads through the staging buffers while the page cache holds them (cleared at the
+    // first piece it does not).
+    bool realign = !write && !direct && realigns(c, user, n, off);
 
     IoUringLease ring(pool);
     bool fixed_file = false;
@@ -327,24 +335,27 @@ class Uring final : public Mechanism {
         if (write) io_uring_prep_write(sqe, sqe_fd, o.mem + o.done, len, o.foff + o.done);
         else io_uring_prep_read(sqe, sqe_fd, o.mem + o.done, len, o.foff + o.done);
       }
-      if (buffered_write) sqe->rw_flags = RWF_NOWAIT;  // -EAGAIN instead of a punt to io-wq
+      // -EAGAIN instead of a punt to io-wq (writes) or a wait for the device (realigned reads)
+      if (buffered_write || (o.buf >= 0 && !direct)) sqe->rw_flags = RWF_NOWAIT;
       if (fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
       io_uring_sqe_set_data64(sqe, i);
       ++inflight;
     };
+    // Copies the part of a staged read piece that has come and that the user asked for.
+    auto copy_staged = [&](const Op& o) {
+      const uint64_t a = std::max(o.foff, off), b = std::min(o.foff + o.done, end);
+      if (b > a) copy_out(user + (a - off), o.mem + (a - o.foff), b - a, n >= kRealignChunk);
+    };
     auto finish_op = [&](unsigned i) {
       Op& o = ops[i];
-      if (!write && o.buf >= 0) {  // copy the part of the staged piece that the user asked for
-        const uint64_t a = std::max(o.foff, off), b = std::min(o.foff + o.done, end);
-        if (b > a) std::memcpy(user + (a - off), o.mem + (a - o.foff), b - a);
-      }
+      if (!write && o.buf >= 0) copy_staged(o);
       if (o.buf >= 0) pool.release(static_cast<unsigned>(o.buf));
       o = Op{};
       free_ops.push_back(i);
     };
     // Prepares the next piece at `cur`; returns false if a staging buffer is needed and none is free.
     auto next_piece = [&](Op& o) -> bool {
-      const bool to_user = !direct || (user_aligned_mode && cur >= off && cur + A <= end);
+      const bool to_user = direct ? user_aligned_mode && cur >= off && cur + A <= end : !realign;
       o.foff = cur;
       if (to_user) {
         const uint64_t limit = direct ? align_down(end, A) : hi;
@@ -358,7 +369,13 @@ class Uring final : public Mechanism {
         }
         o.buf = b;
         o.mem = static_cast<char*>(pool.data(static_cast<unsigned>(b)));
-        o.len = static_cast<size_t>(std::min<uint64_t>(user_aligned_mode ? A : chunk, hi - cur));
+        if (realign) {  // at the offset's page offset, a piece the CPU's cache holds until it is copied on
+          const size_t lead = cur % 4096;
+          o.mem += lead;
+          o.len = static_cast<size_t>(std::min<uint64_t>(std::min(chunk, kRealignChunk + lead) - lead, hi - cur));
+        } else {
+          o.len = static_cast<size_t>(std::min<uint64_t>(user_aligned_mode ? A : chunk, hi - cur));
+        }
         if (write) std::memcpy(o.mem, user + (cur - off), o.len);
       }
       o.len = std::min(o.len, kMaxPiece);
@@ -410,6 +427,17 @@ class Uring final : public Mechanism {
           finish_op(i);
           continue;
         }
+        // A realigned read the page cache does not hold (or a file that takes no RWF_NOWAIT): what
+        // came is copied on, and this piece and every later one go straight into the user's buffer.
+        if (!write && !direct && o.buf >= 0 && (res == -EAGAIN || res == -EOPNOTSUPP)) {
+          realign = false;
+          copy_staged(o);
+          pool.release(static_cast<unsigned>(o.buf));
+          o.buf = -1;
+          o.mem = user + (o.foff - off);
+          resubmit.push_back(i);
+          continue;
+        }
         if (res == -EINTR || res == -EAGAIN) {
           resubmit.push_back(i);
           continue;
@@ -445,6 +473,7 @@ class Uring final : public Mechanism {
   }
 };
 
-ACCIO_REGISTER_MECHANISM(Uring, "queue_depth", "task_size", "direct", "buffer_size", "buffer_count", "huge_pages");
+ACCIO_REGISTER_MECHANISM(Uring, "queue_depth", "task_size", "direct", "buffer_size", "buffer_count", "huge_pages",
+                         "realign");
 }  // namespace
 }  // namespace accio::io

@@ -151,6 +151,7 @@ unsigned StagingPool::acquire() {
   cv_.wait(lk, [&] { return !free_.empty(); });
   unsigned i = free_.back();
   free_.pop_back();
+  ++leases_;
   return i;
 }
 
@@ -159,7 +160,13 @@ int StagingPool::try_acquire() {
   if (free_.empty()) return -1;
   unsigned i = free_.back();
   free_.pop_back();
+  ++leases_;
   return static_cast<int>(i);
+}
+
+uint64_t StagingPool::leases() const {
+  std::lock_guard lk(mu_);
+  return leases_;
 }
 
 void StagingPool::release(unsigned i) {

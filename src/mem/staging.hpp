@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +44,7 @@ class StagingPool {
   unsigned acquire();         // blocks until a buffer is free
   int try_acquire();          // -1 when none is free
   void release(unsigned i);
+  uint64_t leases() const;    // buffers acquired since the pool was made (tests: which path a request took)
 
   // The process-wide pool for these settings, created on first use and kept.
   static StagingPool& shared(size_t buffer_size, unsigned count, bool huge_pages);
@@ -51,7 +53,8 @@ class StagingPool {
   size_t size_;
   std::vector<HostBuffer> bufs_;
   std::vector<unsigned> free_;
-  std::mutex mu_;
+  uint64_t leases_ = 0;  // under mu_
+  mutable std::mutex mu_;
   std::condition_variable cv_;
 };
 

@@ -29,6 +29,7 @@ const std::vector<Config> kConfigs = {
     {"direct", {{"mechanism", "direct"}, {"threads", "3"}, {"task_size", "64k"}, {"buffer_size", "64k"}, {"buffer_count", "4"}}},
     {"direct_big", {{"mechanism", "direct"}, {"threads", "2"}, {"task_size", "1m"}}},
     {"uring", {{"mechanism", "uring"}, {"queue_depth", "8"}, {"task_size", "64k"}, {"buffer_size", "64k"}}},
+    {"uring_realign", {{"mechanism", "uring"}, {"realign", "on"}, {"queue_depth", "4"}, {"task_size", "64k"}, {"buffer_size", "64k"}, {"buffer_count", "2"}}},
     {"uring_direct", {{"mechanism", "uring"}, {"direct", "on"}, {"queue_depth", "8"}, {"task_size", "64k"}, {"buffer_size", "64k"}, {"buffer_count", "4"}}},
     {"auto", {{"mechanism", "auto"}, {"task_size", "256k"}, {"threads", "2"}}},
 };

@@ -9,6 +9,7 @@
 // moves the same bytes as posix, with unaligned heads, tails and buffers, reads across end of file,
 // and an error in the second half keeps its errno and offset.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <gtest/gtest.h>
 #include <linux/magic.h>
 #include <sys/vfs.h>
@@ -28,6 +29,7 @@
 #include "base/sys.hpp"
 #include "engine/file.hpp"
 #include "helpers.hpp"
+#include "mem/staging.hpp"
 
 using namespace accio;
 using namespace testing_accio;
@@ -304,3 +306,56 @@ TEST(UringDirect, ErrorInTheSecondHalfKeepsErrnoAndOffset) {
 }
 
 }  // namespace
+
+// realign: a buffered read into a buffer misaligned against the file offset goes through the staging
+// buffers while the page cache holds it (RWF_NOWAIT), as posix's does through its aligned buffer; a
+// piece the kernel would wait for the device for ends that, and the rest goes straight into the
+// buffer. Byte for byte either way; the staging pool's leases say which path was taken.
+TEST(UringReads, RealignedReadsGoThroughStagingWhileCached) {
+  TempDir d;
+  const std::string path = d.file("r");
+  std::mt19937_64 rng(65);
+  const size_t kSize = (4 << 20) + 5;
+  Buffer src(kSize), back(kSize + 64);
+  fill_random(src.data(), kSize, rng);
+  {
+    std::ofstream(path, std::ios::binary).write(src.data(), static_cast<std::streamsize>(kSize));
+  }
+  auto settings = [](const char* realign) {
+    auto s = uring("1m", 4);
+    s.set("realign", realign);
+    return s;
+  };
+  mem::StagingPool& pool = mem::StagingPool::shared(settings("on").buffer_size, settings("on").buffer_count,
+                                                    settings("on").huge_pages);
+  auto read = [&](const char* realign, size_t shift, uint64_t off) {
+    auto f = engine::File::open(path, "r", settings(realign));
+    std::memset(back.data(), 0, kSize + 64);
+    const uint64_t before = pool.leases();
+    EXPECT_EQ(f->pread(back.data(shift), kSize + 64, off), kSize - off);  // across end of file
+    EXPECT_EQ(std::memcmp(back.data(shift), src.data(off), kSize - off), 0) << realign << " " << shift << " " << off;
+    return pool.leases() - before;
+  };
+  (void)contents(path, kSize);  // hot
+  // 24 bytes off the file offset: 1 MiB pieces through staging buffers; the last 5 bytes too
+  EXPECT_EQ(read("on", 24, 0), 5u);
+  EXPECT_EQ(read("on", 24 + 100, 100), 5u) << "the first piece ends at a page boundary";
+  EXPECT_EQ(read("off", 24, 0), 0u) << "realign=off: straight into the buffer";
+  EXPECT_EQ(read("on", 32, 0), 0u) << "32 bytes off reads at full speed: nothing to realign";
+  EXPECT_EQ(read("on", 0, 4096), 0u);
+  // Cold: the first pieces come back -EAGAIN and are read again straight, with every later piece.
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  fdatasync(fd);  // dirty pages are not dropped
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  void* m = mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  std::vector<unsigned char> vec((kSize + 4095) / 4096);
+  ASSERT_EQ(mincore(m, kSize, vec.data()), 0);
+  munmap(m, kSize);
+  ::close(fd);
+  const uint64_t cold = read("on", 24, 0);
+  if (!(vec[0] & 1)) {
+    EXPECT_LE(cold, 4u) << "at most a queue of pieces asked the page cache before the rest went straight";
+  }
+}
