@@ -8,7 +8,7 @@
 #include <mutex>
 #include <set>
 
-#include "base/fork.hpp"
+#include <pthread.h>
 
 namespace accio::base {
 namespace {
@@ -17,7 +17,31 @@ struct Log {
   std::set<std::string> keys;
   std::vector<std::string> lines;
 };
-base::PerProcess<Log> g_log;  // a forked child starts a new log (the parent's lock may be held)
+// A forked child is the same program: it keeps what its parent already said (a DataLoader's or a
+// multiprocessing pool's workers do not say "no tuning profile" again, each). The lock is taken
+// around fork (held for an insert at most), so that the child copies a whole log into a lock of its
+// own and leaks the parent's, whose lock the forking thread holds there.
+std::atomic<Log*> g_log{nullptr};
+
+Log& the_log() {
+  Log* p = g_log.load(std::memory_order_acquire);
+  if (p) return *p;
+  Log* fresh = new Log;
+  if (g_log.compare_exchange_strong(p, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread won the race
+  return *p;
+}
+// Made here if it is not yet, so that no other thread makes (and fills) it while the process forks.
+void lock_before_fork() { the_log().mu.lock(); }
+void unlock_in_parent() { g_log.load(std::memory_order_acquire)->mu.unlock(); }
+void copy_in_child() {
+  Log* parents = g_log.load(std::memory_order_acquire);
+  Log* mine = new Log;
+  mine->keys = parents->keys;
+  mine->lines = parents->lines;
+  g_log.store(mine, std::memory_order_release);  // the parent's stays locked, leaked
+}
+[[maybe_unused]] const int g_atfork = pthread_atfork(lock_before_fork, unlock_in_parent, copy_in_child);
 
 // The sink and its argument, swapped as one pointer: no lock a fork could leave held. A replaced
 // pair is kept, chained to its successor (a few bytes per accio_set_log_callback): another thread
@@ -53,7 +77,7 @@ int job_rank() {
 
 bool warn_once(const std::string& key, const std::string& msg, Scope scope) {
   {
-    Log& l = g_log.get();
+    Log& l = the_log();
     std::lock_guard lk(l.mu);
     if (!l.keys.insert(key).second) return false;
     l.lines.push_back(msg);
@@ -66,7 +90,7 @@ bool warn_once(const std::string& key, const std::string& msg, Scope scope) {
 void log(Level level, const std::string& key, const std::string& msg) { emit(level, key, msg); }
 
 std::vector<std::string> warnings() {
-  Log& l = g_log.get();
+  Log& l = the_log();
   std::lock_guard lk(l.mu);
   return l.lines;
 }

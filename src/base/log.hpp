@@ -1,7 +1,8 @@
 // accio base: warnings. Resource shortages degrade to a slower path with ONE warning per cause
 // that says what to change. Every warning goes through one channel: a sink set with set_sink (the
 // C API's accio_set_log_callback; the Python package routes it to `warnings` and `logging`), else
-// stderr unless ACCIO_QUIET=1. Warnings are recorded either way (warnings(), `accio info`).
+// stderr unless ACCIO_QUIET=1. Warnings are recorded either way (warnings(), `accio info`); a forked
+// child keeps what its parent said.
 #pragma once
 #include <string>
 #include <vector>

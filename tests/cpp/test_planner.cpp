@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <gtest/gtest.h>
 
@@ -127,6 +128,38 @@ TEST(Log, JobWideWarningsAreSaidByRankZeroOnly) {
   EXPECT_EQ(base::job_rank(), 7) << "Open MPI's variable";
   unsetenv("OMPI_COMM_WORLD_RANK");
   if (!quiet.empty()) setenv("ACCIO_QUIET", quiet.c_str(), 1);
+}
+
+// A forked child is the same program: what its parent said it does not say again (a DataLoader's
+// workers, a multiprocessing pool), and what it meets first it says. Forks while another thread
+// keeps taking the log's lock: the child never finds it held, nor the log half-written.
+TEST(Log, AForkedChildKeepsWhatItsParentSaid) {
+  const std::string quiet = std::getenv("ACCIO_QUIET") ? std::getenv("ACCIO_QUIET") : "";
+  setenv("ACCIO_QUIET", "1", 1);  // before the thread starts: the busy warnings below say nothing
+  base::warn_once("fork-parent-said", "said before the fork");
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    for (unsigned i = 0; !stop.load(std::memory_order_relaxed); ++i)
+      base::warn_once("fork-busy-" + std::to_string(i % 1000), "busy");
+  });
+  for (int k = 0; k < 40; ++k) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const bool again = base::warn_once("fork-parent-said", "said before the fork");
+      const bool fresh = base::warn_once("fork-child-" + std::to_string(k), "the child's own");
+      const auto w = base::warnings();
+      const bool kept = std::find(w.begin(), w.end(), "said before the fork") != w.end();
+      _exit(!again && fresh && kept ? 0 : 1);
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "fork " << k << " status " << st;
+  }
+  stop = true;
+  busy.join();
+  EXPECT_TRUE(base::warn_once("fork-child-0", "the parent's own")) << "the child's key stayed in the child";
+  if (quiet.empty()) unsetenv("ACCIO_QUIET"); else setenv("ACCIO_QUIET", quiet.c_str(), 1);
 }
 
 TEST(Profile, ParsesAndMergesHotAndColdBoundaries) {

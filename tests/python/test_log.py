@@ -153,6 +153,29 @@ def test_no_profile_is_said_once_per_mpi_job(tmp_path):
             assert ("no tuning profile" in r.stderr) == says, (how, rank_env, r.stderr)
 
 
+def test_forked_workers_do_not_repeat_what_the_parent_said(tmp_path):
+    """A multiprocessing pool's workers (fork) open files where the parent found no tuning profile:
+    the parent's warning is the only one, and each worker still has it on record."""
+    for name in "abcd":
+        (tmp_path / name).write_bytes(b"x" * 10)
+    prog = tmp_path / "pool.py"
+    prog.write_text(textwrap.dedent(f"""
+        import multiprocessing as mp, accio
+        def work(name):
+            accio.read({str(tmp_path)!r} + "/" + name)
+            return "no tuning profile" in accio._ext.warnings()
+        if __name__ == "__main__":
+            accio.read({str(tmp_path / "a")!r})
+            with mp.get_context("fork").Pool(3) as pool:
+                print(pool.map(work, "bcd"))
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "ACCIO_QUIET"}
+    env["ACCIO_PROFILE_DIR"] = str(tmp_path / "none")
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[True, True, True]", r.stderr
+    assert r.stderr.count("no tuning profile") == 1, r.stderr
+
+
 def test_accio_errors_survive_pickling():
     """A worker process's accio error reaches its parent (multiprocessing pickles it): the errno
     subclasses are made at run time and pickle could not find them by name."""
