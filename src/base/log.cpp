@@ -1,7 +1,9 @@
 // accio base: warn_once and the log sink.
 #include "base/log.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +34,9 @@ Log& the_log() {
   return *p;
 }
 // Made here if it is not yet, so that no other thread makes (and fills) it while the process forks.
+// A fork from a signal handler that interrupted warn_once on the same thread would wait here forever
+// (fork is async-signal-safe, this lock is not): accio calls neither from a handler. glibc takes its
+// malloc locks after the prepare handlers run, so a thread in malloc under this lock cannot block it.
 void lock_before_fork() { the_log().mu.lock(); }
 void unlock_in_parent() { g_log.load(std::memory_order_acquire)->mu.unlock(); }
 void copy_in_child() {
@@ -64,14 +69,23 @@ void emit(Level level, const std::string& key, const std::string& msg) {
   const char* what = level == Level::error ? "error: " : level == Level::warning ? "warning: " : "";
   std::fprintf(stderr, "accio: %s%s\n", what, msg.c_str());
 }
+
+// A machine's ranks first (one line per machine), else the job's (one line per job).
+constexpr const char* kLocalRankVars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                                          "SLURM_LOCALID", "PALS_LOCAL_RANKID"};
+constexpr const char* kRankVars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
+                                     "SLURM_PROCID"};
 }  // namespace
 
-int job_rank() {
-  // bench/comm.py's _MPI_ENV names the same launchers (by their size variables)
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"}) {
-    const char* v = std::getenv(name);
-    if (v && *v) return std::atoi(v);
-  }
+int local_rank() {
+  for (const auto* names : {&kLocalRankVars, &kRankVars})
+    for (const char* name : *names) {
+      const char* v = std::getenv(name);
+      if (!v || !*v) continue;
+      char* end;
+      const long r = std::strtol(v, &end, 10);
+      if (*end == '\0' && r >= 0) return static_cast<int>(std::min<long>(r, INT_MAX));
+    }
   return 0;
 }
 
@@ -82,7 +96,7 @@ bool warn_once(const std::string& key, const std::string& msg, Scope scope) {
     if (!l.keys.insert(key).second) return false;
     l.lines.push_back(msg);
   }
-  if (scope == Scope::job && job_rank() != 0) return false;  // recorded; rank 0 says it for the job
+  if (scope == Scope::machine && local_rank() != 0) return false;  // recorded; the machine's first rank says it
   emit(Level::warning, key, msg);  // outside the log's lock: two messages never wait on each other
   return true;
 }

@@ -30,9 +30,51 @@ ssize_t raw_pread_cached(int fd, void* buf, size_t n, off_t off) {
 }
 const Ops kReal{&raw_pread, &raw_pwrite, &raw_pread_cached};
 Ops g_ops = kReal;
+
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct CachestatRange {
+  uint64_t off, len;
+};
+struct Cachestat {
+  uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
 }  // namespace
 Ops& ops() { return g_ops; }
 const Ops& real_ops() { return kReal; }
+
+bool cachestat(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* dirty) {
+  CachestatRange r{off, len};
+  Cachestat cs{};
+  if (syscall(__NR_cachestat, fd, &r, &cs, 0) != 0) return false;
+  *cached = cs.nr_cache;
+  if (dirty) *dirty = cs.nr_dirty;
+  return true;
+}
+
+bool cachestat_available() {
+  static const bool ok = [] {
+    uint64_t c;
+    return cachestat(-1, 0, 0, &c) || errno != ENOSYS;  // EBADF means the call exists
+  }();
+  return ok;
+}
+
+bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages) {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  constexpr uint64_t kWindow = 32 << 10;
+  *cached = *pages = 0;
+  if (!cachestat_available()) return false;
+  auto window = [&](uint64_t a, uint64_t n) {
+    uint64_t c;
+    if (!cachestat(fd, a, n, &c)) return false;
+    *cached += c;
+    *pages += (a + n + page - 1) / page - a / page;
+    return true;
+  };
+  return len <= 2 * kWindow ? window(off, len) : window(off, kWindow) && window(off + len - kWindow, kWindow);
+}
 
 bool read_file(const char* path, std::string& out, size_t max) {
   out.clear();

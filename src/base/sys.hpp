@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace accio::base::sys {
@@ -23,6 +24,16 @@ struct Ops {
 
 Ops& ops();            // the live table
 const Ops& real_ops();  // the default entries: pread64/pwrite64 through syscall(2)
+
+// cachestat(2) (Linux 6.5+) of [off, off+len): the range's pages in the page cache, and of them
+// dirty (dirty may be null). false with errno where it cannot say (ENOSYS: the kernel has none).
+bool cachestat(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* dirty = nullptr);
+bool cachestat_available();
+// The page cache's hold on a range in under a microsecond (cachestat walks every page of its range,
+// about 5 ns each): a 32 KiB window at the head and one at the tail (the whole range up to 64 KiB),
+// *cached of *pages. false where cachestat cannot say. The planner's hot/cold signal (more than half)
+// and uring's realign (all of them) read it.
+bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
 
 // Reads a whole small file (a /proc or /sys entry, a profile) into out with open(2) and read(2),
 // the latter straight to the kernel as above. No iostreams: the probes run on first use inside

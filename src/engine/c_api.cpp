@@ -19,6 +19,7 @@
 
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "base/sys.hpp"
 #include "engine/file.hpp"
 #include "io/mechanism.hpp"
 #include "io/odirect.hpp"
@@ -477,7 +478,7 @@ int accio_probe(const char* feature, const char* path, char* detail, size_t len)
   std::string f = feature;
   if (f == "io_uring") return accio_mechanism_available(accio::io::find("uring")->id, detail, len);
   if (f == "cachestat") {
-    bool ok = accio::planner::cachestat_available();
+    bool ok = accio::base::sys::cachestat_available();
     copy_out(ok ? "cachestat(2) present" : "cachestat(2) missing (Linux < 6.5)", detail, len);
     return ok;
   }

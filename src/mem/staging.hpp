@@ -44,7 +44,7 @@ class StagingPool {
   unsigned acquire();         // blocks until a buffer is free
   int try_acquire();          // -1 when none is free
   void release(unsigned i);
-  uint64_t leases() const;    // buffers acquired since the pool was made (tests: which path a request took)
+  uint64_t leases() const;    // buffers acquired since the pool was made (for tests: which path a request took)
 
   // The process-wide pool for these settings, created on first use and kept.
   static StagingPool& shared(size_t buffer_size, unsigned count, bool huge_pages);

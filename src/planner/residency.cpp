@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,19 +11,10 @@
 #include <stdexcept>
 #include <vector>
 
-#ifndef __NR_cachestat
-#define __NR_cachestat 451
-#endif
+#include "base/sys.hpp"
 
 namespace accio::planner {
 namespace {
-struct CachestatRange {
-  uint64_t off, len;
-};
-struct Cachestat {
-  uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-long sys_cachestat(int fd, CachestatRange* r, Cachestat* cs) { return syscall(__NR_cachestat, fd, r, cs, 0); }
 
 // Residency of [off, end) (inside the file) by mapping it and asking mincore(2).
 bool mincore_residency(int fd, uint64_t off, uint64_t end, Residency* out) {
@@ -51,15 +41,6 @@ bool mincore_residency(int fd, uint64_t off, uint64_t end, Residency* out) {
 }
 }  // namespace
 
-bool cachestat_available() {
-  static const bool ok = [] {
-    CachestatRange r{0, 0};
-    Cachestat cs{};
-    return !(sys_cachestat(-1, &r, &cs) < 0 && errno == ENOSYS);  // EBADF means the call exists
-  }();
-  return ok;
-}
-
 bool residency(int fd, uint64_t off, uint64_t len, Residency* out) {
   struct stat st;
   if (fstat(fd, &st) != 0) return false;
@@ -68,16 +49,15 @@ bool residency(int fd, uint64_t off, uint64_t len, Residency* out) {
   *out = Residency{};
   out->total = end > off ? end - off : 0;
   if (out->total == 0) {
-    out->method = cachestat_available() ? "cachestat" : "mincore";
+    out->method = base::sys::cachestat_available() ? "cachestat" : "mincore";
     return true;
   }
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  if (cachestat_available()) {
-    CachestatRange r{off, out->total};
-    Cachestat cs{};
-    if (sys_cachestat(fd, &r, &cs) == 0) {
-      out->cached = std::min(out->total, cs.nr_cache * page);
-      out->dirty = std::min(out->total, cs.nr_dirty * page);
+  if (base::sys::cachestat_available()) {
+    uint64_t cached, dirty;
+    if (base::sys::cachestat(fd, off, out->total, &cached, &dirty)) {
+      out->cached = std::min(out->total, cached * page);
+      out->dirty = std::min(out->total, dirty * page);
       out->method = "cachestat";
       return true;
     }
@@ -101,26 +81,13 @@ Probe parse_probe(const std::string& s) {
 
 bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method) {
   if (len == 0 || method == Probe::off) return true;
-  if (method == Probe::automatic) method = cachestat_available() ? Probe::cachestat : Probe::nowait;
+  if (method == Probe::automatic) method = base::sys::cachestat_available() ? Probe::cachestat : Probe::nowait;
   if (method == Probe::cachestat) {
-    // cachestat walks every page of its range (about 5 ns a page), so a large range is sampled:
-    // a window at its head and one at its tail, which keeps a decision under a microsecond. More
-    // than half of the pages must be cached: a request that continues a cold stream finds its head
-    // read ahead by the kernel and its tail not, and that is a cold range (counted as cached, 15
-    // of 16 requests of a cold 1 GiB file read in 64 MiB requests took the hot plan).
-    static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    constexpr uint64_t kWindow = 32 << 10;
+    // A request that continues a cold stream finds its head read ahead by the kernel and its tail
+    // not, and that is a cold range (counted as cached, 15 of 16 requests of a cold 1 GiB file read
+    // in 64 MiB requests took the hot plan): more than half of the sampled pages must be cached.
     uint64_t cached = 0, pages = 0;
-    auto window = [&](uint64_t a, uint64_t n) {
-      CachestatRange r{a, n};
-      Cachestat cs{};
-      if (sys_cachestat(fd, &r, &cs) != 0) return false;
-      cached += cs.nr_cache;
-      pages += (a + n + page - 1) / page - a / page;
-      return true;
-    };
-    const bool ok = len <= 2 * kWindow ? window(off, len)
-                                       : window(off, kWindow) && window(off + len - kWindow, kWindow);
+    const bool ok = base::sys::sample_cached(fd, off, len, &cached, &pages);
     return !ok || cached * 2 > pages;
   }
   if (method == Probe::nowait) {

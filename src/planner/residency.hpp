@@ -15,7 +15,6 @@ struct Residency {
 
 // Returns false (and sets errno) if neither method works on this fd.
 bool residency(int fd, uint64_t off, uint64_t len, Residency* out);
-bool cachestat_available();
 // Whether all of [off, off+len) (inside the file) is in the page cache; false when it cannot be seen.
 bool resident(int fd, uint64_t off, uint64_t len);
 

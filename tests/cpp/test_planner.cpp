@@ -13,12 +13,15 @@
 #include <atomic>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
+#include <optional>
 #include <thread>
 
 #include "accio/accio.h"
 #include "base/error.hpp"
 #include "base/json.hpp"
 #include "base/log.hpp"
+#include "base/sys.hpp"
 #include "engine/file.hpp"
 #include "helpers.hpp"
 #include "io/mechanism.hpp"
@@ -100,41 +103,78 @@ TEST(Json, SkipsTopLevelMembersButChecksThem) {
   EXPECT_THROW(base::json::parse("{\"big\": " + std::string(100, '[') + "}", {"big"}), std::runtime_error);
 }
 
-// A cause every rank of an MPI job shares (no profile for the filesystem) is said by rank 0 only, so
-// that 1000 ranks print one line; the other ranks record it. A process's own cause is said by each.
-TEST(Log, JobWideWarningsAreSaidByRankZeroOnly) {
-  const std::string quiet = std::getenv("ACCIO_QUIET") ? std::getenv("ACCIO_QUIET") : "";
-  unsetenv("ACCIO_QUIET");  // this test reads stderr
-  auto said = [](const char* rank, const std::string& key, base::Scope scope, bool* issued) {
-    if (rank) setenv("PMI_RANK", rank, 1); else unsetenv("PMI_RANK");
+// The environment variables a test changes, saved and unset at the start and restored at the end
+// (a test run under mpirun or srun has some of them set).
+class EnvGuard {
+ public:
+  explicit EnvGuard(std::initializer_list<const char*> names) {
+    for (const char* n : names) {
+      const char* v = std::getenv(n);
+      saved_.emplace_back(n, v ? std::optional<std::string>(v) : std::nullopt);
+      unsetenv(n);
+    }
+  }
+  ~EnvGuard() {
+    for (const auto& [n, v] : saved_) {
+      if (v) setenv(n.c_str(), v->c_str(), 1);
+      else unsetenv(n.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+const std::initializer_list<const char*> kRankEnv = {
+    "ACCIO_QUIET", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+    "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"};
+
+// A cause that a job's ranks on one machine share (no profile for a filesystem: a profile is per
+// machine) is said by the machine's first rank only, so that 1000 ranks on 10 nodes print 10 lines;
+// the other ranks record it. Where the launcher gives no local rank, the job's rank 0 says it. A
+// process's own cause is said by each.
+TEST(Log, MachineWideWarningsAreSaidByEachMachinesFirstRank) {
+  EnvGuard env(kRankEnv);  // ACCIO_QUIET unset: this test reads stderr
+  auto said = [](std::initializer_list<std::pair<const char*, const char*>> vars, const std::string& key,
+                 base::Scope scope, bool* issued) {
+    EnvGuard clean(kRankEnv);
+    for (const auto& [n, v] : vars) setenv(n, v, 1);
     testing::internal::CaptureStderr();
     *issued = base::warn_once(key, "message " + key, scope);
     return testing::internal::GetCapturedStderr();
   };
+  const auto machine = base::Scope::machine;
   bool issued = true;
-  EXPECT_EQ(said("3", "job-rank3", base::Scope::job, &issued), "");
+  EXPECT_EQ(said({{"PMI_RANK", "3"}}, "m-rank3", machine, &issued), "");
   EXPECT_FALSE(issued);
-  EXPECT_EQ(base::job_rank(), 3);
   const auto w = base::warnings();
-  EXPECT_NE(std::find(w.begin(), w.end(), "message job-rank3"), w.end()) << "recorded on every rank";
-  EXPECT_EQ(said("3", "process-rank3", base::Scope::process, &issued), "accio: warning: message process-rank3\n");
+  EXPECT_NE(std::find(w.begin(), w.end(), "message m-rank3"), w.end()) << "recorded on every rank";
+  EXPECT_EQ(said({{"PMI_RANK", "3"}}, "p-rank3", base::Scope::process, &issued), "accio: warning: message p-rank3\n");
   EXPECT_TRUE(issued);
-  EXPECT_EQ(said("0", "job-rank0", base::Scope::job, &issued), "accio: warning: message job-rank0\n");
+  EXPECT_EQ(said({{"PMI_RANK", "0"}}, "m-rank0", machine, &issued), "accio: warning: message m-rank0\n");
+  EXPECT_EQ(said({}, "m-solo", machine, &issued), "accio: warning: message m-solo\n");
   EXPECT_TRUE(issued);
-  EXPECT_EQ(said(nullptr, "job-solo", base::Scope::job, &issued), "accio: warning: message job-solo\n");
-  EXPECT_TRUE(issued);
-  EXPECT_EQ(base::job_rank(), 0);
-  setenv("OMPI_COMM_WORLD_RANK", "7", 1);
-  EXPECT_EQ(base::job_rank(), 7) << "Open MPI's variable";
-  unsetenv("OMPI_COMM_WORLD_RANK");
-  if (!quiet.empty()) setenv("ACCIO_QUIET", quiet.c_str(), 1);
+  // rank 8 of the job, the first on its machine: it speaks for that machine
+  EXPECT_EQ(said({{"OMPI_COMM_WORLD_RANK", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}, "m-node1", machine, &issued),
+            "accio: warning: message m-node1\n");
+  EXPECT_EQ(said({{"SLURM_PROCID", "9"}, {"SLURM_LOCALID", "1"}}, "m-node1b", machine, &issued), "");
+  EXPECT_EQ(said({{"PMI_RANK", "0"}, {"MPI_LOCALRANKID", "2"}}, "m-hydra", machine, &issued), "");
+  {
+    EnvGuard clean(kRankEnv);
+    EXPECT_EQ(base::local_rank(), 0);
+    setenv("PMIX_RANK", "5", 1);
+    EXPECT_EQ(base::local_rank(), 5) << "no local rank: the job's";
+    setenv("MV2_COMM_WORLD_LOCAL_RANK", "1", 1);
+    EXPECT_EQ(base::local_rank(), 1);
+    setenv("MV2_COMM_WORLD_LOCAL_RANK", "1x", 1);
+    EXPECT_EQ(base::local_rank(), 5) << "not a number: the next variable";
+  }
 }
 
 // A forked child is the same program: what its parent said it does not say again (a DataLoader's
 // workers, a multiprocessing pool), and what it meets first it says. Forks while another thread
 // keeps taking the log's lock: the child never finds it held, nor the log half-written.
 TEST(Log, AForkedChildKeepsWhatItsParentSaid) {
-  const std::string quiet = std::getenv("ACCIO_QUIET") ? std::getenv("ACCIO_QUIET") : "";
+  EnvGuard env(kRankEnv);
   setenv("ACCIO_QUIET", "1", 1);  // before the thread starts: the busy warnings below say nothing
   base::warn_once("fork-parent-said", "said before the fork");
   std::atomic<bool> stop{false};
@@ -159,7 +199,6 @@ TEST(Log, AForkedChildKeepsWhatItsParentSaid) {
   stop = true;
   busy.join();
   EXPECT_TRUE(base::warn_once("fork-child-0", "the parent's own")) << "the child's key stayed in the child";
-  if (quiet.empty()) unsetenv("ACCIO_QUIET"); else setenv("ACCIO_QUIET", quiet.c_str(), 1);
 }
 
 TEST(Profile, ParsesAndMergesHotAndColdBoundaries) {
@@ -542,7 +581,7 @@ TEST(Profile, FsKeyKnowsWhetherTheDeviceIsRotational) {
 // The cachestat probe samples a head and a tail window: a cold range whose head the kernel read
 // ahead (a request continuing a stream) is cold, not half cached.
 TEST(Residency, AReadAheadHeadDoesNotMakeAColdRangeCached) {
-  if (!planner::cachestat_available()) GTEST_SKIP() << "no cachestat in this kernel";
+  if (!base::sys::cachestat_available()) GTEST_SKIP() << "no cachestat in this kernel";
   TempDir d;
   constexpr size_t kSize = 8 << 20;
   const std::string path = d.file("data");

@@ -119,10 +119,15 @@ def test_engine_warnings_point_at_the_programs_line(tmp_path):
     assert f"{prog}:3: AccioWarning" in r.stderr and "__init__.py" not in r.stderr, r.stderr
 
 
-def test_no_profile_is_said_once_per_mpi_job(tmp_path):
-    """Every rank of an MPI job opens files on a filesystem with no tuning profile: rank 0 says so,
-    the other ranks record it without a word (1000 ranks, one line), on the C library's stderr and
-    as an AccioWarning alike."""
+RANK_ENV = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+            "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+
+
+def test_no_profile_is_said_once_per_machine_of_an_mpi_job(tmp_path):
+    """Every rank of an MPI job opens files on a filesystem with no tuning profile: the first rank on
+    each machine says so (the job's rank 0 where the launcher gives no local rank), the other ranks
+    record it without a word (1000 ranks on 10 nodes, 10 lines), on the C library's stderr and as an
+    AccioWarning alike."""
     (tmp_path / "f").write_bytes(b"x" * 10)
     code = textwrap.dedent(f"""
         import ctypes, json, sys
@@ -140,12 +145,13 @@ def test_no_profile_is_said_once_per_mpi_job(tmp_path):
             accio.read({str(tmp_path / "f")!r})
             print(json.dumps("no tuning profile" in accio._ext.warnings()))
     """)
-    base = {k: v for k, v in os.environ.items() if k not in ("ACCIO_QUIET", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
-                                                             "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")}
+    base = {k: v for k, v in os.environ.items() if k not in ("ACCIO_QUIET", *RANK_ENV)}
     base["ACCIO_PROFILE_DIR"] = str(tmp_path / "none")
     for how in ("c", "python"):
         for rank_env, says in (({}, True), ({"PMI_RANK": "0"}, True), ({"PMI_RANK": "5"}, False),
-                               ({"OMPI_COMM_WORLD_RANK": "1"}, False), ({"PMIX_RANK": "2"}, False)):
+                               ({"OMPI_COMM_WORLD_RANK": "1"}, False), ({"PMIX_RANK": "2"}, False),
+                               ({"OMPI_COMM_WORLD_RANK": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}, True),
+                               ({"SLURM_PROCID": "9", "SLURM_LOCALID": "1"}, False)):
             r = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True,
                                env=dict(base, **rank_env))
             assert r.returncode == 0, r.stderr
@@ -169,7 +175,7 @@ def test_forked_workers_do_not_repeat_what_the_parent_said(tmp_path):
             with mp.get_context("fork").Pool(3) as pool:
                 print(pool.map(work, "bcd"))
     """))
-    env = {k: v for k, v in os.environ.items() if k != "ACCIO_QUIET"}
+    env = {k: v for k, v in os.environ.items() if k not in ("ACCIO_QUIET", *RANK_ENV)}
     env["ACCIO_PROFILE_DIR"] = str(tmp_path / "none")
     r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[True, True, True]", r.stderr

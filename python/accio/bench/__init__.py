@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import importlib.util
 import json
 import os
 import sys
@@ -374,8 +375,8 @@ def check_outputs(args) -> str | None:
     Checked before anything runs, so that a long run never ends on a bad output path."""
     if args.plot == "-":
         raise UsageError("--plot takes a directory for the PNG files; '-' (stdout) cannot hold them")
-    if args.plot:
-        report._plt()  # without matplotlib, say so now, not after the run
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # now, not after the run; looked
+        raise UsageError(report.NEEDS_MATPLOTLIB)                      # up, not imported, on every rank
     to_stdout = stdout_outputs(**{"--json": args.json, "--csv": args.csv, "--report": args.report})
     for option, path in (("--json", args.json), ("--csv", args.csv), ("--report", args.report)):
         check_output_path(option, path)

@@ -39,7 +39,7 @@ class Mpi:
             from mpi4py import MPI
         except ImportError:
             raise UsageError("running under an MPI launcher but mpi4py is not installed: "
-                               "pip install 'accio-io[mpi]' (or pip install mpi4py)") from None
+                             "pip install 'accio-io[mpi]' (or pip install mpi4py)") from None
         self._mpi = MPI
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()

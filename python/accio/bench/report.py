@@ -27,14 +27,17 @@ from .output import (LATENCY_HEADS, MARKS_LEGEND, cell_marks, latency_cells, noi
                      table_model)
 
 
+NEEDS_MATPLOTLIB = "--plot needs matplotlib: pip install 'accio-io[plot]' (or pip install matplotlib)"
+
+
 def _plt():
-    """matplotlib.pyplot; UsageError without it (bench checks it before it runs: `require_plots`)."""
+    """matplotlib.pyplot; UsageError without it (bench's check_outputs looks for it before the run)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'accio-io[plot]' (or pip install matplotlib)") from None
+        raise UsageError(NEEDS_MATPLOTLIB) from None
     return plt
 
 
