@@ -51,8 +51,10 @@ def _cmd_config(args) -> int:
         out.append(str(lib / "pkgconfig"))
     if args.prefix:
         out.append(str(_pkg_dir()))
+    if args.fortran:
+        out.append(str(inc / "accio" / "accio.f90"))
     if not out:
-        raise UsageError("give at least one of --cflags --libs --cmake --pkgconfig --prefix")
+        raise UsageError("give at least one of --cflags --libs --cmake --pkgconfig --prefix --fortran")
     if args.offload and not args.libs:
         raise UsageError("--offload goes with --libs")
     print(" ".join(out))
@@ -91,7 +93,8 @@ def build_parser():
 
     s = sub.add_parser("config", help="print compiler and linker flags for the installed library",
                        description="Flags to build C, C++ or Fortran programs against this installation, "
-                       "e.g.  cc prog.c $(accio config --cflags --libs)")
+                       "e.g.  cc prog.c $(accio config --cflags --libs)  or  "
+                       "gfortran $(accio config --fortran) prog.f90 $(accio config --libs)")
     s.add_argument("--cflags", action="store_true", help="include flags")
     s.add_argument("--libs", action="store_true", help="linker flags (with rpath)")
     s.add_argument("--offload", action="store_true",
@@ -100,6 +103,9 @@ def build_parser():
     s.add_argument("--cmake", action="store_true", help="directory for CMake's accio_DIR")
     s.add_argument("--pkgconfig", action="store_true", help="directory for PKG_CONFIG_PATH")
     s.add_argument("--prefix", action="store_true", help="installation prefix")
+    s.add_argument("--fortran", action="store_true",
+                   help="the Fortran module's source (module accio: the C API through iso_c_binding), to "
+                   "compile before the files that `use accio`")
     s.set_defaults(func=_cmd_config)
 
     from .bench import add_arguments

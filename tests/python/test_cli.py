@@ -95,6 +95,32 @@ def test_config_builds_a_c_program(tmp_path):
     assert out.startswith("0.1.0 ")
 
 
+FORTRAN_TEST = Path(__file__).resolve().parents[1] / "cpp" / "fortran_api.f90"
+
+
+def _gfortran():
+    fc = shutil.which("gfortran")
+    if not fc and os.environ.get("CI", "") not in ("", "false"):
+        pytest.fail("CI must test the Fortran module: make installs gfortran")
+    if not fc:
+        pytest.skip("no gfortran")
+    return fc
+
+
+def test_config_builds_a_fortran_program(tmp_path):
+    """The installed Fortran module (accio config --fortran) compiled with tests/cpp/fortran_api.f90,
+    strict Fortran 2018, linked with accio config --libs: the whole Fortran API test passes against
+    the installed package."""
+    fc = _gfortran()
+    module = run("config", "--fortran").stdout.strip()
+    assert module.endswith("accio.f90") and os.path.isfile(module), module
+    subprocess.run([fc, "-std=f2018", "-Wall", "-Werror", module, str(FORTRAN_TEST), "-o", str(tmp_path / "prog"),
+                    *run("config", "--libs").stdout.split()], check=True, cwd=tmp_path)
+    r = subprocess.run([str(tmp_path / "prog"), str(tmp_path)], capture_output=True, text=True,
+                       env=dict(os.environ, ACCIO_QUIET="1"))
+    assert r.returncode == 0 and "fortran_api: ok" in r.stdout, r.stdout + r.stderr
+
+
 def test_pkgconfig_and_cmake_package(tmp_path):
     pc = run("config", "--pkgconfig").stdout.strip()
     if shutil.which("pkg-config"):
@@ -115,6 +141,21 @@ def test_pkgconfig_and_cmake_package(tmp_path):
     subprocess.run(["cmake", "--build", str(tmp_path / "b")], check=True, capture_output=True)
     out = subprocess.run([str(tmp_path / "b" / "user")], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "open 2"
+    # Fortran through the same package: the module's source named by accio_FORTRAN_MODULE_SOURCE
+    fc = _gfortran()
+    f = tmp_path / "f"
+    f.mkdir()
+    (f / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(user Fortran)\nfind_package(accio REQUIRED)\n"
+        "add_executable(user ${accio_FORTRAN_MODULE_SOURCE} main.f90)\ntarget_link_libraries(user accio::accio)\n")
+    (f / "main.f90").write_text(
+        "program main\n  use accio\n  implicit none\n  type(c_ptr) :: h\n"
+        "  print '(i0)', accio_open(h, '/nonexistent', 'r')\nend program main\n")
+    subprocess.run(["cmake", "-S", str(f), "-B", str(f / "b"), f"-Daccio_DIR={cmake_dir}",
+                    f"-DCMAKE_Fortran_COMPILER={fc}"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(f / "b")], check=True, capture_output=True)
+    out = subprocess.run([str(f / "b" / "user")], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "-2"
 
 
 # ---- exit statuses and error lines (issue 21): 2 called wrongly, 1 ran and failed; accio run: the
