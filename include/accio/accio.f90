@@ -1,83 +1,86 @@
-! accio for Fortran: the C API (accio.h) through iso_c_binding, with Fortran strings where C takes
-! NUL-terminated ones. A module source, not a compiled .mod (a .mod file belongs to one compiler and
-! its version): compile it with your program, before the files that `use accio`:
+! accio for Fortran: module accio, the C API (accio.h) through iso_c_binding, with Fortran strings
+! where C takes NUL-terminated ones. A module source, not a compiled .mod (a .mod file belongs to one
+! compiler and its version): compile it once with your program, before the files that `use accio`:
 !
-!   gfortran $(accio config --fortran) app.f90 $(accio config --libs)
+!   gfortran -c $(accio config --fortran)          # accio.mod and accio.o, once
+!   gfortran app.f90 accio.o $(accio config --libs)
 !
-! Needs Fortran 2018's assumed-type arrays (type(*), dimension(*): gfortran 4.9 and later, ifx,
-! nvfortran, flang), so that one pread and one pwrite take arrays of any type and kind. Sizes and
-! offsets are in bytes (integer(c_size_t), integer(c_int64_t)); results are as in C: bytes moved, or
-! a negative errno, with accio_last_error() saying which operation, path, offset and why.
+! or in CMake, after project(app Fortran): find_package(accio) and link accio::fortran.
+! Tested with gfortran 12 (-std=f2018). It needs Fortran 2018's assumed-type, assumed-rank dummies
+! (type(*), dimension(..)), which ifx, nvfortran and flang also have, untested here.
+!
+! A buffer is any contiguous variable: an array of any type, kind and rank, a contiguous section, a
+! scalar, a character string. A strided section (a(2,:)) is refused with -EINVAL and a message:
+! copy it to a contiguous array first. Sizes and offsets count bytes (integer(c_size_t),
+! integer(c_int64_t)); results are as in C: bytes moved, or a negative errno, with
+! accio_last_error() saying which operation, path, offset and why.
 !
 !   use accio
+!   implicit none
 !   type(c_ptr) :: f
-!   real(8) :: field(1000, 1000)
+!   real(8), allocatable :: field(:,:)
+!   integer(c_int64_t) :: n
+!   allocate (field(4096, 4096))
 !   if (accio_open(f, "checkpoint.bin", "w") /= 0) error stop accio_last_error()
-!   n = accio_pwrite(f, field, storage_size(field, c_size_t) / 8 * size(field, kind=c_size_t), 0_c_int64_t)
-!   rc = accio_close(f)
+!   n = accio_pwrite(f, field, accio_bytes(field), 0_c_int64_t)
+!   if (n /= accio_bytes(field)) error stop accio_last_error()
+!   if (accio_close(f) /= 0) error stop accio_last_error()
 !
-! Buffers in GPU memory (CUDA Fortran's device arrays, OpenACC/OpenMP device pointers through
-! c_ptr) are taken as in C: the driver says where a buffer lives. An asynchronous request keeps
-! using its buffer until accio_future_wait returns: give the array the ASYNCHRONOUS attribute, as
-! for MPI_Isend, so that the compiler does not move it or read it early.
+! An asynchronous request keeps using its buffer until accio_future_wait returns: the buffer must
+! outlive the call (no expression, no temporary) and should have the ASYNCHRONOUS attribute.
+! Memory that Fortran does not see as a variable (accio_host_alloc's, GPU memory from
+! accio_device_alloc or a CUDA/OpenACC runtime) goes through accio_pread_ptr and accio_pwrite_ptr.
 module accio
-  use, intrinsic :: iso_c_binding, only: c_ptr, c_null_ptr, c_char, c_null_char, c_int, c_int64_t, &
-                                         c_size_t, c_associated, c_f_pointer
+  use, intrinsic :: iso_c_binding, only: c_ptr, c_null_ptr, c_char, c_null_char, c_int, c_int8_t, c_int16_t, &
+                                         c_int32_t, c_int64_t, c_size_t, c_float, c_double, c_float_complex, &
+                                         c_double_complex, c_bool, c_associated, c_f_pointer, c_loc
   implicit none
   private
 
-  public :: c_ptr, c_null_ptr, c_int, c_int64_t, c_size_t, c_associated
-  public :: ACCIO_OP_READ, ACCIO_OP_WRITE
-  public :: accio_version, accio_last_error, accio_last_errno
-  public :: accio_settings_new, accio_settings_set, accio_settings_free
-  public :: accio_open, accio_close, accio_pread, accio_pwrite, accio_append, accio_fsync, accio_size
-  public :: accio_mechanism_for
-  public :: accio_pread_async, accio_pwrite_async, accio_future_wait, accio_future_ready, accio_future_free
+  public :: c_ptr, c_null_ptr, c_int, c_int64_t, c_size_t, c_associated, c_f_pointer, c_loc
+  public :: ACCIO_OP_READ, ACCIO_OP_WRITE, ACCIO_HOST_PAGEABLE, ACCIO_HOST_MLOCK, ACCIO_HOST_CUDA
+  public :: accio_request, accio_stats
+  public :: accio_version, accio_last_error, accio_last_errno, accio_last_error_op, accio_last_error_path, &
+            accio_last_error_offset
+  public :: accio_settings_new, accio_settings_set, accio_settings_get, accio_settings_free
+  public :: accio_open, accio_close, accio_pread, accio_pwrite, accio_append, accio_fsync, accio_size, accio_bytes
+  public :: accio_pread_ptr, accio_pwrite_ptr
+  public :: accio_mechanism_for, accio_explain, accio_file_stats
+  public :: accio_pread_async, accio_pwrite_async, accio_submit, accio_future_wait, accio_future_ready, &
+            accio_future_free
+  public :: accio_host_alloc, accio_host_free
 
   integer(c_int), parameter :: ACCIO_OP_READ = 0, ACCIO_OP_WRITE = 1
+  integer(c_int), parameter :: ACCIO_HOST_PAGEABLE = 0, ACCIO_HOST_MLOCK = 1, ACCIO_HOST_CUDA = 2
+  integer(c_int), parameter :: EINVAL = 22
 
-  ! The C functions that take no string, as they are.
+  interface accio_bytes
+    module procedure bytes_i1, bytes_i2, bytes_i4, bytes_i8, bytes_r4, bytes_r8, bytes_c4, bytes_c8, bytes_l, &
+                     bytes_lc, bytes_ch
+  end interface
+
+  ! One request of accio_submit: buf = c_loc(a contiguous variable), size and offset in bytes.
+  type, bind(C) :: accio_request
+    type(c_ptr) :: buf = c_null_ptr
+    integer(c_size_t) :: size = 0
+    integer(c_int64_t) :: offset = 0
+  end type
+
+  ! A handle's counters (accio_file_stats); C's uint64_t are integer(c_int64_t) here.
+  type, bind(C) :: accio_stats
+    integer(c_int64_t) :: reads, writes, fsyncs, errors
+    integer(c_int64_t) :: bytes_read, bytes_written
+    integer(c_int64_t) :: read_ns, write_ns, fsync_ns
+    integer(c_int64_t) :: mechanism_calls(16), mechanism_bytes(16)  ! deprecated in C; kept for the layout
+    integer(c_int32_t) :: last_mechanism
+  end type
+
+  ! The C functions that take neither a string nor a buffer, as they are.
   interface
-    ! accio_settings* accio_settings_new(void): defaults + environment; c_null_ptr on a bad ACCIO_* value
+    ! defaults + environment; c_null_ptr on a bad ACCIO_* value
     function accio_settings_new() bind(C, name="accio_settings_new") result(s)
       import :: c_ptr
       type(c_ptr) :: s
-    end function
-    subroutine accio_settings_free(s) bind(C, name="accio_settings_free")
-      import :: c_ptr
-      type(c_ptr), value :: s
-    end subroutine
-    ! 0 or -errno; waits for requests in flight and frees f
-    function accio_close(f) bind(C, name="accio_close") result(rc)
-      import :: c_ptr, c_int
-      type(c_ptr), value :: f
-      integer(c_int) :: rc
-    end function
-    ! bytes read (short only at end of file), or -errno
-    function accio_pread(f, buf, size, offset) bind(C, name="accio_pread") result(n)
-      import :: c_ptr, c_size_t, c_int64_t
-      type(c_ptr), value :: f
-      type(*), dimension(*), intent(inout) :: buf
-      integer(c_size_t), value :: size
-      integer(c_int64_t), value :: offset
-      integer(c_int64_t) :: n
-    end function
-    ! size, or -errno
-    function accio_pwrite(f, buf, size, offset) bind(C, name="accio_pwrite") result(n)
-      import :: c_ptr, c_size_t, c_int64_t
-      type(c_ptr), value :: f
-      type(*), dimension(*), intent(in) :: buf
-      integer(c_size_t), value :: size
-      integer(c_int64_t), value :: offset
-      integer(c_int64_t) :: n
-    end function
-    ! the offset written at, or -errno
-    function accio_append(f, buf, size) bind(C, name="accio_append") result(at)
-      import :: c_ptr, c_size_t, c_int64_t
-      type(c_ptr), value :: f
-      type(*), dimension(*), intent(in) :: buf
-      integer(c_size_t), value :: size
-      integer(c_int64_t) :: at
     end function
     function accio_fsync(f) bind(C, name="accio_fsync") result(rc)
       import :: c_ptr, c_int
@@ -89,25 +92,6 @@ module accio
       import :: c_ptr, c_int64_t
       type(c_ptr), value :: f
       integer(c_int64_t) :: n
-    end function
-    ! 0 with a future in fut, or -errno; the buffer is in use until accio_future_wait returns
-    function accio_pread_async(f, buf, size, offset, fut) bind(C, name="accio_pread_async") result(rc)
-      import :: c_ptr, c_size_t, c_int64_t, c_int
-      type(c_ptr), value :: f
-      type(*), dimension(*), intent(inout), asynchronous :: buf
-      integer(c_size_t), value :: size
-      integer(c_int64_t), value :: offset
-      type(c_ptr), intent(out) :: fut
-      integer(c_int) :: rc
-    end function
-    function accio_pwrite_async(f, buf, size, offset, fut) bind(C, name="accio_pwrite_async") result(rc)
-      import :: c_ptr, c_size_t, c_int64_t, c_int
-      type(c_ptr), value :: f
-      type(*), dimension(*), intent(in), asynchronous :: buf
-      integer(c_size_t), value :: size
-      integer(c_int64_t), value :: offset
-      type(c_ptr), intent(out) :: fut
-      integer(c_int) :: rc
     end function
     ! bytes, or -errno; may be called again
     function accio_future_wait(fut) bind(C, name="accio_future_wait") result(n)
@@ -122,17 +106,48 @@ module accio
       integer(c_int64_t), value :: timeout_ns
       integer(c_int) :: done
     end function
-    subroutine accio_future_free(fut) bind(C, name="accio_future_free")
-      import :: c_ptr
-      type(c_ptr), value :: fut
-    end subroutine
+    function accio_file_stats(f, stats) bind(C, name="accio_file_stats") result(rc)
+      import :: c_ptr, c_int, accio_stats
+      type(c_ptr), value :: f
+      type(accio_stats), intent(out) :: stats
+      integer(c_int) :: rc
+    end function
+    ! nbytes of page-locked host memory in p (how: ACCIO_HOST_*); 0 or -errno
+    function accio_host_alloc(nbytes, p, how) bind(C, name="accio_host_alloc") result(rc)
+      import :: c_ptr, c_size_t, c_int
+      integer(c_size_t), value :: nbytes
+      type(c_ptr), intent(out) :: p
+      integer(c_int), intent(out) :: how
+      integer(c_int) :: rc
+    end function
     function accio_last_errno() bind(C, name="accio_last_errno") result(e)
       import :: c_int
       integer(c_int) :: e
     end function
+    ! -1 when no offset applies
+    function accio_last_error_offset() bind(C, name="accio_last_error_offset") result(o)
+      import :: c_int64_t
+      integer(c_int64_t) :: o
+    end function
+    ! bytes read (short only at end of file), or -errno: for memory given as an address
+    function accio_pread_ptr(f, buf, nbytes, offset) bind(C, name="accio_pread") result(n)
+      import :: c_ptr, c_size_t, c_int64_t
+      type(c_ptr), value :: f, buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), value :: offset
+      integer(c_int64_t) :: n
+    end function
+    ! nbytes, or -errno: for memory given as an address
+    function accio_pwrite_ptr(f, buf, nbytes, offset) bind(C, name="accio_pwrite") result(n)
+      import :: c_ptr, c_size_t, c_int64_t
+      type(c_ptr), value :: f, buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), value :: offset
+      integer(c_int64_t) :: n
+    end function
   end interface
 
-  ! The C functions behind the Fortran-string wrappers below.
+  ! The C functions behind the Fortran wrappers below.
   interface
     function c_open(out, path, mode, settings) bind(C, name="accio_open") result(rc)
       import :: c_ptr, c_char, c_int
@@ -141,24 +156,107 @@ module accio
       type(c_ptr), value :: settings
       integer(c_int) :: rc
     end function
+    function c_close(f) bind(C, name="accio_close") result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: f
+      integer(c_int) :: rc
+    end function
+    function c_append(f, buf, nbytes) bind(C, name="accio_append") result(at)
+      import :: c_ptr, c_size_t, c_int64_t
+      type(c_ptr), value :: f, buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t) :: at
+    end function
+    function c_pread_async(f, buf, nbytes, offset, fut) bind(C, name="accio_pread_async") result(rc)
+      import :: c_ptr, c_size_t, c_int64_t, c_int
+      type(c_ptr), value :: f, buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), value :: offset
+      type(c_ptr), intent(out) :: fut
+      integer(c_int) :: rc
+    end function
+    function c_pwrite_async(f, buf, nbytes, offset, fut) bind(C, name="accio_pwrite_async") result(rc)
+      import :: c_ptr, c_size_t, c_int64_t, c_int
+      type(c_ptr), value :: f, buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), value :: offset
+      type(c_ptr), intent(out) :: fut
+      integer(c_int) :: rc
+    end function
+    function c_submit(f, op, reqs, n, futures) bind(C, name="accio_submit") result(rc)
+      import :: c_ptr, c_int, c_size_t, accio_request
+      type(c_ptr), value :: f
+      integer(c_int), value :: op
+      type(accio_request), dimension(*), intent(in) :: reqs
+      integer(c_size_t), value :: n
+      type(c_ptr), dimension(*), intent(out) :: futures
+      integer(c_int) :: rc
+    end function
+    subroutine c_future_free(fut) bind(C, name="accio_future_free")
+      import :: c_ptr
+      type(c_ptr), value :: fut
+    end subroutine
+    subroutine c_settings_free(s) bind(C, name="accio_settings_free")
+      import :: c_ptr
+      type(c_ptr), value :: s
+    end subroutine
+    function c_host_free(p) bind(C, name="accio_host_free") result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: p
+      integer(c_int) :: rc
+    end function
     function c_settings_set(s, name, value) bind(C, name="accio_settings_set") result(rc)
       import :: c_ptr, c_char, c_int
       type(c_ptr), value :: s
       character(kind=c_char), dimension(*), intent(in) :: name, value
       integer(c_int) :: rc
     end function
-    function c_mechanism_for(f, size, op) bind(C, name="accio_mechanism_for") result(p)
+    function c_settings_get(s, name, out, len) bind(C, name="accio_settings_get") result(rc)
+      import :: c_ptr, c_char, c_int, c_size_t
+      type(c_ptr), value :: s
+      character(kind=c_char), dimension(*), intent(in) :: name
+      character(kind=c_char), dimension(*), intent(out) :: out
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function
+    function c_explain(f, buf, nbytes, offset, op, plan, plan_len, why, why_len) bind(C, name="accio_explain") result(rc)
+      import :: c_ptr, c_char, c_int, c_size_t, c_int64_t
+      type(c_ptr), value :: f, buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), value :: offset
+      integer(c_int), value :: op
+      character(kind=c_char), dimension(*), intent(out) :: plan, why
+      integer(c_size_t), value :: plan_len, why_len
+      integer(c_int) :: rc
+    end function
+    function c_mechanism_for(f, nbytes, op) bind(C, name="accio_mechanism_for") result(p)
       import :: c_ptr, c_size_t, c_int
       type(c_ptr), value :: f
-      integer(c_size_t), value :: size
+      integer(c_size_t), value :: nbytes
       integer(c_int), value :: op
       type(c_ptr) :: p
+    end function
+    function c_set_last_error(errnum, op, path, detail) bind(C, name="accio_set_last_error") result(rc)
+      import :: c_ptr, c_char, c_int
+      integer(c_int), value :: errnum
+      character(kind=c_char), dimension(*), intent(in) :: op
+      type(c_ptr), value :: path
+      character(kind=c_char), dimension(*), intent(in) :: detail
+      integer(c_int) :: rc
     end function
     function c_version() bind(C, name="accio_version") result(p)
       import :: c_ptr
       type(c_ptr) :: p
     end function
     function c_last_error() bind(C, name="accio_last_error") result(p)
+      import :: c_ptr
+      type(c_ptr) :: p
+    end function
+    function c_last_error_op() bind(C, name="accio_last_error_op") result(p)
+      import :: c_ptr
+      type(c_ptr) :: p
+    end function
+    function c_last_error_path() bind(C, name="accio_last_error_path") result(p)
       import :: c_ptr
       type(c_ptr) :: p
     end function
@@ -197,6 +295,101 @@ contains
     end do
   end function
 
+  ! What a C out-buffer of `len` characters holds, up to its NUL.
+  function from_buffer(b) result(s)
+    character(kind=c_char), intent(in) :: b(:)
+    character(len=:), allocatable :: s
+    integer :: i, n
+    n = 0
+    do while (n < size(b))
+      if (b(n + 1) == c_null_char) exit
+      n = n + 1
+    end do
+    allocate (character(len=n) :: s)
+    do i = 1, n
+      s(i:i) = b(i)
+    end do
+  end function
+
+  ! The address of a buffer, or .false. (and accio_last_error() saying why) when it is not contiguous:
+  ! C reads and writes nbytes from one address, and a strided section's copy would be freed before
+  ! an asynchronous request is done with it.
+  logical function address_of(buf, nbytes, op, p)
+    type(*), dimension(..), intent(in), target :: buf
+    integer(c_size_t), intent(in) :: nbytes
+    character(len=*), intent(in) :: op
+    type(c_ptr), intent(out) :: p
+    integer(c_int) :: rc
+    p = c_null_ptr
+    address_of = is_contiguous(buf)
+    if (.not. address_of) then
+      rc = c_set_last_error(EINVAL, c_string(op), c_null_ptr, c_string("the buffer is not contiguous (a strided &
+                            &section): copy it to a contiguous array first"))
+      return
+    end if
+    if (nbytes > 0) p = c_loc(buf)
+  end function
+
+  ! accio_bytes(x): the bytes of a variable of an intrinsic type (any kind C has, any rank, a scalar
+  ! or a character string too): storage_size * size / 8. For a derived type, storage_size(x) / 8 *
+  ! size(x). (One specific per type and kind, not class(*): gfortran 12 gives a class(*) character
+  ! string a storage size of one character.)
+  function bytes_i1(x) result(n)
+    integer(c_int8_t), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_i2(x) result(n)
+    integer(c_int16_t), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_i4(x) result(n)
+    integer(c_int32_t), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_i8(x) result(n)
+    integer(c_int64_t), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_r4(x) result(n)
+    real(c_float), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_r8(x) result(n)
+    real(c_double), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_c4(x) result(n)
+    complex(c_float_complex), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_c8(x) result(n)
+    complex(c_double_complex), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_l(x) result(n)
+    logical, dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_lc(x) result(n)
+    logical(c_bool), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+  function bytes_ch(x) result(n)
+    character(len=*), dimension(..), intent(in) :: x
+    integer(c_size_t) :: n
+    n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
+  end function
+
   ! Opens path with mode ("r", "r+", "w", "w+", "a", "a+"); f is the handle. settings: from
   ! accio_settings_new (optional: defaults + environment). 0, or -errno (accio_last_error() says why).
   function accio_open(f, path, mode, settings) result(rc)
@@ -210,6 +403,110 @@ contains
     rc = c_open(f, c_string(path), c_string(mode), s)
   end function
 
+  ! Waits for requests in flight and frees f, which becomes c_null_ptr (a second close is 0).
+  function accio_close(f) result(rc)
+    type(c_ptr), intent(inout) :: f
+    integer(c_int) :: rc
+    rc = 0
+    if (c_associated(f)) rc = c_close(f)
+    f = c_null_ptr
+  end function
+
+  ! bytes read (short only at end of file), or -errno
+  function accio_pread(f, buf, nbytes, offset) result(n)
+    type(c_ptr), intent(in) :: f
+    type(*), dimension(..), intent(inout), target :: buf
+    integer(c_size_t), intent(in) :: nbytes
+    integer(c_int64_t), intent(in) :: offset
+    integer(c_int64_t) :: n
+    type(c_ptr) :: p
+    n = -EINVAL
+    if (address_of(buf, nbytes, "pread", p)) n = accio_pread_ptr(f, p, nbytes, offset)
+  end function
+
+  ! nbytes, or -errno
+  function accio_pwrite(f, buf, nbytes, offset) result(n)
+    type(c_ptr), intent(in) :: f
+    type(*), dimension(..), intent(in), target :: buf
+    integer(c_size_t), intent(in) :: nbytes
+    integer(c_int64_t), intent(in) :: offset
+    integer(c_int64_t) :: n
+    type(c_ptr) :: p
+    n = -EINVAL
+    if (address_of(buf, nbytes, "pwrite", p)) n = accio_pwrite_ptr(f, p, nbytes, offset)
+  end function
+
+  ! the offset written at, or -errno
+  function accio_append(f, buf, nbytes) result(at)
+    type(c_ptr), intent(in) :: f
+    type(*), dimension(..), intent(in), target :: buf
+    integer(c_size_t), intent(in) :: nbytes
+    integer(c_int64_t) :: at
+    type(c_ptr) :: p
+    at = -EINVAL
+    if (address_of(buf, nbytes, "append", p)) at = c_append(f, p, nbytes)
+  end function
+
+  ! 0 with a future in fut, or -errno (fut c_null_ptr); buf is in use until accio_future_wait returns
+  function accio_pread_async(f, buf, nbytes, offset, fut) result(rc)
+    type(c_ptr), intent(in) :: f
+    type(*), dimension(..), intent(inout), target, asynchronous :: buf
+    integer(c_size_t), intent(in) :: nbytes
+    integer(c_int64_t), intent(in) :: offset
+    type(c_ptr), intent(out) :: fut
+    integer(c_int) :: rc
+    type(c_ptr) :: p
+    fut = c_null_ptr
+    rc = -EINVAL
+    if (address_of(buf, nbytes, "pread_async", p)) rc = c_pread_async(f, p, nbytes, offset, fut)
+  end function
+
+  function accio_pwrite_async(f, buf, nbytes, offset, fut) result(rc)
+    type(c_ptr), intent(in) :: f
+    type(*), dimension(..), intent(in), target, asynchronous :: buf
+    integer(c_size_t), intent(in) :: nbytes
+    integer(c_int64_t), intent(in) :: offset
+    type(c_ptr), intent(out) :: fut
+    integer(c_int) :: rc
+    type(c_ptr) :: p
+    fut = c_null_ptr
+    rc = -EINVAL
+    if (address_of(buf, nbytes, "pwrite_async", p)) rc = c_pwrite_async(f, p, nbytes, offset, fut)
+  end function
+
+  ! Submits size(reqs) requests (op: ACCIO_OP_READ or ACCIO_OP_WRITE) at once; futures(i) gets
+  ! request i's future (all or none). 0 or -errno.
+  function accio_submit(f, op, reqs, futures) result(rc)
+    type(c_ptr), intent(in) :: f
+    integer(c_int), intent(in) :: op
+    type(accio_request), intent(in) :: reqs(:)
+    type(c_ptr), intent(out) :: futures(size(reqs))
+    integer(c_int) :: rc
+    futures = c_null_ptr
+    rc = c_submit(f, op, reqs, size(reqs, kind=c_size_t), futures)
+  end function
+
+  ! Waits for the request if it still runs, frees it; fut becomes c_null_ptr.
+  subroutine accio_future_free(fut)
+    type(c_ptr), intent(inout) :: fut
+    if (c_associated(fut)) call c_future_free(fut)
+    fut = c_null_ptr
+  end subroutine
+
+  subroutine accio_settings_free(s)
+    type(c_ptr), intent(inout) :: s
+    if (c_associated(s)) call c_settings_free(s)
+    s = c_null_ptr
+  end subroutine
+
+  ! 0, or -EINVAL for memory accio_host_alloc did not give; p becomes c_null_ptr.
+  function accio_host_free(p) result(rc)
+    type(c_ptr), intent(inout) :: p
+    integer(c_int) :: rc
+    rc = c_host_free(p)
+    if (rc == 0) p = c_null_ptr
+  end function
+
   ! Sets one setting ("mechanism", "threads", ...: docs/api.md), value as text ("parallel", "8",
   ! "4MiB"). 0, or -EINVAL (accio_last_error() says why).
   function accio_settings_set(s, name, value) result(rc)
@@ -219,14 +516,43 @@ contains
     rc = c_settings_set(s, c_string(name), c_string(value))
   end function
 
-  ! The mechanism a request of size bytes (op: ACCIO_OP_READ or ACCIO_OP_WRITE) would run on f; "" on
+  ! The value of one setting as text (s c_null_ptr: what accio_settings_new would give); "" on error,
+  ! with rc (optional) the negative errno.
+  function accio_settings_get(s, name, rc) result(value)
+    type(c_ptr), intent(in) :: s
+    character(len=*), intent(in) :: name
+    integer(c_int), intent(out), optional :: rc
+    character(len=:), allocatable :: value
+    character(kind=c_char) :: out(4096)
+    integer(c_int) :: r
+    r = c_settings_get(s, c_string(name), out, size(out, kind=c_size_t))
+    value = ""
+    if (r >= 0) value = from_buffer(out)
+    if (present(rc)) rc = min(r, 0_c_int)
+  end function
+
+  ! The mechanism a request of nbytes (op: ACCIO_OP_READ or ACCIO_OP_WRITE) would run on f; "" on
   ! error.
-  function accio_mechanism_for(f, size, op) result(name)
+  function accio_mechanism_for(f, nbytes, op) result(name)
     type(c_ptr), intent(in) :: f
-    integer(c_size_t), intent(in) :: size
+    integer(c_size_t), intent(in) :: nbytes
     integer(c_int), intent(in) :: op
     character(len=:), allocatable :: name
-    name = f_string(c_mechanism_for(f, size, op))
+    name = f_string(c_mechanism_for(f, nbytes, op))
+  end function
+
+  ! The plan a request of nbytes at offset (from an aligned buffer) would run now, and why. 0 or -errno.
+  function accio_explain(f, nbytes, offset, op, plan, why) result(rc)
+    type(c_ptr), intent(in) :: f
+    integer(c_size_t), intent(in) :: nbytes
+    integer(c_int64_t), intent(in) :: offset
+    integer(c_int), intent(in) :: op
+    character(len=:), allocatable, intent(out) :: plan, why
+    integer(c_int) :: rc
+    character(kind=c_char) :: p(256), w(1024)
+    rc = c_explain(f, c_null_ptr, nbytes, offset, op, p, size(p, kind=c_size_t), w, size(w, kind=c_size_t))
+    plan = from_buffer(p)
+    why = from_buffer(w)
   end function
 
   function accio_version() result(v)
@@ -238,6 +564,16 @@ contains
   function accio_last_error() result(msg)
     character(len=:), allocatable :: msg
     msg = f_string(c_last_error())
+  end function
+
+  function accio_last_error_op() result(op)
+    character(len=:), allocatable :: op
+    op = f_string(c_last_error_op())
+  end function
+
+  function accio_last_error_path() result(path)
+    character(len=:), allocatable :: path
+    path = f_string(c_last_error_path())
   end function
 
 end module accio

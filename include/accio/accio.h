@@ -89,6 +89,12 @@ int accio_last_errno(void);
 const char* accio_last_error_op(void);
 const char* accio_last_error_path(void);
 int64_t accio_last_error_offset(void);   /* -1 when no offset applies */
+/* Records an error for the calling thread as accio's own calls do, for a binding in another language
+ * that refuses a call before it reaches accio (the Fortran module refuses a buffer that is not
+ * contiguous): accio_last_error() then reads "op 'path': detail (errno E)" (path may be NULL or "",
+ * detail NULL or "" for strerror's). Returns -errnum; -EINVAL, recording nothing, for errnum <= 0 or
+ * a NULL op. */
+int accio_set_last_error(int errnum, const char* op, const char* path, const char* detail);
 
 /* ---- settings: every knob by name; defaults overridden by ACCIO_<NAME> ---- */
 accio_settings* accio_settings_new(void);   /* defaults + environment; NULL on a bad ACCIO_* value */

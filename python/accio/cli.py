@@ -40,6 +40,8 @@ def _pkg_dir():
 def _cmd_config(args) -> int:
     inc, lib = _pkg_dir() / "include", _pkg_dir() / "lib"
     out = []
+    if args.fortran:  # first: a source before the libraries (the linker's --as-needed reads in order)
+        out.append(str(inc / "accio" / "accio.f90"))
     if args.cflags:
         out.append(f"-I{inc}")
     if args.libs:
@@ -51,8 +53,6 @@ def _cmd_config(args) -> int:
         out.append(str(lib / "pkgconfig"))
     if args.prefix:
         out.append(str(_pkg_dir()))
-    if args.fortran:
-        out.append(str(inc / "accio" / "accio.f90"))
     if not out:
         raise UsageError("give at least one of --cflags --libs --cmake --pkgconfig --prefix --fortran")
     if args.offload and not args.libs:
@@ -94,7 +94,8 @@ def build_parser():
     s = sub.add_parser("config", help="print compiler and linker flags for the installed library",
                        description="Flags to build C, C++ or Fortran programs against this installation, "
                        "e.g.  cc prog.c $(accio config --cflags --libs)  or  "
-                       "gfortran $(accio config --fortran) prog.f90 $(accio config --libs)")
+                       "gfortran $(accio config --fortran) prog.f90 $(accio config --libs)  (several programs: "
+                       "gfortran -c $(accio config --fortran) once, then link accio.o)")
     s.add_argument("--cflags", action="store_true", help="include flags")
     s.add_argument("--libs", action="store_true", help="linker flags (with rpath)")
     s.add_argument("--offload", action="store_true",
@@ -105,7 +106,7 @@ def build_parser():
     s.add_argument("--prefix", action="store_true", help="installation prefix")
     s.add_argument("--fortran", action="store_true",
                    help="the Fortran module's source (module accio: the C API through iso_c_binding), to "
-                   "compile before the files that `use accio`")
+                   "compile once, before the files that `use accio`")
     s.set_defaults(func=_cmd_config)
 
     from .bench import add_arguments

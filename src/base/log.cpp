@@ -70,22 +70,17 @@ void emit(Level level, const std::string& key, const std::string& msg) {
   std::fprintf(stderr, "accio: %s%s\n", what, msg.c_str());
 }
 
-// A machine's ranks first (one line per machine), else the job's (one line per job).
-constexpr const char* kLocalRankVars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
-                                          "SLURM_LOCALID", "PALS_LOCAL_RANKID"};
-constexpr const char* kRankVars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
-                                     "SLURM_PROCID"};
 }  // namespace
 
-int local_rank() {
-  for (const auto* names : {&kLocalRankVars, &kRankVars})
-    for (const char* name : *names) {
-      const char* v = std::getenv(name);
-      if (!v || !*v) continue;
-      char* end;
-      const long r = std::strtol(v, &end, 10);
-      if (*end == '\0' && r >= 0) return static_cast<int>(std::min<long>(r, INT_MAX));
-    }
+int job_rank() {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "PALS_RANKID", "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    char* end;
+    const long r = std::strtol(v, &end, 10);
+    return *end == '\0' && r >= 0 ? static_cast<int>(std::min<long>(r, INT_MAX)) : 0;
+  }
   return 0;
 }
 
@@ -96,7 +91,7 @@ bool warn_once(const std::string& key, const std::string& msg, Scope scope) {
     if (!l.keys.insert(key).second) return false;
     l.lines.push_back(msg);
   }
-  if (scope == Scope::machine && local_rank() != 0) return false;  // recorded; the machine's first rank says it
+  if (scope == Scope::job && job_rank() != 0) return false;  // recorded; rank 0 says it for the job
   emit(Level::warning, key, msg);  // outside the log's lock: two messages never wait on each other
   return true;
 }

@@ -15,18 +15,19 @@ enum class Level { info = 20, warning = 30, error = 40 };  // Python logging's n
 using Sink = void (*)(int level, const char* key, const char* message, void* user);
 
 // Who says a warning: every process (a cause of its own: a shortage, a fallback), or one process per
-// machine of a job, for a cause that the ranks of an MPI job on one machine share (no tuning profile
-// for a filesystem: a profile is per machine): there only the machine's first rank issues it, so
-// 1000 ranks on 10 nodes print 10 lines, not 1000; the others record it (warnings()).
-enum class Scope { process, machine };
+// job, for a cause that the ranks of an MPI job share (no tuning profile for a filesystem: the ranks
+// look up the same profile file, in a profile directory that a cluster's nodes share, for the same
+// filesystem, kernel and accio): there only rank 0 issues it, so 1000 ranks print one line, not
+// 1000; the others record it (warnings(), `accio info`).
+enum class Scope { process, job };
 // Issues `msg` the first time `key` is seen (to the sink, or "accio: warning: <msg>" on stderr).
 // Returns true if issued.
 bool warn_once(const std::string& key, const std::string& msg, Scope scope = Scope::process);
-// This process's rank among a job's processes on this machine, from the variables the launchers set
-// (Open MPI, MPICH's Hydra and Intel MPI, MVAPICH, Slurm's srun, Cray PALS); where none gives a local
-// rank, the rank in the job (Open MPI, Hydra, PMIx, MVAPICH, Slurm); 0 outside a job. bench's MPI
-// detection (python/accio/bench/comm.py) names the same launchers.
-int local_rank();
+// This process's rank in a job, from the first variable set of those the launchers set, MPI's before
+// Slurm's (an mpirun inside an sbatch step inherits the step's SLURM_PROCID): Open MPI, MPICH's Hydra
+// and Intel MPI, PMIx, MVAPICH, Cray PALS, Slurm's srun. 0 outside a job or for a value that is not
+// a number.
+int job_rank();
 // Every warning issued so far (for `accio info` and tests).
 std::vector<std::string> warnings();
 // Issues `msg` every time (to the sink, or "accio: error: <msg>" etc. on stderr); not recorded.

@@ -4,6 +4,7 @@
 #include "base/sys.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -56,24 +57,55 @@ bool cachestat(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* d
 bool cachestat_available() {
   static const bool ok = [] {
     uint64_t c;
-    return cachestat(-1, 0, 0, &c) || errno != ENOSYS;  // EBADF means the call exists
+    // EBADF means the call exists; ENOSYS that the kernel has none, EPERM that a seccomp filter
+    // refuses it (every call would fail)
+    return cachestat(-1, 0, 0, &c) || (errno != ENOSYS && errno != EPERM);
   }();
   return ok;
 }
 
+namespace {
+constexpr uint64_t kSampleWindow = 32 << 10;
+const uint64_t kPage = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+
+// Calls window(a, n) for the head and tail windows of [off, off+len) (the whole range up to 64 KiB).
+template <class F>
+bool sample_windows(uint64_t off, uint64_t len, F&& window) {
+  return len <= 2 * kSampleWindow ? window(off, len)
+                                  : window(off, kSampleWindow) && window(off + len - kSampleWindow, kSampleWindow);
+}
+uint64_t pages_of(uint64_t a, uint64_t n) { return (a + n + kPage - 1) / kPage - a / kPage; }
+}  // namespace
+
 bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages) {
-  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  constexpr uint64_t kWindow = 32 << 10;
+  if (!cachestat_available()) return sample_cached_mincore(fd, off, len, cached, pages);
   *cached = *pages = 0;
-  if (!cachestat_available()) return false;
-  auto window = [&](uint64_t a, uint64_t n) {
+  return sample_windows(off, len, [&](uint64_t a, uint64_t n) {
     uint64_t c;
     if (!cachestat(fd, a, n, &c)) return false;
     *cached += c;
-    *pages += (a + n + page - 1) / page - a / page;
+    *pages += pages_of(a, n);
     return true;
-  };
-  return len <= 2 * kWindow ? window(off, len) : window(off, kWindow) && window(off + len - kWindow, kWindow);
+  });
+}
+
+bool sample_cached_mincore(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages) {
+  *cached = *pages = 0;
+  if (len == 0) return true;
+  const uint64_t base = off / kPage * kPage;  // one mapping of the range (no page is touched)
+  const size_t maplen = static_cast<size_t>(off + len - base);
+  void* m = mmap(nullptr, maplen, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(base));
+  if (m == MAP_FAILED) return false;
+  unsigned char vec[2 * kSampleWindow / 4096 + 2];  // the whole range up to 64 KiB, unaligned
+  const bool ok = sample_windows(off, len, [&](uint64_t a, uint64_t n) {
+    const uint64_t first = a / kPage * kPage, count = pages_of(a, n);
+    if (count > sizeof(vec) || mincore(static_cast<char*>(m) + (first - base), count * kPage, vec) != 0) return false;
+    for (uint64_t i = 0; i < count; ++i) *cached += vec[i] & 1;
+    *pages += count;
+    return true;
+  });
+  munmap(m, maplen);
+  return ok;
 }
 
 bool read_file(const char* path, std::string& out, size_t max) {

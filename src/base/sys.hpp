@@ -31,9 +31,12 @@ bool cachestat(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* d
 bool cachestat_available();
 // The page cache's hold on a range in under a microsecond (cachestat walks every page of its range,
 // about 5 ns each): a 32 KiB window at the head and one at the tail (the whole range up to 64 KiB),
-// *cached of *pages. false where cachestat cannot say. The planner's hot/cold signal (more than half)
-// and uring's realign (all of them) read it.
+// *cached of *pages. Where the kernel has no cachestat (before 6.5), the same windows by mmap and
+// mincore (a few microseconds). false where neither can say. The planner's hot/cold signal (more
+// than half) and uring's realign (all of them) read it.
 bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
+// The mincore half of sample_cached, on its own (tests compare it with cachestat).
+bool sample_cached_mincore(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
 
 // Reads a whole small file (a /proc or /sys entry, a profile) into out with open(2) and read(2),
 // the latter straight to the kernel as above. No iostreams: the probes run on first use inside

@@ -679,6 +679,11 @@ int accio_cuda_copy_seconds(int device, int to_device, size_t bytes, size_t chun
   });
 }
 
+int accio_set_last_error(int errnum, const char* op, const char* path, const char* detail) {
+  if (errnum <= 0 || !op) return -EINVAL;
+  return fail(errnum, op, path ? path : "", -1, detail ? detail : "");
+}
+
 int accio_log(int level, const char* key, const char* message) {
   using accio::base::Level;
   if (!key || !message || (level != ACCIO_LOG_INFO && level != ACCIO_LOG_WARNING && level != ACCIO_LOG_ERROR))

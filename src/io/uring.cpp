@@ -215,7 +215,8 @@ void write_pieces(const IoContext& c, const char* user, uint64_t off, uint64_t a
 }
 
 // Whether the page cache holds a realigned read's request: its head and tail inside the file, by
-// cachestat (under a microsecond; true where it cannot say, and the pieces' RWF_NOWAIT finds out).
+// cachestat (under a microsecond), or mincore before Linux 6.5; true where neither can say, and the
+// pieces' RWF_NOWAIT finds out.
 // Without it a cold request's first queue of pieces came back -EAGAIN, each having started the
 // kernel's readahead where the stream was not reading yet: cold reads into a bytearray ran at
 // 0.93-0.98x of realign=off (docs/performance.md).
@@ -324,7 +325,7 @@ class Uring final : public Mechanism {
     ops.assign(qd, Op{});
     free_ops.clear();
     for (unsigned i = qd; i-- > 0;) free_ops.push_back(i);
-    unsigned inflight = 0;
+    unsigned inflight = 0, staged = 0;  // pieces in flight; of them holding a staging buffer
     uint64_t cur = lo, eof_at = end;
     int err = 0;
     uint64_t err_off = end;
@@ -371,7 +372,10 @@ class Uring final : public Mechanism {
     auto finish_op = [&](unsigned i) {
       Op& o = ops[i];
       if (!write && o.buf >= 0) copy_staged(o);
-      if (o.buf >= 0) pool.release(static_cast<unsigned>(o.buf));
+      if (o.buf >= 0) {
+        pool.release(static_cast<unsigned>(o.buf));
+        --staged;
+      }
       o = Op{};
       free_ops.push_back(i);
     };
@@ -381,9 +385,11 @@ class Uring final : public Mechanism {
       int b = -1;
       if (!to_user) {
         b = pool.try_acquire();
-        if (b < 0 && inflight > 0) return false;  // this request's own pieces free some
-        if (b < 0 && realign) to_user = true;     // other threads hold the pool: straight, not waiting
+        if (b < 0 && staged > 0) return false;             // this request's own pieces free some
+        if (b < 0 && realign) to_user = true;              // other threads hold the pool: straight
+        else if (b < 0 && inflight > 0) return false;
         else if (b < 0) b = static_cast<int>(pool.acquire());
+        if (b >= 0) ++staged;
       }
       o.foff = cur;
       if (to_user) {
@@ -463,6 +469,7 @@ class Uring final : public Mechanism {
           realign = false;
           copy_staged(o);
           pool.release(static_cast<unsigned>(o.buf));
+          --staged;
           o.buf = -1;
           o.mem = user + (o.foff - off);
           resubmit.push_back(i);

@@ -577,7 +577,7 @@ std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std
                         source + ": engine_from does not match the profile's decisions (edited by hand?); `accio run` "
                                  "passes requests below it to libc without asking the planner: run `accio tune` again "
                                  "or remove the field",
-                        base::Scope::machine);
+                        base::Scope::job);
     }
   if (const Value* pf = doc.get("prefetch"); pf && !pf->is(Value::null)) {
     if (!pf->is(Value::object)) bad(source, "prefetch must be an object");
@@ -684,13 +684,13 @@ std::shared_ptr<const Profile> profile_for(int fd, const std::string& setting) {
     if (auto p = load(path)) return p;
   } catch (const Error& e) {
     base::warn_once("profile-bad:" + path, std::string(e.what()) + "; auto uses the built-in model until `accio tune` rewrites it",
-                    base::Scope::machine);
+                    base::Scope::job);
     return Profile::builtin_model(rot);
   }
   base::warn_once("profile-none:" + path, "no tuning profile for " + key.describe() + " (kernel " + key.kernel +
                                               ", accio " + key.version + "): auto uses the built-in model; run "
                                               "`accio tune DIR` on this filesystem to measure it",
-                  base::Scope::machine);
+                  base::Scope::job);
   return Profile::builtin_model(rot);
 }
 

@@ -234,6 +234,15 @@ int main(void) {
   CHECK(accio_host_free(pinned) == 0 && accio_host_free(pinned) == -EINVAL && accio_host_free(NULL) == 0);
   CHECK(accio_host_alloc(0, &pinned, &how) == -EINVAL && pinned == NULL);
   CHECK(accio_host_alloc(4096, NULL, NULL) == -EINVAL);
+  /* a binding's own refusal, recorded as accio's errors are */
+  CHECK(accio_set_last_error(EINVAL, "pread", "/p", "the buffer is not contiguous") == -EINVAL);
+  CHECK(strcmp(accio_last_error(), "pread '/p': the buffer is not contiguous (errno 22)") == 0);
+  CHECK(accio_last_errno() == EINVAL && strcmp(accio_last_error_op(), "pread") == 0 &&
+        accio_last_error_offset() == -1);
+  CHECK(accio_set_last_error(EIO, "fsync", NULL, NULL) == -EIO && strstr(accio_last_error(), "fsync") != NULL &&
+        strcmp(accio_last_error_path(), "") == 0);
+  CHECK(accio_set_last_error(0, "x", NULL, NULL) == -EINVAL && accio_last_errno() == EIO); /* nothing recorded */
+  CHECK(accio_set_last_error(EIO, NULL, NULL, NULL) == -EINVAL);
   accio_settings_free(s);
   free(src);
   free(dst);

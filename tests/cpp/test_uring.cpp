@@ -16,9 +16,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <iostream>
 #include <mutex>
 #include <random>
 #include <string>
@@ -369,6 +372,19 @@ void realigned_reads(const std::string& dir) {
   EXPECT_EQ(read("off", 24, 0), 0u) << "realign=off: straight into the buffer";
   EXPECT_EQ(read("on", 32, 0), 0u) << "32 bytes off reads at full speed: nothing to realign";
   EXPECT_EQ(read("on", 0, 4096), 0u);
+  // Other threads hold the whole pool: the request reads straight rather than wait for them (it
+  // used to wait in acquire(), for as long as they held it).
+  {
+    std::vector<unsigned> held;
+    for (unsigned i = 0; i < pool.count(); ++i) held.push_back(pool.acquire());
+    auto pending = std::async(std::launch::async, [&] { return read("on", 24, 0); });
+    const bool done = pending.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    EXPECT_TRUE(done) << "the read waited for buffers other threads hold";
+    if (done) {
+      EXPECT_EQ(pending.get(), 0u) << "no staging buffer was free: straight";
+    }
+    for (unsigned b : held) pool.release(b);
+  }
   // The middle evicted (2-4 MiB: whole large folios, which ext4 may use), head and tail (the last
   // 32 KiB, which the cachestat sample reads) cached:
   // realigned until the piece from 1 MiB + 100 comes back short at 2 MiB, then -EAGAIN (what came
@@ -379,17 +395,19 @@ void realigned_reads(const std::string& dir) {
     const uint64_t n = read("on", 24 + 100, 100);
     EXPECT_GE(n, 2u) << "the cached head went through staging";
     EXPECT_LE(n, 4u) << "at most a queue of pieces before the rest went straight";
+  } else {
+    std::cerr << "note: " << dir << " kept 2-4 MiB cached after POSIX_FADV_DONTNEED: the evicted-middle case is not "
+              << "checked here\n";
   }
   // Cold: straight from the start where cachestat can tell (else the first queue finds out).
   drop_pages(path, 0, 0);
   const auto cold = cached_pages(path, kSize);
   if (!cold.empty() && !(cold[0] & 1)) {
     const uint64_t n = read("on", 24, 0);
-    if (base::sys::cachestat_available()) {
-      EXPECT_EQ(n, 0u) << "a cold request goes straight";
-    } else {
-      EXPECT_LE(n, 4u);
-    }
+    EXPECT_EQ(n, 0u) << "a cold request goes straight (cachestat, or mincore without it, says so)";
+  } else {
+    std::cerr << "note: " << dir << " kept the file cached after POSIX_FADV_DONTNEED (tmpfs): the cold case is "
+              << "not checked here\n";
   }
 }
 }  // namespace
@@ -401,7 +419,9 @@ TEST(UringReads, RealignedReadsGoThroughStagingWhereCached) {
   if (statfs("/dev/shm", &st) == 0 && st.f_type == TMPFS_MAGIC && access("/dev/shm", W_OK) == 0) {
     char tmpl[] = "/dev/shm/accio-test-XXXXXX";
     if (mkdtemp(tmpl)) {
-      realigned_reads(tmpl);  // takes no RWF_NOWAIT: realigned piece by piece without it
+      // tmpfs answers RWF_NOWAIT with -EOPNOTSUPP (6.18 does): the hot reads' 7 leases each show the
+      // pieces realigned without it, where stopping at the refusal gave 4 (one queue)
+      realigned_reads(tmpl);
       std::error_code ec;
       std::filesystem::remove_all(tmpl, ec);
     }
