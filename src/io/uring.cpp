@@ -11,10 +11,10 @@
 // one pwrite per piece the ring would have sent, never one for the whole request (write_pieces).
 // Buffered reads into a buffer that realign would take (posix's read_host: misaligned against the
 // file offset, on a CPU whose kernel copy is slow for it) go through the staging buffers, each piece
-// placed at its offset's page offset, where the page cache holds the request (cachestat of its head
-// and tail; a cold request goes straight into the program's buffer). The pieces are read with
-// RWF_NOWAIT all the same: from the first one the kernel would wait for the device for (evicted
-// since, or no cachestat to ask), the rest goes straight. A file that takes no RWF_NOWAIT (tmpfs) is
+// placed at its offset's page offset, where the page cache holds the request (cachestat, or mincore,
+// of its head and tail; a cold request goes straight into the program's buffer). The pieces are read
+// with RWF_NOWAIT all the same: from the first one the kernel would wait for the device for (evicted
+// since, or in the middle), the rest goes straight. A file that takes no RWF_NOWAIT (tmpfs) is
 // realigned piece by piece without it, as posix does.
 #include <liburing.h>
 
