@@ -1,6 +1,8 @@
 // accio base: warn_once and the log sink.
 #include "base/log.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -9,8 +11,6 @@
 #include <cstring>
 #include <mutex>
 #include <set>
-
-#include <pthread.h>
 
 namespace accio::base {
 namespace {
@@ -69,7 +69,6 @@ void emit(Level level, const std::string& key, const std::string& msg) {
   const char* what = level == Level::error ? "error: " : level == Level::warning ? "warning: " : "";
   std::fprintf(stderr, "accio: %s%s\n", what, msg.c_str());
 }
-
 }  // namespace
 
 int job_rank() {
