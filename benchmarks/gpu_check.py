@@ -23,7 +23,7 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   host-programs      benchmarks/run_programs.py --size 1g --cache hot, then --size 2g for dd-64m and
                      readinto-64m (issue 20)
   host-programs-cold benchmarks/run_programs.py --size 512m --cache cold (issue 20; fio from .gpu-deps)
-  host-realign       benchmarks/realign.py --size 1g: reads into misaligned buffers, realign auto vs off
+  host-realign       benchmarks/realign.py --size 1g: misaligned reads, realign auto vs off (posix, parallel, uring)
   host-auto-grid     `accio tune --evaluate --no-device` on the default grid, built-in model (issue 19)
 
 Resuming: state lives in build/gpu-check/ (stages/<name>.json, logs/, bench/). A run skips the stages
@@ -569,7 +569,7 @@ def stage_host_auto_grid(run: Run, log, deadline: float):
 HOST_PROGRAMS = {"host-programs": (("hot", ("--size", "1g", "--cache", "hot")),
                                    ("hot-large", ("--size", "2g", "--cache", "hot", "--cases", "dd-64m,readinto-64m"))),
                  "host-programs-cold": (("cold", ("--size", "512m", "--cache", "cold", "--prefetch", "32m")),)}
-HOST_REALIGN_ARGS = ("--size", "1g")
+HOST_REALIGN_ARGS = ("--size", "1g", "--mechanisms", "posix,parallel,uring")
 
 
 def host_benchmark(run: Run, log, deadline: float, script: str, args, name: str):
