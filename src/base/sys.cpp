@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <vector>
 
 namespace accio::base::sys {
 namespace {
@@ -91,21 +92,33 @@ bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_
 
 bool sample_cached_mincore(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages) {
   *cached = *pages = 0;
+  return len == 0 || sample_windows(off, len, [&](uint64_t a, uint64_t n) {
+           uint64_t c, p;
+           if (!mincore_pages(fd, a, n, &c, &p)) return false;
+           *cached += c;
+           *pages += p;
+           return true;
+         });
+}
+
+bool mincore_pages(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages) {
+  *cached = 0;
+  *pages = pages_of(off, len);
   if (len == 0) return true;
-  const uint64_t base = off / kPage * kPage;  // one mapping of the range (no page is touched)
+  const uint64_t base = off / kPage * kPage;
   const size_t maplen = static_cast<size_t>(off + len - base);
   void* m = mmap(nullptr, maplen, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(base));
   if (m == MAP_FAILED) return false;
-  unsigned char vec[2 * kSampleWindow / 4096 + 2];  // the whole range up to 64 KiB, unaligned
-  const bool ok = sample_windows(off, len, [&](uint64_t a, uint64_t n) {
-    const uint64_t first = a / kPage * kPage, count = pages_of(a, n);
-    if (count > sizeof(vec) || mincore(static_cast<char*>(m) + (first - base), count * kPage, vec) != 0) return false;
-    for (uint64_t i = 0; i < count; ++i) *cached += vec[i] & 1;
-    *pages += count;
-    return true;
-  });
+  std::vector<unsigned char> vec(*pages);
+  const int rc = mincore(m, maplen, vec.data());
+  const int e = errno;
   munmap(m, maplen);
-  return ok;
+  if (rc != 0) {
+    errno = e;
+    return false;
+  }
+  for (unsigned char v : vec) *cached += v & 1;
+  return true;
 }
 
 bool read_file(const char* path, std::string& out, size_t max) {

@@ -37,6 +37,9 @@ bool cachestat_available();
 bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
 // The mincore half of sample_cached, on its own (tests compare it with cachestat).
 bool sample_cached_mincore(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
+// mincore(2) of [off, off+len) of fd, mapped for the call (no page is touched): the range's pages in
+// the page cache, of *pages. false with errno where it cannot be mapped or asked.
+bool mincore_pages(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
 
 // Reads a whole small file (a /proc or /sys entry, a profile) into out with open(2) and read(2),
 // the latter straight to the kernel as above. No iostreams: the probes run on first use inside

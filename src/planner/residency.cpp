@@ -1,7 +1,6 @@
 // accio planner: page-cache residency via cachestat(2) or mincore(2).
 #include "planner/residency.hpp"
 
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -9,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <stdexcept>
-#include <vector>
 
 #include "base/sys.hpp"
 
@@ -21,22 +19,9 @@ bool mincore_residency(int fd, uint64_t off, uint64_t end, Residency* out) {
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   out->total = end > off ? end - off : 0;
   out->method = "mincore";
-  if (out->total == 0) return true;
-  const uint64_t a = off / page * page;
-  const size_t maplen = static_cast<size_t>(end - a);
-  void* p = mmap(nullptr, maplen, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(a));
-  if (p == MAP_FAILED) return false;
-  std::vector<unsigned char> vec((maplen + page - 1) / page);
-  const int rc = mincore(p, maplen, vec.data());
-  const int e = errno;
-  munmap(p, maplen);
-  if (rc != 0) {
-    errno = e;
-    return false;
-  }
-  uint64_t pages = 0;
-  for (unsigned char v : vec) pages += v & 1;
-  out->cached = std::min(out->total, pages * page);
+  uint64_t cached, pages;
+  if (!base::sys::mincore_pages(fd, off, out->total, &cached, &pages)) return false;
+  out->cached = std::min(out->total, cached * page);
   return true;
 }
 }  // namespace
