@@ -594,6 +594,9 @@ def stage_host_programs(run: Run, log, deadline: float, name: str = "host-progra
             s["cases"] = [f"{c['name']} {r['cache']} {c['ratio']['estimate']:.2f} ({c['verdict']}; goal {c.get('goal_result')}"
                           + "".join(f"; {g} {c[k]['result']}" for g, k in (("large", "large_goal"),
                                                                          ("prefetch", "prefetch_goal")) if k in c)
+                          + (f"; its own loop {c['loop']['ratio']['estimate']:.2f}"
+                             + (f" large {c['large_goal']['loop_result']}" if "loop_result" in c.get("large_goal", {})
+                                else "") if "loop" in c else "")
                           + (f"; forced prefetch {c['prefetch_forced']['ratio']['estimate']:.2f} "
                              f"{c['prefetch_forced']['goal_result']}" if "prefetch_forced" in c else "")
                           + ")" for r in doc["runs"] for c in r["cases"] if c.get("ratio")]

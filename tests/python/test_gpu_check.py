@@ -767,7 +767,7 @@ def test_host_programs_runs_the_programs_benchmark(tmp_path, monkeypatch):
     assert [a for _, a in gc.HOST_PROGRAMS["host-programs"]][1][-2:] == ("--cases", "dd-64m,readinto-64m")
     monkeypatch.setitem(gc.HOST_PROGRAMS, "host-programs",
                         (("hot", ("--quick", "--cases", "cat", "--cache", "hot")),
-                         ("hot-large", ("--quick", "--cases", "dd-64m", "--cache", "hot"))))
+                         ("hot-large", ("--quick", "--cases", "dd-64m,readinto-64m", "--cache", "hot"))))
     run = make_run(tmp_path, "--installed", "--data", str(tmp_path / "data"))
     with open(tmp_path / "log", "w") as log:
         status, summary = gc.stage_host_programs(run, log, time.monotonic() + 600)
@@ -781,11 +781,17 @@ def test_host_programs_runs_the_programs_benchmark(tmp_path, monkeypatch):
     # the report's line per case: ratio, verdict, the never-slower goal, the large-request goal
     (cat,) = summary["hot"]["cases"]
     assert cat.startswith("cat hot ") and "goal " in cat
-    (dd,) = summary["hot-large"]["cases"]
-    assert dd.startswith("dd-64m hot ") and "; large " in dd
+    dd, ri = summary["hot-large"]["cases"]
+    assert dd.startswith("dd-64m hot ") and "; large " in dd and "own loop" not in dd
+    # readinto times its own loop: the large goal is given for the whole program and for the loop
+    assert ri.startswith("readinto-64m hot ") and "; large " in ri and "; its own loop " in ri, ri
+    (rec,) = [c for c in json.loads((run.state / summary["hot-large"]["json"]).read_text())["runs"][0]["cases"]
+              if c["name"] == "readinto-64m"]
+    assert len(rec["loop"]["samples"]["plain"]) == len(rec["samples"]["plain"]) >= 7
+    assert rec["large_goal"]["loop_result"] in ("met", "missed") and set(rec["loop"]["rest_ms"]) == {"plain", "shim"}
     md = gc.render_md({"stages": {"host-programs": {"status": status, "duration_s": 1, "summary": summary}},
                        "sections": {}, "generated": "now", "source_id": "S1", "command": "make gpu-check"})
-    assert cat in md and dd in md
+    assert cat in md and dd in md and ri in md
 
 
 def test_host_realign_runs_the_realign_benchmark(tmp_path, monkeypatch):

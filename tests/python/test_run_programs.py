@@ -108,3 +108,22 @@ def test_the_forced_prefetch_runs_end_to_end_on_a_cold_file(tmp_path):
     assert forced["contender"] == "shim[prefetch=32m]" and forced["goal"] == 1.5
     assert forced["goal_result"] in ("met", "missed") and forced["served"]["prefetch_windows"] >= 1, forced
     assert cat["goal"] == 0.98 and cat["ratio"] == cat["others"]["shim"]["ratio"]  # the default settings' verdict
+
+
+def test_the_readinto_program_times_its_own_loop(tmp_path):
+    """readinto's program appends the seconds of its own work (buffer, open, loop) to the file its
+    last argument names, and program_loop gives the loop's ratio and what the rest of each run took
+    (the whole run's median time less the loop's), so that a Python start-up is not read as the
+    shim's (the H100 machine's torch venv takes about 90 ms to start)."""
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * (3 << 20))
+    argv = run_programs.cases(big, tmp_path, 3 << 20)["readinto-64k"][0]
+    subprocess.run(argv, check=True)
+    subprocess.run(argv, check=True)
+    times = [float(x) for x in (tmp_path / "loop-seconds").read_text().split()]
+    assert len(times) == 2 and all(0 < t < 5 for t in times)
+    # whole runs of 0.2 s (plain) and 0.1 s (shim) over 10 MiB; loops of 0.1 s and 0.02 s
+    rec = {"samples": {"plain": [50.0] * 7, "shim": [100.0] * 7}}
+    loop = run_programs.program_loop(rec, {"plain": [100.0] * 7, "shim": [500.0] * 7}, 10.0)
+    assert loop["ratio"]["estimate"] == pytest.approx(5.0) and loop["verdict"] == "faster"
+    assert loop["rest_ms"] == {"plain": pytest.approx(100.0), "shim": pytest.approx(80.0)}

@@ -568,8 +568,9 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, fsync: b
 
 def _shared_check(items) -> None:
     """torch tensors whose bytes overlap are refused, as safetensors.torch refuses tensors that share
-    storage (their bytes would be saved twice and loaded as separate tensors). Disjoint views of one
-    storage (what load_file returns by default) are written: safetensors.torch refuses those too."""
+    storage and overlap (their bytes would be saved twice and loaded as separate tensors). Disjoint
+    views of one storage (what load_file returns by default) are written, as safetensors.torch writes
+    them."""
     spans = []
     for name, _dtype, _shape, flat in items:
         if flat is not None and type(flat).__module__.split(".")[0] == "torch":
