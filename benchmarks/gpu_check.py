@@ -71,10 +71,15 @@ WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_
                    "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")
 CARRY_LIMIT = 64 << 20  # what the device tool carries with a command
 # fio (run_programs.py's fio cases and its cold queue-depth measurement; gpu-machine.md lists none): built
-# here from Debian's source package as a static binary (libaio from libaio-dev's libaio.a; the engines
-# that need other libraries left out), .gpu-deps/bin/fio, put on PATH there only where the system has none.
+# here from Debian's source package with libaio linked in from libaio-dev's libaio.a (the engines that need
+# other libraries left out), .gpu-deps/bin/fio, put on PATH there only where the system has none. It links
+# the C library dynamically (Debian 12's glibc 2.36; the GPU machine has Ubuntu 24.04's 2.39): a fully
+# static fio, as first built, is one LD_PRELOAD cannot enter, so run_programs' fio cases under `accio run`
+# measured fio alone there (it was built with --build-static until 2026-11-27).
 FIO_SOURCE = "fio"
-FIO_CONFIGURE = ("--build-static", "--disable-native", "--disable-numa", "--disable-rdma", "--disable-rados",
+FIO_LIBS = ("linux-vdso.so", "libc.so", "libm.so", "libmvec.so", "libpthread.so", "libdl.so", "librt.so", "libz.so",
+            "ld-linux-x86-64.so")  # what the carried fio may need from the GPU machine
+FIO_CONFIGURE = ("--disable-native", "--disable-numa", "--disable-rdma", "--disable-rados",
                  "--disable-rbd", "--disable-http", "--disable-gfapi", "--disable-libnfs", "--disable-pmem",
                  "--disable-xnvme", "--disable-libzbc", "--disable-tcmalloc", "--disable-dfs")
 
@@ -980,7 +985,7 @@ def _fio_step(cmd: list[str], cwd: Path, env: dict | None = None) -> None:
 def _build_fio(dest: Path) -> str:
     import tarfile
     import tempfile
-    if (dest / "fio").is_file():
+    if (dest / "fio").is_file() and fio_needs(dest / "fio"):  # a static one (the first builds) is built again
         return "kept: " + subprocess.run([str(dest / "fio"), "--version"], capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="accio-fio-") as tmp:
         t = Path(tmp)
@@ -999,6 +1004,8 @@ def _build_fio(dest: Path) -> str:
         _fio_step(["apt-get", "-qq", *opts, "source", "--download-only", FIO_SOURCE], t / "src")
         _fio_step(["apt-get", "-qq", *opts, "download", "libaio-dev"], t)
         unpack_deb(next(t.glob("libaio-dev_*.deb")), t / "pfx")
+        for so in (t / "pfx").rglob("libaio.so*"):  # libaio.a alone: linked in, not needed there
+            so.unlink()
         with tarfile.open(next((t / "src").glob("fio_*.orig.tar.*"))) as tar:
             tar.extractall(t / "src", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         tree = next(p for p in (t / "src").iterdir() if p.is_dir())
@@ -1007,11 +1014,24 @@ def _build_fio(dest: Path) -> str:
         for cmd in (["./configure", *FIO_CONFIGURE, f"--extra-cflags=-I{t / 'pfx' / 'usr' / 'include'}"],
                     ["make", f"-j{os.cpu_count() or 1}"], ["strip", "fio"]):
             _fio_step(cmd, tree, env)
+        needs = fio_needs(tree / "fio")
+        if not needs or any(not n.startswith(FIO_LIBS) for n in needs):
+            raise FioStepFailed(f"the built fio needs {needs or 'nothing (static: LD_PRELOAD cannot enter it)'}; "
+                                f"only {', '.join(FIO_LIBS)} are there")
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(tree / "fio", dest / "fio")
     version = subprocess.run([str(dest / "fio"), "--version"], capture_output=True, text=True).stdout.strip()
-    print(f"gpu-deps: built {version}, static, into {dest / 'fio'}")
-    return f"built: {version}, static (the orig tarball of Debian's source package, libaio.a)"
+    print(f"gpu-deps: built {version} into {dest / 'fio'} (needs {', '.join(needs)})")
+    return (f"built: {version}, the C library dynamic, libaio linked in (the orig tarball of Debian's source "
+            f"package, libaio.a); needs {', '.join(needs)}")
+
+
+def fio_needs(exe: Path) -> list[str]:
+    """The shared libraries a program loads (ldd's names); none for a static program."""
+    r = subprocess.run(["ldd", str(exe)], capture_output=True, text=True)
+    if "statically linked" in r.stdout or "not a dynamic executable" in r.stdout + r.stderr:
+        return []
+    return [Path(line.split()[0]).name for line in r.stdout.splitlines() if line.strip()]
 
 
 def parser() -> argparse.ArgumentParser:

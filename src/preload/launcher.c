@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -340,6 +341,34 @@ static int locate(const char* name, char* out, size_t len, int* status) {
   return 1;
 }
 
+/* 1 when exe is a 64-bit ELF program without a program interpreter (PT_INTERP): statically linked,
+ * so the dynamic loader that honours LD_PRELOAD never runs in it and the shim cannot serve it. A
+ * script, a dynamic program or a file that cannot be read gives 0. */
+static int statically_linked(const char* exe) {
+  const int fd = open(exe, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  Elf64_Ehdr eh;
+  int interp = 1; /* unknown counts as dynamic: say nothing */
+  if (pread(fd, &eh, sizeof eh, 0) == (ssize_t)sizeof eh && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+      eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0 &&
+      eh.e_phnum < 4096 && (eh.e_type == ET_EXEC || eh.e_type == ET_DYN)) {
+    Elf64_Phdr ph[64];
+    interp = 0;
+    for (unsigned i = 0; i < eh.e_phnum && !interp;) {
+      const unsigned k = eh.e_phnum - i < 64 ? eh.e_phnum - i : 64;
+      const ssize_t want = (ssize_t)(k * sizeof(Elf64_Phdr));
+      if (pread(fd, ph, (size_t)want, (off_t)(eh.e_phoff + i * sizeof(Elf64_Phdr))) != want) {
+        interp = 1;
+        break;
+      }
+      for (unsigned j = 0; j < k; ++j) interp |= ph[j].p_type == PT_INTERP;
+      i += k;
+    }
+  }
+  close(fd);
+  return !interp;
+}
+
 static int exec_failed(const char* name, int e) {
   say("exec %s: %s (errno %d)", name, why(e), e);
   return e == ENOENT || e == ENOTDIR ? ACCIO_RUN_NOT_FOUND : ACCIO_RUN_CANNOT_EXECUTE;
@@ -612,6 +641,11 @@ int accio_run_main(int argc, char** argv) {
   char exe[PATH_MAX];
   int status;
   if (!locate(prog[0], exe, sizeof exe, &status)) return status;
+  /* A static program: the preload cannot enter it, and it runs as without accio. Said to a person at
+   * a terminal, or with --verbose or --stats (whose report would otherwise be empty without a word). */
+  if ((isatty(2) || val[OPT_VERBOSE] || stats) && statically_linked(exe))
+    say("note: %s is statically linked: the shim cannot be preloaded into it, so it runs as it would "
+        "without accio (its own child processes that are dynamic are served)", exe);
 
   if (set_preload(shim) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
       (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0) ||

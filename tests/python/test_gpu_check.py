@@ -283,7 +283,7 @@ def test_missing_libraries_without_debs_say_what_to_do(tmp_path, monkeypatch):
 
 
 def test_fio_from_deps_goes_on_path_only_where_the_system_has_none(tmp_path, monkeypatch):
-    """make gpu-deps builds a static fio into .gpu-deps/bin (the GPU machine has none): the stages'
+    """make gpu-deps builds a fio into .gpu-deps/bin (the GPU machine has none): the stages'
     environment finds it there, and a system fio is left first."""
     run = make_run(tmp_path)
     carried = tmp_path / "deps" / "bin"
@@ -328,6 +328,27 @@ def test_a_fio_that_cannot_be_built_costs_only_fio(tmp_path, monkeypatch, capsys
     got = gc.build_fio(tmp_path / "bin")
     assert got.startswith("none: sh -c") and got.endswith("failed: nope"), got
     assert "no fio (sh -c" in capsys.readouterr().err
+
+
+def test_a_static_fio_is_not_carried(tmp_path, monkeypatch):
+    """The first carried fio was fully static, which LD_PRELOAD cannot enter: under `accio run` its
+    cases measured fio alone (the H100 run of 2026-11-27). A static build is refused, and a static
+    fio left in .gpu-deps from before is built again rather than kept."""
+    static = Path("/sbin/ldconfig")  # statically linked on Debian and Ubuntu
+    if gc.fio_needs(static):
+        pytest.skip(f"{static} is not static here")
+    assert gc.fio_needs(Path("/bin/true")) and all(n.startswith(gc.FIO_LIBS) for n in gc.fio_needs(Path("/bin/true")))
+    dest = tmp_path / "bin"
+    dest.mkdir()
+    shutil.copy2(static, dest / "fio")
+    tried = []
+
+    def apt_fails(cmd, cwd, env=None):
+        tried.append(cmd[0])
+        raise gc.FioStepFailed("no network in this test")
+    monkeypatch.setattr(gc, "_fio_step", apt_fails)
+    assert gc.build_fio(dest).startswith("none: no network") and tried == ["apt-get"]  # not "kept"
+    assert "--build-static" not in gc.FIO_CONFIGURE
 
 
 def test_parsers_for_wheels_ctest_and_junit(tmp_path):

@@ -832,6 +832,33 @@ def test_the_one_note_comes_once_from_the_launcher(data, tmp_path):
     assert "no tuning profile" not in out, out
 
 
+def test_a_static_program_is_named_not_silently_left_alone(data, tmp_path):
+    """LD_PRELOAD cannot enter a statically linked program (the GPU machine's carried fio was one:
+    configure --build-static: under accio run it ran alone). The launcher says so before it starts, at a terminal or
+    with --verbose or --stats, and says nothing of a dynamic program or in a pipe without them."""
+    src = tmp_path / "reader.c"
+    src.write_text("#include <stdio.h>\nint main(int c, char** v) { FILE* f = fopen(v[1], \"rb\"); char b[1 << 16];\n"
+                   "  size_t n = 0, k; while ((k = fread(b, 1, sizeof b, f))) n += k; printf(\"%zu\\n\", n); return 0; }\n")
+    exe = tmp_path / "reader-static"
+    cc = subprocess.run(["cc", "-static", "-O1", "-o", str(exe), str(src)], capture_output=True, text=True)
+    if cc.returncode:
+        pytest.skip(f"no static C library to link a static program with: {cc.stderr.strip()[-200:]}")
+    launcher = str(Path(sys.executable).with_name("accio-run"))
+    size = str((data / "big.bin").stat().st_size)
+    note = "is statically linked: the shim cannot be preloaded into it"
+    for opts in (["--verbose"], ["--stats-json", str(tmp_path / "s.json")]):
+        p = subprocess.run([launcher, *opts, "--", str(exe), str(data / "big.bin")], capture_output=True, text=True)
+        assert p.returncode == 0 and p.stdout == size + "\n" and p.stderr.count(note) == 1, p.stderr
+        assert p.stderr.startswith("accio run: note: " + str(exe))
+    p = subprocess.run([launcher, "--", str(exe), str(data / "big.bin")], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout == size + "\n" and p.stderr == "", p.stderr  # not a terminal: silent
+    out = subprocess.run(["script", "-qec", f"{launcher} -- {exe} {data / 'big.bin'}", "/dev/null"],
+                         capture_output=True, text=True).stdout
+    assert out.count(note) == 1, out
+    p = subprocess.run([launcher, "--verbose", "--", "true"], capture_output=True, text=True)
+    assert note not in p.stderr  # dynamic: nothing said
+
+
 def test_python_cli_without_its_launcher(tmp_path):
     """A package whose launcher is gone: accio run says so and exits 125 (accio's own error)."""
     code = ("import sys, accio.run as r\nr.launcher_path = lambda: sys.argv[1]\n"
