@@ -58,6 +58,20 @@ def test_a_clear_loss_is_slower_and_not_fine():
     assert "auto >= every fixed mechanism" in out and ": no;" in out
 
 
+def test_a_difference_seen_in_the_first_rounds_is_measured_again_before_it_is_claimed():
+    """At 7 rounds the interval holds the median 87.5% of the time: a difference seen there gets
+    rounds up to stats.CONFIRM_SAMPLES (the H100's one "slower" cell, 0.95 at n = 7, was auto running
+    the oracle's own plan). A tie within noise stops at 7 (above); --max-reps 7 caps it."""
+    c, calls = cell_of({"auto": 800, "posix": 1000, "direct": 100}, noise=0.0)
+    assert c["verdict"] == "slower" and calls["auto"] == stats.CONFIRM_SAMPLES == calls["posix"]
+    assert calls["direct"] == 7 and c["auto_vs"]["posix"]["n"] == stats.CONFIRM_SAMPLES
+    c, calls = cell_of({"auto": 800, "posix": 1000}, noise=0.0, max_reps=7)
+    assert c["verdict"] == "slower" and calls["auto"] == 7
+    assert [stats.settled(v, n) for v, n in (("within noise", 7), ("slower", 7), ("faster", 10), ("faster", 11),
+                                             ("slower", 15), ("undecided", 15), ("too few samples (3 < 7)", 3))] \
+        == [True, False, False, True, True, False, False]
+
+
 def test_a_noisy_tie_gets_more_rounds_then_is_undecided_at_the_cap():
     c, calls = cell_of({"auto": 1000, "posix": 1000, "direct": 100}, noise=0.3, max_reps=15)
     # auto and the contenders near the oracle got rounds up to the cap; direct (far below) did not.
@@ -379,7 +393,7 @@ def test_the_guard_measures_each_winner_against_the_builtin_plan_in_paired_round
         a, bb = s.pairs[(g, size, p)]
         assert stats.MIN_SAMPLES <= len(a) == len(bb) <= GUARD_MAX
         r = s.guard_ratio(g, size, p)
-        assert stats.verdict(r) != "undecided" or len(a) == GUARD_MAX
+        assert stats.settled(stats.verdict(r), len(a)) or len(a) == GUARD_MAX
     # Paired rounds: the two together, which goes first by stats.rotation (each leads some rounds;
     # not a strict alternation, which would put a disturbance of period two on one side).
     for g, size, p, builtin in targets:
@@ -406,7 +420,7 @@ def test_the_search_leaves_the_guard_its_time(monkeypatch):
     guards nothing, and the profile keeps the built-in plan in every measured cell."""
     def rate(mechanism, size):
         return 1600.0 if mechanism == "uring" and size >= MiB else 1000.0
-    for budget, stopped in ((120.0, None), (80.0, "boundaries"), (60.0, "parameters")):
+    for budget, stopped in ((160.0, None), (120.0, "boundaries"), (80.0, "parameters")):
         b = ClockBench(rate)
         s = run_search(monkeypatch, b, budget=budget)
         notes = " ".join(s.notes)
@@ -671,5 +685,12 @@ def test_guard_false_accept_simulation_runs(tmp_path):
     out = tmp_path / "f.json"
     subprocess.run([sys.executable, str(root / "benchmarks" / "guard_false_accept.py"), "--trials", "40",
                     "--ratios", "1.0,1.3", "--json", str(out)], check=True, capture_output=True, text=True)
-    res = {r["true_ratio"]: r["p_faster"] for r in json.loads(out.read_text())["results"]}
-    assert res[1.3] >= 0.9 and res[1.0] <= 0.3
+    res = {r["true_ratio"]: r for r in json.loads(out.read_text())["results"]}
+    assert res[1.3]["settled"]["p_faster"] >= 0.9 and res[1.0]["settled"]["p_faster"] <= 0.3
+    # the guard's rule confirms a difference over stats.CONFIRM_SAMPLES rounds: never "faster" at 7
+    assert res[1.0]["settled"]["p_faster_at_first_look"] == res[1.3]["settled"]["p_faster_at_first_look"] == 0
+    assert res[1.3]["settled"]["mean_rounds"] >= stats.CONFIRM_SAMPLES and "decided (before)" in res[1.0]
+    cov = subprocess.run([sys.executable, str(root / "benchmarks" / "guard_false_accept.py"), "--coverage",
+                          "--trials", "30"], check=True, capture_output=True, text=True).stdout
+    shares = [float(line.split(" in ")[1].split()[0]) for line in cov.splitlines()]
+    assert cov.startswith(f"{stats.MIN_SAMPLES} rounds: ") and len(shares) == 3 and all(0.5 < x <= 1 for x in shares)

@@ -10,9 +10,10 @@ oracle of a cell is the fixed mechanism with the best median; a contender's rati
 the oracle's (auto's can exceed 1). auto is compared with the oracle and with every fixed mechanism
 by the paired ratio of the rounds and its 95% bootstrap interval: faster or slower when the interval
 excludes 1.0, within noise when it contains 1.0 and lies inside +-5%, else undecided; with fewer
-than MIN_SAMPLES rounds, too few samples (stats.verdict). An undecided (or too few) comparison with
-the oracle gets more rounds (auto and the fixed mechanisms within 10% of the oracle, EXTRA_ROUNDS at
-a time) up to max_reps samples; what is still undecided then is reported so.
+than MIN_SAMPLES rounds, too few samples (stats.verdict). A comparison with the oracle that is not
+settled (stats.settled: undecided, too few, or a difference seen in fewer than CONFIRM_SAMPLES
+rounds) gets more rounds (auto and the fixed mechanisms within 10% of the oracle, EXTRA_ROUNDS at a
+time) up to max_reps samples; what is still undecided then is reported so.
 
 Other profiles (--vs-profile) join as more auto contenders, named auto[label] (auto[built-in] for
 the built-in model): measured in the same rounds, they are not fixed mechanisms (never the oracle),
@@ -36,8 +37,8 @@ FILE_SIZES = (8 * MiB, 128 * MiB)
 TRANSFERS = (4 * KiB, 256 * KiB, 8 * MiB)
 SAMPLE_SECONDS = 0.05  # timed transfer per sample: short phases are repeated (see Bench.sample)
 MAX_SAMPLE_SECONDS = 0.25  # a contender that moves the cell's file in longer than this moves a part of it
-MAX_SAMPLES = 15       # the cap of the extra rounds for an undecided cell (--max-reps)
-EXTRA_ROUNDS = 4       # rounds added at a time to an undecided cell
+MAX_SAMPLES = 15       # the cap of the extra rounds for a cell not settled (--max-reps)
+EXTRA_ROUNDS = 4       # rounds added at a time to a cell not settled
 WARMUP_BYTES = 16 * MiB  # each contender's untimed phase before a cell's first round
 GOAL = 0.9             # a cell is fine when auto reaches this fraction of the oracle, or is within noise
 NEAR = 0.9             # fixed mechanisms at least this close to the oracle join the extra rounds
@@ -122,7 +123,7 @@ def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, 
     while "auto" in samples and fixed and len(samples["auto"]) < max_reps:
         med = {m: stats.median(samples[m]) for m in fixed}
         oracle = max(med, key=med.get)
-        if stats.decided(_compare(rounds, samples, "auto", oracle)["verdict"]):
+        if stats.settled(_compare(rounds, samples, "auto", oracle)["verdict"], len(samples["auto"])):
             break
         near = [*autos, *(m for m in fixed if med[m] >= NEAR * med[oracle])]
         more(near, min(EXTRA_ROUNDS, max_reps - len(samples["auto"])))

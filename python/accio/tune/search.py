@@ -11,7 +11,8 @@ cache state and concurrency, measured in the time the user allows rather than ce
 5. polish: the closest contests get more samples;
 6. guard: each cell's winner (and its best plan without alignment needs) against the built-in
    model's plan, in paired rounds (the two measured together, which goes first by stats.rotation), at least
-   stats.MIN_SAMPLES rounds, more up to GUARD_MAX while the interval is undecided.
+   stats.MIN_SAMPLES rounds, more up to GUARD_MAX while it is not settled (stats.settled: undecided,
+   or a difference seen in fewer than stats.CONFIRM_SAMPLES rounds).
 Each step stops when the budget is spent; from the parameters step on, the steps leave the guard
 the time its rounds are estimated to take. What was not measured falls back to the built-in model
 (recorded in the profile). Ties within 3% go to the simpler plan (posix, parallel, uring, direct).
@@ -314,12 +315,13 @@ class Search:
         return out
 
     def guard_reserve(self) -> float:
-        """Seconds the guard's first stats.MIN_SAMPLES rounds of every current contest are estimated
-        to take (by each plan's last sample), recomputed at most once a second."""
+        """Seconds the guard's first stats.CONFIRM_SAMPLES rounds of every current contest are
+        estimated to take (by each plan's last sample), recomputed at most once a second: a winner
+        that differs from the built-in plan is confirmed over that many rounds (stats.settled)."""
         now = time.monotonic()
         if now - self._reserve_at >= 1.0:
             self._reserve_at = now
-            self._reserve = sum(max(0, stats.MIN_SAMPLES - self.rounds(g, size, p))
+            self._reserve = sum(max(0, stats.CONFIRM_SAMPLES - self.rounds(g, size, p))
                                 * (self._last(self.secs, g, size, p, SAMPLE_SECONDS)
                                    + self._last(self.secs, g, size, b, SAMPLE_SECONDS))
                                 for g, size, p, b in self.guard_targets())
@@ -356,8 +358,9 @@ class Search:
             short = sum(self.rounds(*t[:3]) < stats.MIN_SAMPLES for t in targets)
             self.notes.append(f"the budget ran out during the guard step: {short} of {len(targets)} winners had fewer "
                               f"than {stats.MIN_SAMPLES} paired rounds against the built-in plan and keep it" if short else
-                              "the budget ran out while the guard added rounds to undecided contests: those keep the "
-                              "built-in plan")
+                              "the budget ran out while the guard added rounds to contests not yet settled: the "
+                              "undecided ones keep the built-in plan, and a winner found faster in fewer than "
+                              f"{stats.CONFIRM_SAMPLES} rounds is taken unconfirmed")
 
     def coarse(self) -> None:
         for size in COARSE_SIZES:
@@ -432,8 +435,9 @@ class Search:
 
     def guard(self) -> None:
         """Paired rounds of every contest of guard_targets(): first stats.MIN_SAMPLES each, then, for
-        those whose interval is still undecided (stats.verdict), GUARD_EXTRA more at a time up to
-        GUARD_MAX, as the evaluation does. The largest gains the search saw go first: when the budget
+        those not settled (stats.settled: undecided, or a difference seen in fewer than
+        stats.CONFIRM_SAMPLES rounds), GUARD_EXTRA more at a time up to GUARD_MAX, as the evaluation
+        does. The largest gains the search saw go first: when the budget
         runs out, what is left unguarded is what matters least."""
         def gain(t):
             g, size, p, b = t
@@ -447,5 +451,5 @@ class Search:
                         return
             if want >= GUARD_MAX:
                 return
-            todo = [t for t in todo if stats.verdict(self.guard_ratio(*t[:3])) == "undecided"]
+            todo = [t for t in todo if not stats.settled(stats.verdict(r := self.guard_ratio(*t[:3])), r.n_a)]
             want = min(GUARD_MAX, want + GUARD_EXTRA)
