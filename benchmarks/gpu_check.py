@@ -21,7 +21,7 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   host-auto          the host side on the machine's CPUs, built-in model: `accio tune --evaluate --no-device`,
                      hot reads of a 2 GiB file in 64 MiB and 2 GiB requests (issue 19)
   host-programs      benchmarks/run_programs.py --size 1g --cache hot, then --size 2g for dd-64m and
-                     readinto-64m (issue 20)
+                     readinto-64m (issue 20), then benchmarks/torch_load_reads.py (how torch.load reads)
   host-programs-cold benchmarks/run_programs.py --size 512m --cache cold (issue 20; fio from .gpu-deps)
   host-realign       benchmarks/realign.py --size 1g: misaligned reads, realign auto vs off (posix, parallel, uring)
   host-auto-grid     `accio tune --evaluate --no-device` on the default grid, built-in model (issue 19)
@@ -606,6 +606,15 @@ def stage_host_programs(run: Run, log, deadline: float, name: str = "host-progra
                              f"{c['prefetch_forced']['goal_result']}" if "prefetch_forced" in c else "")
                           + ")" for r in doc["runs"] for c in r["cases"] if c.get("ratio")]
         summary[label] = s
+        ok &= status == "ok"
+    if name == "host-programs":  # how torch.load reads a tensor (the shim saw none of it on the H100)
+        status, s = host_benchmark(run, log, deadline, "torch_load_reads.py", ("--size", "1g"), "torch-load-reads")
+        doc = read_json(run.state / s["json"]) or {}
+        if seen := doc.get("through_a_file_object"):
+            s["seen"] = (f"torch {doc['torch']}: readinto {seen['calls']['readinto']} calls {seen['bytes']['readinto']} B, "
+                         f"read {seen['calls']['read']} calls {seen['bytes']['read']} B, largest {seen['largest']} B, "
+                         f"mapped after: {seen['mapped_after']} (by path: {doc['by_path']['mapped_after']})")
+        summary["torch-load-reads"] = s
         ok &= status == "ok"
     return ("ok" if ok else "failed"), summary
 

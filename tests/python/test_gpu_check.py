@@ -793,8 +793,10 @@ def test_host_programs_runs_the_programs_benchmark(tmp_path, monkeypatch):
     with open(tmp_path / "log", "w") as log:
         status, summary = gc.stage_host_programs(run, log, time.monotonic() + 600)
     assert status == "ok", (tmp_path / "log").read_text()[-3000:]
-    assert set(summary) == {"hot", "hot-large"}
-    assert all(s["exit"] == 0 and "run_programs.py" in s["command"] for s in summary.values())
+    assert set(summary) == {"hot", "hot-large", "torch-load-reads"}
+    assert all(summary[k]["exit"] == 0 and "run_programs.py" in summary[k]["command"] for k in ("hot", "hot-large"))
+    # then how torch.load reads (without torch here: said so, exit 0)
+    assert summary["torch-load-reads"]["exit"] == 0 and "torch_load_reads.py" in summary["torch-load-reads"]["command"]
     doc = json.loads((run.state / summary["hot"]["json"]).read_text())
     (hot,) = doc["runs"]
     assert hot["cache"] == "hot" and [c["name"] for c in hot["cases"]] == ["cat"]

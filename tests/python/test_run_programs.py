@@ -127,3 +127,69 @@ def test_the_readinto_program_times_its_own_loop(tmp_path):
     loop = run_programs.program_loop(rec, {"plain": [100.0] * 7, "shim": [500.0] * 7}, 10.0)
     assert loop["ratio"]["estimate"] == pytest.approx(5.0) and loop["verdict"] == "faster"
     assert loop["rest_ms"] == {"plain": pytest.approx(100.0), "shim": pytest.approx(80.0)}
+
+
+FAKE_TORCH = '''
+__version__ = "0.0-fake"
+float32 = "float32"
+
+
+class _T:
+    def __init__(self, n):
+        self.n = n
+
+    def numel(self):
+        return self.n
+
+    def element_size(self):
+        return 4
+
+
+def zeros(n, dtype=None):
+    return _T(n)
+
+
+def save(t, path):
+    with open(path, "wb") as f:
+        f.write(bytes(t.n * 4))
+
+
+def load(f):
+    if isinstance(f, (str, bytes)) or hasattr(f, "__fspath__"):
+        with open(f, "rb") as g:
+            return _T(len(g.read()) // 4)
+    buf, n = bytearray(1 << 20), 0
+    while (k := f.readinto(buf)):
+        n += k
+    f.seek(0)
+    f.read(16)
+    return _T(n // 4)
+'''
+
+
+def test_torch_load_reads_counts_what_torch_asks_of_the_file(tmp_path):
+    """benchmarks/torch_load_reads.py (the H100's torch.load was not served: which call reads the
+    tensor?): against a stand-in torch that reads through readinto in 1 MiB pieces, the counts and
+    sizes it reports are those; without torch it says so and writes "torch": null."""
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    out = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, str(BENCH / "torch_load_reads.py"), "--dir", str(tmp_path), "--size", "3m",
+                        "--json", str(out)], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    seen = doc["through_a_file_object"]
+    assert doc["torch"] == "0.0-fake" and seen["tensor_bytes"] == 3 << 20
+    assert seen["calls"]["readinto"] == 4 and seen["bytes"]["readinto"] == 3 << 20  # three pieces and EOF
+    assert seen["calls"]["read"] == 1 and seen["bytes"]["read"] == 16 and seen["largest"] == 1 << 20
+    assert seen["calls"]["seek"] == 1 and seen["mapped_after"] is False and doc["by_path"]["mapped_after"] is False
+    assert not list(tmp_path.glob("accio-torch-load.*"))  # the saved tensor is removed
+    import importlib.util
+    if importlib.util.find_spec("torch") is not None:
+        return  # the real torch is here: the branch without it cannot be shown
+    env["PYTHONPATH"] = str(tmp_path / "nothing")
+    p = subprocess.run([sys.executable, str(BENCH / "torch_load_reads.py"), "--dir", str(tmp_path), "--json",
+                        str(out)], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and "torch is not installed" in p.stdout and json.loads(out.read_text())["torch"] is None
