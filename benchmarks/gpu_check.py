@@ -23,6 +23,7 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   host-programs      benchmarks/run_programs.py --size 1g --cache hot, then --size 2g for dd-64m and
                      readinto-64m (issue 20), then benchmarks/torch_load_reads.py (how torch.load reads)
   host-programs-cold benchmarks/run_programs.py --size 512m --cache cold (issue 20; fio from .gpu-deps)
+  host-programs-large the large requests and fio's cases on a hot 2 GiB file, then torch_load_reads.py
   host-realign       benchmarks/realign.py --size 1g: misaligned reads, realign auto vs off (posix, parallel, uring)
   host-auto-grid     `accio tune --evaluate --no-device` on the default grid, built-in model (issue 19)
 
@@ -79,6 +80,7 @@ CARRY_LIMIT = 64 << 20  # what the device tool carries with a command
 FIO_SOURCE = "fio"
 FIO_LIBS = ("linux-vdso.so", "libc.so", "libm.so", "libmvec.so", "libpthread.so", "libdl.so", "librt.so", "libz.so",
             "ld-linux-x86-64.so")  # what the carried fio may need from the GPU machine
+FIO_GLIBC_MAX = (2, 39)  # the GPU machine's C library (Ubuntu 24.04): the newest symbol version fio may need
 FIO_CONFIGURE = ("--disable-native", "--disable-numa", "--disable-rdma", "--disable-rados",
                  "--disable-rbd", "--disable-http", "--disable-gfapi", "--disable-libnfs", "--disable-pmem",
                  "--disable-xnvme", "--disable-libzbc", "--disable-tcmalloc", "--disable-dfs")
@@ -87,13 +89,13 @@ FIO_CONFIGURE = ("--disable-native", "--disable-numa", "--disable-rdma", "--disa
 @dataclass
 class Stage:
     name: str
-    estimate_s: int  # used until this machine has timed the stage once
+    estimate_s: int  # used until this machine has timed the stage once (H100 of 2026-11-27 where it ran)
     what: str
 
 
 STAGES = (
-    Stage("build", 90, "build accio and its C++ tests with the machine's compiler"),
-    Stage("correctness", 210, "ctest -L '^gpu$', ctest -L exports, pytest -m gpu"),
+    Stage("build", 45, "build accio and its C++ tests with the machine's compiler"),
+    Stage("correctness", 200, "ctest -L '^gpu$', ctest -L exports, pytest -m gpu"),
     Stage("bench-hot", 150, "hot reads into GPU memory: accio staged vs KvikIO, host and pinned-copy ceilings"),
     Stage("bench-naive", 90, "accio naive vs torch.from_numpy(np.fromfile()).cuda()"),
     Stage("bench-write", 240, "GPU -> new file: accio staged vs KvikIO vs the host's own write, then with fsync"),
@@ -106,13 +108,15 @@ STAGES = (
     Stage("bench-cli", 150, "accio bench --target cuda:0 --preset quick, timed"),
     Stage("tune-device", 120, "accio tune --device 0: the host profile and GPU 0's measured device table"),
     # The host side on this machine's CPUs (a GPU machine is the only many-CPU machine a session gets):
-    Stage("host-auto", 120, "issue 19, no profile (ACCIO_PROFILE=off): accio tune --evaluate, hot reads of a 2 GiB "
+    Stage("host-auto", 160, "issue 19, no profile (ACCIO_PROFILE=off): accio tune --evaluate, hot reads of a 2 GiB "
           "file in 64 MiB and 2 GiB requests at 1 and N threads (auto vs the best fixed plan)"),
-    Stage("host-programs", 240, "issue 20: benchmarks/run_programs.py, every program on a hot 1 GiB file and the "
+    Stage("host-programs", 330, "issue 20: benchmarks/run_programs.py, every program on a hot 1 GiB file and the "
           "large requests on a hot 2 GiB one, plain vs accio run with default settings"),
     Stage("host-programs-cold", 220, "issue 20: benchmarks/run_programs.py, every program on a cold 512 MiB file, "
           "with fio's queue-depth 16 vs 1 (the prefetch goal) and the small readers with the prefetch forced on"),
-    Stage("host-realign", 90, "benchmarks/realign.py: hot reads into a bytearray and a buffer 8 bytes off, "
+    Stage("host-programs-large", 150, "issue 20: benchmarks/run_programs.py, the large requests (dd bs=64M, readinto "
+          "of 64 MiB with its own loop timed) and fio's psync cases on a hot 2 GiB file, then torch_load_reads.py"),
+    Stage("host-realign", 30, "benchmarks/realign.py: hot reads into a bytearray and a buffer 8 bytes off, "
           "realign auto vs off vs a page-aligned buffer (whether this CPU's kernel copy is slow for them)"),
     Stage("host-auto-grid", 330, "issue 19, no profile: accio tune --evaluate on the default grid (8 and 128 MiB "
           "files, 4 KiB-8 MiB requests, hot and cold, reads and writes)"),
@@ -573,7 +577,10 @@ def stage_host_auto_grid(run: Run, log, deadline: float):
 # the default settings do not prefetch: this says what a profile's window would give).
 HOST_PROGRAMS = {"host-programs": (("hot", ("--size", "1g", "--cache", "hot")),
                                    ("hot-large", ("--size", "2g", "--cache", "hot", "--cases", "dd-64m,readinto-64m"))),
-                 "host-programs-cold": (("cold", ("--size", "512m", "--cache", "cold", "--prefetch", "32m")),)}
+                 "host-programs-cold": (("cold", ("--size", "512m", "--cache", "cold", "--prefetch", "32m")),),
+                 # the large requests and the fio cases alone (a third of host-programs' time)
+                 "host-programs-large": (("large", ("--size", "2g", "--cache", "hot", "--cases",
+                                                    "dd-64m,readinto-64m,fio-psync-128k,fio-psync-4m")),)}
 HOST_REALIGN_ARGS = ("--size", "1g", "--mechanisms", "posix,parallel,uring")
 
 
@@ -596,18 +603,10 @@ def stage_host_programs(run: Run, log, deadline: float, name: str = "host-progra
         status, s = host_benchmark(run, log, deadline, "run_programs.py", args, f"run-programs-{label}")
         doc = read_json(run.state / s["json"])
         if doc:
-            s["cases"] = [f"{c['name']} {r['cache']} {c['ratio']['estimate']:.2f} ({c['verdict']}; goal {c.get('goal_result')}"
-                          + "".join(f"; {g} {c[k]['result']}" for g, k in (("large", "large_goal"),
-                                                                         ("prefetch", "prefetch_goal")) if k in c)
-                          + (f"; its own loop {c['loop']['ratio']['estimate']:.2f}"
-                             + (f" large {c['large_goal']['loop_result']}" if "loop_result" in c.get("large_goal", {})
-                                else "") if "loop" in c else "")
-                          + (f"; forced prefetch {c['prefetch_forced']['ratio']['estimate']:.2f} "
-                             f"{c['prefetch_forced']['goal_result']}" if "prefetch_forced" in c else "")
-                          + ")" for r in doc["runs"] for c in r["cases"] if c.get("ratio")]
+            s["cases"] = [program_line(c, r["cache"]) for r in doc["runs"] for c in r["cases"] if c.get("ratio")]
         summary[label] = s
         ok &= status == "ok"
-    if name == "host-programs":  # how torch.load reads a tensor (the shim saw none of it on the H100)
+    if name in ("host-programs", "host-programs-large"):  # how torch.load reads (the H100's shim saw none of it)
         status, s = host_benchmark(run, log, deadline, "torch_load_reads.py", ("--size", "1g"), "torch-load-reads")
         doc = read_json(run.state / s["json"]) or {}
         if seen := doc.get("through_a_file_object"):
@@ -619,8 +618,25 @@ def stage_host_programs(run: Run, log, deadline: float, name: str = "host-progra
     return ("ok" if ok else "failed"), summary
 
 
+def program_line(c: dict, cache: str) -> str:
+    """A case of run_programs.py in one line: ratio, verdict and each goal's result."""
+    parts = [f"{c['verdict']}", f"goal {c.get('goal_result')}"]
+    parts += [f"{g} {c[k]['result']}" for g, k in (("large", "large_goal"), ("prefetch", "prefetch_goal")) if k in c]
+    if "loop" in c:
+        loop_goal = c.get("large_goal", {}).get("loop_result")
+        parts.append(f"its own loop {c['loop']['ratio']['estimate']:.2f}" + (f" large {loop_goal}" if loop_goal else ""))
+    if "prefetch_forced" in c:
+        f = c["prefetch_forced"]
+        parts.append(f"forced prefetch {f['ratio']['estimate']:.2f} {f['goal_result']}")
+    return f"{c['name']} {cache} {c['ratio']['estimate']:.2f} ({'; '.join(parts)})"
+
+
 def stage_host_programs_cold(run: Run, log, deadline: float):
     return stage_host_programs(run, log, deadline, "host-programs-cold")
+
+
+def stage_host_programs_large(run: Run, log, deadline: float):
+    return stage_host_programs(run, log, deadline, "host-programs-large")
 
 
 def stage_host_realign(run: Run, log, deadline: float):
@@ -644,7 +660,8 @@ def run_stage(run: Run, st: Stage, deadline: float) -> dict:
         # looked up here, at run time (the tests stand in for the stage functions)
         own = {"build": stage_build, "correctness": stage_correctness, "bench-cli": stage_cli,
                "tune-device": stage_tune, "host-auto": stage_host_auto, "host-programs": stage_host_programs,
-               "host-programs-cold": stage_host_programs_cold, "host-realign": stage_host_realign,
+               "host-programs-cold": stage_host_programs_cold, "host-programs-large": stage_host_programs_large,
+               "host-realign": stage_host_realign,
                "host-auto-grid": stage_host_auto_grid}.get(st.name)
         try:
             if own:
@@ -994,8 +1011,13 @@ def _fio_step(cmd: list[str], cwd: Path, env: dict | None = None) -> None:
 def _build_fio(dest: Path) -> str:
     import tarfile
     import tempfile
-    if (dest / "fio").is_file() and fio_needs(dest / "fio"):  # a static one (the first builds) is built again
-        return "kept: " + subprocess.run([str(dest / "fio"), "--version"], capture_output=True, text=True).stdout.strip()
+    if (dest / "fio").is_file():
+        try:
+            check_fio(dest / "fio")
+            return "kept: " + subprocess.run([str(dest / "fio"), "--version"], capture_output=True,
+                                             text=True).stdout.strip()
+        except FioStepFailed as e:  # a static one (the first builds), or one that would not run there
+            print(f"gpu-deps: building fio again: the one in {dest} {e}")
     with tempfile.TemporaryDirectory(prefix="accio-fio-") as tmp:
         t = Path(tmp)
         etc = Path("/etc/apt")
@@ -1023,16 +1045,34 @@ def _build_fio(dest: Path) -> str:
         for cmd in (["./configure", *FIO_CONFIGURE, f"--extra-cflags=-I{t / 'pfx' / 'usr' / 'include'}"],
                     ["make", f"-j{os.cpu_count() or 1}"], ["strip", "fio"]):
             _fio_step(cmd, tree, env)
-        needs = fio_needs(tree / "fio")
-        if not needs or any(not n.startswith(FIO_LIBS) for n in needs):
-            raise FioStepFailed(f"the built fio needs {needs or 'nothing (static: LD_PRELOAD cannot enter it)'}; "
-                                f"only {', '.join(FIO_LIBS)} are there")
+        needs = check_fio(tree / "fio")
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(tree / "fio", dest / "fio")
     version = subprocess.run([str(dest / "fio"), "--version"], capture_output=True, text=True).stdout.strip()
     print(f"gpu-deps: built {version} into {dest / 'fio'} (needs {', '.join(needs)})")
     return (f"built: {version}, the C library dynamic, libaio linked in (the orig tarball of Debian's source "
             f"package, libaio.a); needs {', '.join(needs)}")
+
+
+def check_fio(exe: Path) -> list[str]:
+    """The libraries a fio for the GPU machine needs, or FioStepFailed saying why it would not do
+    there: static (LD_PRELOAD cannot enter it), a library outside FIO_LIBS, or a C library symbol
+    newer than FIO_GLIBC_MAX."""
+    needs = fio_needs(exe)
+    if not needs:
+        raise FioStepFailed("is static: LD_PRELOAD cannot enter it, so `accio run` would measure fio alone")
+    if other := [n for n in needs if not n.startswith(FIO_LIBS)]:
+        raise FioStepFailed(f"needs {', '.join(other)}, which the GPU machine may lack (it has {', '.join(FIO_LIBS)})")
+    if (v := glibc_needed(exe)) > FIO_GLIBC_MAX:
+        raise FioStepFailed(f"needs GLIBC_{v[0]}.{v[1]}, newer than the GPU machine's "
+                            f"{FIO_GLIBC_MAX[0]}.{FIO_GLIBC_MAX[1]}: run make gpu-deps on an older system")
+    return needs
+
+
+def glibc_needed(exe: Path) -> tuple[int, int]:
+    """The newest GLIBC_x.y symbol version a program needs (objdump -T), (0, 0) for none."""
+    out = subprocess.run(["objdump", "-T", str(exe)], capture_output=True, text=True).stdout
+    return max(((int(a), int(b)) for a, b in re.findall(r"GLIBC_(\d+)\.(\d+)", out)), default=(0, 0))
 
 
 def fio_needs(exe: Path) -> list[str]:

@@ -6,7 +6,8 @@ verdict is not settled: undecided, or a difference seen in fewer than stats.CONF
 and by the rule before (any decided verdict stopped it) on the same rounds. Prints P(verdict
 "faster") per true ratio and rule.
 
-    python benchmarks/guard_false_accept.py [--trials N] [--noise 0.1] [--ratios 1.0,0.98]
+    python benchmarks/guard_false_accept.py [--trials N] [--noise 0.1] [--ratios 1.0,0.98] [--json OUT]
+    python benchmarks/guard_false_accept.py --coverage [--trials N] [--json OUT]   # the interval's coverage
 
 The second reviewer of the thirteenth session found the rate well above the nominal 2.5% (the
 percentile bootstrap interval of a median of 7 paired ratios is narrower than 95%: "faster" is,
@@ -51,16 +52,18 @@ def judged(a: list[float], b: list[float], stop) -> tuple[str, int]:
 RULES = {"settled": stats.settled, "decided (before)": lambda v, n: stats.decided(v)}
 
 
-def coverage(rng: random.Random, trials: int, noise: float, moment: float) -> int:
+def coverage(rng: random.Random, trials: int, noise: float, moment: float) -> list[dict]:
     """The share of intervals (stats.ratio, paired) of two equal contenders that hold 1.0."""
+    out = []
     for n in (stats.MIN_SAMPLES, stats.CONFIRM_SAMPLES, GUARD_MAX):
         hold = 0
         for _ in range(trials):
             a, b = rounds(rng, 1.0, noise, moment)
             r = stats.ratio(a[:n], b[:n], paired=True, seed=rng.randrange(1 << 30))
             hold += r.low <= 1.0 <= r.high
+        out.append({"rounds": n, "trials": trials, "held": hold, "share": hold / trials})
         print(f"{n} rounds: the interval holds the true ratio in {hold / trials:.3f} of {trials} trials")
-    return 0
+    return out
 
 
 def main(argv=None) -> int:
@@ -77,7 +80,13 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     rng = random.Random(a.seed)
     if a.coverage:
-        return coverage(rng, a.trials, a.noise, a.moment)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"schema": "accio.interval-coverage/1", "args": vars(a),
+                           "results": coverage(rng, a.trials, a.noise, a.moment)}, f, indent=1)
+        else:
+            coverage(rng, a.trials, a.noise, a.moment)
+        return 0
     out = []
     for true in (float(x) for x in a.ratios.split(",")):
         trials = [rounds(rng, true, a.noise, a.moment) for _ in range(a.trials)]

@@ -22,7 +22,7 @@ Adaptive sampling (`accio tune --evaluate`, the tuner's guard) stops on settled(
 a difference (faster, slower) once CONFIRM_SAMPLES rounds show it. At MIN_SAMPLES the interval spans
 the 2nd to the 6th of 7 per-round ratios, which holds the true median 87.5% of the time, not 95%;
 simulated, it held 0.89 at 7 rounds, 0.94 at 11 and 0.94 at 15 (`benchmarks/guard_false_accept.py
---coverage --trials 1000`), so a difference seen at 7 is measured again before it is claimed.
+--coverage --trials 1000`, results/tune/interval_coverage_s16.json), so a difference seen at 7 is measured again before it is claimed.
 
 Used by benchmarks/gpu_bench.py, benchmarks/offload_vs_base.py and `accio tune --evaluate` (its
 rotation and ratios; its rounds take turns phase by phase, Bench.sample_together); docs/methodology.md.

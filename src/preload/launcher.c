@@ -642,8 +642,11 @@ int accio_run_main(int argc, char** argv) {
   int status;
   if (!locate(prog[0], exe, sizeof exe, &status)) return status;
   /* A static program: the preload cannot enter it, and it runs as without accio. Said to a person at
-   * a terminal, or with --verbose or --stats (whose report would otherwise be empty without a word). */
-  if ((isatty(2) || val[OPT_VERBOSE] || stats) && statically_linked(exe))
+   * a terminal (unless they set ACCIO_QUIET, as the engine reads it), or with --verbose or --stats
+   * (whose report would otherwise be empty without a word). */
+  const char* quiet = getenv("ACCIO_QUIET");
+  const int user_quiet = quiet && *quiet && strcmp(quiet, "0") != 0;
+  if (((isatty(2) && !user_quiet) || val[OPT_VERBOSE] || stats) && statically_linked(exe))
     say("note: %s is statically linked: the shim cannot be preloaded into it, so it runs as it would "
         "without accio (its own child processes that are dynamic are served)", exe);
 

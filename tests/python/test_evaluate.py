@@ -326,11 +326,11 @@ def test_tune_keeps_a_decision_only_where_it_wins_beyond_the_noise():
     assert bs == Plan("posix")  # the model's plan below 768 KiB, on every machine
     # The search ranked uring first at both sizes; the guard's paired rounds decide. At 64 KiB uring's
     # median is 8% ahead inside +-15% noise: the built-in plan stays. At 64 MiB uring wins by 60% with
-    # little noise: the profile takes it, and says by how much.
+    # little noise over stats.CONFIRM_SAMPLES rounds: the profile takes it, and says by how much.
     s = search_with({(g, small, bs): [1000.0] * 3, (g, small, uring): [1080.0] * 3,
                      (g, big, bb): [1000.0] * 3, (g, big, uring): [1600.0] * 3})
     s.pairs[(g, small, uring)] = ([900.0, 1250, 1000, 1150, 950, 1200, 1080], [1000.0] * 7)
-    s.pairs[(g, big, uring)] = (noisy(1600, 7, 0.02, 4), noisy(1000, 7, 0.02, 3))
+    s.pairs[(g, big, uring)] = (noisy(1600, stats.CONFIRM_SAMPLES, 0.02, 4), noisy(1000, stats.CONFIRM_SAMPLES, 0.02, 3))
     got, doc = decided(s)
     assert got[small][0] == bs and got[small][1]["winner"] == uring.label and got[small][1]["rounds"] == 7
     lo, hi = got[small][1]["vs_builtin"][1:]
@@ -338,7 +338,7 @@ def test_tune_keeps_a_decision_only_where_it_wins_beyond_the_noise():
     assert got[big] == (uring, None)
     cell = next(c for c in doc["decisions"]["read"]["1"]["hot"] if c["measured"]["size"] == big)
     est, lo, hi = cell["measured"]["guard"]["vs_builtin"]
-    assert cell["measured"]["guard"]["rounds"] == 7 and 1.0 < lo <= est <= hi and abs(est - 1.6) < 0.1
+    assert cell["measured"]["guard"]["rounds"] == stats.CONFIRM_SAMPLES and 1.0 < lo <= est <= hi and abs(est - 1.6) < 0.1
     shown = profile.render(doc, "synthetic")
     assert "built-in kept: " + uring.label in shown and f"{est:.2f}x [{lo:.2f}-{hi:.2f}] the built-in" in shown
     rows = [ln.split("  ")[1] for ln in shown.splitlines() if ln.startswith("  ") and "MiB/s" in ln]
@@ -495,7 +495,8 @@ def test_a_tuned_profile_keeps_the_models_rule_for_cold_whole_file_reads():
     for size in (64 * KiB, 8 * MiB, 64 * MiB):
         s.samples[(g, size, builtin_plan("read", "1", size))] = noisy(1000, 5, 0.02, size)
         s.samples[(g, size, uring)] = noisy(2000, 5, 0.02, size + 1)
-        s.pairs[(g, size, uring)] = (noisy(2000, 7, 0.02, size + 2), noisy(1000, 7, 0.02, size + 3))  # the guard's
+        s.pairs[(g, size, uring)] = (noisy(2000, stats.CONFIRM_SAMPLES, 0.02, size + 2),
+                                     noisy(1000, stats.CONFIRM_SAMPLES, 0.02, size + 3))  # the guard's
     doc = profile.build(s, {"key": {}})
     plans = [Plan.from_json(p) for p in doc["plans"]]
     entry = doc["decisions"]["read"]["1"]
@@ -694,3 +695,29 @@ def test_guard_false_accept_simulation_runs(tmp_path):
                           "--trials", "30"], check=True, capture_output=True, text=True).stdout
     shares = [float(line.split(" in ")[1].split()[0]) for line in cov.splitlines()]
     assert cov.startswith(f"{stats.MIN_SAMPLES} rounds: ") and len(shares) == 3 and all(0.5 < x <= 1 for x in shares)
+
+
+def test_a_winner_faster_in_fewer_than_the_confirming_rounds_keeps_the_builtin_plan(monkeypatch):
+    """decide() takes a winner only once stats.settled: faster over at least CONFIRM_SAMPLES paired
+    rounds. A guard cut short by the budget after 7 rounds of a clear win keeps the built-in plan,
+    says "unconfirmed", and the note counts it."""
+    def rate(mechanism, size):
+        return 1600.0 if mechanism == "uring" and size >= MiB else 1000.0
+    s = run_search(monkeypatch, ClockBench(rate), budget=400.0)
+    g, size, p, builtin = next(t for t in s.guard_targets() if t[1] >= 8 * MiB and t[2] == s.ranking(t[0], t[1])[0][0]
+                               and (t[0].op, t[0].cache, t[0].threads) == ("read", "hot", 1))
+    ranked = [p]
+    s.pairs[(g, size, p)] = ([1600.0 + i for i in range(7)], [1000.0 + i for i in range(7)])
+    plan, why = s.decide(g, size, ranked)
+    assert plan == builtin and why["kept"] and why["unconfirmed"] and why["rounds"] == 7
+    assert s.unconfirmed() >= 1
+    shown = profile.render(profile.build(s, {"key": {}}), "synthetic")
+    assert f"was faster in only 7 rounds, unconfirmed" in shown, shown
+    n = stats.CONFIRM_SAMPLES
+    s.pairs[(g, size, p)] = ([1600.0 + i for i in range(n)], [1000.0 + i for i in range(n)])
+    plan, why = s.decide(g, size, ranked)
+    assert plan == p and "kept" not in why and why["rounds"] == n
+    # a tie over 7 rounds is set aside as before, not as unconfirmed
+    s.pairs[(g, size, p)] = ([1000.0 + (-1) ** i for i in range(7)], [1000.0] * 7)
+    plan, why = s.decide(g, size, ranked)
+    assert plan == builtin and why["kept"] and "unconfirmed" not in why

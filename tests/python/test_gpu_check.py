@@ -73,8 +73,8 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     record(run, "bench-cold", "skipped")
     assert [s.name for s in gc.plan(run, None)] == ["bench-hot", "bench-naive", "bench-write", "bench-safetensors",
                                                     "bench-zerocopy", "bench-cli", "tune-device", "host-auto",
-                                                    "host-programs", "host-programs-cold", "host-realign",
-                                                    "host-auto-grid"]
+                                                    "host-programs", "host-programs-cold", "host-programs-large",
+                                                    "host-realign", "host-auto-grid"]
     assert [s.name for s in gc.plan(run, ["bench-cli", "build"])] == ["build", "bench-cli"]  # asked: in stage order
     assert gc.needs_build(run, gc.STAGES[2]) is None
     # The build's record without its outputs (state brought back from a machine that was given
@@ -84,7 +84,7 @@ def test_plan_runs_what_has_not_finished_for_these_sources(tmp_path):
     assert [s.name for s in gc.plan(run, None)] == ["build", "bench-hot", "bench-naive", "bench-write",
                                                     "bench-safetensors", "bench-zerocopy", "bench-cli", "tune-device",
                                                     "host-auto", "host-programs", "host-programs-cold",
-                                                    "host-realign", "host-auto-grid"]
+                                                    "host-programs-large", "host-realign", "host-auto-grid"]
     record(run, "build", "failed")
     assert "no successful build" in gc.needs_build(run, gc.STAGES[2])
 
@@ -102,6 +102,7 @@ class FakeStages:
         monkeypatch.setattr(gc, "stage_host_auto", lambda run, log, dl: self.one("host-auto"))
         monkeypatch.setattr(gc, "stage_host_programs", lambda run, log, dl: self.one("host-programs"))
         monkeypatch.setattr(gc, "stage_host_programs_cold", lambda run, log, dl: self.one("host-programs-cold"))
+        monkeypatch.setattr(gc, "stage_host_programs_large", lambda run, log, dl: self.one("host-programs-large"))
         monkeypatch.setattr(gc, "stage_host_auto_grid", lambda run, log, dl: self.one("host-auto-grid"))
         monkeypatch.setattr(gc, "stage_host_realign", lambda run, log, dl: self.one("host-realign"))
         monkeypatch.setattr(gc, "stage_bench", lambda run, log, dl, section: self.one(section))
@@ -134,8 +135,8 @@ def test_execute_stops_before_a_stage_that_would_pass_the_deadline_and_resumes(t
     assert gc.execute(make_run(tmp_path, "--deadline-s", "100000"), None) == 0
     assert stages.calls == ["build", "correctness", "hot-read", "naive", "write", "safetensors", "cold-read",
                             "zerocopy", "bench-cli", "tune-device", "host-auto", "host-programs", "host-programs-cold",
-                            "host-realign", "host-auto-grid"]
-    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 15  # all done: nothing runs
+                            "host-programs-large", "host-realign", "host-auto-grid"]
+    assert gc.execute(make_run(tmp_path), None) == 0 and len(stages.calls) == 16  # all done: nothing runs
     assert "every stage has finished" in capsys.readouterr().out
     # Asked for by name, a finished stage runs again.
     gc.execute(make_run(tmp_path), ["bench-naive"])
@@ -330,14 +331,27 @@ def test_a_fio_that_cannot_be_built_costs_only_fio(tmp_path, monkeypatch, capsys
     assert "no fio (sh -c" in capsys.readouterr().err
 
 
-def test_a_static_fio_is_not_carried(tmp_path, monkeypatch):
+def test_a_fio_that_would_not_serve_there_is_not_carried(tmp_path, monkeypatch):
     """The first carried fio was fully static, which LD_PRELOAD cannot enter: under `accio run` its
-    cases measured fio alone (the H100 run of 2026-11-27). A static build is refused, and a static
-    fio left in .gpu-deps from before is built again rather than kept."""
+    cases measured fio alone (the H100 run of 2026-11-27). check_fio refuses a static fio, one that
+    needs a library the GPU machine may lack, and one that needs a newer C library than it has; a
+    fio left in .gpu-deps that check_fio refuses is built again rather than kept."""
     static = Path("/sbin/ldconfig")  # statically linked on Debian and Ubuntu
     if gc.fio_needs(static):
         pytest.skip(f"{static} is not static here")
-    assert gc.fio_needs(Path("/bin/true")) and all(n.startswith(gc.FIO_LIBS) for n in gc.fio_needs(Path("/bin/true")))
+    dynamic = Path("/bin/true")
+    assert all(n.startswith(gc.FIO_LIBS) for n in gc.check_fio(dynamic))
+    assert (2, 2) <= gc.glibc_needed(dynamic) <= (2, 99)
+    with pytest.raises(gc.FioStepFailed, match="is static"):
+        gc.check_fio(static)
+    monkeypatch.setattr(gc, "fio_needs", lambda exe: ["libc.so.6", "libnuma.so.1"])
+    with pytest.raises(gc.FioStepFailed, match="needs libnuma.so.1"):
+        gc.check_fio(dynamic)
+    monkeypatch.undo()
+    monkeypatch.setattr(gc, "FIO_GLIBC_MAX", (2, 1))
+    with pytest.raises(gc.FioStepFailed, match=r"needs GLIBC_2\.\d+, newer than the GPU machine's 2.1"):
+        gc.check_fio(dynamic)
+    monkeypatch.undo()
     dest = tmp_path / "bin"
     dest.mkdir()
     shutil.copy2(static, dest / "fio")
@@ -348,7 +362,8 @@ def test_a_static_fio_is_not_carried(tmp_path, monkeypatch):
         raise gc.FioStepFailed("no network in this test")
     monkeypatch.setattr(gc, "_fio_step", apt_fails)
     assert gc.build_fio(dest).startswith("none: no network") and tried == ["apt-get"]  # not "kept"
-    assert "--build-static" not in gc.FIO_CONFIGURE
+    shutil.copy2(dynamic, dest / "fio")  # one that passes is kept
+    assert gc.build_fio(dest).startswith("kept: ") and tried == ["apt-get"]
 
 
 def test_parsers_for_wheels_ctest_and_junit(tmp_path):
@@ -786,6 +801,9 @@ def test_host_programs_runs_the_programs_benchmark(tmp_path, monkeypatch):
     # The stage's own runs: every program on a hot 1 GiB file, the large requests on a 2 GiB one
     # (the issue's); small ones here.
     assert [a for _, a in gc.HOST_PROGRAMS["host-programs"]][1][-2:] == ("--cases", "dd-64m,readinto-64m")
+    # host-programs-large: those two and fio's cases alone, for a session short of device time
+    assert set(dict(gc.HOST_PROGRAMS["host-programs-large"])["large"][-1].split(",")) == {
+        "dd-64m", "readinto-64m", "fio-psync-128k", "fio-psync-4m"}
     monkeypatch.setitem(gc.HOST_PROGRAMS, "host-programs",
                         (("hot", ("--quick", "--cases", "cat", "--cache", "hot")),
                          ("hot-large", ("--quick", "--cases", "dd-64m,readinto-64m", "--cache", "hot"))))

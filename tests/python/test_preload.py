@@ -852,9 +852,14 @@ def test_a_static_program_is_named_not_silently_left_alone(data, tmp_path):
         assert p.stderr.startswith("accio run: note: " + str(exe))
     p = subprocess.run([launcher, "--", str(exe), str(data / "big.bin")], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout == size + "\n" and p.stderr == "", p.stderr  # not a terminal: silent
+    loud = dict(os.environ)
+    loud.pop("ACCIO_QUIET", None)  # the tests' environment sets it
     out = subprocess.run(["script", "-qec", f"{launcher} -- {exe} {data / 'big.bin'}", "/dev/null"],
-                         capture_output=True, text=True).stdout
+                         capture_output=True, text=True, env=loud).stdout
     assert out.count(note) == 1, out
+    out = subprocess.run(["script", "-qec", f"{launcher} -- {exe} {data / 'big.bin'}", "/dev/null"],
+                         capture_output=True, text=True, env=dict(os.environ, ACCIO_QUIET="1")).stdout
+    assert note not in out and size in out, out  # the user asked for quiet
     p = subprocess.run([launcher, "--verbose", "--", "true"], capture_output=True, text=True)
     assert note not in p.stderr  # dynamic: nothing said
 

@@ -485,8 +485,8 @@ def test_torch_cuda_matches_safetensors_torch(tmp_path):
     views = st.load_file(p, device="cuda:0", framework="torch")  # disjoint views of one storage: written
     st.save_file(views, q, metadata={"format": "pt"})
     assert open(p, "rb").read() == open(q, "rb").read()
-    # safetensors.torch writes disjoint views of one storage too (its _filter_shared_not_shared, since
-    # 0.4): the same bytes. This test expected a RuntimeError until the H100 run of 2026-11-27 showed it
+    # safetensors.torch writes disjoint views of one storage too (0.8.0's _filter_shared_not_shared):
+    # the same bytes. This test expected a RuntimeError until the H100 run of 2026-11-27 showed it
     stt.save_file(views, q, metadata={"format": "pt"})
     assert open(p, "rb").read() == open(q, "rb").read()
     stt.save_file(st.load_file(p, device="cuda:0", framework="torch", copy=True), q, metadata={"format": "pt"})

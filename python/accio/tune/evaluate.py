@@ -92,8 +92,8 @@ def _compare(rounds: dict, samples: dict, a: str, b: str) -> dict:
 
 def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, warmup=None,
                  first: int = 0) -> tuple[dict, dict]:
-    """Samples of every contender, `reps` rounds, plus extra rounds while auto vs the oracle is
-    undecided (up to max_reps). sample_round(names) measures one round: the contenders named, in
+    """Samples of every contender, `reps` rounds, plus extra rounds while auto vs the oracle is not
+    settled (stats.settled; up to max_reps). sample_round(names) measures one round: the contenders named, in
     that (rotating) order, -> {name: MiB/s}. warmup(names), if given, runs first, untimed and not
     kept: without it the first phase of every cell went to the same contender (round 0 of the
     rotation) and ran at 0.91-0.93 of its median. `first` offsets the rotation (the cell's index), so
@@ -123,7 +123,8 @@ def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, 
     while "auto" in samples and fixed and len(samples["auto"]) < max_reps:
         med = {m: stats.median(samples[m]) for m in fixed}
         oracle = max(med, key=med.get)
-        if stats.settled(_compare(rounds, samples, "auto", oracle)["verdict"], len(samples["auto"])):
+        c = _compare(rounds, samples, "auto", oracle)
+        if stats.settled(c["verdict"], c["n"]):  # n: the rounds auto and the oracle share
             break
         near = [*autos, *(m for m in fixed if med[m] >= NEAR * med[oracle])]
         more(near, min(EXTRA_ROUNDS, max_reps - len(samples["auto"])))

@@ -286,8 +286,10 @@ def _render_decisions(doc: dict, prefix: str) -> list[str]:
                     if c.get("builtin"):
                         text += "  (built-in model: not measured)"
                     elif m and m.get("kept_builtin"):
-                        text += (f"  (built-in kept: {m['kept_builtin']['winner']} {m['mibps']:.0f} MiB/s at "
-                                 f"{fmt(m['size'])} did not win beyond the noise)")
+                        k = m["kept_builtin"]
+                        text += (f"  (built-in kept: {k['winner']} {m['mibps']:.0f} MiB/s at {fmt(m['size'])} "
+                                 + (f"was faster in only {k['rounds']} rounds, unconfirmed)" if k.get("unconfirmed")
+                                    else "did not win beyond the noise)"))
                     elif m:
                         text += f"  {m['mibps']:.0f} MiB/s at {fmt(m['size'])}"
                         if m.get("next"):

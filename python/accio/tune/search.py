@@ -288,17 +288,28 @@ class Search:
 
     def decide(self, g: Group, size: int, ranked: list[Plan]) -> tuple[Plan, dict]:
         """The first of `ranked` (best first) if the guard found it faster than the built-in plan (the
-        95% interval of the paired ratio above 1.0), else the built-in plan; with the guard's
-        comparison ({} where the winner is the built-in plan, "kept": True where it was set aside)."""
+        95% interval of the paired ratio above 1.0) over at least stats.CONFIRM_SAMPLES rounds
+        (stats.settled), else the built-in plan; with the guard's comparison ({} where the winner is
+        the built-in plan, "kept": True where it was set aside, and "unconfirmed": True where it was
+        faster in fewer rounds: the budget ran out before the guard could confirm it)."""
         best, builtin = ranked[0], self.builtin(g, size)
         if best == builtin:
             return best, {}
         r = self.guard_ratio(g, size, best)
-        why = {"winner": best.label, "rounds": self.rounds(g, size, best),
+        n = self.rounds(g, size, best)
+        why = {"winner": best.label, "rounds": n,
                "vs_builtin": [round(r.estimate, 3), round(r.low, 3), round(r.high, 3)] if r else None}
         if r and r.low > 1.0:
-            return best, why
+            if stats.settled("faster", n):
+                return best, why
+            return builtin, {**why, "kept": True, "unconfirmed": True}
         return builtin, {**why, "kept": True}
+
+    def unconfirmed(self) -> int:
+        """Guard contests found faster in fewer than stats.CONFIRM_SAMPLES rounds (decide() keeps the
+        built-in plan for them)."""
+        return sum(1 for t in self.guard_targets() if (r := self.guard_ratio(*t[:3])) and r.low > 1.0
+                   and not stats.settled("faster", self.rounds(*t[:3])))
 
     def guard_targets(self) -> list[tuple[Group, int, Plan, Plan]]:
         """(group, size, plan, built-in plan) for each measured cell's winner, and its best plan without
@@ -356,11 +367,12 @@ class Search:
         if self.exhausted:
             targets = self.guard_targets()
             short = sum(self.rounds(*t[:3]) < stats.MIN_SAMPLES for t in targets)
+            unconfirmed = self.unconfirmed()
             self.notes.append(f"the budget ran out during the guard step: {short} of {len(targets)} winners had fewer "
                               f"than {stats.MIN_SAMPLES} paired rounds against the built-in plan and keep it" if short else
-                              "the budget ran out while the guard added rounds to contests not yet settled: the "
-                              "undecided ones keep the built-in plan, and a winner found faster in fewer than "
-                              f"{stats.CONFIRM_SAMPLES} rounds is taken unconfirmed")
+                              "the budget ran out while the guard added rounds to contests not yet settled: they keep "
+                              f"the built-in plan ({unconfirmed} of {len(targets)} found faster in fewer than "
+                              f"{stats.CONFIRM_SAMPLES} rounds, unconfirmed)")
 
     def coarse(self) -> None:
         for size in COARSE_SIZES:
