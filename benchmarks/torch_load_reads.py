@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import sys
 from pathlib import Path
 
 from accio._system import parse_size
+from accio._usage import write_json
 
 
 class CountingFile(io.FileIO):
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
               f"mapped after: {seen['mapped_after']}; by path, mapped after: {out['by_path']['mapped_after']}")
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+        write_json(a.json, out)
     return 0
 
 
