@@ -673,7 +673,18 @@ def test_guard_compare_reads_a_committed_profile(tmp_path):
     # uring's search samples beat posix's; side by side it was 7% slower: the guard kept posix.
     assert slower["old_rule_takes_winner"] and not slower["guard_takes_winner"] and slower["guard_vs_builtin"][2] < 1.0
     assert "only by the old rule" in r.stdout
-    assert json.loads((pathlib.Path(root) / "results" / "tune" / "guard_compare_s13.json").read_text())["cells"] == rows
+    # The committed file reproduces, except where the built-in model has changed since: from the
+    # sixteenth session it reads posix with several requests in flight on two CPUs, so those rows
+    # compare the winner with another built-in plan (or drop out, the winner being it).
+    key = lambda r: (r["op"], r["cache"], r["threads"], r["size"])  # noqa: E731
+    committed = {key(r): r for r in json.loads((pathlib.Path(root) / "results" / "tune" /
+                                                 "guard_compare_s13.json").read_text())["cells"]}
+    fresh = {key(r): r for r in rows}
+    changed = (committed.keys() ^ fresh.keys()) | {k for k in committed.keys() & fresh.keys()
+                                                   if committed[k]["builtin"] != fresh[k]["builtin"]}
+    assert all(committed[k] == fresh[k] for k in committed.keys() & fresh.keys() if k not in changed)
+    assert changed and all(k[0] == "read" and k[2] == 2 for k in changed), changed
+    assert all(fresh[k]["builtin"] == "posix" for k in changed if k in fresh)
 
 
 def test_guard_false_accept_simulation_runs(tmp_path):
