@@ -308,8 +308,7 @@ class Search:
     def unconfirmed(self) -> int:
         """Guard contests found faster in fewer than stats.CONFIRM_SAMPLES rounds (decide() keeps the
         built-in plan for them)."""
-        return sum(1 for t in self.guard_targets() if (r := self.guard_ratio(*t[:3])) and r.low > 1.0
-                   and not stats.settled("faster", self.rounds(*t[:3])))
+        return sum(bool(self.decide(g, size, [p])[1].get("unconfirmed")) for g, size, p, _ in self.guard_targets())
 
     def guard_targets(self) -> list[tuple[Group, int, Plan, Plan]]:
         """(group, size, plan, built-in plan) for each measured cell's winner, and its best plan without
