@@ -352,17 +352,11 @@ static int statically_linked(const char* exe) {
   if (pread(fd, &eh, sizeof eh, 0) == (ssize_t)sizeof eh && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
       eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0 &&
       eh.e_phnum < 4096 && (eh.e_type == ET_EXEC || eh.e_type == ET_DYN)) {
-    Elf64_Phdr ph[64];
     interp = 0;
-    for (unsigned i = 0; i < eh.e_phnum && !interp;) {
-      const unsigned k = eh.e_phnum - i < 64 ? eh.e_phnum - i : 64;
-      const ssize_t want = (ssize_t)(k * sizeof(Elf64_Phdr));
-      if (pread(fd, ph, (size_t)want, (off_t)(eh.e_phoff + i * sizeof(Elf64_Phdr))) != want) {
-        interp = 1;
-        break;
-      }
-      for (unsigned j = 0; j < k; ++j) interp |= ph[j].p_type == PT_INTERP;
-      i += k;
+    for (unsigned i = 0; i < eh.e_phnum && !interp; ++i) { /* a dozen headers: one pread each */
+      Elf64_Phdr ph;
+      interp = pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) != (ssize_t)sizeof ph ||
+               ph.p_type == PT_INTERP;
     }
   }
   close(fd);
