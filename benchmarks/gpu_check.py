@@ -23,7 +23,7 @@ order, each a subprocess with its own time limit (default 480 s), each writing i
   host-programs      benchmarks/run_programs.py --size 1g --cache hot, then --size 2g for dd-64m and
                      readinto-64m (issue 20), then benchmarks/torch_load_reads.py (how torch.load reads)
   host-programs-cold benchmarks/run_programs.py --size 512m --cache cold (issue 20; fio from .gpu-deps)
-  host-programs-large the large requests and fio's cases on a hot 2 GiB file, then torch_load_reads.py
+  host-programs-large the large requests, fio's cases and torch.load on a hot 2 GiB file, then torch_load_reads.py
   host-realign       benchmarks/realign.py --size 1g: misaligned reads, realign auto vs off (posix, parallel, uring)
   host-auto-grid     `accio tune --evaluate --no-device` on the default grid, built-in model (issue 19)
 
@@ -114,8 +114,9 @@ STAGES = (
           "large requests on a hot 2 GiB one, plain vs accio run with default settings"),
     Stage("host-programs-cold", 220, "issue 20: benchmarks/run_programs.py, every program on a cold 512 MiB file, "
           "with fio's queue-depth 16 vs 1 (the prefetch goal) and the small readers with the prefetch forced on"),
-    Stage("host-programs-large", 150, "issue 20: benchmarks/run_programs.py, the large requests (dd bs=64M, readinto "
-          "of 64 MiB with its own loop timed) and fio's psync cases on a hot 2 GiB file, then torch_load_reads.py"),
+    Stage("host-programs-large", 180, "issue 20: benchmarks/run_programs.py, the large requests (dd bs=64M, readinto "
+          "of 64 MiB with its own loop timed), fio's psync cases and torch.load on a hot 2 GiB file, then "
+          "torch_load_reads.py"),
     Stage("host-realign", 30, "benchmarks/realign.py: hot reads into a bytearray and a buffer 8 bytes off, "
           "realign auto vs off vs a page-aligned buffer (whether this CPU's kernel copy is slow for them)"),
     Stage("host-auto-grid", 330, "issue 19, no profile: accio tune --evaluate on the default grid (8 and 128 MiB "
@@ -578,9 +579,9 @@ def stage_host_auto_grid(run: Run, log, deadline: float):
 HOST_PROGRAMS = {"host-programs": (("hot", ("--size", "1g", "--cache", "hot")),
                                    ("hot-large", ("--size", "2g", "--cache", "hot", "--cases", "dd-64m,readinto-64m"))),
                  "host-programs-cold": (("cold", ("--size", "512m", "--cache", "cold", "--prefetch", "32m")),),
-                 # the large requests and the fio cases alone (a third of host-programs' time)
+                 # the large requests, the fio cases and torch.load alone (a third of host-programs' time)
                  "host-programs-large": (("large", ("--size", "2g", "--cache", "hot", "--cases",
-                                                    "dd-64m,readinto-64m,fio-psync-128k,fio-psync-4m")),)}
+                                                    "dd-64m,readinto-64m,fio-psync-128k,fio-psync-4m,torch.load")),)}
 HOST_REALIGN_ARGS = ("--size", "1g", "--mechanisms", "posix,parallel,uring")
 
 

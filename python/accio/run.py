@@ -145,6 +145,8 @@ def collect(stats_dir: str, prog: list[str], status: int, threshold: int | None 
         # (docs/preload.md, the floor); the lowest over the processes, None for "every size"
         "floor": _lowest_floor(processes),
         "size_buckets": buckets or [],
+        # calls on files beyond the records a process keeps (docs/preload.md): counted, not itemised
+        "dropped": {k: sum(p.get(f"dropped_{k}", 0) for p in processes) for k in ("calls", "bytes")},
         "processes": processes,
         "files": sorted(files.values(), key=lambda m: -(m["read"].get("bytes", 0) + m["write"].get("bytes", 0))),
     }
@@ -217,6 +219,10 @@ def render(report: dict) -> str:
     windows = sum(p.get("prefetch_windows", 0) for p in procs)
     if windows:
         lines.append(f"  {windows} prefetch window(s) asked of the kernel ahead of sequential readers")
+    dropped = report.get("dropped") or {}
+    if dropped.get("calls"):
+        lines.append(f"  {dropped['calls']} call(s), {fmt_size(dropped['bytes'])}, on files beyond the first "
+                     f"{max(p.get('max_files', 0) for p in procs)} of a process are counted in no row above (and not in the totals)")
     fb = sum(f[op].get("fallbacks", 0) for f in files for op in ("read", "write"))
     if fb:
         lines.append(f"  {fb} request(s) failed in the engine and were redone by libc (their result is the kernel's)")

@@ -369,7 +369,14 @@ missing:
 #define NBUCKETS 10
 static const uint64_t kBucketMax[NBUCKETS - 1] = {100, 1000, 10000, 100000, 1u << 20, 4u << 20, 10u << 20,
                                                   100u << 20, 1u << 30};
-#define MAX_FILES 1024
+/* Records are kept for the first MAX_FILES files a process touches (a Python importing torch reads
+ * some 1700; until 2026-11-27 the cap was 1024, and the tensor torch.load read next was
+ * left out of the table without a word). Beyond it calls and bytes are only counted
+ * (dropped_calls, dropped_bytes), and `accio run --stats` says so. The table grows by doubling and
+ * is found through an open-addressing index on (device, inode): record() runs for every call of
+ * a process under --stats, and a linear search over thousands of files would cost more than the
+ * calls it counts. */
+#define MAX_FILES (1u << 16)
 #define MAX_PLANS 8
 struct plan_rec {
   char plan[128], why[384];
@@ -384,11 +391,12 @@ struct file_rec {
   char path[512];
   struct side rw[2]; /* [read, write] */
   int nplans;
-  struct plan_rec plans[MAX_PLANS];
+  struct plan_rec* plans; /* MAX_PLANS of them, allocated for a file the engine served */
 };
 static struct file_rec* g_files;
-static int g_nfiles;
-static uint64_t g_dropped; /* calls on files beyond MAX_FILES */
+static uint32_t g_nfiles, g_files_cap;
+static uint32_t* g_file_index; /* 2 * g_files_cap slots: 1 + the record's number, 0 empty */
+static uint64_t g_dropped, g_dropped_bytes; /* calls (and their bytes) on files beyond MAX_FILES */
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -396,22 +404,59 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static inline uint32_t file_slot(dev_t dev, ino_t ino, uint32_t mask) {
+  uint64_t h = ((uint64_t)ino ^ ((uint64_t)dev << 32 | (uint64_t)dev >> 32)) * 0x9E3779B97F4A7C15ull;
+  return (uint32_t)(h >> 32) & mask;
+}
+
 static struct file_rec* find_file_locked(dev_t dev, ino_t ino) {
-  for (int i = 0; i < g_nfiles; ++i)
-    if (g_files[i].dev == dev && g_files[i].ino == ino) return &g_files[i];
-  return NULL;
+  if (!g_files_cap) return NULL;
+  const uint32_t mask = 2 * g_files_cap - 1;
+  for (uint32_t i = file_slot(dev, ino, mask);; i = (i + 1) & mask) {
+    const uint32_t k = g_file_index[i];
+    if (!k) return NULL;
+    if (g_files[k - 1].dev == dev && g_files[k - 1].ino == ino) return &g_files[k - 1];
+  }
+}
+
+/* Room for one more record (the table and its index doubled when full); 0 when MAX_FILES are kept
+ * or memory ran out. */
+static int files_room_locked(void) {
+  if (g_nfiles < g_files_cap) return 1;
+  if (g_files_cap == MAX_FILES) return 0;
+  const uint32_t cap = g_files_cap ? 2 * g_files_cap : 64;
+  struct file_rec* files = realloc(g_files, cap * sizeof *files);
+  if (!files) return 0;
+  g_files = files;
+  memset(files + g_files_cap, 0, (cap - g_files_cap) * sizeof *files); /* plans: NULL */
+  uint32_t* index = calloc(2 * (size_t)cap, sizeof *index);
+  if (!index) return 0; /* the table grew, the old index still finds what it holds: retried next time */
+  for (uint32_t k = 0; k < g_nfiles; ++k) {
+    uint32_t i = file_slot(files[k].dev, files[k].ino, 2 * cap - 1);
+    while (index[i]) i = (i + 1) & (2 * cap - 1);
+    index[i] = k + 1;
+  }
+  free(g_file_index);
+  g_file_index = index;
+  g_files_cap = cap;
+  return 1;
 }
 
 /* The record of the file behind fd, created (with its path) on first sight; NULL when full. */
 static struct file_rec* file_rec_locked(int fd, const struct stat* st) {
   struct file_rec* found = find_file_locked(st->st_dev, st->st_ino);
   if (found) return found;
-  if (!g_files) g_files = calloc(MAX_FILES, sizeof *g_files);
-  if (!g_files || g_nfiles == MAX_FILES) return NULL;
+  if (!files_room_locked()) return NULL;
   struct file_rec* r = &g_files[g_nfiles++];
+  struct plan_rec* plans = r->plans; /* left by a parent's record in a forked child: reused */
   memset(r, 0, sizeof *r);
+  r->plans = plans;
   r->dev = st->st_dev;
   r->ino = st->st_ino;
+  const uint32_t mask = 2 * g_files_cap - 1;
+  uint32_t i = file_slot(r->dev, r->ino, mask);
+  while (g_file_index[i]) i = (i + 1) & mask;
+  g_file_index[i] = g_nfiles;
   char proc[64];
   snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
   ssize_t n = readlink(proc, r->path, sizeof r->path - 1);
@@ -425,6 +470,7 @@ static void record(int fd, const struct stat* st, int write, size_t asked, ssize
   struct file_rec* r = file_rec_locked(fd, st);
   if (!r) {
     ++g_dropped;
+    if (done > 0) g_dropped_bytes += (uint64_t)done;
     pthread_mutex_unlock(&g_mu);
     return;
   }
@@ -467,7 +513,7 @@ static void capture_plans_locked(struct handle* h) {
   accio_plan_stat ps[MAX_PLANS];
   int n = eng.file_plans(h->f, ps, MAX_PLANS);
   struct file_rec* r = find_file_locked(h->dev, h->ino);
-  if (!r) return;
+  if (!r || (!r->plans && !(r->plans = calloc(MAX_PLANS, sizeof *r->plans)))) return;
   for (int i = 0; i < n && i < MAX_PLANS; ++i) {
     int j = 0;
     while (j < r->nplans && (strcmp(r->plans[j].plan, ps[i].plan) || strcmp(r->plans[j].why, ps[i].why))) ++j;
@@ -1271,8 +1317,9 @@ static void in_child(void) {
   g_mu = fresh;
   g_nhandles = 0; /* the parent's handles are left open but unused */
   memset(g_handles, 0, sizeof g_handles);
-  g_nfiles = 0;
-  g_dropped = 0;
+  g_nfiles = 0; /* the records are written anew (their plans' memory kept) */
+  if (g_file_index) memset(g_file_index, 0, 2 * (size_t)g_files_cap * sizeof *g_file_index);
+  g_dropped = g_dropped_bytes = 0;
   g_prefetches = 0;
   g_pf_ndevs = 0; /* a fork amid an insertion may have left a half-written entry: read sysfs again */
   g_engine_loaded = g_engine > 0;
@@ -1347,12 +1394,13 @@ static void flush_stats(void) {
   fprintf(f, ", \"threshold\": %zu, \"floor\": [", g_gate);
   for (int d = 0; d < 2; ++d) /* null: posix at every size on buffered descriptors */
     g_floor[d] == SIZE_MAX ? fprintf(f, d ? ", null" : "null") : fprintf(f, d ? ", %zu" : "%zu", g_floor[d]);
-  fprintf(f, "], \"engine_loaded\": %s, \"dropped_calls\": %llu, \"prefetch_windows\": %llu, \"size_buckets\": [",
-          g_engine_loaded ? "true" : "false", (unsigned long long)g_dropped,
+  fprintf(f, "], \"engine_loaded\": %s, \"max_files\": %u, \"dropped_calls\": %llu, \"dropped_bytes\": %llu, "
+          "\"prefetch_windows\": %llu, \"size_buckets\": [",
+          g_engine_loaded ? "true" : "false", MAX_FILES, (unsigned long long)g_dropped, (unsigned long long)g_dropped_bytes,
           (unsigned long long)__atomic_load_n(&g_prefetches, __ATOMIC_RELAXED));
   for (int b = 0; b < NBUCKETS - 1; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
   fputs("], \"files\": [", f);
-  for (int i = 0; i < g_nfiles; ++i) {
+  for (uint32_t i = 0; i < g_nfiles; ++i) {
     const struct file_rec* r = &g_files[i];
     fputs(i ? ",\n  {\"path\": " : "\n  {\"path\": ", f);
     json_str(f, r->path);

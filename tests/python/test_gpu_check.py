@@ -801,9 +801,10 @@ def test_host_programs_runs_the_programs_benchmark(tmp_path, monkeypatch):
     # The stage's own runs: every program on a hot 1 GiB file, the large requests on a 2 GiB one
     # (the issue's); small ones here.
     assert [a for _, a in gc.HOST_PROGRAMS["host-programs"]][1][-2:] == ("--cases", "dd-64m,readinto-64m")
-    # host-programs-large: those two and fio's cases alone, for a session short of device time
+    # host-programs-large: those two, fio's cases and torch.load (where torch is) alone, for a
+    # session short of device time
     assert set(dict(gc.HOST_PROGRAMS["host-programs-large"])["large"][-1].split(",")) == {
-        "dd-64m", "readinto-64m", "fio-psync-128k", "fio-psync-4m"}
+        "dd-64m", "readinto-64m", "fio-psync-128k", "fio-psync-4m", "torch.load"}
     monkeypatch.setitem(gc.HOST_PROGRAMS, "host-programs",
                         (("hot", ("--quick", "--cases", "cat", "--cache", "hot")),
                          ("hot-large", ("--quick", "--cases", "dd-64m,readinto-64m", "--cache", "hot"))))

@@ -482,6 +482,42 @@ def test_name_that_is_not_utf8(data, tmp_path):
     assert b"bad\\xffname \xe2\x82\xac.bin" in p.stderr  # the table: the byte escaped, the valid name as is
 
 
+def test_statistics_keep_every_file_and_count_what_they_cannot(data, tmp_path):
+    """Every file a process reads gets its row, however many it opened before: Python importing
+    torch reads some 1700 files, and until 2026-11-27 the shim kept the first 1024 and dropped the
+    rest without a word, so the tensor torch.load read after the imports showed nowhere though the
+    engine served it. Past the shim's own limit (max_files, 65536 a process) calls and bytes are
+    counted, and the table says so instead of leaving them out silently."""
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(65536 + 64):
+        fd = os.open(many / str(i), os.O_CREAT | os.O_WRONLY)
+        os.write(fd, b"x")
+        os.close(fd)
+    big = data / "big.bin"
+    reader = ("import sys\n"
+              "for i in range(int(sys.argv[2])):\n"
+              "    with open(f'{sys.argv[1]}/{i}', 'rb') as f: f.read()\n"
+              "with open(sys.argv[3], 'rb', buffering=0) as f:\n"
+              "    while f.read(2 << 20): pass\n")
+    # 1500 files, then the large one: every row kept, the large file's reads served
+    _, rep = accio_run([sys.executable, "-c", reader, str(many), "1500", str(big)], tmp_path, threshold="1m")
+    assert {str(many / str(i)) for i in range(1500)} <= {f["path"] for f in rep["files"]}
+    f = next(f for f in rep["files"] if f["path"] == str(big))
+    assert f["read"]["bytes"] == big.stat().st_size and f["read"]["accelerated_calls"] > 0
+    assert rep["dropped"] == {"calls": 0, "bytes": 0}
+    # beyond the limit: the large file's bytes are counted as dropped, and the table says so
+    stats = tmp_path / "s.json"
+    p = subprocess.run(ACCIO + ["run", "-l", "1m", "--stats", "--stats-json", str(stats), "--", sys.executable,
+                                "-c", reader, str(many), str(65536 + 64), str(big)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(stats.read_text())
+    proc = next(pr for pr in rep["processes"] if str(many) in pr["command"])
+    assert proc["max_files"] == 65536 and str(big) not in {f["path"] for f in rep["files"]}
+    assert rep["dropped"]["calls"] >= 64 + 2 and rep["dropped"]["bytes"] >= big.stat().st_size + 64
+    assert f"on files beyond the first {proc['max_files']} of a process" in p.stderr
+
+
 def test_planner_decides_above_the_gate(data, tmp_path):
     """Without -l every large call is the planner's: served by the engine or passed back to libc
     (declined_calls) when it would run posix; never both, never lost."""
