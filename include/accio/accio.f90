@@ -30,16 +30,25 @@
 ! outlive the call (no expression, no temporary) and should have the ASYNCHRONOUS attribute.
 ! Memory that Fortran does not see as a variable (accio_host_alloc's, GPU memory from
 ! accio_device_alloc or a CUDA/OpenACC runtime) goes through accio_pread_ptr and accio_pwrite_ptr.
+!
+! GPUs (accio loads the CUDA driver at run time; the same program runs without one):
+!
+!   type(c_ptr) :: dev
+!   if (accio_device_alloc(0, accio_bytes(field), .false., dev) /= 0) error stop accio_last_error()
+!   n = accio_pread_ptr(f, dev, accio_bytes(field), 0_c_int64_t)     ! file -> GPU memory
+!   if (accio_device_free(dev) /= 0) error stop accio_last_error()
 module accio
   use, intrinsic :: iso_c_binding, only: c_ptr, c_null_ptr, c_char, c_null_char, c_int, c_int8_t, c_int16_t, &
-                                         c_int32_t, c_int64_t, c_size_t, c_float, c_double, c_float_complex, &
-                                         c_double_complex, c_bool, c_associated, c_f_pointer, c_loc
+                                         c_int32_t, c_int64_t, c_size_t, c_intptr_t, c_float, c_double, &
+                                         c_float_complex, c_double_complex, c_bool, c_associated, c_f_pointer, c_loc
   implicit none
   private
 
-  public :: c_ptr, c_null_ptr, c_int, c_int64_t, c_size_t, c_associated, c_f_pointer, c_loc
+  public :: c_ptr, c_null_ptr, c_int, c_int64_t, c_size_t, c_intptr_t, c_associated, c_f_pointer, c_loc
   public :: ACCIO_OP_READ, ACCIO_OP_WRITE, ACCIO_HOST_PAGEABLE, ACCIO_HOST_MLOCK, ACCIO_HOST_CUDA
-  public :: accio_request, accio_stats
+  public :: ACCIO_MEM_HOST, ACCIO_MEM_PINNED, ACCIO_MEM_DEVICE, ACCIO_MEM_MANAGED, ACCIO_STREAM_LEGACY, &
+            ACCIO_STREAM_PER_THREAD
+  public :: accio_request, accio_stats, accio_gpu_info
   public :: accio_version, accio_last_error, accio_last_errno, accio_last_error_op, accio_last_error_path, &
             accio_last_error_offset
   public :: accio_settings_new, accio_settings_set, accio_settings_get, accio_settings_free
@@ -49,9 +58,17 @@ module accio
   public :: accio_pread_async, accio_pwrite_async, accio_submit, accio_future_wait, accio_future_ready, &
             accio_future_free
   public :: accio_host_alloc, accio_host_free
+  public :: accio_settings_copy, accio_parse_size, accio_global_stats, accio_global_stats_reset, accio_residency, &
+            accio_warnings, accio_string, accio_mechanism_name, accio_mechanism_device
+  public :: accio_cuda_available, accio_gpu_count, accio_gpu_info_get, accio_mem_kind, accio_device_alloc, &
+            accio_device_free, accio_device_copy, accio_cuda_stream_sync, accio_gds_info, accio_gds_mode
 
   integer(c_int), parameter :: ACCIO_OP_READ = 0, ACCIO_OP_WRITE = 1
   integer(c_int), parameter :: ACCIO_HOST_PAGEABLE = 0, ACCIO_HOST_MLOCK = 1, ACCIO_HOST_CUDA = 2
+  integer(c_int), parameter :: ACCIO_MEM_HOST = 0, ACCIO_MEM_PINNED = 1, ACCIO_MEM_DEVICE = 2, ACCIO_MEM_MANAGED = 3
+  ! accio_cuda_stream_sync's streams: CUDA's legacy default stream and the thread's per-thread one
+  ! (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD); any other non-zero value is a CUstream handle
+  integer(c_intptr_t), parameter :: ACCIO_STREAM_LEGACY = 1, ACCIO_STREAM_PER_THREAD = 2
   integer(c_int), parameter :: EINVAL = 22
 
   interface accio_bytes
@@ -73,6 +90,18 @@ module accio
     integer(c_int64_t) :: read_ns, write_ns, fsync_ns
     integer(c_int64_t) :: mechanism_calls(16), mechanism_bytes(16)  ! deprecated in C; kept for the layout
     integer(c_int32_t) :: last_mechanism
+  end type
+
+  ! One GPU (accio_gpu_info_get). The text fields are C strings: accio_string(info%name) gives the
+  ! Fortran string.
+  type, bind(C) :: accio_gpu_info
+    integer(c_int) :: ordinal
+    character(kind=c_char) :: name(256), pci_bus_id(32)  ! "0000:17:00.0"
+    integer(c_int64_t) :: memory                          ! bytes
+    integer(c_int) :: cc_major, cc_minor, multiprocessors, copy_engines
+    integer(c_int) :: numa_node                           ! -1 unknown
+    character(kind=c_char) :: link(64)                    ! "32.0 GT/s PCIe x16", or ""
+    character(kind=c_char) :: cpus(256)                   ! the CPUs local to the GPU, "0-15,32-47", or ""
   end type
 
   ! The C functions that take neither a string nor a buffer, as they are.
@@ -144,6 +173,70 @@ module accio
       integer(c_size_t), value :: nbytes
       integer(c_int64_t), value :: offset
       integer(c_int64_t) :: n
+    end function
+    ! a copy of s (c_null_ptr when out of memory)
+    function accio_settings_copy(s) bind(C, name="accio_settings_copy") result(copy)
+      import :: c_ptr
+      type(c_ptr), value :: s
+      type(c_ptr) :: copy
+    end function
+    ! the process's counters over every handle (since accio_global_stats_reset); 0
+    function accio_global_stats(stats) bind(C, name="accio_global_stats") result(rc)
+      import :: c_int, accio_stats
+      type(accio_stats), intent(out) :: stats
+      integer(c_int) :: rc
+    end function
+    subroutine accio_global_stats_reset() bind(C, name="accio_global_stats_reset")
+    end subroutine
+    ! page-cache residency of [offset, offset+len) of f: bytes cached, dirty, and in the range
+    ! (the file's end cuts it); 0 or -errno
+    function accio_residency(f, offset, len, cached, dirty, total) bind(C, name="accio_residency") result(rc)
+      import :: c_ptr, c_int64_t, c_int
+      type(c_ptr), value :: f
+      integer(c_int64_t), value :: offset, len
+      integer(c_int64_t), intent(out) :: cached, dirty, total
+      integer(c_int) :: rc
+    end function
+    ! 1 for a device mechanism (naive, staged, gds, pagecache: it serves GPU memory), 0 for a host
+    ! one, -EINVAL for an unknown id (accio_stats's last_mechanism is an id)
+    function accio_mechanism_device(id) bind(C, name="accio_mechanism_device") result(yes)
+      import :: c_int
+      integer(c_int), value :: id
+      integer(c_int) :: yes
+    end function
+    ! the number of GPUs (0 without a driver or a GPU)
+    function accio_gpu_count() bind(C, name="accio_gpu_count") result(n)
+      import :: c_int
+      integer(c_int) :: n
+    end function
+    ! 0, or -errno (-ENODEV: no such GPU)
+    function accio_gpu_info_get(ordinal, info) bind(C, name="accio_gpu_info_get") result(rc)
+      import :: c_int, accio_gpu_info
+      integer(c_int), value :: ordinal
+      type(accio_gpu_info), intent(out) :: info
+      integer(c_int) :: rc
+    end function
+    ! where p lives: ACCIO_MEM_HOST, _PINNED, _DEVICE or _MANAGED; device gets the GPU or -1
+    function accio_mem_kind(p, device) bind(C, name="accio_mem_kind") result(kind)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: p
+      integer(c_int), intent(out) :: device
+      integer(c_int) :: kind
+    end function
+    ! copies nbytes between any two of host, pinned, device and managed memory; 0 or -errno
+    function accio_device_copy(dst, src, nbytes) bind(C, name="accio_device_copy") result(rc)
+      import :: c_ptr, c_size_t, c_int
+      type(c_ptr), value :: dst, src
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: rc
+    end function
+    ! waits for the work queued on a CUDA stream of GPU `device` (ACCIO_STREAM_LEGACY,
+    ! ACCIO_STREAM_PER_THREAD or a CUstream handle; 0 is -EINVAL); 0 or -errno
+    function accio_cuda_stream_sync(device, stream) bind(C, name="accio_cuda_stream_sync") result(rc)
+      import :: c_int, c_intptr_t
+      integer(c_int), value :: device
+      integer(c_intptr_t), value :: stream
+      integer(c_int) :: rc
     end function
   end interface
 
@@ -259,6 +352,53 @@ module accio
     function c_last_error_path() bind(C, name="accio_last_error_path") result(p)
       import :: c_ptr
       type(c_ptr) :: p
+    end function
+    function c_mechanism_name(id) bind(C, name="accio_mechanism_name") result(p)
+      import :: c_ptr, c_int
+      integer(c_int), value :: id
+      type(c_ptr) :: p
+    end function
+    function c_parse_size(text) bind(C, name="accio_parse_size") result(n)
+      import :: c_char, c_int64_t
+      character(kind=c_char), dimension(*), intent(in) :: text
+      integer(c_int64_t) :: n
+    end function
+    function c_warnings(out, len) bind(C, name="accio_warnings") result(n)
+      import :: c_char, c_size_t
+      character(kind=c_char), dimension(*), intent(out) :: out
+      integer(c_size_t), value :: len
+      integer(c_size_t) :: n
+    end function
+    function c_cuda_available(why, len) bind(C, name="accio_cuda_available") result(rc)
+      import :: c_char, c_size_t, c_int
+      character(kind=c_char), dimension(*), intent(out) :: why
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function
+    function c_device_alloc(device, nbytes, managed, out) bind(C, name="accio_device_alloc") result(rc)
+      import :: c_ptr, c_size_t, c_int
+      integer(c_int), value :: device, managed
+      integer(c_size_t), value :: nbytes
+      type(c_ptr), intent(out) :: out
+      integer(c_int) :: rc
+    end function
+    function c_device_free(p) bind(C, name="accio_device_free") result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: p
+      integer(c_int) :: rc
+    end function
+    function c_gds_info(detail, len) bind(C, name="accio_gds_info") result(rc)
+      import :: c_char, c_size_t, c_int
+      character(kind=c_char), dimension(*), intent(out) :: detail
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function
+    function c_gds_mode(f, detail, len) bind(C, name="accio_gds_mode") result(rc)
+      import :: c_ptr, c_char, c_size_t, c_int
+      type(c_ptr), value :: f
+      character(kind=c_char), dimension(*), intent(out) :: detail
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
     end function
     function c_strlen(p) bind(C, name="strlen") result(n)
       import :: c_ptr, c_size_t
@@ -553,6 +693,94 @@ contains
     rc = c_explain(f, c_null_ptr, nbytes, offset, op, p, size(p, kind=c_size_t), w, size(w, kind=c_size_t))
     plan = from_buffer(p)
     why = from_buffer(w)
+  end function
+
+  ! A C string held in a character array (an accio_gpu_info field): the characters up to its NUL.
+  function accio_string(chars) result(s)
+    character(kind=c_char), intent(in) :: chars(:)
+    character(len=:), allocatable :: s
+    s = from_buffer(chars)
+  end function
+
+  ! The name of mechanism `id` (accio_stats's last_mechanism): "posix", "staged", ...; "" for an
+  ! unknown id.
+  function accio_mechanism_name(id) result(name)
+    integer(c_int), intent(in) :: id
+    character(len=:), allocatable :: name
+    name = f_string(c_mechanism_name(id))
+  end function
+
+  ! "4096", "4k", "16MiB", "1g" in bytes (binary units), or -EINVAL (accio_last_error() says why).
+  function accio_parse_size(text) result(n)
+    character(len=*), intent(in) :: text
+    integer(c_int64_t) :: n
+    n = c_parse_size(c_string(text))
+  end function
+
+  ! The warnings issued so far, one per line ("" when none).
+  function accio_warnings() result(text)
+    character(len=:), allocatable :: text
+    character(kind=c_char), allocatable :: out(:)
+    integer(c_size_t) :: n
+    allocate (out(4096))
+    n = c_warnings(out, size(out, kind=c_size_t))
+    if (n >= size(out, kind=c_size_t)) then  ! the full length: once more with room for it
+      deallocate (out)
+      allocate (out(n + 1))
+      n = c_warnings(out, size(out, kind=c_size_t))
+    end if
+    text = from_buffer(out)
+  end function
+
+  ! 1 when the CUDA driver loads and reports a GPU; 0 otherwise, with why (optional) saying what is
+  ! missing.
+  function accio_cuda_available(why) result(yes)
+    character(len=:), allocatable, intent(out), optional :: why
+    integer(c_int) :: yes
+    character(kind=c_char) :: w(1024)
+    yes = c_cuda_available(w, size(w, kind=c_size_t))
+    if (present(why)) why = from_buffer(w)
+  end function
+
+  ! nbytes of GPU memory on GPU `device` in p (managed: memory both the CPU and the GPU address,
+  ! cuMemAllocManaged); 0 or -errno (-ENODEV without a driver or with no such GPU).
+  function accio_device_alloc(device, nbytes, managed, p) result(rc)
+    integer(c_int), intent(in) :: device
+    integer(c_size_t), intent(in) :: nbytes
+    logical, intent(in) :: managed
+    type(c_ptr), intent(out) :: p
+    integer(c_int) :: rc
+    p = c_null_ptr
+    rc = c_device_alloc(device, nbytes, merge(1_c_int, 0_c_int, managed), p)
+  end function
+
+  ! 0, or -errno for memory accio_device_alloc did not give; p becomes c_null_ptr.
+  function accio_device_free(p) result(rc)
+    type(c_ptr), intent(inout) :: p
+    integer(c_int) :: rc
+    rc = 0
+    if (c_associated(p)) rc = c_device_free(p)
+    if (rc == 0) p = c_null_ptr
+  end function
+
+  ! 1 when cuFile loaded (detail: whether its direct path is possible), 0 when not (detail: why).
+  function accio_gds_info(detail) result(yes)
+    character(len=:), allocatable, intent(out), optional :: detail
+    integer(c_int) :: yes
+    character(kind=c_char) :: d(1024)
+    yes = c_gds_info(d, size(d, kind=c_size_t))
+    if (present(detail)) detail = from_buffer(d)
+  end function
+
+  ! For f: 1 when cuFile can take the direct path, 0 when it would run in compatibility mode, 2 when
+  ! cuFile refuses the file (gds then runs staged for it); -errno on error. detail says why.
+  function accio_gds_mode(f, detail) result(mode)
+    type(c_ptr), intent(in) :: f
+    character(len=:), allocatable, intent(out), optional :: detail
+    integer(c_int) :: mode
+    character(kind=c_char) :: d(1024)
+    mode = c_gds_mode(f, d, size(d, kind=c_size_t))
+    if (present(detail)) detail = from_buffer(d)
   end function
 
   function accio_version() result(v)

@@ -28,7 +28,7 @@ program fortran_api
   type(accio_stats) :: st
   character(len=:), allocatable :: plan, why, text
   integer(c_size_t) :: nbytes
-  integer(c_int64_t) :: got
+  integer(c_int64_t) :: got, step_64, time_64, size_64
   integer(c_int) :: rc, how
   integer :: i, failures
 
@@ -158,6 +158,43 @@ program fortran_api
   call check(index(accio_last_error(), "lots") > 0, "the error names the value: " // accio_last_error())
   call check(accio_settings_set(s, "no_such_setting", "1") == -22, "an unknown setting is -EINVAL")
   call accio_settings_free(s)
+
+  ! sizes, copies of settings, the process's counters, residency, the mechanisms' names, warnings
+  ! (one impure call a statement: Fortran may skip an .and.'s second operand)
+  call check(accio_parse_size("16MiB") == 16777216, "parse_size 16MiB")
+  call check(accio_parse_size("4k ") == 4096, "parse_size 4k, a trailing blank")
+  got = accio_parse_size("lots")
+  text = accio_last_error()
+  call check(got == -22 .and. index(text, "lots") > 0, "parse_size of a bad size: " // text)
+  s = accio_settings_new()
+  call check(accio_settings_set(s, "threads", "5") == 0, "settings_set before a copy")
+  mem = accio_settings_copy(s)
+  call check(c_associated(mem), "settings_copy")
+  call check(accio_settings_get(mem, "threads") == "5", "settings_copy keeps the values")
+  call check(accio_settings_set(mem, "threads", "6") == 0, "settings_set on the copy")
+  call check(accio_settings_get(s, "threads") == "5", "settings_copy is a copy")
+  call accio_settings_free(mem)
+  call accio_global_stats_reset()
+  call check(accio_open(f, path, "r", s) == 0, "open r")
+  call check(accio_pread(f, back, nbytes, 0_c_int64_t) == int(nbytes, c_int64_t), "pread for the counters")
+  rc = accio_global_stats(st)
+  call check(rc == 0 .and. st%reads >= 1 .and. st%bytes_read >= int(nbytes, c_int64_t), "global_stats counts the read")
+  text = accio_mechanism_name(st%last_mechanism)
+  call check(text == "posix" .or. text == "parallel" .or. text == "direct" .or. text == "uring", &
+             "mechanism_name of the last mechanism: " // text)
+  call check(accio_mechanism_device(st%last_mechanism) == 0, "mechanism_device of a host mechanism")
+  call check(accio_mechanism_name(9999) == "", "mechanism_name of an unknown id")
+  call check(accio_mechanism_device(9999) == -22, "mechanism_device of an unknown id")
+  got = accio_size(f)
+  rc = accio_residency(f, 0_c_int64_t, got + 4096, step_64, time_64, size_64)  ! the file's end cuts the range
+  call check(rc == 0 .and. size_64 == got .and. step_64 >= 0 .and. step_64 <= size_64 .and. time_64 >= 0, "residency")
+  call check(accio_close(f) == 0, "close r")
+  call accio_settings_free(s)
+  call accio_global_stats_reset()
+  rc = accio_global_stats(st)
+  call check(rc == 0 .and. st%reads == 0, "global_stats_reset")
+  text = accio_warnings()  ! ACCIO_QUIET hides them from stderr, not from this list
+  call check(len(text) == 0 .or. text(len(text):len(text)) == new_line("a"), "warnings: one per line")
 
   if (failures > 0) error stop "fortran_api: checks failed"
   print '(a)', "fortran_api: ok"
