@@ -20,8 +20,10 @@ namespace testing_accio {
 
 class TempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("ACCIO_TEST_DIR");
+  TempDir() : TempDir(nullptr) {}
+  // Under `under` when given, else ACCIO_TEST_DIR, else /tmp.
+  explicit TempDir(const char* under) {
+    const char* base = under ? under : std::getenv("ACCIO_TEST_DIR");
     std::string tmpl = std::string(base && *base ? base : "/tmp") + "/accio-test-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');

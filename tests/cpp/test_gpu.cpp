@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -455,6 +456,18 @@ struct FakeCounters {
 };
 bool fake_nvfs() { return fake() && std::getenv("FAKE_CUFILE_NVFS") && std::atoi(std::getenv("FAKE_CUFILE_NVFS")); }
 
+// Whether path is on a filesystem GPUDirect Storage takes the direct path on (NVIDIA's list: ext4,
+// xfs, Lustre, GPFS, BeeGFS, NFS), told here by the test itself: with ACCIO_TEST_DIR on btrfs or
+// tmpfs, cuFile with nvidia-fs still runs in compatibility mode.
+bool gds_filesystem(const std::string& path) {
+  struct statfs sf {};
+  if (statfs(path.c_str(), &sf) != 0) return false;
+  switch (static_cast<unsigned long>(sf.f_type)) {
+    case 0xEF53: case 0x58465342: case 0x0BD00BD0: case 0x47504653: case 0x19830326: case 0x6969: return true;
+    default: return false;
+  }
+}
+
 FakeCounters counters() {
   FakeCounters c{};
   if (auto fn = fake_fn<void (*)(FakeCounters*)>("fake_cuda_counters")) fn(&c);
@@ -694,10 +707,11 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
   auto direct_handles = fake_fn<uint64_t (*)()>("fake_cufile_direct_handles");
   ASSERT_NE(direct_handles, nullptr);
   const uint64_t direct_before = direct_handles();
-  EXPECT_EQ(accio_gds_mode(f, why, sizeof why), nvfs && std::atoi(nvfs) ? 1 : 0) << why;
+  const bool direct = nvfs && std::atoi(nvfs) && gds_filesystem(dir.file("f"));
+  EXPECT_EQ(accio_gds_mode(f, why, sizeof why), direct ? 1 : 0) << why;
   // The direct path gets the O_DIRECT descriptor; compatibility mode the buffered one (cuFile does
   // POSIX I/O on it: the page cache stays in use).
-  EXPECT_EQ(direct_handles() - direct_before, fake_nvfs() ? 1u : 0u);
+  EXPECT_EQ(direct_handles() - direct_before, direct ? 1u : 0u);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
   const FakeCounters b = counters();
   EXPECT_EQ(b.cufile_reads - a.cufile_reads, 3u * 3) << "3 MiB in 1 MiB tasks, three times";
@@ -705,6 +719,37 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
   EXPECT_EQ(ran(f), "gds");
   accio_close(f);
   EXPECT_EQ(counters().cufile_handles, a.cufile_handles) << "the handle is deregistered at close";
+  accio_settings_free(s);
+}
+
+// With nvidia-fs loaded, a file on a filesystem GDS does not take (tmpfs here; btrfs alike) is read
+// by cuFile in compatibility mode, POSIX I/O on the descriptor it was given: the buffered one, so
+// that the page cache stays in use. Until 2026-11-27 it got the O_DIRECT one wherever nvidia-fs
+// was loaded (seen with ACCIO_TEST_DIR on btrfs).
+TEST(FakeGpu, GdsGivesCuFileTheBufferedDescriptorWhereGdsDoesNotTakeTheFilesystem) {
+  if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only";
+  struct statfs sf {};
+  if (statfs("/dev/shm", &sf) != 0 || gds_filesystem("/dev/shm")) GTEST_SKIP() << "no /dev/shm off GDS's list here";
+  TempDir dir("/dev/shm");
+  const std::vector<char> data = pattern(2u << 20, 41);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  auto direct_handles = fake_fn<uint64_t (*)()>("fake_cufile_direct_handles");
+  ASSERT_NE(direct_handles, nullptr);
+  const uint64_t before = direct_handles();
+  char why[512];
+  EXPECT_EQ(accio_gds_mode(f, why, sizeof why), 0);
+  EXPECT_NE(std::string(why).find("does not support this filesystem"), std::string::npos) << why;
+  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
+  EXPECT_EQ(direct_handles() - before, 0u) << "cuFile got the O_DIRECT descriptor for a compatibility-mode file";
+  EXPECT_EQ(ran(f), "gds");
+  std::vector<char> back(data.size());
+  ASSERT_EQ(accio_device_copy(back.data(), dev.p, back.size()), 0);
+  EXPECT_EQ(back, data);
+  accio_close(f);
   accio_settings_free(s);
 }
 
