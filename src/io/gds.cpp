@@ -111,13 +111,14 @@ class Gds final : public Mechanism {
     const cf::Api& a = *cf::load();
     cu::ContextGuard g(c.target);
     void* fh = nullptr;
+    bool direct = false;
     std::vector<cf::IoParams> io(count);
     Leases leases{*this, {}};
     try {
       cu::wait_legacy_stream(c.file.path);  // see run()
-      fh = handle(c);
+      fh = handle(c, &direct);
       for (size_t i = 0; i < count; ++i) {
-        const auto [base, boff, lease_id] = leases.take(static_cast<char*>(items[i].buf), items[i].n, a);
+        const auto [base, boff, lease_id] = leases.take(static_cast<char*>(items[i].buf), items[i].n, a, direct);
         io[i].mode = 1;  // CUFILE_BATCH
         io[i].u.batch = {base, static_cast<off_t>(items[i].off), static_cast<off_t>(boff), items[i].n};
         io[i].fh = fh;
@@ -164,15 +165,20 @@ class Gds final : public Mechanism {
     auto [it, fresh] = handles_.try_emplace(c.file.id);
     if (fresh) {
       cu::ContextGuard g(c.target);
-      it->second.handle = cf::register_file(c.file.direct_fd, c.file.fd, &it->second.refused);
+      it->second.direct = cf::mode_for(c.file.fd >= 0 ? c.file.fd : c.file.direct_fd).path == cf::Mode::direct;
+      it->second.handle = cf::register_file(c.file.direct_fd, c.file.fd, it->second.direct, &it->second.refused);
     }
     if (!it->second.handle && why) *why = it->second.refused;
     return it->second.handle;
   }
-  void* handle(const IoContext& c) const {
+  // The file's cuFile handle (an error when cuFile refuses the file), and in *direct whether cuFile
+  // can take the direct path for it.
+  void* handle(const IoContext& c, bool* direct) const {
     std::string why;
     void* h = file_handle(c, &why);
     if (!h) throw Error(EIO, "cuFileHandleRegister", c.file.path, base::kNoOffset, why);
+    std::lock_guard lk(mu_);
+    *direct = handles_.at(c.file.id).direct;
     return h;
   }
 
@@ -189,8 +195,8 @@ class Gds final : public Mechanism {
     size_t off;
     unsigned long long id;  // 0: nothing leased
   };
-  Lease registered(char* buf, size_t n, const cf::Api& a) const {
-    if (!a.nvfs) return {buf, 0, 0};
+  Lease registered(char* buf, size_t n, const cf::Api& a, bool direct) const {
+    if (!direct) return {buf, 0, 0};  // compatibility mode: cuFile copies through its bounce buffers anyway
     const cu::Driver& d = *cu::load();
     int attrs[] = {cu::kPtrBufferId, cu::kPtrRangeStart, cu::kPtrRangeSize};
     unsigned long long buf_id = 0;
@@ -280,9 +286,9 @@ class Gds final : public Mechanism {
     ~Leases() {
       for (const Lease& l : held) g.release(l);
     }
-    Lease take(char* buf, size_t n, const cf::Api& a) {
+    Lease take(char* buf, size_t n, const cf::Api& a, bool direct) {
       held.reserve(held.size() + 1);  // before the lease is taken: the push cannot throw after it
-      return held.emplace_back(g.registered(buf, n, a));
+      return held.emplace_back(g.registered(buf, n, a, direct));
     }
   };
 
@@ -292,9 +298,10 @@ class Gds final : public Mechanism {
     // cuFile's DMA is ordered with no CUDA stream: wait for what the caller queued on the legacy
     // default stream (a kernel still writing or reading the buffer), as staged's copies do.
     cu::wait_legacy_stream(c.file.path, static_cast<int64_t>(off));
-    void* fh = handle(c);
+    bool direct;
+    void* fh = handle(c, &direct);
     Leases leases{*this, {}};
-    const auto [base, boff, lease_id] = leases.take(buf, n, a);
+    const auto [base, boff, lease_id] = leases.take(buf, n, a, direct);
     return split_run(c.runner, c.settings.threads, off, n, task_bytes(c.settings, n, c.settings.threads, 4096),
                      [&, base = base, boff = boff](uint64_t o, size_t len, size_t bo) {
                        cu::ContextGuard tg(c.target);
@@ -387,6 +394,7 @@ class Gds final : public Mechanism {
   mutable std::mutex mu_;
   struct Handle {
     void* handle = nullptr;
+    bool direct = false;  // cuFile can take the direct path (cufile::mode_for): buffers worth registering
     std::string refused;  // why cuFile refused the file (handle null)
   };
   mutable std::map<uint64_t, Handle> handles_;  // file id -> cuFile handle

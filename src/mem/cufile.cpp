@@ -148,7 +148,7 @@ std::string register_hints() {
   return h;
 }
 
-void* register_file(int direct_fd, int fd, std::string* why) {
+void* register_file(int direct_fd, int fd, bool direct, std::string* why) {
   std::string why_not;
   const Api* a = load(&why_not);
   if (!a) {
@@ -159,8 +159,7 @@ void* register_file(int direct_fd, int fd, std::string* why) {
   // The direct path needs the O_DIRECT descriptor. In compatibility mode cuFile does POSIX I/O on
   // the descriptor it was given: the buffered one keeps the page cache (a hot file is not read
   // from the device again) and has no alignment rules. That is also so with nvidia-fs loaded, for
-  // a file on a filesystem GDS does not take (btrfs, tmpfs): mode_for tells.
-  const bool direct = mode_for(fd >= 0 ? fd : direct_fd).path == Mode::direct;
+  // a file on a filesystem GDS does not take (btrfs, tmpfs).
   const int order[2] = {direct ? direct_fd : fd, direct ? fd : direct_fd};
   for (const int f : order) {
     if (f < 0) continue;

@@ -467,6 +467,11 @@ bool gds_filesystem(const std::string& path) {
     default: return false;
   }
 }
+// The fake cuFile takes the direct path for files under the test directory (TempDir's).
+bool fake_direct_path() {
+  const char* base = std::getenv("ACCIO_TEST_DIR");
+  return fake_nvfs() && gds_filesystem(base && *base ? base : "/tmp");
+}
 
 FakeCounters counters() {
   FakeCounters c{};
@@ -724,8 +729,9 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
 
 // With nvidia-fs loaded, a file on a filesystem GDS does not take (tmpfs here; btrfs alike) is read
 // by cuFile in compatibility mode, POSIX I/O on the descriptor it was given: the buffered one, so
-// that the page cache stays in use. Until 2026-11-27 it got the O_DIRECT one wherever nvidia-fs
-// was loaded (seen with ACCIO_TEST_DIR on btrfs).
+// that the page cache stays in use, and with no buffer registered. Until 2026-11-27 it got the
+// O_DIRECT one, and its buffers were registered, wherever nvidia-fs was loaded (seen with
+// ACCIO_TEST_DIR on btrfs).
 TEST(FakeGpu, GdsGivesCuFileTheBufferedDescriptorWhereGdsDoesNotTakeTheFilesystem) {
   if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only";
   struct statfs sf {};
@@ -740,11 +746,15 @@ TEST(FakeGpu, GdsGivesCuFileTheBufferedDescriptorWhereGdsDoesNotTakeTheFilesyste
   auto direct_handles = fake_fn<uint64_t (*)()>("fake_cufile_direct_handles");
   ASSERT_NE(direct_handles, nullptr);
   const uint64_t before = direct_handles();
+  const FakeCounters a = counters();
   char why[512];
   EXPECT_EQ(accio_gds_mode(f, why, sizeof why), 0);
   EXPECT_NE(std::string(why).find("does not support this filesystem"), std::string::npos) << why;
   ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size()));
   EXPECT_EQ(direct_handles() - before, 0u) << "cuFile got the O_DIRECT descriptor for a compatibility-mode file";
+  // nor is the buffer registered (pinned in the GPU's BAR): compatibility mode copies through
+  // cuFile's own bounce buffers whatever it is given
+  EXPECT_EQ(counters().cufile_buf_registers, a.cufile_buf_registers);
   EXPECT_EQ(ran(f), "gds");
   std::vector<char> back(data.size());
   ASSERT_EQ(accio_device_copy(back.data(), dev.p, back.size()), 0);
@@ -797,7 +807,7 @@ void gds_read_matches(const std::string& path, const std::vector<char>& data) {
 // cuFile refuses to pin a buffer (CU_FILE_GPU_MEMORY_PINNING_FAILED past max_device_pinned_mem_size,
 // FAKE_CUFILE_PINNED_LIMIT here): one warning, and the request runs through cuFile's bounce buffers.
 TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {
-  if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)";
+  if (!fake_direct_path()) GTEST_SKIP() << "fake driver with nvidia-fs, on a GDS filesystem, only (registration is skipped in compat mode)";
   TempDir dir;
   const std::vector<char> data = pattern((2u << 20) + 9, 33);
   write_file(dir.file("f"), data);
@@ -810,7 +820,7 @@ TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {
 // A refusal to pin is not kept for the buffer's life: pinning fails while others hold the GPU's
 // pinned memory, and they may give it back. The same buffer is registered once a second has passed.
 TEST(FakeGpu, GdsAsksAgainForABufferCuFileCouldNotPin) {
-  if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)";
+  if (!fake_direct_path()) GTEST_SKIP() << "fake driver with nvidia-fs, on a GDS filesystem, only (registration is skipped in compat mode)";
   auto refusals = fake_fn<uint64_t (*)()>("fake_cufile_pin_refusals");
   ASSERT_NE(refusals, nullptr);
   TempDir dir;
@@ -839,7 +849,7 @@ TEST(FakeGpu, GdsAsksAgainForABufferCuFileCouldNotPin) {
 // the request runs through cuFile's bounce buffers, with one warning. FAKE_CUDA_VMM_RESERVE makes the
 // fake report a 96 GiB range.
 TEST(FakeGpu, GdsDoesNotPinAVmmReservation) {
-  if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)";
+  if (!fake_direct_path()) GTEST_SKIP() << "fake driver with nvidia-fs, on a GDS filesystem, only (registration is skipped in compat mode)";
   TempDir dir;
   const std::vector<char> data = pattern(8u << 20, 31);
   write_file(dir.file("f"), data);
@@ -861,7 +871,7 @@ TEST(FakeGpu, GdsDoesNotPinAVmmReservation) {
 // kept alive (a freed buffer's address comes back for the next, which replaces the stale entry and
 // never reaches the count limit: the test would pass with the leases ignored).
 TEST(FakeGpu, GdsNeverDropsARegistrationInUse) {
-  if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)";
+  if (!fake_direct_path()) GTEST_SKIP() << "fake driver with nvidia-fs, on a GDS filesystem, only (registration is skipped in compat mode)";
   auto busy = fake_fn<uint64_t (*)()>("fake_cufile_busy_deregisters");
   auto deregs = fake_fn<uint64_t (*)()>("fake_cufile_deregisters");
   ASSERT_NE(busy, nullptr);
