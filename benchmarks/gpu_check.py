@@ -114,7 +114,7 @@ STAGES = (
           "large requests on a hot 2 GiB one, plain vs accio run with default settings"),
     Stage("host-programs-cold", 220, "issue 20: benchmarks/run_programs.py, every program on a cold 512 MiB file, "
           "with fio's queue-depth 16 vs 1 (the prefetch goal) and the small readers with the prefetch forced on"),
-    Stage("host-programs-large", 180, "issue 20: benchmarks/run_programs.py, the large requests (dd bs=64M, readinto "
+    Stage("host-programs-large", 240, "issue 20: benchmarks/run_programs.py, the large requests (dd bs=64M, readinto "
           "of 64 MiB with its own loop timed), fio's psync cases and torch.load on a hot 2 GiB file, then "
           "torch_load_reads.py"),
     Stage("host-realign", 30, "benchmarks/realign.py: hot reads into a bytearray and a buffer 8 bytes off, "
@@ -629,6 +629,10 @@ def program_line(c: dict, cache: str) -> str:
     if "prefetch_forced" in c:
         f = c["prefetch_forced"]
         parts.append(f"forced prefetch {f['ratio']['estimate']:.2f} {f['goal_result']}")
+    if srv := c.get("served"):  # what the shim did with the program's bytes (its statistics)
+        dropped = (srv.get("dropped") or {}).get("calls", 0)
+        parts.append(f"engine {srv.get('accelerated_bytes', 0)} of {srv.get('bytes', 0)} B"
+                     + (f", {dropped} calls past the rows kept" if dropped else ""))
     return f"{c['name']} {cache} {c['ratio']['estimate']:.2f} ({'; '.join(parts)})"
 
 

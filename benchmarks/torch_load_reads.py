@@ -3,8 +3,8 @@
 
 On the H100 machine (2026-11-27, torch 2.11) `torch.load` of a 1 GiB tensor under `accio run` ran
 at 1.11x [0.93-1.15] and the shim's statistics showed 20 MB of calls (the imports) and none of the
-tensor's bytes. The statistics were at fault: they kept the first 1024 files of a process, and
-importing torch reads more (docs/preload.md, Statistics). With torch 2.15 on the 2-CPU VM this
+tensor's bytes. Most likely the statistics were at fault: they kept rows for the first 1024 files
+of a process, and importing torch reads more (docs/preload.md, Statistics). With torch 2.15 on the 2-CPU VM this
 shows one readinto of the whole 256 MiB record and no mapping. That machine has no strace, so this looks from inside: it
 saves a tensor, then loads it once through a file object that counts what torch asks of it
 (`read`, `readinto`, their bytes and sizes, `seek`) and once by path, and reports whether the file

@@ -211,7 +211,7 @@ int accio_global_mechanism_stats(int id, uint64_t* calls, uint64_t* bytes);
 void accio_global_stats_reset(void);
 int accio_mechanism_count(void);
 const char* accio_mechanism_name(int id);
-/* 1 when the mechanism serves buffers in GPU memory (naive, staged, gds), 0 host, -EINVAL unknown id. */
+/* 1 when the mechanism serves buffers in GPU memory (naive, staged, gds, pagecache), 0 host, -EINVAL unknown id. */
 int accio_mechanism_device(int id);
 /* 1 available, 0 not (why says what is missing). */
 int accio_mechanism_available(int id, char* why, size_t len);

@@ -221,8 +221,10 @@ def render(report: dict) -> str:
         lines.append(f"  {windows} prefetch window(s) asked of the kernel ahead of sequential readers")
     dropped = report.get("dropped") or {}
     if dropped.get("calls"):
-        lines.append(f"  {dropped['calls']} call(s), {fmt_size(dropped['bytes'])}, on files beyond the first "
-                     f"{max(p.get('max_files', 0) for p in procs)} of a process are counted in no row above (and not in the totals)")
+        keep = max((p.get("max_files", 0) for p in procs), default=0)
+        lines.append(f"  {dropped['calls']} call(s), {fmt_size(dropped['bytes'])}, on files past the rows a process keeps"
+                     + (f" ({keep}; ACCIO_PRELOAD_STATS_FILES, docs/preload.md)" if keep else "")
+                     + " are counted in no row above and not in the totals")
     fb = sum(f[op].get("fallbacks", 0) for f in files for op in ("read", "write"))
     if fb:
         lines.append(f"  {fb} request(s) failed in the engine and were redone by libc (their result is the kernel's)")

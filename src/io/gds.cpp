@@ -160,25 +160,27 @@ class Gds final : public Mechanism {
  private:
   // The file's cuFile handle, registered on first use (in the request's context); nullptr and *why
   // when cuFile refuses the file, which is remembered until it closes.
-  void* file_handle(const IoContext& c, std::string* why) const {
+  // *direct (when asked): whether cuFile can take the direct path for the file, so that buffers
+  // are worth registering: mode_for says it is possible, and cuFile took the O_DIRECT descriptor.
+  void* file_handle(const IoContext& c, std::string* why, bool* direct = nullptr) const {
     std::lock_guard lk(mu_);
     auto [it, fresh] = handles_.try_emplace(c.file.id);
     if (fresh) {
       cu::ContextGuard g(c.target);
-      it->second.direct = cf::mode_for(c.file.fd >= 0 ? c.file.fd : c.file.direct_fd).path == cf::Mode::direct;
-      it->second.handle = cf::register_file(c.file.direct_fd, c.file.fd, it->second.direct, &it->second.refused);
+      const bool possible = cf::mode_for(c.file.fd >= 0 ? c.file.fd : c.file.direct_fd).path == cf::Mode::direct;
+      bool took_direct = false;
+      it->second.handle = cf::register_file(c.file.direct_fd, c.file.fd, possible, &took_direct, &it->second.refused);
+      it->second.direct = possible && took_direct;
     }
     if (!it->second.handle && why) *why = it->second.refused;
+    if (direct) *direct = it->second.direct;
     return it->second.handle;
   }
-  // The file's cuFile handle (an error when cuFile refuses the file), and in *direct whether cuFile
-  // can take the direct path for it.
+  // The file's cuFile handle, or an error when cuFile refuses the file.
   void* handle(const IoContext& c, bool* direct) const {
     std::string why;
-    void* h = file_handle(c, &why);
+    void* h = file_handle(c, &why, direct);
     if (!h) throw Error(EIO, "cuFileHandleRegister", c.file.path, base::kNoOffset, why);
-    std::lock_guard lk(mu_);
-    *direct = handles_.at(c.file.id).direct;
     return h;
   }
 
@@ -394,7 +396,7 @@ class Gds final : public Mechanism {
   mutable std::mutex mu_;
   struct Handle {
     void* handle = nullptr;
-    bool direct = false;  // cuFile can take the direct path (cufile::mode_for): buffers worth registering
+    bool direct = false;  // the direct path is possible and cuFile took the O_DIRECT descriptor
     std::string refused;  // why cuFile refused the file (handle null)
   };
   mutable std::map<uint64_t, Handle> handles_;  // file id -> cuFile handle

@@ -148,7 +148,7 @@ std::string register_hints() {
   return h;
 }
 
-void* register_file(int direct_fd, int fd, bool direct, std::string* why) {
+void* register_file(int direct_fd, int fd, bool direct, bool* took_direct, std::string* why) {
   std::string why_not;
   const Api* a = load(&why_not);
   if (!a) {
@@ -168,7 +168,10 @@ void* register_file(int direct_fd, int fd, bool direct, std::string* why) {
     d.handle.fd = f;
     void* h = nullptr;
     const Error e = a->HandleRegister(&h, &d);
-    if (e.err == 0 && h) return h;
+    if (e.err == 0 && h) {
+      if (took_direct) *took_direct = f == direct_fd;
+      return h;
+    }
     tried += std::string(tried.empty() ? "" : ", ") + error_text(e) + " with the " + (f == direct_fd ? "O_DIRECT" : "buffered") +
              " descriptor";
   }

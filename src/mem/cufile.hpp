@@ -87,9 +87,10 @@ std::string error_text(Error e);
 // Registers a file with cuFile (cuFileHandleRegister). With `direct` (mode_for says the direct
 // path is possible) the O_DIRECT descriptor first, which that path needs, then the buffered one;
 // otherwise the buffered one first, on which cuFile's compatibility mode keeps the page cache.
-// cuFile may refuse one and take the other. Returns the handle, or nullptr with *why: each
-// attempt's error by name and the possible causes that can be seen from here (register_hints).
-void* register_file(int direct_fd, int fd, bool direct, std::string* why);
+// cuFile may refuse one and take the other: *took_direct says whether it took the O_DIRECT one.
+// Returns the handle, or nullptr with *why: each attempt's error by name and the possible causes
+// that can be seen from here (register_hints).
+void* register_file(int direct_fd, int fd, bool direct, bool* took_direct, std::string* why);
 // What on this machine makes cuFile refuse files: compat mode disallowed by cufile.json while
 // nvidia-fs is absent, /run/udev unreadable (cuFile identifies a file's block device through udev),
 // where cufile.json and cufile.log are. "" when nothing suspicious is seen.

@@ -369,14 +369,17 @@ missing:
 #define NBUCKETS 10
 static const uint64_t kBucketMax[NBUCKETS - 1] = {100, 1000, 10000, 100000, 1u << 20, 4u << 20, 10u << 20,
                                                   100u << 20, 1u << 30};
-/* Records are kept for the first MAX_FILES files a process touches (a Python importing torch reads
- * some 1700; until 2026-11-27 the cap was 1024, and the tensor torch.load read next was
- * left out of the table without a word). Beyond it calls and bytes are only counted
- * (dropped_calls, dropped_bytes), and `accio run --stats` says so. The table grows by doubling and
- * is found through an open-addressing index on (device, inode): record() runs for every call of
- * a process under --stats, and a linear search over thousands of files would cost more than the
- * calls it counts. */
+/* Rows are kept for the first g_max_files files (device, inode) a process touches: MAX_FILES, or
+ * fewer with ACCIO_PRELOAD_STATS_FILES. A Python importing torch reads about 1100. Until 2026-11-27
+ * the limit was 1024, and a file past it (the tensor torch.load read after the imports) had no row:
+ * only the process's dropped_calls in --stats-json counted it, and neither the table nor
+ * run_programs.py read that. Beyond the limit calls and bytes are counted (dropped_calls,
+ * dropped_bytes), and `accio run --stats` says so. A row takes about 0.8 KiB (65536: about 52 MiB,
+ * only with statistics on). The table grows by doubling and is found through an open-addressing
+ * index on (device, inode): record() runs for every call of a process under --stats, and a linear
+ * search over thousands of files would cost more than the calls it counts. */
 #define MAX_FILES (1u << 16)
+static uint32_t g_max_files = MAX_FILES;
 #define MAX_PLANS 8
 struct plan_rec {
   char plan[128], why[384];
@@ -395,8 +398,9 @@ struct file_rec {
 };
 static struct file_rec* g_files;
 static uint32_t g_nfiles, g_files_cap;
-static uint32_t* g_file_index; /* 2 * g_files_cap slots: 1 + the record's number, 0 empty */
-static uint64_t g_dropped, g_dropped_bytes; /* calls (and their bytes) on files beyond MAX_FILES */
+static uint32_t* g_file_index; /* g_index_slots (>= 2 * g_files_cap): 1 + the record's number, 0 empty */
+static uint32_t g_index_slots;
+static uint64_t g_dropped, g_dropped_bytes; /* calls (and their bytes) on files beyond g_max_files */
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -410,8 +414,8 @@ static inline uint32_t file_slot(dev_t dev, ino_t ino, uint32_t mask) {
 }
 
 static struct file_rec* find_file_locked(dev_t dev, ino_t ino) {
-  if (!g_files_cap) return NULL;
-  const uint32_t mask = 2 * g_files_cap - 1;
+  if (!g_index_slots) return NULL;
+  const uint32_t mask = g_index_slots - 1;
   for (uint32_t i = file_slot(dev, ino, mask);; i = (i + 1) & mask) {
     const uint32_t k = g_file_index[i];
     if (!k) return NULL;
@@ -419,25 +423,29 @@ static struct file_rec* find_file_locked(dev_t dev, ino_t ino) {
   }
 }
 
-/* Room for one more record (the table and its index doubled when full); 0 when MAX_FILES are kept
+/* Room for one more record (the table and its index doubled when full); 0 when g_max_files are kept
  * or memory ran out. */
 static int files_room_locked(void) {
   if (g_nfiles < g_files_cap) return 1;
-  if (g_files_cap == MAX_FILES) return 0;
-  const uint32_t cap = g_files_cap ? 2 * g_files_cap : 64;
+  if (g_nfiles >= g_max_files) return 0;
+  uint32_t cap = g_files_cap ? 2 * g_files_cap : 64;
+  if (cap > g_max_files) cap = g_max_files;
   struct file_rec* files = realloc(g_files, cap * sizeof *files);
   if (!files) return 0;
   g_files = files;
   memset(files + g_files_cap, 0, (cap - g_files_cap) * sizeof *files); /* plans: NULL */
-  uint32_t* index = calloc(2 * (size_t)cap, sizeof *index);
+  uint32_t slots = 128; /* a power of two, at least twice the rows */
+  while (slots < 2 * cap) slots *= 2;
+  uint32_t* index = calloc(slots, sizeof *index);
   if (!index) return 0; /* the table grew, the old index still finds what it holds: retried next time */
   for (uint32_t k = 0; k < g_nfiles; ++k) {
-    uint32_t i = file_slot(files[k].dev, files[k].ino, 2 * cap - 1);
-    while (index[i]) i = (i + 1) & (2 * cap - 1);
+    uint32_t i = file_slot(files[k].dev, files[k].ino, slots - 1);
+    while (index[i]) i = (i + 1) & (slots - 1);
     index[i] = k + 1;
   }
   free(g_file_index);
   g_file_index = index;
+  g_index_slots = slots;
   g_files_cap = cap;
   return 1;
 }
@@ -447,13 +455,10 @@ static struct file_rec* file_rec_locked(int fd, const struct stat* st) {
   struct file_rec* found = find_file_locked(st->st_dev, st->st_ino);
   if (found) return found;
   if (!files_room_locked()) return NULL;
-  struct file_rec* r = &g_files[g_nfiles++];
-  struct plan_rec* plans = r->plans; /* left by a parent's record in a forked child: reused */
-  memset(r, 0, sizeof *r);
-  r->plans = plans;
+  struct file_rec* r = &g_files[g_nfiles++]; /* zeroed when the table grew */
   r->dev = st->st_dev;
   r->ino = st->st_ino;
-  const uint32_t mask = 2 * g_files_cap - 1;
+  const uint32_t mask = g_index_slots - 1;
   uint32_t i = file_slot(r->dev, r->ino, mask);
   while (g_file_index[i]) i = (i + 1) & mask;
   g_file_index[i] = g_nfiles;
@@ -1317,8 +1322,11 @@ static void in_child(void) {
   g_mu = fresh;
   g_nhandles = 0; /* the parent's handles are left open but unused */
   memset(g_handles, 0, sizeof g_handles);
-  g_nfiles = 0; /* the records are written anew (their plans' memory kept) */
-  if (g_file_index) memset(g_file_index, 0, 2 * (size_t)g_files_cap * sizeof *g_file_index);
+  /* A fresh table: the parent's is left to it (a fork amid its growth may have left this copy half
+   * updated, and its pages are never touched here, so they cost the child nothing). */
+  g_files = NULL;
+  g_file_index = NULL;
+  g_nfiles = g_files_cap = g_index_slots = 0;
   g_dropped = g_dropped_bytes = 0;
   g_prefetches = 0;
   g_pf_ndevs = 0; /* a fork amid an insertion may have left a half-written entry: read sysfs again */
@@ -1396,7 +1404,7 @@ static void flush_stats(void) {
     g_floor[d] == SIZE_MAX ? fprintf(f, d ? ", null" : "null") : fprintf(f, d ? ", %zu" : "%zu", g_floor[d]);
   fprintf(f, "], \"engine_loaded\": %s, \"max_files\": %u, \"dropped_calls\": %llu, \"dropped_bytes\": %llu, "
           "\"prefetch_windows\": %llu, \"size_buckets\": [",
-          g_engine_loaded ? "true" : "false", MAX_FILES, (unsigned long long)g_dropped, (unsigned long long)g_dropped_bytes,
+          g_engine_loaded ? "true" : "false", g_max_files, (unsigned long long)g_dropped, (unsigned long long)g_dropped_bytes,
           (unsigned long long)__atomic_load_n(&g_prefetches, __ATOMIC_RELAXED));
   for (int b = 0; b < NBUCKETS - 1; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
   fputs("], \"files\": [", f);
@@ -1466,6 +1474,15 @@ __attribute__((constructor)) static void shim_init(void) {
   const char* fl = getenv("ACCIO_PRELOAD_FLOOR");
   if (fl && *fl && !g_gate_set && (!g_mechanism_set || !strcmp(m, "auto"))) set_floor(fl);
   const char* d = getenv("ACCIO_PRELOAD_STATS_DIR");
+  const char* nf = getenv("ACCIO_PRELOAD_STATS_FILES");
+  if (d && *d && nf && *nf) {
+    char* end;
+    errno = 0;
+    const unsigned long v = strtoul(nf, &end, 10);
+    if (!errno && !*end && *nf != '-' && v >= 1 && v <= MAX_FILES) g_max_files = (uint32_t)v;
+    else tell_user("accio preload: ACCIO_PRELOAD_STATS_FILES='%s' is not a count from 1 to %u: using %u\n", nf,
+                   MAX_FILES, g_max_files);
+  }
   if (d && *d && strlen(d) < sizeof g_stats_dir) {
     snprintf(g_stats_dir, sizeof g_stats_dir, "%s", d);
     atexit(flush_stats);

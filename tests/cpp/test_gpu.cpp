@@ -467,11 +467,26 @@ bool gds_filesystem(const std::string& path) {
     default: return false;
   }
 }
-// The fake cuFile takes the direct path for files under the test directory (TempDir's).
-bool fake_direct_path() {
+// Skips a test that needs the fake cuFile's direct path for files under the test directory
+// (TempDir's): nvidia-fs, and a filesystem GDS takes. Under CI a test directory off that list is a
+// failure, so that CI cannot lose these tests without a word.
+std::string test_dir() {
   const char* base = std::getenv("ACCIO_TEST_DIR");
-  return fake_nvfs() && gds_filesystem(base && *base ? base : "/tmp");
+  return base && *base ? base : "/tmp";
 }
+bool ci() {
+  const char* v = std::getenv("CI");
+  return v && *v && std::strcmp(v, "false") != 0 && std::strcmp(v, "0") != 0;
+}
+#define REQUIRE_FAKE_DIRECT_PATH()                                                                             \
+  do {                                                                                                         \
+    if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only (registration is skipped in compat mode)"; \
+    if (!gds_filesystem(test_dir())) {                                                                         \
+      if (ci()) FAIL() << "the test directory " << test_dir() << " is on a filesystem GDS does not take: set "   \
+                       << "ACCIO_TEST_DIR to one on ext4 or xfs";                                              \
+      GTEST_SKIP() << "the test directory " << test_dir() << " is on a filesystem GDS does not take";          \
+    }                                                                                                          \
+  } while (0)
 
 FakeCounters counters() {
   FakeCounters c{};
@@ -731,7 +746,8 @@ TEST(FakeGpu, GdsUsesCuFileAndCachesRegistration) {
 // by cuFile in compatibility mode, POSIX I/O on the descriptor it was given: the buffered one, so
 // that the page cache stays in use, and with no buffer registered. Until 2026-11-27 it got the
 // O_DIRECT one, and its buffers were registered, wherever nvidia-fs was loaded (seen with
-// ACCIO_TEST_DIR on btrfs).
+// ACCIO_TEST_DIR on btrfs). tmpfs takes O_DIRECT only from Linux 6.6: before, there is no O_DIRECT
+// descriptor to give, and only the registration check can fail.
 TEST(FakeGpu, GdsGivesCuFileTheBufferedDescriptorWhereGdsDoesNotTakeTheFilesystem) {
   if (!fake_nvfs()) GTEST_SKIP() << "fake driver with nvidia-fs only";
   struct statfs sf {};
@@ -807,7 +823,7 @@ void gds_read_matches(const std::string& path, const std::vector<char>& data) {
 // cuFile refuses to pin a buffer (CU_FILE_GPU_MEMORY_PINNING_FAILED past max_device_pinned_mem_size,
 // FAKE_CUFILE_PINNED_LIMIT here): one warning, and the request runs through cuFile's bounce buffers.
 TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {
-  if (!fake_direct_path()) GTEST_SKIP() << "fake driver with nvidia-fs, on a GDS filesystem, only (registration is skipped in compat mode)";
+  REQUIRE_FAKE_DIRECT_PATH();
   TempDir dir;
   const std::vector<char> data = pattern((2u << 20) + 9, 33);
   write_file(dir.file("f"), data);
@@ -820,7 +836,7 @@ TEST(FakeGpu, GdsRunsUnregisteredWhenCuFileCannotPin) {
 // A refusal to pin is not kept for the buffer's life: pinning fails while others hold the GPU's
 // pinned memory, and they may give it back. The same buffer is registered once a second has passed.
 TEST(FakeGpu, GdsAsksAgainForABufferCuFileCouldNotPin) {
-  if (!fake_direct_path()) GTEST_SKIP() << "fake driver with nvidia-fs, on a GDS filesystem, only (registration is skipped in compat mode)";
+  REQUIRE_FAKE_DIRECT_PATH();
   auto refusals = fake_fn<uint64_t (*)()>("fake_cufile_pin_refusals");
   ASSERT_NE(refusals, nullptr);
   TempDir dir;
@@ -849,7 +865,7 @@ TEST(FakeGpu, GdsAsksAgainForABufferCuFileCouldNotPin) {
 // the request runs through cuFile's bounce buffers, with one warning. FAKE_CUDA_VMM_RESERVE makes the
 // fake report a 96 GiB range.
 TEST(FakeGpu, GdsDoesNotPinAVmmReservation) {
-  if (!fake_direct_path()) GTEST_SKIP() << "fake driver with nvidia-fs, on a GDS filesystem, only (registration is skipped in compat mode)";
+  REQUIRE_FAKE_DIRECT_PATH();
   TempDir dir;
   const std::vector<char> data = pattern(8u << 20, 31);
   write_file(dir.file("f"), data);
@@ -871,7 +887,7 @@ TEST(FakeGpu, GdsDoesNotPinAVmmReservation) {
 // kept alive (a freed buffer's address comes back for the next, which replaces the stale entry and
 // never reaches the count limit: the test would pass with the leases ignored).
 TEST(FakeGpu, GdsNeverDropsARegistrationInUse) {
-  if (!fake_direct_path()) GTEST_SKIP() << "fake driver with nvidia-fs, on a GDS filesystem, only (registration is skipped in compat mode)";
+  REQUIRE_FAKE_DIRECT_PATH();
   auto busy = fake_fn<uint64_t (*)()>("fake_cufile_busy_deregisters");
   auto deregs = fake_fn<uint64_t (*)()>("fake_cufile_deregisters");
   ASSERT_NE(busy, nullptr);
@@ -1019,12 +1035,17 @@ TEST(FakeGpu, GdsFileThatCuFileRefusesRunsStaged) {
   EXPECT_NE(warnings().find("mechanism gds cannot serve"), std::string::npos) << "recorded as well";
   accio_set_log_callback(nullptr, nullptr);
 
-  // cuFile refusing only the O_DIRECT descriptor: the buffered one is registered and gds runs.
+  // cuFile refusing only the O_DIRECT descriptor: the buffered one is registered and gds runs, in
+  // compatibility mode on it, so no device buffer is registered (pinned) for it even where the
+  // direct path would have been possible.
   setenv("FAKE_CUFILE_REGISTER_ERR_DIRECT", "5027", 1);
   unsetenv("FAKE_CUFILE_REGISTER_ERR");
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
   EXPECT_NE(accio_gds_mode(f, why, sizeof why), 2) << why;
-  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  DeviceMem fresh(data.size(), false);
+  const uint64_t buf_registers = counters().cufile_buf_registers;
+  ASSERT_EQ(accio_pread(f, fresh.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  EXPECT_EQ(counters().cufile_buf_registers, buf_registers);
   EXPECT_EQ(ran(f), "gds");
   accio_close(f);
   unsetenv("FAKE_CUFILE_REGISTER_ERR_DIRECT");

@@ -825,6 +825,9 @@ def test_host_programs_runs_the_programs_benchmark(tmp_path, monkeypatch):
     assert cat.startswith("cat hot ") and "goal " in cat
     dd, ri = summary["hot-large"]["cases"]
     assert dd.startswith("dd-64m hot ") and "; large " in dd and "own loop" not in dd
+    # and what the shim served of the program's bytes (dd's 64 MiB reads: most of them)
+    engine, total = (int(x) for x in dd.split("; engine ")[1].split(" B")[0].split(" of "))
+    assert 0 < engine <= total, dd
     # readinto times its own loop: the large goal is given for the whole program and for the loop
     assert ri.startswith("readinto-64m hot ") and "; large " in ri and "; its own loop " in ri, ri
     (rec,) = [c for c in json.loads((run.state / summary["hot-large"]["json"]).read_text())["runs"][0]["cases"]

@@ -484,38 +484,53 @@ def test_name_that_is_not_utf8(data, tmp_path):
 
 def test_statistics_keep_every_file_and_count_what_they_cannot(data, tmp_path):
     """Every file a process reads gets its row, however many it opened before: Python importing
-    torch reads some 1700 files, and until 2026-11-27 the shim kept the first 1024 and dropped the
-    rest without a word, so the tensor torch.load read after the imports showed nowhere though the
-    engine served it. Past the shim's own limit (max_files, 65536 a process) calls and bytes are
-    counted, and the table says so instead of leaving them out silently."""
+    torch reads about 1100 files, and until 2026-11-27 the shim kept rows for the first 1024, so
+    the tensor torch.load read after the imports had none though the engine served it (only the
+    process's dropped_calls counted it, which nothing showed). Past the rows a process keeps
+    (max_files: 65536, or ACCIO_PRELOAD_STATS_FILES) calls and bytes are counted, and the table
+    says so instead of leaving them out silently."""
     many = tmp_path / "many"
     many.mkdir()
-    for i in range(65536 + 64):
-        fd = os.open(many / str(i), os.O_CREAT | os.O_WRONLY)
-        os.write(fd, b"x")
-        os.close(fd)
+    for i in range(1500):
+        (many / str(i)).write_bytes(b"x" * (i % 7 + 1))
     big = data / "big.bin"
     reader = ("import sys\n"
               "for i in range(int(sys.argv[2])):\n"
               "    with open(f'{sys.argv[1]}/{i}', 'rb') as f: f.read()\n"
               "with open(sys.argv[3], 'rb', buffering=0) as f:\n"
               "    while f.read(2 << 20): pass\n")
-    # 1500 files, then the large one: every row kept, the large file's reads served
+    # 1500 files, then the large one: one row each in the reader's own record (rows are found
+    # again, not made anew per call), every small file with the same calls, the large one served
     _, rep = accio_run([sys.executable, "-c", reader, str(many), "1500", str(big)], tmp_path, threshold="1m")
-    assert {str(many / str(i)) for i in range(1500)} <= {f["path"] for f in rep["files"]}
-    f = next(f for f in rep["files"] if f["path"] == str(big))
+    proc = next(pr for pr in rep["processes"] if str(many) in pr["command"])
+    paths = [f["path"] for f in proc["files"]]
+    assert len(paths) == len(set(paths)) and proc["max_files"] == 65536 and proc["dropped_calls"] == 0
+    small = [f for f in proc["files"] if f["path"].startswith(str(many) + "/")]
+    assert len(small) == 1500 and len({f["read"]["calls"] for f in small}) == 1
+    assert sum(f["read"]["bytes"] for f in small) == sum(i % 7 + 1 for i in range(1500))
+    f = next(f for f in proc["files"] if f["path"] == str(big))
     assert f["read"]["bytes"] == big.stat().st_size and f["read"]["accelerated_calls"] > 0
+    assert f["read"]["calls"] == -(-big.stat().st_size // (2 << 20)) + 1  # every call (and the one at EOF) in its row
     assert rep["dropped"] == {"calls": 0, "bytes": 0}
-    # beyond the limit: the large file's bytes are counted as dropped, and the table says so
+    # a process that keeps fewer rows: the large file's bytes are counted as dropped, and the
+    # table says so
     stats = tmp_path / "s.json"
+    env = dict(os.environ, ACCIO_PRELOAD_STATS_FILES="100")
     p = subprocess.run(ACCIO + ["run", "-l", "1m", "--stats", "--stats-json", str(stats), "--", sys.executable,
-                                "-c", reader, str(many), str(65536 + 64), str(big)], capture_output=True, text=True)
+                                "-c", reader, str(many), "200", str(big)], capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr
     rep = json.loads(stats.read_text())
     proc = next(pr for pr in rep["processes"] if str(many) in pr["command"])
-    assert proc["max_files"] == 65536 and str(big) not in {f["path"] for f in rep["files"]}
-    assert rep["dropped"]["calls"] >= 64 + 2 and rep["dropped"]["bytes"] >= big.stat().st_size + 64
-    assert f"on files beyond the first {proc['max_files']} of a process" in p.stderr
+    assert proc["max_files"] == 100 and len(proc["files"]) == 100 and str(big) not in {f["path"] for f in proc["files"]}
+    assert proc["dropped_calls"] >= 100 and proc["dropped_bytes"] >= big.stat().st_size
+    assert rep["dropped"]["calls"] >= proc["dropped_calls"]
+    assert "on files past the rows a process keeps (100; ACCIO_PRELOAD_STATS_FILES" in p.stderr
+    # a bad value is named, and the default kept
+    loud = {k: v for k, v in os.environ.items() if k != "ACCIO_QUIET"}
+    p = subprocess.run(ACCIO + ["run", "--verbose", "--stats-json", str(stats), "--", "true"], capture_output=True,
+                       text=True, env=dict(loud, ACCIO_PRELOAD_STATS_FILES="lots"))
+    assert p.returncode == 0 and "ACCIO_PRELOAD_STATS_FILES='lots' is not a count from 1 to 65536" in p.stderr
+    assert all(pr["max_files"] == 65536 for pr in json.loads(stats.read_text())["processes"])
 
 
 def test_planner_decides_above_the_gate(data, tmp_path):
