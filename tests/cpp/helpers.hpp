@@ -18,13 +18,18 @@
 
 namespace testing_accio {
 
+// Where test files go: ACCIO_TEST_DIR, else /tmp.
+inline std::string test_dir() {
+  const char* base = std::getenv("ACCIO_TEST_DIR");
+  return base && *base ? base : "/tmp";
+}
+
 class TempDir {
  public:
   TempDir() : TempDir(nullptr) {}
-  // Under `under` when given, else ACCIO_TEST_DIR, else /tmp.
+  // Under `under` when given, else test_dir().
   explicit TempDir(const char* under) {
-    const char* base = under ? under : std::getenv("ACCIO_TEST_DIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/accio-test-XXXXXX";
+    std::string tmpl = (under && *under ? std::string(under) : test_dir()) + "/accio-test-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     if (!mkdtemp(buf.data())) std::abort();

@@ -29,6 +29,7 @@
 
 namespace {
 using testing_accio::TempDir;
+using testing_accio::test_dir;
 
 bool fake() { return std::getenv("ACCIO_TEST_FAKE_GPU") != nullptr; }
 // A function of the fake driver (ACCIO_LIBCUDA), nullptr where there is none.
@@ -470,10 +471,6 @@ bool gds_filesystem(const std::string& path) {
 // Skips a test that needs the fake cuFile's direct path for files under the test directory
 // (TempDir's): nvidia-fs, and a filesystem GDS takes. Under CI a test directory off that list is a
 // failure, so that CI cannot lose these tests without a word.
-std::string test_dir() {
-  const char* base = std::getenv("ACCIO_TEST_DIR");
-  return base && *base ? base : "/tmp";
-}
 bool ci() {
   const char* v = std::getenv("CI");
   return v && *v && std::strcmp(v, "false") != 0 && std::strcmp(v, "0") != 0;
