@@ -300,7 +300,8 @@ int accio_cuda_stream_sync(int device, uintptr_t stream);
 /* cuFile: 1 loaded (detail: whether the direct path is possible), 0 not (detail: why). */
 int accio_gds_info(char* detail, size_t len);
 /* For f (registering it with cuFile once to find out): 1 when cuFile can take the direct path, 0 when
- * it would run in compatibility mode, 2 when cuFile refuses the file, so that mechanism gds serves its
+ * it would run in compatibility mode (no direct path for this file here, or cuFile took only its
+ * buffered descriptor), 2 when cuFile refuses the file, so that mechanism gds serves its
  * GPU requests with staged (after one warning); detail says why, with the possible causes accio can see. */
 int accio_gds_mode(accio_file* f, char* detail, size_t len);
 /* The pinned-copy ceiling: seconds for `threads` threads to copy `bytes` in all between registered

@@ -662,8 +662,11 @@ int accio_gds_mode(accio_file* f, char* detail, size_t len) {
       t.kind = cu::MemKind::device;
       t.device = 0;
       cu::load()->CtxGetCurrent(&t.ctx);
-      if (std::string why = f->f->refusal(*accio::io::find("gds"), t); !why.empty())
+      const accio::io::Mechanism& gds = *accio::io::find("gds");
+      if (std::string why = f->f->refusal(gds, t); !why.empty())
         m = {cf::Mode::refused, "cuFile refuses this file (" + why + "): gds requests for it run staged"};
+      else if (std::string how = f->f->degraded(gds, t); !how.empty())
+        m = {cf::Mode::compat, how};
     }
     copy_out(m.why, detail, len);
     return static_cast<int>(m.path);

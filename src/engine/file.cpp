@@ -296,6 +296,10 @@ std::string File::refusal(const io::Mechanism& m, const mem::cuda::Target& t) co
   return m.refusal({ref_, settings_, ThreadPool::shared(), t});
 }
 
+std::string File::degraded(const io::Mechanism& m, const mem::cuda::Target& t) const {
+  return m.degraded({ref_, settings_, ThreadPool::shared(), t});
+}
+
 uint64_t File::min_accelerated(bool write) const { return planner_->min_accelerated(write); }
 
 std::vector<planner::PlanStat> File::plan_stats() const {

@@ -78,6 +78,11 @@ class Gds final : public Mechanism {
     std::string why;
     return file_handle(c, &why) ? std::string() : why;
   }
+  std::string degraded(const IoContext& c) const override {
+    if (!file_handle(c, nullptr)) return {};
+    std::lock_guard lk(mu_);
+    return handles_.at(c.file.id).compat;
+  }
 
   // cuFile takes device memory only; the engine sends managed memory to staged.
   bool serves(const cu::Target& t) const override { return t.kind == cu::MemKind::device; }
@@ -169,8 +174,17 @@ class Gds final : public Mechanism {
       cu::ContextGuard g(c.target);
       const bool possible = cf::mode_for(c.file.fd >= 0 ? c.file.fd : c.file.direct_fd).path == cf::Mode::direct;
       bool took_direct = false;
-      it->second.handle = cf::register_file(c.file.direct_fd, c.file.fd, possible, &took_direct, &it->second.refused);
+      std::string said;
+      it->second.handle = cf::register_file(c.file.direct_fd, c.file.fd, possible, &took_direct, &said);
       it->second.direct = possible && took_direct;
+      if (!it->second.handle)
+        it->second.refused = std::move(said);
+      else if (possible && !took_direct)
+        it->second.compat =
+            "compat mode: the direct path is possible here, but cuFile registered only the file's buffered descriptor (" +
+            (c.file.direct_fd < 0 ? "there is no O_DIRECT one: " + c.file.no_direct : "cuFileHandleRegister: " + said +
+                                                                             "; cuFile's own log says more") +
+            ")";
     }
     if (!it->second.handle && why) *why = it->second.refused;
     if (direct) *direct = it->second.direct;
@@ -398,6 +412,7 @@ class Gds final : public Mechanism {
     void* handle = nullptr;
     bool direct = false;  // the direct path is possible and cuFile took the O_DIRECT descriptor
     std::string refused;  // why cuFile refused the file (handle null)
+    std::string compat;   // why cuFile runs in compatibility mode although the direct path is possible
   };
   mutable std::map<uint64_t, Handle> handles_;  // file id -> cuFile handle
   struct Reg {

@@ -108,6 +108,13 @@ class Mechanism {
     (void)c;
     return {};
   }
+  // Where the mechanism serves the file but not by the fast path this machine has for it (gds:
+  // nvidia-fs loaded and a GDS filesystem, yet cuFile took only the buffered descriptor, so that it
+  // runs in compatibility mode): why; "" otherwise.
+  virtual std::string degraded(const IoContext& c) const {
+    (void)c;
+    return {};
+  }
   // The mechanism that runs one request of n bytes: itself, or one it hands such requests to
   // (pagecache: staged for writes and small reads), so that statistics name what ran.
   virtual const Mechanism& route(const IoContext& c, size_t n, bool write) const {

@@ -170,6 +170,7 @@ void* register_file(int direct_fd, int fd, bool direct, bool* took_direct, std::
     const Error e = a->HandleRegister(&h, &d);
     if (e.err == 0 && h) {
       if (took_direct) *took_direct = f == direct_fd;
+      if (why) *why = tried;
       return h;
     }
     tried += std::string(tried.empty() ? "" : ", ") + error_text(e) + " with the " + (f == direct_fd ? "O_DIRECT" : "buffered") +

@@ -89,7 +89,8 @@ std::string error_text(Error e);
 // otherwise the buffered one first, on which cuFile's compatibility mode keeps the page cache.
 // cuFile may refuse one and take the other: *took_direct says whether it took the O_DIRECT one.
 // Returns the handle, or nullptr with *why: each attempt's error by name and the possible causes
-// that can be seen from here (register_hints).
+// that can be seen from here (register_hints). With a handle, *why says what the descriptors tried
+// before the one taken gave back ("" when the first was taken).
 void* register_file(int direct_fd, int fd, bool direct, bool* took_direct, std::string* why);
 // What on this machine makes cuFile refuse files: compat mode disallowed by cufile.json while
 // nvidia-fs is absent, /run/udev unreadable (cuFile identifies a file's block device through udev),
