@@ -40,23 +40,33 @@
 module accio
   use, intrinsic :: iso_c_binding, only: c_ptr, c_null_ptr, c_char, c_null_char, c_int, c_int8_t, c_int16_t, &
                                          c_int32_t, c_int64_t, c_size_t, c_intptr_t, c_float, c_double, &
-                                         c_float_complex, c_double_complex, c_bool, c_associated, c_f_pointer, c_loc
+                                         c_float_complex, c_double_complex, c_bool, c_associated, c_f_pointer, c_loc, &
+                                         c_funptr, c_null_funptr, c_funloc
   implicit none
   private
 
   public :: c_ptr, c_null_ptr, c_int, c_int64_t, c_size_t, c_intptr_t, c_associated, c_f_pointer, c_loc
-  public :: ACCIO_OP_READ, ACCIO_OP_WRITE, ACCIO_HOST_PAGEABLE, ACCIO_HOST_MLOCK, ACCIO_HOST_CUDA
+  public :: ACCIO_OP_READ, ACCIO_OP_WRITE, ACCIO_OP_FRESH_CACHE, ACCIO_HOST_PAGEABLE, ACCIO_HOST_MLOCK, ACCIO_HOST_CUDA
+  public :: ACCIO_LOG_INFO, ACCIO_LOG_WARNING, ACCIO_LOG_ERROR
   public :: ACCIO_MEM_HOST, ACCIO_MEM_PINNED, ACCIO_MEM_DEVICE, ACCIO_MEM_MANAGED, ACCIO_STREAM_LEGACY, &
             ACCIO_STREAM_PER_THREAD
-  public :: accio_request, accio_stats, accio_gpu_info
+  public :: accio_request, accio_stats, accio_gpu_info, accio_plan_stat, accio_profile_key, accio_setting_spec
+  public :: accio_future_callback, accio_log_callback
   public :: accio_version, accio_last_error, accio_last_errno, accio_last_error_op, accio_last_error_path, &
             accio_last_error_offset
   public :: accio_settings_new, accio_settings_set, accio_settings_get, accio_settings_free
-  public :: accio_open, accio_close, accio_pread, accio_pwrite, accio_append, accio_fsync, accio_size, accio_bytes
+  public :: accio_setting_count, accio_setting_name, accio_setting_env, accio_setting_doc, accio_setting_spec_of, &
+            accio_setting_register
+  public :: accio_open, accio_open_fd, accio_close, accio_file_fd, accio_pread, accio_pwrite, accio_append, &
+            accio_fsync, accio_size, accio_bytes
   public :: accio_pread_ptr, accio_pwrite_ptr
-  public :: accio_mechanism_for, accio_explain, accio_file_stats
+  public :: accio_mechanism_for, accio_mechanism_for_at, accio_min_accelerated, accio_explain, accio_file_plans, &
+            accio_file_stats, accio_file_mechanism_stats, accio_file_setting
+  public :: accio_profile_key_of, accio_prefetch_window, accio_plan_describe, accio_profile_describe, accio_probe
   public :: accio_pread_async, accio_pwrite_async, accio_submit, accio_future_wait, accio_future_ready, &
-            accio_future_free
+            accio_future_free, accio_future_on_complete
+  public :: accio_global_mechanism_stats, accio_mechanism_count, accio_mechanism_available, accio_mechanism_knob
+  public :: accio_set_log_callback, accio_log, accio_cuda_copy_seconds
   public :: accio_host_alloc, accio_host_free
   public :: accio_settings_copy, accio_parse_size, accio_global_stats, accio_global_stats_reset, accio_residency, &
             accio_warnings, accio_string, accio_mechanism_name, accio_mechanism_device
@@ -64,12 +74,22 @@ module accio
             accio_device_free, accio_device_copy, accio_cuda_stream_sync, accio_gds_info, accio_gds_mode
 
   integer(c_int), parameter :: ACCIO_OP_READ = 0, ACCIO_OP_WRITE = 1
+  ! or'ed into op of accio_mechanism_for_at: probe this request's page-cache residency afresh
+  integer(c_int), parameter :: ACCIO_OP_FRESH_CACHE = 256
+  integer(c_int), parameter :: ACCIO_LOG_INFO = 20, ACCIO_LOG_WARNING = 30, ACCIO_LOG_ERROR = 40
   integer(c_int), parameter :: ACCIO_HOST_PAGEABLE = 0, ACCIO_HOST_MLOCK = 1, ACCIO_HOST_CUDA = 2
   integer(c_int), parameter :: ACCIO_MEM_HOST = 0, ACCIO_MEM_PINNED = 1, ACCIO_MEM_DEVICE = 2, ACCIO_MEM_MANAGED = 3
   ! accio_cuda_stream_sync's streams: CUDA's legacy default stream and the thread's per-thread one
   ! (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD); any other non-zero value is a CUstream handle
   integer(c_intptr_t), parameter :: ACCIO_STREAM_LEGACY = 1, ACCIO_STREAM_PER_THREAD = 2
   integer(c_int), parameter :: EINVAL = 22
+
+  ! accio_string(chars): the characters of a C string held in a character array (an accio_gpu_info
+  ! field), up to its NUL; accio_string(p): a C string given by its address (a log callback's key
+  ! and message, an accio_setting_spec field), copied ("" for c_null_ptr).
+  interface accio_string
+    module procedure string_of_chars, string_of_address
+  end interface
 
   interface accio_bytes
     module procedure bytes_i1, bytes_i2, bytes_i4, bytes_i8, bytes_r4, bytes_r8, bytes_c4, bytes_c8, bytes_l, &
@@ -103,6 +123,52 @@ module accio
     character(kind=c_char) :: link(64)                    ! "32.0 GT/s PCIe x16", or ""
     character(kind=c_char) :: cpus(256)                   ! the CPUs local to the GPU, "0-15,32-47", or ""
   end type
+
+  ! One plan that served a handle's requests (accio_file_plans): accio_string(p%plan) "parallel(even)",
+  ! accio_string(p%why) the decision's reason, and its calls and bytes.
+  type, bind(C) :: accio_plan_stat
+    character(kind=c_char) :: plan(128), why(384)
+    integer(c_int64_t) :: calls, bytes
+  end type
+
+  ! The tuning profile `auto` uses for a filesystem (accio_profile_key_of): accio_string of a field.
+  type, bind(C) :: accio_profile_key
+    character(kind=c_char) :: filesystem(64)  ! "ext4"
+    character(kind=c_char) :: device(256)     ! the mount source, "/dev/nvme0n1p2"
+    character(kind=c_char) :: kernel(128)     ! uname -r
+    character(kind=c_char) :: version(32)     ! accio's version
+    character(kind=c_char) :: file(1024)      ! where the profile is, or would be
+  end type
+
+  ! A row of the settings table as accio_setting_spec_of gives it: accio_string(spec%name) and so on
+  ! (the strings live for the process). To add a row from Fortran, accio_setting_register takes
+  ! Fortran strings.
+  type, bind(C) :: accio_setting_spec
+    type(c_ptr) :: name = c_null_ptr, env = c_null_ptr, doc = c_null_ptr, kind = c_null_ptr, &
+                   default_value = c_null_ptr
+    integer(c_int64_t) :: min = 0, max = 0
+    type(c_ptr) :: choices = c_null_ptr
+  end type
+
+  abstract interface
+    ! accio_future_on_complete's callback: the request's result (bytes, or -errno) and the arg given.
+    ! It runs on the worker that completed the request (or at once in the caller when it is done
+    ! already): it must return promptly and be safe to run on another thread.
+    subroutine accio_future_callback(fut, result, arg) bind(C)
+      import :: c_ptr, c_int64_t
+      type(c_ptr), value :: fut
+      integer(c_int64_t), value :: result
+      type(c_ptr), value :: arg
+    end subroutine
+    ! accio_set_log_callback's: level ACCIO_LOG_*, the key and the message as C strings
+    ! (accio_string(key)), valid until it returns. It may run on any of accio's threads, holding an
+    ! internal lock: it must return promptly and not call accio.
+    subroutine accio_log_callback(level, key, message, user) bind(C)
+      import :: c_int, c_ptr
+      integer(c_int), value :: level
+      type(c_ptr), value :: key, message, user
+    end subroutine
+  end interface
 
   ! The C functions that take neither a string nor a buffer, as they are.
   interface
@@ -228,6 +294,52 @@ module accio
       import :: c_ptr, c_size_t, c_int
       type(c_ptr), value :: dst, src
       integer(c_size_t), value :: nbytes
+      integer(c_int) :: rc
+    end function
+    ! the buffered descriptor accio uses for f (owned by f: do not close it), or -EBADF
+    function accio_file_fd(f) bind(C, name="accio_file_fd") result(fd)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: f
+      integer(c_int) :: fd
+    end function
+    ! the smallest request (one in flight) for which f runs a plan other than posix: under auto the
+    ! profile's crossing point, 0 for a fixed mechanism, huge(0_c_int64_t) when posix serves every size
+    function accio_min_accelerated(f, op) bind(C, name="accio_min_accelerated") result(n)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: f
+      integer(c_int), value :: op
+      integer(c_int64_t) :: n
+    end function
+    ! calls and bytes of mechanism id (0 <= id < accio_mechanism_count()) on f; 0 or -EINVAL
+    function accio_file_mechanism_stats(f, id, calls, bytes) bind(C, name="accio_file_mechanism_stats") result(rc)
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: f
+      integer(c_int), value :: id
+      integer(c_int64_t), intent(out) :: calls, bytes
+      integer(c_int) :: rc
+    end function
+    ! the same over the process (reset by accio_global_stats_reset)
+    function accio_global_mechanism_stats(id, calls, bytes) bind(C, name="accio_global_mechanism_stats") result(rc)
+      import :: c_int, c_int64_t
+      integer(c_int), value :: id
+      integer(c_int64_t), intent(out) :: calls, bytes
+      integer(c_int) :: rc
+    end function
+    ! mechanism ids are 0 .. accio_mechanism_count() - 1
+    function accio_mechanism_count() bind(C, name="accio_mechanism_count") result(n)
+      import :: c_int
+      integer(c_int) :: n
+    end function
+    ! settings rows are 0 .. accio_setting_count() - 1
+    function accio_setting_count() bind(C, name="accio_setting_count") result(n)
+      import :: c_int
+      integer(c_int) :: n
+    end function
+    ! row i of the settings table; 0, or -EINVAL for no such row
+    function accio_setting_spec_of(i, spec) bind(C, name="accio_setting_spec_of") result(rc)
+      import :: c_int, accio_setting_spec
+      integer(c_int), value :: i
+      type(accio_setting_spec), intent(out) :: spec
       integer(c_int) :: rc
     end function
     ! waits for the work queued on a CUDA stream of GPU `device` (ACCIO_STREAM_LEGACY,
@@ -398,6 +510,128 @@ module accio
       type(c_ptr), value :: f
       character(kind=c_char), dimension(*), intent(out) :: detail
       integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function
+    function c_open_fd(out, fd, settings) bind(C, name="accio_open_fd") result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), intent(out) :: out
+      integer(c_int), value :: fd
+      type(c_ptr), value :: settings
+      integer(c_int) :: rc
+    end function
+    function c_file_setting(f, name, out, len) bind(C, name="accio_file_setting") result(rc)
+      import :: c_ptr, c_char, c_int, c_size_t
+      type(c_ptr), value :: f
+      character(kind=c_char), dimension(*), intent(in) :: name
+      character(kind=c_char), dimension(*), intent(out) :: out
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function
+    function c_mechanism_for_at(f, buf, nbytes, offset, op) bind(C, name="accio_mechanism_for_at") result(p)
+      import :: c_ptr, c_size_t, c_int64_t, c_int
+      type(c_ptr), value :: f, buf
+      integer(c_size_t), value :: nbytes
+      integer(c_int64_t), value :: offset
+      integer(c_int), value :: op
+      type(c_ptr) :: p
+    end function
+    function c_file_plans(f, out, max) bind(C, name="accio_file_plans") result(n)
+      import :: c_ptr, c_int, accio_plan_stat
+      type(c_ptr), value :: f
+      type(accio_plan_stat), dimension(*), intent(out) :: out
+      integer(c_int), value :: max
+      integer(c_int) :: n
+    end function
+    function c_future_on_complete(fut, fn, arg) bind(C, name="accio_future_on_complete") result(rc)
+      import :: c_ptr, c_funptr, c_int
+      type(c_ptr), value :: fut, arg
+      type(c_funptr), value :: fn
+      integer(c_int) :: rc
+    end function
+    function c_mechanism_available(id, why, len) bind(C, name="accio_mechanism_available") result(rc)
+      import :: c_char, c_size_t, c_int
+      integer(c_int), value :: id
+      character(kind=c_char), dimension(*), intent(out) :: why
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function
+    function c_mechanism_knob(id, k) bind(C, name="accio_mechanism_knob") result(p)
+      import :: c_ptr, c_int
+      integer(c_int), value :: id, k
+      type(c_ptr) :: p
+    end function
+    function c_setting_name(i) bind(C, name="accio_setting_name") result(p)
+      import :: c_ptr, c_int
+      integer(c_int), value :: i
+      type(c_ptr) :: p
+    end function
+    function c_setting_env(i) bind(C, name="accio_setting_env") result(p)
+      import :: c_ptr, c_int
+      integer(c_int), value :: i
+      type(c_ptr) :: p
+    end function
+    function c_setting_doc(i) bind(C, name="accio_setting_doc") result(p)
+      import :: c_ptr, c_int
+      integer(c_int), value :: i
+      type(c_ptr) :: p
+    end function
+    function c_setting_register(spec) bind(C, name="accio_setting_register") result(rc)
+      import :: c_int, accio_setting_spec
+      type(accio_setting_spec), intent(in) :: spec
+      integer(c_int) :: rc
+    end function
+    function c_plan_describe(plan_json, label, len, needs_alignment) bind(C, name="accio_plan_describe") result(n)
+      import :: c_char, c_size_t, c_int, c_int64_t
+      character(kind=c_char), dimension(*), intent(in) :: plan_json
+      character(kind=c_char), dimension(*), intent(out) :: label
+      integer(c_size_t), value :: len
+      integer(c_int), intent(out) :: needs_alignment
+      integer(c_int64_t) :: n
+    end function
+    function c_profile_describe(text, source, out, len) bind(C, name="accio_profile_describe") result(n)
+      import :: c_ptr, c_char, c_size_t, c_int64_t
+      type(c_ptr), value :: text, source
+      character(kind=c_char), dimension(*), intent(out) :: out
+      integer(c_size_t), value :: len
+      integer(c_int64_t) :: n
+    end function
+    function c_profile_key_of(path, out) bind(C, name="accio_profile_key_of") result(rc)
+      import :: c_char, c_int, accio_profile_key
+      character(kind=c_char), dimension(*), intent(in) :: path
+      type(accio_profile_key), intent(out) :: out
+      integer(c_int) :: rc
+    end function
+    function c_prefetch_window(fd, settings) bind(C, name="accio_prefetch_window") result(n)
+      import :: c_ptr, c_int, c_int64_t
+      integer(c_int), value :: fd
+      type(c_ptr), value :: settings
+      integer(c_int64_t) :: n
+    end function
+    function c_probe(feature, path, detail, len) bind(C, name="accio_probe") result(rc)
+      import :: c_ptr, c_char, c_size_t, c_int
+      character(kind=c_char), dimension(*), intent(in) :: feature
+      type(c_ptr), value :: path
+      character(kind=c_char), dimension(*), intent(out) :: detail
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function
+    subroutine c_set_log_callback(fn, user) bind(C, name="accio_set_log_callback")
+      import :: c_ptr, c_funptr
+      type(c_funptr), value :: fn
+      type(c_ptr), value :: user
+    end subroutine
+    function c_log(level, key, message) bind(C, name="accio_log") result(rc)
+      import :: c_char, c_int
+      integer(c_int), value :: level
+      character(kind=c_char), dimension(*), intent(in) :: key, message
+      integer(c_int) :: rc
+    end function
+    function c_cuda_copy_seconds(device, to_device, nbytes, chunk, threads, seconds) &
+        bind(C, name="accio_cuda_copy_seconds") result(rc)
+      import :: c_int, c_size_t, c_double
+      integer(c_int), value :: device, to_device, threads
+      integer(c_size_t), value :: nbytes, chunk
+      real(c_double), intent(out) :: seconds
       integer(c_int) :: rc
     end function
     function c_strlen(p) bind(C, name="strlen") result(n)
@@ -696,10 +930,294 @@ contains
   end function
 
   ! A C string held in a character array (an accio_gpu_info field): the characters up to its NUL.
-  function accio_string(chars) result(s)
+  function string_of_chars(chars) result(s)
     character(kind=c_char), intent(in) :: chars(:)
     character(len=:), allocatable :: s
     s = from_buffer(chars)
+  end function
+
+  ! A C string given by its address, copied ("" for c_null_ptr).
+  function string_of_address(p) result(s)
+    type(c_ptr), intent(in) :: p
+    character(len=:), allocatable :: s
+    s = f_string(p)
+  end function
+
+  ! A Fortran string (trailing blanks dropped) as a NUL-terminated character array, whose address
+  ! (c_loc) C can use for as long as the array lives.
+  pure subroutine to_chars(s, a)
+    character(len=*), intent(in) :: s
+    character(kind=c_char), allocatable, intent(out) :: a(:)
+    integer :: i
+    allocate (a(len_trim(s) + 1))
+    do i = 1, len_trim(s)
+      a(i) = s(i:i)
+    end do
+    a(len_trim(s) + 1) = c_null_char
+  end subroutine
+
+  ! Opens the file that descriptor fd refers to, with fd's access mode (reopened: fd is neither used
+  ! nor closed). 0, or -errno.
+  function accio_open_fd(f, fd, settings) result(rc)
+    type(c_ptr), intent(out) :: f
+    integer(c_int), intent(in) :: fd
+    type(c_ptr), intent(in), optional :: settings
+    integer(c_int) :: rc
+    type(c_ptr) :: s
+    s = c_null_ptr
+    if (present(settings)) s = settings
+    rc = c_open_fd(f, fd, s)
+  end function
+
+  ! The value of one setting of an open file as text; "" on error, with rc (optional) the negative errno.
+  function accio_file_setting(f, name, rc) result(value)
+    type(c_ptr), intent(in) :: f
+    character(len=*), intent(in) :: name
+    integer(c_int), intent(out), optional :: rc
+    character(len=:), allocatable :: value
+    character(kind=c_char) :: out(4096)
+    integer(c_int) :: r
+    r = c_file_setting(f, c_string(name), out, size(out, kind=c_size_t))
+    value = ""
+    if (r >= 0) value = from_buffer(out)
+    if (present(rc)) rc = min(r, 0_c_int)
+  end function
+
+  ! The mechanism a request of nbytes at offset would run now (op: ACCIO_OP_READ or ACCIO_OP_WRITE,
+  ! optionally + ACCIO_OP_FRESH_CACHE), from buf (optional: an aligned buffer when absent), the
+  ! decision a request makes (size, alignment, concurrency, page-cache residency); "" on error.
+  function accio_mechanism_for_at(f, nbytes, offset, op, buf) result(name)
+    type(c_ptr), intent(in) :: f
+    integer(c_size_t), intent(in) :: nbytes
+    integer(c_int64_t), intent(in) :: offset
+    integer(c_int), intent(in) :: op
+    type(*), dimension(..), intent(in), target, optional :: buf
+    character(len=:), allocatable :: name
+    type(c_ptr) :: p
+    name = ""
+    p = c_null_ptr
+    if (present(buf)) then
+      if (.not. address_of(buf, nbytes, "mechanism_for_at", p)) return
+    end if
+    name = f_string(c_mechanism_for_at(f, p, nbytes, offset, op))
+  end function
+
+  ! The plans that served f's requests so far, in plans (as many as it holds); returns how many
+  ! there are (more than size(plans) when it was too small), or -errno.
+  function accio_file_plans(f, plans) result(n)
+    type(c_ptr), intent(in) :: f
+    type(accio_plan_stat), intent(out) :: plans(:)
+    integer(c_int) :: n
+    n = c_file_plans(f, plans, size(plans, kind=c_int))
+  end function
+
+  ! Calls fn(fut, result, arg) once when the request completes (on the worker that completed it, or
+  ! at once when it is done already). 0, -EBUSY when fut has a callback already, -EINVAL.
+  function accio_future_on_complete(fut, fn, arg) result(rc)
+    type(c_ptr), intent(in) :: fut
+    procedure(accio_future_callback) :: fn
+    type(c_ptr), intent(in), optional :: arg
+    integer(c_int) :: rc
+    type(c_ptr) :: a
+    a = c_null_ptr
+    if (present(arg)) a = arg
+    rc = c_future_on_complete(fut, c_funloc(fn), a)
+  end function
+
+  ! 1 when mechanism id runs on this machine, 0 when not (why, optional, says what is missing),
+  ! -EINVAL for an unknown id.
+  function accio_mechanism_available(id, why) result(yes)
+    integer(c_int), intent(in) :: id
+    character(len=:), allocatable, intent(out), optional :: why
+    integer(c_int) :: yes
+    character(kind=c_char) :: w(1024)
+    w(1) = c_null_char
+    yes = c_mechanism_available(id, w, size(w, kind=c_size_t))
+    if (present(why)) why = from_buffer(w)
+  end function
+
+  ! The k-th setting (k from 0) that mechanism id reads ("threads", "queue_depth"); "" past the last.
+  function accio_mechanism_knob(id, k) result(name)
+    integer(c_int), intent(in) :: id, k
+    character(len=:), allocatable :: name
+    name = f_string(c_mechanism_knob(id, k))
+  end function
+
+  ! Row i of the settings table: its name ("threads"), variable ("ACCIO_THREADS") and text; "" for no
+  ! such row.
+  function accio_setting_name(i) result(s)
+    integer(c_int), intent(in) :: i
+    character(len=:), allocatable :: s
+    s = f_string(c_setting_name(i))
+  end function
+  function accio_setting_env(i) result(s)
+    integer(c_int), intent(in) :: i
+    character(len=:), allocatable :: s
+    s = f_string(c_setting_env(i))
+  end function
+  function accio_setting_doc(i) result(s)
+    integer(c_int), intent(in) :: i
+    character(len=:), allocatable :: s
+    s = f_string(c_setting_doc(i))
+  end function
+
+  ! A new row of the settings table (a program's own knob): afterwards accio_settings_new reads its
+  ! variable, accio_settings_set/get know it, and accio info lists it. kind: "count", "size",
+  ! "bool", "choice" or "text"; min and max bound a count or a size; choices ("a|b") a choice.
+  ! 0; -EEXIST when the name is taken by another spec; -EINVAL (accio_last_error() says why).
+  function accio_setting_register(name, env, doc, kind, default_value, min, max, choices) result(rc)
+    character(len=*), intent(in) :: name, env, doc, kind, default_value
+    integer(c_int64_t), intent(in), optional :: min, max
+    character(len=*), intent(in), optional :: choices
+    integer(c_int) :: rc
+    character(kind=c_char), allocatable, target :: n(:), e(:), d(:), k(:), v(:), c(:)
+    type(accio_setting_spec) :: spec
+    call to_chars(name, n)
+    call to_chars(env, e)
+    call to_chars(doc, d)
+    call to_chars(kind, k)
+    call to_chars(default_value, v)
+    spec%name = c_loc(n)
+    spec%env = c_loc(e)
+    spec%doc = c_loc(d)
+    spec%kind = c_loc(k)
+    spec%default_value = c_loc(v)
+    if (present(min)) spec%min = min
+    if (present(max)) spec%max = max
+    if (present(choices)) then
+      call to_chars(choices, c)
+      spec%choices = c_loc(c)
+    end if
+    rc = c_setting_register(spec)
+  end function
+
+  ! A plan as a profile writes it ('{"mechanism": "uring", "queue_depth": 16}') as the planner
+  ! labels it ("uring(even, qd=16)") in label; needs_alignment (optional): whether its requests need
+  ! O_DIRECT alignment. 0, or -EINVAL (label "", accio_last_error() says why).
+  function accio_plan_describe(plan_json, label, needs_alignment) result(rc)
+    character(len=*), intent(in) :: plan_json
+    character(len=:), allocatable, intent(out) :: label
+    logical, intent(out), optional :: needs_alignment
+    integer(c_int) :: rc
+    character(kind=c_char) :: out(1024)  ! a label is a line
+    integer(c_int) :: aligned
+    integer(c_int64_t) :: n
+    aligned = 0
+    n = c_plan_describe(c_string(plan_json), out, size(out, kind=c_size_t), aligned)
+    rc = int(min(n, 0_c_int64_t), c_int)
+    label = ""
+    if (n >= 0) label = from_buffer(out)
+    if (present(needs_alignment)) needs_alignment = aligned /= 0
+  end function
+
+  ! A profile document as the planner reads it (every plan labelled, the decisions over the
+  ! planner's cells), as JSON text. text absent: the built-in model, for the device holding the file
+  ! or directory `source` (absent: a device that is not rotational); with text, source names it in
+  ! errors. "" on error, with rc (optional) the negative errno and accio_last_error() saying why.
+  function accio_profile_describe(text, source, rc) result(doc)
+    character(len=*), intent(in), optional :: text, source
+    integer(c_int), intent(out), optional :: rc
+    character(len=:), allocatable :: doc
+    character(kind=c_char), allocatable, target :: t(:), src(:)
+    character(kind=c_char), allocatable :: out(:)
+    type(c_ptr) :: tp, sp
+    integer(c_int64_t) :: n
+    tp = c_null_ptr
+    sp = c_null_ptr
+    if (present(text)) then
+      call to_chars(text, t)
+      tp = c_loc(t)
+    end if
+    if (present(source)) then
+      call to_chars(source, src)
+      sp = c_loc(src)
+    end if
+    allocate (out(65536))
+    n = c_profile_describe(tp, sp, out, size(out, kind=c_size_t))
+    if (n >= size(out, kind=c_int64_t)) then  ! the full length: once more with room for it
+      deallocate (out)
+      allocate (out(n + 1))
+      n = c_profile_describe(tp, sp, out, size(out, kind=c_size_t))
+    end if
+    doc = ""
+    if (n >= 0) doc = from_buffer(out)
+    if (present(rc)) rc = int(min(n, 0_c_int64_t), c_int)
+  end function
+
+  ! The profile key of the filesystem holding path (a file or a directory). 0 or -errno.
+  function accio_profile_key_of(path, key) result(rc)
+    character(len=*), intent(in) :: path
+    type(accio_profile_key), intent(out) :: key
+    integer(c_int) :: rc
+    rc = c_profile_key_of(c_string(path), key)
+  end function
+
+  ! The prefetch window (bytes) accio run asks ahead of a sequential reader of the cold file open at
+  ! descriptor fd, from the profile auto uses for it (settings optional); 0 for none, or -errno.
+  function accio_prefetch_window(fd, settings) result(n)
+    integer(c_int), intent(in) :: fd
+    type(c_ptr), intent(in), optional :: settings
+    integer(c_int64_t) :: n
+    type(c_ptr) :: s
+    s = c_null_ptr
+    if (present(settings)) s = settings
+    n = c_prefetch_window(fd, s)
+  end function
+
+  ! A feature of this machine: "io_uring", "cachestat", "mincore", "o_direct" (needs path),
+  ! "slow_misaligned_copy". 1 yes, 0 no, -errno for a bad request; detail (optional) describes it.
+  function accio_probe(feature, path, detail) result(yes)
+    character(len=*), intent(in) :: feature
+    character(len=*), intent(in), optional :: path
+    character(len=:), allocatable, intent(out), optional :: detail
+    integer(c_int) :: yes
+    character(kind=c_char), allocatable, target :: p(:)
+    character(kind=c_char) :: d(1024)
+    type(c_ptr) :: pp
+    pp = c_null_ptr
+    if (present(path)) then
+      call to_chars(path, p)
+      pp = c_loc(p)
+    end if
+    d(1) = c_null_char
+    yes = c_probe(c_string(feature), pp, d, size(d, kind=c_size_t))
+    if (present(detail)) detail = from_buffer(d)
+  end function
+
+  ! Sends accio's warnings and errors to fn(level, key, message, user) instead of stderr; without fn,
+  ! back to stderr.
+  subroutine accio_set_log_callback(fn, user)
+    procedure(accio_log_callback), optional :: fn
+    type(c_ptr), intent(in), optional :: user
+    type(c_ptr) :: u
+    u = c_null_ptr
+    if (present(user)) u = user
+    if (present(fn)) then
+      call c_set_log_callback(c_funloc(fn), u)
+    else
+      call c_set_log_callback(c_null_funptr, c_null_ptr)
+    end if
+  end subroutine
+
+  ! A message of the program's own into accio's channel (the log callback, or stderr as "accio:
+  ! warning: ..."); level ACCIO_LOG_INFO, _WARNING or _ERROR. 0, or -EINVAL.
+  function accio_log(level, key, message) result(rc)
+    integer(c_int), intent(in) :: level
+    character(len=*), intent(in) :: key, message
+    integer(c_int) :: rc
+    rc = c_log(level, c_string(key), c_string(message))
+  end function
+
+  ! The pinned-copy ceiling: seconds for `threads` threads to copy nbytes in all between registered
+  ! host buffers of `chunk` bytes and GPU `device` (to_device: host to device). 0 or -errno.
+  function accio_cuda_copy_seconds(device, to_device, nbytes, chunk, threads, seconds) result(rc)
+    integer(c_int), intent(in) :: device, threads
+    logical, intent(in) :: to_device
+    integer(c_size_t), intent(in) :: nbytes, chunk
+    real(c_double), intent(out) :: seconds
+    integer(c_int) :: rc
+    seconds = 0
+    rc = c_cuda_copy_seconds(device, merge(1_c_int, 0_c_int, to_device), nbytes, chunk, threads, seconds)
   end function
 
   ! The name of mechanism `id` (accio_stats's last_mechanism): "posix", "staged", ...; "" for an

@@ -6,11 +6,49 @@
 ! section refused (-EINVAL, with a message) where C would have been given a temporary copy, a batch
 ! (accio_submit), page-locked memory read through accio_pread_ptr; handles set to c_null_ptr when
 ! closed or freed; and the error paths (a missing file, a bad setting: negative errno and a message
-! naming them).
+! naming them). The rest of the C API: a handle on an open descriptor, a file's settings, the plans
+! that ran and the per-mechanism counters, the decision for a request from a given buffer, the
+! settings table and a row registered from Fortran, plan and profile descriptions, the profile key,
+! feature probes, a completion callback and a log callback (bind(C) procedures below), and accio_log.
 !
 !   fortran_api DIR
+
+! The callbacks: bind(C) procedures of a module (a program's internal procedures cannot be).
+module fortran_api_callbacks
+  use, intrinsic :: iso_c_binding, only: c_ptr, c_int, c_int64_t, c_f_pointer, c_associated
+  use accio, only: accio_string
+  implicit none
+  integer(c_int64_t) :: completed_result = -1
+  integer :: completions = 0, log_calls = 0
+  integer(c_int) :: log_level = 0
+  logical :: future_given = .false., user_given = .true.
+  character(len=:), allocatable :: log_key, log_message
+contains
+  ! arg is the address of a default integer the test gave: set to 7 so that the test sees arg passed
+  subroutine on_done(fut, result, arg) bind(C)
+    type(c_ptr), value :: fut, arg
+    integer(c_int64_t), value :: result
+    integer, pointer :: seen
+    call c_f_pointer(arg, seen)
+    seen = 7
+    completed_result = result
+    completions = completions + 1
+    future_given = c_associated(fut)
+  end subroutine
+  subroutine on_log(level, key, message, user) bind(C)
+    integer(c_int), value :: level
+    type(c_ptr), value :: key, message, user
+    log_calls = log_calls + 1
+    log_level = level
+    log_key = accio_string(key)
+    log_message = accio_string(message)
+    user_given = c_associated(user)
+  end subroutine
+end module
+
 program fortran_api
   use accio
+  use fortran_api_callbacks
   use, intrinsic :: iso_fortran_env, only: int8, int32, int64
   implicit none
   integer, parameter :: n = 300000
@@ -219,10 +257,187 @@ program fortran_api
   call check(index(text, "mechanism staged cannot serve host memory") > 0, "warnings: " // text)
   if (len(text) > 0) call check(text(len(text):len(text)) == new_line("a"), "warnings: one per line")
 
+  call rest_of_the_api()
+
   if (failures > 0) error stop "fortran_api: checks failed"
   print '(a)', "fortran_api: ok"
 
 contains
+
+  ! The functions of the C API not used above, each with an error path.
+  subroutine rest_of_the_api()
+    type(c_ptr) :: h, g, set, fut2
+    type(accio_plan_stat) :: plans(8)
+    type(accio_profile_key) :: key
+    type(accio_setting_spec) :: spec
+    integer(c_int64_t) :: calls, nb, calls2, nb2, window
+    integer(c_int) :: fd, id, par, r, k, row
+    integer, target :: seen
+    logical :: aligned, threads_knob
+    character(len=:), allocatable :: t, label, doc, detail
+
+    set = accio_settings_new()
+    call check(accio_settings_set(set, "mechanism", "parallel") == 0, "settings_set mechanism (rest)")
+    call check(accio_settings_set(set, "threads", "3") == 0, "settings_set threads (rest)")
+    r = accio_open(h, path, "r", set)
+    call check(r == 0, "open for the rest: " // accio_last_error())
+    call check(accio_file_setting(h, "threads") == "3", "file_setting threads")
+    t = accio_file_setting(h, "no_such_setting", r)
+    call check(t == "" .and. r == -22, "file_setting of an unknown setting")
+    call check(accio_min_accelerated(h, ACCIO_OP_READ) == 0, "min_accelerated of a fixed mechanism is 0")
+    t = accio_mechanism_for_at(h, 64_c_size_t * 1048576_c_size_t, 0_c_int64_t, ACCIO_OP_READ)
+    call check(t == "parallel", "mechanism_for_at: " // t)
+    t = accio_mechanism_for_at(h, nbytes, 0_c_int64_t, ior(ACCIO_OP_READ, ACCIO_OP_FRESH_CACHE), back)
+    call check(t == "parallel", "mechanism_for_at from a buffer, residency probed afresh: " // t)
+    t = accio_mechanism_for_at(h, 8000_c_size_t, 0_c_int64_t, ACCIO_OP_READ, grid(2, :))
+    detail = accio_last_error()
+    call check(t == "" .and. index(detail, "not contiguous") > 0, "mechanism_for_at from a strided section: " // detail)
+    t = accio_mechanism_for_at(h, 4096_c_size_t, -1_c_int64_t, ACCIO_OP_READ)
+    call check(t == "", "mechanism_for_at at a negative offset")
+
+    ! a second handle on the first one's descriptor, which stays open
+    fd = accio_file_fd(h)
+    call check(fd >= 0, "file_fd")
+    r = accio_open_fd(g, fd, set)
+    call check(r == 0 .and. c_associated(g), "open_fd: " // accio_last_error())
+    bytes_back = 0  ! the file begins with `bytes` since the asynchronous write above
+    call check(accio_pread(g, bytes_back, accio_bytes(bytes), 0_c_int64_t) == size(bytes, kind=c_int64_t), &
+               "pread through open_fd's handle")
+    call check(all(bytes_back == bytes), "open_fd's handle reads the file")
+    call check(accio_close(g) == 0, "close open_fd's handle")
+    call check(accio_file_fd(h) == fd, "the first handle keeps its descriptor")
+    r = accio_open_fd(g, -1)
+    call check(r < 0 .and. .not. c_associated(g), "open_fd of a bad descriptor")
+    window = accio_prefetch_window(fd, set)
+    call check(window >= 0, "prefetch_window")
+
+    ! a read with a completion callback
+    seen = 0
+    call check(accio_pread_async(h, back, nbytes, 0_c_int64_t, fut2) == 0, "pread_async for a callback")
+    r = accio_future_on_complete(fut2, on_done, c_loc(seen))
+    call check(r == 0, "future_on_complete")
+    r = accio_future_on_complete(fut2, on_done, c_loc(seen))
+    call check(r == -16, "a second callback is -EBUSY")
+    call accio_future_free(fut2)  ! waits for the callback to return
+    call check(completions == 1 .and. completed_result == int(nbytes, c_int64_t) .and. seen == 7 .and. future_given, &
+               "the callback ran once, with the future, the result and the arg")
+
+    ! the plans that ran, the counters per mechanism
+    k = accio_file_plans(h, plans)
+    call check(k >= 1 .and. k <= size(plans), "file_plans")
+    if (k >= 1) then
+      label = accio_string(plans(1)%plan)
+      t = accio_string(plans(1)%why)
+      call check(index(label, "parallel") == 1 .and. plans(1)%calls >= 1 .and. &
+                 plans(1)%bytes >= int(nbytes, c_int64_t) .and. len(t) > 0, "the plan that ran: " // label // ": " // t)
+    end if
+    r = accio_file_plans(h, plans(1:0))
+    call check(r == k, "file_plans into no room still counts them")
+    par = -1
+    do id = 0, accio_mechanism_count() - 1
+      if (accio_mechanism_name(id) == "parallel") par = id
+    end do
+    call check(par >= 0, "parallel among the mechanisms")
+    r = accio_file_mechanism_stats(h, par, calls, nb)
+    call check(r == 0 .and. calls == 1 .and. nb == int(nbytes, c_int64_t), "file_mechanism_stats: the one read")
+    r = accio_global_mechanism_stats(par, calls2, nb2)
+    call check(r == 0 .and. calls2 >= calls .and. nb2 >= nb, "global_mechanism_stats")
+    call check(accio_file_mechanism_stats(h, 9999, calls, nb) == -22, "file_mechanism_stats of an unknown id")
+    call check(accio_global_mechanism_stats(9999, calls, nb) == -22, "global_mechanism_stats of an unknown id")
+    call check(accio_mechanism_available(par) == 1, "parallel is available")
+    r = accio_mechanism_available(9999, t)
+    call check(r == -22, "mechanism_available of an unknown id")
+    threads_knob = .false.
+    do k = 0, 63
+      t = accio_mechanism_knob(par, k)
+      if (t == "") exit
+      threads_knob = threads_knob .or. t == "threads"
+    end do
+    call check(threads_knob, "parallel reads the setting threads")
+    call check(accio_mechanism_knob(9999, 0) == "", "mechanism_knob of an unknown id")
+    call check(accio_close(h) == 0, "close (rest)")
+
+    ! the settings table, and a row registered from Fortran
+    row = -1
+    do k = 0, accio_setting_count() - 1
+      if (accio_setting_name(k) == "threads") row = k
+    end do
+    call check(row >= 0, "threads in the settings table")
+    call check(accio_setting_env(row) == "ACCIO_THREADS", "threads' variable")
+    call check(len(accio_setting_doc(row)) > 0, "threads' text")
+    r = accio_setting_spec_of(row, spec)
+    t = accio_string(spec%kind)
+    label = accio_string(spec%name)
+    call check(r == 0 .and. t == "count" .and. label == "threads" .and. spec%max >= spec%min, &
+               "setting_spec_of threads: " // label // ", " // t)
+    call check(accio_setting_spec_of(-1, spec) == -22, "setting_spec_of of no row")
+    call check(accio_setting_name(-1) == "", "setting_name of no row")
+    r = accio_setting_register("fortran_knob", "ACCIO_FORTRAN_KNOB", "a knob of the Fortran test", "count", "3", &
+                               1_c_int64_t, 10_c_int64_t)
+    call check(r == 0, "setting_register: " // accio_last_error())
+    call check(accio_settings_get(c_null_ptr, "fortran_knob") == "3", "a registered row's default")
+    g = accio_settings_new()
+    call check(accio_settings_set(g, "fortran_knob", "11") == -22, "a registered row's bounds")
+    call check(accio_settings_set(g, "fortran_knob", "10") == 0, "a registered row set")
+    call check(accio_settings_get(g, "fortran_knob") == "10", "a registered row read back")
+    call accio_settings_free(g)
+    r = accio_setting_register("fortran_knob", "ACCIO_FORTRAN_KNOB", "a knob of the Fortran test", "count", "3", &
+                               1_c_int64_t, 10_c_int64_t)
+    call check(r == 0, "the same row again is 0")
+    r = accio_setting_register("fortran_knob", "ACCIO_FORTRAN_KNOB", "another knob", "size", "1k")
+    call check(r == -17, "another row under a name taken is -EEXIST")
+    r = accio_setting_register("fortran_choice", "ACCIO_FORTRAN_CHOICE", "a choice", "choice", "b", choices="a|b")
+    call check(r == 0, "setting_register of a choice: " // accio_last_error())
+    g = accio_settings_new()
+    call check(accio_settings_set(g, "fortran_choice", "c") == -22, "a choice outside its choices")
+    call accio_settings_free(g)
+    r = accio_setting_register("Bad Name", "ACCIO_BAD", "bad", "count", "1")
+    call check(r == -22, "a bad name is -EINVAL")
+
+    ! plans and profiles described, the profile key, the probes
+    r = accio_plan_describe('{"mechanism": "uring", "queue_depth": 16, "direct": true}', label, aligned)
+    call check(r == 0 .and. index(label, "uring+direct") == 1 .and. aligned, "plan_describe: " // label)
+    r = accio_plan_describe('{"mechanism": "parallel"}', label, aligned)
+    call check(r == 0 .and. index(label, "parallel") == 1 .and. .not. aligned, "plan_describe parallel: " // label)
+    r = accio_plan_describe('{"mechanism": "nonsense"}', label)
+    detail = accio_last_error()
+    call check(r == -22 .and. label == "" .and. len(detail) > 0, "plan_describe of a bad plan: " // detail)
+    doc = accio_profile_describe()
+    call check(index(doc, '"label"') > 0, "profile_describe of the built-in model")
+    doc = accio_profile_describe(source=trim(dir))
+    call check(index(doc, '"label"') > 0, "profile_describe of the model for a directory's device")
+    doc = accio_profile_describe("{not json", "fortran-profile", r)
+    detail = accio_last_error()
+    call check(doc == "" .and. r == -22 .and. index(detail, "fortran-profile") > 0, "profile_describe of bad text: " // &
+               detail)
+    r = accio_profile_key_of(trim(dir), key)
+    t = accio_string(key%filesystem)
+    detail = accio_string(key%file)
+    call check(r == 0 .and. len(t) > 0 .and. len(detail) > 0, "profile_key_of: " // t // ", " // detail)
+    r = accio_profile_key_of(trim(dir) // "/no/such/dir", key)
+    call check(r == -2, "profile_key_of a missing path is -ENOENT")
+    r = accio_probe("mincore", detail=detail)
+    call check(r == 1 .and. len(detail) > 0, "probe mincore: " // detail)
+    r = accio_probe("o_direct", trim(dir), detail)
+    call check((r == 0 .or. r == 1) .and. len(detail) > 0, "probe o_direct: " // detail)
+    r = accio_probe("o_direct")
+    call check(r == -22, "probe o_direct without a path")
+    r = accio_probe("no_such_feature")
+    call check(r < 0, "probe of an unknown feature")
+
+    ! the log: a callback, then stderr again
+    call accio_set_log_callback(on_log)
+    r = accio_log(ACCIO_LOG_WARNING, "fortran", "a message from Fortran")
+    call check(r == 0 .and. log_calls == 1 .and. log_level == ACCIO_LOG_WARNING .and. .not. user_given, &
+               "the log callback got the message")
+    if (log_calls == 1) call check(log_key == "fortran" .and. log_message == "a message from Fortran", &
+                                   "the log callback's key and message: " // log_key // ": " // log_message)
+    call accio_set_log_callback()
+    r = accio_log(ACCIO_LOG_INFO, "fortran", "to stderr, hidden by ACCIO_QUIET under ctest")
+    call check(r == 0 .and. log_calls == 1, "the callback unset: stderr again")
+    call check(accio_log(99, "fortran", "x") == -22, "a bad level is -EINVAL")
+    call accio_settings_free(set)
+  end subroutine
 
   ! A checkpoint routine's usual shape: an assumed-shape, asynchronous dummy (contiguous here).
   subroutine read_async(u)

@@ -21,7 +21,7 @@
 ! operands in any order, or skip an .and.'s second one.
 program fortran_gpu
   use accio
-  use, intrinsic :: iso_c_binding, only: c_sizeof
+  use, intrinsic :: iso_c_binding, only: c_sizeof, c_double
   implicit none
   integer, parameter :: n = 1048576 + 515  ! several staging chunks and a tail
   character(len=4096) :: dir
@@ -34,6 +34,7 @@ program fortran_gpu
   integer(c_size_t) :: nbytes
   integer(c_int64_t) :: got
   integer(c_int) :: rc, device, how, m, kind
+  real(c_double) :: seconds
   integer :: i, failures
   character(len=6), parameter :: mechanisms(4) = [character(len=6) :: "auto", "naive", "staged", "gds"]
 
@@ -89,6 +90,9 @@ contains
     call check(rc < 0 .and. len(why) > 0, "no driver: no stream to wait for, and a message")
     rc = accio_gds_info(why)
     call check(rc == 0 .and. len(why) > 0, "no driver: no cuFile, and why")
+    rc = accio_cuda_copy_seconds(0, .true., 1048576_c_size_t, 65536_c_size_t, 1, seconds)
+    why = accio_last_error()
+    call check(rc == -19 .and. len(why) > 0, "no driver: no copy ceiling (-ENODEV), and a message")
     call check(accio_open(f, path, "r") == 0, "no driver: open")  ! host I/O goes on
     rc = accio_gds_mode(f, why)
     call check(rc == 0 .and. len(why) > 0, "no driver: the file in compatibility mode at best, and why: " // why)
@@ -179,6 +183,13 @@ contains
     call check(same(back, field), "managed memory holds the file's bytes")
     rc = accio_gds_info(why)
     call check(rc >= 0 .and. len(why) > 0, "cuFile's state, and why")
+    ! the pinned-copy ceiling both ways
+    rc = accio_cuda_copy_seconds(0, .true., 8388608_c_size_t, 1048576_c_size_t, 2, seconds)
+    call check(rc == 0 .and. seconds > 0, "the host-to-device copy ceiling")
+    rc = accio_cuda_copy_seconds(0, .false., 8388608_c_size_t, 1048576_c_size_t, 1, seconds)
+    call check(rc == 0 .and. seconds > 0, "the device-to-host copy ceiling")
+    rc = accio_cuda_copy_seconds(0, .true., 8388608_c_size_t, 1048576_c_size_t, 0, seconds)
+    call check(rc == -22, "no threads: -EINVAL")
     p = dev
     rc = accio_device_free(dev)
     call check(rc == 0 .and. .not. c_associated(dev), "accio_device_free, handle cleared")
