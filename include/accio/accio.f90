@@ -771,10 +771,7 @@ contains
     character(len=*), intent(in) :: path, mode
     type(c_ptr), intent(in), optional :: settings
     integer(c_int) :: rc
-    type(c_ptr) :: s
-    s = c_null_ptr
-    if (present(settings)) s = settings
-    rc = c_open(f, c_string(path), c_string(mode), s)
+    rc = c_open(f, c_string(path), c_string(mode), or_null(settings))
   end function
 
   ! Waits for requests in flight and frees f, which becomes c_null_ptr (a second close is 0).
@@ -900,9 +897,7 @@ contains
     character(kind=c_char) :: out(4096)
     integer(c_int) :: r
     r = c_settings_get(s, c_string(name), out, size(out, kind=c_size_t))
-    value = ""
-    if (r >= 0) value = from_buffer(out)
-    if (present(rc)) rc = min(r, 0_c_int)
+    value = setting_text(r, out, rc)
   end function
 
   ! The mechanism a request of nbytes (op: ACCIO_OP_READ or ACCIO_OP_WRITE) would run on f; "" on
@@ -936,6 +931,26 @@ contains
     s = from_buffer(chars)
   end function
 
+  ! What a C setting getter returned (r: the length, or -errno) and left in out: the value, "" on
+  ! error, with rc (when present) the negative errno or 0.
+  function setting_text(r, out, rc) result(value)
+    integer(c_int), intent(in) :: r
+    character(kind=c_char), intent(in) :: out(:)
+    integer(c_int), intent(out), optional :: rc
+    character(len=:), allocatable :: value
+    value = ""
+    if (r >= 0) value = from_buffer(out)
+    if (present(rc)) rc = min(r, 0_c_int)
+  end function
+
+  ! An optional address as C takes it: c_null_ptr when absent.
+  function or_null(p) result(q)
+    type(c_ptr), intent(in), optional :: p
+    type(c_ptr) :: q
+    q = c_null_ptr
+    if (present(p)) q = p
+  end function
+
   ! A C string given by its address, copied ("" for c_null_ptr).
   function string_of_address(p) result(s)
     type(c_ptr), intent(in) :: p
@@ -963,10 +978,7 @@ contains
     integer(c_int), intent(in) :: fd
     type(c_ptr), intent(in), optional :: settings
     integer(c_int) :: rc
-    type(c_ptr) :: s
-    s = c_null_ptr
-    if (present(settings)) s = settings
-    rc = c_open_fd(f, fd, s)
+    rc = c_open_fd(f, fd, or_null(settings))
   end function
 
   ! The value of one setting of an open file as text; "" on error, with rc (optional) the negative errno.
@@ -978,9 +990,7 @@ contains
     character(kind=c_char) :: out(4096)
     integer(c_int) :: r
     r = c_file_setting(f, c_string(name), out, size(out, kind=c_size_t))
-    value = ""
-    if (r >= 0) value = from_buffer(out)
-    if (present(rc)) rc = min(r, 0_c_int)
+    value = setting_text(r, out, rc)
   end function
 
   ! The mechanism a request of nbytes at offset would run now (op: ACCIO_OP_READ or ACCIO_OP_WRITE,
@@ -1018,10 +1028,7 @@ contains
     procedure(accio_future_callback) :: fn
     type(c_ptr), intent(in), optional :: arg
     integer(c_int) :: rc
-    type(c_ptr) :: a
-    a = c_null_ptr
-    if (present(arg)) a = arg
-    rc = c_future_on_complete(fut, c_funloc(fn), a)
+    rc = c_future_on_complete(fut, c_funloc(fn), or_null(arg))
   end function
 
   ! 1 when mechanism id runs on this machine, 0 when not (why, optional, says what is missing),
@@ -1158,10 +1165,7 @@ contains
     integer(c_int), intent(in) :: fd
     type(c_ptr), intent(in), optional :: settings
     integer(c_int64_t) :: n
-    type(c_ptr) :: s
-    s = c_null_ptr
-    if (present(settings)) s = settings
-    n = c_prefetch_window(fd, s)
+    n = c_prefetch_window(fd, or_null(settings))
   end function
 
   ! A feature of this machine: "io_uring", "cachestat", "mincore", "o_direct" (needs path),
@@ -1189,11 +1193,8 @@ contains
   subroutine accio_set_log_callback(fn, user)
     procedure(accio_log_callback), optional :: fn
     type(c_ptr), intent(in), optional :: user
-    type(c_ptr) :: u
-    u = c_null_ptr
-    if (present(user)) u = user
     if (present(fn)) then
-      call c_set_log_callback(c_funloc(fn), u)
+      call c_set_log_callback(c_funloc(fn), or_null(user))
     else
       call c_set_log_callback(c_null_funptr, c_null_ptr)
     end if
