@@ -653,23 +653,21 @@ int accio_gds_mode(accio_file* f, char* detail, size_t len) {
   return guard([&] {
     namespace cf = accio::mem::cufile;
     namespace cu = accio::mem::cuda;
-    cf::Mode m = cf::mode_for(f->f->ref().direct_fd >= 0 ? f->f->ref().direct_fd : f->f->ref().fd);
-    if (cf::load()) {
-      // The gds mechanism's own answer (it holds the file's cuFile handle), in the context of the
-      // GPU the program uses (not one of its own on GPU 0).
-      cu::ContextGuard g(cu::ContextGuard::HostWork{});
-      cu::Target t;
-      t.kind = cu::MemKind::device;
-      t.device = 0;
-      cu::load()->CtxGetCurrent(&t.ctx);
-      const accio::io::Mechanism& gds = *accio::io::find("gds");
-      if (std::string why = f->f->refusal(gds, t); !why.empty())
-        m = {cf::Mode::refused, "cuFile refuses this file (" + why + "): gds requests for it run staged"};
-      else if (std::string how = f->f->degraded(gds, t); !how.empty())
-        m = {cf::Mode::compat, how};
+    std::string why;
+    if (!cf::load(&why)) {
+      copy_out(why, detail, len);
+      return static_cast<int>(cf::Mode::compat);
     }
-    copy_out(m.why, detail, len);
-    return static_cast<int>(m.path);
+    // The gds mechanism's own answer (it holds the file's cuFile handle), in the context of the GPU
+    // the program uses (not one of its own on GPU 0).
+    cu::ContextGuard g(cu::ContextGuard::HostWork{});
+    cu::Target t;
+    t.kind = cu::MemKind::device;
+    t.device = 0;
+    cu::load()->CtxGetCurrent(&t.ctx);
+    const accio::io::Mechanism::Way w = f->f->way(*accio::io::find("gds"), t);
+    copy_out(w.why, detail, len);
+    return w.code;
   });
 }
 

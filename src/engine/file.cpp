@@ -292,12 +292,9 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
   return m;
 }
 
-std::string File::refusal(const io::Mechanism& m, const mem::cuda::Target& t) const {
-  return m.refusal({ref_, settings_, ThreadPool::shared(), t});
-}
-
-std::string File::degraded(const io::Mechanism& m, const mem::cuda::Target& t) const {
-  return m.degraded({ref_, settings_, ThreadPool::shared(), t});
+io::Mechanism::Way File::way(const io::Mechanism& m, const mem::cuda::Target& t) const {
+  if (closed_) throw Error(EBADF, "way", ref_.path, base::kNoOffset, "file is closed");
+  return m.way({ref_, settings_, ThreadPool::shared(), t});
 }
 
 uint64_t File::min_accelerated(bool write) const { return planner_->min_accelerated(write); }

@@ -88,10 +88,9 @@ class File : public std::enable_shared_from_this<File> {
   const StatCounters& counters() const { return stats_; }
   const base::Settings& settings() const { return settings_; }
   const io::FileRef& ref() const { return ref_; }
-  // Why mechanism m cannot serve this file for memory at t ("" when it can): Mechanism::refusal.
-  std::string refusal(const io::Mechanism& m, const mem::cuda::Target& t) const;
-  // Why mechanism m serves this file for memory at t, but not its fast way: Mechanism::degraded.
-  std::string degraded(const io::Mechanism& m, const mem::cuda::Target& t) const;
+  // Which of its ways mechanism m serves this file by for memory at t, and why: Mechanism::way.
+  // EBADF once closed.
+  io::Mechanism::Way way(const io::Mechanism& m, const mem::cuda::Target& t) const;
   bool readable() const { return readable_; }
   bool writable() const { return writable_; }
   // The mechanism a request of n bytes at offset 0 from an aligned buffer would run (after `auto`

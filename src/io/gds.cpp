@@ -78,10 +78,10 @@ class Gds final : public Mechanism {
     std::string why;
     return file_handle(c, &why) ? std::string() : why;
   }
-  std::string degraded(const IoContext& c) const override {
-    if (!file_handle(c, nullptr)) return {};
-    std::lock_guard lk(mu_);
-    return handles_.at(c.file.id).compat;
+  Way way(const IoContext& c) const override {
+    cf::Mode m;
+    file_handle(c, nullptr, nullptr, &m);
+    return {static_cast<int>(m.path), m.why};
   }
 
   // cuFile takes device memory only; the engine sends managed memory to staged.
@@ -167,28 +167,37 @@ class Gds final : public Mechanism {
   // when cuFile refuses the file, which is remembered until it closes.
   // *direct (when asked): whether cuFile can take the direct path for the file, so that buffers
   // are worth registering: mode_for says it is possible, and cuFile took the O_DIRECT descriptor.
-  void* file_handle(const IoContext& c, std::string* why, bool* direct = nullptr) const {
+  // *mode (when asked): the path cuFile serves the file by, and why (Mechanism::way).
+  void* file_handle(const IoContext& c, std::string* why, bool* direct = nullptr, cf::Mode* mode = nullptr) const {
     std::lock_guard lk(mu_);
     auto [it, fresh] = handles_.try_emplace(c.file.id);
+    Handle& h = it->second;
     if (fresh) {
       cu::ContextGuard g(c.target);
-      const bool possible = cf::mode_for(c.file.fd >= 0 ? c.file.fd : c.file.direct_fd).path == cf::Mode::direct;
+      const cf::Mode fs = cf::mode_for(c.file.fd >= 0 ? c.file.fd : c.file.direct_fd);
+      const bool possible = fs.path == cf::Mode::direct;
       bool took_direct = false;
       std::string said;
-      it->second.handle = cf::register_file(c.file.direct_fd, c.file.fd, possible, &took_direct, &said);
-      it->second.direct = possible && took_direct;
-      if (!it->second.handle)
-        it->second.refused = std::move(said);
-      else if (possible && !took_direct)
-        it->second.compat =
-            "compat mode: the direct path is possible here, but cuFile registered only the file's buffered descriptor (" +
-            (c.file.direct_fd < 0 ? "there is no O_DIRECT one: " + c.file.no_direct : "cuFileHandleRegister: " + said +
-                                                                             "; cuFile's own log says more") +
-            ")";
+      h.handle = cf::register_file(c.file.direct_fd, c.file.fd, possible, &took_direct, &said);
+      h.direct = possible && took_direct;
+      if (!h.handle) {
+        h.refused = said;
+        h.mode = {cf::Mode::refused, "cuFile refuses this file (" + said + "): gds requests for it run staged"};
+      } else if (possible && !took_direct) {
+        h.mode = {cf::Mode::compat,
+                  "compat mode: the direct path is possible here, but cuFile registered only the file's buffered "
+                  "descriptor (" +
+                      (c.file.direct_fd < 0 ? "there is no O_DIRECT one: " + c.file.no_direct
+                                            : "cuFileHandleRegister: " + said + "; cuFile's own log says more") +
+                      ")"};
+      } else {
+        h.mode = fs;
+      }
     }
-    if (!it->second.handle && why) *why = it->second.refused;
-    if (direct) *direct = it->second.direct;
-    return it->second.handle;
+    if (!h.handle && why) *why = h.refused;
+    if (direct) *direct = h.direct;
+    if (mode) *mode = h.mode;
+    return h.handle;
   }
   // The file's cuFile handle, or an error when cuFile refuses the file.
   void* handle(const IoContext& c, bool* direct) const {
@@ -412,7 +421,7 @@ class Gds final : public Mechanism {
     void* handle = nullptr;
     bool direct = false;  // the direct path is possible and cuFile took the O_DIRECT descriptor
     std::string refused;  // why cuFile refused the file (handle null)
-    std::string compat;   // why cuFile runs in compatibility mode although the direct path is possible
+    cf::Mode mode;        // the path cuFile serves the file by, and why
   };
   mutable std::map<uint64_t, Handle> handles_;  // file id -> cuFile handle
   struct Reg {

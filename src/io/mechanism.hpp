@@ -108,10 +108,14 @@ class Mechanism {
     (void)c;
     return {};
   }
-  // Where the mechanism serves the file but not by the fast path this machine has for it (gds:
-  // nvidia-fs loaded and a GDS filesystem, yet cuFile took only the buffered descriptor, so that it
-  // runs in compatibility mode): why; "" otherwise.
-  virtual std::string degraded(const IoContext& c) const {
+  // Which of its ways the mechanism serves this file by, for memory at c.target, where it has
+  // several, and why (gds: 1 cuFile's direct path, 0 its compatibility mode, 2 cuFile refuses the
+  // file so that staged serves it: accio_gds_mode); code -1 where it has one way only.
+  struct Way {
+    int code = -1;
+    std::string why;
+  };
+  virtual Way way(const IoContext& c) const {
     (void)c;
     return {};
   }

@@ -1031,27 +1031,42 @@ TEST(FakeGpu, GdsFileThatCuFileRefusesRunsStaged) {
   EXPECT_NE(warnings().find("mechanism gds cannot serve"), std::string::npos) << "recorded as well";
   accio_set_log_callback(nullptr, nullptr);
 
-  // cuFile refusing only the O_DIRECT descriptor: the buffered one is registered and gds runs, in
-  // compatibility mode on it, so no device buffer is registered (pinned) for it even where the
-  // direct path would have been possible; accio_gds_mode says compatibility mode and why (until
-  // 2026-11-27 it said 1, the direct path, wherever mode_for found it possible).
-  setenv("FAKE_CUFILE_REGISTER_ERR_DIRECT", "5027", 1);
   unsetenv("FAKE_CUFILE_REGISTER_ERR");
+  accio_settings_free(s);
+}
+
+// cuFile refusing only the O_DIRECT descriptor of a file where the direct path is possible
+// (nvidia-fs, a GDS filesystem): the buffered one is registered and gds runs, in compatibility mode
+// on it, so no device buffer is registered (pinned) for it; accio_gds_mode says compatibility mode
+// with cuFile's error for the O_DIRECT descriptor.
+TEST(FakeGpu, GdsModeSaysCompatWhereCuFileTakesOnlyTheBufferedDescriptor) {
+  REQUIRE_FAKE_DIRECT_PATH();
+  TempDir dir;
+  const std::vector<char> data = pattern(1u << 20, 33);
+  write_file(dir.file("f"), data);
+  accio_settings* s = settings("gds");
+  setenv("FAKE_CUFILE_REGISTER_ERR_DIRECT", "5027", 1);
+  accio_file* f;
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  char why[2048];
   EXPECT_EQ(accio_gds_mode(f, why, sizeof why), 0) << why;
-  if (fake_nvfs() && gds_filesystem(dir.file("f"))) {
-    EXPECT_NE(std::string(why).find("registered only the file's buffered descriptor"), std::string::npos) << why;
-    EXPECT_NE(std::string(why).find("5027 (CU_FILE_HANDLE_NOT_REGISTERED) with the O_DIRECT descriptor"),
-              std::string::npos)
-        << why;
-  }
-  DeviceMem fresh(data.size(), false);
+  EXPECT_NE(std::string(why).find("registered only the file's buffered descriptor"), std::string::npos) << why;
+  EXPECT_NE(std::string(why).find("5027 (CU_FILE_HANDLE_NOT_REGISTERED) with the O_DIRECT descriptor"),
+            std::string::npos)
+      << why;
+  DeviceMem dev(data.size(), false);
   const uint64_t buf_registers = counters().cufile_buf_registers;
-  ASSERT_EQ(accio_pread(f, fresh.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
   EXPECT_EQ(counters().cufile_buf_registers, buf_registers);
   EXPECT_EQ(ran(f), "gds");
+  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
   accio_close(f);
   unsetenv("FAKE_CUFILE_REGISTER_ERR_DIRECT");
+  // without the refusal the same file takes the direct path
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  EXPECT_EQ(accio_gds_mode(f, why, sizeof why), 1) << why;
+  EXPECT_NE(std::string(why).find("direct path"), std::string::npos) << why;
+  accio_close(f);
   accio_settings_free(s);
 }
 
