@@ -45,7 +45,7 @@ module accio
   implicit none
   private
 
-  public :: c_ptr, c_null_ptr, c_int, c_int64_t, c_size_t, c_intptr_t, c_associated, c_f_pointer, c_loc
+  public :: c_ptr, c_null_ptr, c_int, c_int64_t, c_size_t, c_intptr_t, c_double, c_associated, c_f_pointer, c_loc
   public :: ACCIO_OP_READ, ACCIO_OP_WRITE, ACCIO_OP_FRESH_CACHE, ACCIO_HOST_PAGEABLE, ACCIO_HOST_MLOCK, ACCIO_HOST_CUDA
   public :: ACCIO_LOG_INFO, ACCIO_LOG_WARNING, ACCIO_LOG_ERROR
   public :: ACCIO_MEM_HOST, ACCIO_MEM_PINNED, ACCIO_MEM_DEVICE, ACCIO_MEM_MANAGED, ACCIO_STREAM_LEGACY, &
@@ -53,7 +53,7 @@ module accio
   public :: accio_request, accio_stats, accio_gpu_info, accio_plan_stat, accio_profile_key, accio_setting_spec
   public :: accio_future_callback, accio_log_callback
   public :: accio_version, accio_last_error, accio_last_errno, accio_last_error_op, accio_last_error_path, &
-            accio_last_error_offset
+            accio_last_error_offset, accio_set_last_error
   public :: accio_settings_new, accio_settings_set, accio_settings_get, accio_settings_free
   public :: accio_setting_count, accio_setting_name, accio_setting_env, accio_setting_doc, accio_setting_spec_of, &
             accio_setting_register
@@ -88,7 +88,7 @@ module accio
   ! field), up to its NUL; accio_string(p): a C string given by its address (a log callback's key
   ! and message, an accio_setting_spec field), copied ("" for c_null_ptr).
   interface accio_string
-    module procedure string_of_chars, string_of_address
+    module procedure from_buffer, f_string
   end interface
 
   interface accio_bytes
@@ -146,14 +146,16 @@ module accio
   type, bind(C) :: accio_setting_spec
     type(c_ptr) :: name = c_null_ptr, env = c_null_ptr, doc = c_null_ptr, kind = c_null_ptr, &
                    default_value = c_null_ptr
-    integer(c_int64_t) :: min = 0, max = 0
+    integer(c_int64_t) :: min = 0, max = huge(0_c_int64_t)  ! as in C++: unbounded above
     type(c_ptr) :: choices = c_null_ptr
   end type
 
   abstract interface
     ! accio_future_on_complete's callback: the request's result (bytes, or -errno) and the arg given.
     ! It runs on the worker that completed the request (or at once in the caller when it is done
-    ! already): it must return promptly and be safe to run on another thread.
+    ! already): it must return promptly and be safe to run on another thread. Give a module (or
+    ! external) procedure: an internal one compiles, but gfortran passes it as a trampoline on its
+    ! host's stack, which needs an executable stack and is gone once the host returns.
     subroutine accio_future_callback(fut, result, arg) bind(C)
       import :: c_ptr, c_int64_t
       type(c_ptr), value :: fut
@@ -894,9 +896,11 @@ contains
     character(len=*), intent(in) :: name
     integer(c_int), intent(out), optional :: rc
     character(len=:), allocatable :: value
-    character(kind=c_char) :: out(4096)
+    character(kind=c_char), allocatable :: out(:)
     integer(c_int) :: r
+    allocate (out(4096))
     r = c_settings_get(s, c_string(name), out, size(out, kind=c_size_t))
+    if (grow(out, int(r, c_int64_t))) r = c_settings_get(s, c_string(name), out, size(out, kind=c_size_t))
     value = setting_text(r, out, rc)
   end function
 
@@ -910,25 +914,32 @@ contains
     name = f_string(c_mechanism_for(f, nbytes, op))
   end function
 
-  ! The plan a request of nbytes at offset (from an aligned buffer) would run now, and why. 0 or -errno.
-  function accio_explain(f, nbytes, offset, op, plan, why) result(rc)
+  ! The plan a request of nbytes at offset, from buf (optional: an aligned buffer when absent), would
+  ! run now, and why. 0 or -errno (plan and why "").
+  function accio_explain(f, nbytes, offset, op, plan, why, buf) result(rc)
     type(c_ptr), intent(in) :: f
     integer(c_size_t), intent(in) :: nbytes
     integer(c_int64_t), intent(in) :: offset
     integer(c_int), intent(in) :: op
     character(len=:), allocatable, intent(out) :: plan, why
+    type(*), dimension(..), intent(in), target, optional :: buf
     integer(c_int) :: rc
     character(kind=c_char) :: p(256), w(1024)
-    rc = c_explain(f, c_null_ptr, nbytes, offset, op, p, size(p, kind=c_size_t), w, size(w, kind=c_size_t))
+    type(c_ptr) :: b
+    p(1) = c_null_char
+    w(1) = c_null_char
+    b = c_null_ptr
+    rc = -EINVAL
+    if (present(buf)) then
+      if (.not. address_of(buf, nbytes, "explain", b)) then
+        plan = ""
+        why = ""
+        return
+      end if
+    end if
+    rc = c_explain(f, b, nbytes, offset, op, p, size(p, kind=c_size_t), w, size(w, kind=c_size_t))
     plan = from_buffer(p)
     why = from_buffer(w)
-  end function
-
-  ! A C string held in a character array (an accio_gpu_info field): the characters up to its NUL.
-  function string_of_chars(chars) result(s)
-    character(kind=c_char), intent(in) :: chars(:)
-    character(len=:), allocatable :: s
-    s = from_buffer(chars)
   end function
 
   ! What a C setting getter returned (r: the length, or -errno) and left in out: the value, "" on
@@ -943,19 +954,24 @@ contains
     if (present(rc)) rc = min(r, 0_c_int)
   end function
 
+  ! After a C call that wrote text into out and returned its full length n (or -errno): .true. when
+  ! it did not fit, with out made large enough, so that the caller calls again.
+  logical function grow(out, n)
+    character(kind=c_char), allocatable, intent(inout) :: out(:)
+    integer(c_int64_t), intent(in) :: n
+    grow = n >= size(out, kind=c_int64_t)
+    if (grow) then
+      deallocate (out)
+      allocate (out(n + 1))
+    end if
+  end function
+
   ! An optional address as C takes it: c_null_ptr when absent.
   function or_null(p) result(q)
     type(c_ptr), intent(in), optional :: p
     type(c_ptr) :: q
     q = c_null_ptr
     if (present(p)) q = p
-  end function
-
-  ! A C string given by its address, copied ("" for c_null_ptr).
-  function string_of_address(p) result(s)
-    type(c_ptr), intent(in) :: p
-    character(len=:), allocatable :: s
-    s = f_string(p)
   end function
 
   ! A Fortran string (trailing blanks dropped) as a NUL-terminated character array, whose address
@@ -987,9 +1003,11 @@ contains
     character(len=*), intent(in) :: name
     integer(c_int), intent(out), optional :: rc
     character(len=:), allocatable :: value
-    character(kind=c_char) :: out(4096)
+    character(kind=c_char), allocatable :: out(:)
     integer(c_int) :: r
+    allocate (out(4096))
     r = c_file_setting(f, c_string(name), out, size(out, kind=c_size_t))
+    if (grow(out, int(r, c_int64_t))) r = c_file_setting(f, c_string(name), out, size(out, kind=c_size_t))
     value = setting_text(r, out, rc)
   end function
 
@@ -1022,7 +1040,8 @@ contains
   end function
 
   ! Calls fn(fut, result, arg) once when the request completes (on the worker that completed it, or
-  ! at once when it is done already). 0, -EBUSY when fut has a callback already, -EINVAL.
+  ! at once when it is done already): a module (or external) procedure, and arg c_loc of a variable
+  ! that outlives the request. 0, -EBUSY when fut has a callback already, -EINVAL.
   function accio_future_on_complete(fut, fn, arg) result(rc)
     type(c_ptr), intent(in) :: fut
     procedure(accio_future_callback) :: fn
@@ -1070,7 +1089,8 @@ contains
 
   ! A new row of the settings table (a program's own knob): afterwards accio_settings_new reads its
   ! variable, accio_settings_set/get know it, and accio info lists it. kind: "count", "size",
-  ! "bool", "choice" or "text"; min and max bound a count or a size; choices ("a|b") a choice.
+  ! "bool", "choice" or "text"; min and max bound a count or a size (absent: 0 and
+  ! huge(0_c_int64_t)); choices ("a|b") a choice.
   ! 0; -EEXIST when the name is taken by another spec; -EINVAL (accio_last_error() says why).
   function accio_setting_register(name, env, doc, kind, default_value, min, max, choices) result(rc)
     character(len=*), intent(in) :: name, env, doc, kind, default_value
@@ -1106,11 +1126,13 @@ contains
     character(len=:), allocatable, intent(out) :: label
     logical, intent(out), optional :: needs_alignment
     integer(c_int) :: rc
-    character(kind=c_char) :: out(1024)  ! a label is a line
+    character(kind=c_char), allocatable :: out(:)
     integer(c_int) :: aligned
     integer(c_int64_t) :: n
     aligned = 0
+    allocate (out(256))
     n = c_plan_describe(c_string(plan_json), out, size(out, kind=c_size_t), aligned)
+    if (grow(out, n)) n = c_plan_describe(c_string(plan_json), out, size(out, kind=c_size_t), aligned)
     rc = int(min(n, 0_c_int64_t), c_int)
     label = ""
     if (n >= 0) label = from_buffer(out)
@@ -1141,11 +1163,7 @@ contains
     end if
     allocate (out(65536))
     n = c_profile_describe(tp, sp, out, size(out, kind=c_size_t))
-    if (n >= size(out, kind=c_int64_t)) then  ! the full length: once more with room for it
-      deallocate (out)
-      allocate (out(n + 1))
-      n = c_profile_describe(tp, sp, out, size(out, kind=c_size_t))
-    end if
+    if (grow(out, n)) n = c_profile_describe(tp, sp, out, size(out, kind=c_size_t))
     doc = ""
     if (n >= 0) doc = from_buffer(out)
     if (present(rc)) rc = int(min(n, 0_c_int64_t), c_int)
@@ -1189,7 +1207,8 @@ contains
   end function
 
   ! Sends accio's warnings and errors to fn(level, key, message, user) instead of stderr; without fn,
-  ! back to stderr.
+  ! back to stderr (user is then ignored). fn stays registered until replaced: pass a module (or
+  ! external) procedure, and as user c_loc of a variable that outlives the registration.
   subroutine accio_set_log_callback(fn, user)
     procedure(accio_log_callback), optional :: fn
     type(c_ptr), intent(in), optional :: user
@@ -1243,11 +1262,7 @@ contains
     integer(c_size_t) :: n
     allocate (out(4096))
     n = c_warnings(out, size(out, kind=c_size_t))
-    if (n >= size(out, kind=c_size_t)) then  ! the full length: once more with room for it
-      deallocate (out)
-      allocate (out(n + 1))
-      n = c_warnings(out, size(out, kind=c_size_t))
-    end if
+    if (grow(out, int(n, c_int64_t))) n = c_warnings(out, size(out, kind=c_size_t))
     text = from_buffer(out)
   end function
 
@@ -1257,6 +1272,7 @@ contains
     character(len=:), allocatable, intent(out), optional :: why
     integer(c_int) :: yes
     character(kind=c_char) :: w(1024)
+    w(1) = c_null_char
     yes = c_cuda_available(w, size(w, kind=c_size_t))
     if (present(why)) why = from_buffer(w)
   end function
@@ -1287,19 +1303,45 @@ contains
     character(len=:), allocatable, intent(out), optional :: detail
     integer(c_int) :: yes
     character(kind=c_char) :: d(1024)
+    d(1) = c_null_char
     yes = c_gds_info(d, size(d, kind=c_size_t))
     if (present(detail)) detail = from_buffer(d)
   end function
 
-  ! For f: 1 when cuFile can take the direct path, 0 when it would run in compatibility mode, 2 when
-  ! cuFile refuses the file (gds then runs staged for it); -errno on error. detail says why.
+  ! For f: 1 when cuFile can take the direct path, 0 when it would run in compatibility mode (no
+  ! direct path for the file here, or cuFile took only its buffered descriptor), 2 when cuFile
+  ! refuses the file (gds then runs staged for it); -errno on error. detail says why.
   function accio_gds_mode(f, detail) result(mode)
     type(c_ptr), intent(in) :: f
     character(len=:), allocatable, intent(out), optional :: detail
     integer(c_int) :: mode
     character(kind=c_char) :: d(1024)
+    d(1) = c_null_char
     mode = c_gds_mode(f, d, size(d, kind=c_size_t))
     if (present(detail)) detail = from_buffer(d)
+  end function
+
+  ! Records an error for the calling thread as accio's own calls do (a library on top of accio that
+  ! refuses its caller's arguments): accio_last_error() then reads "op 'path': detail (errno E)"
+  ! (path absent: none; detail absent: strerror's). Returns -errnum; -EINVAL, recording nothing, for
+  ! errnum <= 0.
+  function accio_set_last_error(errnum, op, path, detail) result(rc)
+    integer(c_int), intent(in) :: errnum
+    character(len=*), intent(in) :: op
+    character(len=*), intent(in), optional :: path, detail
+    integer(c_int) :: rc
+    character(kind=c_char), allocatable, target :: p(:)
+    type(c_ptr) :: pp
+    pp = c_null_ptr
+    if (present(path)) then
+      call to_chars(path, p)
+      pp = c_loc(p)
+    end if
+    if (present(detail)) then
+      rc = c_set_last_error(errnum, c_string(op), pp, c_string(detail))
+    else
+      rc = c_set_last_error(errnum, c_string(op), pp, c_string(""))
+    end if
   end function
 
   function accio_version() result(v)

@@ -13,7 +13,8 @@
 !
 !   fortran_api DIR
 
-! The callbacks: bind(C) procedures of a module (a program's internal procedures cannot be).
+! The callbacks: bind(C) procedures of a module (an internal procedure would be passed as a
+! trampoline on the host's stack: an executable stack, gone when the host returns).
 module fortran_api_callbacks
   use, intrinsic :: iso_c_binding, only: c_ptr, c_int, c_int64_t, c_f_pointer, c_associated
   use accio, only: accio_string
@@ -54,7 +55,8 @@ program fortran_api
   integer, parameter :: n = 300000
   character(len=4096) :: dir
   character(len=256) :: path  ! trailing blanks: the module trims them
-  real(8), allocatable :: field(:), back(:)
+  real(8), allocatable :: field(:)
+  real(8), allocatable, asynchronous, target :: back(:)  ! read asynchronously with a callback too
   real(8), allocatable, asynchronous :: grid(:, :)
   real(8) :: two(2), time, time_back
   integer(int32) :: step, step_back
@@ -285,6 +287,14 @@ contains
     t = accio_file_setting(h, "no_such_setting", r)
     call check(t == "" .and. r == -22, "file_setting of an unknown setting")
     call check(accio_min_accelerated(h, ACCIO_OP_READ) == 0, "min_accelerated of a fixed mechanism is 0")
+    call check(accio_min_accelerated(c_null_ptr, ACCIO_OP_READ) == -22, "min_accelerated without a handle")
+    call check(accio_file_fd(c_null_ptr) == -22, "file_fd without a handle")
+    rc = accio_explain(h, nbytes, 0_c_int64_t, ACCIO_OP_READ, plan, why, back)
+    call check(rc == 0 .and. index(plan, "parallel") == 1 .and. len(why) > 0, "explain from a buffer: " // plan)
+    rc = accio_explain(h, 8000_c_size_t, 0_c_int64_t, ACCIO_OP_READ, plan, why, grid(2, :))
+    call check(rc == -22 .and. plan == "" .and. why == "", "explain from a strided section")
+    rc = accio_explain(c_null_ptr, nbytes, 0_c_int64_t, ACCIO_OP_READ, plan, why)
+    call check(rc == -22 .and. plan == "" .and. why == "", "explain without a handle: nothing made up")
     t = accio_mechanism_for_at(h, 64_c_size_t * 1048576_c_size_t, 0_c_int64_t, ACCIO_OP_READ)
     call check(t == "parallel", "mechanism_for_at: " // t)
     t = accio_mechanism_for_at(h, nbytes, 0_c_int64_t, ior(ACCIO_OP_READ, ACCIO_OP_FRESH_CACHE), back)
@@ -310,6 +320,8 @@ contains
     call check(r < 0 .and. .not. c_associated(g), "open_fd of a bad descriptor")
     window = accio_prefetch_window(fd, set)
     call check(window >= 0, "prefetch_window")
+    window = accio_prefetch_window(-1)
+    call check(window == -9, "prefetch_window of a bad descriptor is -EBADF")
 
     ! a read with a completion callback
     seen = 0
@@ -318,6 +330,8 @@ contains
     call check(r == 0, "future_on_complete")
     r = accio_future_on_complete(fut2, on_done, c_loc(seen))
     call check(r == -16, "a second callback is -EBUSY")
+    r = accio_future_on_complete(c_null_ptr, on_done)
+    call check(r == -22, "a callback without a future is -EINVAL")
     call accio_future_free(fut2)  ! waits for the callback to return
     call check(completions == 1 .and. completed_result == int(nbytes, c_int64_t) .and. seen == 7 .and. future_given, &
                "the callback ran once, with the future, the result and the arg")
@@ -372,6 +386,8 @@ contains
                "setting_spec_of threads: " // label // ", " // t)
     call check(accio_setting_spec_of(-1, spec) == -22, "setting_spec_of of no row")
     call check(accio_setting_name(-1) == "", "setting_name of no row")
+    call check(accio_setting_env(accio_setting_count()) == "", "setting_env of no row")
+    call check(accio_setting_doc(accio_setting_count()) == "", "setting_doc of no row")
     r = accio_setting_register("fortran_knob", "ACCIO_FORTRAN_KNOB", "a knob of the Fortran test", "count", "3", &
                                1_c_int64_t, 10_c_int64_t)
     call check(r == 0, "setting_register: " // accio_last_error())
@@ -393,6 +409,39 @@ contains
     call accio_settings_free(g)
     r = accio_setting_register("Bad Name", "ACCIO_BAD", "bad", "count", "1")
     call check(r == -22, "a bad name is -EINVAL")
+    ! bounds left out: 0 and unbounded above, as in C
+    r = accio_setting_register("fortran_size", "ACCIO_FORTRAN_SIZE", "a size without bounds", "size", "4k")
+    call check(r == 0, "setting_register of a size without bounds: " // accio_last_error())
+    r = accio_setting_register("fortran_count", "ACCIO_FORTRAN_COUNT", "a count with a minimum", "count", "3", &
+                               min=2_c_int64_t)
+    call check(r == 0, "setting_register of a count with a minimum only: " // accio_last_error())
+    g = accio_settings_new()
+    call check(accio_settings_set(g, "fortran_size", "16MiB") == 0, "a size without bounds takes 16MiB")
+    call check(accio_settings_get(g, "fortran_size") == "16777216", "a size without bounds read back: " // &
+               accio_settings_get(g, "fortran_size"))
+    call check(accio_settings_set(g, "fortran_count", "1000000") == 0, "a count with a minimum only, a large value")
+    call check(accio_settings_set(g, "fortran_count", "1") == -22, "a count below its minimum")
+    call accio_settings_free(g)
+    ! a setting value longer than the wrappers' first buffer comes back whole
+    r = accio_setting_register("fortran_text", "ACCIO_FORTRAN_TEXT", "a long text", "text", "x")
+    call check(r == 0, "setting_register of a text: " // accio_last_error())
+    g = accio_settings_new()
+    call check(accio_settings_set(g, "fortran_text", repeat("abcdefgh", 1000)) == 0, "a text of 8000 characters")
+    t = accio_settings_get(g, "fortran_text")
+    call check(t == repeat("abcdefgh", 1000), "a text of 8000 characters read back whole")
+    call accio_settings_free(g)
+    ! an error recorded by a library on top of accio
+    r = accio_set_last_error(5, "my_checkpoint", trim(dir) // "/step.bin", "the step is out of range")
+    detail = accio_last_error()
+    k = accio_last_errno()
+    call check(r == -5 .and. k == 5 .and. index(detail, "my_checkpoint") == 1 .and. &
+               index(detail, "step.bin") > 0 .and. index(detail, "the step is out of range") > 0, &
+               "set_last_error: " // detail)
+    r = accio_set_last_error(2, "my_open")
+    detail = accio_last_error()
+    call check(r == -2 .and. index(detail, "my_open") == 1 .and. len(detail) > len("my_open"), &
+               "set_last_error without a path or detail: " // detail)
+    call check(accio_set_last_error(0, "x") == -22, "set_last_error of errno 0 is -EINVAL")
 
     ! plans and profiles described, the profile key, the probes
     r = accio_plan_describe('{"mechanism": "uring", "queue_depth": 16, "direct": true}', label, aligned)
