@@ -51,7 +51,7 @@ module accio
   public :: ACCIO_MEM_HOST, ACCIO_MEM_PINNED, ACCIO_MEM_DEVICE, ACCIO_MEM_MANAGED, ACCIO_STREAM_LEGACY, &
             ACCIO_STREAM_PER_THREAD
   public :: accio_request, accio_stats, accio_gpu_info, accio_plan_stat, accio_profile_key, accio_setting_spec
-  public :: accio_future_callback, accio_log_callback
+  public :: accio_future_callback, accio_log_callback, accio_device_callback
   public :: accio_version, accio_last_error, accio_last_errno, accio_last_error_op, accio_last_error_path, &
             accio_last_error_offset, accio_set_last_error
   public :: accio_settings_new, accio_settings_set, accio_settings_get, accio_settings_free
@@ -66,7 +66,7 @@ module accio
   public :: accio_pread_async, accio_pwrite_async, accio_submit, accio_future_wait, accio_future_ready, &
             accio_future_free, accio_future_on_complete
   public :: accio_global_mechanism_stats, accio_mechanism_count, accio_mechanism_available, accio_mechanism_knob
-  public :: accio_set_log_callback, accio_log, accio_cuda_copy_seconds
+  public :: accio_set_log_callback, accio_log, accio_cuda_copy_seconds, accio_cuda_with_device
   public :: accio_host_alloc, accio_host_free
   public :: accio_settings_copy, accio_parse_size, accio_global_stats, accio_global_stats_reset, accio_residency, &
             accio_warnings, accio_string, accio_mechanism_name, accio_mechanism_device
@@ -169,6 +169,11 @@ module accio
       import :: c_int, c_ptr
       integer(c_int), value :: level
       type(c_ptr), value :: key, message, user
+    end subroutine
+    ! accio_cuda_with_device's: runs in the calling thread with the GPU current
+    subroutine accio_device_callback(arg) bind(C)
+      import :: c_ptr
+      type(c_ptr), value :: arg
     end subroutine
   end interface
 
@@ -634,6 +639,13 @@ module accio
       integer(c_int), value :: device, to_device, threads
       integer(c_size_t), value :: nbytes, chunk
       real(c_double), intent(out) :: seconds
+      integer(c_int) :: rc
+    end function
+    function c_cuda_with_device(device, fn, arg) bind(C, name="accio_cuda_with_device") result(rc)
+      import :: c_int, c_funptr, c_ptr
+      integer(c_int), value :: device
+      type(c_funptr), value :: fn
+      type(c_ptr), value :: arg
       integer(c_int) :: rc
     end function
     function c_strlen(p) bind(C, name="strlen") result(n)
@@ -1319,6 +1331,17 @@ contains
     d(1) = c_null_char
     mode = c_gds_mode(f, d, size(d, kind=c_size_t))
     if (present(detail)) detail = from_buffer(d)
+  end function
+
+  ! Calls fn(arg) in this thread with GPU `device`'s primary context current (popped afterwards), so
+  ! that a CUDA runtime or library called in fn takes `device` for the current GPU. 0 once fn
+  ! returned; -ENODEV without a driver or with no such GPU (fn is then not called).
+  function accio_cuda_with_device(device, fn, arg) result(rc)
+    integer(c_int), intent(in) :: device
+    procedure(accio_device_callback) :: fn
+    type(c_ptr), intent(in), optional :: arg
+    integer(c_int) :: rc
+    rc = c_cuda_with_device(device, c_funloc(fn), or_null(arg))
   end function
 
   ! Records an error for the calling thread as accio's own calls do (a library on top of accio that

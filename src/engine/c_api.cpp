@@ -641,6 +641,18 @@ int accio_cuda_stream_sync(int device, uintptr_t stream) {
   });
 }
 
+int accio_cuda_with_device(int device, void (*fn)(void* arg), void* arg) {
+  ACCIO_CHECK(fn, "accio_cuda_with_device");
+  return guard([&] {
+    namespace cu = accio::mem::cuda;
+    std::string why;
+    if (!cu::load(&why)) throw Error(ENODEV, "accio_cuda_with_device", "", accio::base::kNoOffset, why);
+    cu::ContextGuard g(device);  // ENODEV for no such GPU
+    fn(arg);
+    return 0;
+  });
+}
+
 int accio_gds_info(char* detail, size_t len) {
   std::string why;
   const bool ok = accio::mem::cufile::load(&why) != nullptr;

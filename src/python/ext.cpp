@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,10 +36,36 @@ constexpr const char* kAccepted =
     "array, a GPU array with DLPack (__dlpack__ and __dlpack_device__: CuPy, PyTorch, JAX) or "
     "__cuda_array_interface__ (CuPy, Numba, PyTorch), or a CPU array with DLPack";
 
-// DLPack device types (dlpack.h's DLDeviceType) that name CUDA memory.
-bool dlpack_is_cuda(int type) {
-  return type == nb::device::cuda::value || type == nb::device::cuda_host::value ||
-         type == nb::device::cuda_managed::value;
+// DLPack device types (dlpack.h's DLDeviceType) of GPU memory: device and managed memory, which a
+// producer orders against a stream.
+bool dlpack_is_cuda(int type) { return type == nb::device::cuda::value || type == nb::device::cuda_managed::value; }
+// Of host memory: the CPU's, and CUDA-pinned host memory (kDLCUDAHost: PyTorch's pin_memory()
+// tensors report it from __dlpack_device__, refuse a stream, and export a kDLCPU capsule).
+bool dlpack_is_host(int type) { return type == nb::device::cpu::value || type == nb::device::cuda_host::value; }
+
+// f() with GPU `device` the current one (its primary context pushed: accio_cuda_with_device), so
+// that a producer asked to export an array of that GPU does it there: PyTorch refuses a tensor of
+// another GPU than the current one (BufferError), and CuPy and PyTorch order their work on the
+// current GPU's streams. Without a driver or such a GPU, f() as it is (the errors come later).
+template <class F>
+nb::object on_device(int device, F f) {
+  struct Call {
+    F* f;
+    nb::object result;
+    std::exception_ptr error;
+    bool ran = false;
+  } call{&f, {}, {}, false};
+  accio_cuda_with_device(device, [](void* p) {
+    Call& c = *static_cast<Call*>(p);
+    c.ran = true;
+    try {
+      c.result = (*c.f)();
+    } catch (...) {
+      c.error = std::current_exception();
+    }
+  }, &call);
+  if (call.error) std::rethrow_exception(call.error);
+  return call.ran ? std::move(call.result) : f();
 }
 
 std::string what(nb::handle obj) { return nb::inst_name(obj).c_str(); }
@@ -71,15 +98,16 @@ const char* const kMemKindNames[] = {"host", "pinned", "device", "managed"};  //
 // A contiguous view of any Python buffer, kept alive while used. Device objects are recognised
 // first, before the buffer protocol (whose export CuPy makes raise), and their producer's stream is
 // honoured before accio touches the memory:
-//  1. __dlpack_device__ reporting CUDA, CUDA-host or CUDA-managed memory: DLPack. accio calls
-//     __dlpack__(stream=1, max_version=...) itself: the producer makes the legacy default stream wait
-//     for its work, and accio synchronizes that stream, so the memory is ready for any stream accio
-//     copies on. Producers that predate max_version or stream are asked again without them (stream
+//  1. __dlpack_device__ reporting CUDA or CUDA-managed memory: DLPack. accio calls
+//     __dlpack__(stream=1, max_version=...) itself, with the array's GPU current: the producer makes
+//     the legacy default stream wait for its work, and accio synchronizes that stream, so the memory
+//     is ready for any stream accio copies on. Producers that predate max_version or stream are asked again without them (stream
 //     None means the legacy default stream too).
 //  2. __cuda_array_interface__ (v3; v2 has no stream): its stream (1 legacy, 2 per-thread, else a
 //     CUstream handle) is synchronized; absent or None means the data is ready; 0 is refused.
 //  3. the buffer protocol (host memory).
-//  4. DLPack on the CPU (PyTorch CPU tensors).
+//  4. DLPack on the CPU (PyTorch CPU tensors; pinned ones report CUDA-host memory, kDLCUDAHost,
+//     and are host memory too: no stream, as PyTorch's own consumer asks).
 // The engine then sees where the pointer lives and picks a host or device mechanism.
 class View {
  public:
@@ -112,11 +140,12 @@ class View {
         from_dlpack_cuda(obj, id, writable);
         return;
       }
-      if (type != nb::device::cpu::value && !nb::hasattr(obj, "__cuda_array_interface__"))
+      if (!dlpack_is_host(type) && !nb::hasattr(obj, "__cuda_array_interface__"))
         throw nb::type_error((what(obj) + " lives on DLPack device type " + std::to_string(type) +
                               ", which accio cannot address (it takes host memory and CUDA memory: DLPack "
                               "device types 1 CPU, 2 CUDA, 3 CUDA host, 13 CUDA managed)").c_str());
-      dlpack_cpu = type == nb::device::cpu::value;
+      dlpack_cpu = dlpack_is_host(type);
+      pinned_ = type == nb::device::cuda_host::value;
     }
     if (nb::hasattr(obj, "__cuda_array_interface__")) {
       from_cai(obj, writable);
@@ -148,6 +177,8 @@ class View {
   size_t size() const { return size_; }
   // The GPU ordinal for memory that came as a CUDA object (DLPack or __cuda_array_interface__), else -1.
   int device() const { return device_; }
+  // Whether the producer said the memory is CUDA-pinned host memory (DLPack kDLCUDAHost).
+  bool pinned() const { return pinned_; }
 
  private:
   void from_buffer(nb::handle obj, bool writable) {
@@ -178,7 +209,7 @@ class View {
   }
 
   // obj.__dlpack__() as the array API asks: max_version, and stream=1 (the legacy default stream)
-  // for CUDA memory; a producer that refuses a keyword with TypeError is asked again with fewer
+  // for GPU memory (none for host memory, pinned included, as PyTorch's own consumer does); a producer that refuses a keyword with TypeError is asked again with fewer
   // (before DLPack 1.0: no max_version; with no stream keyword at all it assumes the legacy stream).
   static nb::object call_dlpack(nb::handle obj, bool cuda) {
     nb::object fn = obj.attr("__dlpack__");
@@ -208,7 +239,7 @@ class View {
     }
     if (writable) array_ = nb::ndarray<nb::ro>(rw);
     const int dt = array_.device_type();
-    if (cuda != dlpack_is_cuda(dt) || (!cuda && dt != nb::device::cpu::value))
+    if (cuda ? !dlpack_is_cuda(dt) : !dlpack_is_host(dt))
       throw nb::type_error((what(obj) + "'s DLPack export lives on device type " + std::to_string(dt) +
                             ", not what its __dlpack_device__() said").c_str());
     bool empty = false;
@@ -226,8 +257,9 @@ class View {
     if (!nb::hasattr(obj, "__dlpack__"))
       throw nb::type_error((what(obj) + " has __dlpack_device__ but no __dlpack__: " + kAccepted).c_str());
     device_ = id;
-    // stream=1: the legacy default stream, which accio synchronizes below.
-    take_dlpack(obj, call_dlpack(obj, true), writable, true);
+    // stream=1: the legacy default stream (of the array's GPU, current for the export), which accio
+    // synchronizes below.
+    take_dlpack(obj, on_device(id, [&] { return call_dlpack(obj, true); }), writable, true);
     sync_stream(id, 1);
   }
 
@@ -315,6 +347,7 @@ class View {
   void* ptr_ = nullptr;
   size_t size_ = 0;
   int device_ = -1;
+  bool pinned_ = false;
 };
 
 // GPU memory that accio allocated (cuMemAlloc, or cuMemAllocManaged): what accio.read(path,
@@ -363,12 +396,12 @@ class DeviceArray {
 
 // A buffer held, export and all, for as long as this object lives: for callers that hand its address
 // to something that uses it later (the offload runtime), so that a bytearray cannot resize nor an
-// mmap close under it. where: host for buffer-protocol and CPU DLPack objects, else what the driver
-// says (pinned, device, managed).
+// mmap close under it. where: host for buffer-protocol and plain CPU DLPack objects, else (CUDA-host
+// DLPack objects too) what the driver says (pinned, device, managed).
 class HeldView {
  public:
   HeldView(nb::handle obj, bool writable) : v_(obj, writable) {
-    if (v_.device() >= 0) kind_ = accio_mem_kind(v_.ptr(), &dev_);
+    if (v_.device() >= 0 || v_.pinned()) kind_ = accio_mem_kind(v_.ptr(), &dev_);
   }
   uintptr_t address() const { return reinterpret_cast<uintptr_t>(v_.ptr()); }
   size_t nbytes() const { return v_.size(); }

@@ -19,8 +19,23 @@
 !
 ! One function call that sets an argument per statement: Fortran may evaluate a statement's
 ! operands in any order, or skip an .and.'s second one.
+! The callback of accio_cuda_with_device: counts its calls and says whether it got its argument.
+module fortran_gpu_callbacks
+  use, intrinsic :: iso_c_binding, only: c_ptr, c_associated
+  implicit none
+  integer :: with_device_calls = 0
+  logical :: with_device_arg = .false.
+contains
+  subroutine count_call(arg) bind(C)
+    type(c_ptr), value :: arg
+    with_device_calls = with_device_calls + 1
+    with_device_arg = c_associated(arg)
+  end subroutine
+end module
+
 program fortran_gpu
   use accio
+  use fortran_gpu_callbacks
   use, intrinsic :: iso_c_binding, only: c_sizeof, c_double
   implicit none
   integer, parameter :: n = 1048576 + 515  ! several staging chunks and a tail
@@ -93,6 +108,8 @@ contains
     rc = accio_cuda_copy_seconds(0, .true., 1048576_c_size_t, 65536_c_size_t, 1, seconds)
     why = accio_last_error()
     call check(rc == -19 .and. len(why) > 0, "no driver: no copy ceiling (-ENODEV), and a message")
+    rc = accio_cuda_with_device(0, count_call)
+    call check(rc == -19 .and. with_device_calls == 0, "no driver: cuda_with_device is -ENODEV, fn not called")
     call check(accio_open(f, path, "r") == 0, "no driver: open")  ! host I/O goes on
     rc = accio_gds_mode(f, why)
     call check(rc == 0 .and. len(why) > 0, "no driver: the file in compatibility mode at best, and why: " // why)
@@ -190,6 +207,11 @@ contains
     call check(rc == 0 .and. seconds > 0, "the device-to-host copy ceiling")
     rc = accio_cuda_copy_seconds(0, .true., 8388608_c_size_t, 1048576_c_size_t, 0, seconds)
     call check(rc == -22, "no threads: -EINVAL")
+    ! a callback run with GPU 0 current, with its argument; none on a GPU that is not there
+    rc = accio_cuda_with_device(0, count_call, c_loc(field))
+    call check(rc == 0 .and. with_device_calls == 1 .and. with_device_arg, "cuda_with_device runs the callback")
+    rc = accio_cuda_with_device(accio_gpu_count(), count_call)
+    call check(rc == -19 .and. with_device_calls == 1, "cuda_with_device on no such GPU: -ENODEV, not run")
     p = dev
     rc = accio_device_free(dev)
     call check(rc == 0 .and. .not. c_associated(dev), "accio_device_free, handle cleared")

@@ -582,6 +582,41 @@ TEST(Gpu, GdsSubmitBatchesSmallRequests) {
 // does): pinning the staging rings and accio_host_alloc's memory, opening cuFile and registering
 // buffers with it, pagecache's lanes all work in GPU 1's context. Until the thirteenth session
 // they pinned in GPU 0's, and staged failed here.
+// accio_cuda_with_device: fn runs with the GPU's primary context current (a framework asked to export
+// an array of that GPU then takes it for the current device), and the caller's context is its own
+// again afterwards; a GPU that is not there, or refuses a context, is an error and fn does not run.
+TEST(FakeGpu, ProgramOnSecondGpuRunsWithDeviceCallbacksThere) {
+  if (!fake() || !std::getenv("FAKE_CUDA_UNAVAILABLE")) GTEST_SKIP() << "run by test_gpu_fake_second_gpu";
+  auto get_current = fake_fn<int (*)(void**)>("cuCtxGetCurrent");
+  auto get_device = fake_fn<int (*)(int*)>("cuCtxGetDevice");
+  ASSERT_NE(get_current, nullptr);
+  ASSERT_NE(get_device, nullptr);
+  struct Seen {
+    int (*get_current)(void**);
+    int (*get_device)(int*);
+    int calls = 0, device = -1;
+  } seen{get_current, get_device};
+  const auto fn = [](void* p) {
+    Seen& s = *static_cast<Seen*>(p);
+    ++s.calls;
+    void* ctx = nullptr;
+    if (s.get_current(&ctx) == 0 && ctx) s.get_device(&s.device);
+  };
+  void* before = reinterpret_cast<void*>(1);
+  ASSERT_EQ(get_current(&before), 0);
+  ASSERT_EQ(accio_cuda_with_device(1, fn, &seen), 0) << accio_last_error();
+  EXPECT_EQ(seen.calls, 1);
+  EXPECT_EQ(seen.device, 1) << "GPU 1 current inside";
+  void* after = reinterpret_cast<void*>(1);
+  ASSERT_EQ(get_current(&after), 0);
+  EXPECT_EQ(after, before) << "the caller's context (none) again afterwards";
+  EXPECT_EQ(accio_cuda_with_device(2, fn, &seen), -ENODEV);
+  EXPECT_NE(std::string(accio_last_error()).find("cuda:2"), std::string::npos) << accio_last_error();
+  EXPECT_LT(accio_cuda_with_device(0, fn, &seen), 0) << "GPU 0 refuses a context here (exclusive-process)";
+  EXPECT_EQ(accio_cuda_with_device(1, nullptr, nullptr), -EINVAL);
+  EXPECT_EQ(seen.calls, 1) << "fn runs only where the GPU is current";
+}
+
 TEST(FakeGpu, ProgramOnSecondGpuGetsNoContextOnFirst) {
   if (!fake() || !std::getenv("FAKE_CUDA_UNAVAILABLE")) GTEST_SKIP() << "run by test_gpu_fake_second_gpu";
   ASSERT_EQ(accio_gpu_count(), 2);

@@ -442,6 +442,103 @@ def test_producer_streams_are_synchronized_before_the_transfer(fake_lib, no_host
     assert r.stdout.strip().endswith("ok")
 
 
+def test_a_pinned_torch_cpu_tensor_is_host_memory(fake_lib, no_host_buffer, tmp_path):
+    # PyTorch's pin_memory() tensors (a DataLoader(pin_memory=True)'s batches) report CUDA-host memory
+    # from __dlpack_device__ (kDLCUDAHost, 3), refuse a stream ("stream should be None on cpu.", an
+    # AssertionError, since pytorch#150217; older releases ignore it) and export a kDLCPU capsule.
+    # accio took them for GPU memory: it passed stream=1, so every entry point raised that
+    # AssertionError, or refused the CPU capsule of an older torch, and it waited for GPU 0's
+    # legacy stream for host memory. The stand-ins below behave as torch does.
+    run_dev("""
+        class PinnedTorchLike:
+            def __init__(self, a): self.a, self.streams = a, []
+            def __dlpack_device__(self): return (3, 0)
+            def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+                self.streams.append(stream)
+                if stream is not None and stream != -1:
+                    raise AssertionError("stream should be None on cpu.")
+                return self.a.__dlpack__()
+        class OldPinnedTorchLike(PinnedTorchLike):   # before DLPack 1.0 and the stream check
+            def __dlpack__(self, stream=None):
+                self.streams.append(stream)
+                return self.a.__dlpack__()
+        n = (1 << 20) + 5
+        data = np.random.default_rng(12).integers(0, 256, n, dtype=np.uint8)
+        data.tofile("in.bin")
+        for cls in (PinnedTorchLike, OldPinnedTorchLike):
+            pin = accio.pinned_empty(n)
+            a = np.frombuffer(pin, dtype=np.uint8)
+            t = cls(a)
+            fake.fake_cuda_reset_counters()
+            for mech in ("auto", "posix", "parallel"):
+                a[:] = 0
+                with accio.open("in.bin", mechanism=mech) as f:
+                    assert f.read_into(t) == n
+                    assert f.read_into_async(t, offset=0).result() == n
+                    assert f.submit([(t, 0)])[0].result() == n
+                assert a.tobytes() == data.tobytes(), (cls.__name__, mech)
+            assert accio.write("out.bin", t) == n
+            assert np.fromfile("out.bin", dtype=np.uint8).tobytes() == data.tobytes()
+            with accio.open("out.bin", "r+") as f:
+                assert f.write_from(t, offset=n) == n
+            assert producer_syncs() == [], "host memory: no GPU stream waited for"
+            assert all(s is None for s in t.streams), (cls.__name__, t.streams)
+        print("ok")
+    """, fake_lib, no_host_buffer, tmp_path)
+
+
+def test_a_gpu_array_is_exported_with_its_own_gpu_current(fake_lib, no_host_buffer, tmp_path):
+    # PyTorch refuses to export a tensor of another GPU than the current one ("BufferError: Can't
+    # export tensors on a different CUDA device index", in its CUDA 13 builds), and CuPy and older
+    # PyTorch order their pending work on the current GPU's stream. accio asked for the export with
+    # whatever GPU the calling thread had current: GPU 0 in a fresh thread, so reads into a tensor on
+    # cuda:1 failed. The stand-in asks the fake driver which GPU is current, as torch's check does.
+    run_dev("""
+        import threading
+        fake.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        fake.cuCtxGetDevice.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        def current_device():
+            ctx, dev = ctypes.c_void_p(), ctypes.c_int(-1)
+            assert fake.cuCtxGetCurrent(ctypes.byref(ctx)) == 0
+            if not ctx.value:
+                return 0  # the runtime's device without a current context
+            assert fake.cuCtxGetDevice(ctypes.byref(dev)) == 0
+            return dev.value
+        class TorchLike(DLPackOnly):
+            def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+                if current_device() != self.a.__dlpack_device__()[1]:
+                    raise BufferError("Can't export tensors on a different CUDA device index")
+                return super().__dlpack__(stream=stream, max_version=max_version)
+        n = (1 << 20) + 3
+        data = np.random.default_rng(13).integers(0, 256, n, dtype=np.uint8)
+        data.tofile("in.bin")
+        a = accio.device_array(n, device=1)
+        t = TorchLike(a)
+        assert t.__dlpack_device__() == (2, 1)
+        def current_context():
+            ctx = ctypes.c_void_p()
+            assert fake.cuCtxGetCurrent(ctypes.byref(ctx)) == 0
+            return ctx.value
+        def read():
+            before = current_context()
+            for mech in ("naive", "staged", "gds", "auto"):
+                a.copy_from(np.zeros(n, np.uint8))
+                with accio.open("in.bin", mechanism=mech) as f:
+                    assert f.read_into(t) == n, mech
+                assert a.to_bytes() == data.tobytes(), mech
+            assert accio.write("out.bin", t) == n
+            assert np.fromfile("out.bin", dtype=np.uint8).tobytes() == data.tobytes()
+            assert current_context() == before, "the caller's current context is its own again"
+            return "done"
+        assert read() == "done"
+        results = []
+        th = threading.Thread(target=lambda: results.append(read()))
+        th.start(); th.join()
+        assert results == ["done"], "a fresh thread (no GPU current) exports it too"
+        print("ok")
+    """, fake_lib, no_host_buffer, tmp_path, FAKE_CUDA_DEVICES="2")
+
+
 def test_cai_stream_orders_a_producers_pending_copy_before_accio_reads_the_array(fake_lib, no_host_buffer,
                                                                                   tmp_path):
     # A producer queued a slow copy into the array on its own non-blocking stream and exported the
@@ -772,6 +869,50 @@ def test_torch_round_trip_and_read_to_device(mech, tmp_path):
     assert np.fromfile(tmp_path / "out", dtype=np.uint8).tobytes() == data.tobytes()
     c = accio.read(tmp_path / "in", framework="torch")  # a CPU tensor
     assert c.device.type == "cpu" and c.numpy().tobytes() == data.tobytes()
+
+
+@pytest.mark.gpu
+def test_torch_pinned_cpu_tensor(tmp_path):
+    """A DataLoader(pin_memory=True) batch: a pinned CPU tensor, kDLCUDAHost from __dlpack_device__,
+    read into and written from as host memory (test_a_pinned_torch_cpu_tensor_is_host_memory is
+    the fake-driver version)."""
+    torch = _gpu_lib("torch")
+    data = np.random.default_rng(5).integers(0, 256, (8 << 20) + 3, dtype=np.uint8)
+    data.tofile(tmp_path / "in")
+    t = torch.empty(data.size, dtype=torch.uint8, pin_memory=True)
+    assert t.is_pinned()
+    for mech in ("auto", "posix", "parallel"):
+        t.zero_()
+        with accio.open(tmp_path / "in", mechanism=mech) as f:
+            assert f.read_into(t) == data.size
+        assert t.numpy().tobytes() == data.tobytes(), mech
+    assert accio.write(tmp_path / "out", t) == data.size
+    assert np.fromfile(tmp_path / "out", dtype=np.uint8).tobytes() == data.tobytes()
+    assert t.cuda(non_blocking=True).cpu().numpy().tobytes() == data.tobytes()
+
+
+@pytest.mark.gpu
+def test_torch_tensor_on_a_second_gpu_from_any_thread(tmp_path):
+    """PyTorch refuses to export a tensor of another GPU than the current one: accio makes the
+    tensor's GPU current for the export, whichever GPU the calling thread had (two GPUs needed)."""
+    torch = _gpu_lib("torch")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU here")
+    import threading
+    data = np.random.default_rng(6).integers(0, 256, (4 << 20) + 1, dtype=np.uint8)
+    data.tofile(tmp_path / "in")
+    t = torch.empty(data.size, dtype=torch.uint8, device="cuda:1")
+    results = []
+    def read():
+        with accio.open(tmp_path / "in", mechanism="staged") as f:
+            results.append(f.read_into(t))
+    read()
+    th = threading.Thread(target=read)
+    th.start()
+    th.join()
+    assert results == [data.size] * 2 and t.cpu().numpy().tobytes() == data.tobytes()
+    g = accio.read(tmp_path / "in", device="cuda:1", framework="torch")
+    assert g.device.index == 1 and g.cpu().numpy().tobytes() == data.tobytes()
 
 
 @pytest.mark.parametrize("size", [3 << 20, (9 << 20) + 5])
