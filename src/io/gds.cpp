@@ -341,9 +341,12 @@ class Gds final : public Mechanism {
     size_t done = 0;
     while (done < len) {
       const off_t fo = static_cast<off_t>(off + done), po = static_cast<off_t>(boff + done);
+      errno = 0;
       const ssize_t r = write ? a.Write(fh, base, len - done, fo, po) : a.Read(fh, base, len - done, fo, po);
-      if (r == -1 && errno == EINTR) continue;
-      if (r < 0) throw io_error(c, write ? "cuFileWrite" : "cuFileRead", r == -1 ? -errno : r, fo);
+      // -1 with errno for a system error, or -errno itself (KvikIO reads it so): an interrupted call
+      // either way is made again.
+      if (r == -EINTR || (r == -1 && errno == EINTR)) continue;
+      if (r < 0) throw io_error(c, write ? "cuFileWrite" : "cuFileRead", r == -1 && errno ? -errno : r, fo);
       if (r == 0) break;
       done += static_cast<size_t>(r);
     }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <iterator>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -56,6 +57,7 @@ State& state() {
       s.why = a.path + " lacks " + miss;
       return;
     }
+    cuda::resolve_symbol(a.lib, "cuFileGetVersion", a.GetVersion, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIOSetUp", a.BatchSetUp, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIOSubmit", a.BatchSubmit, nullptr);
     cuda::resolve_symbol(a.lib, "cuFileBatchIOGetStatus", a.BatchGetStatus, nullptr);
@@ -96,7 +98,8 @@ const Api* load(std::string* why) {
         if (a.DriverGetProperties(&a.props).err == 0) {
           a.props_ok = true;
           a.nvfs = a.props.nvfs.major_version || a.props.nvfs.minor_version;  // KvikIO's test, too
-          if (a.BatchSetUp && a.BatchSubmit && a.BatchGetStatus && a.BatchDestroy)
+          if (int v = 0; a.GetVersion && a.GetVersion(&v).err == 0) a.version = v;
+          if (a.version >= 1070 && a.BatchSetUp && a.BatchSubmit && a.BatchGetStatus && a.BatchDestroy)
             a.max_batch = a.props.max_batch_io_size ? a.props.max_batch_io_size : 128;
         }
         s.ok = &a;
@@ -109,18 +112,23 @@ const Api* load(std::string* why) {
 }
 
 std::string error_text(Error e) {
-  static const struct {
-    int err;
-    const char* name;
-  } names[] = {{5001, "DRIVER_NOT_INITIALIZED"}, {5007, "PLATFORM_NOT_SUPPORTED"}, {5008, "IO_NOT_SUPPORTED"},
-               {5009, "DEVICE_NOT_SUPPORTED"},  {5010, "NVFS_DRIVER_ERROR"},      {5011, "CUDA_DRIVER_ERROR"},
-               {5018, "INVALID_FILE_TYPE"},     {5019, "INVALID_FILE_OPEN_FLAG"}, {5020, "DIO_NOT_SET"},
-               {5022, "INVALID_VALUE"},         {5025, "PERMISSION_DENIED"},      {5027, "HANDLE_NOT_REGISTERED"},
-               {5029, "DEVICE_NOT_FOUND"},      {5030, "INTERNAL_ERROR"},         {5034, "IO_DISABLED"},
-               {5012, "CUDA_POINTER_RANGE_ERROR"}, {5036, "GPU_MEMORY_PINNING_FAILED"}};
+  // CUfileOpError (cufile.h's CUFILEOP_STATUS_ENTRIES, CUDA 13): 5000 + the index, "CU_FILE_" + the name.
+  static const char* const names[] = {
+      nullptr, "DRIVER_NOT_INITIALIZED", "DRIVER_INVALID_PROPS", "DRIVER_UNSUPPORTED_LIMIT",
+      "DRIVER_VERSION_MISMATCH", "DRIVER_VERSION_READ_ERROR", "DRIVER_CLOSING", "PLATFORM_NOT_SUPPORTED",
+      "IO_NOT_SUPPORTED", "DEVICE_NOT_SUPPORTED", "NVFS_DRIVER_ERROR", "CUDA_DRIVER_ERROR", "CUDA_POINTER_INVALID",
+      "CUDA_MEMORY_TYPE_INVALID", "CUDA_POINTER_RANGE_ERROR", "CUDA_CONTEXT_MISMATCH", "INVALID_MAPPING_SIZE",
+      "INVALID_MAPPING_RANGE", "INVALID_FILE_TYPE", "INVALID_FILE_OPEN_FLAG", "DIO_NOT_SET", nullptr, "INVALID_VALUE",
+      "MEMORY_ALREADY_REGISTERED", "MEMORY_NOT_REGISTERED", "PERMISSION_DENIED", "DRIVER_ALREADY_OPEN",
+      "HANDLE_NOT_REGISTERED", "HANDLE_ALREADY_REGISTERED", "DEVICE_NOT_FOUND", "INTERNAL_ERROR", "GETNEWFD_FAILED",
+      nullptr, "NVFS_SETUP_ERROR", "IO_DISABLED", "BATCH_SUBMIT_FAILED", "GPU_MEMORY_PINNING_FAILED", "BATCH_FULL",
+      "ASYNC_NOT_SUPPORTED", "INTERNAL_BATCH_SETUP_ERROR", "INTERNAL_BATCH_SUBMIT_ERROR",
+      "INTERNAL_BATCH_GETSTATUS_ERROR", "INTERNAL_BATCH_CANCEL_ERROR", "NOMEM_ERROR", "IO_ERROR",
+      "INTERNAL_BUF_REGISTER_ERROR", "HASH_OPR_ERROR", "INVALID_CONTEXT_ERROR", "NVFS_INTERNAL_DRIVER_ERROR",
+      "BATCH_NOCOMPAT_ERROR"};
   std::string s = "cuFile error " + std::to_string(e.err);
-  for (const auto& n : names)
-    if (n.err == e.err) s += std::string(" (CU_FILE_") + n.name + ")";
+  const int k = e.err - 5000;
+  if (k > 0 && k < static_cast<int>(std::size(names)) && names[k]) s += std::string(" (CU_FILE_") + names[k] + ")";
   if (e.err == 5011 /* CU_FILE_CUDA_DRIVER_ERROR */) s += " (CUDA error " + std::to_string(e.cu_err) + ")";
   return s;
 }
@@ -214,12 +222,15 @@ std::string describe() {
   std::string why;
   const Api* a = load(&why);
   if (!a) return why;
-  std::string s = a->path + " loaded; ";
+  std::string s = a->path + " loaded";
+  if (a->version) s += " (cuFile " + std::to_string(a->version / 1000) + "." + std::to_string(a->version % 1000 / 10) + ")";
+  s += "; ";
   s += a->nvfs ? "nvidia-fs " + std::to_string(a->props.nvfs.major_version) + "." +
                      std::to_string(a->props.nvfs.minor_version) + " loaded: the direct path is possible on GDS filesystems"
                : "nvidia-fs driver not loaded: cuFile runs in compatibility mode (POSIX I/O through its bounce buffers)";
   s += a->max_batch ? "; batch API present (submit() runs up to " + std::to_string(a->max_batch) + " small requests as one batch)"
-                    : "; no batch API";
+                    : a->version >= 1070 || !a->BatchSetUp ? "; no batch API"
+                                                           : "; batch API not used (cuFile before 1.7, where calling it is undefined)";
   return s;
 }
 

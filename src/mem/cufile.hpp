@@ -62,7 +62,9 @@ struct Api {
   Error (*BufDeregister)(const void*);
   ssize_t (*Read)(void*, void*, size_t, off_t, off_t);
   ssize_t (*Write)(void*, const void*, size_t, off_t, off_t);
-  // The batch API (cuFile 1.6+); null when the library lacks it.
+  Error (*GetVersion)(int*);  // cuFile 1.7+ (CUDA 12.2); null before
+  // The batch API: its symbols are there from cuFile 1.5 (CUDA 11.5), but calling them is undefined
+  // before 1.7 (KvikIO's finding): used only where cuFileGetVersion says 1.7 or later.
   Error (*BatchSetUp)(void**, unsigned);
   Error (*BatchSubmit)(void*, unsigned, IoParams*, unsigned);
   Error (*BatchGetStatus)(void*, unsigned, unsigned*, IoEvent*, void*);
@@ -72,6 +74,7 @@ struct Api {
   bool props_ok = false;        // cuFileDriverGetProperties answered
   bool nvfs = false;            // the direct path's kernel driver is loaded
   unsigned max_batch = 0;       // most requests per batch (0 = no batch API)
+  int version = 0;              // cuFileGetVersion's: 1150 is 1.15; 0 unknown (before 1.7)
 };
 
 std::string library_name();  // $ACCIO_LIBCUFILE, else libcufile.so.0

@@ -1128,6 +1128,90 @@ TEST(FakeGpu, GdsRefusalNamesCompatModeSetting) {
   accio_settings_free(s);
 }
 
+// cuFile's errors by their names (cufile.h's CUfileOpError, CUDA 13): the codes the fake's refusals
+// use, a new one, and a gap in the numbering (the number alone).
+TEST(FakeGpu, GdsNamesCuFileErrors) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  write_file(dir.file("f"), pattern(4096, 35));
+  accio_settings* s = settings("gds");
+  for (const auto& [code, name] : std::vector<std::pair<std::string, std::string>>{
+           {"5014", "5014 (CU_FILE_CUDA_POINTER_RANGE_ERROR)"},
+           {"5012", "5012 (CU_FILE_CUDA_POINTER_INVALID)"},
+           {"5049", "5049 (CU_FILE_BATCH_NOCOMPAT_ERROR)"},
+           {"5021", "cuFile error 5021 with"}}) {
+    setenv("FAKE_CUFILE_REGISTER_ERR", code.c_str(), 1);
+    accio_file* f;
+    ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+    char why[2048];
+    EXPECT_EQ(accio_gds_mode(f, why, sizeof why), 2) << why;
+    EXPECT_NE(std::string(why).find(name), std::string::npos) << why;
+    accio_close(f);
+  }
+  unsetenv("FAKE_CUFILE_REGISTER_ERR");
+  accio_settings_free(s);
+}
+
+// A cuFile read interrupted (-EINTR returned, errno untouched) is made again, not failed.
+TEST(FakeGpu, GdsRetriesAnInterruptedCuFileRead) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern((3u << 20) + 9, 36);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  setenv("FAKE_CUFILE_EINTR_EVERY", "2", 1);
+  const FakeCounters a = counters();
+  const int64_t got = accio_pread(f, dev.p, data.size(), 0);
+  unsetenv("FAKE_CUFILE_EINTR_EVERY");
+  ASSERT_EQ(got, static_cast<int64_t>(data.size())) << accio_last_error();
+  EXPECT_GT(counters().cufile_reads - a.cufile_reads, 4u) << "the interrupted calls were made again";
+  EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+  EXPECT_EQ(ran(f), "gds");
+  accio_close(f);
+  accio_settings_free(s);
+}
+
+// cuFile before 1.7 has the batch symbols, but calling them is undefined (the fake aborts): accio asks
+// cuFileGetVersion and runs submit()'s small requests one cuFile call each there. ctest runs this
+// with FAKE_CUFILE_VERSION=1060 (test_gpu_fake_old_cufile); elsewhere it checks that batches run.
+TEST(FakeGpu, GdsUsesBatchesOnlyFromCuFile17) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  const char* v = std::getenv("FAKE_CUFILE_VERSION");
+  const bool old = v && std::atoi(v) < 1070;
+  TempDir dir;
+  const std::vector<char> data = pattern(20 * 8192, 37);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  char info[1024];
+  ASSERT_EQ(accio_gds_info(info, sizeof info), 1) << info;
+  EXPECT_NE(std::string(info).find(old ? "batch API not used (cuFile before 1.7" : "(cuFile 1.15)"), std::string::npos)
+      << info;
+  const FakeCounters a = counters();
+  std::vector<accio_request> rs;
+  for (size_t i = 0; i < 20; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
+  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  const FakeCounters b = counters();
+  if (old)
+    EXPECT_EQ(b.cufile_batch_ios, a.cufile_batch_ios);
+  else
+    EXPECT_GT(b.cufile_batch_ios, a.cufile_batch_ios);
+  const std::vector<char> back = [&] {
+    std::vector<char> out(data.size());
+    EXPECT_EQ(accio_device_copy(out.data(), dev.p, out.size()), 0);
+    return out;
+  }();
+  for (size_t i = 0; i < 20; ++i)
+    EXPECT_TRUE(std::equal(back.begin() + i * 8192, back.begin() + i * 8192 + 4096, data.begin() + i * 8192)) << i;
+  accio_close(f);
+  accio_settings_free(s);
+}
+
 // 20 requests of 4 KiB at 8 KiB strides (every other block), into device memory at the same offsets.
 std::vector<accio_request> small_reads(const DeviceMem& dev) {
   std::vector<accio_request> rs;

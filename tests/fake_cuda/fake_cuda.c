@@ -29,7 +29,8 @@
  * FAKE_CUFILE_REGISTER_ERR=E (cuFileHandleRegister refuses every descriptor with cuFile error E),
  * FAKE_CUFILE_REGISTER_ERR_DIRECT=E (only O_DIRECT ones), FAKE_CUFILE_NO_COMPAT=1 (the driver
  * properties say compatibility mode is off), FAKE_CUFILE_BATCH_SETUP_FAIL=1 (cuFileBatchIOSetUp fails), FAKE_CUFILE_BATCH_FAIL_AT=K (the K-th
- * request of each batch submission fails with -EIO, moving nothing), FAKE_CUFILE_EIO_AT=OFF (every
+ * request of each batch submission fails with -EIO, moving nothing), FAKE_CUFILE_VERSION=V (what
+ * cuFileGetVersion says, 1150 by default; under 1070 a batch call aborts), FAKE_CUFILE_EIO_AT=OFF (every
  * cuFile read or write, batched or not, that starts at file offset OFF fails with -EIO). Batch status comes back at
  * most 16 events per cuFileBatchIOGetStatus, as if its timeout had passed.
  *
@@ -771,7 +772,7 @@ EXPORT void cuFileHandleDeregister(void* fh) {
  * past it with CU_FILE_GPU_MEMORY_PINNING_FAILED, 5036, as cufile.json's max_device_pinned_mem_size_kb
  * does), the cuFile reads and writes running on each, and deregistrations made while one ran
  * (fake_cufile_busy_deregisters; the real consequence is undefined). A range not wholly inside one
- * allocation is refused (CU_FILE_CUDA_POINTER_RANGE_ERROR, 5012), as an unmapped range would be.
+ * allocation is refused (CU_FILE_CUDA_POINTER_RANGE_ERROR, 5014), as an unmapped range would be.
  * Deregistered entries stay listed (dead), so that an I/O still running on one stays valid. */
 typedef struct BufReg { const char* p; size_t n; unsigned inflight; int dead; struct BufReg* next; } BufReg;
 static BufReg* g_bufregs;
@@ -786,7 +787,7 @@ EXPORT CUfileError_t cuFileBufRegister(const void* p, size_t n, int flags) {
   if (!resolve(p, 1) || resolve(p, 1) == p) return (CUfileError_t){5013, 0};  /* not device memory */
   if (!resolve(p, n)) {
     __atomic_add_fetch(&g_range_refused, 1, __ATOMIC_RELAXED);
-    return (CUfileError_t){5012, 0};
+    return (CUfileError_t){5014, 0};
   }
   pthread_mutex_lock(&g_mu);
   long limit = env_long("FAKE_CUFILE_PINNED_LIMIT", -1);
@@ -854,15 +855,33 @@ static ssize_t file_io_run(FileHandle* h, const void* base, size_t n, off_t off,
   return (ssize_t)done;
 }
 EXPORT ssize_t cuFileRead(void* fh, void* base, size_t n, off_t off, off_t boff) {
-  __atomic_add_fetch(&g_cnt.cufile_reads, 1, __ATOMIC_RELAXED);
+  const uint64_t k = __atomic_add_fetch(&g_cnt.cufile_reads, 1, __ATOMIC_RELAXED);
+  /* FAKE_CUFILE_EINTR_EVERY=K: every K-th read is interrupted, returning -EINTR itself (not -1 with
+   * errno: cuFile's return convention allows both) */
+  const long every = env_long("FAKE_CUFILE_EINTR_EVERY", 0);
+  if (every > 0 && k % (uint64_t)every == 1 % (uint64_t)every) return -EINTR;
   return file_io(fh, base, n, off, boff, 0);
 }
 EXPORT ssize_t cuFileWrite(void* fh, const void* base, size_t n, off_t off, off_t boff) {
   __atomic_add_fetch(&g_cnt.cufile_writes, 1, __ATOMIC_RELAXED);
   return file_io(fh, base, n, off, boff, 1);
 }
+/* FAKE_CUFILE_VERSION (default 1150: cuFile 1.15, CUDA 13.0); below 1070 the batch functions abort,
+ * as calling them is undefined before cuFile 1.7 although their symbols exist. */
+static int cufile_version(void) { return (int)env_long("FAKE_CUFILE_VERSION", 1150); }
+EXPORT CUfileError_t cuFileGetVersion(int* v) {
+  *v = cufile_version();
+  return CF_OK;
+}
+static void batch_allowed(void) {
+  if (cufile_version() < 1070) {
+    fprintf(stderr, "fake cuFile: batch API called on cuFile %d (undefined before 1.7)\n", cufile_version());
+    abort();
+  }
+}
 EXPORT CUfileError_t cuFileBatchIOSetUp(void** id, unsigned nr) {
-  if (env_long("FAKE_CUFILE_BATCH_SETUP_FAIL", 0)) return (CUfileError_t){5048, 0};
+  batch_allowed();
+  if (env_long("FAKE_CUFILE_BATCH_SETUP_FAIL", 0)) return (CUfileError_t){5039, 0}; /* INTERNAL_BATCH_SETUP_ERROR */
   Batch* b = calloc(1, sizeof *b);
   b->cap = nr;
   b->ev = calloc(nr, sizeof *b->ev);
@@ -872,7 +891,7 @@ EXPORT CUfileError_t cuFileBatchIOSetUp(void** id, unsigned nr) {
 EXPORT CUfileError_t cuFileBatchIOSubmit(void* id, unsigned nr, CUfileIOParams_t* io, unsigned flags) {
   (void)flags;
   Batch* b = id;
-  if (b->n + nr > b->cap) return (CUfileError_t){5035, 0};
+  if (b->n + nr > b->cap) return (CUfileError_t){5037, 0}; /* BATCH_FULL */
   const long fail_at = env_long("FAKE_CUFILE_BATCH_FAIL_AT", -1);
   for (unsigned i = 0; i < nr; ++i) {
     ssize_t r = (long)i == fail_at ? -EIO : file_io(io[i].fh, io[i].u.batch.devPtr_base, io[i].u.batch.size, io[i].u.batch.file_offset,
