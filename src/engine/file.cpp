@@ -344,6 +344,9 @@ size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
         // it where it lives.
         if (e.errnum() != EFAULT || target.on_device()) throw;
         target = mem::cuda::classify(buf, true);
+        if (std::string why; !target.on_device() && mem::cuda::forked_child() && !mem::cuda::load(&why))
+          throw Error(EFAULT, e.op(), ref_.path, static_cast<int64_t>(off),
+                      "the buffer is not host memory; if it is GPU memory: " + why);
         if (!target.on_device()) throw;
         if (const planner::Planner* d = for_device(target, choice, sig)) by = d;
       }

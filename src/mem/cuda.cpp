@@ -48,7 +48,15 @@ struct Loaded {
   Driver d;
   const Driver* ok = nullptr;
   std::string why;
+  unsigned fork = 0;  // base::fork_count() when the driver was initialized
 };
+
+// CUDA does not survive fork(): in a child of a process that initialized it, every driver call fails
+// (CUDA_ERROR_NOT_INITIALIZED, cuInit's too). Such a child runs as a machine without a driver does,
+// silently (a DataLoader worker reading files on the host); GPU memory is out of its reach.
+constexpr const char* kForked =
+    "CUDA was initialized in the parent process before fork(), and a forked child cannot use it (start "
+    "workers that use GPUs with the 'spawn' method)";
 
 Loaded& state() {
   static Loaded s;
@@ -107,6 +115,7 @@ Loaded& state() {
       s.why = "the NVIDIA driver reports no GPU";
       return;
     }
+    s.fork = base::fork_count();
     s.ok = &s.d;
   });
   return s;
@@ -128,13 +137,22 @@ std::atomic<const Driver*> g_found{nullptr};  // libcuda is in the process and i
 
 const Driver* load(std::string* why) {
   Loaded& s = state();
+  if (s.ok && base::fork_count() != s.fork) {
+    if (why) *why = kForked;
+    return nullptr;
+  }
   if (!s.ok && why) *why = s.why;
   if (s.ok) g_found.store(s.ok, std::memory_order_release);
   return s.ok;
 }
 
+bool forked_child() {
+  const Loaded& s = state();
+  return s.ok && base::fork_count() != s.fork;
+}
+
 const Driver* loaded(bool recheck) {
-  if (const Driver* d = g_found.load(std::memory_order_acquire)) return d;
+  if (const Driver* d = g_found.load(std::memory_order_acquire)) return forked_child() ? nullptr : d;
   // dl_iterate_phdr takes the loader's lock: 25 ns alone, 50-260 ns with two threads contending
   // (results/classify_cost.json). Each thread looks on its first call and then every kRecheckEvery-th.
   thread_local unsigned calls = 0;

@@ -111,6 +111,9 @@ const Driver* load(std::string* why = nullptr);
 // has, each thread looks on its first call and then every kRecheckEvery-th call; `recheck` looks now.
 inline constexpr unsigned kRecheckEvery = 256;
 const Driver* loaded(bool recheck = false);
+// Whether this process was forked after its parent initialized the driver: CUDA does not survive
+// fork(), and load() and loaded() then answer nullptr (load's why says so).
+bool forked_child();
 
 // "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
 std::string error_text(const Driver& d, CUresult rc, const char* call);

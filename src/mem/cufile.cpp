@@ -70,12 +70,17 @@ State& state() {
 }  // namespace
 
 const Api* library(std::string* why) {
+  if (cuda::forked_child()) {  // CUDA does not survive fork(): nor does cuFile
+    cuda::load(why);            // nullptr, saying so
+    return nullptr;
+  }
   State& s = state();
   if (!s.library && why) *why = s.why;
   return s.library ? &s.api : nullptr;
 }
 
 const Api* load(std::string* why) {
+  if (cuda::forked_child()) return library(why);
   State& s = state();
   if (!s.library) {
     if (why) *why = s.why;

@@ -156,8 +156,19 @@ static char* resolve(const void* p, size_t n) {
   return out;
 }
 
+/* CUDA does not survive fork(): in a child of a process that initialized it, the driver answers
+ * CUDA_ERROR_NOT_INITIALIZED (3) to everything, cuInit included. The fake does the same for the calls
+ * accio makes (FORKED). */
+static pid_t g_init_pid;
+static int forked(void) { return g_init_pid && getpid() != g_init_pid; }
+#define FORKED() \
+  do {           \
+    if (forked()) return E_NOT_INIT; \
+  } while (0)
 EXPORT CUresult cuInit(unsigned flags) {
   (void)flags;
+  FORKED();
+  g_init_pid = getpid();
   g_devices = (int)env_long("FAKE_CUDA_DEVICES", 1);
   if (g_devices > 16) g_devices = 16;
   g_copy_us = env_long("FAKE_CUDA_COPY_US", 0);
@@ -184,7 +195,7 @@ EXPORT CUresult cuGetErrorString(CUresult rc, const char** s) {
   *s = rc == E_OOM ? "out of memory" : rc == E_INVALID_CONTEXT ? "invalid device context" : "fake driver error";
   return OK;
 }
-EXPORT CUresult cuDeviceGetCount(int* n) { if (!g_init) return E_NOT_INIT; *n = g_devices; return OK; }
+EXPORT CUresult cuDeviceGetCount(int* n) { FORKED(); if (!g_init) return E_NOT_INIT; *n = g_devices; return OK; }
 EXPORT CUresult cuDeviceGet(int* d, int i) {
   if (!g_init) return E_NOT_INIT;
   if (i < 0 || i >= g_devices) return E_INVALID_DEVICE;
@@ -212,6 +223,7 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t* b, int d) { (void)d; *b = (size_t)en
  * CUDA_ERROR_DEVICE_UNAVAILABLE (46), as a GPU in exclusive-process mode that another process owns. */
 static uint64_t g_retains[16], g_retain_attempts[16];
 EXPORT CUresult cuDevicePrimaryCtxRetain(struct CUctx_st** c, int d) {
+  FORKED();
   if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
   __atomic_add_fetch(&g_retain_attempts[d], 1, __ATOMIC_RELAXED);
   if (env_long("FAKE_CUDA_UNAVAILABLE", -1) == d) return 46;
@@ -228,6 +240,7 @@ EXPORT CUresult cuDevicePrimaryCtxGetState(int d, unsigned* flags, int* active) 
 EXPORT uint64_t fake_cuda_primary_retains(int d) { return d >= 0 && d < 16 ? g_retains[d] : 0; }
 EXPORT uint64_t fake_cuda_primary_retain_attempts(int d) { return d >= 0 && d < 16 ? g_retain_attempts[d] : 0; }
 EXPORT CUresult cuCtxPushCurrent_v2(struct CUctx_st* c) {
+  FORKED();
   if (t_depth == 16) return E_INVALID_VALUE;
   t_stack[t_depth++] = c;
   return OK;
@@ -238,7 +251,7 @@ EXPORT CUresult cuCtxPopCurrent_v2(struct CUctx_st** c) {
   if (c) *c = top;
   return OK;
 }
-EXPORT CUresult cuCtxGetCurrent(struct CUctx_st** c) { *c = t_depth ? t_stack[t_depth - 1] : NULL; return OK; }
+EXPORT CUresult cuCtxGetCurrent(struct CUctx_st** c) { FORKED(); *c = t_depth ? t_stack[t_depth - 1] : NULL; return OK; }
 EXPORT CUresult cuCtxGetDevice(int* d) {
   if (!t_depth) return E_INVALID_CONTEXT;
   *d = t_stack[t_depth - 1]->device;
@@ -247,6 +260,7 @@ EXPORT CUresult cuCtxGetDevice(int* d) {
 static int have_ctx(void) { return t_depth > 0; }
 
 EXPORT CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUdeviceptr ptr) {
+  FORKED();
   if (!g_init) return E_NOT_INIT;
   pthread_mutex_lock(&g_mu);
   g_cnt.pointer_queries++;
@@ -308,8 +322,8 @@ static CUresult alloc_impl(CUdeviceptr* out, size_t n, int managed) {
   *out = (CUdeviceptr)(uintptr_t)a->dev;
   return OK;
 }
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { return alloc_impl(p, n, 0); }
-EXPORT CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned flags) { (void)flags; return alloc_impl(p, n, 1); }
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { FORKED(); return alloc_impl(p, n, 0); }
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned flags) { (void)flags; FORKED(); return alloc_impl(p, n, 1); }
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   pthread_mutex_lock(&g_mu);
   for (Alloc** pa = &g_allocs; *pa; pa = &(*pa)->next) {
@@ -346,6 +360,7 @@ static int pin_copy(char* out, const void* p, size_t n) {
   return ok;
 }
 EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
+  FORKED();
   if (!have_ctx()) return E_INVALID_CONTEXT;
   CUresult rc = OK;
   char* snap = NULL;
@@ -421,6 +436,7 @@ static CUresult copy_now(void* dst, const void* src, size_t n) {
 }
 static void drain_legacy(void);
 EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  FORKED();
   if (!have_ctx()) return E_INVALID_CONTEXT;
   __atomic_add_fetch(&g_cnt.sync_copies, 1, __ATOMIC_RELAXED);
   drain_legacy();  /* a synchronous copy is legacy-stream work: after what was queued there */
@@ -567,6 +583,7 @@ EXPORT unsigned fake_cuda_stream_syncs(uint64_t* handles, uint64_t* transfers_be
   return n;
 }
 EXPORT CUresult cuStreamSynchronize(Stream* s) {
+  FORKED();
   pthread_mutex_lock(&g_mu);
   if (g_syncs < 64) {
     g_sync_handle[g_syncs] = (uint64_t)(uintptr_t)s;
@@ -629,9 +646,11 @@ static CUresult copy_async(void* dst, const void* src, size_t n, Stream* s, cons
   return OK;
 }
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, Stream* s) {
+  FORKED();
   return copy_async((void*)(uintptr_t)dst, src, n, s, src);
 }
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, Stream* s) {
+  FORKED();
   return copy_async(dst, (void*)(uintptr_t)src, n, s, dst);
 }
 /* A memset queued on a stream (on the legacy one for 0, 1 and 2), taking FAKE_CUDA_MEMSET_US: what a

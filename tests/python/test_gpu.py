@@ -539,6 +539,56 @@ def test_a_gpu_array_is_exported_with_its_own_gpu_current(fake_lib, no_host_buff
     """, fake_lib, no_host_buffer, tmp_path, FAKE_CUDA_DEVICES="2")
 
 
+def test_a_forked_child_runs_as_without_a_driver(fake_lib, tmp_path):
+    # CUDA does not survive fork(): in a child of a process that initialized it the driver answers
+    # CUDA_ERROR_NOT_INITIALIZED to every call (the fake does too). accio went on calling it there:
+    # pinning memory warned (a DataLoader worker's stderr), gds was offered, and a GPU buffer's error
+    # did not say why. Now the child runs as on a machine without a driver, silently.
+    r = run_py("""
+        import os, accio, numpy as np
+        from accio import _ext
+        n = (1 << 20) + 3
+        data = np.random.default_rng(9).integers(0, 256, n, dtype=np.uint8)
+        data.tofile("in.bin")
+        a = accio.device_array(n)
+        with accio.open("in.bin") as f:
+            assert f.read_into(a) == n        # the driver is initialized in the parent
+        before = _ext.warnings()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                pin = accio.pinned_empty(n)   # mlock'ed or pageable: no driver to register it with
+                b = np.frombuffer(pin, dtype=np.uint8)
+                for mech in ("auto", "parallel", "staged"):
+                    b[:] = 0
+                    with accio.open("in.bin", mechanism=mech) as f:
+                        assert f.read_into(b) == n
+                    assert b.tobytes() == data.tobytes(), mech
+                ok, why = accio.cuda_available()
+                assert not ok and "fork()" in why, why
+                try:
+                    with accio.open("in.bin") as f:
+                        f.read_into(a)
+                    raise SystemExit("a read into the parent's GPU memory did not fail in the child")
+                except OSError as e:
+                    assert "fork()" in str(e), str(e)
+                new = _ext.warnings()[len(before):]
+                assert "staged cannot serve host memory" in new or new == "", new
+                assert "cuMemHostRegister" not in new and "CUDA_ERROR" not in new, new
+                os._exit(0)
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        with accio.open("in.bin") as f:
+            assert f.read_into(a) == n        # the parent's driver is untouched
+        print("ok")
+    """, fake_lib, tmp_path)
+    assert r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
 def test_cai_stream_orders_a_producers_pending_copy_before_accio_reads_the_array(fake_lib, no_host_buffer,
                                                                                   tmp_path):
     # A producer queued a slow copy into the array on its own non-blocking stream and exported the
