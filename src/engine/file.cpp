@@ -277,7 +277,7 @@ const io::Mechanism* File::for_target(const io::Mechanism& planned, const mem::c
   // take (gds: managed memory): staged for GPU buffers, parallel for host ones.
   const bool fixed = planner_->fixed();
   const std::string& was = settings_.mechanism;
-  const io::Mechanism* m = io::find(t.on_device() ? "staged" : "parallel");
+  const io::Mechanism* m = io::find(!t.on_device() ? "parallel" : t.own_context ? "naive" : "staged");
   if (t.on_device()) {
     io::IoContext ctx{ref_, settings_, ThreadPool::shared(), t};
     m = &m->resolve(ctx);

@@ -85,7 +85,7 @@ class Gds final : public Mechanism {
   }
 
   // cuFile takes device memory only; the engine sends managed memory to staged.
-  bool serves(const cu::Target& t) const override { return t.kind == cu::MemKind::device; }
+  bool serves(const cu::Target& t) const override { return t.kind == cu::MemKind::device && !t.own_context; }
 
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
     return run(c, static_cast<char*>(buf), n, off, false);

@@ -87,7 +87,11 @@ class Mechanism {
   // Device mechanisms (naive, staged, gds) serve buffers in GPU memory; the others serve host memory.
   virtual bool device() const { return false; }
   // Whether this mechanism can move bytes to and from memory at `t` (gds: not managed memory).
-  virtual bool serves(const mem::cuda::Target& t) const { return t.on_device() == device(); }
+  // Host mechanisms serve host memory; device ones GPU memory of a primary context (their streams
+  // belong to it: memory of a context the program made itself goes to naive, Target::own_context).
+  virtual bool serves(const mem::cuda::Target& t) const {
+    return t.on_device() == device() && !(device() && t.own_context);
+  }
   // Whether the CPU may copy to or from the request's buffer (staging, fixed buffers). posix and
   // parallel hand it to the kernel, which answers EFAULT for GPU memory: the engine lets them
   // classify buffers with mem::cuda's cheaper, possibly stale look and reroutes on EFAULT. Where

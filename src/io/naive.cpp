@@ -36,6 +36,9 @@ class Naive final : public Mechanism {
   int rank() const override { return 10; }
   bool device() const override { return true; }
   bool available(std::string* why) const override { return cu::load(why) != nullptr; }
+  // Any GPU memory, a context's the program made itself too: the copies are synchronous, in the
+  // memory's own context, on no stream of accio's.
+  bool serves(const cu::Target& t) const override { return t.on_device(); }
 
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
     const cu::Driver& d = *cu::load();

@@ -202,8 +202,38 @@ const char* kind_name(MemKind k) {
 std::string Target::name() const {
   if (kind == MemKind::host) return "host";
   if (kind == MemKind::pinned) return "host (pinned)";
-  return "cuda:" + std::to_string(device) + (kind == MemKind::managed ? " (managed)" : "");
+  return "cuda:" + std::to_string(device) + (kind == MemKind::managed ? " (managed)" : "") +
+         (own_context ? " (a context of the program's own)" : "");
 }
+
+namespace {
+// Whether ctx is not GPU device's primary context (the one the runtime API and the frameworks use),
+// asked once per context and thread: an inactive primary context cannot be ctx, so none is made to
+// compare; an active one is retained (accio keeps it for its streams anyway). A context that cannot
+// be told apart counts as primary, as before this check.
+bool own_context(const Driver& d, CUcontext ctx, int device) {
+  if (!ctx) return false;  // VMM memory: no context of its own
+  thread_local CUcontext last = nullptr;
+  thread_local bool last_own = false;
+  if (ctx == last) return last_own;
+  bool own = false;
+  CUdevice dev;
+  unsigned flags = 0;
+  int active = 1;
+  if (d.DevicePrimaryCtxGetState && d.DeviceGet(&dev, device) == kSuccess &&
+      d.DevicePrimaryCtxGetState(dev, &flags, &active) == kSuccess && !active) {
+    own = true;
+  } else {
+    try {
+      own = primary_context(device) != ctx;
+    } catch (const Error&) {  // no primary context to be had (exclusive-process mode): as before
+    }
+  }
+  last = ctx;
+  last_own = own;
+  return own;
+}
+}  // namespace
 
 Target classify(const void* p, bool recheck) {
   const Driver* d = p ? loaded(recheck) : nullptr;
@@ -223,6 +253,7 @@ Target classify(const void* p, bool recheck) {
   t.device = ordinal;
   t.ctx = ctx;
   if (t.on_device() && t.device < 0) t.device = 0;
+  if (t.on_device()) t.own_context = own_context(*d, ctx, t.device);
   return t;
 }
 

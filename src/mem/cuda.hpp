@@ -129,6 +129,10 @@ struct Target {
   MemKind kind = MemKind::host;
   int device = -1;            // ordinal for device, managed and (if known) pinned memory
   CUcontext ctx = nullptr;    // the allocation's context (null for VMM allocations)
+  // The allocation's context is one the program made itself (cuCtxCreate: PyCUDA), not its GPU's
+  // primary context: accio's streams belong to the primary one, and a copy on a stream of another
+  // context than the current one fails, so only naive (synchronous copies in that context) serves it.
+  bool own_context = false;
   // Whether the driver was asked about this pointer (libcuda was loaded): the answer then holds for
   // the request, and who gets the target need not ask again (realign's check, once per request).
   bool asked = false;

@@ -16,6 +16,13 @@
  * earlier on the legacy stream has written the buffer, as on a GPU. (Not modelled: legacy work
  * waiting for the blocking streams' earlier work; one legacy stream for every device.)
  *
+ * Contexts: one primary context per device, and contexts a program makes itself (cuCtxCreate_v2,
+ * as PyCUDA does; cuCtxDestroy_v2). Memory belongs to the context current at its allocation (the
+ * CONTEXT pointer attribute says which), a stream to the one current at its creation, and an
+ * asynchronous copy on a stream of another context than the current one fails with
+ * CUDA_ERROR_INVALID_CONTEXT (201), on a stream of a destroyed one with CUDA_ERROR_CONTEXT_IS_DESTROYED
+ * (709), as NVIDIA/cccl#9615 and cuda-api-wrappers#537 report of the real driver.
+ *
  * Knobs: FAKE_CUDA_DEVICES (default 1; 0 = cuInit fails with CUDA_ERROR_NO_DEVICE),
  * FAKE_CUDA_DEVICE_MEM (bytes per device, default 1 GiB), FAKE_CUDA_COPY_US,
  * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails), FAKE_CUDA_MEMLOCK=BYTES (a simulated
@@ -88,6 +95,7 @@ typedef struct Alloc {
   char *dev, *shadow;
   size_t size, mapped;
   int device, managed;
+  struct CUctx_st* ctx;  /* the context current at its allocation */
   unsigned long long id;
   struct Alloc* next;
 } Alloc;
@@ -104,7 +112,11 @@ static Reg* g_regs;
 static size_t g_used[16];
 static unsigned long long g_next_id = 1;
 
-struct CUctx_st { int device; };
+struct CUctx_st {
+  int device;
+  int own;    /* made by cuCtxCreate_v2, not a primary context */
+  int dead;   /* cuCtxDestroy_v2'ed (kept, so that a stale handle can be told) */
+};
 static struct CUctx_st g_ctx[16];
 static __thread struct CUctx_st* t_stack[16];
 static __thread int t_depth;
@@ -258,6 +270,29 @@ EXPORT CUresult cuCtxGetDevice(int* d) {
   return OK;
 }
 static int have_ctx(void) { return t_depth > 0; }
+EXPORT CUresult cuCtxCreate_v2(struct CUctx_st** c, unsigned flags, int d) {
+  (void)flags;
+  FORKED();
+  if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
+  if (t_depth == 16) return E_INVALID_VALUE;
+  struct CUctx_st* x = calloc(1, sizeof *x);
+  x->device = d;
+  x->own = 1;
+  t_stack[t_depth++] = x;  /* made current, as cuCtxCreate does */
+  *c = x;
+  return OK;
+}
+EXPORT CUresult cuCtxDestroy_v2(struct CUctx_st* c) {
+  if (!c || !c->own) return E_INVALID_VALUE;
+  c->dead = 1;  /* kept: stale handles must stay comparable */
+  for (int i = 0; i < t_depth; ++i)
+    if (t_stack[i] == c) {
+      for (int j = i; j + 1 < t_depth; ++j) t_stack[j] = t_stack[j + 1];
+      --t_depth;
+      break;
+    }
+  return OK;
+}
 
 EXPORT CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUdeviceptr ptr) {
   FORKED();
@@ -269,7 +304,7 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUde
   int reg = !a && is_registered(p, 1);
   for (unsigned i = 0; i < n; ++i) {
     switch (attrs[i]) {
-      case 1: *(struct CUctx_st**)data[i] = a ? &g_ctx[a->device] : NULL; break;
+      case 1: *(struct CUctx_st**)data[i] = a ? a->ctx : NULL; break;
       case 2: *(unsigned*)data[i] = a ? 2u : reg ? 1u : 0u; break;
       case 7: *(unsigned long long*)data[i] = a ? a->id : 0; break;
       case 8: *(unsigned char*)data[i] = (unsigned char)(a && a->managed); break;  /* a bool, as the driver writes */
@@ -303,6 +338,7 @@ static CUresult alloc_impl(CUdeviceptr* out, size_t n, int managed) {
   a->mapped = mapped;
   a->device = dev;
   a->managed = managed;
+  a->ctx = t_stack[t_depth - 1];
   if (managed) {
     a->dev = a->shadow = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   } else {
@@ -470,6 +506,7 @@ typedef struct CUstream_st {
   Op *head, *tail;
   uint64_t queued, submitted, completed;
   int stop, blocking;  /* blocking: created without CU_STREAM_NON_BLOCKING (orders after legacy work) */
+  struct CUctx_st* ctx;  /* the context current at its creation */
 } Stream;
 
 static Stream* g_legacy;  /* the legacy default stream, started by its first operation */
@@ -553,6 +590,7 @@ static Stream* new_stream(int blocking) {
 EXPORT CUresult cuStreamCreate(Stream** out, unsigned flags) {
   if (!have_ctx()) return E_INVALID_CONTEXT;
   *out = new_stream(!(flags & 0x1u));  /* CU_STREAM_NON_BLOCKING */
+  (*out)->ctx = t_stack[t_depth - 1];
   __atomic_add_fetch(&g_cnt.streams, 1, __ATOMIC_RELAXED);
   return OK;
 }
@@ -616,6 +654,10 @@ EXPORT CUresult cuStreamDestroy_v2(Stream* s) {
 }
 static CUresult copy_async(void* dst, const void* src, size_t n, Stream* s, const void* host) {
   if (!have_ctx()) return E_INVALID_CONTEXT;
+  if ((uintptr_t)s >= 4096 && s->ctx) {
+    if (s->ctx->dead) return 709;                                /* CUDA_ERROR_CONTEXT_IS_DESTROYED */
+    if (s->ctx != t_stack[t_depth - 1]) return E_INVALID_CONTEXT;  /* a stream of another context */
+  }
   uint64_t k = __atomic_fetch_add(&g_cnt.async_copies, 1, __ATOMIC_RELAXED);
   g_fail_copy_after = env_long("FAKE_CUDA_FAIL_COPY_AFTER", -1);  /* read each time: tests change it */
   g_copy_us = env_long("FAKE_CUDA_COPY_US", 0);
