@@ -395,10 +395,16 @@ class PageCache final : public Mechanism {
         why->clear();  // truncated under the read: the pin of pages past the new end failed
         return nullptr;
       }
+      // The advice by the cause: out of memory is the memlock limit (or the pinned memory the
+      // machine has); anything else is the driver or the file refusing (no read-only
+      // registration of file pages before CUDA 11.1, a file that cannot be mapped).
+      const bool memory = why->find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos;
       base::warn_once("pagecache-register:" + *why,
                       "pagecache cannot pin page-cache pages of '" + c.file.path + "' (" + *why +
-                          "): those ranges run staged; raise the memlock limit (ulimit -l) or lower "
-                          "pagecache_chunk/threads");
+                          "): those ranges run staged" +
+                          (memory ? "; raise the memlock limit (ulimit -l) or lower pagecache_chunk/threads"
+                                  : "; this driver or file does not allow it, so mechanism=staged does the same "
+                                    "without the attempt"));
       *why = kRefused + *why;
       return nullptr;
     }

@@ -1513,14 +1513,15 @@ TEST(FakeGpu, PagecacheRefusedRegistrationRunsStagedWithTheReason) {
   const std::vector<char> data = pattern(4u << 20, 33);
   write_file(dir.file("f"), data);
   DeviceMem dev(data.size(), false);
-  for (int how = 0; how < 2; ++how) {
+  for (int how = 0; how < 3; ++how) {
     accio_settings* s = pagecache();
     accio_file* f;
     ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
     ASSERT_EQ(accio_pread(f, dev.p, 4096, 0), 4096);  // the staging rings are registered now
     const FakeCounters a = counters();
     if (how == 0) setenv("FAKE_CUDA_FAIL_REGISTER", "1", 1);
-    else setenv("FAKE_CUDA_MEMLOCK", std::to_string(a.registered_bytes + (768u << 10)).c_str(), 1);
+    else if (how == 1) setenv("FAKE_CUDA_MEMLOCK", std::to_string(a.registered_bytes + (768u << 10)).c_str(), 1);
+    else setenv("FAKE_CUDA_FAIL_REGISTER", "801", 1);  // CUDA_ERROR_NOT_SUPPORTED: not the memlock limit
     // From 512KiB: the first and last chunks are 512KiB (they fit the limit), the others 1MiB.
     const size_t from = 512u << 10, n = data.size() - from;
     ASSERT_EQ(accio_pread(f, dev.p, n, from), static_cast<int64_t>(n)) << accio_last_error();
@@ -1529,7 +1530,8 @@ TEST(FakeGpu, PagecacheRefusedRegistrationRunsStagedWithTheReason) {
     EXPECT_TRUE(from_device(dev.p, n) == std::vector<char>(data.begin() + from, data.end()));
     const auto p = plans(f);
     ASSERT_TRUE(p.count("pagecache(staged)")) << how;
-    EXPECT_NE(p.at("pagecache(staged)").first.find("registration refused: cuMemHostRegister: CUDA_ERROR_OUT_OF_MEMORY"),
+    EXPECT_NE(p.at("pagecache(staged)").first.find(how < 2 ? "registration refused: cuMemHostRegister: CUDA_ERROR_OUT_OF_MEMORY"
+                                                              : "registration refused: cuMemHostRegister: "),
               std::string::npos)
         << p.at("pagecache(staged)").first;
     if (how == 1) {
@@ -1539,6 +1541,13 @@ TEST(FakeGpu, PagecacheRefusedRegistrationRunsStagedWithTheReason) {
     EXPECT_GT(b.register_refused, a.register_refused);
     EXPECT_EQ(b.registered_bytes, a.registered_bytes) << "nothing stays pinned";
     EXPECT_NE(warnings().find("pagecache cannot pin page-cache pages"), std::string::npos) << warnings();
+    if (how == 2) {  // the advice fits the cause
+      const std::string w = warnings();
+      const size_t at = w.rfind("pagecache cannot pin page-cache pages");
+      const std::string last = w.substr(at, w.find('\n', at) - at);
+      EXPECT_EQ(last.find("ulimit -l"), std::string::npos) << last;
+      EXPECT_NE(last.find("does not allow it"), std::string::npos) << last;
+    }
     accio_close(f);
     accio_settings_free(s);
   }

@@ -25,7 +25,8 @@
  *
  * Knobs: FAKE_CUDA_DEVICES (default 1; 0 = cuInit fails with CUDA_ERROR_NO_DEVICE),
  * FAKE_CUDA_DEVICE_MEM (bytes per device, default 1 GiB), FAKE_CUDA_COPY_US,
- * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails), FAKE_CUDA_MEMLOCK=BYTES (a simulated
+ * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails with CUDA_ERROR_OUT_OF_MEMORY; another value: with
+ * that error code, e.g. 801 CUDA_ERROR_NOT_SUPPORTED), FAKE_CUDA_MEMLOCK=BYTES (a simulated
  * RLIMIT_MEMLOCK: a registration that would pin more than BYTES in all fails with
  * CUDA_ERROR_OUT_OF_MEMORY, as for a user process; root ignores the real limit, so only the fake can
  * refuse), FAKE_CUDA_FAIL_COPY_AFTER=N (the N+1-th
@@ -400,7 +401,8 @@ EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
   if (!have_ctx()) return E_INVALID_CONTEXT;
   CUresult rc = OK;
   char* snap = NULL;
-  if (env_long("FAKE_CUDA_FAIL_REGISTER", 0)) rc = E_OOM;
+  const long fail = env_long("FAKE_CUDA_FAIL_REGISTER", 0);
+  if (fail) rc = fail == 1 ? E_OOM : (CUresult)fail;
   else if (!(flags & REGISTER_READ_ONLY) && !writable(p, n)) rc = E_NOT_PERMITTED;
   else if (flags & REGISTER_READ_ONLY) {
     /* Pin: take the bytes now. A page that cannot be read (beyond end of file) fails the pin. */
