@@ -304,6 +304,7 @@ static struct {
   int64_t (*min_accelerated)(accio_file*, int);
   int (*file_plans)(accio_file*, accio_plan_stat*, int);
   const char* (*mechanism_for_at)(accio_file*, const void*, size_t, int64_t, int);
+  int (*mem_kind)(const void*, int*);
   const char* (*last_error)(void);
   int64_t (*prefetch_window)(int, const accio_settings*);
 } eng;
@@ -343,6 +344,7 @@ static int engine_load_locked(void) {
   SYM(min_accelerated, "accio_min_accelerated");
   SYM(file_plans, "accio_file_plans");
   SYM(mechanism_for_at, "accio_mechanism_for_at");
+  SYM(mem_kind, "accio_mem_kind");
   SYM(last_error, "accio_last_error");
   SYM(prefetch_window, "accio_prefetch_window");
 #undef SYM
@@ -629,6 +631,13 @@ static int mapped(const void* p, size_t n) {
   return msync((void*)a, (uintptr_t)p + n - a, MS_ASYNC) == 0;
 }
 
+/* Whether the CUDA driver (when the program loaded one) calls p device or managed memory. */
+static int gpu_memory(const void* p) {
+  int device;
+  const int kind = eng.mem_kind(p, &device);
+  return kind == ACCIO_MEM_DEVICE || kind == ACCIO_MEM_MANAGED;
+}
+
 enum { READ = 0, WRITE = 1 };
 /* What serve_with_engine did with a call. */
 enum { TO_LIBC = 0, SERVED = 1 };
@@ -703,9 +712,11 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
     }
   }
   /* Only a request the engine will serve is checked for unmapped pages (after the decision: a
-   * declined one goes to libc anyway). */
+   * declined one goes to libc anyway). GPU memory need not lie in a mapping of the process (the
+   * driver's address reservations may not cover it): what the driver calls device or managed
+   * memory is the engine's to serve. */
   for (int i = 0; i < c->cnt; ++i)
-    if (!mapped(c->iov[i].iov_base, c->iov[i].iov_len)) {
+    if (!mapped(c->iov[i].iov_base, c->iov[i].iov_len) && !gpu_memory(c->iov[i].iov_base)) {
       handle_put(h);
       return TO_LIBC;
     }

@@ -965,10 +965,18 @@ def test_torch_tensor_on_a_second_gpu_from_any_thread(tmp_path):
     assert g.device.index == 1 and g.cpu().numpy().tobytes() == data.tobytes()
 
 
+@pytest.fixture(scope="module")
+def msync_fails(tmp_path_factory):
+    return compile_shared(tmp_path_factory, "python/msync_fails.c", "msync_fails.so")
+
+
+@pytest.mark.parametrize("unmapped", [False, True], ids=["mapped", "unmapped"])
 @pytest.mark.parametrize("size", [3 << 20, (9 << 20) + 5])
-def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path, size):
+def test_accio_run_serves_read_into_device_memory(fake_lib, msync_fails, tmp_path, size, unmapped):
     """An unmodified program's read(2) into GPU memory fails with EFAULT; under `accio run` the shim
-    hands it to the engine, which sees a device pointer and runs staged."""
+    hands it to the engine, which sees a device pointer and runs staged. `unmapped`: the device
+    memory lies in no mapping of the process (msync says ENOMEM, as a real GPU's may: the fake's is
+    a PROT_NONE mapping); the shim passed such buffers to libc until the eighteenth session."""
     data = os.urandom(size)
     (tmp_path / "in").write_bytes(data)
     prog = tmp_path / "prog.py"
@@ -981,8 +989,32 @@ def test_accio_run_serves_read_into_device_memory(fake_lib, tmp_path, size):
         print("read", r, ctypes.get_errno(), a.to_bytes() == open({str(tmp_path / 'in')!r}, "rb").read())
     """))
     env = dict(os.environ, ACCIO_LIBCUDA=fake_lib, ACCIO_QUIET="1", ACCIO_PROFILE="off")
+    if unmapped:
+        env["LD_PRELOAD"] = msync_fails  # accio run puts the shim in front of it
     plain = subprocess.run([sys.executable, str(prog)], env=env, capture_output=True, text=True, check=True).stdout
     assert plain.startswith("read -1 14 ")  # EFAULT: the kernel cannot address device memory
+    shim = subprocess.run([*ACCIO, "run", "--", sys.executable, str(prog)], env=env, capture_output=True, text=True,
+                          check=True).stdout
+    assert f"read {len(data)} " in shim and shim.strip().endswith("True"), shim
+
+
+@pytest.mark.gpu
+def test_accio_run_serves_read_into_real_device_memory(tmp_path):
+    """The same on a real GPU: a program's read(2) into a PyTorch CUDA tensor's memory, whatever
+    mapping (or none) the driver gives its address in the process."""
+    _gpu_lib("torch")
+    data = os.urandom((9 << 20) + 5)
+    (tmp_path / "in").write_bytes(data)
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(f"""
+        import ctypes, os, torch
+        libc = ctypes.CDLL(None, use_errno=True)
+        t = torch.zeros({len(data)}, dtype=torch.uint8, device="cuda")
+        fd = os.open({str(tmp_path / 'in')!r}, os.O_RDONLY)
+        r = libc.read(fd, ctypes.c_void_p(t.data_ptr()), ctypes.c_size_t({len(data)}))
+        print("read", r, ctypes.get_errno(), bytes(t.cpu().numpy()) == open({str(tmp_path / 'in')!r}, "rb").read())
+    """))
+    env = dict(os.environ, ACCIO_QUIET="1")
     shim = subprocess.run([*ACCIO, "run", "--", sys.executable, str(prog)], env=env, capture_output=True, text=True,
                           check=True).stdout
     assert f"read {len(data)} " in shim and shim.strip().endswith("True"), shim
