@@ -1333,9 +1333,10 @@ contains
     if (present(detail)) detail = from_buffer(d)
   end function
 
-  ! Calls fn(arg) in this thread with GPU `device`'s primary context current (popped afterwards), so
-  ! that a CUDA runtime or library called in fn takes `device` for the current GPU. 0 once fn
-  ! returned; -ENODEV without a driver or with no such GPU (fn is then not called).
+  ! Calls fn(arg) in this thread with a context of GPU `device` current (this thread's own where it
+  ! is on that GPU, else the GPU's primary context, if the process made it active: accio makes
+  ! none), so that a CUDA runtime or library called in fn takes `device` for the current GPU. 0 once
+  ! fn returned; -ENODEV without a driver or with no such GPU, -EIO (fn is then not called).
   function accio_cuda_with_device(device, fn, arg) result(rc)
     integer(c_int), intent(in) :: device
     procedure(accio_device_callback) :: fn

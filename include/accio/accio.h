@@ -297,12 +297,15 @@ int accio_host_free(void* p); /* 0; -EINVAL for a pointer accio_host_alloc did n
  * value a CUstream handle; 0 is refused with -EINVAL, as the CAI v3 and DLPack specifications refuse
  * it (ambiguous). 0, or -ENODEV without a driver or with no such GPU, -EIO when the driver fails. */
 int accio_cuda_stream_sync(int device, uintptr_t stream);
-/* Runs fn(arg) in the calling thread with GPU `device`'s primary context current (pushed before, popped
- * after), so that a CUDA runtime or a framework called in fn takes `device` for the current device:
- * for a binding that asks a producer to export an array of that GPU (PyTorch refuses to export a
- * tensor of another GPU than the current one; CuPy orders its work on the current GPU's stream).
- * fn must return normally (no exception or longjmp through it). 0 once fn returned; -ENODEV without
- * a driver or with no such GPU, -EINVAL for a NULL fn: fn is then not called. */
+/* Runs fn(arg) in the calling thread with a context of GPU `device` current, so that a CUDA runtime or a
+ * framework called in fn takes `device` for the current GPU: for a binding that asks a producer to
+ * export an array of that GPU (PyTorch refuses to export a tensor of another GPU than the current one;
+ * CuPy orders its work on the current GPU's stream). That context is the calling thread's current one
+ * where it is on `device` already, else the GPU's primary context, pushed before and popped after, if
+ * some code in the process made it active; where none did, fn runs with the current context unchanged
+ * (accio makes no context). fn must return normally (no longjmp through it). 0 once fn returned;
+ * -ENODEV without a driver or with no such GPU, -EIO when the driver refuses the context, -EINVAL for
+ * a NULL fn (fn is then not called); -ECANCELED when a C++ fn threw. */
 int accio_cuda_with_device(int device, void (*fn)(void* arg), void* arg);
 /* cuFile: 1 loaded (detail: whether the direct path is possible), 0 not (detail: why). */
 int accio_gds_info(char* detail, size_t len);

@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "base/error.hpp"
@@ -646,9 +647,21 @@ int accio_cuda_with_device(int device, void (*fn)(void* arg), void* arg) {
   return guard([&] {
     namespace cu = accio::mem::cuda;
     std::string why;
-    if (!cu::load(&why)) throw Error(ENODEV, "accio_cuda_with_device", "", accio::base::kNoOffset, why);
-    cu::ContextGuard g(device);  // ENODEV for no such GPU
-    fn(arg);
+    const cu::Driver* d = cu::load(&why);
+    if (!d) throw Error(ENODEV, "accio_cuda_with_device", "", accio::base::kNoOffset, why);
+    if (device < 0 || device >= d->devices)
+      throw Error(ENODEV, "accio_cuda_with_device", "", accio::base::kNoOffset,
+                  "no GPU cuda:" + std::to_string(device) + " (this machine has " + std::to_string(d->devices) + ")");
+    // The calling thread's own context where it is on that GPU already (a framework that made the
+    // array's GPU current, or a context of the program's own); else the GPU's primary context, if
+    // some code in the process made it active: accio makes none.
+    std::optional<cu::ContextGuard> g;
+    if (cu::current_device() != device && cu::primary_active(device)) g.emplace(device);
+    try {
+      fn(arg);
+    } catch (...) {  // a C++ callback that throws: not through this C function
+      throw Error(ECANCELED, "accio_cuda_with_device", "", accio::base::kNoOffset, "the callback threw an exception");
+    }
     return 0;
   });
 }

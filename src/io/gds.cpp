@@ -338,15 +338,19 @@ class Gds final : public Mechanism {
   // file; returns the bytes moved.
   static size_t call(const IoContext& c, const cf::Api& a, void* fh, char* base, size_t boff, uint64_t off,
                      size_t len, bool write) {
+    const char* op = write ? "cuFileWrite" : "cuFileRead";
     size_t done = 0;
-    while (done < len) {
+    for (int interrupted = 0; done < len;) {
       const off_t fo = static_cast<off_t>(off + done), po = static_cast<off_t>(boff + done);
       errno = 0;
       const ssize_t r = write ? a.Write(fh, base, len - done, fo, po) : a.Read(fh, base, len - done, fo, po);
       // -1 with errno for a system error, or -errno itself (KvikIO reads it so): an interrupted call
-      // either way is made again.
-      if (r == -EINTR || (r == -1 && errno == EINTR)) continue;
-      if (r < 0) throw io_error(c, write ? "cuFileWrite" : "cuFileRead", r == -1 && errno ? -errno : r, fo);
+      // either way is made again, up to kMaxInterrupted times in a row (a signal storm that leaves
+      // no call time to finish is an error, not a hang).
+      if ((r == -EINTR || (r == -1 && errno == EINTR)) && ++interrupted < kMaxInterrupted) continue;
+      if (r == -1 && errno == 0) throw Error(EIO, op, c.file.path, fo, "cuFile returned -1 without errno");
+      if (r < 0) throw io_error(c, op, r == -1 ? -errno : r, fo);
+      interrupted = 0;
       if (r == 0) break;
       done += static_cast<size_t>(r);
     }
@@ -360,6 +364,7 @@ class Gds final : public Mechanism {
   }
 
   static constexpr size_t kMaxBatchRequest = 16u << 20;  // cuFile's default max_direct_io_size_kb
+  static constexpr int kMaxInterrupted = 64;              // cuFile calls interrupted in a row
 
   // Submits the batch and waits for every event; fills each item (the cookie) with its result.
   // Returns why the batch could not run (nothing was transferred then), or "" once all completed.

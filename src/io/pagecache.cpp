@@ -97,11 +97,14 @@ struct stat stat_of(const IoContext& c) {
 // destructor unregisters and unmaps; the last owner is a finished copy or the cache.
 class Pin {
  public:
-  // nullptr and *why when the mapping or the registration fails.
-  static std::shared_ptr<Pin> make(const IoContext& c, uint64_t off, size_t len, std::string* why) {
+  // Why a pin failed, for the advice its warning gives.
+  enum class Refusal { none, map, memory, driver };
+  // nullptr, *why and *cause when the mapping or the registration fails.
+  static std::shared_ptr<Pin> make(const IoContext& c, uint64_t off, size_t len, std::string* why, Refusal* cause) {
     void* p = mmap(nullptr, len, PROT_READ, MAP_SHARED, c.file.fd, static_cast<off_t>(off));
     if (p == MAP_FAILED) {
       *why = std::string("mmap: ") + std::strerror(errno);
+      *cause = Refusal::map;
       return nullptr;
     }
     const cu::Driver& d = *cu::load();
@@ -109,6 +112,7 @@ class Pin {
     if (rc != cu::kSuccess) {
       munmap(p, len);
       *why = cu::error_text(d, rc, "cuMemHostRegister");
+      *cause = rc == cu::kErrorOutOfMemory ? Refusal::memory : Refusal::driver;
       return nullptr;
     }
     return std::shared_ptr<Pin>(new Pin(static_cast<char*>(p), off, len, c.target.device));
@@ -389,22 +393,25 @@ class PageCache final : public Mechanism {
       *why = "range not wholly in the page cache";
       return nullptr;
     }
-    auto pin = Pin::make(c, from, to - from, why);
+    Pin::Refusal cause = Pin::Refusal::none;
+    auto pin = Pin::make(c, from, to - from, why, &cause);
     if (!pin) {
       if (static_cast<uint64_t>(stat_of(c).st_size) < o + len) {
         why->clear();  // truncated under the read: the pin of pages past the new end failed
         return nullptr;
       }
       // The advice by the cause: out of memory is the memlock limit (or the pinned memory the
-      // machine has); anything else is the driver or the file refusing (no read-only
-      // registration of file pages before CUDA 11.1, a file that cannot be mapped).
-      const bool memory = why->find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos;
-      base::warn_once("pagecache-register:" + *why,
-                      "pagecache cannot pin page-cache pages of '" + c.file.path + "' (" + *why +
-                          "): those ranges run staged" +
-                          (memory ? "; raise the memlock limit (ulimit -l) or lower pagecache_chunk/threads"
-                                  : "; this driver or file does not allow it, so mechanism=staged does the same "
-                                    "without the attempt"));
+      // machine has); a mapping that fails is the process's (vm.max_map_count, address space);
+      // anything else is the driver refusing (no read-only registration of file pages before
+      // CUDA 11.1).
+      const char* advice =
+          cause == Pin::Refusal::memory ? "; raise the memlock limit (ulimit -l) or lower pagecache_chunk/threads"
+          : cause == Pin::Refusal::map  ? "; the file could not be mapped (vm.max_map_count, address space): lower "
+                                          "pagecache_chunk/threads"
+                                        : "; this driver does not allow it, so mechanism=staged does the same without "
+                                          "the attempt";
+      base::warn_once("pagecache-register:" + *why, "pagecache cannot pin page-cache pages of '" + c.file.path +
+                                                        "' (" + *why + "): those ranges run staged" + advice);
       *why = kRefused + *why;
       return nullptr;
     }

@@ -49,6 +49,7 @@ struct Loaded {
   const Driver* ok = nullptr;
   std::string why;
   unsigned fork = 0;  // base::fork_count() when the driver was initialized
+  bool forked = false;  // cuInit refused in a forked child: its parent had initialized CUDA
 };
 
 // CUDA does not survive fork(): in a child of a process that initialized it, every driver call fails
@@ -107,6 +108,13 @@ Loaded& state() {
       return;
     }
     if (CUresult rc = d.Init(0); rc != kSuccess) {
+      // In a child forked after its parent initialized CUDA (a framework did, before accio asked),
+      // cuInit itself answers CUDA_ERROR_NOT_INITIALIZED.
+      if (rc == kErrorNotInitialized && base::fork_count() > 0) {
+        s.why = kForked;
+        s.forked = true;
+        return;
+      }
       s.why = error_text(d, rc, "cuInit") + ": the driver is installed but no GPU can be used";
       return;
     }
@@ -133,10 +141,12 @@ int objects_added() {
 }
 
 std::atomic<const Driver*> g_found{nullptr};  // libcuda is in the process and initialized
+std::atomic<bool> g_tried{false};              // load() has run: state() is settled (forked_child asks it)
 }  // namespace
 
 const Driver* load(std::string* why) {
   Loaded& s = state();
+  g_tried.store(true, std::memory_order_release);
   if (s.ok && base::fork_count() != s.fork) {
     if (why) *why = kForked;
     return nullptr;
@@ -147,8 +157,9 @@ const Driver* load(std::string* why) {
 }
 
 bool forked_child() {
+  if (!g_tried.load(std::memory_order_acquire)) return false;  // never loads the driver itself
   const Loaded& s = state();
-  return s.ok && base::fork_count() != s.fork;
+  return (s.ok && base::fork_count() != s.fork) || s.forked;
 }
 
 const Driver* loaded(bool recheck) {
@@ -207,23 +218,27 @@ std::string Target::name() const {
 }
 
 namespace {
-// Whether ctx is not GPU device's primary context (the one the runtime API and the frameworks use),
-// asked once per context and thread: an inactive primary context cannot be ctx, so none is made to
-// compare; an active one is retained (accio keeps it for its streams anyway). A context that cannot
-// be told apart counts as primary, as before this check.
-bool own_context(const Driver& d, CUcontext ctx, int device) {
-  if (!ctx) return false;  // VMM memory: no context of its own
-  thread_local CUcontext last = nullptr;
+// The primary context of each GPU once accio retained it (primary_context), for own_context's
+// steady state: one load and one compare per request, whatever GPU it is for.
+constexpr int kMaxDevices = 64;
+std::atomic<CUcontext> g_primary[kMaxDevices];
+
+// Whether ctx is not GPU device's primary context (the one the runtime API and the frameworks use).
+// An inactive primary context cannot be ctx, so none is made to compare; an active one is retained
+// (accio keeps it for its streams anyway). A context that cannot be told apart (the driver cannot
+// say whether the primary one is active, or gave no ordinal) counts as primary, as before this check.
+bool own_context(CUcontext ctx, int device) {
+  if (!ctx || device < 0) return false;  // VMM memory has no context of its own
+  if (device < kMaxDevices)
+    if (CUcontext p = g_primary[device].load(std::memory_order_acquire)) return ctx != p;
+  thread_local CUcontext last = nullptr;  // an own context, asked again by the same thread
   thread_local bool last_own = false;
   if (ctx == last) return last_own;
   bool own = false;
-  CUdevice dev;
-  unsigned flags = 0;
-  int active = 1;
-  if (d.DevicePrimaryCtxGetState && d.DeviceGet(&dev, device) == kSuccess &&
-      d.DevicePrimaryCtxGetState(dev, &flags, &active) == kSuccess && !active) {
+  const Driver* d = load();
+  if (d && d->DevicePrimaryCtxGetState && !primary_active(device)) {
     own = true;
-  } else {
+  } else if (d && d->DevicePrimaryCtxGetState) {
     try {
       own = primary_context(device) != ctx;
     } catch (const Error&) {  // no primary context to be had (exclusive-process mode): as before
@@ -234,6 +249,26 @@ bool own_context(const Driver& d, CUcontext ctx, int device) {
   return own;
 }
 }  // namespace
+
+int current_device() {
+  const Driver* d = load();
+  CUcontext cur = nullptr;
+  CUdevice dev = -1;
+  if (!d || d->CtxGetCurrent(&cur) != kSuccess || !cur || !d->CtxGetDevice || d->CtxGetDevice(&dev) != kSuccess)
+    return -1;
+  return static_cast<int>(dev);
+}
+
+bool primary_active(int device) {
+  const Driver* d = load();
+  if (!d || !d->DevicePrimaryCtxGetState) return true;
+  CUdevice dev;
+  unsigned flags = 0;
+  int active = 1;
+  if (d->DeviceGet(&dev, device) != kSuccess || d->DevicePrimaryCtxGetState(dev, &flags, &active) != kSuccess)
+    return true;
+  return active != 0;
+}
 
 Target classify(const void* p, bool recheck) {
   const Driver* d = p ? loaded(recheck) : nullptr;
@@ -253,7 +288,7 @@ Target classify(const void* p, bool recheck) {
   t.device = ordinal;
   t.ctx = ctx;
   if (t.on_device() && t.device < 0) t.device = 0;
-  if (t.on_device()) t.own_context = own_context(*d, ctx, t.device);
+  if (t.on_device()) t.own_context = own_context(ctx, ordinal);
   return t;
 }
 
@@ -271,6 +306,7 @@ CUcontext primary_context(int device) {
     CUdevice dev;
     check(*d, d->DeviceGet(&dev, device), "cuDeviceGet");
     check(*d, d->DevicePrimaryCtxRetain(&c, dev), "cuDevicePrimaryCtxRetain");
+    if (device < kMaxDevices) g_primary[device].store(c, std::memory_order_release);
   }
   return c;
 }

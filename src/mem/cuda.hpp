@@ -22,6 +22,7 @@ using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
 inline constexpr CUresult kSuccess = 0;
 inline constexpr CUresult kErrorOutOfMemory = 2;
+inline constexpr CUresult kErrorNotInitialized = 3;
 inline constexpr CUresult kErrorNotReady = 600;
 inline constexpr CUresult kErrorHostMemoryAlreadyRegistered = 712;
 enum PointerAttribute : int {
@@ -111,8 +112,9 @@ const Driver* load(std::string* why = nullptr);
 // has, each thread looks on its first call and then every kRecheckEvery-th call; `recheck` looks now.
 inline constexpr unsigned kRecheckEvery = 256;
 const Driver* loaded(bool recheck = false);
-// Whether this process was forked after its parent initialized the driver: CUDA does not survive
-// fork(), and load() and loaded() then answer nullptr (load's why says so).
+// Whether this process was forked after its parent initialized the driver (accio, or a framework
+// whose cuInit the child's then finds refused): CUDA does not survive fork(), and load() and loaded()
+// then answer nullptr (load's why says so). Never loads the driver: false before load() ran.
 bool forked_child();
 
 // "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
@@ -169,6 +171,11 @@ class ContextGuard {
   bool pushed_ = false;
 };
 CUcontext primary_context(int device);  // retained once per device, kept
+// The GPU of the calling thread's current context, -1 without one (or without a driver).
+int current_device();
+// Whether GPU device's primary context is active (some code in the process retained it: the runtime
+// API, a framework, accio); true where the driver cannot say. Asking makes no context.
+bool primary_active(int device);
 // Waits for the work queued on the current context's legacy default stream (and so for what it waits
 // for): what a transfer outside accio's own streams (cuFile's) needs to be ordered as staged's are.
 // path and offset name the request in an error.

@@ -631,11 +631,13 @@ static int mapped(const void* p, size_t n) {
   return msync((void*)a, (uintptr_t)p + n - a, MS_ASYNC) == 0;
 }
 
-/* Whether the CUDA driver (when the program loaded one) calls p device or managed memory. */
-static int gpu_memory(const void* p) {
+/* Whether the CUDA driver (when the program loaded one) calls [p, p+n) device or managed memory, at
+ * both ends (a range that runs past the allocation goes to libc, which answers as it would). */
+static int gpu_memory(const void* p, size_t n) {
   int device;
-  const int kind = eng.mem_kind(p, &device);
-  return kind == ACCIO_MEM_DEVICE || kind == ACCIO_MEM_MANAGED;
+  const int first = eng.mem_kind(p, &device);
+  if (first != ACCIO_MEM_DEVICE && first != ACCIO_MEM_MANAGED) return 0;
+  return !n || eng.mem_kind((const char*)p + n - 1, &device) == first;
 }
 
 enum { READ = 0, WRITE = 1 };
@@ -716,7 +718,7 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
    * driver's address reservations may not cover it): what the driver calls device or managed
    * memory is the engine's to serve. */
   for (int i = 0; i < c->cnt; ++i)
-    if (!mapped(c->iov[i].iov_base, c->iov[i].iov_len) && !gpu_memory(c->iov[i].iov_base)) {
+    if (!mapped(c->iov[i].iov_base, c->iov[i].iov_len) && !gpu_memory(c->iov[i].iov_base, c->iov[i].iov_len)) {
       handle_put(h);
       return TO_LIBC;
     }

@@ -238,8 +238,10 @@ class View {
                             " that is not a DLPack capsule accio can import: " + kAccepted).c_str());
     }
     if (writable) array_ = nb::ndarray<nb::ro>(rw);
+    // A GPU array may export CUDA-host memory (the engine tells pinned memory from the pointer, as it
+    // did before kDLCUDAHost objects went the host way); a host one must not export GPU memory.
     const int dt = array_.device_type();
-    if (cuda ? !dlpack_is_cuda(dt) : !dlpack_is_host(dt))
+    if (cuda ? !dlpack_is_cuda(dt) && dt != nb::device::cuda_host::value : !dlpack_is_host(dt))
       throw nb::type_error((what(obj) + "'s DLPack export lives on device type " + std::to_string(dt) +
                             ", not what its __dlpack_device__() said").c_str());
     bool empty = false;

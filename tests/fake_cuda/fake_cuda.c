@@ -117,7 +117,9 @@ struct CUctx_st {
   int device;
   int own;    /* made by cuCtxCreate_v2, not a primary context */
   int dead;   /* cuCtxDestroy_v2'ed (kept, so that a stale handle can be told) */
+  struct CUctx_st* next;  /* the program's own contexts, all kept (g_own_ctxs) */
 };
+static struct CUctx_st* g_own_ctxs;
 static struct CUctx_st g_ctx[16];
 static __thread struct CUctx_st* t_stack[16];
 static __thread int t_depth;
@@ -174,10 +176,18 @@ static char* resolve(const void* p, size_t n) {
  * accio makes (FORKED). */
 static pid_t g_init_pid;
 static int forked(void) { return g_init_pid && getpid() != g_init_pid; }
-#define FORKED() \
-  do {           \
-    if (forked()) return E_NOT_INIT; \
+static uint64_t g_forked_calls; /* calls made in a forked child (fake_cuda_forked_calls) */
+EXPORT uint64_t fake_cuda_forked_calls(void) { return __atomic_load_n(&g_forked_calls, __ATOMIC_RELAXED); }
+#define FORKED_RETURN(value)                                        \
+  do {                                                              \
+    if (forked()) {                                                 \
+      __atomic_add_fetch(&g_forked_calls, 1, __ATOMIC_RELAXED);     \
+      return value;                                                 \
+    }                                                               \
   } while (0)
+#define FORKED() FORKED_RETURN(E_NOT_INIT)
+/* cuFile's: CU_FILE_DRIVER_NOT_INITIALIZED (5001), its negation for the data path */
+#define FORKED_CF() FORKED_RETURN(((CUfileError_t){5001, 0}))
 EXPORT CUresult cuInit(unsigned flags) {
   (void)flags;
   FORKED();
@@ -191,8 +201,9 @@ EXPORT CUresult cuInit(unsigned flags) {
   g_init = 1;
   return OK;
 }
-EXPORT CUresult cuDriverGetVersion(int* v) { *v = 12080; return OK; }
+EXPORT CUresult cuDriverGetVersion(int* v) { FORKED(); *v = 12080; return OK; }
 EXPORT CUresult cuGetErrorName(CUresult rc, const char** s) {
+  FORKED();
   switch (rc) {
     case OK: *s = "CUDA_SUCCESS"; break;
     case E_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
@@ -200,23 +211,29 @@ EXPORT CUresult cuGetErrorName(CUresult rc, const char** s) {
     case E_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; break;
     case E_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
     case E_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    case E_NOT_INIT: *s = "CUDA_ERROR_NOT_INITIALIZED"; break;
+    case 709: *s = "CUDA_ERROR_CONTEXT_IS_DESTROYED"; break;
+    case 801: *s = "CUDA_ERROR_NOT_SUPPORTED"; break;
     default: *s = "CUDA_ERROR_UNKNOWN"; return E_INVALID_VALUE;
   }
   return OK;
 }
 EXPORT CUresult cuGetErrorString(CUresult rc, const char** s) {
+  FORKED();
   *s = rc == E_OOM ? "out of memory" : rc == E_INVALID_CONTEXT ? "invalid device context" : "fake driver error";
   return OK;
 }
 EXPORT CUresult cuDeviceGetCount(int* n) { FORKED(); if (!g_init) return E_NOT_INIT; *n = g_devices; return OK; }
 EXPORT CUresult cuDeviceGet(int* d, int i) {
+  FORKED();
   if (!g_init) return E_NOT_INIT;
   if (i < 0 || i >= g_devices) return E_INVALID_DEVICE;
   *d = i;
   return OK;
 }
-EXPORT CUresult cuDeviceGetName(char* s, int len, int d) { snprintf(s, (size_t)len, "accio fake GPU %d", d); return OK; }
+EXPORT CUresult cuDeviceGetName(char* s, int len, int d) { FORKED(); snprintf(s, (size_t)len, "accio fake GPU %d", d); return OK; }
 EXPORT CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
+  FORKED();
   switch (attr) {
     case 16: *v = 4; break;           /* multiprocessors */
     case 33: *v = 0x17 + d; break;    /* PCI bus */
@@ -231,7 +248,7 @@ EXPORT CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
   }
   return OK;
 }
-EXPORT CUresult cuDeviceTotalMem_v2(size_t* b, int d) { (void)d; *b = (size_t)env_long("FAKE_CUDA_DEVICE_MEM", 1L << 30); return OK; }
+EXPORT CUresult cuDeviceTotalMem_v2(size_t* b, int d) { FORKED(); (void)d; *b = (size_t)env_long("FAKE_CUDA_DEVICE_MEM", 1L << 30); return OK; }
 /* Primary contexts retained per device. FAKE_CUDA_UNAVAILABLE=D: device D refuses one with
  * CUDA_ERROR_DEVICE_UNAVAILABLE (46), as a GPU in exclusive-process mode that another process owns. */
 static uint64_t g_retains[16], g_retain_attempts[16];
@@ -245,6 +262,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(struct CUctx_st** c, int d) {
   return OK;
 }
 EXPORT CUresult cuDevicePrimaryCtxGetState(int d, unsigned* flags, int* active) {
+  FORKED();
   if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
   *flags = 0;
   *active = __atomic_load_n(&g_retains[d], __ATOMIC_RELAXED) > 0;
@@ -259,6 +277,7 @@ EXPORT CUresult cuCtxPushCurrent_v2(struct CUctx_st* c) {
   return OK;
 }
 EXPORT CUresult cuCtxPopCurrent_v2(struct CUctx_st** c) {
+  FORKED();
   if (!t_depth) return E_INVALID_CONTEXT;
   struct CUctx_st* top = t_stack[--t_depth];
   if (c) *c = top;
@@ -266,12 +285,14 @@ EXPORT CUresult cuCtxPopCurrent_v2(struct CUctx_st** c) {
 }
 EXPORT CUresult cuCtxGetCurrent(struct CUctx_st** c) { FORKED(); *c = t_depth ? t_stack[t_depth - 1] : NULL; return OK; }
 EXPORT CUresult cuCtxGetDevice(int* d) {
+  FORKED();
   if (!t_depth) return E_INVALID_CONTEXT;
   *d = t_stack[t_depth - 1]->device;
   return OK;
 }
 static int have_ctx(void) { return t_depth > 0; }
 EXPORT CUresult cuCtxCreate_v2(struct CUctx_st** c, unsigned flags, int d) {
+  FORKED();
   (void)flags;
   FORKED();
   if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
@@ -279,11 +300,16 @@ EXPORT CUresult cuCtxCreate_v2(struct CUctx_st** c, unsigned flags, int d) {
   struct CUctx_st* x = calloc(1, sizeof *x);
   x->device = d;
   x->own = 1;
+  pthread_mutex_lock(&g_mu);
+  x->next = g_own_ctxs;
+  g_own_ctxs = x;
+  pthread_mutex_unlock(&g_mu);
   t_stack[t_depth++] = x;  /* made current, as cuCtxCreate does */
   *c = x;
   return OK;
 }
 EXPORT CUresult cuCtxDestroy_v2(struct CUctx_st* c) {
+  FORKED();
   if (!c || !c->own) return E_INVALID_VALUE;
   c->dead = 1;  /* kept: stale handles must stay comparable */
   for (int i = 0; i < t_depth; ++i)
@@ -362,6 +388,7 @@ static CUresult alloc_impl(CUdeviceptr* out, size_t n, int managed) {
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { FORKED(); return alloc_impl(p, n, 0); }
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned flags) { (void)flags; FORKED(); return alloc_impl(p, n, 1); }
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+  FORKED();
   pthread_mutex_lock(&g_mu);
   for (Alloc** pa = &g_allocs; *pa; pa = &(*pa)->next) {
     Alloc* a = *pa;
@@ -380,6 +407,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   return E_INVALID_VALUE;
 }
 EXPORT CUresult cuMemGetInfo_v2(size_t* free_b, size_t* total) {
+  FORKED();
   *total = (size_t)env_long("FAKE_CUDA_DEVICE_MEM", 1L << 30);
   *free_b = *total - g_used[0];
   return OK;
@@ -436,6 +464,7 @@ EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
 }
 static pthread_cond_t g_reg_cv = PTHREAD_COND_INITIALIZER;
 EXPORT CUresult cuMemHostUnregister(void* p) {
+  FORKED();
   pthread_mutex_lock(&g_mu);
   for (Reg** pr = &g_regs; *pr; pr = &(*pr)->next)
     if ((*pr)->p == p) {
@@ -480,8 +509,8 @@ EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   drain_legacy();  /* a synchronous copy is legacy-stream work: after what was queued there */
   return copy_now((void*)(uintptr_t)dst, (void*)(uintptr_t)src, n);
 }
-EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { return cuMemcpy(dst, (CUdeviceptr)(uintptr_t)src, n); }
-EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { return cuMemcpy((CUdeviceptr)(uintptr_t)dst, src, n); }
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { FORKED(); return cuMemcpy(dst, (CUdeviceptr)(uintptr_t)src, n); }
+EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { FORKED(); return cuMemcpy((CUdeviceptr)(uintptr_t)dst, src, n); }
 
 /* ---- streams and events ---- */
 typedef struct CUevent_st {
@@ -590,6 +619,7 @@ static Stream* new_stream(int blocking) {
   return s;
 }
 EXPORT CUresult cuStreamCreate(Stream** out, unsigned flags) {
+  FORKED();
   if (!have_ctx()) return E_INVALID_CONTEXT;
   *out = new_stream(!(flags & 0x1u));  /* CU_STREAM_NON_BLOCKING */
   (*out)->ctx = t_stack[t_depth - 1];
@@ -644,6 +674,7 @@ EXPORT CUresult cuStreamSynchronize(Stream* s) {
   return OK;
 }
 EXPORT CUresult cuStreamDestroy_v2(Stream* s) {
+  FORKED();
   cuStreamSynchronize(s);
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
@@ -700,6 +731,7 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, Strea
 /* A memset queued on a stream (on the legacy one for 0, 1 and 2), taking FAKE_CUDA_MEMSET_US: what a
  * test queues where a real program would launch a kernel that writes the buffer. */
 EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char byte, size_t n, Stream* s) {
+  FORKED();
   if (!have_ctx()) return E_INVALID_CONTEXT;
   Op* op = calloc(1, sizeof *op);
   if (!(op->dst = resolve((void*)(uintptr_t)dst, n))) {
@@ -713,11 +745,13 @@ EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char byte, size_t n, S
   return OK;
 }
 EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char byte, size_t n) {
+  FORKED();
   CUresult rc = cuMemsetD8Async(dst, byte, n, (Stream*)(uintptr_t)1);
   if (rc == OK) drain_legacy();
   return rc;
 }
 EXPORT CUresult cuEventCreate(Event** out, unsigned flags) {
+  FORKED();
   (void)flags;
   Event* e = calloc(1, sizeof *e);
   pthread_mutex_init(&e->mu, NULL);
@@ -725,8 +759,9 @@ EXPORT CUresult cuEventCreate(Event** out, unsigned flags) {
   *out = e;
   return OK;
 }
-EXPORT CUresult cuEventDestroy_v2(Event* e) { free(e); return OK; }
+EXPORT CUresult cuEventDestroy_v2(Event* e) { FORKED(); free(e); return OK; }
 EXPORT CUresult cuEventRecord(Event* e, Stream* s) {
+  FORKED();
   Op* op = calloc(1, sizeof *op);
   pthread_mutex_lock(&e->mu);
   op->seq = ++e->recorded;
@@ -737,6 +772,7 @@ EXPORT CUresult cuEventRecord(Event* e, Stream* s) {
   return OK;
 }
 EXPORT CUresult cuEventSynchronize(Event* e) {
+  FORKED();
   __atomic_add_fetch(&g_cnt.event_waits, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&e->mu);
   while (e->done < e->recorded) pthread_cond_wait(&e->cv, &e->mu);
@@ -789,13 +825,15 @@ static const CUfileError_t CF_OK = {0, 0};
 int fake_cufile_log(const char* what, long value); /* fake_cufile_log.cpp: C++ iostreams, as libcufile */
 
 EXPORT CUfileError_t cuFileDriverOpen(void) {
+  FORKED_CF();
   if (fake_cufile_log("cuFileDriverOpen", (long)getpid()) != 0) return (CUfileError_t){5030, 0};
   g_cufile_open = 1;
   return CF_OK;
 }
-EXPORT CUfileError_t cuFileDriverClose_v2(void) { g_cufile_open = 0; return CF_OK; }
-EXPORT CUfileError_t cuFileDriverClose(void) { return cuFileDriverClose_v2(); }
+EXPORT CUfileError_t cuFileDriverClose_v2(void) { FORKED_CF(); g_cufile_open = 0; return CF_OK; }
+EXPORT CUfileError_t cuFileDriverClose(void) { FORKED_CF(); return cuFileDriverClose_v2(); }
 EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* p) {
+  FORKED_CF();
   memset(p, 0, sizeof *p);
   if (env_long("FAKE_CUFILE_NVFS", 0)) { p->nvfs.major_version = 2; p->nvfs.minor_version = 17; }
   if (!env_long("FAKE_CUFILE_NO_COMPAT", 0)) p->nvfs.dcontrolflags = 1u << 1; /* compat mode allowed */
@@ -805,6 +843,7 @@ EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* p) {
 static uint64_t g_direct_handles;  /* handles registered on an O_DIRECT descriptor */
 EXPORT uint64_t fake_cufile_direct_handles(void) { return __atomic_load_n(&g_direct_handles, __ATOMIC_RELAXED); }
 EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
+  FORKED_CF();
   if (!g_cufile_open) return (CUfileError_t){5001, 0};
   if (fake_cufile_log("cuFileHandleRegister fd", d->handle.fd) != 0) return (CUfileError_t){5030, 0};
   /* As real cuFile refuses a file it cannot identify (5027 in compat mode on the GPU machine). */
@@ -827,6 +866,7 @@ EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
   return CF_OK;
 }
 EXPORT void cuFileHandleDeregister(void* fh) {
+  FORKED_RETURN();
   close(((FileHandle*)fh)->fd);
   free(fh);
   __atomic_sub_fetch(&g_cnt.cufile_handles, 1, __ATOMIC_RELAXED);
@@ -846,6 +886,7 @@ EXPORT uint64_t fake_cufile_busy_deregisters(void) { return __atomic_load_n(&g_b
 EXPORT uint64_t fake_cufile_range_refusals(void) { return __atomic_load_n(&g_range_refused, __ATOMIC_RELAXED); }
 EXPORT uint64_t fake_cufile_pinned_bytes(void) { return __atomic_load_n(&g_bufreg_bytes, __ATOMIC_RELAXED); }
 EXPORT CUfileError_t cuFileBufRegister(const void* p, size_t n, int flags) {
+  FORKED_CF();
   (void)flags;
   if (!resolve(p, 1) || resolve(p, 1) == p) return (CUfileError_t){5013, 0};  /* not device memory */
   if (!resolve(p, n)) {
@@ -867,6 +908,7 @@ EXPORT CUfileError_t cuFileBufRegister(const void* p, size_t n, int flags) {
   return CF_OK;
 }
 EXPORT CUfileError_t cuFileBufDeregister(const void* p) {
+  FORKED_CF();
   pthread_mutex_lock(&g_mu);
   for (BufReg* r = g_bufregs; r; r = r->next)
     if (r->p == p && !r->dead) {
@@ -917,22 +959,32 @@ static ssize_t file_io_run(FileHandle* h, const void* base, size_t n, off_t off,
   }
   return (ssize_t)done;
 }
-EXPORT ssize_t cuFileRead(void* fh, void* base, size_t n, off_t off, off_t boff) {
-  const uint64_t k = __atomic_add_fetch(&g_cnt.cufile_reads, 1, __ATOMIC_RELAXED);
-  /* FAKE_CUFILE_EINTR_EVERY=K: every K-th read is interrupted, returning -EINTR itself (not -1 with
-   * errno: cuFile's return convention allows both) */
+/* FAKE_CUFILE_EINTR_EVERY=K: every K-th read (and write) is interrupted, returning -EINTR itself
+ * (not -1 with errno: cuFile's return convention allows both); K=1 interrupts every call, which
+ * accio gives up on after 64 in a row. */
+static int interrupted(uint64_t k) {
   const long every = env_long("FAKE_CUFILE_EINTR_EVERY", 0);
-  if (every > 0 && k % (uint64_t)every == 1 % (uint64_t)every) return -EINTR;
+  return every > 0 && k % (uint64_t)every == 1 % (uint64_t)every;
+}
+EXPORT ssize_t cuFileRead(void* fh, void* base, size_t n, off_t off, off_t boff) {
+  FORKED_RETURN(-5001);
+  const uint64_t k = __atomic_add_fetch(&g_cnt.cufile_reads, 1, __ATOMIC_RELAXED);
+  if (interrupted(k)) return -EINTR;
   return file_io(fh, base, n, off, boff, 0);
 }
 EXPORT ssize_t cuFileWrite(void* fh, const void* base, size_t n, off_t off, off_t boff) {
-  __atomic_add_fetch(&g_cnt.cufile_writes, 1, __ATOMIC_RELAXED);
+  FORKED_RETURN(-5001);
+  const uint64_t k = __atomic_add_fetch(&g_cnt.cufile_writes, 1, __ATOMIC_RELAXED);
+  if (interrupted(k)) return -EINTR;
   return file_io(fh, base, n, off, boff, 1);
 }
-/* FAKE_CUFILE_VERSION (default 1150: cuFile 1.15, CUDA 13.0); below 1070 the batch functions abort,
- * as calling them is undefined before cuFile 1.7 although their symbols exist. */
+/* FAKE_CUFILE_VERSION (default 1150: cuFile 1.15, CUDA 13.0; 0: cuFileGetVersion fails, as the
+ * function is missing before 1.7); below 1070 the batch functions abort, as calling them is undefined
+ * before cuFile 1.7 although their symbols exist. */
 static int cufile_version(void) { return (int)env_long("FAKE_CUFILE_VERSION", 1150); }
 EXPORT CUfileError_t cuFileGetVersion(int* v) {
+  FORKED_CF();
+  if (!cufile_version()) return (CUfileError_t){5001, 0};  /* FAKE_CUFILE_VERSION=0: cannot say */
   *v = cufile_version();
   return CF_OK;
 }
@@ -943,6 +995,7 @@ static void batch_allowed(void) {
   }
 }
 EXPORT CUfileError_t cuFileBatchIOSetUp(void** id, unsigned nr) {
+  FORKED_CF();
   batch_allowed();
   if (env_long("FAKE_CUFILE_BATCH_SETUP_FAIL", 0)) return (CUfileError_t){5039, 0}; /* INTERNAL_BATCH_SETUP_ERROR */
   Batch* b = calloc(1, sizeof *b);
@@ -952,6 +1005,7 @@ EXPORT CUfileError_t cuFileBatchIOSetUp(void** id, unsigned nr) {
   return CF_OK;
 }
 EXPORT CUfileError_t cuFileBatchIOSubmit(void* id, unsigned nr, CUfileIOParams_t* io, unsigned flags) {
+  FORKED_CF();
   (void)flags;
   Batch* b = id;
   if (b->n + nr > b->cap) return (CUfileError_t){5037, 0}; /* BATCH_FULL */
@@ -968,6 +1022,7 @@ EXPORT CUfileError_t cuFileBatchIOSubmit(void* id, unsigned nr, CUfileIOParams_t
   return CF_OK;
 }
 EXPORT CUfileError_t cuFileBatchIOGetStatus(void* id, unsigned min_nr, unsigned* nr, CUfileIOEvents_t* ev, void* timeout) {
+  FORKED_CF();
   (void)min_nr;
   (void)timeout;
   Batch* b = id;
@@ -976,8 +1031,9 @@ EXPORT CUfileError_t cuFileBatchIOGetStatus(void* id, unsigned min_nr, unsigned*
   *nr = k;
   return CF_OK;
 }
-EXPORT CUfileError_t cuFileBatchIOCancel(void* id) { (void)id; return CF_OK; }
+EXPORT CUfileError_t cuFileBatchIOCancel(void* id) { FORKED_CF(); (void)id; return CF_OK; }
 EXPORT void cuFileBatchIODestroy(void* id) {
+  FORKED_RETURN();
   Batch* b = id;
   free(b->ev);
   free(b);
