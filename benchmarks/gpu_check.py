@@ -438,6 +438,12 @@ def ctest_summary(text: str) -> dict:
     return {"ran": int(m.group(3)), "failed": int(m.group(2) or 0), "failed_names": failed}
 
 
+def ctest_probes(text: str) -> dict:
+    """The "probe NAME: VALUE" lines a test printed (ctest -V prefixes them "N: "): what a test
+    records of the real hardware without asserting it."""
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^(?:\d+: )?probe (\w+): (.*)$", text, re.M)}
+
+
 def junit_summary(path: Path) -> dict:
     import xml.etree.ElementTree as ET
     try:
@@ -448,6 +454,10 @@ def junit_summary(path: Path) -> dict:
     out = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
     out["failed_names"] = [f"{c.get('classname')}::{c.get('name')}" for s in suites for c in s.iter("testcase")
                            if c.find("failure") is not None or c.find("error") is not None]
+    # what tests recorded of the hardware (pytest's record_property)
+    probes = {p.get("name"): p.get("value") for s in suites for c in s.iter("testcase") for p in c.iter("property")}
+    if probes:
+        out["probes"] = probes
     return out
 
 
@@ -457,12 +467,16 @@ def stage_correctness(run: Run, log, deadline: float):
     if not run.a.installed:
         for label in ("^gpu$", "exports"):
             start = log.tell()
-            rc = run_cmd(["ctest", "--test-dir", str(run.build_dir), "-L", label, "--output-on-failure"], log, env,
-                         deadline)
+            # the GPU tests verbose: their "probe NAME: VALUE" lines record what the real driver answered
+            verbose = ["-V"] if label == "^gpu$" else ["--output-on-failure"]
+            rc = run_cmd(["ctest", "--test-dir", str(run.build_dir), "-L", label, *verbose], log, env, deadline)
             log.flush()
             with open(log.name) as f:
                 f.seek(start)
-                s = ctest_summary(f.read())
+                text = f.read()
+            s = ctest_summary(text)
+            if probes := ctest_probes(text):
+                s["probes"] = probes
             s["exit"] = rc
             summary[f"ctest -L {label}"] = s
             ok &= rc == 0 and bool(s.get("ran"))

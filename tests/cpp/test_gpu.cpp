@@ -354,6 +354,42 @@ TEST(Gpu, MemoryOfAContextOfTheProgramsOwnRunsNaive) {
   unsigned long long dptr = 0;
   ASSERT_EQ(mem_alloc(&dptr, data.size()), 0);
   void* dev = reinterpret_cast<void*>(static_cast<uintptr_t>(dptr));
+  // The premise, recorded (the run's output keeps it): an asynchronous copy into this memory on a
+  // stream of the primary context while this context is current. NVIDIA/cccl#9615 reports that the
+  // driver refuses it; the fake refuses it (201, CUDA_ERROR_INVALID_CONTEXT). accio does not depend
+  // on the answer (such memory runs naive), so it is printed, not asserted, on a real GPU.
+  {
+    auto retain = driver_fn<int (*)(CUctx*, int)>("cuDevicePrimaryCtxRetain");
+    auto release = driver_fn<int (*)(int)>("cuDevicePrimaryCtxRelease_v2");
+    auto push = driver_fn<int (*)(CUctx)>("cuCtxPushCurrent_v2");
+    auto pop = driver_fn<int (*)(CUctx*)>("cuCtxPopCurrent_v2");
+    auto stream_create = driver_fn<int (*)(void**, unsigned)>("cuStreamCreate");
+    auto stream_sync = driver_fn<int (*)(void*)>("cuStreamSynchronize");
+    auto stream_destroy = driver_fn<int (*)(void*)>("cuStreamDestroy_v2");
+    auto copy_async = driver_fn<int (*)(unsigned long long, const void*, size_t, void*)>("cuMemcpyHtoDAsync_v2");
+    ASSERT_TRUE(retain && push && pop && stream_create && stream_sync && stream_destroy && copy_async);
+    CUctx primary = nullptr, popped = nullptr;
+    void* stream = nullptr;
+    ASSERT_EQ(retain(&primary, 0), 0);
+    ASSERT_EQ(push(primary), 0);
+    ASSERT_EQ(stream_create(&stream, 0), 0);
+    ASSERT_EQ(pop(&popped), 0);
+    const int rc = copy_async(dptr, data.data(), 4096, stream);  // this program's context current
+    // "probe NAME: VALUE" lines are what make gpu-check keeps of a passing test's output
+    std::cout << "probe cross_context_async_copy: CUresult " << rc << (rc ? " (refused)" : " (accepted)")
+              << " (a primary-context stream, another context current)" << std::endl;
+    RecordProperty("cross_context_async_copy", rc);
+    if (!fake()) {
+      SUCCEED() << "recorded";
+    } else {
+      EXPECT_EQ(rc, 201) << "the fake models the refusal";
+    }
+    ASSERT_EQ(push(primary), 0);
+    EXPECT_EQ(stream_sync(stream), 0);
+    EXPECT_EQ(stream_destroy(stream), 0);
+    ASSERT_EQ(pop(&popped), 0);
+    if (release) release(0);  // this test's retain (accio keeps its own)
+  }
   for (const char* mech : {"naive", "staged", "pagecache", "gds", "auto"}) {
     SCOPED_TRACE(mech);
     accio_settings* s = settings(mech, {{"pagecache_min", "4KiB"}});

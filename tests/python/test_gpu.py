@@ -1048,7 +1048,7 @@ def test_accio_run_serves_read_into_device_memory(fake_lib, msync_fails, tmp_pat
 
 
 @pytest.mark.gpu
-def test_accio_run_serves_read_into_real_device_memory(tmp_path):
+def test_accio_run_serves_read_into_real_device_memory(tmp_path, record_property):
     """The same on a real GPU: a program's read(2) into a PyTorch CUDA tensor's memory, whatever
     mapping (or none) the driver gives its address in the process."""
     _gpu_lib("torch")
@@ -1069,8 +1069,9 @@ def test_accio_run_serves_read_into_real_device_memory(tmp_path):
     env = dict(os.environ, ACCIO_QUIET="1")
     shim = subprocess.run([*ACCIO, "run", "--", sys.executable, str(prog)], env=env, capture_output=True, text=True,
                           check=True).stdout
-    # which case the driver's addresses are (recorded: the fake cannot say), then the read either way
-    print("device address in a host mapping:", shim.splitlines()[0])
+    # which case the driver's addresses are (recorded for make gpu-check: the fake cannot say), then
+    # the read either way
+    record_property("device_address_in_a_host_mapping", shim.splitlines()[0].split()[-1])
     assert f"read {len(data)} " in shim and shim.strip().endswith("True"), shim
 
 

@@ -389,6 +389,15 @@ def test_parsers_for_wheels_ctest_and_junit(tmp_path):
         '<testcase classname="t.a" name="z"><skipped/></testcase></testsuite></testsuites>')
     assert gc.junit_summary(tmp_path / "j.xml") == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1,
                                                      "failed_names": ["t.a::y"]}
+    # what passing tests recorded of the hardware: ctest -V's "probe" lines, pytest's record_property
+    verbose = "17: [ RUN      ] Gpu.X\n17: probe cross_context_async_copy: CUresult 201 (refused)\n17: [ OK ]\n"
+    assert gc.ctest_probes(verbose) == {"cross_context_async_copy": "CUresult 201 (refused)"}
+    assert gc.ctest_probes("probe a_b: 1\nno probe here: 2\n") == {"a_b": "1"}
+    (tmp_path / "p.xml").write_text(
+        '<testsuites><testsuite tests="1" failures="0" errors="0" skipped="0"><testcase classname="t" name="x">'
+        '<properties><property name="device_address_in_a_host_mapping" value="True"/></properties>'
+        '</testcase></testsuite></testsuites>')
+    assert gc.junit_summary(tmp_path / "p.xml")["probes"] == {"device_address_in_a_host_mapping": "True"}
 
 
 def test_source_id_follows_the_sources(tmp_path):
