@@ -908,12 +908,7 @@ contains
     character(len=*), intent(in) :: name
     integer(c_int), intent(out), optional :: rc
     character(len=:), allocatable :: value
-    character(kind=c_char), allocatable :: out(:)
-    integer(c_int) :: r
-    allocate (out(4096))
-    r = c_settings_get(s, c_string(name), out, size(out, kind=c_size_t))
-    if (grow(out, int(r, c_int64_t))) r = c_settings_get(s, c_string(name), out, size(out, kind=c_size_t))
-    value = setting_text(r, out, rc)
+    value = setting_text(c_settings_get, s, name, rc)
   end function
 
   ! The mechanism a request of nbytes (op: ACCIO_OP_READ or ACCIO_OP_WRITE) would run on f; "" on
@@ -954,13 +949,20 @@ contains
     why = from_buffer(w)
   end function
 
-  ! What a C setting getter returned (r: the length, or -errno) and left in out: the value, "" on
-  ! error, with rc (when present) the negative errno or 0.
-  function setting_text(r, out, rc) result(value)
-    integer(c_int), intent(in) :: r
-    character(kind=c_char), intent(in) :: out(:)
+  ! A setting's value through a C getter of accio_settings_get's shape (the handle h: settings or a
+  ! file), whole however long; "" on error, with rc (when present) the negative errno or 0. (getter
+  ! is a C function: passing it needs no trampoline.)
+  function setting_text(getter, h, name, rc) result(value)
+    procedure(c_settings_get) :: getter
+    type(c_ptr), intent(in) :: h
+    character(len=*), intent(in) :: name
     integer(c_int), intent(out), optional :: rc
     character(len=:), allocatable :: value
+    character(kind=c_char), allocatable :: out(:)
+    integer(c_int) :: r
+    allocate (out(4096))
+    r = getter(h, c_string(name), out, size(out, kind=c_size_t))
+    if (grow(out, int(r, c_int64_t))) r = getter(h, c_string(name), out, size(out, kind=c_size_t))
     value = ""
     if (r >= 0) value = from_buffer(out)
     if (present(rc)) rc = min(r, 0_c_int)
@@ -1015,12 +1017,7 @@ contains
     character(len=*), intent(in) :: name
     integer(c_int), intent(out), optional :: rc
     character(len=:), allocatable :: value
-    character(kind=c_char), allocatable :: out(:)
-    integer(c_int) :: r
-    allocate (out(4096))
-    r = c_file_setting(f, c_string(name), out, size(out, kind=c_size_t))
-    if (grow(out, int(r, c_int64_t))) r = c_file_setting(f, c_string(name), out, size(out, kind=c_size_t))
-    value = setting_text(r, out, rc)
+    value = setting_text(c_file_setting, f, name, rc)
   end function
 
   ! The mechanism a request of nbytes at offset would run now (op: ACCIO_OP_READ or ACCIO_OP_WRITE,

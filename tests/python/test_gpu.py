@@ -539,12 +539,30 @@ def test_a_gpu_array_is_exported_with_its_own_gpu_current(fake_lib, no_host_buff
     """, fake_lib, no_host_buffer, tmp_path, FAKE_CUDA_DEVICES="2")
 
 
+# in_child(body): runs body() in a forked child and asserts it returned (a failure's traceback is
+# printed there, exit status 3), for the fork tests' run_py code.
+IN_CHILD = """
+import os, traceback
+def in_child(body):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            body()
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+"""
+
+
 def test_a_forked_child_runs_as_without_a_driver(fake_lib, tmp_path):
     # CUDA does not survive fork(): in a child of a process that initialized it the driver answers
     # CUDA_ERROR_NOT_INITIALIZED to every call (the fake does too). accio went on calling it there:
     # pinning memory warned (a DataLoader worker's stderr), gds was offered, and a GPU buffer's error
     # did not say why. Now the child runs as on a machine without a driver, silently.
-    r = run_py("""
+    r = run_py(IN_CHILD + textwrap.dedent("""
         import os, accio, numpy as np
         from accio import _ext
         n = (1 << 20) + 3
@@ -554,42 +572,34 @@ def test_a_forked_child_runs_as_without_a_driver(fake_lib, tmp_path):
         with accio.open("in.bin") as f:
             assert f.read_into(a) == n        # the driver is initialized in the parent
         before = _ext.warnings()
-        pid = os.fork()
-        if pid == 0:
+        def child():
+            pin = accio.pinned_empty(n)   # mlock'ed or pageable: no driver to register it with
+            b = np.frombuffer(pin, dtype=np.uint8)
+            for mech in ("auto", "parallel", "staged"):
+                b[:] = 0
+                with accio.open("in.bin", mechanism=mech) as f:
+                    assert f.read_into(b) == n
+                assert b.tobytes() == data.tobytes(), mech
+            ok, why = accio.cuda_available()
+            assert not ok and "fork()" in why, why
             try:
-                pin = accio.pinned_empty(n)   # mlock'ed or pageable: no driver to register it with
-                b = np.frombuffer(pin, dtype=np.uint8)
-                for mech in ("auto", "parallel", "staged"):
-                    b[:] = 0
-                    with accio.open("in.bin", mechanism=mech) as f:
-                        assert f.read_into(b) == n
-                    assert b.tobytes() == data.tobytes(), mech
-                ok, why = accio.cuda_available()
-                assert not ok and "fork()" in why, why
-                try:
-                    with accio.open("in.bin") as f:
-                        f.read_into(a)
-                    raise SystemExit("a read into the parent's GPU memory did not fail in the child")
-                except OSError as e:
-                    assert "fork()" in str(e), str(e)
-                new = _ext.warnings()[len(before):]
-                assert "staged cannot serve host memory" in new or new == "", new
-                assert "cuMemHostRegister" not in new and "CUDA_ERROR" not in new, new
-                import ctypes
-                fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
-                fake.fake_cuda_forked_calls.restype = ctypes.c_uint64
-                assert fake.fake_cuda_forked_calls() == 0, "accio called the driver in the child"
-                os._exit(0)
-            except BaseException:
-                import traceback
-                traceback.print_exc()
-                os._exit(3)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+                with accio.open("in.bin") as f:
+                    f.read_into(a)
+                raise SystemExit("a read into the parent's GPU memory did not fail in the child")
+            except OSError as e:
+                assert "fork()" in str(e), str(e)
+            new = _ext.warnings()[len(before):]
+            assert "staged cannot serve host memory" in new or new == "", new
+            assert "cuMemHostRegister" not in new and "CUDA_ERROR" not in new, new
+            import ctypes
+            fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
+            fake.fake_cuda_forked_calls.restype = ctypes.c_uint64
+            assert fake.fake_cuda_forked_calls() == 0, "accio called the driver in the child"
+        in_child(child)
         with accio.open("in.bin") as f:
             assert f.read_into(a) == n        # the parent's driver is untouched
         print("ok")
-    """, fake_lib, tmp_path)
+    """), fake_lib, tmp_path)
     assert r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
@@ -597,7 +607,7 @@ def test_a_forked_child_of_a_framework_that_initialized_cuda(fake_lib, tmp_path)
     # The common DataLoader case: a framework initialized CUDA in the parent and accio never asked
     # the driver there; in the worker accio's own cuInit is refused (CUDA_ERROR_NOT_INITIALIZED).
     # That is the fork case too: cuda_available() and a read into the parent's GPU memory name it.
-    r = run_py("""
+    r = run_py(IN_CHILD + textwrap.dedent("""
         import ctypes, os, accio, numpy as np
         fake = ctypes.CDLL(os.environ["ACCIO_LIBCUDA"])
         fake.fake_cuda_forked_calls.restype = ctypes.c_uint64
@@ -610,31 +620,23 @@ def test_a_forked_child_of_a_framework_that_initialized_cuda(fake_lib, tmp_path)
         np.random.default_rng(10).integers(0, 256, n, dtype=np.uint8).tofile("in.bin")
         class Tensor:  # the framework's GPU array, by its interface
             __cuda_array_interface__ = {"data": (ptr.value, False), "shape": (n,), "typestr": "|u1", "version": 3}
-        pid = os.fork()
-        if pid == 0:
+        def child():
+            ok, why = accio.cuda_available()
+            assert not ok and "fork()" in why, why
+            b = bytearray(n)
+            with accio.open("in.bin") as f:
+                assert f.read_into(b) == n
             try:
-                ok, why = accio.cuda_available()
-                assert not ok and "fork()" in why, why
-                b = bytearray(n)
                 with accio.open("in.bin") as f:
-                    assert f.read_into(b) == n
-                try:
-                    with accio.open("in.bin") as f:
-                        f.read_into(Tensor())
-                    raise SystemExit("a read into the parent's GPU memory did not fail in the child")
-                except OSError as e:
-                    assert "fork()" in str(e), str(e)
-                calls = fake.fake_cuda_forked_calls()
-                assert calls == 1, f"{calls} driver calls in the child: only the one cuInit that tells the fork"
-                os._exit(0)
-            except BaseException:
-                import traceback
-                traceback.print_exc()
-                os._exit(3)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+                    f.read_into(Tensor())
+                raise SystemExit("a read into the parent's GPU memory did not fail in the child")
+            except OSError as e:
+                assert "fork()" in str(e), str(e)
+            calls = fake.fake_cuda_forked_calls()
+            assert calls == 1, f"{calls} driver calls in the child: only the one cuInit that tells the fork"
+        in_child(child)
         print("ok")
-    """, fake_lib, tmp_path)
+    """), fake_lib, tmp_path)
     assert r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
