@@ -646,12 +646,7 @@ int accio_cuda_with_device(int device, void (*fn)(void* arg), void* arg) {
   ACCIO_CHECK(fn, "accio_cuda_with_device");
   return guard([&] {
     namespace cu = accio::mem::cuda;
-    std::string why;
-    const cu::Driver* d = cu::load(&why);
-    if (!d) throw Error(ENODEV, "accio_cuda_with_device", "", accio::base::kNoOffset, why);
-    if (device < 0 || device >= d->devices)
-      throw Error(ENODEV, "accio_cuda_with_device", "", accio::base::kNoOffset,
-                  "no GPU cuda:" + std::to_string(device) + " (this machine has " + std::to_string(d->devices) + ")");
+    cu::require_device(device, "accio_cuda_with_device");
     // The calling thread's own context where it is on that GPU already (a framework that made the
     // array's GPU current, or a context of the program's own); else the GPU's primary context, if
     // some code in the process made it active: accio makes none.

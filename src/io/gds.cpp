@@ -179,7 +179,6 @@ class Gds final : public Mechanism {
       bool took_direct = false;
       std::string said;
       h.handle = cf::register_file(c.file.direct_fd, c.file.fd, possible, &took_direct, &said);
-      h.direct = possible && took_direct;
       if (!h.handle) {
         h.refused = said;
         h.mode = {cf::Mode::refused, "cuFile refuses this file (" + said + "): gds requests for it run staged"};
@@ -195,7 +194,7 @@ class Gds final : public Mechanism {
       }
     }
     if (!h.handle && why) *why = h.refused;
-    if (direct) *direct = h.direct;
+    if (direct) *direct = h.mode.path == cf::Mode::direct;
     if (mode) *mode = h.mode;
     return h.handle;
   }
@@ -427,9 +426,10 @@ class Gds final : public Mechanism {
   mutable std::mutex mu_;
   struct Handle {
     void* handle = nullptr;
-    bool direct = false;  // the direct path is possible and cuFile took the O_DIRECT descriptor
     std::string refused;  // why cuFile refused the file (handle null)
-    cf::Mode mode;        // the path cuFile serves the file by, and why
+    // The path cuFile serves the file by, and why: direct only where mode_for says it is possible
+    // and cuFile took the O_DIRECT descriptor.
+    cf::Mode mode;
   };
   mutable std::map<uint64_t, Handle> handles_;  // file id -> cuFile handle
   struct Reg {

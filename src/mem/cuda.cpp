@@ -236,11 +236,9 @@ bool own_context(CUcontext ctx, int device) {
   if (ctx == last) return last_own;
   bool own = false;
   const Driver* d = load();
-  if (d && d->DevicePrimaryCtxGetState && !primary_active(device)) {
-    own = true;
-  } else if (d && d->DevicePrimaryCtxGetState) {
+  if (d && d->DevicePrimaryCtxGetState) {
     try {
-      own = primary_context(device) != ctx;
+      own = !primary_active(device) || primary_context(device) != ctx;
     } catch (const Error&) {  // no primary context to be had (exclusive-process mode): as before
     }
   }
@@ -292,12 +290,18 @@ Target classify(const void* p, bool recheck) {
   return t;
 }
 
-CUcontext primary_context(int device) {
-  const Driver* d = load();
-  if (!d) throw Error(ENODEV, "cuda context", "", base::kNoOffset, "no CUDA driver");
+const Driver& require_device(int device, const char* op) {
+  std::string why;
+  const Driver* d = load(&why);
+  if (!d) throw Error(ENODEV, op, "", base::kNoOffset, why.empty() ? "no CUDA driver" : why);
   if (device < 0 || device >= d->devices)
-    throw Error(ENODEV, "cuda context", "", base::kNoOffset,
+    throw Error(ENODEV, op, "", base::kNoOffset,
                 "no GPU cuda:" + std::to_string(device) + " (this machine has " + std::to_string(d->devices) + ")");
+  return *d;
+}
+
+CUcontext primary_context(int device) {
+  const Driver* d = &require_device(device, "cuda context");
   static std::mutex mu;
   static std::map<int, CUcontext> ctxs;
   std::lock_guard lk(mu);

@@ -170,6 +170,8 @@ class ContextGuard {
   const Driver* d_;
   bool pushed_ = false;
 };
+// The driver, if GPU `device` is there; else an ENODEV Error for `op` saying why.
+const Driver& require_device(int device, const char* op);
 CUcontext primary_context(int device);  // retained once per device, kept
 // The GPU of the calling thread's current context, -1 without one (or without a driver).
 int current_device();

@@ -43,8 +43,9 @@ bool dlpack_is_cuda(int type) { return type == nb::device::cuda::value || type =
 // tensors report it from __dlpack_device__, refuse a stream, and export a kDLCPU capsule).
 bool dlpack_is_host(int type) { return type == nb::device::cpu::value || type == nb::device::cuda_host::value; }
 
-// f() with GPU `device` the current one (its primary context pushed: accio_cuda_with_device), so
-// that a producer asked to export an array of that GPU does it there: PyTorch refuses a tensor of
+// f() with GPU `device` the current one (the thread's own context where it is on that GPU, else the
+// GPU's primary context if active: accio_cuda_with_device), so that a producer asked to export an
+// array of that GPU does it there: PyTorch refuses a tensor of
 // another GPU than the current one (BufferError), and CuPy and PyTorch order their work on the
 // current GPU's streams. Without a driver or such a GPU, f() as it is (the errors come later).
 template <class F>
@@ -101,8 +102,8 @@ const char* const kMemKindNames[] = {"host", "pinned", "device", "managed"};  //
 //  1. __dlpack_device__ reporting CUDA or CUDA-managed memory: DLPack. accio calls
 //     __dlpack__(stream=1, max_version=...) itself, with the array's GPU current: the producer makes
 //     the legacy default stream wait for its work, and accio synchronizes that stream, so the memory
-//     is ready for any stream accio copies on. Producers that predate max_version or stream are asked again without them (stream
-//     None means the legacy default stream too).
+//     is ready for any stream accio copies on. Producers that predate max_version or stream are asked
+//     again without them (stream None means the legacy default stream too).
 //  2. __cuda_array_interface__ (v3; v2 has no stream): its stream (1 legacy, 2 per-thread, else a
 //     CUstream handle) is synchronized; absent or None means the data is ready; 0 is refused.
 //  3. the buffer protocol (host memory).
