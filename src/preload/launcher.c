@@ -341,26 +341,32 @@ static int locate(const char* name, char* out, size_t len, int* status) {
   return 1;
 }
 
-/* 1 when exe is a 64-bit ELF program without a program interpreter (PT_INTERP): statically linked,
- * so the dynamic loader that honours LD_PRELOAD never runs in it and the shim cannot serve it. A
- * script, a dynamic program or a file that cannot be read gives 0. */
-static int statically_linked(const char* exe) {
+/* What the shim can do for exe: a 64-bit ELF program without a program interpreter (PT_INTERP) is
+ * statically linked, so the dynamic loader that honours LD_PRELOAD never runs in it; a 32-bit one has
+ * a loader of its own word size, which loads the empty 32-bit shim at most (lib/platform/). Either
+ * runs as without accio. A script, a dynamic 64-bit program or a file that cannot be read: SERVED. */
+enum { SERVED, STATIC, WORD32 };
+static int elf_kind(const char* exe) {
   const int fd = open(exe, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return SERVED;
   Elf64_Ehdr eh;
-  int interp = 1; /* unknown counts as dynamic: say nothing */
-  if (pread(fd, &eh, sizeof eh, 0) == (ssize_t)sizeof eh && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
-      eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0 &&
-      eh.e_phnum < 4096 && (eh.e_type == ET_EXEC || eh.e_type == ET_DYN)) {
-    interp = 0;
-    for (unsigned i = 0; i < eh.e_phnum && !interp; ++i) { /* a dozen headers: one pread each */
+  const ssize_t got = pread(fd, &eh, sizeof eh, 0);
+  const int elf = got >= EI_NIDENT && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0;
+  int kind = SERVED; /* unknown counts as served: say nothing */
+  if (elf && eh.e_ident[EI_CLASS] == ELFCLASS32) {
+    kind = WORD32;
+  } else if (elf && got == (ssize_t)sizeof eh && eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0 && eh.e_phnum < 4096 &&
+             (eh.e_type == ET_EXEC || eh.e_type == ET_DYN)) {
+    kind = STATIC;
+    for (unsigned i = 0; i < eh.e_phnum && kind == STATIC; ++i) { /* a dozen headers: one pread each */
       Elf64_Phdr ph;
-      interp = pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) != (ssize_t)sizeof ph ||
-               ph.p_type == PT_INTERP;
+      if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) != (ssize_t)sizeof ph ||
+          ph.p_type == PT_INTERP)
+        kind = SERVED;
     }
   }
   close(fd);
-  return !interp;
+  return kind;
 }
 
 static int exec_failed(const char* name, int e) {
@@ -368,16 +374,36 @@ static int exec_failed(const char* name, int e) {
   return e == ENOENT || e == ENOTDIR ? ACCIO_RUN_NOT_FOUND : ACCIO_RUN_CANNOT_EXECUTE;
 }
 
-/* LD_PRELOAD with the shim first (once), the user's own preloads after it. */
-static int set_preload(const char* shim) {
+/* The LD_PRELOAD entry that loads the shim (into out): its path, or on a machine with a 32-bit
+ * loader (its ABI path, /lib/ld-linux.so.2), the copy in lib/platform/$PLATFORM/ beside it, which
+ * the loader of each word size expands to its own kind of library (CMakeLists.txt). Taken only when
+ * this process's loader finds a copy there: a dlopen that loads nothing (RTLD_NOLOAD) and fails only
+ * if the expanded path is missing. */
+static void preload_entry(const char* shim, char* out, size_t len) {
+  snprintf(out, len, "%s", shim);
+  const char* slash = strrchr(shim, '/');
+  if (!slash || access("/lib/ld-linux.so.2", F_OK) != 0) return;
+  char tree[PATH_MAX];
+  if (snprintf(tree, sizeof tree, "%.*s/platform/$PLATFORM/libaccio_preload.so", (int)(slash - shim), shim) >=
+      (int)sizeof tree)
+    return;
+  dlerror();
+  if (!dlopen(tree, RTLD_LAZY | RTLD_NOLOAD) && !dlerror()) snprintf(out, len, "%s", tree);
+}
+
+/* LD_PRELOAD with the shim first (entry, once), the user's own preloads after it, less any other
+ * libaccio_preload.so (this one by another name, another installation's): two shims would each
+ * serve the program's calls. */
+static int set_preload(const char* entry) {
   const char* old = getenv("LD_PRELOAD");
-  size_t cap = strlen(shim) + (old ? strlen(old) : 0) + 2;
+  size_t cap = strlen(entry) + (old ? strlen(old) : 0) + 2;
   char* v = malloc(cap);
   char* rest = old ? strdup(old) : NULL;
   if (!v || (old && !rest)) return -1;
-  snprintf(v, cap, "%s", shim);
+  snprintf(v, cap, "%s", entry);
   for (char *save = NULL, *tok = rest ? strtok_r(rest, ": ", &save) : NULL; tok; tok = strtok_r(NULL, ": ", &save)) {
-    if (!strcmp(tok, shim)) continue;
+    const char* base = strrchr(tok, '/');
+    if (!strcmp(base ? base + 1 : tok, "libaccio_preload.so")) continue;
     strcat(v, ":");
     strcat(v, tok);
   }
@@ -640,11 +666,17 @@ int accio_run_main(int argc, char** argv) {
    * (whose report would otherwise be empty without a word). */
   const char* quiet = getenv("ACCIO_QUIET");
   const int user_quiet = quiet && *quiet && strcmp(quiet, "0") != 0;
-  if (((isatty(2) && !user_quiet) || val[OPT_VERBOSE] || stats) && statically_linked(exe))
+  const int kind = (isatty(2) && !user_quiet) || val[OPT_VERBOSE] || stats ? elf_kind(exe) : SERVED;
+  if (kind == STATIC)
     say("note: %s is statically linked: the shim cannot be preloaded into it, so it runs as it would "
         "without accio (its own child processes that are dynamic are served)", exe);
+  else if (kind == WORD32)
+    say("note: %s is a 32-bit program: the shim serves 64-bit programs, so it runs as it would without "
+        "accio (its own child processes that are 64-bit are served)", exe);
 
-  if (set_preload(shim) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
+  char entry[PATH_MAX];
+  preload_entry(shim, entry, sizeof entry);
+  if (set_preload(entry) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
       (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0) ||
       use_profiles(val[OPT_VERBOSE] != NULL) != 0) {
     say("cannot set the environment: %s (errno %d)", why(errno), errno);

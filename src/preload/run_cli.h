@@ -70,6 +70,12 @@ static inline size_t accio_run_parse_size(const char* s, int* ok) {
   return *ok ? (size_t)(v * mul) : 0;
 }
 
+/* Where libaccio.so lies from the shim's directory: the same one, or two up for the copies of the
+ * shim in lib/platform/NAME/ (CMakeLists.txt). */
+#ifndef ACCIO_RUN_ENGINE_UP
+#define ACCIO_RUN_ENGINE_UP ""
+#endif
+
 /* The engine the shim loads into the program (into out): ACCIO_PRELOAD_ENGINE, else libaccio.so in
  * the shim's directory (shim: the shim's path; NULL or a bare name: libaccio.so by the library search
  * path). One definition for the shim, which loads it, and the launcher, which checks the ACCIO_*
@@ -78,7 +84,7 @@ static inline void accio_run_engine_path(const char* shim, char* out, size_t len
   const char* env = getenv("ACCIO_PRELOAD_ENGINE");
   const char* slash = shim ? strrchr(shim, '/') : NULL;
   if (env && *env) snprintf(out, len, "%s", env);
-  else if (slash) snprintf(out, len, "%.*s/libaccio.so", (int)(slash - shim), shim);
+  else if (slash) snprintf(out, len, "%.*s" ACCIO_RUN_ENGINE_UP "/libaccio.so", (int)(slash - shim), shim);
   else snprintf(out, len, "libaccio.so");
 }
 

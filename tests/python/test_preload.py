@@ -915,6 +915,42 @@ def test_a_static_program_is_named_not_silently_left_alone(data, tmp_path):
     assert note not in p.stderr  # dynamic: nothing said
 
 
+def test_a_32_bit_program_runs_silently(data, tmp_path):
+    """A 64-bit program under accio run may start a 32-bit one (a build script, an old tool); its loader
+    printed ld.so's "wrong ELF class" for the 64-bit shim into that program's stderr. On a machine with
+    a 32-bit loader the launcher names the shim through $PLATFORM (lib/platform/), where the 32-bit
+    names hold an empty 32-bit library: the program runs as without accio, in silence, and the 64-bit
+    programs beside it are still served, by one shim even where the user preloaded it by hand too."""
+    if not os.path.exists("/lib/ld-linux.so.2"):
+        if os.environ.get("CI", "") not in ("", "false"):
+            pytest.fail("no 32-bit loader: make deps installs libc6-i386 on x86-64 Debian")
+        pytest.skip("no 32-bit loader (/lib/ld-linux.so.2) to run a 32-bit program with")
+    exe = tmp_path / "word32"
+    cc = subprocess.run(["cc", "-m32", "-nostdlib", "-fpie", "-pie", "-Wl,--dynamic-linker=/lib/ld-linux.so.2",
+                         "-o", str(exe), str(Path(__file__).with_name("word32.c"))], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    ran = "32-bit program ran\n"
+    from accio.run import shim_path
+    by_hand = plain([str(exe)], env=dict(os.environ, LD_PRELOAD=shim_path()))
+    assert b"wrong ELF class" in by_hand.stderr  # the premise: the 64-bit shim named directly
+    size = (data / "big.bin").stat().st_size
+    script = (f'{exe}; dd if={data / "big.bin"} of=/dev/null bs=1M status=none; echo "$LD_PRELOAD"')
+    p, report = accio_run(["sh", "-c", script], tmp_path, env=dict(os.environ, LD_PRELOAD=shim_path()))
+    out = p.stdout.decode()
+    assert p.stderr == b"" and out.startswith(ran), p
+    entry = out.splitlines()[1]
+    assert entry == str(Path(shim_path()).parent / "platform" / "$PLATFORM" / "libaccio_preload.so"), entry
+    big = [f for f in report["files"] if f["path"].endswith("big.bin")]
+    assert engine_calls(report, "read") >= 1 and big and big[0]["read"]["bytes"] == size, report
+    launcher = str(Path(sys.executable).with_name("accio-run"))
+    p = subprocess.run([launcher, "--", str(exe)], capture_output=True, text=True)
+    assert (p.returncode, p.stdout, p.stderr) == (0, ran, ""), p  # not a terminal: no note either
+    p = subprocess.run([launcher, "--verbose", "--", str(exe)], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout == ran, p
+    assert p.stderr == f"accio run: note: {exe} is a 32-bit program: the shim serves 64-bit programs, so it runs " \
+                       "as it would without accio (its own child processes that are 64-bit are served)\n", p.stderr
+
+
 def test_python_cli_without_its_launcher(tmp_path):
     """A package whose launcher is gone: accio run says so and exits 125 (accio's own error)."""
     code = ("import sys, accio.run as r\nr.launcher_path = lambda: sys.argv[1]\n"
