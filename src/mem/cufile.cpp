@@ -196,11 +196,22 @@ void* register_file(int direct_fd, int fd, bool direct, bool* took_direct, std::
   return nullptr;
 }
 
+namespace {
+constexpr unsigned kP2pdma = 1u << 4;  // CU_FILE_P2P_SUPPORTED
+// The PCI P2PDMA path (cuFile 1.14, CUDA 12.8: no nvidia-fs, the kernel's own peer-to-peer DMA to
+// NVMe) is unverified on hardware: accio keeps such a machine in compatibility mode, and says so.
+constexpr const char* p2pdma_unrecognised =
+    " (cuFile also reports PCI P2PDMA support, a direct path without nvidia-fs that accio does not tell apart from "
+    "compatibility mode yet)";
+}  // namespace
+
 Mode mode_for(int fd) {
   std::string why;
   const Api* a = load(&why);
   if (!a) return {Mode::compat, why};
-  if (!a->nvfs) return {Mode::compat, "compat mode: the nvidia-fs driver is not loaded, so cuFile reads through its POSIX path"};
+  if (!a->nvfs)
+    return {Mode::compat, std::string("compat mode: the nvidia-fs driver is not loaded, so cuFile reads through its POSIX path") +
+                              (a->props.fflags & kP2pdma ? p2pdma_unrecognised : "")};
   struct statfs sf {};
   if (fstatfs(fd, &sf) != 0) return {Mode::compat, "compat mode: cannot tell the filesystem"};
   const char* fs = nullptr;
@@ -223,6 +234,16 @@ Mode mode_for(int fd) {
                     " is a GDS filesystem (cuFile may still fall back per request, e.g. on a non-NVMe device)"};
 }
 
+// cuFile's feature flags (CUfileFeatureFlags_t: bit numbers of CUfileDrvProps_t.fflags), named.
+std::string features(unsigned fflags) {
+  static const char* const kNames[] = {"dynamic routing", "batch I/O", "streams", "parallel I/O", "PCI P2PDMA"};
+  std::string s;
+  for (unsigned bit = 0; bit < 32; ++bit)
+    if (fflags & (1u << bit))
+      s += (s.empty() ? "" : ", ") + (bit < std::size(kNames) ? std::string(kNames[bit]) : "bit " + std::to_string(bit));
+  return s.empty() ? "none" : s;
+}
+
 std::string describe() {
   std::string why;
   const Api* a = load(&why);
@@ -236,6 +257,7 @@ std::string describe() {
   s += a->max_batch ? "; batch API present (submit() runs up to " + std::to_string(a->max_batch) + " small requests as one batch)"
                     : a->version >= 1070 || !a->BatchSetUp ? "; no batch API"
                                                            : "; batch API not used (cuFile before 1.7, where calling it is undefined)";
+  if (a->props_ok) s += "; features: " + features(a->props.fflags);
   return s;
 }
 

@@ -39,7 +39,8 @@
  * properties say compatibility mode is off), FAKE_CUFILE_BATCH_SETUP_FAIL=1 (cuFileBatchIOSetUp fails), FAKE_CUFILE_BATCH_FAIL_AT=K (the K-th
  * request of each batch submission fails with -EIO, moving nothing), FAKE_CUFILE_VERSION=V (what
  * cuFileGetVersion says, 1150 by default; under 1070 a batch call aborts), FAKE_CUFILE_EIO_AT=OFF (every
- * cuFile read or write, batched or not, that starts at file offset OFF fails with -EIO). Batch status comes back at
+ * cuFile read or write, batched or not, that starts at file offset OFF fails with -EIO),
+ * FAKE_CUFILE_FFLAGS=F (the driver properties' feature flags, CUfileFeatureFlags_t bits). Batch status comes back at
  * most 16 events per cuFileBatchIOGetStatus, as if its timeout had passed.
  *
  * cuMemHostRegister pins: a registration with CU_MEMHOSTREGISTER_READ_ONLY (file pages mapped
@@ -838,6 +839,7 @@ EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* p) {
   if (env_long("FAKE_CUFILE_NVFS", 0)) { p->nvfs.major_version = 2; p->nvfs.minor_version = 17; }
   if (!env_long("FAKE_CUFILE_NO_COMPAT", 0)) p->nvfs.dcontrolflags = 1u << 1; /* compat mode allowed */
   p->max_batch_io_size = 128;
+  p->fflags = (unsigned)env_long("FAKE_CUFILE_FFLAGS", 0); /* CUfileFeatureFlags_t bits */
   return CF_OK;
 }
 static uint64_t g_direct_handles;  /* handles registered on an O_DIRECT descriptor */

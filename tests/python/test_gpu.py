@@ -299,6 +299,13 @@ def test_info_lists_gpus_and_cufile_mode(fake_lib, tmp_path):
                           check=True).stdout
     assert "gpu 0         accio fake GPU 0" in text and "gds here      direct path" in text
     assert "batch API present (submit() runs up to 128 small requests as one batch)" in text
+    assert "features: none" in text
+    # cuFile's feature flags named; PCI P2PDMA without nvidia-fs (cuFile 1.14) stays compat mode, saying so
+    p2p = subprocess.run([*ACCIO, "info", "--json"], env=dict(env, FAKE_CUFILE_FFLAGS=str(0b10010 | 1 << 9)),
+                         capture_output=True, text=True, check=True).stdout
+    cf = json.loads(p2p)["gpus"]["cufile"]
+    assert "features: batch I/O, PCI P2PDMA, bit 9" in cf["detail"] and cf["direct"] is False, cf
+    assert "cuFile also reports PCI P2PDMA support" in cf["mode"], cf
     bare = subprocess.run([*ACCIO, "info"], env=dict(os.environ, ACCIO_LIBCUDA="/nonexistent.so"),
                           capture_output=True, text=True, check=True).stdout
     assert "gpus          none (cannot load /nonexistent.so" in bare
