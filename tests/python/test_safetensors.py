@@ -176,6 +176,7 @@ HOSTILE = [
     ("very deep", None, b"", b"[" * 100000 + b"]" * 100000, None, None, "deeper"),
     ("lone surrogate", None, b"", b'{"__metadata__":{"a":"\\udc00"}}', None, None, "surrogate"),
     ("-0 extent", None, b"", b'{"w":{"dtype":"U8","shape":[-0],"data_offsets":[0,0]}}', None, "w", "shape"),
+    ("metadata value shadowed", None, b"", b'{"__metadata__":{"k":1,"k":"v"}}', None, None, "once not as a string"),
 ]
 
 
@@ -360,6 +361,144 @@ def test_save_file_refuses_what_it_cannot_write(tmp_path):
         st.save_file({"\udc00": np.ones(2)}, p)
 
 
+def test_save_file_never_truncates_the_file_it_replaces(tmp_path):
+    """save_file writes beside the target and renames over it, as safetensors does: saving tensors
+    mapped from the target (an np.memmap here; safetensors.torch.load_file's are mmaps too) back to
+    it wrote zeros when it truncated the file first, and a failed save left an empty file."""
+    p = str(tmp_path / "ckpt.st")
+    want = np.arange(1 << 18, dtype=np.float32)
+    sn.save_file({"w": want}, p)
+    os.chmod(p, 0o640)
+    with open(p, "rb") as f:
+        start = 8 + int.from_bytes(f.read(8), "little")
+    mapped = np.memmap(p, np.float32, "r", offset=start, shape=want.shape)
+    st.save_file({"w": mapped}, p, metadata={"edited": "1"}, fsync=True)
+    del mapped
+    got = sn.load_file(p)["w"]
+    assert np.array_equal(got, want) and os.stat(p).st_mode & 0o777 == 0o640
+    before = open(p, "rb").read()
+    with pytest.raises(ValueError, match="object"):  # refused before the file is touched
+        st.save_file({"w": np.array([object()])}, p)
+    # a save that fails while writing: the old file stays whole, no temporary file is left behind
+    class Failing:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def result(self):
+            raise OSError(28, "No space left on device (injected)")
+
+    real_submit = accio.File.submit
+    try:
+        accio.File.submit = lambda self, reqs, write=False: [Failing(f) for f in real_submit(self, reqs, write=write)]
+        with pytest.raises(OSError, match="injected"):
+            st.save_file({"w": want + 1}, p)
+    finally:
+        accio.File.submit = real_submit
+    assert open(p, "rb").read() == before and sorted(os.listdir(tmp_path)) == ["ckpt.st"]
+    new = str(tmp_path / "new.st")  # a new file gets the mode open() gives (umask applied)
+    st.save_file({"w": want}, new)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(new).st_mode & 0o777 == 0o666 & ~mask
+    os.chmod(tmp_path, 0o500)  # a directory that takes no new file: a clear error, the file intact
+    try:
+        if os.access(tmp_path, os.W_OK):
+            return  # root ignores the mode
+        with pytest.raises(PermissionError, match="temporary file beside"):
+            st.save_file({"w": want}, p)
+    finally:
+        os.chmod(tmp_path, 0o700)
+    assert open(p, "rb").read() == before
+
+
+def test_save_refuses_files_no_reader_would_open(tmp_path):
+    """What safetensors refuses to save is refused before the file is touched (accio wrote these, and
+    then neither reader opened them): a header over 100 MB, a tensor whose bits end mid-byte, a
+    tensor whose memory holds another size than its shape, a tensor named __metadata__."""
+    p = tmp_path / "x.st"
+    p.write_bytes(b"keep")
+    bad = [({"a": np.ones(2)}, {"k": "x" * 100_000_001}, "beyond safetensors' bound"),
+           ({"q": st.DeviceTensor(None, 0, 1, "F4", (), 0)}, None, "'q'.*not a whole number of bytes"),
+           ({"q": st.DeviceTensor(None, 0, 3, "F32", (2,), 0)}, None, "'q'.*8 bytes, but its memory holds 3"),
+           ({"__metadata__": np.ones(2)}, None, "__metadata__")]
+    for tensors, meta, message in bad:
+        with pytest.raises(ValueError, match=message):
+            st.save_file(tensors, str(p), metadata=meta)
+        assert p.read_bytes() == b"keep"
+    assert sorted(os.listdir(tmp_path)) == ["x.st"]
+
+
+def test_save_and_load_bytes_as_safetensors_does(tmp_path):
+    t = sample_tensors()
+    for meta in (None, {"format": "np"}):
+        data = st.save(t, meta)
+        assert data == sn.save(t, metadata=meta)
+        back = st.load(data)
+        (tmp_path / "b.st").write_bytes(data)
+        assert list(back) == list(st.load_file(str(tmp_path / "b.st")))  # the file's order, as load_file's
+        for k in t:
+            same(back[k], t[k])
+    from accio.safetensors import numpy as asn
+    assert asn.save(t) == sn.save(t)
+    for k, v in asn.load(bytearray(sn.save(t))).items():
+        same(v, t[k])
+        v[...] = 0 if v.size else v  # each array its own writable memory
+    with pytest.raises(HeaderError, match="<bytes>"):
+        st.load(b"\x10" + b"\0" * 7 + b"{}")
+
+
+def test_an_unpadded_header_loads_each_tensor_into_its_own_memory(tmp_path):
+    """Files from safetensors before 0.3.1 have no header padding: views of the whole-file buffer would
+    be misaligned, and cloning them beside it needed twice the checkpoint's memory until it was
+    dropped (on a GPU too). Such files load as with copy=True."""
+    f32, f64 = np.arange(5, dtype=np.float32), np.arange(3, dtype=np.float64)
+    p = raw_file(tmp_path / "old.st", {"d": T("F64", [3], 0, 24), "f": T("F32", [5], 24, 44)},
+                 f64.tobytes() + f32.tobytes(), raw=b'{"d":{"dtype":"F64","shape":[3],"data_offsets":[0,24]},'
+                 b'"f":{"dtype":"F32","shape":[5],"data_offsets":[24,44]}}')
+    got = st.load_file(p)
+    assert np.array_equal(got["d"], f64) and np.array_equal(got["f"], f32)
+    assert got["d"].flags.aligned and got["f"].flags.aligned
+    assert got["d"].base.nbytes == 24 and got["f"].base.nbytes == 20  # not views of one whole-file buffer
+
+
+def test_torch_host_tensors_own_their_storage_slices(tmp_path):
+    """As safetensors.torch gives them: each tensor's untyped_storage() is its own bytes (a slice of the
+    load's buffer, no copy), so torch.save of one tensor writes that tensor, not the whole file, and
+    storage-keyed shared-tensor detection finds none."""
+    torch = pytest.importorskip("torch")
+    import io
+    import safetensors.torch as stt
+    from accio.safetensors import torch as ast
+    t = {"big": torch.arange(1 << 20, dtype=torch.float32), "small": torch.arange(4, dtype=torch.int32),
+         "bf": torch.ones(3, dtype=torch.bfloat16)}
+    p = str(tmp_path / "t.st")
+    stt.save_file(t, p)
+    got = ast.load_file(p)
+    assert got["small"].untyped_storage().nbytes() == 16
+    buf = io.BytesIO()
+    torch.save(got["small"], buf)
+    assert buf.tell() < 4096
+    for k in t:
+        assert torch.equal(got[k], t[k])
+    stt.save_file(got, str(tmp_path / "again.st"))  # safetensors finds no shared storages
+    assert open(p, "rb").read() == open(tmp_path / "again.st", "rb").read()
+    assert ast.save(t) == stt.save(t)
+    for k, v in ast.load(stt.save(t)).items():
+        assert torch.equal(v, t[k])
+    with ast.safe_open(p, framework="pt") as f:
+        assert torch.equal(f.get_tensor("small"), t["small"])
+    with ast.safe_open(p, "pytorch", device="cpu") as f:
+        assert torch.equal(f.get_tensor("bf"), t["bf"])
+    assert torch.equal(ast.load_file(p, device="cpu", backend="mmap")["small"], t["small"])
+    x = torch.arange(8.0)
+    with pytest.raises(RuntimeError, match="overlap"):  # what safetensors.torch raises, as callers catch it
+        st.save_file({"a": x, "b": x[2:]}, str(tmp_path / "s.st"))
+    for bad, message in ((torch.empty(3, device="meta"), "meta device"),
+                         (torch.tensor([1 + 2j]).conj(), "resolve_conj")):
+        with pytest.raises(ValueError, match=message):
+            st.save_file({"a": bad}, str(tmp_path / "s.st"))
+
+
 def test_round_trip_through_accio_and_safetensors(tmp_path):
     t = sample_tensors()
     p = str(tmp_path / "r.st")
@@ -380,8 +519,13 @@ def test_drop_in_modules(tmp_path):
     same(asn.load_file(p)["a"], sn.load_file(p)["a"])
     with asn.safe_open(p) as f:
         assert f.metadata() == {"k": "v"}
+    # the calls safetensors.numpy takes: safe_open is the generic one, load_file takes backend=
+    for f in (asn.safe_open(p, framework="np"), asn.safe_open(p, "numpy", device="cpu"), st.safe_open(p, "np")):
+        with f:
+            same(f.get_tensor("a"), t["a"])
+    same(asn.load_file(p, backend="mmap")["a"], t["a"])
     import accio.safetensors.torch as ast  # importable without torch; using it needs torch
-    assert callable(ast.load_file)
+    assert callable(ast.load_file) and callable(ast.load) and callable(ast.save)
 
 
 def test_arguments_are_checked(tmp_path):

@@ -28,8 +28,8 @@ from .._errors import file_shrank
 from ._format import DTYPE_BITS, SUBBYTE, Header, HeaderError, TensorInfo, MAX_HEADER
 from . import _format
 
-__all__ = ["load_file", "save_file", "safe_open", "read_header", "DeviceTensor", "HeaderError", "TensorInfo",
-           "Header", "DTYPES"]
+__all__ = ["load_file", "save_file", "load", "save", "safe_open", "read_header", "DeviceTensor", "HeaderError",
+           "SharedTensorsError", "TensorInfo", "Header", "DTYPES"]
 
 DTYPES = tuple(DTYPE_BITS)
 
@@ -56,7 +56,8 @@ def _ordinal(device) -> int | None:
 
 
 def _framework_name(framework, ordinal) -> str:
-    aliases = {"pt": "torch", "np": "numpy", "numpy": "numpy", "torch": "torch", "cupy": "cupy", "accio": "accio"}
+    aliases = {"pt": "torch", "pytorch": "torch", "np": "numpy", "numpy": "numpy", "torch": "torch", "cupy": "cupy",
+               "accio": "accio"}
     if framework is None:
         if ordinal is None:
             return "numpy"
@@ -110,14 +111,18 @@ class _Numpy:
     def alloc(self, n: int):
         return self.np.empty(n, self.np.uint8)
 
+    def part(self, buf, begin: int, end: int):
+        return buf[begin:end]
+
+    def from_bytes(self, data):
+        return self.np.frombuffer(bytearray(data), self.np.uint8)
+
     def typed(self, flat, st: str, shape):
         return flat.view(self.dtype(st)).reshape(shape)
 
     def empty(self, st: str, shape):
         return self.np.empty(shape, self.dtype(st))
 
-    def copy(self, flat):
-        return flat.copy()
 
 
 class _Cupy(_Numpy):
@@ -139,6 +144,10 @@ class _Cupy(_Numpy):
         with self.device:
             return self.cp.empty(shape, self.dtype(st))
 
+    def from_bytes(self, data):
+        with self.device:
+            return self.cp.asarray(super().from_bytes(data))
+
 
 class _Torch:
     name = "torch"
@@ -157,14 +166,25 @@ class _Torch:
     def alloc(self, n: int):
         return self.torch.empty(n, dtype=self.torch.uint8, device=self.where)
 
+    def part(self, buf, begin: int, end: int):
+        """A host tensor's view gets a storage of its own, the slice of the buffer's (no copy; it
+        keeps the buffer alive), as safetensors.torch gives: untyped_storage() is the tensor's bytes,
+        so torch.save of one tensor writes that tensor, not the whole file, and code that finds shared
+        tensors by storage finds none. GPU tensors stay views of the one allocation: slicing a CUDA
+        storage is not yet checked on hardware (docs/gpu.md)."""
+        if buf.device.type != "cpu":
+            return buf[begin:end]
+        return self.torch.empty(0, dtype=self.torch.uint8).set_(buf.untyped_storage()[begin:end])
+
+    def from_bytes(self, data):
+        t = self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8) if data else self.alloc(0)
+        return t if self.where == "cpu" else t.to(self.where)
+
     def typed(self, flat, st: str, shape):
         return flat.view(self.dtype(st)).reshape(shape)
 
     def empty(self, st: str, shape):
         return self.torch.empty(shape, dtype=self.dtype(st), device=self.where)
-
-    def copy(self, flat):
-        return flat.clone()
 
 
 class DeviceTensor:
@@ -209,9 +229,13 @@ class _Accio:
     def empty(self, st: str, shape):
         return DeviceTensor(None, 0, 0, st, shape, self.ordinal)
 
-    def copy(self, flat):
-        out = self.alloc(flat.n)
-        accio._ext.copy(out, flat)
+    def part(self, buf, begin: int, end: int):
+        return buf[begin:end]
+
+    def from_bytes(self, data):
+        out = self.alloc(len(data))
+        if data:
+            accio._ext.copy(out, data)
         return out
 
 
@@ -265,17 +289,29 @@ def read_header(f: "accio.File", path: str | None = None) -> Header:
     return _format.interpret(path, _format.loads(path, bytes(raw)), n, size)
 
 
+def _misaligned(h: Header) -> bool:
+    """Whether a tensor's bytes would start off its type's alignment in a buffer holding the file from
+    offset 0: only in files whose header is not padded to 8 bytes (safetensors before 0.3.1)."""
+    return any(i.nbytes and (h.data_start + i.begin) % _itemsize(_storage(i)[0]) for i in h.tensors.values())
+
+
+def _views(fw, path: str, buf, h: Header) -> dict:
+    """The tensors of h as views of buf, which holds the file from offset 0 (aligned: not _misaligned)."""
+    return {i.name: _tensor(fw, path, fw.part(buf, h.data_start + i.begin, h.data_start + i.end), i)
+            for i in h.tensors.values()}
+
+
 def _load_one(path: str, fw, copy: bool, settings: dict) -> tuple[dict, Header]:
     with accio.File(path, "r", **settings) as f:
         h = read_header(f, path)
         infos = list(h.tensors.values())
-        out = {}
-        if copy:
+        if copy or _misaligned(h):
+            # Each tensor in its own allocation, one batch of reads; also for an old file whose views
+            # would be misaligned, where cloning them beside the whole-file buffer needed twice the
+            # checkpoint's memory (on a GPU too) until the buffer was dropped.
             flats = [fw.alloc(i.nbytes) for i in infos]
             _read_ranges(f, path, [(b, h.data_start + i.begin, i.nbytes) for b, i in zip(flats, infos)])
-            for flat, info in zip(flats, infos):
-                out[info.name] = _tensor(fw, path, flat, info)
-            return out, h
+            return {i.name: _tensor(fw, path, b, i) for b, i in zip(flats, infos)}, h
         # The whole file, header included, in one read from offset 0: file offsets and buffer offsets
         # then agree, so the engine's tasks fill whole (huge) pages of the new buffer each, as for
         # accio.read; reading the data section alone into a fresh buffer ran up to 2x slower (pages
@@ -285,13 +321,7 @@ def _load_one(path: str, fw, copy: bool, settings: dict) -> tuple[dict, Header]:
         got = f.read_into(buf, 0)
         if got != size:
             raise file_shrank(path, got, size)
-        for info in infos:
-            begin, end = h.data_start + info.begin, h.data_start + info.end
-            flat = buf[begin:end]
-            if info.nbytes and begin % _itemsize(_storage(info)[0]) and fw.name != "accio":
-                flat = fw.copy(flat)  # a view would be misaligned for its type: this one gets its own memory
-            out[info.name] = _tensor(fw, path, flat, info)
-    return out, h
+        return _views(fw, path, buf, h), h
 
 
 def _read_ranges(f, path: str, reqs: list) -> None:
@@ -502,6 +532,11 @@ def _describe(name: str, t):
         torch = sys.modules["torch"]
         if t.layout != torch.strided:
             raise ValueError(f"tensor {name!r} is sparse ({t.layout}): save t.to_dense()")
+        if t.device.type == "meta":
+            raise ValueError(f"tensor {name!r} is on the meta device: it has no data to save")
+        if t.is_conj() or t.is_neg():
+            raise ValueError(f"tensor {name!r} is a lazily conjugated or negated view, whose memory holds the "
+                             "other values: save t.resolve_conj().resolve_neg()")
         if not t.is_contiguous():
             raise ValueError(f"tensor {name!r} is not contiguous: save t.contiguous()")
         dname = str(t.dtype).split(".")[-1]
@@ -514,10 +549,11 @@ def _describe(name: str, t):
     if mod == "cupy" or isinstance(t, np.ndarray):
         if not t.flags.c_contiguous:
             raise ValueError(f"tensor {name!r} is not C-contiguous: save an ascontiguousarray() copy")
+        dtype = _st_dtype(name, t.dtype.name)
         if t.dtype.byteorder == ">":
             t = t.byteswap().view(t.dtype.newbyteorder("<"))  # safetensors stores little-endian
         flat = t.reshape(-1).view(np.uint8) if t.size else None
-        return _st_dtype(name, t.dtype.name), tuple(t.shape), flat
+        return dtype, tuple(t.shape), flat
     raise TypeError(f"tensor {name!r} is a {type(t).__module__}.{type(t).__name__}: expected a torch.Tensor, "
                     "numpy.ndarray, cupy.ndarray or accio.safetensors.DeviceTensor")
 
@@ -529,13 +565,10 @@ def _st_dtype(name: str, dname: str) -> str:
     return _FROM_NAME[dname]
 
 
-def save_file(tensors: dict, filename, metadata: dict | None = None, *, fsync: bool = False, **settings) -> None:
-    """Write tensors (torch, NumPy, CuPy arrays or DeviceTensors, host or GPU, mixed) to a
-    safetensors file: the same bytes as safetensors.torch/numpy.save_file for the same input
-    (metadata with several keys is written sorted: safetensors' own order varies between runs).
-    GPU tensors are written straight from GPU memory through the staged pipeline, all tensors as
-    one batch of requests. fsync=True makes the file durable before returning. Other keyword
-    arguments are accio settings."""
+def _serialize(tensors: dict, metadata: dict | None) -> tuple[bytes, list, int]:
+    """The header's bytes, the (flat buffer, offset in the data section, bytes) writes of a save and
+    the data section's length, every
+    tensor checked first: what safetensors refuses to save is refused here, before any file is touched."""
     if not isinstance(tensors, dict):
         raise ValueError(f"expected a dict of name -> tensor, got {type(tensors).__name__}")
     if metadata is not None and (not isinstance(metadata, dict) or
@@ -545,6 +578,9 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, fsync: b
     for name, t in tensors.items():
         if not isinstance(name, str):
             raise ValueError(f"tensor name {name!r} is not a str")
+        if name == "__metadata__":
+            raise ValueError("a tensor may not be named '__metadata__': the header keeps that name for the metadata "
+                             "(the file would be unreadable)")
         dtype, shape, flat = _describe(name, t)
         items.append((name, dtype, shape, flat))
     _shared_check(items)
@@ -552,18 +588,106 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, *, fsync: b
     entries, reqs, pos = [], [], 0
     for name, dtype, shape, flat in items:
         n = 0 if flat is None else flat.numel() if hasattr(flat, "element_size") else flat.nbytes  # torch: numel
+        try:
+            size = _format._byte_size(TensorInfo(name, dtype, shape, pos, pos + n))
+        except ValueError as e:
+            raise ValueError(f"tensor {name!r}: {e}; safetensors cannot store it") from None
+        if size != n:
+            raise ValueError(f"tensor {name!r}: {dtype} {list(shape)} is {size} bytes, but its memory holds {n}")
         entries.append((name, dtype, shape, pos, pos + n))
         if n:
-            reqs.append((flat, pos))
+            reqs.append((flat, pos, n))
         pos += n
     head = _format.serialize_header(entries, metadata)
+    if len(head) - 8 > MAX_HEADER:
+        raise ValueError(f"the header would be {len(head) - 8} bytes, beyond safetensors' bound of {MAX_HEADER} "
+                         "(no reader would open the file): fewer tensors or less metadata per file")
+    return head, reqs, pos
+
+
+def save_file(tensors: dict, filename, metadata: dict | None = None, *, fsync: bool = False, **settings) -> None:
+    """Write tensors (torch, NumPy, CuPy arrays or DeviceTensors, host or GPU, mixed) to a
+    safetensors file: the same bytes as safetensors.torch/numpy.save_file for the same input
+    (metadata with several keys is written sorted: safetensors' own order varies between runs).
+    GPU tensors are written straight from GPU memory through the staged pipeline, all tensors as
+    one batch of requests. As safetensors does, the file is written under a temporary name beside
+    filename and renamed over it at the end, so an existing file is never truncated: not under
+    tensors mapped from it (safetensors.torch.load_file's), not by a save that fails. fsync=True
+    makes the file and its name durable before returning. Other keyword arguments are accio settings."""
+    head, reqs, _ = _serialize(tensors, metadata)
     path = os.fspath(filename)
-    with accio.File(path, "w", **settings) as f:
-        todo = [(head, 0)] + [(b, len(head) + off) for b, off in reqs]
-        for fut in f.submit(todo, write=True):
-            fut.result()
-        if fsync:
-            f.fsync()
+    tmp, mode = _temporary_beside(path)
+    try:
+        with accio.File(tmp, "w", **settings) as f:
+            todo = [(head, 0)] + [(b, len(head) + off) for b, off, _ in reqs]
+            for fut in f.submit(todo, write=True):
+                fut.result()
+            if fsync:
+                f.fsync()
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if fsync:
+        d = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(d)
+        finally:
+            os.close(d)
+
+
+def save(tensors: dict, metadata: dict | None = None) -> bytes:
+    """The bytes save_file would write, in host memory (safetensors.torch.save, safetensors.numpy.save)."""
+    head, reqs, data_len = _serialize(tensors, metadata)
+    out = bytearray(len(head) + data_len)
+    out[:len(head)] = head
+    view = memoryview(out)
+    for flat, off, n in reqs:
+        accio._ext.copy(view[len(head) + off:len(head) + off + n], flat)
+    return bytes(out)
+
+
+def load(data, device="cpu", framework: str | None = None) -> dict:
+    """The tensors of a safetensors file's bytes (safetensors.torch.load, safetensors.numpy.load),
+    checked as load_file checks a file; each tensor in its own memory on device (framework as for
+    load_file)."""
+    path = "<bytes>"
+    mv = memoryview(data).cast("B")
+    n = _format.header_length(path, bytes(mv[:8]), len(mv))
+    h = _format.interpret(path, _format.loads(path, bytes(mv[8:8 + n])), n, len(mv))
+    ordinal = _ordinal(device)
+    fw = _FRAMEWORKS[_framework_name(framework, ordinal)](ordinal)
+    return {i.name: _tensor(fw, path, fw.from_bytes(mv[h.data_start + i.begin:h.data_start + i.end]), i)
+            for i in h.tensors.values()}
+
+
+def _temporary_beside(path: str) -> tuple[str, int | None]:
+    """A new empty file in path's directory (created exclusively, with the mode a new file gets) and
+    the permission bits to give it: an existing regular file's, else None."""
+    import stat
+    try:
+        st = os.stat(path)
+        mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
+    except FileNotFoundError:
+        mode = None
+    head, tail = os.path.split(path)
+    for _ in range(100):
+        tmp = os.path.join(head, f".{tail}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+            return tmp, mode
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise type(e)(e.errno, f"cannot create a temporary file beside '{path}' ({e.strerror}): save_file writes "
+                          "the checkpoint there and renames it over the target, so that an existing file is never "
+                          "truncated", tmp) from None
+    raise FileExistsError(f"cannot find a free temporary name beside '{path}'")
 
 
 def _shared_check(items) -> None:
@@ -579,5 +703,10 @@ def _shared_check(items) -> None:
     spans.sort()
     for (d0, _b0, e0, n0), (d1, b1, _e1, n1) in zip(spans, spans[1:]):
         if d0 == d1 and b1 < e0:
-            raise ValueError(f"tensors {n0!r} and {n1!r} share memory (their bytes overlap); safetensors refuses "
-                             "them too: save clones, or see safetensors.torch.save_model")
+            raise SharedTensorsError(f"tensors {n0!r} and {n1!r} share memory (their bytes overlap); safetensors "
+                                     "refuses them too: save clones, or see safetensors.torch.save_model")
+
+
+class SharedTensorsError(ValueError, RuntimeError):
+    """save_file's refusal of tensors whose bytes overlap: a ValueError, and a RuntimeError as
+    safetensors.torch raises it (code that catches it to fall back to save_model keeps working)."""

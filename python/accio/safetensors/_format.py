@@ -68,17 +68,19 @@ class Header:
 # --- JSON as serde_json reads it -----------------------------------------------------------------
 
 class _Obj(dict):
-    """A JSON object; dups lists the keys that appeared more than once (the last value is kept)."""
-    __slots__ = ("dups",)
+    """A JSON object; dups lists the keys that appeared more than once (the last value is kept) and
+    dup_values every value given to them, the shadowed ones too (serde types each as it reads it)."""
+    __slots__ = ("dups", "dup_values")
 
 
 def _pairs(pairs):
     o = _Obj(pairs)
     if len(o) == len(pairs):
-        o.dups = ()
+        o.dups = o.dup_values = ()
     else:
         seen: set = set()
         o.dups = tuple({k for k, _ in pairs if k in seen or seen.add(k)})
+        o.dup_values = tuple(v for k, v in pairs if k in o.dups)
     return o
 
 
@@ -199,6 +201,8 @@ def interpret(path: str, value, header_len: int, file_size: int) -> Header:
         for k, v in metadata.items():
             if not isinstance(v, str):
                 raise HeaderError(path, f"__metadata__[{k!r}] is not a string")
+        if not all(isinstance(v, str) for v in metadata.dup_values):  # {"k": 1, "k": "v"}: serde refuses the 1
+            raise HeaderError(path, f"__metadata__[{sorted(metadata.dups)[0]!r}] is given twice, once not as a string")
         metadata = dict(metadata)
     infos = []
     for name, t in value.items():
