@@ -640,6 +640,23 @@ def test_torch_cuda_matches_safetensors_torch(tmp_path):
 
 
 @pytest.mark.gpu
+def test_a_cuda_storage_slice_is_a_view_of_it(record_property):
+    """The premise for giving GPU tensors of a load their own storages, as host tensors get: a slice of
+    a CUDA storage (UntypedStorage[a:b]) is a view of the same memory that keeps it alive. Recorded as
+    a probe (make gpu-check keeps it); until it is seen true, GPU tensors share the load's storage."""
+    torch = _gpu_framework("torch")
+    buf = torch.arange(64, dtype=torch.uint8, device="cuda:0")
+    ptr = buf.data_ptr()
+    part = torch.empty(0, dtype=torch.uint8, device="cuda:0").set_(buf.untyped_storage()[8:24])
+    del buf
+    torch.cuda.synchronize()
+    ok = (part.data_ptr() == ptr + 8 and part.untyped_storage().nbytes() == 16 and
+          torch.equal(part.cpu(), torch.arange(8, 24, dtype=torch.uint8)))
+    record_property("cuda_storage_slice_is_a_view", ok)
+    assert ok
+
+
+@pytest.mark.gpu
 def test_cupy_results_match_the_torch_bytes(tmp_path):
     cp = _gpu_framework("cupy")
     t = sample_tensors()
