@@ -43,7 +43,8 @@ def _cmd_config(args) -> int:
     if args.fortran:  # first: a source before the libraries (the linker's --as-needed reads in order)
         out.append(str(inc / "accio" / "accio.f90"))
     if args.cflags:
-        out.append(f"-I{inc}")
+        # --offload: include/accio too, where AVEO's <ve_offload.h>, <veo_hmem.h> and <veo_ve.h> are
+        out.append(f"-I{inc}" + (f" -I{inc / 'accio'}" if args.offload else ""))
     if args.libs:
         # --offload: libaccio_offload (the VEO API, accio/ve_offload.h), which uses libaccio itself
         out.append(f"-L{lib} -Wl,-rpath,{lib} " + ("-laccio_offload -laccio" if args.offload else "-laccio"))
@@ -55,8 +56,8 @@ def _cmd_config(args) -> int:
         out.append(str(_pkg_dir()))
     if not out:
         raise UsageError("give at least one of --cflags --libs --cmake --pkgconfig --prefix --fortran")
-    if args.offload and not args.libs:
-        raise UsageError("--offload goes with --libs")
+    if args.offload and not (args.libs or args.cflags):
+        raise UsageError("--offload goes with --cflags or --libs")
     print(" ".join(out))
     return 0
 
@@ -100,6 +101,7 @@ def build_parser():
     s.add_argument("--libs", action="store_true", help="linker flags (with rpath)")
     s.add_argument("--offload", action="store_true",
                    help="with --libs: link the VEO offload library too (-laccio_offload; accio/ve_offload.h); "
+                   "with --cflags: AVEO's header names too (<ve_offload.h>, <veo_hmem.h>, <veo_ve.h>); "
                    "its pkg-config name is accio-offload, its CMake target accio::offload")
     s.add_argument("--cmake", action="store_true", help="directory for CMake's accio_DIR")
     s.add_argument("--pkgconfig", action="store_true", help="directory for PKG_CONFIG_PATH")

@@ -305,7 +305,9 @@ bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
     case kLoadLib: {
       dlerror();
       const std::vector<std::string> before = loaded_objects();
-      void* h = dlopen(data, RTLD_NOW);
+      // RTLD_GLOBAL as AVEO's loadlib handler: a library may use the functions of one loaded before
+      // it without being linked to it, and handle 0 (RTLD_DEFAULT) finds them all.
+      void* h = dlopen(data, RTLD_NOW | RTLD_GLOBAL);
       if (h) {
         pin_new_dependencies(h, before);
         s.status = kOk;

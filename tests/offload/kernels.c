@@ -157,3 +157,6 @@ uint64_t k_omp_max(void) {
 double k_ddiv(double a, double b) { return a / b; }
 uint64_t k_dmul_u64(double a, double b) { return (uint64_t)(a * b); } /* k_ddiv's arguments, another result type */
 float k_fmul(float a, float b) { return a * b; }
+
+/* Used by kernels3.c, which is not linked to this library (veo_load_library's RTLD_GLOBAL). */
+uint64_t k_shared_helper(uint64_t a) { return a + 40; }

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *g_lib, *g_lib2, *g_static;
+static const char *g_lib, *g_lib2, *g_static, *g_lib3;
 static accio_offload_options g_opts;
 static int g_failures;
 
@@ -128,7 +128,7 @@ static void test_libraries(void) {
   CHECK(strstr(accio_offload_last_error(), "no_such_kernel") != NULL);
   uint64_t add = sym(p, lib, "k_add");
   CHECK(add && veo_get_sym(p, lib, "k_add") == add); /* cached */
-  CHECK(veo_get_sym(p, 0, "k_count") == 0 || 1);      /* RTLD_LOCAL: not required globally */
+
   uint64_t lib2 = veo_load_library(p, g_lib2);
   CHECK(lib2 && lib2 != lib);
   uint64_t mul = sym(p, lib2, "k_add");
@@ -157,6 +157,22 @@ static void test_libraries(void) {
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 42);
   CHECK(veo_call_async_by_name(c, lib2, "nope", a) == VEO_REQUEST_ID_INVALID);
   veo_args_free(a);
+  veo_proc_destroy(p);
+
+  /* Libraries are loaded RTLD_GLOBAL, as AVEO loads them: one that uses a function of a library
+   * loaded before it, without being linked to it, loads; handle 0 finds every loaded library's
+   * functions. Alone, it cannot load (the helper is nowhere). */
+  p = new_proc();
+  CHECK(p);
+  CHECK(veo_load_library(p, g_lib3) == 0 && strstr(accio_offload_last_error(), "k_shared_helper") != NULL);
+  CHECK(veo_load_library(p, g_lib) != 0);
+  uint64_t lib3 = veo_load_library(p, g_lib3);
+  CHECK(lib3 != 0);
+  a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 0);
+  CHECK(veo_call_sync(p, sym(p, lib3, "k_calls_helper"), a, &r) == 0 && r == 42);
+  veo_args_free(a);
+  CHECK(veo_get_sym(p, 0, "k_shared_helper") != 0 && veo_get_sym(p, 0, "k_calls_helper") != 0);
   veo_proc_destroy(p);
 }
 
@@ -1416,15 +1432,17 @@ static const struct test tests[] = {
 };
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    fprintf(stderr, "usage: %s KERNELS.so KERNELS2.so STATIC_WORKER [--transport T] [--spin US] [test...]\n", argv[0]);
+  if (argc < 5) {
+    fprintf(stderr, "usage: %s KERNELS.so KERNELS2.so STATIC_WORKER KERNELS3.so [--transport T] [--spin US] [test...]\n",
+            argv[0]);
     return 2;
   }
   g_lib = argv[1];
   g_lib2 = argv[2];
   g_static = argv[3];
+  g_lib3 = argv[4];
   if (accio_offload_options_init(&g_opts) != 0) return 2;
-  int first = 4;
+  int first = 5;
   while (first + 1 < argc && argv[first][0] == '-') {
     if (!strcmp(argv[first], "--transport"))
       g_opts.transport = !strcmp(argv[first + 1], "socket") ? ACCIO_OFFLOAD_SOCKET : ACCIO_OFFLOAD_SHM;

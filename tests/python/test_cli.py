@@ -182,7 +182,7 @@ EXIT_TABLE = [
     (["info", "/nonexistent"], 1, "accio info: stat /nonexistent: no such file or directory (errno 2)"),
     (["info", "--bogus"], 2, "unrecognized arguments: --bogus"),
     (["config"], 2, "accio config: give at least one of"),
-    (["config", "--cflags", "--offload"], 2, "accio config: --offload goes with --libs"),
+    (["config", "--prefix", "--offload"], 2, "accio config: --offload goes with --cflags or --libs"),
     (["bench", "-r", "2m", "-s", "1m"], 2, "accio bench: no record size (2 MiB) fits in a file size (1 MiB)"),
     (["bench", "-r", "4m,8m", "-s", "1m:2m"], 2, "nothing would run"),
     (["bench", "-s", "12q"], 2, "accio bench: "),

@@ -397,6 +397,24 @@ def test_config_links_the_offload_library(tmp_path):
     assert bad.returncode == 2 and "--libs" in bad.stderr
 
 
+def test_an_aveo_program_builds_unchanged(tmp_path):
+    """A program written for AVEO: #include <ve_offload.h> and <veo_hmem.h>, linked with -lveo or
+    -laveoVH (AVEO's names), builds with the offload flags and runs against accio's worker."""
+    cc = _cc()
+    cflags = _config("--cflags", "--offload").stdout.split()
+    lib = _config("--prefix").stdout.strip() + "/lib"
+    src = tmp_path / "aveo.c"
+    src.write_text(VEO_PROGRAM.replace("#include <accio/ve_offload.h>", "#include <ve_offload.h>\n#include <veo_hmem.h>")
+                   .replace("veo_proc_destroy(p);", "if (veo_is_ve_addr((void*)0)) return 3;\n  veo_proc_destroy(p);"))
+    for name in ("veo", "aveoVH"):
+        exe = tmp_path / f"aveo-{name}"
+        subprocess.run([cc, str(src), "-o", str(exe), *cflags, f"-L{lib}", f"-Wl,-rpath,{lib}", f"-l{name}"], check=True)
+        _run_veo_program(exe)
+    kernel = tmp_path / "k.c"  # a kernel using the kernel-side header
+    kernel.write_text("#include <veo_ve.h>\nuint64_t prev(void) { uint64_t r = 0; veo_prev_req_result(0, &r); return r; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", str(kernel), "-o", str(tmp_path / "libk.so"), *cflags], check=True)
+
+
 def test_static_worker_link_line(tmp_path, kernels):
     """The documented static worker: main calling accio_offload_worker_main, its kernel, -laccio_offload,
     exporting the kernel with --dynamic-list."""
@@ -421,12 +439,13 @@ def test_pkgconfig_and_cmake_package_offload(tmp_path):
         out = subprocess.run(["pkg-config", "--cflags", "--libs", "accio-offload"], capture_output=True, text=True,
                              env={**os.environ, "PKG_CONFIG_PATH": pc}, check=True).stdout
         assert "-laccio_offload" in out and "-laccio" in out.replace("-laccio_offload", "") and "include" in out
+        assert "include/accio" in out  # AVEO's header names
     if not shutil.which("cmake"):
         return
     (tmp_path / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.18)\nproject(user C)\n"
         "find_package(accio REQUIRED)\nadd_executable(veo veo.c)\ntarget_link_libraries(veo accio::offload)\n")
-    (tmp_path / "veo.c").write_text(VEO_PROGRAM)
+    (tmp_path / "veo.c").write_text(VEO_PROGRAM.replace("<accio/ve_offload.h>", "<ve_offload.h>"))  # AVEO's name
     cmake_dir = _config("--cmake").stdout.strip()
     subprocess.run(["cmake", "-S", str(tmp_path), "-B", str(tmp_path / "b"), f"-Daccio_DIR={cmake_dir}"],
                    check=True, capture_output=True)
