@@ -37,7 +37,7 @@ import struct
 from . import _ext
 
 __all__ = ["Proc", "Library", "Function", "Context", "Request", "OnStack", "MemPtr", "OffloadError",
-           "KernelException", "SymbolError", "INTENT_IN", "INTENT_INOUT", "INTENT_OUT", "COMMAND_OK",
+           "KernelException", "SymbolError", "UnfinishedError", "AllocationError", "INTENT_IN", "INTENT_INOUT", "INTENT_OUT", "COMMAND_OK",
            "COMMAND_EXCEPTION", "COMMAND_ERROR", "COMMAND_UNFINISHED"]
 
 INTENT_IN, INTENT_INOUT, INTENT_OUT = 0, 1, 2
@@ -58,8 +58,18 @@ class SymbolError(OffloadError, AttributeError):
     """veo_get_sym found no such symbol (or the worker is gone)."""
 
 
-class KernelException(OffloadError):
-    """A kernel died of a signal (VEO_COMMAND_EXCEPTION); `signal` is its number."""
+class UnfinishedError(OffloadError, NameError):
+    """peek_result of a request still running (state COMMAND_UNFINISHED). Also a NameError, which
+    py-veo raises for it."""
+
+
+class AllocationError(OffloadError, MemoryError):
+    """veo_alloc_mem failed. Also a MemoryError, which py-veo raises for it."""
+
+
+class KernelException(OffloadError, ArithmeticError):
+    """A kernel died of a signal (VEO_COMMAND_EXCEPTION); `signal` is its number. Also an
+    ArithmeticError, which py-veo raises for it."""
 
     def __init__(self, message: str, signal: int):
         super().__init__(message, COMMAND_EXCEPTION)
@@ -300,7 +310,7 @@ class Request:
         raw = ctypes.c_uint64()
         state = _c().veo_call_peek_result(self.ctx._h, self.id, ctypes.byref(raw))
         if state == COMMAND_UNFINISHED:
-            raise OffloadError(f"request {self.id} is not finished", COMMAND_UNFINISHED)
+            raise UnfinishedError(f"request {self.id} is not finished", COMMAND_UNFINISHED)
         return self._finish(state, raw.value)
 
 
@@ -521,7 +531,7 @@ class Proc:
     def alloc_mem(self, nbytes: int) -> MemPtr:
         addr = ctypes.c_uint64()
         if _c().veo_alloc_mem(self._handle(), ctypes.byref(addr), nbytes) != 0:
-            raise OffloadError(_error())
+            raise AllocationError(_error())
         return MemPtr(addr.value, nbytes, self)
 
     def free_mem(self, ptr: int) -> None:

@@ -267,11 +267,21 @@ int veo_proc_destroy(struct veo_proc_handle* h) {
   return 0;
 }
 
+// AVEO refuses names longer than VEO_SYMNAME_LEN_MAX with ENAMETOOLONG before sending them.
+bool name_fits(const char* who, const char* name) {
+  if (strnlen(name, VEO_SYMNAME_LEN_MAX + 1) <= VEO_SYMNAME_LEN_MAX) return true;
+  report(std::string(who) + ": the name is longer than " + std::to_string(VEO_SYMNAME_LEN_MAX) +
+         " characters (VEO_SYMNAME_LEN_MAX)");
+  errno = ENAMETOOLONG;
+  return false;
+}
+
 uint64_t veo_load_library(struct veo_proc_handle* h, const char* libname) {
   if (!h || !libname) {
     report("veo_load_library: no proc or no library name");
     return 0;
   }
+  if (!name_fits("veo_load_library", libname)) return 0;
   Piece p;
   p.op = kLoadLib;
   p.in = libname;
@@ -313,6 +323,7 @@ uint64_t veo_get_sym(struct veo_proc_handle* h, uint64_t libhandle, const char* 
     report("veo_get_sym: no proc or no symbol name");
     return 0;
   }
+  if (!name_fits("veo_get_sym", symname)) return 0;
   Proc* pr = P(h);
   auto key = std::make_pair(libhandle, std::string(symname));
   {
@@ -359,6 +370,7 @@ int veo_alloc_mem(struct veo_proc_handle* h, uint64_t* addr, const size_t size) 
 
 int veo_free_mem(struct veo_proc_handle* h, uint64_t addr) {
   if (!h) return -1;
+  if (addr == 0) return 0;  // as free(NULL), which AVEO calls: cleanup code frees handles never set
   size_t size = 0;
   if (!take_alloc(P(h), addr, "veo_free_mem", &size)) return -1;
   Piece p;
@@ -603,7 +615,10 @@ uint64_t veo_async_write_mem(struct veo_thr_ctxt* c, uint64_t dst, const void* s
 }
 
 int veo_num_contexts(struct veo_proc_handle* h) {
-  if (!h) return -1;
+  if (!h) {
+    errno = EINVAL;
+    return -1;
+  }
   std::lock_guard<std::mutex> g(P(h)->mu);
   return int(P(h)->contexts.size());
 }
@@ -629,18 +644,19 @@ struct veo_thr_ctxt* veo_context_open_with_attr(struct veo_proc_handle* h, struc
 }
 
 struct veo_thr_ctxt_attr* veo_alloc_thr_ctxt_attr(void) { return new (std::nothrow) veo_thr_ctxt_attr; }
+// NULL arguments: -1 with EINVAL, as AVEO.
 int veo_free_thr_ctxt_attr(struct veo_thr_ctxt_attr* a) {
-  if (!a) return -1;
+  if (!a) return errno = EINVAL, -1;
   delete a;
   return 0;
 }
 int veo_set_thr_ctxt_stacksize(struct veo_thr_ctxt_attr* a, size_t s) {
-  if (!a) return -1;
+  if (!a) return errno = EINVAL, -1;
   a->stacksize = s;
   return 0;
 }
 int veo_get_thr_ctxt_stacksize(struct veo_thr_ctxt_attr* a, size_t* s) {
-  if (!a || !s) return -1;
+  if (!a || !s) return errno = EINVAL, -1;
   *s = a->stacksize;
   return 0;
 }

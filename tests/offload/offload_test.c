@@ -474,6 +474,19 @@ static void test_memory(void) {
     free(back);
   }
   CHECK(veo_free_mem(p, 0x1234) == -1); /* never allocated: an error, not a crash */
+  CHECK(veo_free_mem(p, 0) == 0);       /* as AVEO's free(NULL): cleanup code frees handles never set */
+  {                                     /* names beyond VEO_SYMNAME_LEN_MAX: refused before sending, as AVEO */
+    char longname[VEO_SYMNAME_LEN_MAX + 2];
+    memset(longname, 'k', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    errno = 0;
+    CHECK(veo_get_sym(p, 0, longname) == 0 && errno == ENAMETOOLONG);
+    errno = 0;
+    CHECK(veo_load_library(p, longname) == 0 && errno == ENAMETOOLONG);
+    CHECK(strstr(accio_offload_last_error(), "VEO_SYMNAME_LEN_MAX") != NULL);
+    errno = 0;
+    CHECK(veo_num_contexts(NULL) == -1 && errno == EINVAL);
+  }
   uint64_t dev = 0;
   CHECK(veo_alloc_mem(p, &dev, 1ull << 50) != 0); /* too large */
   char b[16];
