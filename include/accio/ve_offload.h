@@ -116,7 +116,8 @@ uint64_t veo_call_async(struct veo_thr_ctxt *ctx, uint64_t addr, struct veo_args
 uint64_t veo_call_async_by_name(struct veo_thr_ctxt *ctx, uint64_t libhandle, const char *symname,
                                 struct veo_args *args);
 /* A host function run in the context's order: after every earlier request, before any later one.
- * It runs in the host thread that waits for, peeks at or synchronizes the context. */
+ * As in AVEO (API 16), it runs on a thread of the context's own as soon as the requests before it
+ * have completed, whether or not a host thread waits on the context. */
 uint64_t veo_call_async_vh(struct veo_thr_ctxt *ctx, uint64_t (*func)(void *), void *arg);
 int veo_call_peek_result(struct veo_thr_ctxt *ctx, uint64_t reqid, uint64_t *retp);
 int veo_call_wait_result(struct veo_thr_ctxt *ctx, uint64_t reqid, uint64_t *retp);

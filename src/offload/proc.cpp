@@ -328,6 +328,7 @@ void destroy_context(Proc* p, veo_thr_ctxt* c) {
     lk.unlock();
     if (ok) c->result(id, nullptr, true);
   }
+  c->stop_vh_runner();  // before p->mu: the runner takes it (recording an allocation) under c->mu
   std::lock_guard<std::mutex> g(p->mu);
   p->contexts.erase(std::remove(p->contexts.begin(), p->contexts.end(), c), p->contexts.end());
   delete c;

@@ -49,6 +49,7 @@ int memfd_for(size_t* len) {
 }  // namespace
 
 Channel::~Channel() {
+  stop_vh_runner();
   if (base) munmap(base, map_len);
   if (sock >= 0) close(sock);
 }
@@ -177,6 +178,15 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
   sh.arena_end = len ? start + len : a_head;
   a_head = sh.arena_end;
   head = i + 1;
+  if (p.op == kVhBarrier) {
+    ++vh_queued_;
+    if (!vh_runner_) {
+      vh_runner_pid_ = getpid();
+      vh_runner_ = new std::thread(&Channel::vh_loop, this);
+    } else {
+      vh_cv_.notify_one();
+    }
+  }
   if (transport == kShm) {
     publish(h->head, head, h->worker_sleeping);
   } else {
@@ -250,8 +260,8 @@ void Channel::finish(uint64_t i) {
   }
 }
 
-// Collects completed requests in order, and runs a host function once every request before it
-// has completed (the worker waits at its barrier meanwhile).
+// Collects completed requests in order, and (run_vh) runs a host function once every request
+// before it has completed (the worker waits at its barrier meanwhile).
 void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh) {
   for (;;) {
     if (transport == kShm) {
@@ -285,6 +295,7 @@ void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh) {
     Slot& s2 = slots[i % nslots];
     s2.size = v;  // the barrier's result travels in `size`, which the worker leaves alone
     shadow[i % nslots].vh_state = 2;
+    --vh_queued_;
     if (transport == kShm) {
       publish(h->vh_released, i + 1, h->worker_vh_sleeping);
     } else {
@@ -445,6 +456,34 @@ bool Channel::map(uint32_t kind, uint32_t n, uint64_t arena_bytes, int64_t spin_
   if (transport == kShm) madvise(mem, len, MADV_HUGEPAGE);
   *worker_fd = fd;
   return true;
+}
+
+void Channel::vh_loop() {
+  std::unique_lock<std::mutex> lk(mu);
+  while (!vh_stop_) {
+    if (vh_queued_ == 0 || dead()) {  // nothing to run (a dead worker's are failed by its waiters)
+      vh_cv_.wait(lk, [&] { return vh_stop_ || (vh_queued_ > 0 && !dead()); });
+      continue;
+    }
+    const uint64_t before = harvested;
+    harvest(lk, true);
+    // Sleep until the worker completes something; a slice at a time, so that a stop is seen soon.
+    if (harvested == before && !vh_stop_) wait_progress(lk, now_ns() + 50000000);
+  }
+}
+
+void Channel::stop_vh_runner() {
+  if (!vh_runner_) return;
+  if (getpid() != vh_runner_pid_) return;  // a forked child: the thread is the parent's
+  {
+    std::lock_guard<std::mutex> g(mu);
+    vh_stop_ = true;
+  }
+  vh_cv_.notify_all();
+  wake_all();
+  vh_runner_->join();
+  delete vh_runner_;
+  vh_runner_ = nullptr;
 }
 
 void Channel::wake_all() {

@@ -6,11 +6,14 @@
 #pragma once
 #include <pthread.h>
 
+#include <sys/types.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "accio/ve_offload.h"
@@ -134,6 +137,9 @@ class Channel {
   }
   // The worker is gone: wakes the host threads that sleep on this queue.
   void wake_all();
+  // Ends the host-function runner (vh_loop), if one was started. The destructor calls it too; the
+  // proc calls it first where it holds the proc's lock (the runner takes it after the queue's).
+  void stop_vh_runner();
   std::string name() const { return id == 0 ? std::string("the main context") : "context " + std::to_string(id); }
 
  private:
@@ -148,9 +154,22 @@ class Channel {
   pthread_t block_owner_{};
   void wait_unblocked(std::unique_lock<std::mutex>& lk);
 
+  // veo_call_async_vh's host functions run on a thread of the queue's own (AVEO's progress thread,
+  // API 16), started at the first one: as soon as every request before one has completed, whether
+  // or not a host thread waits on the queue, and never inside another thread's wait, peek or
+  // submission. It sleeps while no host function is queued, and stops when the queue is freed.
+  std::thread* vh_runner_ = nullptr;
+  pid_t vh_runner_pid_ = 0;       // a forked child has no such thread: it neither joins nor frees it
+  uint64_t vh_queued_ = 0;        // host functions published and not yet run
+  bool vh_stop_ = false;
+  std::condition_variable vh_cv_;
+  void vh_loop();
+
   bool dead() const;
   uint64_t deadline() const;
-  void harvest(std::unique_lock<std::mutex>& lk, bool run_vh = true);
+  // Collects completed requests in order; run_vh (the runner only): and runs the host function at
+  // the head once every request before it has completed.
+  void harvest(std::unique_lock<std::mutex>& lk, bool run_vh = false);
   bool send_frame(std::unique_lock<std::mutex>& lk, const void* p, size_t n);
   void pop_picked() {
     while (!results.empty() && results.front().picked) {

@@ -10,6 +10,7 @@
 #include <accio/accio.h>
 #include <accio/ve_offload.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -558,11 +559,62 @@ static void test_call_patterns(void) {
   veo_proc_destroy(p);
 }
 
-/* veo_call_async_vh: runs in order between the worker's requests. */
-static int g_order[8], g_norder;
+/* veo_call_async_vh: runs in order between the worker's requests, on the context's own runner
+ * thread (the orders are atomics: the test reads them from the main thread). */
+static _Atomic int g_order[8], g_norder;
 static uint64_t vh_mark(void* arg) {
-  g_order[g_norder++] = (int)(intptr_t)arg;
+  g_order[atomic_fetch_add(&g_norder, 1)] = (int)(intptr_t)arg;
   return 1000 + (uint64_t)(intptr_t)arg;
+}
+
+/* AVEO API 16: a host function runs as soon as the requests before it have completed, with no
+ * host thread waiting on its context, and what was queued behind it runs too. */
+static _Atomic int g_vh_ran;
+static pthread_t g_vh_thread;
+static uint64_t vh_flag(void* arg) {
+  (void)arg;
+  g_vh_thread = pthread_self();
+  atomic_store(&g_vh_ran, 1);
+  return 7;
+}
+
+static void test_vh_runs_without_a_waiter(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_thr_ctxt* c2 = veo_context_open(p);
+  uint64_t slow = sym(p, lib, "k_sleep_ms");
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 30);
+  uint64_t mem = 0, v = 0;
+  CHECK(veo_alloc_mem(p, &mem, sizeof v) == 0 && veo_write_mem(p, mem, &v, sizeof v) == 0);
+  atomic_store(&g_vh_ran, 0);
+  uint64_t i1 = veo_call_async(c2, slow, a);
+  uint64_t vh = veo_call_async_vh(c2, vh_flag, NULL);
+  const uint64_t one = 1;
+  uint64_t w = veo_async_write_mem(c2, mem, &one, sizeof one); /* behind the host function */
+  CHECK(i1 != VEO_REQUEST_ID_INVALID && vh != VEO_REQUEST_ID_INVALID && w != VEO_REQUEST_ID_INVALID);
+  /* Nobody waits on c2: the main thread only reads the worker's memory, on the main context. */
+  double t0 = now_s();
+  while ((!atomic_load(&g_vh_ran) || v != 1) && now_s() - t0 < 5) {
+    usleep(5000);
+    CHECK(veo_read_mem(p, &v, mem, sizeof v) == 0);
+  }
+  CHECK(atomic_load(&g_vh_ran) && v == 1);
+  CHECK(!pthread_equal(g_vh_thread, pthread_self())); /* never in another thread's wait or peek */
+  uint64_t r = 0;
+  CHECK(veo_call_wait_result(c2, vh, &r) == VEO_COMMAND_OK && r == 7);
+  CHECK(veo_call_wait_result(c2, w, &r) == VEO_COMMAND_OK);
+  CHECK(veo_call_wait_result(c2, i1, &r) == VEO_COMMAND_OK && r == 30);
+  /* a closed context's runner ends; a host function queued last still runs before the close */
+  atomic_store(&g_vh_ran, 0);
+  CHECK(veo_call_async_vh(c2, vh_flag, NULL) != VEO_REQUEST_ID_INVALID);
+  CHECK(veo_context_close(c2) == 0 && atomic_load(&g_vh_ran));
+  (void)c;
+  veo_args_free(a);
+  veo_free_mem(p, mem);
+  veo_proc_destroy(p);
 }
 
 static void test_vh_calls(void) {
@@ -580,7 +632,7 @@ static void test_vh_calls(void) {
   uint64_t v2 = veo_call_async_vh(c, vh_mark, (void*)(intptr_t)2);
   CHECK(i1 != VEO_REQUEST_ID_INVALID && v1 != VEO_REQUEST_ID_INVALID && v2 != VEO_REQUEST_ID_INVALID);
   uint64_t r = 0;
-  CHECK(veo_call_wait_result(c, i2, &r) == VEO_COMMAND_OK && r == 1); /* runs v1 on the way */
+  CHECK(veo_call_wait_result(c, i2, &r) == VEO_COMMAND_OK && r == 1); /* v1 ran before it */
   CHECK(g_norder >= 1 && g_order[0] == 1);
   CHECK(veo_call_wait_result(c, v1, &r) == VEO_COMMAND_OK && r == 1001);
   CHECK(veo_call_wait_result(c, v2, &r) == VEO_COMMAND_OK && r == 1002);
@@ -1432,7 +1484,7 @@ static const struct test tests[] = {
     {"static_worker", test_static_worker}, {"contexts", test_contexts},
     {"arg_types", test_arg_types},     {"stack_args", test_stack_args},
     {"memory", test_memory},           {"call_patterns", test_call_patterns},
-    {"vh_calls", test_vh_calls},       {"threads", test_threads},
+    {"vh_calls", test_vh_calls},       {"vh_without_a_waiter", test_vh_runs_without_a_waiter},       {"threads", test_threads},
     {"many_procs", test_many_procs},   {"openmp", test_openmp},
     {"exceptions", test_exceptions},   {"killed_worker", test_killed_worker},
     {"timeout", test_timeout},         {"host_death", test_host_death},
