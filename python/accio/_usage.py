@@ -73,6 +73,24 @@ def stdout_outputs(**options: str | None) -> str | None:
     return dash[0] if dash else None
 
 
+def distinct_files(**paths: str | None) -> None:
+    """UsageError when two of the files named as {option: FILE} are one file (outputs, and the
+    inputs they would overwrite): `bench report r.json -o r.json` replaced the run's only copy with
+    HTML, `--json X --csv X` kept only the CSV. '-' and None are not files."""
+    seen: dict = {}
+    for option, path in paths.items():
+        if path is None or path == "-":
+            continue
+        try:
+            st = os.stat(path)
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            key = os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {option} name the same file ({path}): give each its own file")
+        seen[key] = option
+
+
 class output_file:  # noqa: N801 (used as a function: `with output_file(path) as f`)
     """open(path, 'w'), where '-' is stdout (flushed, not closed). A class rather than
     contextlib.contextmanager: `accio run` imports this module and pays for every import per launch."""

@@ -200,7 +200,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _guarded(command: str, func, args) -> int:
-    """Runs a sub-command: UsageError is exit 2, OSError and RuntimeError (it ran and failed) 1,
+    """Runs a sub-command: UsageError is exit 2, OSError, RuntimeError and ValueError (it ran and failed) 1,
     each as one line `accio COMMAND: sentence`. (`accio run` is the native launcher's: 125/126/127.)"""
     try:
         return func(args)
@@ -211,6 +211,9 @@ def _guarded(command: str, func, args) -> int:
         if isinstance(e, BrokenPipeError) and stdout_reader_gone():
             raise  # not a failure: main() exits quietly
         report(command, describe(e))
+        return FAILURE
+    except ValueError as e:  # bad input found while running (a malformed file: safetensors' HeaderError, ...)
+        report(command, str(e))
         return FAILURE
     except KeyboardInterrupt:
         return 130

@@ -137,8 +137,8 @@ def collect(stats_dir: str, prog: list[str], status: int, threshold: int | None 
         "schema": STATS_SCHEMA,
         "command": prog,
         "exit_status": status,
-        "threshold": threshold if threshold is not None else int(os.environ.get("ACCIO_PRELOAD_THRESHOLD",
-                                                                                default_threshold())),
+        # the launcher passes the threshold whenever one is set (option or ACCIO_PRELOAD_THRESHOLD)
+        "threshold": threshold if threshold is not None else default_threshold(),
         "threshold_given": threshold is not None or "ACCIO_PRELOAD_THRESHOLD" in os.environ,
         "mechanism": mechanism or os.environ.get("ACCIO_MECHANISM", "auto"),
         # [read, write]: below it a buffered descriptor's calls went to libc without the engine

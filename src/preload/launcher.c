@@ -227,6 +227,51 @@ static int mechanism_ok(const char* shim, const char* m, char* choices, size_t l
   return found;
 }
 
+/* The shim's own variables (ACCIO_PRELOAD_*), checked before the program starts with the shim's
+ * own rules (preload.c's shim_init): the shim would take a bad one for its default, silently under
+ * ACCIO_QUIET, and a bad ACCIO_PRELOAD_ENGINE would pass every call to libc. Returns 1 when good. */
+static int is_size(const char* v) {
+  int ok;
+  accio_run_parse_size(v, &ok);
+  return ok;
+}
+
+static int preload_settings_ok(const char* shim) {
+  const char* v = getenv("ACCIO_PRELOAD_THRESHOLD");
+  if (v && *v && !is_size(v)) {
+    say("ACCIO_PRELOAD_THRESHOLD='%s' is not a size (examples: 4096, 64k, 16MiB, 1g); correct the variable or "
+        "unset it", v);
+    return 0;
+  }
+  v = getenv("ACCIO_PRELOAD_PREFETCH");
+  if (v && *v && strcmp(v, "profile") != 0 && !is_size(v)) {
+    say("ACCIO_PRELOAD_PREFETCH='%s' is neither a size (the read-ahead window: 0, 8m, ...) nor 'profile'; correct "
+        "the variable or unset it", v);
+    return 0;
+  }
+  v = getenv("ACCIO_PRELOAD_STATS_FILES");
+  if (v && *v) {
+    char* end;
+    errno = 0;
+    const unsigned long n = strtoul(v, &end, 10);
+    if (errno || *end || *v == '-' || n < 1 || n > ACCIO_RUN_MAX_STATS_FILES) {
+      say("ACCIO_PRELOAD_STATS_FILES='%s' is not a count from 1 to %u; correct the variable or unset it", v,
+          ACCIO_RUN_MAX_STATS_FILES);
+      return 0;
+    }
+  }
+  v = getenv("ACCIO_PRELOAD_ENGINE");
+  if (v && *v) {
+    void* h = engine_library(shim);
+    if (!h || !dlsym(h, "accio_settings_new")) {
+      say("ACCIO_PRELOAD_ENGINE='%s' is not accio's engine (%s); correct the variable or unset it", v,
+          h ? "no accio_settings_new in it" : dlerror());
+      return 0;
+    }
+  }
+  return 1;
+}
+
 /* The ACCIO_* settings the program's engine will read, checked before it starts by the engine's own
  * check (accio_settings_new: each row's kind and bounds, a registered mechanism, a profile file that
  * loads). A bad one would make every process's engine refuse to start, and its shim pass every call
@@ -625,7 +670,11 @@ int accio_run_main(int argc, char** argv) {
         "the package beside it, and asked " ACCIO_PY "); reinstall accio", self);
     return ACCIO_RUN_OWN_ERROR;
   }
+  if (!preload_settings_ok(shim)) return ACCIO_RUN_OWN_ERROR;
   char num[32];
+  const char* env_threshold = getenv("ACCIO_PRELOAD_THRESHOLD");
+  if (!val[OPT_THRESHOLD] && env_threshold && *env_threshold)
+    val[OPT_THRESHOLD] = env_threshold; /* as --threshold: the report shows the value the shim takes */
   if (val[OPT_THRESHOLD]) {
     int ok;
     size_t t = accio_run_parse_size(val[OPT_THRESHOLD], &ok);

@@ -380,7 +380,7 @@ static const uint64_t kBucketMax[NBUCKETS - 1] = {100, 1000, 10000, 100000, 1u <
  * only with statistics on). The table grows by doubling and is found through an open-addressing
  * index on (device, inode): record() runs for every call of a process under --stats, and a linear
  * search over thousands of files would cost more than the calls it counts. */
-#define MAX_FILES (1u << 16)
+#define MAX_FILES ACCIO_RUN_MAX_STATS_FILES
 static uint32_t g_max_files = MAX_FILES;
 #define MAX_PLANS 8
 struct plan_rec {

@@ -70,6 +70,9 @@ static inline size_t accio_run_parse_size(const char* s, int* ok) {
   return *ok ? (size_t)(v * mul) : 0;
 }
 
+/* The most files whose statistics one process keeps (ACCIO_PRELOAD_STATS_FILES: 1 to this). */
+#define ACCIO_RUN_MAX_STATS_FILES (1u << 16)
+
 /* Where libaccio.so lies from the shim's directory: the same one, or two up for the copies of the
  * shim in lib/platform/NAME/ (CMakeLists.txt). */
 #ifndef ACCIO_RUN_ENGINE_UP

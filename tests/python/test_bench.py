@@ -181,6 +181,34 @@ def test_a_read_only_run_reads_the_users_files_as_they_are(tmp_path):
     assert doc["parameters"]["files_read_as_found"] is False and a.stat().st_size == 1 << 20
     read = next(x for x in doc["results"] if x["test"] == "read")
     assert read["verified"] is True and read["as_found"] is False
+    # a read first and a write test after it: the run writes the files, and says so (it said "read as
+    # they are: not written" and then random-write overwrote the file)
+    b.write_bytes(content[b])
+    r = bench("-T", "read,random-write", "-m", "posix", "-s", "1m", "-r", "256k", "-i", "1", "--files", str(b),
+              "--json", str(js))
+    doc = json.loads(js.read_text())
+    assert "not written" not in r.stderr and doc["parameters"]["files_read_as_found"] is False
+    read = next(x for x in doc["results"] if x["test"] == "read")
+    assert read["verified"] is True and read["as_found"] is False  # it wrote them first, then read what it wrote
+
+
+def test_one_file_is_never_two_outputs_nor_an_output_and_the_input(tmp_path):
+    """`bench report r.json -o r.json` replaced the run's only copy with HTML; `--json X --csv X` kept
+    only the CSV. Both are refused before anything is written or run (exit 2)."""
+    js = tmp_path / "r.json"
+    bench("-T", "write", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path), "--json", str(js))
+    before = js.read_bytes()
+    for out in (str(js), f"{tmp_path}/./r.json"):
+        r = subprocess.run([*ACCIO, "bench", "report", str(js), "-o", out], capture_output=True, text=True)
+        assert r.returncode == 2 and "name the same file" in r.stderr and js.read_bytes() == before, r.stderr
+    x = tmp_path / "x.out"
+    for a, b in (("--json", "--csv"), ("--json", "--report")):
+        r = bench("-T", "write", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path), a, str(x),
+                  b, str(x), check=False)
+        assert r.returncode == 2 and f"{a} and {b} name the same file" in r.stderr and not x.exists(), r.stderr
+    r = bench("-T", "write", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path), "--plot",
+              str(js), check=False)  # a file where --plot wants a directory: refused before the run
+    assert r.returncode == 1 and "--plot" in r.stderr and "timed phases" not in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("size, extra, message", [

@@ -951,6 +951,26 @@ def test_a_32_bit_program_runs_silently(data, tmp_path):
                        "as it would without accio (its own child processes that are 64-bit are served)\n", p.stderr
 
 
+def test_the_shims_own_variables_are_checked_before_the_program_runs(tmp_path):
+    """ACCIO_PRELOAD_* as the docs write them work under --stats (ACCIO_PRELOAD_THRESHOLD=64k made the
+    report a traceback and the status 125 after the program had run); bad ones are refused with 125
+    and one line before the program starts (the shim took them for its defaults in silence, and a
+    bad ACCIO_PRELOAD_ENGINE passed every call to libc)."""
+    ran = tmp_path / "ran"
+    p = subprocess.run(ACCIO + ["run", "--stats", "--", "sh", "-c", "exit 3"], capture_output=True, text=True,
+                       env=dict(os.environ, ACCIO_PRELOAD_THRESHOLD="64k"))
+    assert p.returncode == 3 and "threshold 64 KiB" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    for name, value, words in (("ACCIO_PRELOAD_THRESHOLD", "abc", "is not a size"),
+                               ("ACCIO_PRELOAD_PREFETCH", "lots", "nor 'profile'"),
+                               ("ACCIO_PRELOAD_STATS_FILES", "0", "not a count from 1 to 65536"),
+                               ("ACCIO_PRELOAD_ENGINE", str(tmp_path / "none.so"), "is not accio's engine")):
+        for opts in ([], ["--stats"]):
+            p = subprocess.run(ACCIO + ["run", *opts, "--", "touch", str(ran)], capture_output=True, text=True,
+                               env=dict(os.environ, **{name: value}))
+            assert p.returncode == 125 and p.stderr.startswith(f"accio run: {name}='{value}' ") and words in p.stderr
+            assert "correct the variable or unset it" in p.stderr and not ran.exists(), p.stderr
+
+
 def test_python_cli_without_its_launcher(tmp_path):
     """A package whose launcher is gone: accio run says so and exits 125 (accio's own error)."""
     code = ("import sys, accio.run as r\nr.launcher_path = lambda: sys.argv[1]\n"

@@ -716,6 +716,10 @@ def test_bench_safetensors_cli_table_and_json(tmp_path):
     r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", bad, "--rounds", "1"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1 and "bad.safetensors" in r.stderr and "'w'" in r.stderr
+    # a JSON that is not an index (a bench result): one line naming it, not a traceback
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "bench", "safetensors", str(out), "--rounds", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 1 and str(out) in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("args, message", [

@@ -4,6 +4,7 @@ statistics saying which plan ran and why, hot/cold decisions, and the error path
 import json
 import mmap
 import os
+import time
 import subprocess
 import sys
 
@@ -265,6 +266,20 @@ def test_tune_error_paths(tmp_path):
     assert r.returncode == 2 and "--file-size" in r.stderr
     r = tune(str(tmp_path), "--budget", "1", check=False)
     assert r.returncode == 2 and "budget" in r.stderr
+    for endless in ("nan", "inf"):  # nan < 5 is False: a calibration without end
+        r = tune(str(tmp_path), "--budget", endless, check=False)
+        assert r.returncode == 2 and f"--budget {endless}" in r.stderr, r.stderr
+    # a profile that could not be saved is refused before the calibration, not after its minutes
+    (tmp_path / "plain").write_text("x")
+    for bad, words in ((tmp_path, "is a directory"), (tmp_path / "plain" / "sub" / "p.json", "not a directory"),
+                       ("/proc/nope/p.json", "cannot write in /proc")):
+        t0 = time.monotonic()
+        r = tune(str(tmp_path), "--budget", "60", "--file-size", "8m", "--profile", str(bad), check=False)
+        assert r.returncode == 1 and words in r.stderr and f"--profile {bad}" in r.stderr, r.stderr
+        assert time.monotonic() - t0 < 30 and "Traceback" not in r.stderr
+    (tmp_path / "binary.json").write_bytes(bytes(range(256)))  # not text: one line naming it, no traceback
+    r = tune(str(tmp_path), "--show", "--profile", str(tmp_path / "binary.json"), check=False)
+    assert r.returncode == 1 and "binary.json" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = tune(str(tmp_path), "--evaluate", "-i", "7", "--max-reps", "5", check=False)
     assert r.returncode == 2 and "--max-reps 5" in r.stderr
     r = tune(str(tmp_path), "--vs-profile", "off", check=False)

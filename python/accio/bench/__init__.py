@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from .. import __version__, _ext, settings as effective_settings
-from .._usage import UsageError, check_output_path, stdout_outputs
+from .._usage import UsageError, check_output_path, distinct_files, stdout_outputs
 from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
@@ -74,9 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("-d", "--dir", action="append", dest="dirs", metavar="DIR",
                    help="directory for the files under test (repeatable: each is a row group; default: temp dir)")
     g.add_argument("--files", help="comma-separated file names to use instead (as iozone -F), kept afterwards. "
-                   "WRITE TESTS OVERWRITE THEM (write and write+sync truncate them first). A run whose first test "
-                   "reads (e.g. -T read) reads them as they are, unverified, and never writes them; a file shorter "
-                   "than the run reads is refused before it starts")
+                   "WRITE TESTS OVERWRITE THEM (write and write+sync truncate them first). A run of read tests "
+                   "only (e.g. -T read,random-read) reads them as they are, unverified, and never writes them; a "
+                   "file shorter than the run reads is refused before it starts")
     g.add_argument("-F", "--file-per-process", dest="layout", action="store_const", const="fpp",
                    help="one file per thread and process (IOR -F; the default)")
     g.add_argument("--shared", dest="layout", action="store_const", const="shared",
@@ -377,7 +377,13 @@ def check_outputs(args) -> str | None:
         raise UsageError("--plot takes a directory for the PNG files; '-' (stdout) cannot hold them")
     if args.plot and importlib.util.find_spec("matplotlib") is None:  # now, not after the run; looked
         raise UsageError(report.NEEDS_MATPLOTLIB)                      # up, not imported, on every rank
+    if args.plot:  # a directory made at the end: what is there, or its parent, must take it now
+        if os.path.exists(args.plot) and not os.path.isdir(args.plot):
+            raise NotADirectoryError(20, "Not a directory (it takes a directory for the PNG files)",
+                                     f"--plot {args.plot}")
+        check_output_path("--plot", args.plot if not os.path.isdir(args.plot) else os.path.join(args.plot, "x.png"))
     to_stdout = stdout_outputs(**{"--json": args.json, "--csv": args.csv, "--report": args.report})
+    distinct_files(**{"--json": args.json, "--csv": args.csv, "--report": args.report})
     for option, path in (("--json", args.json), ("--csv", args.csv), ("--report", args.report)):
         check_output_path(option, path)
     return to_stdout
@@ -522,6 +528,7 @@ def report_main(argv: list[str]) -> int:
             raise UsageError("a run from stdin ('-') has no name to put the report beside: give -o FILE.html "
                              "(or -o - for stdout)")
         check_output_path("--output", out)
+    distinct_files(**{"RUN.json": args.run, "--output": out})
     doc = _load_run(args.run)  # a file's error first: it is the one to fix
     check_output_path("--output", out)
     try:

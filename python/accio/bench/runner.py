@@ -1,7 +1,7 @@
 """Runs a Spec: for every configuration and iteration, the selected tests in IOzone's order.
 
 Each timed phase: files prepared (created, or written untimed when a read test finds no data; a
-user's --files never: a read before any write reads them as they are, unverified),
+user's --files only in a run with a write test: a run of reads only reads them as they are, unverified),
 caches handled (cold-read: fsync, drop, verify the residency), handles opened, a barrier across
 ranks, then the native phase (accio._ext.bench_run: every thread of every rank starts at the
 barrier and times itself and every request), then IOR's bandwidth: total bytes / (latest end -
@@ -53,10 +53,11 @@ class BenchError(RuntimeError):
 
 
 def reads_files_as_found(spec: Spec) -> bool:
-    """--files and a read test first (tests run in IOzone's order): no write test of this run comes
-    before it, so the reads take the user's files as they are, unverified (they hold no stamps), as
-    fio reads an existing file. A read never writes a user's file (_ensure_data)."""
-    return bool(spec.files) and spec.tests[0] in READ_TESTS
+    """--files and read tests only: the reads take the user's files as they are, unverified (they
+    hold no stamps), as fio reads an existing file, and nothing writes them (_ensure_data). A run
+    with any write test overwrites them, as its help says, however its tests are ordered (a read
+    first and a random-write after it wrote the files while saying it would not)."""
+    return bool(spec.files) and all(t in READ_TESTS for t in spec.tests)
 
 
 def file_extents(spec: Spec) -> dict[str, tuple[int, int]]:
@@ -145,9 +146,9 @@ class Runner:
 
     def _ensure_data(self, c: Config, usable: tuple) -> None:
         """Before a read test: if the files do not hold data of this configuration, write it untimed
-        with plain calls; never a user's --files, which a read reads as they are (unverified; the
-        CLI checked before the run that they are long enough)."""
-        if self.data_key not in usable and not self.spec.files:
+        with plain calls; not a user's --files in a run of reads only, which reads them as they are
+        (unverified; the CLI checked before the run that they are long enough)."""
+        if self.data_key not in usable and not reads_files_as_found(self.spec):
             self.phase(c, "write", Column("posix", "posix"), timed=False)
 
     # -- one timed phase --

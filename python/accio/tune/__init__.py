@@ -142,8 +142,8 @@ def _check_usage(args) -> None:
         raise UsageError("--reps must be at least 1")
     if args.max_reps < args.reps:
         raise UsageError(f"--max-reps {args.max_reps}: must be at least --reps ({args.reps})")
-    if not args.evaluate and not args.show and args.budget < 5:
-        raise UsageError("--budget must be at least 5 seconds")
+    if not args.evaluate and not args.show and not 5 <= args.budget < float("inf"):  # nan fails both
+        raise UsageError(f"--budget {args.budget:g}: must be a number of seconds, at least 5")
     if args.evaluate:
         fs, xs = _sizes("--file-sizes", args.file_sizes), _sizes("--transfers", args.transfers)
         _choices("--ops", args.ops, evaluate_mod.OPS)
@@ -219,6 +219,7 @@ def main(args) -> int:
     with sigterm_interrupts():  # killed: the scratch files go, as at Ctrl-C (exit 130)
         if args.evaluate:
             return evaluate(args, directory, path)
+        _check_profile_path(path, "--profile" if args.profile else "the profile")
         if file_size < MIN_FILE_SIZE:
             raise UsageError(f"--file-size {args.file_size}: the calibration needs at least {fmt(MIN_FILE_SIZE)} "
                              f"(it measures requests up to 64 MiB on files of this size; the default is 256m)")
@@ -232,6 +233,26 @@ def main(args) -> int:
                 os.environ["ACCIO_PROFILE"] = saved
 
 
+def _check_profile_path(path: str, what: str) -> None:
+    """Refuses, before the calibration (minutes), a profile file that could not be saved at its end: a
+    directory, or one under a path whose nearest existing folder is not a writable directory (the
+    folders below it are made when it is saved)."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "Is a directory", f"{what} {path}")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise NotADirectoryError(20, "Not a directory", f"{what} {path}: {parent}")
+    import tempfile
+    try:  # a file made and removed there, as saving will (permissions alone do not tell for root)
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".accio-tune-check.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, f"{what} {path}: cannot write in {parent}") from None
+
+
 def show(path: str, key: dict, directory: str) -> int:
     if not os.path.exists(path):
         print(f"accio tune: no profile for {key['filesystem']} on {key['device']} (kernel {key['kernel']}, "
@@ -239,7 +260,7 @@ def show(path: str, key: dict, directory: str) -> int:
               f"reader on this machine; a file's explain() gives a request's plan).\n"
               f"accio tune: run `accio tune {directory}` to measure this filesystem.", file=sys.stderr)
         return 1
-    with open(path) as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # not text: the engine names the file
         _ext.profile_describe(f.read(), path)  # the engine's own parse: what it refuses, --show refuses, naming it
     print(profile_mod.render(profile_mod.load(path), path))
     return 0
