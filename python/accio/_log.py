@@ -21,8 +21,8 @@ _logger = None
 
 
 def _quiet() -> bool:
-    q = os.environ.get("ACCIO_QUIET", "")
-    return bool(q) and q != "0"
+    """ACCIO_QUIET's rule, as src/base/quiet.h states it: anything but nothing, 0, false, off, no."""
+    return os.environ.get("ACCIO_QUIET", "").lower() not in ("", "0", "false", "off", "no")
 
 
 def _emit(level: int, key: str, message: str) -> None:

@@ -1,5 +1,6 @@
 // accio base: warn_once and the log sink.
 #include "base/log.hpp"
+#include "base/quiet.h"
 
 #include <pthread.h>
 
@@ -64,8 +65,7 @@ void emit(Level level, const std::string& key, const std::string& msg) {
     p->fn(static_cast<int>(level), key.c_str(), msg.c_str(), p->user);
     return;
   }
-  const char* q = std::getenv("ACCIO_QUIET");
-  if (q && *q && std::strcmp(q, "0") != 0) return;
+  if (accio_quiet()) return;
   const char* what = level == Level::error ? "error: " : level == Level::warning ? "warning: " : "";
   std::fprintf(stderr, "accio: %s%s\n", what, msg.c_str());
 }

@@ -34,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/quiet.h"
 #include "launcher.h"
 #include "planner/model_floor.h"
 #include "run_cli.h"
@@ -713,8 +714,7 @@ int accio_run_main(int argc, char** argv) {
   /* A static program: the preload cannot enter it, and it runs as without accio. Said to a person at
    * a terminal (unless they set ACCIO_QUIET, as the engine reads it), or with --verbose or --stats
    * (whose report would otherwise be empty without a word). */
-  const char* quiet = getenv("ACCIO_QUIET");
-  const int user_quiet = quiet && *quiet && strcmp(quiet, "0") != 0;
+  const int user_quiet = accio_quiet();
   const int kind = (isatty(2) && !user_quiet) || val[OPT_VERBOSE] || stats ? elf_kind(exe) : SERVED;
   if (kind == STATIC)
     say("note: %s is statically linked: the shim cannot be preloaded into it, so it runs as it would "

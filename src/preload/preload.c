@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "accio/accio.h"
+#include "base/quiet.h"
 #include "run_cli.h"
 
 _Static_assert(sizeof(off_t) == 8, "the shim assumes a 64-bit off_t (LP64 Linux)");
@@ -1458,8 +1459,7 @@ static void set_floor(const char* v) {
 }
 
 __attribute__((constructor)) static void shim_init(void) {
-  const char* q = getenv("ACCIO_QUIET");
-  g_quiet = q && *q && strcmp(q, "0") != 0;
+  g_quiet = accio_quiet();
   const char* t = getenv("ACCIO_PRELOAD_THRESHOLD");
   if (t && *t) {
     int ok;

@@ -4,6 +4,7 @@ records of the `accio` logger, once per cause, from worker threads too; the CLI 
 real cuFile in compatibility mode did on the GPU machine), so that gds falls back to staged."""
 import json
 import os
+from pathlib import Path
 import subprocess
 import sys
 import textwrap
@@ -80,6 +81,26 @@ def test_cli_prints_plain_warning_lines(fake_lib, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [l for l in r.stderr.splitlines() if "gds cannot serve" in l]
     assert len(lines) == 1 and lines[0].startswith("accio: warning: mechanism gds cannot serve"), r.stderr
+
+
+def test_quiet_takes_the_settings_off_words():
+    """ACCIO_QUIET=false (off, no, 0) is not quiet, for the Python side and the native launcher alike
+    (the engine's and the shim's stderr share the launcher's rule, src/base/quiet.h): every other
+    value silences. Until the nineteenth session any value but 0 did."""
+    import shutil
+    static_program = os.path.exists("/sbin/ldconfig") and shutil.which("readelf") and "INTERP" not in \
+        subprocess.run(["readelf", "-l", "/sbin/ldconfig"], capture_output=True, text=True).stdout  # Debian's is
+    for value, quiet in (("false", False), ("OFF", False), ("no", False), ("0", False), ("", False),
+                         ("1", True), ("true", True), ("yes", True)):
+        env = dict(os.environ, ACCIO_QUIET=value)
+        r = subprocess.run([sys.executable, "-c", "import accio._log as l; print(l._quiet())"], env=env,
+                           capture_output=True, text=True)
+        assert r.stdout.strip() == str(quiet), (value, r.stdout, r.stderr)
+        if static_program and shutil.which("script"):  # at a terminal the launcher notes a static program
+            launcher = Path(sys.executable).with_name("accio-run")
+            out = subprocess.run(["script", "-qec", f"{launcher} -- /sbin/ldconfig -p", "/dev/null"], env=env,
+                                 capture_output=True, text=True).stdout
+            assert ("is statically linked" in out) is (not quiet), (value, out[:300])
 
 
 def test_a_worker_thread_message_never_waits_for_the_gil(fake_lib, tmp_path):
