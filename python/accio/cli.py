@@ -192,7 +192,12 @@ def _main(argv: list[str] | None) -> int:
         from . import run
         return run.report_main(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # a sub-command's unknown option or extra argument: said with that sub-command's usage
+        import argparse
+        subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        owner = subs.choices.get(getattr(args, "command", None) or "", parser)
+        owner.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return USAGE

@@ -180,7 +180,10 @@ EXIT_TABLE = [
     # (command line, exit status, a fragment of stderr)
     (["nosuchcommand"], 2, "invalid choice"),
     (["info", "/nonexistent"], 1, "accio info: stat /nonexistent: no such file or directory (errno 2)"),
-    (["info", "--bogus"], 2, "unrecognized arguments: --bogus"),
+    (["info", "--bogus"], 2, "usage: accio info [-h]"),  # the sub-command's usage, not the top level's
+    (["tune", ".", "--bogus"], 2, "accio tune: error: unrecognized arguments: --bogus"),
+    (["bench", "-s", "1m", "extra"], 2, "accio bench: error: unrecognized arguments: extra"),
+    (["bench", "--json", "{tmp}/x", "--csv", "{tmp}/x"], 2, "--json and --csv name the same file"),
     (["config"], 2, "accio config: give at least one of"),
     (["config", "--prefix", "--offload"], 2, "accio config: --offload goes with --cflags or --libs"),
     (["bench", "-r", "2m", "-s", "1m"], 2, "accio bench: no record size (2 MiB) fits in a file size (1 MiB)"),
@@ -210,7 +213,7 @@ EXIT_TABLE = [
      "accio bench report: /nonexistent/run.json: no such file or directory (errno 2)"),
     (["tune", "/nonexistent"], 1, "accio tune: /nonexistent: no such file or directory (errno 2)"),
     (["tune", "{tmp}", "--file-size", "lots"], 2, "accio tune: --file-size 'lots' is not a size"),
-    (["tune", "{tmp}", "--budget", "1"], 2, "--budget must be at least 5 seconds"),
+    (["tune", "{tmp}", "--budget", "1"], 2, "--budget 1: must be a number of seconds, at least 5"),
     (["tune", "{tmp}", "--budget", "soon"], 2, "invalid float value"),
     (["tune", "{tmp}", "--threads", "-1"], 2, "--threads -1"),
     (["tune", "{tmp}", "--json", "x.json"], 2, "--json goes with --evaluate"),
