@@ -105,6 +105,7 @@ class Ratio:
     n_b: int
     method: str  # "paired", "unpaired", or "geomean" (of cells; n_a = n_b = the cells)
     confidence: float = CONFIDENCE
+    cell_samples: int | None = None  # geomean: the fewest samples a side of any cell has
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -168,6 +169,7 @@ def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]]
         raise ValueError("geomean_ratio needs at least one cell")
     rng = np.random.default_rng(seed)
     logs, boot = [], np.zeros(resamples)
+    fewest = min(min(len(a), len(b)) for a, b, _ in pairs)
     for a, b, paired in pairs:
         est, reps = _bootstrap(*_checked(a, b, paired), resamples, rng)
         logs.append(math.log(est))
@@ -176,15 +178,16 @@ def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]]
     alpha = (1 - confidence) / 2
     n = len(pairs)
     return Ratio(math.exp(sum(logs) / n), _quantile(boot, alpha), _quantile(boot, 1 - alpha), n, n, "geomean",
-                 confidence)
+                 confidence, fewest)
 
 
 def too_few(r: Ratio) -> str | None:
     """'too few samples (N < 7)' when a side of r has fewer than MIN_SAMPLES samples, else None: the
     one place that says when a ratio may be called anything. A geometric mean over cells (n_a, n_b
-    count cells, each already a ratio of its own samples) is not held to it."""
-    n = min(r.n_a, r.n_b)
-    if r.method == "geomean" or n >= MIN_SAMPLES:
+    count cells) is held to it by its cells' samples: each cell's own, the fewest of any (a grid
+    measured once a cell was called faster or slower from one sample)."""
+    n = r.cell_samples if r.method == "geomean" and r.cell_samples is not None else min(r.n_a, r.n_b)
+    if (r.method == "geomean" and r.cell_samples is None) or n >= MIN_SAMPLES:
         return None
     return f"{TOO_FEW} ({n} < {MIN_SAMPLES})"
 

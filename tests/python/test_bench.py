@@ -319,6 +319,18 @@ def test_compare(tmp_path):
     r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(tmp_path / "bad.json")], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "not an accio bench JSON" in r.stderr  # it ran and the file was wrong
+    # a result without its fields names both files and what is missing (was just "'results'")
+    doc = json.loads(a.read_text())
+    del doc["results"][0]["mib_s"]
+    (tmp_path / "cut.json").write_text(json.dumps(doc))
+    r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(tmp_path / "cut.json")], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "cut.json" in r.stderr and "a result lacks 'mib_s'" in r.stderr, r.stderr
+    # nothing in both: a failure on stderr (exit 1), not a table's line on stdout with exit 0
+    c = tmp_path / "c.json"
+    bench("-T", "write", "-m", "parallel", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path), "--json", str(c))
+    r = subprocess.run([*ACCIO, "bench", "compare", str(a), str(c)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stdout == "" and "no result appears in both" in r.stderr, r
     # the file that is wrong is named (was "B is not JSON"), with what to give instead
     small = tmp_path / "small.txt"
     small.write_text("hi\n")

@@ -283,8 +283,12 @@ def test_geomean_ratio():
     r = stats.geomean_ratio([([2 * x for x in same], same, True), ([x / 2 for x in same], same, True)])
     assert (r.estimate, r.low, r.high) == (pytest.approx(1.0), pytest.approx(1.0), pytest.approx(1.0))
     assert r.method == "geomean" and r.n_a == 2
+    assert r.cell_samples == 7 and stats.verdict(r) == "within noise"
     r = stats.geomean_ratio([([1.0, 2, 3], [1.0, 1, 1, 1], False)])
     assert r.estimate == pytest.approx(2.0) and r.low <= 2.0 <= r.high
+    # cells of one sample each: a ratio, but no verdict (tune --evaluate -i 1 called it "faster")
+    r = stats.geomean_ratio([([2.0], [1.0], True), ([3.0], [1.0], True)])
+    assert r.cell_samples == 1 and stats.verdict(r) == "too few samples (1 < 7)" and r.estimate > 1
     with pytest.raises(ValueError):
         stats.geomean_ratio([])
     with pytest.raises(ValueError):

@@ -479,8 +479,8 @@ def main(args) -> int:
 def compare_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="accio bench compare", description="Ratios B/A of two accio bench JSON "
                                 "files, for every result (test, mechanism, sizes, threads, ...) present in both, "
-                                "each with its 95%% bootstrap interval and verdict: faster, slower, within noise "
-                                "(the interval holds 1 and lies inside ±5%%), undecided, or too few samples "
+                                "each with its 95% bootstrap interval and verdict: faster, slower, within noise "
+                                "(the interval holds 1 and lies inside ±5%), undecided, or too few samples "
                                 "(fewer than 7 a side: run with -i 7). docs/methodology.md.")
     p.add_argument("a", metavar="A.json", help="the run to compare against ('-' for stdin)")
     p.add_argument("b", metavar="B.json", help="the other run ('-' for stdin, if A is a file)")
@@ -489,9 +489,14 @@ def compare_main(argv: list[str]) -> int:
         raise UsageError("A and B both ask for stdin ('-'); give one of them a file name")
     a, b = _load_run(args.a), _load_run(args.b)  # missing or not a bench JSON: exit 1
     try:
-        print(output.compare(a, b))
-    except (ValueError, KeyError) as e:
-        raise RuntimeError(str(e)) from None
+        text = output.compare(a, b)
+    except (ValueError, KeyError, TypeError) as e:
+        what = f"a result lacks {e}" if isinstance(e, KeyError) else str(e)
+        raise RuntimeError(f"{args.a} vs {args.b}: {what}: not complete accio bench files") from None
+    if text is None:  # nothing to compare is a failure a script must see, not a table
+        raise RuntimeError(f"no result appears in both {args.a} and {args.b} (the same test, mechanism, sizes, "
+                           "threads, processes and layout)")
+    print(text)
     return 0
 
 

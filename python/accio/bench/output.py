@@ -308,9 +308,9 @@ def compare_verdict(a: list[float], b: list[float]):
     return r, stats.verdict(r)
 
 
-def compare(a: dict, b: dict) -> str:
+def compare(a: dict, b: dict) -> str | None:
     """`accio bench compare A.json B.json`: B / A for every result present in both, each with its
-    interval and verdict (compare_verdict)."""
+    interval and verdict (compare_verdict); None when no result is in both."""
     for d, name in ((a, "A"), (b, "B")):
         if not str(d.get("schema", "")).startswith("accio.bench/"):
             raise ValueError(f"{name} is not an accio bench JSON file (schema {d.get('schema')!r})")
@@ -331,7 +331,7 @@ def compare(a: dict, b: dict) -> str:
                     [sig3(old["mib_s"]), sig3(r["mib_s"]), f"{ratio.estimate:.3f}",
                      f"{ratio.low:.3f}-{ratio.high:.3f}", verdict])
     if not rows:
-        return "no result appears in both files"
+        return None
     heads = ["test", "mechanism", "record", "threads", "procs", "layout"] + (["iodepth"] if qd else []) + \
         ["A MiB/s", "B MiB/s", "B/A", "95% interval", "verdict"]
     out = _grid(heads, rows, 7 if qd else 6)
