@@ -215,7 +215,10 @@ def _guarded(command: str, func, args) -> int:
     except (OSError, RuntimeError) as e:
         if isinstance(e, BrokenPipeError) and stdout_reader_gone():
             raise  # not a failure: main() exits quietly
-        report(command, describe(e))
+        text = describe(e)
+        if "read environment: ACCIO_" in text:  # the engine refused an ACCIO_* variable: say what to do
+            text += "; correct the variable or unset it (`accio info` shows every setting)"
+        report(command, text)
         return FAILURE
     except ValueError as e:  # bad input found while running (a malformed file: safetensors' HeaderError, ...)
         report(command, str(e))

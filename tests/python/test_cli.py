@@ -254,6 +254,18 @@ EXIT_TABLE = [
 FRONTS = {"python": ACCIO, "native": [str(Path(sys.executable).with_name("accio"))]}
 
 
+def test_a_bad_accio_variable_is_exit_1_for_every_command(tmp_path):
+    """The table's rule for a bad ACCIO_* value (1: it ran and failed), the same in bench as in info and
+    tune (bench said 2, a usage error), each naming the variable and what to do."""
+    env = dict(os.environ, ACCIO_THREADS="abc")
+    for argv in (["info", str(tmp_path)], ["tune", str(tmp_path), "--budget", "5", "--file-size", "8m",
+                                           "--profile", str(tmp_path / "p.json")],
+                 ["bench", "-s", "1m", "-r", "1m", "-T", "write", "-i", "1", "-d", str(tmp_path)]):
+        r = subprocess.run([sys.executable, "-m", "accio.cli", *argv], capture_output=True, text=True, env=env)
+        assert r.returncode == 1, (argv, r.stderr)
+        assert "ACCIO_THREADS='abc'" in r.stderr and "correct the variable or unset it" in r.stderr, (argv, r.stderr)
+
+
 @pytest.mark.parametrize("front", FRONTS)
 @pytest.mark.parametrize("argv, status, fragment", EXIT_TABLE, ids=[" ".join(a) for a, _, _ in EXIT_TABLE])
 def test_exit_status_and_message(places, argv, status, fragment, front):

@@ -212,7 +212,9 @@ def _check(spec: Spec, world: int) -> None:
             raise NotADirectoryError(20, "Not a directory", f"-d {d}")
         if not os.access(d, os.W_OK):
             raise PermissionError(13, "Permission denied (not a writable directory)", f"-d {d}")
-    # settings (with each mechanism's own) are checked by the engine now rather than in the middle of the run
+    # settings (with each mechanism's own) are checked by the engine now rather than in the middle of the run;
+    # the environment's ACCIO_* alone first: a bad one is exit 1, as in info and tune (--set is usage, 2)
+    _ext.settings([])  # an OSError: exit 1 (the CLI adds what to do)
     names = {m["name"] for m in _ext.mechanisms()}
     for m in spec.mechanisms:
         if m.name in names and not m.host:
@@ -229,20 +231,20 @@ def _check(spec: Spec, world: int) -> None:
 
 
 def _check_files_cover(spec: Spec) -> None:
-    """A run whose first test reads (no write test before it) reads the --files as they are and never
-    writes them: each must exist and hold every byte the run reads, or the run is refused before it
-    starts (exit 2) with what to do, rather than the file rewritten or a short read halfway."""
+    """A run of read tests only reads the --files as they are and never writes them: each must exist
+    (else exit 1, as for any path) and hold every byte the run reads (else exit 2) with what to do,
+    before it starts, rather than the file rewritten or a short read halfway."""
     from .._system import fmt_size
     tests = ",".join(spec.tests)
     for f, (need, writers) in file_extents(spec).items():
-        try:
+        try:  # a path that does not exist or cannot be used: exit 1, as for -d
             have = _file_size(f)
         except FileNotFoundError:
-            raise ValueError(f"--files {f}: no such file; -T {tests} reads the files as they are and does not "
-                             f"create them: name an existing file, or put a write test first (-T write,{tests}), "
-                             "which writes it") from None
+            raise FileNotFoundError(2, f"No such file; -T {tests} reads the files as they are and does not "
+                                    f"create them: name an existing file, or put a write test first "
+                                    f"(-T write,{tests}), which writes it", f"--files {f}") from None
         except OSError as e:
-            raise ValueError(f"--files {f}: {(e.strerror or str(e)).lower()}") from None
+            raise type(e)(e.errno, e.strerror, f"--files {f}") from None
         if have < need:
             fit = have // writers
             fit_text = f"{fit >> 20}m" if fit >= 1 << 20 else f"{fit >> 10}k" if fit >= 1 << 10 else str(fit)
