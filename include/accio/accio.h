@@ -127,7 +127,8 @@ int accio_setting_register(const accio_setting_spec* spec);
 /* The whole row i (kind, default, bounds, choices: "" when none); its strings live for the process.
  * 0, or -EINVAL for no such row. */
 int accio_setting_spec_of(int i, accio_setting_spec* out);
-/* "4096", "4k", "16MiB", "1g" -> bytes (binary units); -EINVAL (with a last error) if not a size. */
+/* "4096", "4096B", "4k", "16 MiB", "1g" -> bytes (binary units: "KB" is 1024); -EINVAL (with a last error)
+ * if not a size. Blanks only around the number and the unit ("1 0m" is not a size). */
 int64_t accio_parse_size(const char* text);
 
 /* ---- files ---- */

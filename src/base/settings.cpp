@@ -18,37 +18,24 @@
 
 #include "accio/accio.h"  // ACCIO_MIN_EVEN_TASK
 #include "base/error.hpp"
+#include "base/size_text.h"
 
 namespace accio::base {
 
 // Sizes and integers are parsed with ASCII tests and std::from_chars, never the C library's
 // locale-aware functions: a host program's setlocale(LC_ALL, "") must not change what "64k" means.
 namespace {
-bool ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-bool ascii_digit(char c) { return c >= '0' && c <= '9'; }
 char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 }  // namespace
 
 size_t parse_size(const std::string& s) {
-  std::string t;
-  for (char c : s)
-    if (!ascii_space(c)) t += ascii_lower(c);
-  if (t.empty() || !ascii_digit(t[0])) throw std::invalid_argument("not a size");
   unsigned long long v = 0;
-  const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
-  if (r.ec == std::errc::result_out_of_range) throw std::invalid_argument("too large");
-  std::string unit = t.substr(static_cast<size_t>(r.ptr - t.data()));
-  if (unit.size() > 1 && unit.back() == 'b') unit.pop_back();  // "kb", "kib" -> "k", "ki"
-  if (unit.size() > 1 && unit.back() == 'i') unit.pop_back();
-  unsigned shift = 0;
-  if (unit.empty()) shift = 0;
-  else if (unit == "k") shift = 10;
-  else if (unit == "m") shift = 20;
-  else if (unit == "g") shift = 30;
-  else if (unit == "t") shift = 40;
-  else throw std::invalid_argument("unknown unit");
-  if (shift && v > (~0ULL >> shift)) throw std::invalid_argument("too large");
-  return static_cast<size_t>(v << shift);
+  switch (accio_size_parse(s.c_str(), &v)) {  // the one grammar (base/size_text.h), the launcher's too
+    case ACCIO_SIZE_OK: return static_cast<size_t>(v);
+    case ACCIO_SIZE_NOT_A_SIZE: throw std::invalid_argument("not a size");
+    case ACCIO_SIZE_UNKNOWN_UNIT: throw std::invalid_argument("unknown unit");
+    default: throw std::invalid_argument("too large");
+  }
 }
 
 std::string format_size(size_t b) {

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "../base/size_text.h" /* relative: the Python extension includes this file too */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,25 +51,9 @@ static inline const char* accio_run_parse_u64(const char* s, uint64_t* v) {
 }
 
 static inline size_t accio_run_parse_size(const char* s, int* ok) {
-  char* end;
-  *ok = 0;
-  if (*s < '0' || *s > '9') return 0;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno) return 0;
-  while (*end == ' ') ++end;
-  unsigned long long mul = 1;
-  switch (*end) {
-    case 'k': case 'K': mul = 1ull << 10; ++end; break;
-    case 'm': case 'M': mul = 1ull << 20; ++end; break;
-    case 'g': case 'G': mul = 1ull << 30; ++end; break;
-    case 't': case 'T': mul = 1ull << 40; ++end; break;
-    default: break;
-  }
-  if (mul > 1 && (*end == 'i' || *end == 'I')) ++end;
-  if (*end == 'b' || *end == 'B') ++end;
-  *ok = *end == '\0' && v <= ULLONG_MAX / mul && v * mul <= (unsigned long long)SIZE_MAX;
-  return *ok ? (size_t)(v * mul) : 0;
+  unsigned long long v = 0;
+  *ok = accio_size_parse(s, &v) == ACCIO_SIZE_OK; /* the engine's grammar (base/size_text.h) */
+  return *ok ? (size_t)v : 0;
 }
 
 /* The most files whose statistics one process keeps (ACCIO_PRELOAD_STATS_FILES: 1 to this). */

@@ -45,6 +45,10 @@ TEST(Locale, NumbersParseTheSameUnderACommaDecimalLocale) {
   EXPECT_EQ(base::parse_size("64k"), 64u << 10);
   EXPECT_EQ(base::parse_size(" 16 MiB"), 16u << 20);
   EXPECT_THROW(base::parse_size("1,5m"), std::invalid_argument);  // no locale-style fractions either
+  EXPECT_THROW(base::parse_size("1 0m"), std::invalid_argument);  // blanks only around the parts (was 10 MiB)
+  EXPECT_EQ(base::parse_size("4096B"), 4096u);                     // b alone: bytes (was refused)
+  EXPECT_EQ(base::parse_size(base::format_size(0)), 0u);           // what the engine prints, it reads
+  EXPECT_EQ(base::parse_size(" 2kib "), 2048u);
   EXPECT_THROW(base::parse_size("99999999999999999999"), std::invalid_argument);
 
   base::Settings s = base::Settings::defaults();

@@ -971,6 +971,22 @@ def test_the_shims_own_variables_are_checked_before_the_program_runs(tmp_path):
             assert "correct the variable or unset it" in p.stderr and not ran.exists(), p.stderr
 
 
+def test_one_size_grammar_for_the_engine_and_the_launcher():
+    """accio run's --threshold (the launcher's and the shim's parser) and the engine's sizes (bench -s,
+    ACCIO_* settings, accio.parse_size) read the same texts the same way: they disagreed on 4096B, on
+    leading blanks and on "1 0m" (10 MiB to the engine)."""
+    from accio import _ext
+    launcher = str(Path(sys.executable).with_name("accio-run"))
+    for text in ("4096", "4096B", "64k", "64 KiB", " 1m", "1m ", "2GB", "1Ki", "0B", "1 0m", "1,5m", "1.5m", "-1",
+                 "k", "", "12q", "1mb b", "99999999999999999999"):
+        try:
+            engine = _ext.parse_size(text)
+        except OSError:
+            engine = None
+        p = subprocess.run([launcher, "--threshold", text, "--", "true"], capture_output=True, text=True)
+        assert (p.returncode == 0) is (engine is not None), (text, engine, p.stderr)
+
+
 def test_python_cli_without_its_launcher(tmp_path):
     """A package whose launcher is gone: accio run says so and exits 125 (accio's own error)."""
     code = ("import sys, accio.run as r\nr.launcher_path = lambda: sys.argv[1]\n"
