@@ -164,6 +164,9 @@ def _add_run_parser(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Every command, with one rule for a reader of stdout that went away (`accio tune DIR --show |
     head -5`): no message, exit 141, whichever command was writing (_guarded lets it through)."""
+    if sys.stdout is None:  # started with stdout closed (`accio info >&-`): said, as coreutils say it
+        print("accio: stdout is closed: write error (Bad file descriptor)", file=sys.stderr)
+        return FAILURE
     try:
         try:
             return _main(argv)

@@ -184,6 +184,9 @@ EXIT_TABLE = [
     (["tune", ".", "--bogus"], 2, "accio tune: error: unrecognized arguments: --bogus"),
     (["bench", "-s", "1m", "extra"], 2, "accio bench: error: unrecognized arguments: extra"),
     (["bench", "--json", "{tmp}/x", "--csv", "{tmp}/x"], 2, "--json and --csv name the same file"),
+    (["bench", "--files", ","], 2, "--files ',' names no file"),
+    (["bench", "--files", "{tmp}/a", "-d", "{tmp}"], 2, "--files and -d do not go together"),
+    (["bench", "--files", "{tmp}/a,{tmp}/./a", "-t", "2", "-T", "write"], 2, "a file is named twice"),
     (["config"], 2, "accio config: give at least one of"),
     (["config", "--prefix", "--offload"], 2, "accio config: --offload goes with --cflags or --libs"),
     (["bench", "-r", "2m", "-s", "1m"], 2, "accio bench: no record size (2 MiB) fits in a file size (1 MiB)"),
@@ -252,6 +255,11 @@ EXIT_TABLE = [
 # Through the Python CLI, and through the native `accio` users type (src/preload/front.c: run is its
 # own, the rest is exec'd to accio-py): the same table holds for both.
 FRONTS = {"python": ACCIO, "native": [str(Path(sys.executable).with_name("accio"))]}
+
+
+def test_stdout_closed_is_one_line_not_a_traceback():
+    r = subprocess.run(f"{sys.executable} -m accio.cli info >&-", shell=True, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr == "accio: stdout is closed: write error (Bad file descriptor)\n", r.stderr
 
 
 def test_a_bad_accio_variable_is_exit_1_for_every_command(tmp_path):

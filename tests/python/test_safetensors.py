@@ -729,6 +729,8 @@ def test_bench_safetensors_cli_table_and_json(tmp_path):
     (["--framework", "torch"], "--framework torch needs torch, which does not import here: pip install torch"),
     (["--rounds", "0"], "--rounds must be at least 1"),
     (["--set", "threads"], "--set threads: expected NAME=VALUE"),
+    (["--set", "threads=abc"], "--set: "),  # the engine's check, before anything runs
+    (["--peers", "bogus"], "--peers bogus: unknown peer 'bogus'"),
 ])
 def test_bench_safetensors_says_what_is_missing_in_one_line(tmp_path, args, message):
     # Without torch, `--device cuda:0` was a 19-line ModuleNotFoundError traceback. Whatever is

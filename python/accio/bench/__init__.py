@@ -99,6 +99,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
+def _files(args) -> list[str]:
+    """--files as a list; refused when it names no file, or with -d (which it replaces)."""
+    if args.files is None:
+        return []
+    files = [f for f in args.files.split(",") if f]
+    if not files:
+        raise ValueError(f"--files {args.files!r} names no file: give comma-separated file names")
+    if args.dirs:
+        raise ValueError("--files and -d do not go together: the files under test are the --files themselves")
+    return files
+
+
 def build_spec(args, world: int) -> Spec:
     explicit = {k for k in ("tests", "mechanisms", "file_sizes", "records", "threads", "processes", "iterations",
                             "dirs", "layout", "iodepths") if getattr(args, k) is not None}
@@ -113,7 +125,7 @@ def build_spec(args, world: int) -> Spec:
                 processes=_option("-p", parse_counts, args.processes, world) if args.processes else [world],
                 layouts=_layouts(args.layout), dirs=args.dirs or [tempfile.gettempdir()],
                 iterations=get("iterations"), target=args.target,
-                files=[f for f in (args.files or "").split(",") if f],
+                files=_files(args),
                 settings=dict(_kv(x) for x in args.set), drop_caches=args.drop_caches, vs_fio=args.vs_fio,
                 keep=args.keep, verify=args.verify,
                 iodepths=_option("-Q", parse_counts, args.iodepths, 1 << 16) if args.iodepths else [1],
@@ -199,6 +211,9 @@ def _check(spec: Spec, world: int) -> None:
     if max(spec.processes) > world:
         raise ValueError(f"{max(spec.processes)} processes asked for, but {world} rank(s) run; "
                          f"start with: mpirun -np {max(spec.processes)} accio bench ...")
+    if len(set(map(os.path.realpath, spec.files))) < len(spec.files):  # two writers truncating one file
+        raise ValueError(f"--files {','.join(spec.files)}: a file is named twice; each thread and process needs "
+                         "its own")
     if spec.files:  # one file per thread and process (fpp); found before the run, not in its middle
         need = max((p * t for _d, layout, p, t, *_ in spec.configurations() if layout == "fpp"), default=1)
         if len(spec.files) < need:

@@ -169,10 +169,17 @@ def run(args) -> int:
         if not sep:
             raise UsageError(f"--set {kv}: expected NAME=VALUE")
         settings[k] = v
+    try:  # the engine's check of the values, now rather than after the peers have run
+        accio._ext.settings(list(settings.items()))
+    except OSError as e:
+        raise UsageError(f"--set: {e}") from None
+    peers = set() if args.peers == "none" else {x.strip() for x in args.peers.split(",") if x.strip()}
+    if peers - set(PEERS):
+        raise UsageError(f"--peers {args.peers}: unknown peer {sorted(peers - set(PEERS))[0]!r} "
+                         f"(peers: {','.join(PEERS)}, or none)")
     _check_framework(args, framework)
     target, files = _files(args.paths)
     total = sum(os.path.getsize(f) for f in files)
-    peers = set() if args.peers == "none" else {x.strip() for x in args.peers.split(",") if x.strip()}
     loads, skipped = contenders(args, target, files, framework, settings, peers)
     sync = _sync(framework, args.device)
 
