@@ -73,6 +73,28 @@ def stdout_outputs(**options: str | None) -> str | None:
     return dash[0] if dash else None
 
 
+def check_creatable(option: str, path: str, *, directory: bool = False) -> None:
+    """Refuses, before any work is done, a FILE (or with directory, a DIR) that could not be made at
+    the end with the folders above it: a directory where a file is wanted (or a file where a
+    directory is), or a path whose nearest existing folder takes no new file (tried by making and
+    removing one there: permissions alone do not tell for root)."""
+    import tempfile
+    if os.path.exists(path) and os.path.isdir(path) != directory:
+        raise (NotADirectoryError(20, "Not a directory", f"{option} {path}") if directory else
+               IsADirectoryError(21, "Is a directory", f"{option} {path}"))
+    parent = os.path.abspath(path) if directory and os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise NotADirectoryError(20, "Not a directory", f"{option} {path}: {parent}")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".accio-check.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, f"{option} {path}: cannot write in {parent}") from None
+
+
 def distinct_files(**paths: str | None) -> None:
     """UsageError when two of the files named as {option: FILE} are one file (outputs, and the
     inputs they would overwrite): `bench report r.json -o r.json` replaced the run's only copy with

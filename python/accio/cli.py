@@ -161,17 +161,41 @@ def _add_run_parser(sub) -> None:
     sub.add_parser("run", help=f"run an unmodified program with accelerated read/write (LD_PRELOAD): {usage_line()}")
 
 
+class _ClosedStdout:
+    """sys.stdout for a process started with descriptor 1 closed (`accio info >&-`): what is written
+    there is counted and dropped, so the command does its work (bench --json FILE writes its file);
+    main then says that output was lost and exits 1, as coreutils report a write error. A command
+    that writes nothing there (accio run, its --stats-json report) is not affected."""
+
+    def __init__(self) -> None:
+        self.lost = 0
+
+    def write(self, text: str) -> int:
+        self.lost += len(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Every command, with one rule for a reader of stdout that went away (`accio tune DIR --show |
     head -5`): no message, exit 141, whichever command was writing (_guarded lets it through)."""
-    if sys.stdout is None:  # started with stdout closed (`accio info >&-`): said, as coreutils say it
-        print("accio: stdout is closed: write error (Bad file descriptor)", file=sys.stderr)
-        return FAILURE
+    if sys.stdout is None:  # started with stdout closed
+        sys.stdout = _ClosedStdout()
     try:
         try:
-            return _main(argv)
+            status = _main(argv)
         finally:  # on return and on argparse's SystemExit: a reader gone is found here, not at exit
             sys.stdout.flush()
+        if isinstance(sys.stdout, _ClosedStdout) and sys.stdout.lost:
+            report("", f"stdout is closed: {sys.stdout.lost} characters of output were lost (write error: Bad "
+                   "file descriptor)")
+            return status or FAILURE
+        return status
     except BrokenPipeError:
         if not stdout_reader_gone():
             raise
@@ -199,7 +223,9 @@ def _main(argv: list[str] | None) -> int:
     if extra:  # a sub-command's unknown option or extra argument: said with that sub-command's usage
         import argparse
         subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        owner = subs.choices.get(getattr(args, "command", None) or "", parser)
+        command = getattr(args, "command", None)
+        after = command in argv and all(x not in argv[:argv.index(command)] for x in extra)
+        owner = subs.choices[command] if after else parser  # `accio --bogus info`: the top level's
         owner.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()

@@ -263,6 +263,15 @@ int veo_proc_identifier(struct veo_proc_handle* h) { return h ? P(h)->ident : -1
 
 int veo_proc_destroy(struct veo_proc_handle* h) {
   if (!h) return -1;
+  {
+    std::lock_guard<std::mutex> g(P(h)->mu);
+    for (const veo_thr_ctxt* c : P(h)->contexts)
+      if (c->on_vh_runner()) {  // destroying it would wait for the host function calling it
+        report("veo_proc_destroy: called by a host function of one of its contexts (veo_call_async_vh): destroy "
+               "the proc from another thread");
+        return -1;
+      }
+  }
   destroy_proc(P(h));
   return 0;
 }
@@ -309,8 +318,10 @@ int veo_unload_library(struct veo_proc_handle* h, const uint64_t libhandle) {
   std::string msg;
   int st = pr->chan->call(p, nullptr, &msg);
   std::lock_guard<std::mutex> g(pr->mu);
+  // That library's symbols, and handle 0's (RTLD_DEFAULT finds the functions of every library loaded
+  // RTLD_GLOBAL: a cached one may lie in the library unloaded now).
   for (auto it = pr->syms.begin(); it != pr->syms.end();)
-    it = it->first.first == libhandle ? pr->syms.erase(it) : std::next(it);
+    it = it->first.first == libhandle || it->first.first == 0 ? pr->syms.erase(it) : std::next(it);
   if (st != VEO_COMMAND_OK) {
     report("veo_unload_library: " + (msg.empty() ? std::string("failed") : msg));
     return -1;
@@ -665,6 +676,11 @@ int veo_get_thr_ctxt_stacksize(struct veo_thr_ctxt_attr* a, size_t* s) {
 int veo_context_close(struct veo_thr_ctxt* c) {
   if (!c) return -1;
   if (c->main) return 0;
+  if (c->on_vh_runner()) {  // it would wait for the host function calling it
+    report("veo_context_close: called by a host function of that context (veo_call_async_vh), which runs until "
+           "it returns: close the context from another thread");
+    return -1;
+  }
   destroy_context(c->proc, c);
   return 0;
 }

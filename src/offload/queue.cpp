@@ -107,6 +107,15 @@ bool Channel::encode_call(const Piece& p, Slot& s, Shadow& sh, char* data) {
 
 // Publishes one piece: waits for a free slot and room in the arena (collecting results meanwhile).
 bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last) {
+  if (p.op == kVhBarrier && !vh_runner_) {  // started before the slot is taken: a refusal leaves the queue as it was
+    try {
+      vh_runner_ = new std::thread(&Channel::vh_loop, this);
+      vh_runner_pid_ = getpid();
+    } catch (const std::exception& e) {
+      report(name() + ": cannot start the thread that runs host functions (" + e.what() + ")");
+      return false;
+    }
+  }
   // Small transfers on shm travel in the slot itself.
   const bool in_slot = transport == kShm && (p.op == kWriteMem || p.op == kReadMem) && p.data_len <= kSlotDataBytes;
   const size_t len = p.op == kCall ? call_bytes(p.args) : in_slot ? 0 : p.data_len;
@@ -180,12 +189,7 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
   head = i + 1;
   if (p.op == kVhBarrier) {
     ++vh_queued_;
-    if (!vh_runner_) {
-      vh_runner_pid_ = getpid();
-      vh_runner_ = new std::thread(&Channel::vh_loop, this);
-    } else {
-      vh_cv_.notify_one();
-    }
+    vh_cv_.notify_one();
   }
   if (transport == kShm) {
     publish(h->head, head, h->worker_sleeping);
@@ -458,7 +462,14 @@ bool Channel::map(uint32_t kind, uint32_t n, uint64_t arena_bytes, int64_t spin_
   return true;
 }
 
+namespace {
+thread_local const Channel* t_vh_runner_of = nullptr;  // the queue whose host functions this thread runs
+}  // namespace
+
+bool Channel::on_vh_runner() const { return t_vh_runner_of == this; }
+
 void Channel::vh_loop() {
+  t_vh_runner_of = this;
   std::unique_lock<std::mutex> lk(mu);
   while (!vh_stop_) {
     if (vh_queued_ == 0 || dead()) {  // nothing to run (a dead worker's are failed by its waiters)

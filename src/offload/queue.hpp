@@ -137,6 +137,9 @@ class Channel {
   }
   // The worker is gone: wakes the host threads that sleep on this queue.
   void wake_all();
+  // Whether the calling thread is this queue's host-function runner (a host function closing its
+  // own context or proc would wait for itself).
+  bool on_vh_runner() const;
   // Ends the host-function runner (vh_loop), if one was started. The destructor calls it too; the
   // proc calls it first where it holds the proc's lock (the runner takes it after the queue's).
   void stop_vh_runner();

@@ -424,7 +424,7 @@ static int exec_failed(const char* name, int e) {
  * loader (its ABI path, /lib/ld-linux.so.2), the copy in lib/platform/$PLATFORM/ beside it, which
  * the loader of each word size expands to its own kind of library (CMakeLists.txt). Taken only when
  * this process's loader finds a copy there: a dlopen that loads nothing (RTLD_NOLOAD) and fails only
- * if the expanded path is missing. */
+ * if the expanded path is missing (it returns a handle where this launcher runs under accio run). */
 static void preload_entry(const char* shim, char* out, size_t len) {
   snprintf(out, len, "%s", shim);
   const char* slash = strrchr(shim, '/');
@@ -434,7 +434,9 @@ static void preload_entry(const char* shim, char* out, size_t len) {
       (int)sizeof tree)
     return;
   dlerror();
-  if (!dlopen(tree, RTLD_LAZY | RTLD_NOLOAD) && !dlerror()) snprintf(out, len, "%s", tree);
+  void* h = dlopen(tree, RTLD_LAZY | RTLD_NOLOAD); /* a handle: loaded here already (a nested accio run) */
+  if (h) dlclose(h);
+  if (h || !dlerror()) snprintf(out, len, "%s", tree);
 }
 
 /* LD_PRELOAD with the shim first (entry, once), the user's own preloads after it, less any other

@@ -174,6 +174,16 @@ static void test_libraries(void) {
   CHECK(veo_call_sync(p, sym(p, lib3, "k_calls_helper"), a, &r) == 0 && r == 42);
   veo_args_free(a);
   CHECK(veo_get_sym(p, 0, "k_shared_helper") != 0 && veo_get_sym(p, 0, "k_calls_helper") != 0);
+  /* an unload forgets handle 0's cached symbols too, and asks again: what handle 0 gives is callable
+   * (glibc keeps a library found through RTLD_DEFAULT loaded, as a dependency of the lookup) */
+  CHECK(veo_unload_library(p, lib3) == 0);
+  lib3 = veo_load_library(p, g_lib3);
+  uint64_t calls = veo_get_sym(p, 0, "k_calls_helper");
+  CHECK(calls == veo_get_sym(p, lib3, "k_calls_helper"));
+  a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 1);
+  CHECK(calls != 0 && veo_call_sync(p, calls, a, &r) == 0 && r == 43);
+  veo_args_free(a);
   veo_proc_destroy(p);
 }
 
@@ -578,6 +588,16 @@ static uint64_t vh_flag(void* arg) {
   return 7;
 }
 
+static _Atomic int g_vh_close_rc, g_vh_destroy_rc;
+static uint64_t vh_close_own(void* ctx) {
+  atomic_store(&g_vh_close_rc, veo_context_close((struct veo_thr_ctxt*)ctx));
+  return 0;
+}
+static uint64_t vh_destroy_own(void* proc) {
+  atomic_store(&g_vh_destroy_rc, veo_proc_destroy((struct veo_proc_handle*)proc));
+  return 0;
+}
+
 static void test_vh_runs_without_a_waiter(void) {
   struct veo_proc_handle* p = new_proc();
   CHECK(p);
@@ -607,6 +627,11 @@ static void test_vh_runs_without_a_waiter(void) {
   CHECK(veo_call_wait_result(c2, vh, &r) == VEO_COMMAND_OK && r == 7);
   CHECK(veo_call_wait_result(c2, w, &r) == VEO_COMMAND_OK);
   CHECK(veo_call_wait_result(c2, i1, &r) == VEO_COMMAND_OK && r == 30);
+  /* a host function cannot close its own context or destroy its proc (it would wait for itself) */
+  CHECK(veo_call_async_vh(c2, vh_close_own, c2) != VEO_REQUEST_ID_INVALID);
+  CHECK(veo_call_async_vh(c2, vh_destroy_own, p) != VEO_REQUEST_ID_INVALID);
+  veo_context_sync(c2);
+  CHECK(atomic_load(&g_vh_close_rc) == -1 && atomic_load(&g_vh_destroy_rc) == -1);
   /* a closed context's runner ends; a host function queued last still runs before the close */
   atomic_store(&g_vh_ran, 0);
   CHECK(veo_call_async_vh(c2, vh_flag, NULL) != VEO_REQUEST_ID_INVALID);
@@ -864,6 +889,10 @@ static void test_fork(void) {
   struct veo_proc_handle* p = new_proc();
   CHECK(p);
   uint64_t echo = veo_get_sym(p, 0, "accio_offload_echo");
+  /* a context with a host-function runner before the fork: the child has no such thread */
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  uint64_t vr = 0, vid = veo_call_async_vh(c, vh_flag, NULL);
+  CHECK(vid != VEO_REQUEST_ID_INVALID && veo_call_wait_result(c, vid, &vr) == VEO_COMMAND_OK && vr == 7);
   pid_t child = fork();
   if (child == 0) {
     uint64_t r;
@@ -878,6 +907,8 @@ static void test_fork(void) {
   veo_args_set_u64(a, 0, 9);
   uint64_t r = 0;
   CHECK(veo_call_sync(p, echo, a, &r) == 0 && r == 9);
+  vid = veo_call_async_vh(c, vh_flag, NULL); /* the parent's runner still runs them */
+  CHECK(vid != VEO_REQUEST_ID_INVALID && veo_call_wait_result(c, vid, &vr) == VEO_COMMAND_OK && vr == 7);
   veo_args_free(a);
   veo_proc_destroy(p);
 }

@@ -209,6 +209,10 @@ def test_one_file_is_never_two_outputs_nor_an_output_and_the_input(tmp_path):
     r = bench("-T", "write", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path), "--plot",
               str(js), check=False)  # a file where --plot wants a directory: refused before the run
     assert r.returncode == 1 and "--plot" in r.stderr and "timed phases" not in r.stderr, r.stderr
+    pytest.importorskip("matplotlib")
+    deep = tmp_path / "new" / "plots"  # made at the end with its parents, as it always was
+    bench("-T", "write", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path), "--plot", str(deep))
+    assert deep.is_dir()
 
 
 @pytest.mark.parametrize("size, extra, message", [

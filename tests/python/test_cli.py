@@ -182,6 +182,7 @@ EXIT_TABLE = [
     (["info", "/nonexistent"], 1, "accio info: stat /nonexistent: no such file or directory (errno 2)"),
     (["info", "--bogus"], 2, "usage: accio info [-h]"),  # the sub-command's usage, not the top level's
     (["tune", ".", "--bogus"], 2, "accio tune: error: unrecognized arguments: --bogus"),
+    (["--bogus", "info"], 2, "usage: accio [-h]"),  # given to the top level, said with its usage
     (["bench", "-s", "1m", "extra"], 2, "accio bench: error: unrecognized arguments: extra"),
     (["bench", "--json", "{tmp}/x", "--csv", "{tmp}/x"], 2, "--json and --csv name the same file"),
     (["bench", "--files", ","], 2, "--files ',' names no file"),
@@ -257,17 +258,30 @@ EXIT_TABLE = [
 FRONTS = {"python": ACCIO, "native": [str(Path(sys.executable).with_name("accio"))]}
 
 
-def test_stdout_closed_is_one_line_not_a_traceback():
+def test_stdout_closed_is_one_line_not_a_traceback(tmp_path):
+    """A closed stdout: a command does its work, then says in one line that its output was lost and
+    exits 1 (a traceback before); accio run and its --stats-json report, which write nothing there,
+    run as with it open."""
     r = subprocess.run(f"{sys.executable} -m accio.cli info >&-", shell=True, capture_output=True, text=True)
-    assert r.returncode == 1 and r.stderr == "accio: stdout is closed: write error (Bad file descriptor)\n", r.stderr
+    assert r.returncode == 1 and r.stderr.startswith("accio: stdout is closed: ") and "were lost" in r.stderr, r.stderr
+    js = tmp_path / "s.json"
+    r = subprocess.run(f"{sys.executable} -m accio.cli run --stats-json {js} -- true >&-", shell=True,
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(js.read_text())["exit_status"] == 0, r.stderr
+    r = subprocess.run(f"{sys.executable} -m accio.cli bench -T write -m posix -s 1m -r 1m -i 1 -q -d {tmp_path} "
+                       f"--json {tmp_path / 'b.json'} >&-", shell=True, capture_output=True, text=True)
+    assert (tmp_path / "b.json").exists() and "Traceback" not in r.stderr, r.stderr  # the work done, then said
+    assert r.returncode == 1 and "stdout is closed" in r.stderr, r.stderr  # (its table went nowhere)
 
 
 def test_a_bad_accio_variable_is_exit_1_for_every_command(tmp_path):
     """The table's rule for a bad ACCIO_* value (1: it ran and failed), the same in bench as in info and
     tune (bench said 2, a usage error), each naming the variable and what to do."""
     env = dict(os.environ, ACCIO_THREADS="abc")
+    (tmp_path / "x.safetensors").write_bytes(b"\x02\0\0\0\0\0\0\0{}")
     for argv in (["info", str(tmp_path)], ["tune", str(tmp_path), "--budget", "5", "--file-size", "8m",
                                            "--profile", str(tmp_path / "p.json")],
+                 ["bench", "safetensors", str(tmp_path / "x.safetensors"), "--rounds", "1"],
                  ["bench", "-s", "1m", "-r", "1m", "-T", "write", "-i", "1", "-d", str(tmp_path)]):
         r = subprocess.run([sys.executable, "-m", "accio.cli", *argv], capture_output=True, text=True, env=env)
         assert r.returncode == 1, (argv, r.stderr)

@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from .. import __version__, _ext, settings as effective_settings
-from .._usage import UsageError, check_output_path, distinct_files, stdout_outputs
+from .._usage import UsageError, check_creatable, check_output_path, distinct_files, stdout_outputs
 from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
@@ -211,9 +211,10 @@ def _check(spec: Spec, world: int) -> None:
     if max(spec.processes) > world:
         raise ValueError(f"{max(spec.processes)} processes asked for, but {world} rank(s) run; "
                          f"start with: mpirun -np {max(spec.processes)} accio bench ...")
-    if len(set(map(os.path.realpath, spec.files))) < len(spec.files):  # two writers truncating one file
-        raise ValueError(f"--files {','.join(spec.files)}: a file is named twice; each thread and process needs "
-                         "its own")
+    try:  # two writers truncating one file (one named twice, or by two names)
+        distinct_files(**{f"--files' file {i + 1}": f for i, f in enumerate(spec.files)})
+    except UsageError as e:
+        raise ValueError(f"{e}: a file is named twice; each thread and process needs its own") from None
     if spec.files:  # one file per thread and process (fpp); found before the run, not in its middle
         need = max((p * t for _d, layout, p, t, *_ in spec.configurations() if layout == "fpp"), default=1)
         if len(spec.files) < need:
@@ -394,11 +395,8 @@ def check_outputs(args) -> str | None:
         raise UsageError("--plot takes a directory for the PNG files; '-' (stdout) cannot hold them")
     if args.plot and importlib.util.find_spec("matplotlib") is None:  # now, not after the run; looked
         raise UsageError(report.NEEDS_MATPLOTLIB)                      # up, not imported, on every rank
-    if args.plot:  # a directory made at the end: what is there, or its parent, must take it now
-        if os.path.exists(args.plot) and not os.path.isdir(args.plot):
-            raise NotADirectoryError(20, "Not a directory (it takes a directory for the PNG files)",
-                                     f"--plot {args.plot}")
-        check_output_path("--plot", args.plot if not os.path.isdir(args.plot) else os.path.join(args.plot, "x.png"))
+    if args.plot:  # a directory made at the end (with its parents): checked now
+        check_creatable("--plot", args.plot, directory=True)
     to_stdout = stdout_outputs(**{"--json": args.json, "--csv": args.csv, "--report": args.report})
     distinct_files(**{"--json": args.json, "--csv": args.csv, "--report": args.report})
     for option, path in (("--json", args.json), ("--csv", args.csv), ("--report", args.report)):

@@ -169,7 +169,8 @@ def run(args) -> int:
         if not sep:
             raise UsageError(f"--set {kv}: expected NAME=VALUE")
         settings[k] = v
-    try:  # the engine's check of the values, now rather than after the peers have run
+    accio._ext.settings([])  # the environment's ACCIO_* first: a bad one is exit 1 (the CLI says what to do)
+    try:  # then --set, with the engine's check, now rather than after the peers have run
         accio._ext.settings(list(settings.items()))
     except OSError as e:
         raise UsageError(f"--set: {e}") from None

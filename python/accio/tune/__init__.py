@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from .. import File, __version__, _ext, stats
 from .._system import drop_pages, sigterm_interrupts
-from .._usage import UsageError, check_output_path, write_json
+from .._usage import UsageError, check_creatable, check_output_path, write_json
 from . import evaluate as evaluate_mod
 from . import prefetch as prefetch_mod
 from . import profile as profile_mod
@@ -219,7 +219,7 @@ def main(args) -> int:
     with sigterm_interrupts():  # killed: the scratch files go, as at Ctrl-C (exit 130)
         if args.evaluate:
             return evaluate(args, directory, path)
-        _check_profile_path(path, "--profile" if args.profile else "the profile")
+        check_creatable("--profile" if args.profile else "the profile", path)  # before minutes of calibration
         if file_size < MIN_FILE_SIZE:
             raise UsageError(f"--file-size {args.file_size}: the calibration needs at least {fmt(MIN_FILE_SIZE)} "
                              f"(it measures requests up to 64 MiB on files of this size; the default is 256m)")
@@ -231,26 +231,6 @@ def main(args) -> int:
         finally:
             if saved is not None:
                 os.environ["ACCIO_PROFILE"] = saved
-
-
-def _check_profile_path(path: str, what: str) -> None:
-    """Refuses, before the calibration (minutes), a profile file that could not be saved at its end: a
-    directory, or one under a path whose nearest existing folder is not a writable directory (the
-    folders below it are made when it is saved)."""
-    if os.path.isdir(path):
-        raise IsADirectoryError(21, "Is a directory", f"{what} {path}")
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise NotADirectoryError(20, "Not a directory", f"{what} {path}: {parent}")
-    import tempfile
-    try:  # a file made and removed there, as saving will (permissions alone do not tell for root)
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".accio-tune-check.")
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as e:
-        raise type(e)(e.errno, e.strerror, f"{what} {path}: cannot write in {parent}") from None
 
 
 def show(path: str, key: dict, directory: str) -> int:
