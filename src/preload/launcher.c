@@ -389,7 +389,7 @@ static int locate(const char* name, char* out, size_t len, int* status) {
 
 /* What the shim can do for exe: a 64-bit ELF program without a program interpreter (PT_INTERP) is
  * statically linked, so the dynamic loader that honours LD_PRELOAD never runs in it; a 32-bit one has
- * a loader of its own word size, which loads the empty 32-bit shim at most (lib/platform/). Either
+ * a loader of its own word size, which loads the empty 32-bit shim at most (lib/accio-platform/). Either
  * runs as without accio. A script, a dynamic 64-bit program or a file that cannot be read: SERVED. */
 enum { SERVED, STATIC, WORD32 };
 static int elf_kind(const char* exe) {
@@ -421,7 +421,7 @@ static int exec_failed(const char* name, int e) {
 }
 
 /* The LD_PRELOAD entry that loads the shim (into out): its path, or on a machine with a 32-bit
- * loader (its ABI path, /lib/ld-linux.so.2), the copy in lib/platform/$PLATFORM/ beside it, which
+ * loader (its ABI path, /lib/ld-linux.so.2), the copy in lib/accio-platform/$PLATFORM/ beside it, which
  * the loader of each word size expands to its own kind of library (CMakeLists.txt). Taken only when
  * this process's loader finds a copy there: a dlopen that loads nothing (RTLD_NOLOAD) and fails only
  * if the expanded path is missing (it returns a handle where this launcher runs under accio run). */
@@ -430,7 +430,7 @@ static void preload_entry(const char* shim, char* out, size_t len) {
   const char* slash = strrchr(shim, '/');
   if (!slash || access("/lib/ld-linux.so.2", F_OK) != 0) return;
   char tree[PATH_MAX];
-  if (snprintf(tree, sizeof tree, "%.*s/platform/$PLATFORM/libaccio_preload.so", (int)(slash - shim), shim) >=
+  if (snprintf(tree, sizeof tree, "%.*s/accio-platform/$PLATFORM/libaccio_preload.so", (int)(slash - shim), shim) >=
       (int)sizeof tree)
     return;
   dlerror();

@@ -60,7 +60,7 @@ static inline size_t accio_run_parse_size(const char* s, int* ok) {
 #define ACCIO_RUN_MAX_STATS_FILES (1u << 16)
 
 /* Where libaccio.so lies from the shim's directory: the same one, or two up for the copies of the
- * shim in lib/platform/NAME/ (CMakeLists.txt). */
+ * shim in lib/accio-platform/NAME/ (CMakeLists.txt). */
 #ifndef ACCIO_RUN_ENGINE_UP
 #define ACCIO_RUN_ENGINE_UP ""
 #endif

@@ -65,9 +65,9 @@ def front_in(where: Path, *, py: str | None = FAKE_PY, package: bool = True) -> 
 
 def entry_of(shim) -> str:
     """The LD_PRELOAD entry the launcher gives for this shim: its real path, or where the machine has a
-    32-bit loader, the copy of it through lib/platform/$PLATFORM (test_preload's 32-bit test says why)."""
+    32-bit loader, the copy of it through lib/accio-platform/$PLATFORM (test_preload's 32-bit test says why)."""
     real = os.path.realpath(shim)
-    tree = os.path.join(os.path.dirname(real), "platform")
+    tree = os.path.join(os.path.dirname(real), "accio-platform")
     return os.path.join(tree, "$PLATFORM", "libaccio_preload.so") \
         if os.path.exists("/lib/ld-linux.so.2") and os.path.isdir(tree) else real
 

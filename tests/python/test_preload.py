@@ -926,7 +926,7 @@ def test_a_static_program_is_named_not_silently_left_alone(data, tmp_path):
 def test_a_32_bit_program_runs_silently(data, tmp_path):
     """A 64-bit program under accio run may start a 32-bit one (a build script, an old tool); its loader
     printed ld.so's "wrong ELF class" for the 64-bit shim into that program's stderr. On a machine with
-    a 32-bit loader the launcher names the shim through $PLATFORM (lib/platform/), where the 32-bit
+    a 32-bit loader the launcher names the shim through $PLATFORM (lib/accio-platform/), where the 32-bit
     names hold an empty 32-bit library: the program runs as without accio, in silence, and the 64-bit
     programs beside it are still served, by one shim even where the user preloaded it by hand too."""
     if not os.path.exists("/lib/ld-linux.so.2"):
@@ -948,7 +948,7 @@ def test_a_32_bit_program_runs_silently(data, tmp_path):
     out = p.stdout.decode()
     assert p.stderr == b"" and out.startswith(ran), p
     entry = out.splitlines()[1]
-    assert entry == str(Path(shim_path()).parent / "platform" / "$PLATFORM" / "libaccio_preload.so"), entry
+    assert entry == str(Path(shim_path()).parent / "accio-platform" / "$PLATFORM" / "libaccio_preload.so"), entry
     big = [f for f in report["files"] if f["path"].endswith("big.bin")]
     assert engine_calls(report, "read") >= 1 and big and big[0]["read"]["bytes"] == size, report
     launcher = str(Path(sys.executable).with_name("accio-run"))
