@@ -228,15 +228,15 @@ static int mechanism_ok(const char* shim, const char* m, char* choices, size_t l
   return found;
 }
 
-/* The shim's own variables (ACCIO_PRELOAD_*), checked before the program starts with the shim's
- * own rules (preload.c's shim_init): the shim would take a bad one for its default, silently under
- * ACCIO_QUIET, and a bad ACCIO_PRELOAD_ENGINE would pass every call to libc. Returns 1 when good. */
 static int is_size(const char* v) {
   int ok;
   accio_run_parse_size(v, &ok);
   return ok;
 }
 
+/* The shim's own variables (ACCIO_PRELOAD_*), checked before the program starts with the shim's
+ * own rules (preload.c's shim_init): the shim would take a bad one for its default, silently under
+ * ACCIO_QUIET, and a bad ACCIO_PRELOAD_ENGINE would pass every call to libc. Returns 1 when good. */
 static int preload_settings_ok(const char* shim) {
   const char* v = getenv("ACCIO_PRELOAD_THRESHOLD");
   if (v && *v && !is_size(v)) {
@@ -389,8 +389,8 @@ static int locate(const char* name, char* out, size_t len, int* status) {
 
 /* What the shim can do for exe: a 64-bit ELF program without a program interpreter (PT_INTERP) is
  * statically linked, so the dynamic loader that honours LD_PRELOAD never runs in it; a 32-bit one has
- * a loader of its own word size, which loads the empty 32-bit shim at most (lib/accio-platform/). Either
- * runs as without accio. A script, a dynamic 64-bit program or a file that cannot be read: SERVED. */
+ * a loader of its own word size, which loads the empty 32-bit shim at most (lib/accio-platform/).
+ * Either runs as without accio. A script, a dynamic 64-bit program or a file that cannot be read: SERVED. */
 enum { SERVED, STATIC, WORD32 };
 static int elf_kind(const char* exe) {
   const int fd = open(exe, O_RDONLY | O_CLOEXEC);
@@ -401,7 +401,8 @@ static int elf_kind(const char* exe) {
   int kind = SERVED; /* unknown counts as served: say nothing */
   if (elf && eh.e_ident[EI_CLASS] == ELFCLASS32) {
     kind = WORD32;
-  } else if (elf && got == (ssize_t)sizeof eh && eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0 && eh.e_phnum < 4096 &&
+  } else if (elf && got == (ssize_t)sizeof eh && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+             eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0 && eh.e_phnum < 4096 &&
              (eh.e_type == ET_EXEC || eh.e_type == ET_DYN)) {
     kind = STATIC;
     for (unsigned i = 0; i < eh.e_phnum && kind == STATIC; ++i) { /* a dozen headers: one pread each */
@@ -421,8 +422,8 @@ static int exec_failed(const char* name, int e) {
 }
 
 /* The LD_PRELOAD entry that loads the shim (into out): its path, or on a machine with a 32-bit
- * loader (its ABI path, /lib/ld-linux.so.2), the copy in lib/accio-platform/$PLATFORM/ beside it, which
- * the loader of each word size expands to its own kind of library (CMakeLists.txt). Taken only when
+ * loader (its ABI path, /lib/ld-linux.so.2), the copy in lib/accio-platform/$PLATFORM/ beside it,
+ * which the loader of each word size expands to its own kind of library (CMakeLists.txt). Taken only when
  * this process's loader finds a copy there: a dlopen that loads nothing (RTLD_NOLOAD) and fails only
  * if the expanded path is missing (it returns a handle where this launcher runs under accio run). */
 static void preload_entry(const char* shim, char* out, size_t len) {
