@@ -234,8 +234,8 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _guarded(command: str, func, args) -> int:
-    """Runs a sub-command: UsageError is exit 2, OSError, RuntimeError and ValueError (it ran and failed) 1,
-    each as one line `accio COMMAND: sentence`. (`accio run` is the native launcher's: 125/126/127.)"""
+    """Runs a sub-command: UsageError is exit 2, OSError, RuntimeError and a malformed input file (it
+    ran and failed) 1, each as one line `accio COMMAND: sentence`. (`accio run` is the native launcher's: 125/126/127.)"""
     try:
         return func(args)
     except UsageError as e:
@@ -249,7 +249,11 @@ def _guarded(command: str, func, args) -> int:
             text += "; correct the variable or unset it (`accio info` shows every setting)"
         report(command, text)
         return FAILURE
-    except ValueError as e:  # bad input found while running (a malformed file: safetensors' HeaderError, ...)
+    except ValueError as e:  # a malformed input file found while running: one line; other ValueErrors are bugs
+        import json
+        from .safetensors._format import HeaderError
+        if not isinstance(e, (HeaderError, UnicodeError, json.JSONDecodeError)):
+            raise
         report(command, str(e))
         return FAILURE
     except KeyboardInterrupt:
