@@ -416,6 +416,34 @@ static int elf_kind(const char* exe) {
   return kind;
 }
 
+/* execve of the program, with execvp's fallback for a file the kernel cannot run (ENOEXEC): a text
+ * file, a shell script without "#!", runs under /bin/sh, as env(1) runs it; a binary one (a NUL in
+ * its first bytes, the shells' test) fails with ENOEXEC. Returns only on failure, errno set. */
+static void exec_program(const char* exe, char** prog) {
+  execve(exe, prog, environ);
+  if (errno != ENOEXEC) return;
+  char head[256];
+  const int fd = open(exe, O_RDONLY | O_CLOEXEC);
+  const ssize_t n = fd >= 0 ? read(fd, head, sizeof head) : -1;
+  if (fd >= 0) close(fd);
+  if (n < 0 || memchr(head, 0, (size_t)n)) {
+    errno = ENOEXEC;
+    return;
+  }
+  size_t argc = 0;
+  while (prog[argc]) ++argc;
+  char** argv = calloc(argc + 2, sizeof *argv);
+  if (!argv) {
+    errno = ENOEXEC;
+    return;
+  }
+  argv[0] = (char*)"/bin/sh";
+  argv[1] = (char*)exe;
+  for (size_t i = 1; i < argc; ++i) argv[i + 1] = prog[i];
+  execve("/bin/sh", argv, environ);
+  free(argv);
+}
+
 static int exec_failed(const char* name, int e) {
   say("exec %s: %s (errno %d)", name, why(e), e);
   return e == ENOENT || e == ENOTDIR ? ACCIO_RUN_NOT_FOUND : ACCIO_RUN_CANNOT_EXECUTE;
@@ -739,7 +767,7 @@ int accio_run_main(int argc, char** argv) {
   if (!stats) { /* nothing to do afterwards: become the program (its signals and status are its own) */
     unsetenv("ACCIO_PRELOAD_STATS_DIR");
     fflush(NULL);
-    execve(exe, prog, environ);
+    exec_program(exe, prog);
     return exec_failed(prog[0], errno);
   }
 
@@ -771,7 +799,7 @@ int accio_run_main(int argc, char** argv) {
   if (pid == 0) {
     sigprocmask(SIG_SETMASK, &was, NULL);
     close(pipefd[0]);
-    execve(exe, prog, environ);
+    exec_program(exe, prog);
     int e = errno;
     ssize_t unused = write(pipefd[1], &e, sizeof e);
     (void)unused;

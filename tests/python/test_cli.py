@@ -173,7 +173,10 @@ def places(tmp_path):
     badformat = tmp_path / "badformat"
     badformat.write_bytes(b"\x00\x01 not a program\n")
     badformat.chmod(0o755)
-    return {"tmp": str(tmp_path), "noexec": str(noexec), "badformat": str(badformat)}
+    script = tmp_path / "noshebang"  # a shell script without #!: runs under /bin/sh, as env(1) runs it
+    script.write_text('echo "$1 ran"; exit 7\n')
+    script.chmod(0o755)
+    return {"tmp": str(tmp_path), "noexec": str(noexec), "badformat": str(badformat), "noshebang": str(script)}
 
 
 EXIT_TABLE = [
@@ -240,6 +243,8 @@ EXIT_TABLE = [
     (["run", "--", "{noexec}"], 126, "permission denied"),
     (["run", "--", "{tmp}"], 126, "is a directory"),
     (["run", "--", "{badformat}"], 126, "accio run: exec {badformat}: exec format error (errno 8)"),
+    (["run", "--", "{noshebang}", "it"], 7, ""),  # run by /bin/sh, its own status
+    (["run", "--stats-json", "{tmp}/s.json", "--", "{noshebang}", "it"], 7, ""),
     (["run", "--stats", "--", "{badformat}"], 126, "exec format error"),
     (["run", "--"], 125, "accio run: no program given"),
     (["run"], 125, "no program given"),
