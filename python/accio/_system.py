@@ -87,18 +87,33 @@ def meminfo() -> dict[str, int]:
     return out
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C's KeyboardInterrupt is (sigterm_interrupts)."""
+
+
+def interrupted_status(e: BaseException) -> int:
+    """The exit status of a command interrupted by e: 128 + the signal, as a shell reports a process
+    killed by it (130 for Ctrl-C, 143 for SIGTERM: a batch system's accounting reads it)."""
+    return 143 if isinstance(e, Terminated) else 130
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 @contextlib.contextmanager
 def sigterm_interrupts():
-    """SIGTERM raises KeyboardInterrupt in the main thread while inside, as Ctrl-C does, so that a
-    command killed by `kill` or a batch system removes its scratch files on the way out (the `with`
-    blocks and `finally` clauses run) instead of leaving them behind. The previous handler is put
-    back on leaving; outside the main thread (where no handler can be set) nothing changes."""
+    """SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread while inside, as Ctrl-C
+    does, so that a command killed by `kill` or a batch system removes its scratch files on the way
+    out (the `with` blocks and `finally` clauses run) instead of leaving them behind, and exits 143
+    (interrupted_status). The previous handler is put back on leaving; outside the main thread
+    (where no handler can be set) nothing changes."""
     import signal
     import threading
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    old = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
     finally:  # None: a handler not set from Python, which cannot be put back: the default then

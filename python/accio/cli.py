@@ -256,8 +256,9 @@ def _guarded(command: str, func, args) -> int:
             raise
         report(command, str(e))
         return FAILURE
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:
+        from ._system import interrupted_status
+        return interrupted_status(e)
 
 
 if __name__ == "__main__":

@@ -379,7 +379,7 @@ def test_interrupted_run_keeps_every_finished_cell(tmp_path, sig):
     assert during["complete"] is False
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + sig, err  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports them
     doc = json.loads(js.read_text())
     assert doc["complete"] is False and 2 <= len(doc["results"]) < 20
     assert doc["results"][:2] == during["results"][:2]

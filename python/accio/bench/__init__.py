@@ -30,7 +30,7 @@ from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
 from .runner import Runner, file_extents, reads_files_as_found
-from .._system import online_cpus, parse_sizes, sigterm_interrupts
+from .._system import interrupted_status, online_cpus, parse_sizes, sigterm_interrupts
 from .spec import LAYOUTS, TESTS, Spec, apply_preset, parse_counts, parse_mechanisms, parse_tests
 
 DEFAULTS = dict(tests="write,rewrite,read,reread", mechanisms="all", file_sizes="256m", records="1m",
@@ -445,16 +445,16 @@ def main(args) -> int:
     runner = Runner(spec, world, progress, on_result=keep if world.rank == 0 else None)
     if doc is not None:
         doc["results"] = runner.results  # the list the runner appends to
-    interrupted = False
+    interrupted = 0  # the exit status of an interruption
     try:  # under mpirun SIGTERM stays the launcher's to handle
         with sigterm_interrupts() if world.size == 1 else contextlib.nullcontext():
             runner.run()
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: report what was measured, then exit 130
-        interrupted = True
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: report what was measured, then exit 130 or 143
+        interrupted = interrupted_status(e)
     finally:
         progress.close()
     if world.rank != 0:
-        return 130 if interrupted else 0
+        return interrupted
     doc["complete"] = not interrupted
     keep()
     results = doc["results"]
@@ -487,7 +487,7 @@ def main(args) -> int:
     if interrupted:
         print(f"accio bench: interrupted after {len(results)} result(s); the output holds those "
               "(\"complete\": false in the JSON)", file=sys.stderr)
-        return 130
+        return interrupted
     return 0
 
 

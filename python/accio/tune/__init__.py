@@ -216,7 +216,7 @@ def main(args) -> int:
     path = args.profile or key["file"]
     if args.show:
         return show(path, key, directory)
-    with sigterm_interrupts():  # killed: the scratch files go, as at Ctrl-C (exit 130)
+    with sigterm_interrupts():  # killed: the scratch files go, as at Ctrl-C (exit 143; 130 for Ctrl-C)
         if args.evaluate:
             return evaluate(args, directory, path)
         check_creatable("--profile" if args.profile else "the profile", path)  # before minutes of calibration
