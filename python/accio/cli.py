@@ -28,6 +28,8 @@ def _cmd_info(args) -> int:
     errors = info.setting_errors(data)  # shown in their rows too; said again where a script sees it
     for e in errors:
         print(f"accio info: {e}; correct the variable or unset it", file=sys.stderr)
+    for w in info.unknown_variables(data):  # a warning: a newer accio may read it
+        print(f"accio info: warning: {w}", file=sys.stderr)
     return FAILURE if errors else 0
 
 

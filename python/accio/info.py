@@ -127,6 +127,28 @@ def _settings_now() -> list[dict]:
     return [{**row, "value": now[row["name"]][0], "error": now[row["name"]][1]} for row in settings_table()]
 
 
+# The ACCIO_* variables accio reads that are not settings rows (those are in the settings table):
+# accio run's launcher and shim, the profile lookup, the quiet switch, the drivers' library paths,
+# and the test suite's.
+OTHER_VARIABLES = frozenset({
+    "ACCIO_QUIET", "ACCIO_PROFILE", "ACCIO_PROFILE_DIR", "ACCIO_MECHANISM", "ACCIO_LIBCUDA", "ACCIO_LIBCUFILE",
+    "ACCIO_PRELOAD_THRESHOLD", "ACCIO_PRELOAD_PREFETCH", "ACCIO_PRELOAD_STATS_FILES", "ACCIO_PRELOAD_STATS_DIR",
+    "ACCIO_PRELOAD_FLOOR", "ACCIO_PRELOAD_ENGINE", "ACCIO_RUN_PYTHON", "ACCIO_OFFLOAD_WORKER",
+    "ACCIO_TEST_DIR", "ACCIO_TEST_OPS", "ACCIO_TEST_FAKE_GPU", "ACCIO_TEST_WHEEL", "ACCIO_FUZZ_SCALE"})
+
+
+def unknown_variables(info: dict) -> list[str]:
+    """The ACCIO_* variables set here that accio does not read (a typo such as ACCIO_THREAD is
+    otherwise ignored without a word), each with the nearest name it reads, if one is close."""
+    import difflib
+    known = {s["env"] for s in info["settings"] if s.get("env")} | OTHER_VARIABLES
+    out = []
+    for name in sorted(k for k in os.environ if k.startswith("ACCIO_") and k not in known):
+        near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        out.append(f"{name} is not a variable accio reads" + (f" (did you mean {near[0]}?)" if near else ""))
+    return out
+
+
 def setting_errors(info: dict) -> list[str]:
     """The engine's errors for the ACCIO_* variables that hold bad values (accio refuses to open files
     with them; the offload runtime, with a bad ACCIO_OFFLOAD_*, refuses to start)."""

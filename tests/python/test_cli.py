@@ -279,6 +279,19 @@ def test_stdout_closed_is_one_line_not_a_traceback(tmp_path):
     assert r.returncode == 1 and "stdout is closed" in r.stderr, r.stderr  # (its table went nowhere)
 
 
+def test_info_names_accio_variables_it_does_not_read(tmp_path):
+    """A typo (ACCIO_THREAD=4) was ignored without a word: accio info warns, with the nearest name, and
+    still exits 0 (a newer accio may read it)."""
+    env = dict(os.environ, ACCIO_THREAD="4", ACCIO_NOTHING_LIKE_IT="1")
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "info", str(tmp_path)], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert "accio info: warning: ACCIO_THREAD is not a variable accio reads (did you mean ACCIO_THREADS?)" in r.stderr
+    assert "ACCIO_NOTHING_LIKE_IT is not a variable accio reads\n" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "accio.cli", "info", str(tmp_path)], capture_output=True, text=True)
+    assert "is not a variable accio reads" not in r.stderr, r.stderr  # every one the tests set is known
+
+
 def test_a_bad_accio_variable_is_exit_1_for_every_command(tmp_path):
     """The table's rule for a bad ACCIO_* value (1: it ran and failed), the same in bench as in info and
     tune (bench said 2, a usage error), each naming the variable and what to do."""
