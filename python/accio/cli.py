@@ -237,7 +237,8 @@ def _main(argv: list[str] | None) -> int:
 
 def _guarded(command: str, func, args) -> int:
     """Runs a sub-command: UsageError is exit 2, OSError, RuntimeError and a malformed input file (it
-    ran and failed) 1, each as one line `accio COMMAND: sentence`. (`accio run` is the native launcher's: 125/126/127.)"""
+    ran and failed) 1, each as one line `accio COMMAND: sentence`. (`accio run` is the native
+    launcher's: 125/126/127.)"""
     try:
         return func(args)
     except UsageError as e:

@@ -11,7 +11,9 @@
 
 enum { ACCIO_SIZE_OK = 0, ACCIO_SIZE_NOT_A_SIZE, ACCIO_SIZE_UNKNOWN_UNIT, ACCIO_SIZE_TOO_LARGE };
 
-static inline int accio_size_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static inline int accio_size_blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 static inline char accio_size_lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
 
 /* ACCIO_SIZE_OK and *out, or why not. */

@@ -251,15 +251,10 @@ static int preload_settings_ok(const char* shim) {
     return 0;
   }
   v = getenv("ACCIO_PRELOAD_STATS_FILES");
-  if (v && *v) {
-    char* end;
-    errno = 0;
-    const unsigned long n = strtoul(v, &end, 10);
-    if (errno || *end || *v == '-' || n < 1 || n > ACCIO_RUN_MAX_STATS_FILES) {
-      say("ACCIO_PRELOAD_STATS_FILES='%s' is not a count from 1 to %u; correct the variable or unset it", v,
-          ACCIO_RUN_MAX_STATS_FILES);
-      return 0;
-    }
+  if (v && *v && !accio_run_parse_stats_files(v)) {
+    say("ACCIO_PRELOAD_STATS_FILES='%s' is not a count from 1 to %u; correct the variable or unset it", v,
+        ACCIO_RUN_MAX_STATS_FILES);
+    return 0;
   }
   v = getenv("ACCIO_PRELOAD_ENGINE");
   if (v && *v) {

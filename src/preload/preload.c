@@ -1489,10 +1489,8 @@ __attribute__((constructor)) static void shim_init(void) {
   const char* d = getenv("ACCIO_PRELOAD_STATS_DIR");
   const char* nf = getenv("ACCIO_PRELOAD_STATS_FILES");
   if (d && *d && nf && *nf) {
-    char* end;
-    errno = 0;
-    const unsigned long v = strtoul(nf, &end, 10);
-    if (!errno && !*end && *nf != '-' && v >= 1 && v <= MAX_FILES) g_max_files = (uint32_t)v;
+    const unsigned v = accio_run_parse_stats_files(nf);
+    if (v) g_max_files = v;
     else tell_user("accio preload: ACCIO_PRELOAD_STATS_FILES='%s' is not a count from 1 to %u: using %u\n", nf,
                    MAX_FILES, g_max_files);
   }

@@ -10,10 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-
-#include "../base/size_text.h" /* relative: the Python extension includes this file too */
 #include <stdlib.h>
 #include <string.h>
+
+#include "../base/size_text.h" /* relative: the Python extension includes this file too */
 
 /* Exit statuses, as env(1) and nohup(1): otherwise the program's own. */
 #define ACCIO_RUN_OWN_ERROR 125      /* accio's own error, a usage error of `accio run` included */
@@ -58,6 +58,15 @@ static inline size_t accio_run_parse_size(const char* s, int* ok) {
 
 /* The most files whose statistics one process keeps (ACCIO_PRELOAD_STATS_FILES: 1 to this). */
 #define ACCIO_RUN_MAX_STATS_FILES (1u << 16)
+
+/* ACCIO_PRELOAD_STATS_FILES as a count from 1 to ACCIO_RUN_MAX_STATS_FILES, or 0 when v is not one:
+ * one rule for the shim, which takes it, and the launcher, which refuses a bad one first. */
+static inline unsigned accio_run_parse_stats_files(const char* v) {
+  char* end;
+  errno = 0;
+  const unsigned long n = strtoul(v, &end, 10);
+  return !errno && !*end && *v != '-' && n >= 1 && n <= ACCIO_RUN_MAX_STATS_FILES ? (unsigned)n : 0;
+}
 
 /* Where libaccio.so lies from the shim's directory: the same one, or two up for the copies of the
  * shim in lib/accio-platform/NAME/ (CMakeLists.txt). */

@@ -124,7 +124,6 @@ class _Numpy:
         return self.np.empty(shape, self.dtype(st))
 
 
-
 class _Cupy(_Numpy):
     name = "cupy"
 
@@ -567,8 +566,8 @@ def _st_dtype(name: str, dname: str) -> str:
 
 def _serialize(tensors: dict, metadata: dict | None) -> tuple[bytes, list, int]:
     """The header's bytes, the (flat buffer, offset in the data section, bytes) writes of a save and
-    the data section's length, every
-    tensor checked first: what safetensors refuses to save is refused here, before any file is touched."""
+    the data section's length, every tensor checked first: what safetensors refuses to save is
+    refused here, before any file is touched."""
     if not isinstance(tensors, dict):
         raise ValueError(f"expected a dict of name -> tensor, got {type(tensors).__name__}")
     if metadata is not None and (not isinstance(metadata, dict) or
