@@ -81,7 +81,8 @@ def _cmd_offload_bench(args) -> int:
 
 def build_parser():
     import argparse
-    p = argparse.ArgumentParser(prog="accio", description="Move file data between storage and memory "
+    from ._parser import Parser
+    p = Parser(prog="accio", description="Move file data between storage and memory "
                                 "as fast as the machine allows, and measure which way is fastest.")
     p.add_argument("--version", action="version", version=f"accio {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -183,11 +184,39 @@ class _ClosedStdout:
         return False
 
 
+class _NamedStdout:
+    """sys.stdout for the CLI, where an OSError writing or flushing it names stdout: `accio info
+    >/dev/full` said `accio info: no space left on device`, as if of the path it describes."""
+
+    def __init__(self, f) -> None:
+        self._f = f
+
+    def write(self, text: str) -> int:
+        try:
+            return self._f.write(text)
+        except OSError as e:
+            raise _on_stdout(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except OSError as e:
+            raise _on_stdout(e) from None
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def _on_stdout(e: OSError) -> OSError:
+    return e if e.filename == "stdout" else type(e)(e.errno, e.strerror, "stdout")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Every command, with one rule for a reader of stdout that went away (`accio tune DIR --show |
-    head -5`): no message, exit 141, whichever command was writing (_guarded lets it through)."""
-    if sys.stdout is None:  # started with stdout closed
-        sys.stdout = _ClosedStdout()
+    head -5`): no message, exit 141, whichever command was writing (_guarded lets it through); and
+    one for a stdout that fails otherwise (full, closed, an I/O error): one line, exit 1."""
+    saved = sys.stdout
+    sys.stdout = _ClosedStdout() if saved is None else _NamedStdout(saved)  # None: started with it closed
     try:
         try:
             status = _main(argv)
@@ -202,6 +231,14 @@ def main(argv: list[str] | None = None) -> int:
         if not stdout_reader_gone():
             raise
         return reader_gone()
+    except OSError as e:  # --help to a full disk, or a command's output flushed at the end
+        if e.filename != "stdout":
+            raise
+        report("", f"write error on {describe(e)}")
+        reader_gone()  # the unwritten rest must not fail again at the interpreter's exit
+        return FAILURE
+    finally:
+        sys.stdout = saved
 
 
 def _main(argv: list[str] | None) -> int:
@@ -221,6 +258,9 @@ def _main(argv: list[str] | None) -> int:
         from . import run
         return run.report_main(argv)
     parser = build_parser()
+    from .bench import SUBCOMMANDS  # imported by build_parser already
+    if argv[:1] and argv[0] in SUBCOMMANDS:  # `accio compare a.json b.json` (`accio run` is handled above)
+        parser.error(f"'{argv[0]}' is a sub-command of bench: accio bench {' '.join(argv)}")
     args, extra = parser.parse_known_args(argv)
     if extra:  # a sub-command's unknown option or extra argument: said with that sub-command's usage
         import argparse
@@ -229,8 +269,8 @@ def _main(argv: list[str] | None) -> int:
         after = command in argv and all(x not in argv[:argv.index(command)] for x in extra)
         owner = subs.choices[command] if after else parser  # `accio --bogus info`: the top level's
         owner.error(f"unrecognized arguments: {' '.join(extra)}")
-    if not getattr(args, "func", None):
-        parser.print_help()
+    if not getattr(args, "func", None):  # `accio` alone: a usage error, so its help goes to stderr
+        parser.print_help(sys.stderr)
         return USAGE
     return _guarded(args.command, args.func, args)
 
@@ -245,8 +285,8 @@ def _guarded(command: str, func, args) -> int:
         report(command, str(e))
         return USAGE
     except (OSError, RuntimeError) as e:
-        if isinstance(e, BrokenPipeError) and stdout_reader_gone():
-            raise  # not a failure: main() exits quietly
+        if isinstance(e, BrokenPipeError) and stdout_reader_gone() or getattr(e, "filename", None) == "stdout":
+            raise  # main() exits quietly (the reader went away) or says it once (a failed write)
         text = describe(e)
         if "read environment: ACCIO_" in text:  # the engine refused an ACCIO_* variable: say what to do
             text += "; correct the variable or unset it (`accio info` shows every setting)"

@@ -324,9 +324,17 @@ void put(Settings& s, const SettingRow& r, SettingValue v) {
 }
 }  // namespace
 
+// "unknown setting 'bogus'" with the names there are: the caller may be a script's --set, a
+// C program's accio_settings_set, or a typo (`accio info` lists them with their meaning too).
+static std::string unknown_setting(const std::string& name) {
+  std::string names;
+  for (size_t i = 0, n = setting_count(); i < n; ++i) names += (i ? ", " : "") + setting_row(i).spec.name;
+  return "unknown setting '" + name + "' (one of " + names + ")";
+}
+
 void Settings::set(const std::string& name, const std::string& value) {
   const SettingRow* r = find_setting(name);
-  if (!r) throw Error(EINVAL, "set setting", "", kNoOffset, "unknown setting '" + name + "'");
+  if (!r) throw Error(EINVAL, "set setting", "", kNoOffset, unknown_setting(name));
   try {
     put(*this, *r, parse_value(*r, value));
   } catch (const std::invalid_argument& e) {
@@ -337,7 +345,7 @@ void Settings::set(const std::string& name, const std::string& value) {
 
 std::string Settings::get(const std::string& name) const {
   const SettingRow* r = find_setting(name);
-  if (!r) throw Error(EINVAL, "get setting", "", kNoOffset, "unknown setting '" + name + "'");
+  if (!r) throw Error(EINVAL, "get setting", "", kNoOffset, unknown_setting(name));
   for (const auto& [index, message] : env_errors)
     if (index == r->index) throw Error(EINVAL, "read environment", "", kNoOffset, message);
   if (r->load) return r->print(r->load(*this));

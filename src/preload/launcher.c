@@ -648,19 +648,39 @@ int accio_run_main(int argc, char** argv) {
       break;
     }
     if (a[0] != '-' || !a[1]) break;
-    int k = 0;
+    int k = NOPTS;
     const char* v = NULL;
-    size_t alen = strcspn(a, "=");
-    for (; k < NOPTS; ++k) {
-      const struct opt* o = &kOpts[k];
-      if (!strcmp(a, o->name) || (o->letter && !strcmp(a, o->letter))) break;
-      if (o->metavar && a[1] == '-' && a[alen] == '=' && alen == strlen(o->name) && !strncmp(a, o->name, alen)) {
-        v = a + alen + 1; /* --threshold=64k */
-        break;
+    if (a[1] == '-') { /* --name, --name=value, or a unique prefix of a name (as getopt_long and argparse) */
+      const size_t alen = strcspn(a, "=");
+      int matches = 0;
+      for (int j = 0; j < NOPTS && k == NOPTS; ++j)
+        if (!strncmp(a, kOpts[j].name, alen) && kOpts[j].name[alen] == '\0') k = j; /* exact: wins */
+      for (int j = 0; j < NOPTS && k == NOPTS; ++j) matches += !strncmp(a, kOpts[j].name, alen);
+      if (k == NOPTS && matches > 1) {
+        char names[256] = "";
+        for (int j = 0; j < NOPTS; ++j)
+          if (!strncmp(a, kOpts[j].name, alen))
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? ", " : "", kOpts[j].name);
+        say("ambiguous option '%.*s' (could be %s)", (int)alen, a, names);
+        return ACCIO_RUN_OWN_ERROR;
       }
-      if (o->metavar && o->letter && a[1] != '-' && a[1] == o->letter[1] && a[2]) {
-        v = a + 2; /* -l64k */
-        break;
+      for (int j = 0; j < NOPTS && k == NOPTS && matches == 1; ++j)
+        if (!strncmp(a, kOpts[j].name, alen)) k = j;
+      if (k < NOPTS && a[alen] == '=') {
+        if (!kOpts[k].metavar) {
+          say("option '%s' takes no value", kOpts[k].name);
+          return ACCIO_RUN_OWN_ERROR;
+        }
+        v = a + alen + 1; /* --threshold=64k */
+      }
+    } else {
+      for (k = 0; k < NOPTS; ++k) {
+        const struct opt* o = &kOpts[k];
+        if (o->letter && !strcmp(a, o->letter)) break;
+        if (o->metavar && o->letter && a[1] == o->letter[1] && a[2]) {
+          v = a + 2; /* -l64k */
+          break;
+        }
       }
     }
     if (k == NOPTS) {
@@ -681,6 +701,11 @@ int accio_run_main(int argc, char** argv) {
   }
   if (val[OPT_HELP]) {
     usage(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* --help >/dev/full: the help was lost, as coreutils say */
+      const int e = errno;
+      say("write error on stdout: %s (errno %d)", why(e), e);
+      return ACCIO_RUN_OWN_ERROR;
+    }
     return 0;
   }
   char** prog = argv + i;

@@ -102,6 +102,7 @@ TEST(Settings, BadValuesSayWhy) {
   EXPECT_NE(msg("profile", "").find("empty"), std::string::npos);
   EXPECT_NE(msg("queue_depth", "0").find("not in 1..4096"), std::string::npos);
   EXPECT_NE(msg("nonesuch", "1").find("unknown setting 'nonesuch'"), std::string::npos);
+  EXPECT_NE(msg("nonesuch", "1").find("(one of mechanism, threads, "), std::string::npos) << msg("nonesuch", "1");  // what there is
   EXPECT_THROW(s.get("nonesuch"), base::Error);
 }
 

@@ -383,6 +383,8 @@ def test_bad_arguments_fail_clearly(args, message):
     (["-s", "1m,0"], "-s: '0' is not a positive size"),
     (["-r", "16m:1m"], "-r: '16m:1m' is not a range of sizes: need 0 < low <= high"),
     (["-t", "abc"], "-t: 'abc' is not a count (e.g. 1,2,4 or 1:8 or 1..N)"),  # was "invalid literal for int()"
+    (["-t", "3:1"], "-t: '3:1' is not a range of counts: need low <= high (e.g. 1:3 doubling, or 1..3 every count)"),
+    (["-t", ","], "-t: ',' names no count (e.g. 1,2,4 or 1:8 or 1..N)"),  # was "',': no counts"
     (["-Q", "x"], "-Q: 'x' is not a count"),
 ])
 def test_a_bad_size_or_count_names_its_option(args, message):
@@ -459,4 +461,52 @@ def test_progress_prints_lines_when_stderr_is_not_a_terminal(capsys):
 
 def test_bench_without_a_terminal_says_what_it_runs(tmp_path):
     r = bench("-T", "write", "-m", "posix", "-s", "1m", "-i", "1", "-d", str(tmp_path))
-    assert r.stderr.startswith("accio bench: 1 timed phases, 1 mechanism(s)"), r.stderr
+    assert r.stderr.startswith("accio bench: 1 timed phase, 1 mechanism(s)"), r.stderr
+
+
+def test_sizes_and_records_that_cannot_pair_are_said_before_the_run(tmp_path):
+    """`-s 1m,4m -r 2m` dropped the 1 MiB file size without a word (only "nothing would run" was
+    said); a record larger than every file likewise. A warning on stderr (under -q too) and in the
+    JSON."""
+    out = tmp_path / "r.json"
+    r = bench("-T", "write", "-m", "posix", "-s", "1m,4m", "-r", "2m,8m", "-i", "1", "-q", "-d", str(tmp_path),
+              "--json", str(out))
+    assert r.stderr.splitlines()[:2] == [
+        "accio bench: warning: file size 1 MiB skipped: no record (2 MiB, 8 MiB) fits in it",
+        "accio bench: warning: record 8 MiB skipped: larger than every file size (at most 4 MiB)"], r.stderr
+    doc = json.loads(out.read_text())
+    assert "file size 1 MiB skipped: no record (2 MiB, 8 MiB) fits in it" in doc["warnings"]
+    assert {(x["file_size"], x["record_size"]) for x in doc["results"]} == {(4 << 20, 2 << 20)}
+    r = bench("-T", "write", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-q", "-d", str(tmp_path))
+    assert "warning" not in r.stderr, r.stderr
+
+
+def test_one_directory_named_twice_is_refused(tmp_path):
+    """`-d sig -d ./sig` measured one directory twice, as two row groups."""
+    r = bench("-T", "write", "-m", "posix", "-s", "1m", "-i", "1", "-d", str(tmp_path), "-d", f"{tmp_path}/.",
+              check=False)
+    assert r.returncode == 2 and f"-d {tmp_path} and -d {tmp_path}/. name the same directory" in r.stderr, r.stderr
+
+
+def test_a_files_file_that_cannot_be_opened_is_named_before_the_run(tmp_path, monkeypatch):
+    """An unreadable --files file was found by the first phase (`open 'secret': Permission denied`,
+    no option named). Checked before the run, as the run opens it (root reads a mode-000 file, so the
+    refusal is made by a stand-in os.open)."""
+    from accio.bench import _check_files_open
+    f = tmp_path / "secret"
+    f.write_bytes(b"x")
+    real = os.open
+
+    def refuse(path, flags, *a):
+        if str(path) == str(f):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, flags, *a)
+    monkeypatch.setattr(os, "open", refuse)
+    with pytest.raises(PermissionError, match=f"--files {f}"):
+        _check_files_open([str(f)], write=False)
+    monkeypatch.undo()
+    _check_files_open([str(f)], write=True)  # readable and writable: nothing to say
+    with pytest.raises(IsADirectoryError, match=f"--files {tmp_path}"):
+        _check_files_open([str(tmp_path)], write=True)
+    with pytest.raises(FileNotFoundError, match="--files /nonexistent-dir/new"):
+        _check_files_open(["/nonexistent-dir/new"], write=True)  # a file the run would make, where it cannot

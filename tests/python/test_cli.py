@@ -28,8 +28,34 @@ def test_help(sub):
 
 
 def test_no_command_prints_help_and_fails():
+    """A usage error, so its help goes to stderr (it went to stdout, with exit 2)."""
     r = run(check=False)
-    assert r.returncode == 2 and "COMMAND" in r.stdout
+    assert r.returncode == 2 and "COMMAND" in r.stderr and r.stdout == "", r
+
+
+def test_a_bench_sub_command_given_alone_is_pointed_at_bench():
+    r = run("compare", "a.json", "b.json", check=False)
+    assert r.returncode == 2 and "accio: error: 'compare' is a sub-command of bench: accio bench compare a.json " \
+        "b.json" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"], ["bench", "compare", "--help"], ["info"],
+                                  ["run", "--help"]])
+def test_a_failed_write_to_stdout_is_one_line_and_exit_1(argv, buffered):
+    """`accio --help >/dev/full` lost the help and exited 0 (argparse drops the OSError) or, with
+    Python's usual buffering, ended in a traceback; `accio info >/dev/full` said `no space left on
+    device` as if of the path it describes. Now one line naming stdout, exit 1 (125 for run, as env)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" or not buffered}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    for front in FRONTS.values():
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([*front, *argv], stdout=full, stderr=subprocess.PIPE, text=True, env=env)
+        assert r.returncode == (125 if argv[0] == "run" else 1), r.stderr
+        assert r.stderr.endswith("write error on stdout: no space left on device (errno 28)\n"), r.stderr
+        assert r.stderr.count("\n") == 1, r.stderr
 
 
 def test_info_text_and_json(tmp_path):
@@ -226,6 +252,12 @@ EXIT_TABLE = [
     (["tune", "{tmp}", "--json", "x.json"], 2, "--json goes with --evaluate"),
     (["tune", "{tmp}", "--profile", "-"], 2, "--profile takes a file name"),
     (["tune", "{tmp}", "--show", "--evaluate"], 2, "do not go together"),
+    (["tune", "{tmp}", "--show", "--budget", "30"], 2,  # was ignored without a word
+     "accio tune: --budget: not read with --show, which prints the profile; leave it out"),
+    (["tune", "{tmp}", "--evaluate", "--budget", "30", "--file-size", "8m"], 2,
+     "accio tune: --budget, --file-size: a calibration's options, not read with --evaluate; leave them out"),
+    (["tune", "{tmp}", "--reps", "9"], 2, "accio tune: --reps: --evaluate's option, not read by a calibration; leave"),
+    (["tune", "{tmp}", "--show", "--threads", "2"], 2, "--threads: not read with --show"),
     (["tune", "{tmp}", "--evaluate", "--transfers", "4q"], 2, "accio tune: --transfers: '4q' is not a size (e.g. 64m"),
     (["tune", "{tmp}", "--evaluate", "--reps", "0"], 2, "--reps must be at least 1"),
     (["tune", "{tmp}", "--target", "cuda:0"], 2, "measured with --device cuda:N"),
@@ -253,6 +285,12 @@ EXIT_TABLE = [
     (["run", "-t", "64k", "--", "true"], 125, "the threshold is --threshold or -l"),
     (["run", "--mechanism", "warp", "--", "true"], 125, "warp"),
     (["run", "--bogus", "--", "true"], 125, "--bogus"),
+    (["run", "--mech", "posix", "--", "true"], 0, ""),  # a unique prefix, as getopt_long and argparse
+    (["run", "--thr=64k", "--", "true"], 0, ""),
+    (["run", "--stat", "--", "true"], 125, "accio run: ambiguous option '--stat' (could be --stats, --stats-json)"),
+    (["run", "--stats", "--", "true"], 0, "accio run: "),  # exact beats the longer --stats-json
+    (["run", "--stats=yes", "--", "true"], 125, "option '--stats' takes no value"),
+    (["run", "--mech", "warp", "--", "true"], 125, "--mechanism 'warp'"),
     (["run", "--stats-json", "/nonexistent/s.json", "--", "true"], 125,
      "accio run: --stats-json /nonexistent/s.json: /nonexistent: no such file or directory (errno 2)"),
 ]

@@ -25,6 +25,7 @@ import tempfile
 import time
 
 from .. import __version__, _ext, settings as effective_settings
+from .._parser import Parser
 from .._usage import UsageError, check_creatable, check_output_path, distinct_files, stdout_outputs
 from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
@@ -185,6 +186,33 @@ def _check_target(target: str) -> None:
         raise ValueError(f"target {target}: this machine has {len(_ext.gpus())} GPU(s)")
 
 
+def _check_dirs_distinct(dirs: list[str]) -> None:
+    """`-d sig -d ./sig` measured one directory twice, as two row groups."""
+    seen: dict = {}
+    for d in dirs:
+        try:
+            st = os.stat(d)
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            continue  # said below, with what is wrong with it
+        if key in seen:
+            raise ValueError(f"-d {seen[key]} and -d {d} name the same directory: give it once")
+        seen[key] = d
+
+
+def skipped_sizes(spec: Spec) -> list[str]:
+    """File sizes that no record fits and records that fit no file size (IOR: a transfer is at most
+    the block), said before the run: `-s 1m,4m -r 2m` dropped the 1 MiB size without a word."""
+    from .._system import fmt_size
+    sizes = ", ".join(map(fmt_size, spec.records))
+    notes = [f"file size {fmt_size(fs)} skipped: no record ({sizes}) fits in it"
+             for fs in spec.file_sizes if all(r > fs for r in spec.records)]
+    biggest = max(spec.file_sizes, default=0)
+    notes += [f"record {fmt_size(r)} skipped: larger than every file size (at most {fmt_size(biggest)})"
+              for r in spec.records if r > biggest]
+    return notes
+
+
 def _check(spec: Spec, world: int) -> None:
     if spec.target != "host":
         if world > 1:
@@ -198,6 +226,7 @@ def _check(spec: Spec, world: int) -> None:
         raise ValueError(f"no record size ({', '.join(map(fmt_size, spec.records))}) fits in a file size "
                          f"({', '.join(map(fmt_size, spec.file_sizes))}): nothing would run; a record (-r) must be "
                          "at most the file size (-s), as IOR refuses a transfer larger than the block")
+    _check_dirs_distinct(spec.dirs)
     if spec.drop_caches and os.geteuid() != 0:
         raise ValueError("--drop-caches writes /proc/sys/vm/drop_caches and needs root; without it cold reads "
                          "use posix_fadvise(DONTNEED), verified with a residency check")
@@ -221,6 +250,7 @@ def _check(spec: Spec, world: int) -> None:
             raise ValueError(f"--files: {need} files needed (one per thread and process), {len(spec.files)} given")
         if reads_files_as_found(spec):
             _check_files_cover(spec)
+        _check_files_open(spec.files, write=not reads_files_as_found(spec))
     for d in spec.dirs:  # the file system said no: exit 1, as for any path that cannot be used
         if not os.path.exists(d):
             raise FileNotFoundError(2, "No such file or directory", f"-d {d}")
@@ -268,6 +298,20 @@ def _check_files_cover(spec: Spec) -> None:
                              + (f" ({writers} writers x -s)" if writers > 1 else "") +
                              f"; a read-only run reads the files as they are and never writes them: give -s {fit_text} "
                              f"or less, or put a write test first (-T write,{tests}), which overwrites the file")
+
+
+def _check_files_open(files: list[str], write: bool) -> None:
+    """Each --files file that exists opens as the run will open it (read-only, or for writing without
+    truncating it): an unreadable file was found by the first phase as `open 'secret': Permission
+    denied`, without the option's name. One that does not exist is made by the run, in its directory."""
+    for f in files:
+        try:
+            os.close(os.open(f, (os.O_RDWR if write else os.O_RDONLY) | os.O_NONBLOCK))  # a FIFO: no wait
+        except FileNotFoundError:
+            if write:  # made by the run, in a directory that must exist
+                check_output_path("--files", f)
+        except OSError as e:
+            raise type(e)(e.errno, e.strerror, f"--files {f}") from None
 
 
 def _file_size(path: str) -> int:
@@ -421,8 +465,13 @@ def main(args) -> int:
     t0 = time.monotonic()
     phases = count_phases(spec)
     progress = Progress(phases, world.rank == 0 and not args.quiet)
+    notes = skipped_sizes(spec)
+    if world.rank == 0:
+        for note in notes:  # not progress: said under -q too
+            print(f"accio bench: warning: {note}", file=sys.stderr, flush=True)
     if world.rank == 0 and not args.quiet:
-        print(f"accio bench{' --preset ' + spec.preset if spec.preset else ''}: {phases} timed phases, "
+        print(f"accio bench{' --preset ' + spec.preset if spec.preset else ''}: {phases} timed "
+              f"phase{'' if phases == 1 else 's'}, "
               f"{len(spec.mechanisms)} mechanism(s), {world.size} process(es), in {', '.join(spec.files or spec.dirs)}"
               + (" (read as they are: not written, not verified)" if reads_files_as_found(spec) else ""),
               file=sys.stderr, flush=True)
@@ -438,7 +487,7 @@ def main(args) -> int:
         """After every cell (and at the end): the JSON so far, replaced atomically, so that a run that
         is interrupted or killed keeps every cell it finished."""
         doc["duration_s"] = time.monotonic() - t0
-        doc["warnings"] = [w for w in _ext.warnings().splitlines() if w]
+        doc["warnings"] = notes + [w for w in _ext.warnings().splitlines() if w]
         if args.json and args.json != "-":
             output.write_json(args.json, doc)
 
@@ -492,7 +541,7 @@ def main(args) -> int:
 
 
 def compare_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="accio bench compare", description="Ratios B/A of two accio bench JSON "
+    p = Parser(prog="accio bench compare", description="Ratios B/A of two accio bench JSON "
                                 "files, for every result (test, mechanism, sizes, threads, ...) present in both, "
                                 "each with its 95% bootstrap interval and verdict: faster, slower, within noise "
                                 "(the interval holds 1 and lies inside ±5%), undecided, or too few samples "
@@ -535,7 +584,7 @@ def _load_run(path: str) -> dict:
 def report_main(argv: list[str]) -> int:
     """`accio bench report RUN.json`: the table again, and the HTML report redrawn from the JSON
     (also from a run that was interrupted: it holds the cells that finished)."""
-    p = argparse.ArgumentParser(prog="accio bench report", description="Redraw the report of an accio bench "
+    p = Parser(prog="accio bench report", description="Redraw the report of an accio bench "
                                 "run from its JSON: the table on stdout and the HTML report (tables, plots, "
                                 "summary), e.g. after an interrupted run or with a newer accio.")
     p.add_argument("run", metavar="RUN.json", help="the run's --json file ('-' for stdin, with -o)")

@@ -137,7 +137,8 @@ def contenders(args, target, files: list[str], framework: str, settings: dict, p
 
 def main(argv: list[str]) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="accio bench safetensors", description=__doc__,
+    from .._parser import Parser
+    p = Parser(prog="accio bench safetensors", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     args = p.parse_args(argv)

@@ -42,18 +42,22 @@ def parse_counts(text: str, n_max: int) -> list[int]:
         return v
 
     for item in filter(None, (t.strip() for t in text.split(","))):
-        if ".." in item:
-            lo, hi = (one(x) for x in item.split("..", 1))
+        sep = ".." if ".." in item else ":" if ":" in item else None
+        if sep:
+            lo, hi = (one(x) for x in item.split(sep, 1))
+            if hi < lo:  # `-t 3:1` said "'3:1': no counts"
+                raise ValueError(f"{item!r} is not a range of counts: need low <= high (e.g. 1:{max(lo, 2)} "
+                                 f"doubling, or 1..{max(lo, 2)} every count)")
+        if sep == "..":
             out.extend(range(lo, hi + 1))
-        elif ":" in item:
-            lo, hi = (one(x) for x in item.split(":", 1))
+        elif sep:
             while lo <= hi:
                 out.append(lo)
                 lo *= 2
         else:
             out.append(one(item))
     if not out:
-        raise ValueError(f"'{text}': no counts")
+        raise ValueError(f"{text!r} names no count (e.g. 1,2,4 or 1:8 or 1..N)")
     return sorted(set(out))
 
 

@@ -27,16 +27,16 @@ MIN_FILE_SIZE = 8 * MiB  # --file-size: smaller files leave most of the search's
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", default=".", help="a directory (or file) on the filesystem to tune (default .)")
     p.add_argument("--target", default="host", help="where the bytes go: host (GPU memory is measured with --device)")
-    p.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
+    p.add_argument("--budget", type=float, metavar="SECONDS",
                    help="wall-clock limit of the calibration, the GPU's share included (default 120)")
     p.add_argument("--device", metavar="GPU", help="the GPU whose device table is measured and evaluated (cuda:N or N; "
                    "default: cuda:0 when the CUDA driver reports a GPU); its table serves every GPU of its model")
     p.add_argument("--no-device", action="store_true", help="measure and evaluate host memory only")
     p.add_argument("--device-budget", type=float, metavar="SECONDS",
                    help="the GPU's share of --budget (default a third of it)")
-    p.add_argument("--file-size", default="256m", metavar="SIZE",
+    p.add_argument("--file-size", metavar="SIZE",
                    help="scratch file size for the calibration (default 256m, at least 8m; two such files are written in PATH)")
-    p.add_argument("--threads", type=int, default=0, metavar="N",
+    p.add_argument("--threads", type=int, metavar="N",
                    help="the N of the 'several requests in flight' cells (default 0: the online CPUs)")
     p.add_argument("--profile", metavar="FILE",
                    help="profile file to write, show or evaluate with (default: the key's file in the profile directory)")
@@ -44,17 +44,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evaluate", action="store_true",
                    help="measure auto and every fixed mechanism on a grid and report auto's regret against the "
                    "per-cell best (uses the existing profile)")
-    p.add_argument("--file-sizes", default="8m,128m", metavar="LIST", help="--evaluate file sizes (default 8m,128m)")
-    p.add_argument("--transfers", default="4k,256k,8m", metavar="LIST",
+    p.add_argument("--file-sizes", metavar="LIST", help="--evaluate file sizes (default 8m,128m)")
+    p.add_argument("--transfers", metavar="LIST",
                    help="--evaluate transfer sizes (default 4k,256k,8m)")
-    p.add_argument("--ops", default="read,write", metavar="LIST",
+    p.add_argument("--ops", metavar="LIST",
                    help="--evaluate: the operations of the grid, read and/or write (default read,write)")
-    p.add_argument("--caches", default="hot,cold", metavar="LIST",
+    p.add_argument("--caches", metavar="LIST",
                    help="--evaluate: the cache states of the grid, hot and/or cold (default hot,cold)")
-    p.add_argument("-i", "--reps", type=int, default=stats.MIN_SAMPLES,
+    p.add_argument("-i", "--reps", type=int,
                    help=f"--evaluate samples per contender and cell (default {stats.MIN_SAMPLES}, the fewest that make "
                    "a result)")
-    p.add_argument("--max-reps", type=int, default=evaluate_mod.MAX_SAMPLES, metavar="N",
+    p.add_argument("--max-reps", type=int, metavar="N",
                    help="--evaluate: where auto vs the cell's best is undecided, more rounds up to N samples "
                    f"(default {evaluate_mod.MAX_SAMPLES})")
     p.add_argument("--json", metavar="FILE", help="--evaluate: write the results as JSON ('-' for stdout; "
@@ -114,8 +114,37 @@ def _choices(option: str, text: str, allowed: tuple[str, ...]) -> tuple[str, ...
     return tuple(w for w in allowed if w in given)
 
 
+# The options that only one way of running reads, with their defaults: given to another (`--budget`
+# with --show or --evaluate) they were ignored without a word. --threads is the calibration's and
+# the evaluation's; --json and --vs-profile, the evaluation's, are said below.
+_CALIBRATION = {"budget": 120.0, "device_budget": None, "file_size": "256m"}
+_EVALUATION = {"file_sizes": "8m,128m", "transfers": "4k,256k,8m", "ops": "read,write", "caches": "hot,cold",
+               "reps": stats.MIN_SAMPLES, "max_reps": evaluate_mod.MAX_SAMPLES}
+
+
+def _check_modes(args) -> None:
+    """UsageError for an option that the chosen way of running does not read; then the defaults of
+    the options not given."""
+    mode = "--show" if args.show else "--evaluate" if args.evaluate else None
+    foreign = {**({} if mode is None else _CALIBRATION), **({} if mode == "--evaluate" else _EVALUATION),
+               **({"threads": 0} if mode == "--show" else {})}
+    given = [f"--{k.replace('_', '-')}" for k in foreign if getattr(args, k) is not None]
+    if given:
+        many = len(given) > 1
+        what = {"--show": "not read with --show, which prints the profile",
+                "--evaluate": f"a calibration's option{'s' * many}, not read with --evaluate",
+                None: f"--evaluate's option{'s' * many}, not read by a calibration"}[mode]
+        raise UsageError(f"{', '.join(given)}: {what}; leave {'them' if many else 'it'} out")
+    for k, v in {**_CALIBRATION, **_EVALUATION, "threads": 0}.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+
+
 def _check_usage(args) -> None:
     """Usage errors, all before the path is looked at or anything is measured (exit 2)."""
+    if args.show and args.evaluate:
+        raise UsageError("--show and --evaluate do not go together")
+    _check_modes(args)
     if args.target != "host":
         raise UsageError(f"target {args.target!r}: --target is host; a GPU's device table is measured with "
                          "--device cuda:N (by default, cuda:0 when a GPU is present)")
@@ -125,8 +154,6 @@ def _check_usage(args) -> None:
         _ordinal(args.device)
     if args.device_budget is not None and not 0 < args.device_budget < args.budget:
         raise UsageError(f"--device-budget {args.device_budget:g}: must be above 0 and below --budget ({args.budget:g})")
-    if args.show and args.evaluate:
-        raise UsageError("--show and --evaluate do not go together")
     if args.json and not args.evaluate:
         raise UsageError("--json goes with --evaluate (a calibration writes its profile; see --profile)")
     if args.vs_profile and not args.evaluate:
