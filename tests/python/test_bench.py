@@ -122,6 +122,10 @@ def test_small_bench_all_tests_all_outputs(tmp_path):
     assert head[:3] == ["threads", "record", "test"] and head[3:] == ["posix", "parallel", "direct", "uring",
                                                                       "auto", "uring+direct"]
     assert len(csv.read_text().splitlines()) == len(res) + 1
+    import csv as csv_mod
+    rows = list(csv_mod.DictReader(csv.open()))
+    assert {x["cold"] for x in rows if x["test"] == "cold-read"} <= {"true", "false"}  # as JSON, not Python's True
+    assert {x["cold"] for x in rows if x["test"] != "cold-read" and x["cache_method"] == ""} <= {""}
     page = html.read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page and "Environment" in page
     names = sorted(p.name for p in plots.iterdir())
@@ -133,9 +137,10 @@ def test_layouts_create_the_expected_files(tmp_path):
     js = tmp_path / "r.json"
     d = tmp_path / "d"
     d.mkdir()
-    bench("-T", "write,read", "-m", "posix", "-s", "1m", "-r", "256k", "-t", "2", "-i", "1", "--layout", "fpp,shared",
-          "-d", str(d), "--keep", "--json", str(js))
+    r = bench("-T", "write,read", "-m", "posix", "-s", "1m", "-r", "256k", "-t", "2", "-i", "1", "--layout",
+              "fpp,shared", "-d", str(d), "--keep", "--json", str(js))
     files = {p.name: p.stat().st_size for p in d.iterdir()}
+    assert f"kept 3 file(s): {', '.join(sorted(str(p) for p in d.iterdir()))}\n" in r.stderr, r.stderr  # said where
     fpp = sorted(n for n in files if ".fpp." in n)
     shared = [n for n in files if n.endswith(".shared")]
     assert len(fpp) == 2 and fpp[0].endswith(".fpp.r0.t0") and fpp[1].endswith(".fpp.r0.t1")

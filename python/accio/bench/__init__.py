@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import datetime
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -97,7 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--csv", metavar="FILE", help="one line per result ('-' for stdout)")
     g.add_argument("--plot", metavar="DIR", help="PNG plots (needs matplotlib)")
     g.add_argument("--report", metavar="FILE", help="a self-contained HTML report ('-' for stdout)")
-    g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress, and no table on stderr (when stdout holds --json/--csv/--report -)")
 
 
 def _files(args) -> list[str]:
@@ -507,7 +509,8 @@ def main(args) -> int:
     doc["complete"] = not interrupted
     keep()
     results = doc["results"]
-    table_out = sys.stderr if to_stdout else sys.stdout  # stdout holds the JSON, CSV or HTML asked for
+    # stdout holds the JSON, CSV or HTML asked for: the tables go to stderr, or nowhere under -q
+    table_out = (io.StringIO() if args.quiet else sys.stderr) if to_stdout else sys.stdout
     print(output.render_table(results, spec.table), file=table_out)
     if lat := output.render_latency(results):
         print("\n" + lat, file=table_out)
@@ -533,6 +536,10 @@ def main(args) -> int:
     written = [w for w in written if w != "-"]
     if written and not args.quiet:
         print("wrote " + ", ".join(written), file=sys.stderr)
+    kept = sorted(runner.created) if spec.keep and not spec.files else []
+    if kept and not args.quiet:  # where --keep left them (generated names)
+        print(f"kept {len(kept)} file(s){' of rank 0 (each rank keeps its own)' if world.size > 1 else ''}: "
+              f"{', '.join(kept)}", file=sys.stderr)
     if interrupted:
         print(f"accio bench: interrupted after {len(results)} result(s); the output holds those "
               "(\"complete\": false in the JSON)", file=sys.stderr)

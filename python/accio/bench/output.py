@@ -278,7 +278,7 @@ CSV_FIELDS = ("test", "mechanism", "ran", "target", "directory", "layout", "proc
 
 
 def write_csv(path: str, results: list[dict]) -> None:
-    """'-' is stdout."""
+    """'-' is stdout. Booleans as JSON writes them (true/false; Python's True/False before)."""
     with output_file(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         w.writeheader()
@@ -287,7 +287,7 @@ def write_csv(path: str, results: list[dict]) -> None:
             lat = {k: v for k, v in (r.get("latency") or {}).items() if k in CSV_FIELDS}
             w.writerow({**{k: r[k] for k in CSV_FIELDS if k in r}, **lat, "iterations": len(r["samples"]),
                         "cache_method": c.get("method", ""), "residency": c.get("residency", ""),
-                        "cold": c.get("cold", ""), "fio_mib_s": (r.get("fio") or {}).get("mib_s", ""),
+                        "cold": {True: "true", False: "false"}.get(c.get("cold"), ""), "fio_mib_s": (r.get("fio") or {}).get("mib_s", ""),
                         "fio_ratio": (r.get("fio") or {}).get("ratio", "")})
 
 
