@@ -28,7 +28,8 @@
     "smallest request the shim considers, e.g. 64k (default: ACCIO_PRELOAD_THRESHOLD, else 1MiB raised "  \
     "to where the planner's model of this machine says the engine beats the kernel)")                     \
   X(STATS, "--stats", NULL, NULL, "print per-file counters to stderr when the program ends")             \
-  X(STATS_JSON, "--stats-json", NULL, "FILE", "write the per-file counters as JSON ('-' for stdout)")      \
+  X(STATS_JSON, "--stats-json", NULL, "FILE",                                                            \
+    "write the per-file counters as JSON when the program ends ('-': stdout, after the program's own output)") \
   X(VERBOSE, "--verbose", "-v", NULL,                                                                     \
     "let the shim and the engine print their notes and warnings (silent otherwise)")                      \
   X(HELP, "--help", "-h", NULL, "show this help and exit")
