@@ -182,8 +182,18 @@ class View {
   bool pinned() const { return pinned_; }
 
  private:
+  // Whether a struct-module format has Python objects among its items ('O', outside the ':name:'
+  // of a structured field): such memory holds pointers with reference counts, not data.
+  static bool holds_objects(const char* format) {
+    for (bool name = false; format && *format; ++format) {
+      if (*format == ':') name = !name;
+      else if (!name && *format == 'O') return true;
+    }
+    return false;
+  }
+
   void from_buffer(nb::handle obj, bool writable) {
-    const int flags = PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    const int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
       nb::python_error refused;  // takes the exception: the probe below must not see it
       Py_buffer ro;
@@ -197,6 +207,14 @@ class View {
       }
       PyErr_Clear();
       throw refused;
+    }
+    // A NumPy array of dtype object (or ctypes py_object) exports its PyObject pointers: file bytes
+    // read over them crashed the interpreter at the array's next decref, and a write stored addresses.
+    if (holds_objects(view_.format)) {
+      const std::string text = what(obj) + " holds Python objects (buffer format '" + view_.format +
+                               "'), which are pointers, not data: accio moves arrays of numbers or bytes";
+      PyBuffer_Release(&view_);  // a constructor that throws runs no destructor
+      throw nb::type_error(text.c_str());
     }
     have_view_ = true;
     ptr_ = view_.buf;

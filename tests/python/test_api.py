@@ -156,6 +156,42 @@ def test_read_with_dtype_shape_and_out(tmp_path):
         accio.read(p, out=ro)  # through its DLPack export: was a ValueError
     with pytest.raises(TypeError, match="leave device, framework, dtype and shape unset"):
         accio.read(p, out=bytearray(96), dtype=np.float32)
+
+
+@pytest.mark.parametrize("make", ["np.empty(12, dtype=object)", "np.zeros(8, dtype=[('a', '<i4'), ('b', 'O')])",
+                                  "(ctypes.py_object * 12)()"], ids=["object", "structured", "ctypes"])
+def test_memory_of_python_objects_is_refused_both_ways(tmp_path, make):
+    """A NumPy array of dtype object exports its PyObject pointers through the buffer protocol:
+    reading file bytes over them crashed the interpreter (SIGSEGV at the array's next decref), and
+    writing one stored addresses. Refused with a TypeError either way; the buffer is released (the
+    array stays usable) and a structured dtype with a field merely named O is data."""
+    import ctypes
+    p = tmp_path / "d"
+    p.write_bytes(bytes(range(96)))
+    code = f"""
+import ctypes, numpy as np, accio
+a = {make}
+with accio.open({str(p)!r}) as f:
+    try:
+        f.read_into(a, 0)
+    except TypeError as e:
+        assert "holds Python objects" in str(e) and "pointers, not data" in str(e), e
+    else:
+        raise SystemExit("read over Python objects accepted")
+del a
+print("alive")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == "alive\n", (r.returncode, r.stdout, r.stderr)
+    a = eval(make, {"np": np, "ctypes": ctypes})
+    with accio.open(p, "r+") as f, pytest.raises(TypeError, match="holds Python objects"):
+        f.write_from(a, 0)
+    assert p.read_bytes() == bytes(range(96))
+    if isinstance(a, np.ndarray):
+        a.resize(0, refcheck=False)  # would raise BufferError had the view not been released
+    named = np.zeros(8, dtype=[("O", "<i4")])
+    with accio.open(p) as f:
+        assert f.read_into(named, 0) == 32 and named["O"][1] == int.from_bytes(bytes(range(4, 8)), "little")
     with pytest.raises(TypeError):
         accio.read(p, "posix")  # mechanism is a keyword setting like the others
     with pytest.raises(ValueError, match="framework 'jax'"):
