@@ -57,6 +57,7 @@ struct veo_thr_ctxt_attr;
 struct veo_proc_handle *veo_proc_create(int venode);
 /* veobin: a worker program, e.g. one with kernels linked in (see docs/offload.md). */
 struct veo_proc_handle *veo_proc_create_static(int venode, char *veobin);
+/* Afterwards the handle is refused by every function (errno ESRCH); a second destroy returns 0. */
 int veo_proc_destroy(struct veo_proc_handle *proc);
 /* The proc's identifier: the lowest free index among the live procs (hmem tags hold 0..15). */
 int veo_proc_identifier(struct veo_proc_handle *proc);
@@ -105,6 +106,7 @@ int veo_args_set_double(struct veo_args *args, int argnum, double val);
 int veo_args_set_float(struct veo_args *args, int argnum, float val);
 /* A buffer copied to the worker and passed as a pointer to that copy. IN: copied at submission;
  * OUT and INOUT: copied back into buff when the result is picked up. */
+/* Up to 63 MiB of stack arguments per call in all (AVEO's limit), or the offload arena's size if larger. */
 int veo_args_set_stack(struct veo_args *args, enum veo_args_intent intent, int argnum, char *buff, size_t len);
 void veo_args_clear(struct veo_args *args);
 void veo_args_free(struct veo_args *args);
@@ -122,7 +124,9 @@ uint64_t veo_call_async_vh(struct veo_thr_ctxt *ctx, uint64_t (*func)(void *), v
 int veo_call_peek_result(struct veo_thr_ctxt *ctx, uint64_t reqid, uint64_t *retp);
 int veo_call_wait_result(struct veo_thr_ctxt *ctx, uint64_t reqid, uint64_t *retp);
 
-/* Transfers through the context's queue. The source of a write is copied when submitted. */
+/* Transfers through the context's queue; they never wait for room (what does not fit the queue waits
+ * on the host). The source of a write is copied when submitted; the destination of a read is filled
+ * as the request completes, so it stays valid until then. */
 uint64_t veo_async_read_mem(struct veo_thr_ctxt *ctx, void *dst, uint64_t src, size_t size);
 uint64_t veo_async_write_mem(struct veo_thr_ctxt *ctx, uint64_t dst, const void *src, size_t size);
 /* Worker memory through a context: the result of an alloc request is the address, of a free 0. */

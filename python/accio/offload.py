@@ -267,6 +267,10 @@ class Request:
 
     def __init__(self, ctx: "Context", reqid: int, ret: str, keep=(), after=()):
         self.ctx, self.id, self._ret, self._keep = ctx, reqid, ret, keep
+        # The buffers stay alive until the request is done even when this object goes first: a
+        # request that waits on the host for room reads its source (or fills its destination) later.
+        if ctx is not None and keep:
+            ctx._inflight[reqid] = keep
         self._after = after  # callables run once it succeeded (GPU buffers' host-to-device copies)
         self._done, self._value = False, None
 
@@ -289,9 +293,13 @@ class Request:
                     fn()
             finally:
                 self._done, self._value, self._keep = True, self._convert(raw), ()
+                if self.ctx is not None:
+                    self.ctx._inflight.pop(self.id, None)
             return self._value
         msg = _error() or f"request {self.id} failed"
         self._done, self._keep = True, ()
+        if self.ctx is not None:
+            self.ctx._inflight.pop(self.id, None)
         if state == COMMAND_EXCEPTION:
             raise KernelException(msg, raw)
         raise OffloadError(msg, state)
@@ -411,6 +419,7 @@ class Context:
 
     def __init__(self, proc: "Proc", h: int):
         self.proc, self._h = proc, h
+        self._inflight: dict[int, object] = {}  # request id -> its buffers, until it is done (or a sync)
 
     def call_async(self, func, *args, ret: str | None = None) -> Request:
         if isinstance(func, Function):
@@ -439,6 +448,7 @@ class Context:
 
     def sync(self) -> None:
         _c().veo_context_sync(self._h)
+        self._inflight.clear()  # everything submitted so far has completed
 
     @property
     def state(self) -> str:
@@ -449,6 +459,7 @@ class Context:
             _c().veo_context_close(self._h)
             self.proc._contexts.remove(self)
             self._h = None
+            self._inflight.clear()
 
 
 class Proc:

@@ -28,6 +28,16 @@ namespace {
 
 Proc* P(veo_proc_handle* h) { return reinterpret_cast<Proc*>(h); }
 
+// A handle veo_proc_destroy has destroyed: a tombstone (proc.hpp), refused by every entry point
+// with its failure value, errno ESRCH and a message (AVEO keeps its ProcHandle too; a second
+// veo_proc_destroy returns 0 there and here).
+bool destroyed(veo_proc_handle* h, const char* who) {
+  if (!h || !P(h)->destroyed.load(std::memory_order_acquire)) return false;
+  report(std::string(who) + ": the proc was destroyed (veo_proc_destroy); its handle is no longer valid");
+  errno = ESRCH;
+  return true;
+}
+
 template <class T>
 int set_arg(veo_args* a, int argnum, uint8_t type, T v) {
   if (!a || argnum < 0 || argnum >= VEO_MAX_NUM_ARGS) {
@@ -258,11 +268,18 @@ struct veo_proc_handle* veo_proc_create_static(int venode, char* veobin) {
 
 struct veo_proc_handle* veo_proc_create(int venode) { return veo_proc_create_static(venode, nullptr); }
 
-int accio_offload_worker_pid(struct veo_proc_handle* h) { return h ? int(P(h)->pid) : -1; }
-int veo_proc_identifier(struct veo_proc_handle* h) { return h ? P(h)->ident : -1; }
+int accio_offload_worker_pid(struct veo_proc_handle* h) {
+  if (destroyed(h, "accio_offload_worker_pid")) return -1;
+  return h ? int(P(h)->pid) : -1;
+}
+int veo_proc_identifier(struct veo_proc_handle* h) {
+  if (h && P(h)->destroyed.load(std::memory_order_acquire)) return -1;  // as AVEO: not in the list of procs
+  return h ? P(h)->ident : -1;
+}
 
 int veo_proc_destroy(struct veo_proc_handle* h) {
   if (!h) return -1;
+  if (P(h)->destroyed.load(std::memory_order_acquire)) return 0;  // AVEO: a second destroy returns 0
   {
     std::lock_guard<std::mutex> g(P(h)->mu);
     for (const veo_thr_ctxt* c : P(h)->contexts)
@@ -286,6 +303,7 @@ bool name_fits(const char* who, const char* name) {
 }
 
 uint64_t veo_load_library(struct veo_proc_handle* h, const char* libname) {
+  if (destroyed(h, "veo_load_library")) return 0;
   if (!h || !libname) {
     report("veo_load_library: no proc or no library name");
     return 0;
@@ -307,6 +325,7 @@ uint64_t veo_load_library(struct veo_proc_handle* h, const char* libname) {
 }
 
 int veo_unload_library(struct veo_proc_handle* h, const uint64_t libhandle) {
+  if (destroyed(h, "veo_unload_library")) return -1;
   if (!h || !libhandle) {
     report("veo_unload_library: no proc or library handle 0");
     return -1;
@@ -330,6 +349,7 @@ int veo_unload_library(struct veo_proc_handle* h, const uint64_t libhandle) {
 }
 
 uint64_t veo_get_sym(struct veo_proc_handle* h, uint64_t libhandle, const char* symname) {
+  if (destroyed(h, "veo_get_sym")) return 0;
   if (!h || !symname) {
     report("veo_get_sym: no proc or no symbol name");
     return 0;
@@ -361,6 +381,10 @@ uint64_t veo_get_sym(struct veo_proc_handle* h, uint64_t libhandle, const char* 
 }
 
 int veo_alloc_mem(struct veo_proc_handle* h, uint64_t* addr, const size_t size) {
+  if (destroyed(h, "veo_alloc_mem")) {
+    if (addr) *addr = 0;
+    return -2;
+  }
   if (!h || !addr) {
     report("veo_alloc_mem: no proc or no address pointer");
     return -2;
@@ -380,6 +404,7 @@ int veo_alloc_mem(struct veo_proc_handle* h, uint64_t* addr, const size_t size) 
 }
 
 int veo_free_mem(struct veo_proc_handle* h, uint64_t addr) {
+  if (destroyed(h, "veo_free_mem")) return -1;
   if (!h) return -1;
   if (addr == 0) return 0;  // as free(NULL), which AVEO calls: cleanup code frees handles never set
   size_t size = 0;
@@ -501,6 +526,10 @@ int veo_get_venum_from_hmem(const void* addr) {
 }
 
 int veo_alloc_hmem(struct veo_proc_handle* h, void** addr, const size_t size) {
+  if (destroyed(h, "veo_alloc_hmem")) {
+    if (addr) *addr = nullptr;
+    return -1;
+  }
   if (!addr) {
     report("veo_alloc_hmem: no address pointer");
     return -1;
@@ -596,19 +625,25 @@ void veo_unregister_hmem_hook_functions(void) {
 }
 
 int veo_read_mem(struct veo_proc_handle* h, void* dst, uint64_t src, size_t size) {
+  if (destroyed(h, "veo_read_mem")) return -1;
   if (!h || (!dst && size)) return -1;
   uint64_t id;
   Proc* pr = P(h);
   if (pr->chan->transfer(false, src, dst, size, &id) != 0) return -1;
-  return pr->chan->result(id, nullptr, true) == VEO_COMMAND_OK ? 0 : -1;
+  if (pr->chan->result(id, nullptr, true) == VEO_COMMAND_OK) return 0;
+  pr->chan->abandon(id);  // a wait that timed out: nothing is copied into dst after we return
+  return -1;
 }
 
 int veo_write_mem(struct veo_proc_handle* h, uint64_t dst, const void* src, size_t size) {
+  if (destroyed(h, "veo_write_mem")) return -1;
   if (!h || (!src && size)) return -1;
   uint64_t id;
   Proc* pr = P(h);
   if (pr->chan->transfer(true, dst, const_cast<void*>(src), size, &id) != 0) return -1;
-  return pr->chan->result(id, nullptr, true) == VEO_COMMAND_OK ? 0 : -1;
+  if (pr->chan->result(id, nullptr, true) == VEO_COMMAND_OK) return 0;
+  pr->chan->abandon(id);  // a wait that timed out: src is not read after we return
+  return -1;
 }
 
 uint64_t veo_async_read_mem(struct veo_thr_ctxt* c, void* dst, uint64_t src, size_t size) {
@@ -621,11 +656,12 @@ uint64_t veo_async_read_mem(struct veo_thr_ctxt* c, void* dst, uint64_t src, siz
 uint64_t veo_async_write_mem(struct veo_thr_ctxt* c, uint64_t dst, const void* src, size_t size) {
   if (!c || (!src && size)) return VEO_REQUEST_ID_INVALID;
   uint64_t id;
-  if (c->transfer(true, dst, const_cast<void*>(src), size, &id) != 0) return VEO_REQUEST_ID_INVALID;
+  if (c->transfer(true, dst, const_cast<void*>(src), size, &id, true) != 0) return VEO_REQUEST_ID_INVALID;
   return id;
 }
 
 int veo_num_contexts(struct veo_proc_handle* h) {
+  if (destroyed(h, "veo_num_contexts")) return -1;
   if (!h) {
     errno = EINVAL;
     return -1;
@@ -635,6 +671,7 @@ int veo_num_contexts(struct veo_proc_handle* h) {
 }
 
 struct veo_thr_ctxt* veo_get_context(struct veo_proc_handle* h, int idx) {
+  if (destroyed(h, "veo_get_context")) return nullptr;
   if (!h) return nullptr;
   std::lock_guard<std::mutex> g(P(h)->mu);
   if (idx < 0 || size_t(idx) >= P(h)->contexts.size()) {
@@ -644,9 +681,13 @@ struct veo_thr_ctxt* veo_get_context(struct veo_proc_handle* h, int idx) {
   return P(h)->contexts[size_t(idx)];
 }
 
-struct veo_thr_ctxt* veo_context_open(struct veo_proc_handle* h) { return open_context(P(h), 0); }
+struct veo_thr_ctxt* veo_context_open(struct veo_proc_handle* h) {
+  if (destroyed(h, "veo_context_open")) return nullptr;
+  return open_context(P(h), 0);
+}
 
 struct veo_thr_ctxt* veo_context_open_with_attr(struct veo_proc_handle* h, struct veo_thr_ctxt_attr* a) {
+  if (destroyed(h, "veo_context_open_with_attr")) return nullptr;
   if (!a) {
     errno = EINVAL;
     return nullptr;
@@ -737,6 +778,7 @@ int veo_args_set_stack(struct veo_args* a, enum veo_args_intent intent, int n, c
 }
 
 int veo_call_sync(struct veo_proc_handle* h, uint64_t addr, struct veo_args* args, uint64_t* result) {
+  if (destroyed(h, "veo_call_sync")) return -1;
   if (!h || !addr) {
     report("veo_call_sync: no proc or function address 0");
     return -1;

@@ -23,7 +23,7 @@
 namespace accio::offload {
 
 inline constexpr uint32_t kMagic = 0x4f434341;  // "ACCO"
-inline constexpr uint32_t kProtocol = 1;
+inline constexpr uint32_t kProtocol = 2;  // 2: the staging area (kStageAlloc, kStageRef, kStageRel)
 inline constexpr int kInlineArgs = 20;  // arguments that fit in the slot itself
 inline constexpr int kMaxArgs = 256;    // VEO_MAX_NUM_ARGS
 
@@ -41,6 +41,8 @@ enum Op : uint32_t {
   kVhBarrier,   // veo_call_async_vh: the worker waits until the host has run the function
   kVhRelease,   // socket transport only: the frame that releases the barrier at `index`
   kCopyMem,     // addr = destination, size = bytes, vals[0] = source (both worker memory)
+  kStageAlloc,  // size = bytes: the channel's staging area for one call's stack arguments
+  kStageFree,   // frees the staging area
 };
 
 // Argument types. kStack* arguments carry an offset into the request's arena data; the worker
@@ -48,6 +50,7 @@ enum Op : uint32_t {
 enum ArgType : uint8_t {
   kI64 = 1, kU64, kI32, kU32, kI16, kU16, kI8, kU8, kDouble, kFloat,
   kStackIn, kStackInOut, kStackOut,
+  kStageRef,  // a pointer to the staging area plus the value (stack arguments too large for the arena)
 };
 
 // Request flags.
@@ -58,6 +61,7 @@ inline constexpr uint16_t kDataInSlot = 8;   // shm: read/write_mem data of up t
                                              // the slot (types..vals), not the arena: one cache line less
 inline constexpr uint16_t kMorePieces = 16;  // not the last piece of its request: the worker keeps no
                                              // result of it for veo_prev_req_result
+inline constexpr uint16_t kStageRel = 32;    // kWriteMem/kReadMem: addr is an offset into the staging area
 
 // Response status: VEO's command states.
 enum Status : uint32_t { kOk = 0, kException = 1, kError = 2, kUnfinished = 3 };

@@ -287,7 +287,7 @@ Proc* create_proc(const accio_offload_options& o) {
   }
   p->watchdog = std::thread([p] { p->watch(); });
   if (!p->chan) {
-    destroy_proc(p);
+    destroy_proc(p, false);
     return nullptr;
   }
   p->ident = register_proc(p);
@@ -334,8 +334,8 @@ void destroy_context(Proc* p, veo_thr_ctxt* c) {
   delete c;
 }
 
-void destroy_proc(Proc* p) {
-  if (!p) return;
+void destroy_proc(Proc* p, bool keep_handle) {
+  if (!p || p->destroyed.exchange(true)) return;
   std::vector<veo_thr_ctxt*> ctxs;
   {
     std::lock_guard<std::mutex> g(p->mu);
@@ -364,10 +364,27 @@ void destroy_proc(Proc* p) {
   }
   if (p->ident >= 0) g_procs[p->ident].store(nullptr);
   delete p->chan;
+  p->chan = nullptr;
   if (p->ctl >= 0) close(p->ctl);
-  for (int fd : p->stop_pipe)
-    if (fd >= 0) close(fd);
-  delete p;
+  p->ctl = -1;
+  for (int& fd : p->stop_pipe)
+    if (fd >= 0) close(fd), fd = -1;
+  if (!keep_handle) {
+    delete p;
+    return;
+  }
+  // The tombstone: what the proc held is freed, the few hundred bytes of the Proc stay (listed, so
+  // they are reachable and no leak checker reports them).
+  std::vector<veo_thr_ctxt*>().swap(p->contexts);
+  decltype(p->syms)().swap(p->syms);
+  decltype(p->allocs)().swap(p->allocs);
+  std::string().swap(p->worker);
+  std::string().swap(p->death);
+  static std::mutex tomb_mu;
+  static Proc* tombstones = nullptr;
+  std::lock_guard<std::mutex> g(tomb_mu);
+  p->next_tombstone = tombstones;
+  tombstones = p;
 }
 
 }  // namespace accio::offload

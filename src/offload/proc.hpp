@@ -34,6 +34,11 @@ struct Proc {
   int stop_pipe[2] = {-1, -1};
   int ident = -1;
   std::atomic<bool> dead{false};
+  // veo_proc_destroy ran: the handle is a tombstone (its resources are freed, its memory is kept,
+  // as AVEO never frees a ProcHandle), so a second destroy or any call with it is refused, not a
+  // use after free.
+  std::atomic<bool> destroyed{false};
+  Proc* next_tombstone = nullptr;
   std::string death;  // why the worker is gone (under mu)
   std::mutex mu;      // contexts, symbols, allocations, the control socket, death
   // The proc's own queue, the main context: the synchronous calls run on it, in order with the
@@ -58,8 +63,10 @@ struct Proc {
 Proc* create_proc(const accio_offload_options& o);
 // The live proc with this veo_proc_identifier, or nullptr.
 Proc* proc_by_ident(int ident);
-// Closes the contexts, asks the worker to exit (killing it after a second), frees the proc.
-void destroy_proc(Proc* p);
+// Closes the contexts, asks the worker to exit (killing it after a second) and frees what the proc
+// holds. keep_handle: the Proc stays as a tombstone (destroyed set) that the API's entry points
+// check; otherwise (a proc never returned to the caller) it is deleted.
+void destroy_proc(Proc* p, bool keep_handle = true);
 // Opens a context (a queue and its worker thread); stack: the thread's stack size, 0 the default.
 veo_thr_ctxt* open_context(Proc* p, size_t stack);
 // Ends a context's worker thread and frees it. p->mu is not held.

@@ -64,9 +64,19 @@ size_t Channel::call_bytes(const struct ::veo_args* a) const {
   if (!a) return 0;
   size_t n = a->a.size(), stack = 0;
   for (const auto& x : a->a)
-    if (x.type >= kStackIn) stack += align_up(x.len, 16);
+    if (is_stack(x.type)) stack += align_up(x.len, 16);
   bool inline_ok = n <= size_t(kInlineArgs) && stack == 0;
   return inline_ok ? 0 : align_up(align_up(n, 8) + 8 * n, 16) + stack;
+}
+
+bool Channel::args_set(const struct ::veo_args* a) const {
+  const size_t n = a ? a->a.size() : 0;
+  for (size_t i = 0; i < n; ++i)
+    if (a->a[i].type == 0) {
+      report("veo_call_async: argument #" + std::to_string(i) + " of " + std::to_string(n) + " is not set");
+      return false;
+    }
+  return true;
 }
 
 bool Channel::encode_call(const Piece& p, Slot& s, Shadow& sh, char* data) {
@@ -89,11 +99,11 @@ bool Channel::encode_call(const Piece& p, Slot& s, Shadow& sh, char* data) {
       return false;
     }
     types[i] = x.type;
-    if (x.type >= kStackIn) {
+    if (is_stack(x.type)) {
       vals[i] = stack;
       if (x.type != kStackOut && x.len) std::memcpy(data + stack, x.buf, x.len);
       if (x.type != kStackIn) {
-        sh.copies.push_back(Copy{x.buf, s.data_off + stack, x.len});
+        sh.copies.push_back(Copy{x.back ? x.back : x.buf, s.data_off + stack, x.len});
         sh.post = true;
         s.flags |= kDataBack;
       }
@@ -105,58 +115,254 @@ bool Channel::encode_call(const Piece& p, Slot& s, Shadow& sh, char* data) {
   return true;
 }
 
-// Publishes one piece: waits for a free slot and room in the arena (collecting results meanwhile).
-bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last) {
-  if (p.op == kVhBarrier && !vh_runner_) {  // started before the slot is taken: a refusal leaves the queue as it was
-    try {
-      vh_runner_ = new std::thread(&Channel::vh_loop, this);
-      vh_runner_pid_ = getpid();
-    } catch (const std::exception& e) {
-      report(name() + ": cannot start the thread that runs host functions (" + e.what() + ")");
-      return false;
-    }
+bool Channel::start_runner() {
+  if (vh_runner_) return true;
+  try {
+    vh_runner_ = new std::thread(&Channel::vh_loop, this);
+    vh_runner_pid_ = getpid();
+  } catch (const std::exception& e) {
+    report(name() + ": cannot start the thread that runs host functions and queued requests (" + e.what() + ")");
+    return false;
+  }
+  return true;
+}
+
+bool Channel::room(size_t len, uint64_t* start) {
+  if (head == harvested && a_tail == a_head) {  // nothing in flight: the arena starts over
+    a_head = a_tail = align_up(a_head, arena_size);
+  }
+  uint64_t st = align_up(a_head, 64);
+  if (len && st % arena_size + len > arena_size) st += arena_size - st % arena_size;
+  *start = st;
+  return head - harvested < nslots && (len == 0 || st + len - a_tail <= arena_size);
+}
+
+// Queues one piece: into the ring if it has room and nothing waits on the host before it, else on
+// the host. Never waits.
+bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last,
+                  const std::shared_ptr<void>& keep) {
+  if (p.op == kVhBarrier && !start_runner()) return false;  // before the slot is taken: a refusal leaves the queue as it was
+  if (dead()) [[unlikely]] {
+    report(name() + ": " + proc->why_dead());
+    return false;
   }
   // Small transfers on shm travel in the slot itself.
   const bool in_slot = transport == kShm && (p.op == kWriteMem || p.op == kReadMem) && p.data_len <= kSlotDataBytes;
   const size_t len = p.op == kCall ? call_bytes(p.args) : in_slot ? 0 : p.data_len;
-  if (len > arena_size) {
-    report("a request of " + std::to_string(len) + " bytes of stack arguments does not fit the " +
-           std::to_string(arena_size) + "-byte arena of " + name() + " (ACCIO_OFFLOAD_ARENA)");
+  if (len > arena_size) [[unlikely]] {  // submit() stages calls that do not fit; this is a bug's guard
+    report("a request of " + std::to_string(len) + " bytes does not fit the " + std::to_string(arena_size) +
+           "-byte arena of " + name() + " (ACCIO_OFFLOAD_ARENA)");
     return false;
   }
-  const uint64_t limit = deadline();
-  uint64_t start = 0;
-  for (;;) {
-    if (dead()) {
-      report(name() + ": " + proc->why_dead());
-      return false;
-    }
-    start = align_up(a_head, 64);
-    if (len && start % arena_size + len > arena_size) start += arena_size - start % arena_size;
-    if (head - harvested < nslots && (len == 0 || start + len - a_tail <= arena_size)) break;
+  if (npending_ == 0) [[likely]] {
+    uint64_t start = 0;
+    if (room(len, &start)) return publish_piece(lk, p, reqid, last, start, len, in_slot);
     // Collect only when out of room: reading `done` on every submission would pull its cache
     // line away from the worker each time.
-    const uint64_t before = harvested;
     harvest(lk);
-    if (harvested != before) continue;
-    if (!wait_progress(lk, limit)) {
-      report(name() + ": no room for a request after " + std::to_string(proc->opts.timeout_ms) +
-             " ms (ACCIO_OFFLOAD_TIMEOUT_MS)");
-      return false;
+    if (npending_ == 0 && room(len, &start)) return publish_piece(lk, p, reqid, last, start, len, in_slot);
+  }
+  if (p.op == kCall && !args_set(p.args)) return false;  // checked now: it is encoded later
+  return defer(p, reqid, last, keep);
+}
+
+bool Channel::defer(const Piece& p, uint64_t reqid, bool last, const std::shared_ptr<void>& keep) {
+  if (!start_runner()) return false;
+  Pending q{p, reqid, last, keep};
+  try {
+    if (p.op == kCall && p.args) {
+      // AVEO copies a call's arguments and IN data at submission: the caller may change or free
+      // them (and the veo_args) once veo_call_async returns. OUT data goes to the caller's buffer.
+      struct OwnedArgs {
+        ::veo_args args;
+        std::vector<std::unique_ptr<char[]>> bufs;
+        std::shared_ptr<void> outer;
+      };
+      auto own = std::make_shared<OwnedArgs>();
+      own->args = *p.args;
+      own->outer = keep;
+      for (auto& x : own->args.a) {
+        if (!is_stack(x.type)) continue;
+        if (x.type != kStackIn) x.back = x.back ? x.back : x.buf;
+        if (x.type != kStackOut && x.len) {
+          own->bufs.emplace_back(new char[x.len]);
+          std::memcpy(own->bufs.back().get(), x.buf, x.len);
+          x.buf = own->bufs.back().get();
+        }
+      }
+      q.p.args = &own->args;
+      q.keep = own;
+    } else if (p.in_len && p.op != kWriteMem) {  // a name: copied (a transfer's source is the caller's)
+      auto buf = std::shared_ptr<char[]>(new char[p.in_len]);
+      std::memcpy(buf.get(), p.in, p.in_len);
+      q.p.in = buf.get();
+      q.keep = buf;
+    }
+    pending_.push_back(std::move(q));
+  } catch (const std::bad_alloc&) {
+    report(name() + ": out of memory queueing a request on the host");
+    return false;
+  }
+  ++npending_;
+  vh_cv_.notify_one();
+  return true;
+}
+
+void Channel::drain(std::unique_lock<std::mutex>& lk) {
+  while (npending_ && !dead()) {
+    Pending& q = pending_.front();
+    const Piece& p = q.p;
+    const bool in_slot = transport == kShm && (p.op == kWriteMem || p.op == kReadMem) && p.data_len <= kSlotDataBytes;
+    const size_t len = p.op == kCall ? call_bytes(p.args) : in_slot ? 0 : p.data_len;
+    uint64_t start = 0;
+    if (!room(len, &start)) return;
+    Pending q2 = std::move(q);
+    pending_.pop_front();
+    --npending_;
+    if (!publish_piece(lk, q2.p, q2.reqid, q2.last, start, len, in_slot)) {
+      fail_request(q2.reqid, EPIPE, last_error());
+      return;
     }
   }
+}
+
+// A request that cannot complete (a piece could not be sent, or the worker is gone before its
+// pieces reached the ring): it fails with this reason, and its pieces still on the host go.
+void Channel::forget_pending(uint64_t reqid) {
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& q) { return q.reqid == reqid; }),
+                 pending_.end());
+  npending_ = pending_.size();
+}
+
+void Channel::fail_request(uint64_t reqid, int err, const std::string& why) {
+  forget_pending(reqid);
+  if (reqid < res_base) return;
+  Result& r = results[reqid - res_base];
+  if (!r.failed) {
+    r.failed = true;
+    r.status = kError;
+    r.err = err;
+    if (r.message.empty()) r.message = why;
+  }
+  r.final = true;  // its last piece never reaches the ring; those that did complete harmlessly
+}
+
+void Channel::abandon(uint64_t reqid) {
+  std::lock_guard<std::mutex> g(mu);
+  forget_pending(reqid);
+  for (uint64_t i = harvested; i < head; ++i) {
+    Shadow& sh = shadow[i % nslots];
+    if (sh.reqid != reqid) continue;
+    sh.copy.dst = nullptr;
+    sh.copies.clear();
+  }
+  if (reqid >= res_base && reqid < next_reqid) {
+    Result& r = results[reqid - res_base];
+    r.picked = true;
+    r.final = true;
+    pop_picked();
+  }
+}
+
+// A call whose arguments do not fit the arena (AVEO takes up to 63 MB of stack arguments): the
+// worker allocates a staging area for them, the IN data goes there in arena-sized pieces, the call
+// gets pointers into it, OUT data comes back in pieces, and the area is freed, all in order as one
+// request whose result is the call's.
+bool Channel::put_staged(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid) {
+  const struct ::veo_args* a = p.args;
+  if (!args_set(a)) return false;
+  uint64_t total = 0;
+  for (const auto& x : a->a)
+    if (is_stack(x.type)) total += align_up(x.len, 16);
+  if (total > kMaxStackArgs) {
+    report("veo_call_async: " + std::to_string(total) + " bytes of stack arguments exceed AVEO's limit of " +
+           std::to_string(kMaxStackArgs) + " bytes (63 MiB: the VE stack is 64 MiB) and the " +
+           std::to_string(arena_size) + "-byte arena of " + name() +
+           " (ACCIO_OFFLOAD_ARENA); pass larger data in memory from veo_alloc_mem");
+    return false;
+  }
+  struct Staged {
+    ::veo_args args;                 // the call's, with its stack arguments as kStageRef offsets
+    std::unique_ptr<char[]> image;   // the IN and INOUT data, copied at submission
+  };
+  std::shared_ptr<Staged> st;
+  try {
+    st = std::make_shared<Staged>();
+    st->args.ret = a->ret;
+    st->args.a = a->a;
+    st->image.reset(new char[total]);
+  } catch (const std::bad_alloc&) {
+    report("veo_call_async: out of memory copying " + std::to_string(total) + " bytes of stack arguments");
+    return false;
+  }
+  const size_t piece = std::max<size_t>(4096, std::min<size_t>(arena_size / 8, 1u << 20));
+  Piece alloc;
+  alloc.op = kStageAlloc;
+  alloc.size = total;
+  if (!put(lk, alloc, reqid, false, st)) return false;
+  uint64_t off = 0;
+  for (auto& x : st->args.a) {
+    if (!is_stack(x.type)) continue;
+    if (x.type != kStackOut && x.len) std::memcpy(st->image.get() + off, x.buf, x.len);
+    for (size_t k = 0; x.type != kStackOut && k < x.len; k += piece) {
+      Piece w;
+      w.op = kWriteMem;
+      w.slot_flags = kStageRel;
+      w.addr = off + k;
+      w.data_len = std::min(piece, x.len - k);
+      w.in = st->image.get() + off + k;
+      w.in_len = w.data_len;
+      if (!put(lk, w, reqid, false, st)) return false;
+    }
+    x.val = off;  // the call sees stage + off; x.buf still names the caller's buffer for OUT/INOUT
+    off += align_up(x.len, 16);
+  }
+  // The call itself: its arguments point into the staging area.
+  ::veo_args call_args;
+  call_args.ret = a->ret;
+  call_args.a = st->args.a;
+  for (auto& x : call_args.a)
+    if (is_stack(x.type)) x = ::veo_args::Arg{kStageRef, x.val, nullptr, 0, nullptr};
+  Piece c;
+  c.op = kCall;
+  c.addr = p.addr;
+  c.args = &call_args;  // encoded now, or copied by defer
+  c.value = true;
+  if (!put(lk, c, reqid, false, st)) return false;
+  for (const auto& x : st->args.a) {
+    if (x.type != kStackOut && x.type != kStackInOut) continue;
+    for (size_t k = 0; k < x.len; k += piece) {
+      Piece r;
+      r.op = kReadMem;
+      r.slot_flags = kStageRel;
+      r.after_value = true;
+      r.addr = x.val + k;
+      r.data_len = std::min(piece, x.len - k);
+      r.out = x.buf + k;
+      if (!put(lk, r, reqid, false, st)) return false;
+    }
+  }
+  Piece f;
+  f.op = kStageFree;
+  f.after_value = true;
+  return put(lk, f, reqid, true, st);
+}
+
+bool Channel::publish_piece(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last,
+                            uint64_t start, size_t len, bool in_slot) {
   const uint64_t i = head;
   Slot& s = slots[i % nslots];
   Shadow& sh = shadow[i % nslots];
   sh = Shadow{};
   sh.reqid = reqid;
   sh.last = last;
+  sh.value = p.value;
   s.op = p.op;
   s.nargs = 0;
   // Set with the slot's first stores: or'ed in after the encoding instead, this flag (never set
   // for a call) made AVEO's tests 1-4 take 1.1-1.5x as long on the 2-vCPU VM, for a reason not
   // established (docs/performance.md, "Offload runtime").
-  s.flags = last ? 0 : kMorePieces;
+  s.flags = uint16_t(((last && !p.after_value) || p.value ? 0 : kMorePieces) | p.slot_flags);
   s.addr = p.addr;
   s.size = p.size;
   s.data_off = len ? start % arena_size : 0;
@@ -203,28 +409,50 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
   return true;
 }
 
-// Socket transport: sends all of a frame. While the worker cannot take more, its responses are
-// collected so that it is never stuck sending to us while we are stuck sending to it.
-bool Channel::send_frame(std::unique_lock<std::mutex>& lk, const void* p, size_t n) {
+// Socket transport: sends a frame without waiting. What the socket does not take now (the worker
+// reads frames only as it reaches them, so a kernel that runs long fills the socket) waits in
+// outbuf_, in order, and goes out as the worker reads (flush_out, from harvest: a waiter, or the
+// queue's progress thread, started for it). False only when the socket failed.
+bool Channel::send_frame(std::unique_lock<std::mutex>&, const void* p, size_t n) {
   const char* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t w = ::send(sock, c, n, MSG_NOSIGNAL);
+  if (out_off_ == outbuf_.size()) {
+    while (n) {
+      ssize_t w = ::send(sock, c, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        c += w;
+        n -= size_t(w);
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      return false;
+    }
+  }
+  if (n) {
+    try {
+      outbuf_.append(c, n);
+    } catch (const std::bad_alloc&) {
+      errno = ENOMEM;
+      return false;
+    }
+    if (start_runner()) vh_cv_.notify_one();
+  }
+  return true;
+}
+
+void Channel::flush_out() {
+  while (out_off_ < outbuf_.size()) {
+    ssize_t w = ::send(sock, outbuf_.data() + out_off_, outbuf_.size() - out_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
-      c += w;
-      n -= size_t(w);
+      out_off_ += size_t(w);
       continue;
     }
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno != EAGAIN) return false;
-    harvest(lk, false);  // responses only: running a host function here would interleave frames
-    if (dead()) {
-      errno = EPIPE;
-      return false;
-    }
-    pollfd pf{sock, POLLOUT | POLLIN, 0};
-    poll(&pf, 1, 50);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    break;  // the worker is gone: the watchdog says so, and what is pending fails
   }
-  return true;
+  outbuf_.clear();
+  out_off_ = 0;
 }
 
 void Channel::finish(uint64_t i) {
@@ -234,7 +462,7 @@ void Channel::finish(uint64_t i) {
   if (sh.reqid < res_base) return;  // dropped
   Result& r = results[sh.reqid - res_base];
   if (s.status == kOk) {
-    if (sh.post) {  // a success's host side: data to copy back, an allocation to record
+    if (sh.post && !r.failed) {  // a success's host side: data to copy back, an allocation to record
       if (sh.copy.dst)
         std::memcpy(sh.copy.dst, (s.flags & kDataInSlot) ? slot_data(s) : arena + sh.copy.off, sh.copy.len);
       for (const Copy& c : sh.copies) std::memcpy(c.dst, arena + c.off, c.len);
@@ -242,6 +470,10 @@ void Channel::finish(uint64_t i) {
         std::lock_guard<std::mutex> g(proc->mu);
         proc->allocs[s.result] = s.size;
       }
+    }
+    if (sh.value && !r.failed) {  // a staged call's call piece: the request's result
+      r.value = s.result;
+      r.has_value = true;
     }
   } else if (!r.failed) {
     r.failed = true;
@@ -258,20 +490,22 @@ void Channel::finish(uint64_t i) {
   if (sh.last) {
     if (!r.failed) {
       r.status = kOk;
-      r.value = s.op == kVhBarrier ? s.size : s.result;
+      if (!r.has_value) r.value = s.op == kVhBarrier ? s.size : s.result;
     }
     r.final = true;
   }
 }
 
-// Collects completed requests in order, and (run_vh) runs a host function once every request
-// before it has completed (the worker waits at its barrier meanwhile).
-void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh) {
+// Collects completed requests in order, moves waiting pieces into the room that frees (drain_pending),
+// and (run_vh) runs a host function once every request before it has completed (the worker waits
+// at its barrier meanwhile).
+void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh, bool drain_pending) {
   for (;;) {
     if (transport == kShm) {
       const uint64_t d = h->done.load(std::memory_order_acquire);
       while (harvested < d) finish(harvested++);
     } else {
+      if (out_off_ < outbuf_.size()) flush_out();
       while (harvested < head) {
         SocketResponse r;
         ssize_t got = ::recv(sock, &r, sizeof r, MSG_DONTWAIT);
@@ -285,6 +519,7 @@ void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh) {
         finish(harvested++);
       }
     }
+    if (npending_ && drain_pending) drain(lk);
     if (harvested == head || !run_vh) return;
     Slot& s = slots[harvested % nslots];
     Shadow& sh = shadow[harvested % nslots];
@@ -342,10 +577,16 @@ void Channel::fail_pending() {
       s.status = kError;
       s.err = EPIPE;
     }
-    Result& r = results[shadow[harvested % nslots].reqid - res_base];
-    if (!r.failed && r.message.empty()) r.message = why;
+    const uint64_t rid = shadow[harvested % nslots].reqid;
+    if (rid >= res_base) {
+      Result& r = results[rid - res_base];
+      if (!r.failed && r.message.empty()) r.message = why;
+    }
     finish(harvested);
   }
+  while (npending_) fail_request(pending_.front().reqid, EPIPE, why);  // never reached the ring
+  outbuf_.clear();
+  out_off_ = 0;
 }
 
 // Waits (without the lock) until the worker completes something, the proc dies or the deadline
@@ -353,6 +594,7 @@ void Channel::fail_pending() {
 bool Channel::wait_progress(std::unique_lock<std::mutex>& lk, uint64_t limit) {
   if (now_ns() >= limit) return false;
   const uint64_t spin = proc->opts.spin_us < 0 ? kSpinForever : uint64_t(proc->opts.spin_us) * 1000;
+  const short events = short(POLLIN | (out_off_ < outbuf_.size() ? POLLOUT : 0));  // socket: frames to send too
   lk.unlock();
   if (transport == kShm) {
     const uint64_t seen = h->done.load(std::memory_order_acquire);
@@ -360,7 +602,7 @@ bool Channel::wait_progress(std::unique_lock<std::mutex>& lk, uint64_t limit) {
       wait_above(h->done, seen, h->host_sleeping, spin, 50000000,
                  [&] { return dead() || now_ns() >= limit; });
   } else {
-    pollfd pf{sock, POLLIN, 0};
+    pollfd pf{sock, events, 0};
     poll(&pf, 1, 50);
   }
   lk.lock();
@@ -403,7 +645,7 @@ int Channel::result(uint64_t reqid, uint64_t* ret, bool block, std::string* mess
 
 void Channel::sync() {
   std::unique_lock<std::mutex> lk(mu);
-  const uint64_t target = head;
+  const uint64_t target = head + npending_;  // the waiting pieces take the next ring positions
   for (;;) {
     harvest(lk);
     if (harvested >= target) return;
@@ -472,8 +714,9 @@ void Channel::vh_loop() {
   t_vh_runner_of = this;
   std::unique_lock<std::mutex> lk(mu);
   while (!vh_stop_) {
-    if (vh_queued_ == 0 || dead()) {  // nothing to run (a dead worker's are failed by its waiters)
-      vh_cv_.wait(lk, [&] { return vh_stop_ || (vh_queued_ > 0 && !dead()); });
+    auto idle = [&] { return (vh_queued_ == 0 && npending_ == 0 && out_off_ == outbuf_.size()) || dead(); };
+    if (idle()) {  // nothing to do (a dead worker's requests are failed by its waiters)
+      vh_cv_.wait(lk, [&] { return vh_stop_ || !idle(); });
       continue;
     }
     const uint64_t before = harvested;
@@ -523,7 +766,8 @@ bool Channel::block_end() {
 uint64_t Channel::submit(const Piece& p) {
   std::unique_lock<std::mutex> lk = lock_to_submit();
   const uint64_t reqid = new_request();
-  if (put(lk, p, reqid, true)) return reqid;
+  const bool staged = p.op == kCall && p.args && call_bytes(p.args) > arena_size;
+  if (staged ? put_staged(lk, p, reqid) : put(lk, p, reqid, true)) return reqid;
   drop(reqid);
   return VEO_REQUEST_ID_INVALID;
 }
@@ -537,7 +781,7 @@ int Channel::call(const Piece& p, uint64_t* result_out, std::string* message) {
   return result(reqid, result_out, true, message);
 }
 
-int Channel::transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t* reqid) {
+int Channel::transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t* reqid, bool copy_source) {
   std::unique_lock<std::mutex> lk = lock_to_submit();
   *reqid = new_request();
   const size_t piece = std::max<size_t>(4096, std::min<size_t>(arena_size / 8, 1u << 20));
@@ -546,20 +790,38 @@ int Channel::transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t*
     drop(*reqid);
     return -1;
   }
+  std::shared_ptr<char[]> copy;  // the rest of a write's source, once its pieces wait on the host
+  size_t copy_from = 0;
   for (size_t off = 0; off < n; off += piece) {
     Piece p;
     p.op = write ? kWriteMem : kReadMem;
     p.addr = addr + off;
     p.data_len = std::min(piece, n - off);
     if (write) {
-      p.in = static_cast<const char*>(host) + off;
+      p.in = copy ? copy.get() + (off - copy_from) : static_cast<const char*>(host) + off;
       p.in_len = p.data_len;
     } else {
       p.out = static_cast<char*>(host) + off;
     }
-    if (!put(lk, p, *reqid, off + piece >= n)) {
+    if (!put(lk, p, *reqid, off + piece >= n, copy)) {
       drop(*reqid);
       return -1;
+    }
+    if (write && copy_source && !copy && npending_) {
+      // This piece waits on the host (it is the last there), and so will the rest: veo_async_write_mem
+      // promises its source is copied at submission, so they are copied now.
+      try {
+        copy.reset(new char[n - off]);
+      } catch (const std::bad_alloc&) {
+        report(name() + ": out of memory copying the " + std::to_string(n - off) +
+               " bytes of a write that wait for room on the host");
+        drop(*reqid);
+        return -1;
+      }
+      std::memcpy(copy.get(), static_cast<const char*>(host) + off, n - off);
+      copy_from = off;
+      pending_.back().p.in = copy.get();
+      pending_.back().keep = copy;
     }
   }
   return 0;

@@ -57,6 +57,9 @@ struct WorkerChannel {
   static constexpr uint64_t kRecent = 64;
   uint64_t nrecent = 0;
   uint64_t recent[kRecent] = {};
+  // The staging area of a call whose stack arguments do not fit the arena (kStageAlloc..kStageFree).
+  char* stage = nullptr;
+  uint64_t stage_len = 0;
 };
 
 constexpr int kMaxChannels = 1024;
@@ -189,7 +192,7 @@ ffi_type* ffi_of(uint8_t t) {
     case kU8: return &ffi_type_uint8;
     case kDouble: return &ffi_type_double;
     case kFloat: return &ffi_type_float;
-    case kStackIn: case kStackInOut: case kStackOut: return &ffi_type_pointer;
+    case kStackIn: case kStackInOut: case kStackOut: case kStageRef: return &ffi_type_pointer;
     default: return nullptr;
   }
 }
@@ -231,7 +234,11 @@ void do_call(WorkerChannel* c, Slot& s) {
   void* avalues[kMaxArgs];
   void* ptrs[kMaxArgs];
   for (int i = 0; i < n; ++i) {
-    if (types[i] >= kStackIn) {
+    if (types[i] == kStageRef) {
+      if (!c->stage || vals[i] > c->stage_len) return fail(s, ENOMEM);  // the staging allocation failed
+      ptrs[i] = c->stage + vals[i];
+      avalues[i] = &ptrs[i];
+    } else if (types[i] >= kStackIn) {
       ptrs[i] = data + vals[i];
       avalues[i] = &ptrs[i];
     } else {
@@ -356,10 +363,42 @@ bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
       s.result = 0;
       break;
     case kWriteMem:
-      do_copy(s, reinterpret_cast<void*>(s.addr), data, s.data_len);
+    case kReadMem: {
+      char* mem = reinterpret_cast<char*>(s.addr);
+      if (s.flags & kStageRel) {  // a piece of a staged call's stack arguments
+        if (!c->stage || s.addr > c->stage_len || s.data_len > c->stage_len - s.addr) {
+          fail(s, c->stage ? EFAULT : ENOMEM);
+          break;
+        }
+        mem = c->stage + s.addr;
+      }
+      if (s.op == kWriteMem) do_copy(s, mem, data, s.data_len);
+      else do_copy(s, data, mem, s.data_len);
       break;
-    case kReadMem:
-      do_copy(s, data, reinterpret_cast<const void*>(s.addr), s.data_len);
+    }
+    case kStageAlloc: {
+      free(c->stage);
+      c->stage = nullptr;
+      c->stage_len = 0;
+      void* p = nullptr;
+      size_t align = s.size >= (2u << 20) ? (2u << 20) : 64;
+      if (posix_memalign(&p, align, s.size ? s.size : 1) != 0) {
+        fail(s, ENOMEM);
+      } else {
+        if (align > 64) madvise(p, s.size, MADV_HUGEPAGE);
+        c->stage = static_cast<char*>(p);
+        c->stage_len = s.size;
+        s.status = kOk;
+        s.result = 0;
+      }
+      break;
+    }
+    case kStageFree:
+      free(c->stage);
+      c->stage = nullptr;
+      c->stage_len = 0;
+      s.status = kOk;
+      s.result = 0;
       break;
     case kCopyMem:
       do_copy(s, reinterpret_cast<void*>(s.addr), reinterpret_cast<const void*>(s.vals[0]), s.size);

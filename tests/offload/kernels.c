@@ -160,3 +160,16 @@ float k_fmul(float a, float b) { return a * b; }
 
 /* Used by kernels3.c, which is not linked to this library (veo_load_library's RTLD_GLOBAL). */
 uint64_t k_shared_helper(uint64_t a) { return a + 40; }
+
+/* Waits until *flag is not 0 (set by the host through another context) and returns it; gives up
+ * after about 20 s and returns 0, so that a runtime whose submission blocks fails the test instead
+ * of hanging it. */
+uint64_t k_wait_flag(volatile uint64_t* flag) {
+  for (int i = 0; i < 200000; ++i) {
+    uint64_t v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+    if (v) return v;
+    usleep(100);
+  }
+  return 0;
+}
+uint64_t k_load64(const uint64_t* p) { return *p; }

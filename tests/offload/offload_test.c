@@ -429,16 +429,277 @@ static void test_stack_args(void) {
   uint64_t r = 0, id = veo_call_async(c, sym(p, lib, "k_copy"), a);
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && memcmp(src, dst, sizeof src) == 0);
   CHECK(veo_args_set_stack(a, (enum veo_args_intent)7, 0, src, 1) == -1);
-  /* larger than the arena: a clear error */
-  size_t huge = g_opts.arena_bytes + 1;
-  char* big = malloc(huge);
-  veo_args_clear(a);
-  veo_args_set_stack(a, VEO_INTENT_IN, 0, big, huge);
-  CHECK(veo_call_async(c, sym(p, lib, "k_sum_in"), a) == VEO_REQUEST_ID_INVALID);
-  CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_ARENA") != NULL);
-  free(big);
+  /* larger than the arena: staged in a worker allocation of the call's own (test_big_stack) */
   veo_args_free(a);
   veo_proc_destroy(p);
+}
+
+/* Stack arguments larger than the arena (16 MiB by default) up to AVEO's limit of 63 MiB in all
+ * (its 64 MiB VE stack), in every direction; beyond it, a clear refusal that names the limit. */
+static void big_stack_round(struct veo_proc_handle* p, struct veo_thr_ctxt* c, uint64_t lib, size_t n) {
+  unsigned char* buf = malloc(n);
+  unsigned char* in = malloc(n);
+  CHECK(buf && in);
+  uint64_t expect = 0, r = 0;
+  for (size_t i = 0; i < n; ++i) expect += (in[i] = (unsigned char)(i * 7 + i / 4099));
+  struct veo_args* a = veo_args_alloc();
+  /* IN, asynchronous; the buffer is copied at submission: changing it afterwards changes nothing */
+  memcpy(buf, in, n);
+  veo_args_set_stack(a, VEO_INTENT_IN, 0, (char*)buf, n);
+  veo_args_set_u64(a, 1, n);
+  uint64_t id = veo_call_async(c, sym(p, lib, "k_sum_in"), a);
+  memset(buf, 0, n);
+  CHECK(id != VEO_REQUEST_ID_INVALID);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == expect);
+  /* the kernel-side previous result is the call's, not one of its staging pieces' */
+  veo_args_clear(a);
+  veo_args_set_i32(a, 0, 0);
+  id = veo_call_async(c, sym(p, lib, "k_prev"), a);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == expect);
+  /* OUT */
+  memset(buf, 0xee, n);
+  veo_args_clear(a);
+  veo_args_set_stack(a, VEO_INTENT_OUT, 0, (char*)buf, n);
+  veo_args_set_u64(a, 1, n);
+  veo_args_set_u64(a, 2, 9);
+  id = veo_call_async(c, sym(p, lib, "k_fill_out"), a);
+  CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == n);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += buf[i] != (unsigned char)(9 + i);
+  CHECK(bad == 0);
+  /* INOUT, synchronous (the main context) */
+  memcpy(buf, in, n);
+  veo_args_clear(a);
+  veo_args_set_stack(a, VEO_INTENT_INOUT, 0, (char*)buf, n);
+  veo_args_set_u64(a, 1, n);
+  CHECK(veo_call_sync(p, sym(p, lib, "k_inc_inout"), a, &r) == 0 && r == n);
+  for (size_t i = 0; i < n; ++i) bad += buf[i] != (unsigned char)(in[i] + 1);
+  CHECK(bad == 0);
+  veo_args_free(a);
+  free(in);
+  free(buf);
+}
+
+static void test_big_stack(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_thr_ctxt* c2 = veo_context_open(p);
+  CHECK(lib && c && c2);
+  const size_t arena = g_opts.arena_bytes;
+  /* just under the arena after a call that left the arena's position in its middle: the queue
+   * starts its arena over when empty (it waited forever for room before) */
+  size_t sizes[] = {arena * 5 / 8, arena - 4096, arena + 1, (size_t)17 << 20, ((size_t)62 << 20) + 12345};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; ++k) {
+    int before = g_failures;
+    big_stack_round(p, c2, lib, sizes[k]);
+    if (g_failures != before) {
+      fprintf(stderr, "  (stack argument of %zu bytes)\n", sizes[k]);
+      break;
+    }
+  }
+  /* two stack arguments, IN and OUT, 20 MiB each */
+  size_t n = (size_t)20 << 20;
+  char* src = malloc(n);
+  char* dst = calloc(1, n);
+  for (size_t i = 0; i < n; ++i) src[i] = (char)(i * 3 + (i >> 12));
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_stack(a, VEO_INTENT_IN, 0, src, n);
+  veo_args_set_stack(a, VEO_INTENT_OUT, 1, dst, n);
+  veo_args_set_u64(a, 2, n);
+  uint64_t r = 0, id = veo_call_async(c2, sym(p, lib, "k_copy"), a);
+  CHECK(veo_call_wait_result(c2, id, &r) == VEO_COMMAND_OK && r == n && memcmp(src, dst, n) == 0);
+  /* beyond 63 MiB in all (one argument, or two together): refused, naming the limit; the
+   * context works on */
+  free(src);
+  free(dst);
+  n = ((size_t)63 << 20) + 1;
+  src = malloc(n);
+  veo_args_clear(a);
+  veo_args_set_stack(a, VEO_INTENT_IN, 0, src, n);
+  veo_args_set_u64(a, 1, n);
+  CHECK(veo_call_async(c2, sym(p, lib, "k_sum_in"), a) == VEO_REQUEST_ID_INVALID);
+  CHECK(strstr(accio_offload_last_error(), "63 MiB") != NULL);
+  CHECK(strstr(accio_offload_last_error(), "66060288") != NULL);
+  veo_args_clear(a);
+  veo_args_set_stack(a, VEO_INTENT_IN, 0, src, (size_t)32 << 20);
+  veo_args_set_stack(a, VEO_INTENT_OUT, 1, src, (size_t)32 << 20);
+  veo_args_set_u64(a, 2, 1);
+  CHECK(veo_call_sync(p, sym(p, lib, "k_copy"), a, &r) == -1 && strstr(accio_offload_last_error(), "63 MiB") != NULL);
+  free(src);
+  veo_args_clear(a);
+  veo_args_set_u64(a, 0, 2);
+  veo_args_set_u64(a, 1, 3);
+  id = veo_call_async(c2, sym(p, lib, "k_add"), a);
+  CHECK(veo_call_wait_result(c2, id, &r) == VEO_COMMAND_OK && r == 5);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+/* Submission never waits (AVEO's request queue is unbounded): more requests than the ring's slots
+ * and more data than the arena wait on the host and run in order. A kernel waits for a flag that
+ * the host sets, through another context, only after submitting more than ACCIO_OFFLOAD_SLOTS
+ * requests behind it: it completes (a runtime that blocked the submission would stall until the
+ * kernel gives up, and the kernel's result would be 0). */
+static void test_overflow(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib);
+  struct veo_thr_ctxt* main_ctx = veo_context_open(p);
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  CHECK(lib && main_ctx && c);
+  uint64_t wait_flag = sym(p, lib, "k_wait_flag"), count = sym(p, lib, "k_count"), load = sym(p, lib, "k_load64");
+  uint64_t fill = sym(p, lib, "k_fill_out"), sum_in = sym(p, lib, "k_sum_in");
+  uint64_t mem = 0, zero = 0, r = 0;
+  CHECK(veo_alloc_mem(p, &mem, 64) == 0 && veo_write_mem(p, mem, &zero, 8) == 0 && veo_write_mem(p, mem + 8, &zero, 8) == 0 &&
+        veo_write_mem(p, mem + 16, &zero, 8) == 0);
+  const uint64_t flag = mem, cell = mem + 8, marker = mem + 16;
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, flag);
+  uint64_t spin = veo_call_async(c, wait_flag, a);
+  CHECK(spin != VEO_REQUEST_ID_INVALID);
+  /* 3 requests per round, 700 rounds: a call that counts, a write of a cell, a call that reads it */
+  enum { kRounds = 700 };
+  uint64_t* ids = malloc(sizeof(uint64_t) * 3 * kRounds);
+  for (int i = 0; i < kRounds; ++i) {
+    uint64_t v = 1000 + (uint64_t)i; /* the source is copied at submission: v changes next round */
+    ids[3 * i] = veo_call_async(c, count, NULL);
+    ids[3 * i + 1] = veo_async_write_mem(c, cell, &v, 8);
+    veo_args_clear(a);
+    veo_args_set_u64(a, 0, cell);
+    ids[3 * i + 2] = veo_call_async(c, load, a);
+    CHECK(ids[3 * i] != VEO_REQUEST_ID_INVALID && ids[3 * i + 1] != VEO_REQUEST_ID_INVALID &&
+          ids[3 * i + 2] != VEO_REQUEST_ID_INVALID);
+    CHECK(i == 0 || ids[3 * i] == ids[3 * i - 1] + 1); /* ids stay consecutive */
+  }
+  /* behind them: an OUT stack argument, and an IN one whose buffer changes right after submission
+   * (copied at submission, as AVEO does) */
+  unsigned char out[300], in[300];
+  uint64_t expect = 0;
+  for (int i = 0; i < 300; ++i) expect += (in[i] = (unsigned char)(i * 5));
+  memset(out, 0, sizeof out);
+  veo_args_clear(a);
+  veo_args_set_stack(a, VEO_INTENT_OUT, 0, (char*)out, sizeof out);
+  veo_args_set_u64(a, 1, sizeof out);
+  veo_args_set_u64(a, 2, 3);
+  uint64_t fill_id = veo_call_async(c, fill, a);
+  veo_args_clear(a);
+  veo_args_set_stack(a, VEO_INTENT_IN, 0, (char*)in, sizeof in);
+  veo_args_set_u64(a, 1, sizeof in);
+  uint64_t sum_id = veo_call_async(c, sum_in, a);
+  memset(in, 0, sizeof in);
+  veo_args_free(a); /* the queued calls keep their own copies */
+  a = veo_args_alloc();
+  static const uint64_t seven = 7;
+  uint64_t mark_id = veo_async_write_mem(c, marker, &seven, 8); /* the last request on c */
+  CHECK(fill_id != VEO_REQUEST_ID_INVALID && sum_id != VEO_REQUEST_ID_INVALID && mark_id != VEO_REQUEST_ID_INVALID);
+  /* everything was submitted while the kernel still waits for its flag */
+  CHECK(veo_call_peek_result(c, spin, &r) == VEO_COMMAND_UNFINISHED);
+  static const uint64_t one = 1;
+  uint64_t set = veo_async_write_mem(main_ctx, flag, &one, 8);
+  CHECK(veo_call_wait_result(main_ctx, set, &r) == VEO_COMMAND_OK);
+  /* Nobody waits on c: its queue's own thread moves what waits on the host into the ring. */
+  uint64_t m = 0;
+  double t0 = now_s();
+  while (m != 7 && now_s() - t0 < 30) {
+    CHECK(veo_read_mem(p, &m, marker, 8) == 0);
+    if (m != 7) usleep(2000);
+  }
+  CHECK(m == 7);
+  CHECK(veo_call_wait_result(c, spin, &r) == VEO_COMMAND_OK && r == 1);
+  /* in order: the counts run 1, 2, 3...; each read sees the write just before it */
+  for (int i = 0; i < kRounds; ++i) {
+    CHECK(veo_call_wait_result(c, ids[3 * i], &r) == VEO_COMMAND_OK && r == (uint64_t)i + 1);
+    CHECK(veo_call_wait_result(c, ids[3 * i + 1], &r) == VEO_COMMAND_OK);
+    CHECK(veo_call_wait_result(c, ids[3 * i + 2], &r) == VEO_COMMAND_OK && r == 1000 + (uint64_t)i);
+  }
+  CHECK(veo_call_wait_result(c, fill_id, &r) == VEO_COMMAND_OK && r == sizeof out);
+  for (int i = 0; i < 300; ++i) CHECK(out[i] == (unsigned char)(3 + i));
+  CHECK(veo_call_wait_result(c, sum_id, &r) == VEO_COMMAND_OK && r == expect);
+  CHECK(veo_call_wait_result(c, mark_id, &r) == VEO_COMMAND_OK);
+  free(ids);
+
+  /* A 256 MiB asynchronous write behind a kernel that waits: the call returns while the kernel
+   * still waits (it cannot finish before the flag is set below), then the data arrives whole. */
+  CHECK(veo_write_mem(p, flag, &zero, 8) == 0);
+  const size_t n = (size_t)256 << 20;
+  unsigned char* big = malloc(n);
+  uint64_t dev = 0, big_sum = 0;
+  CHECK(big && veo_alloc_mem(p, &dev, n) == 0);
+  for (size_t i = 0; i < n; ++i) big_sum += (big[i] = (unsigned char)(i * 11 + (i >> 20)));
+  veo_args_clear(a);
+  veo_args_set_u64(a, 0, flag);
+  spin = veo_call_async(c, wait_flag, a);
+  uint64_t w = veo_async_write_mem(c, dev, big, n);
+  CHECK(spin != VEO_REQUEST_ID_INVALID && w != VEO_REQUEST_ID_INVALID);
+  CHECK(veo_call_peek_result(c, spin, &r) == VEO_COMMAND_UNFINISHED);
+  CHECK(veo_call_peek_result(c, w, &r) == VEO_COMMAND_UNFINISHED);
+  memset(big, 0xff, n); /* the source was copied at submission */
+  CHECK(veo_write_mem(p, flag, &one, 8) == 0);
+  CHECK(veo_call_wait_result(c, spin, &r) == VEO_COMMAND_OK && r == 1);
+  CHECK(veo_call_wait_result(c, w, &r) == VEO_COMMAND_OK);
+  veo_args_clear(a);
+  veo_args_set_u64(a, 0, dev);
+  veo_args_set_u64(a, 1, n);
+  CHECK(veo_call_sync(p, sym(p, lib, "k_mem_sum"), a, &r) == 0 && r == big_sum);
+  /* and read back the same way, behind a waiting kernel */
+  memset(big, 0, n);
+  CHECK(veo_write_mem(p, flag, &zero, 8) == 0);
+  veo_args_clear(a);
+  veo_args_set_u64(a, 0, flag);
+  spin = veo_call_async(c, wait_flag, a);
+  uint64_t rd = veo_async_read_mem(c, big, dev, n);
+  CHECK(veo_call_peek_result(c, spin, &r) == VEO_COMMAND_UNFINISHED);
+  CHECK(veo_write_mem(p, flag, &one, 8) == 0);
+  veo_context_sync(c); /* waits for what waits on the host too */
+  CHECK(veo_call_peek_result(c, rd, &r) == VEO_COMMAND_OK && veo_call_peek_result(c, spin, &r) == VEO_COMMAND_OK);
+  uint64_t got = 0;
+  for (size_t i = 0; i < n; ++i) got += big[i];
+  CHECK(got == big_sum);
+  veo_free_mem(p, dev);
+  free(big);
+  veo_args_free(a);
+  veo_free_mem(p, mem);
+  veo_proc_destroy(p);
+}
+
+/* A proc handle after veo_proc_destroy: AVEO keeps its ProcHandle (a second destroy returns 0);
+ * here the handle is a tombstone every entry point refuses (ESRCH), not a use after free (run
+ * under ASan: make cpp-test-asan). */
+static void test_destroyed_handle(void) {
+  struct veo_proc_handle* p = new_proc();
+  CHECK(p);
+  int pid = accio_offload_worker_pid(p);
+  CHECK(veo_context_open(p) != NULL);
+  CHECK(veo_proc_destroy(p) == 0);
+  CHECK(wait_gone(pid, 2.0));
+  CHECK(veo_proc_destroy(p) == 0); /* twice: as AVEO */
+  uint64_t addr = 1, r = 0;
+  char buf[8] = {0};
+  errno = 0;
+  CHECK(veo_alloc_mem(p, &addr, 64) == -2 && addr == 0 && errno == ESRCH);
+  CHECK(strstr(accio_offload_last_error(), "destroyed") != NULL);
+  CHECK(veo_free_mem(p, 0x1000) == -1);
+  CHECK(veo_num_contexts(p) == -1 && errno == ESRCH);
+  CHECK(veo_get_context(p, 0) == NULL);
+  CHECK(veo_load_library(p, g_lib) == 0);
+  CHECK(veo_unload_library(p, 1) == -1);
+  CHECK(veo_get_sym(p, 0, "accio_offload_echo") == 0);
+  CHECK(veo_context_open(p) == NULL);
+  struct veo_thr_ctxt_attr* at = veo_alloc_thr_ctxt_attr();
+  CHECK(veo_context_open_with_attr(p, at) == NULL);
+  veo_free_thr_ctxt_attr(at);
+  CHECK(veo_read_mem(p, buf, 0x1000, 8) == -1 && veo_write_mem(p, 0x1000, buf, 8) == -1);
+  CHECK(veo_call_sync(p, 0x1000, NULL, &r) == -1);
+  void* hm = (void*)1;
+  CHECK(veo_alloc_hmem(p, &hm, 8) == -1 && hm == NULL);
+  CHECK(veo_proc_identifier(p) == -1 && accio_offload_worker_pid(p) == -1);
+  /* new procs work, and do not make the old handle valid */
+  struct veo_proc_handle* q = new_proc();
+  CHECK(q && veo_num_contexts(q) == 0);
+  CHECK(veo_num_contexts(p) == -1);
+  veo_proc_destroy(q);
 }
 
 static void test_memory(void) {
@@ -1525,6 +1786,8 @@ static const struct test tests[] = {
     {"req_block", test_req_block},     {"sync_order", test_sync_order},
     {"hooks", test_hooks},             {"hmem", test_hmem},
     {"hmem_proc_limit", test_hmem_proc_limit}, {"ve_omp_num_threads", test_ve_omp_num_threads},
+    {"big_stack", test_big_stack},     {"overflow", test_overflow},
+    {"destroyed_handle", test_destroyed_handle},
 };
 
 int main(int argc, char** argv) {

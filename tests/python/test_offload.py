@@ -300,11 +300,36 @@ def test_option_values_from_the_environment(monkeypatch, kernels):
     monkeypatch.setenv("ACCIO_OFFLOAD_ARENA", "64KiB")
     with offload.Proc() as p:
         ctx = p.open_context()
-        big = np.zeros(70000, dtype=np.uint8)  # more than the 64 KiB arena: refused, naming the setting
-        f = p.load_library(kernels).k_add
-        with pytest.raises(offload.OffloadError, match="ACCIO_OFFLOAD_ARENA"):
-            f(ctx, offload.OnStack(big), 1)
-        assert p.call_sync(f, 2, 3) == 5
+        lib = p.load_library(kernels)
+        big = (np.arange(70000) % 251).astype(np.uint8)  # more than the 64 KiB arena: staged in the worker
+        s = lib.k_sum_in.args_type("unsigned char *", "uint64_t")
+        assert s(ctx, offload.OnStack(big), big.size).wait_result() == int(big.sum())
+        huge = np.zeros((63 << 20) + 1, dtype=np.uint8)  # beyond AVEO's 63 MiB: refused, naming the limit
+        with pytest.raises(offload.OffloadError, match="63 MiB"):
+            s(ctx, offload.OnStack(huge), huge.size)
+        assert p.call_sync(lib.k_add, 2, 3) == 5
+
+
+def test_async_write_behind_a_waiting_kernel_does_not_block(kernels):
+    """Submission never waits: a transfer larger than the arena and more requests than the ring
+    holds are queued behind a kernel that waits for a flag set afterwards, and the write's source
+    stays alive although its Request object is dropped."""
+    with offload.Proc() as p:
+        lib = p.load_library(kernels)
+        main, ctx = p.open_context(), p.open_context()
+        flag = p.alloc_mem(8)
+        p.write_mem(flag, np.zeros(1, dtype=np.uint64))
+        spin = lib.k_wait_flag.args_type("uint64_t")(ctx, flag)
+        n = 40 << 20
+        dev = p.alloc_mem(n)
+        ctx.async_write_mem(dev, np.full(n, 3, dtype=np.uint8))  # source and Request dropped at once
+        counts = [lib.k_count(ctx) for _ in range(300)]
+        with pytest.raises(offload.UnfinishedError):
+            spin.peek_result()  # everything was submitted while the kernel waits
+        main.async_write_mem(flag, np.ones(1, dtype=np.uint64)).wait_result()
+        assert spin.wait_result() == 1
+        assert [c.wait_result() for c in counts] == list(range(1, 301))
+        assert p.call_sync(lib.k_mem_sum, dev, n) == 3 * n
 
 
 def test_worker_from_veorun_bin(monkeypatch):
