@@ -71,7 +71,8 @@ module accio
   public :: accio_settings_copy, accio_parse_size, accio_global_stats, accio_global_stats_reset, accio_residency, &
             accio_warnings, accio_string, accio_mechanism_name, accio_mechanism_device
   public :: accio_cuda_available, accio_gpu_count, accio_gpu_info_get, accio_mem_kind, accio_device_alloc, &
-            accio_device_free, accio_device_copy, accio_cuda_stream_sync, accio_gds_info, accio_gds_mode
+            accio_device_free, accio_device_copy, accio_cuda_stream_sync, accio_gds_info, accio_gds_mode, &
+            accio_cuda_current_device
 
   integer(c_int), parameter :: ACCIO_OP_READ = 0, ACCIO_OP_WRITE = 1
   ! or'ed into op of accio_mechanism_for_at: probe this request's page-cache residency afresh
@@ -279,6 +280,11 @@ module accio
     end function
     ! the number of GPUs (0 without a driver or a GPU)
     function accio_gpu_count() bind(C, name="accio_gpu_count") result(n)
+      import :: c_int
+      integer(c_int) :: n
+    end function
+    ! the GPU of the calling thread's current CUDA context, -1 without one (or without a driver)
+    function accio_cuda_current_device() bind(C, name="accio_cuda_current_device") result(n)
       import :: c_int
       integer(c_int) :: n
     end function

@@ -274,6 +274,10 @@ typedef struct accio_gpu_info {
 /* 1 when libcuda loads and reports a GPU; 0 otherwise, with why in `why`. */
 int accio_cuda_available(char* why, size_t len);
 int accio_gpu_count(void); /* 0 without a driver or GPU */
+/* The GPU of the calling thread's current CUDA context: the one a CUDA runtime (cudaSetDevice), CuPy
+ * or a framework made current, what "cuda" without an index means to them. -1 where the thread has no
+ * current context, or without a driver (a runtime's cudaGetDevice then says 0). Makes no context. */
+int accio_cuda_current_device(void);
 int accio_gpu_info_get(int ordinal, accio_gpu_info* out);
 /* Where p lives (enum accio_mem_kind); *device gets the GPU ordinal or -1. Host when libcuda is not
  * loaded in the process: accio never loads it to classify a pointer. */

@@ -65,13 +65,27 @@ def __getattr__(name: str):
 
 
 def _ordinal(device: str | int) -> int:
-    """'cuda:1', 'cuda', 1 -> 1, 0, 1."""
+    """'cuda:1', 1 -> 1; 'cuda' -> the calling thread's current GPU (_current_gpu), as torch means it."""
     if isinstance(device, int):
         return device
     name, _, num = str(device).partition(":")
     if name != "cuda" or (num and not num.isdigit()):
         raise ValueError(f"device {device!r}: expected 'cuda' or 'cuda:N'")
-    return int(num or 0)
+    return int(num) if num else _current_gpu()
+
+
+def _current_gpu() -> int:
+    """The GPU that "cuda" without an index means, as PyTorch and the CUDA runtime mean it: the calling
+    thread's current device. torch.cuda.current_device() where torch is imported and has set up CUDA
+    (torch.cuda.set_device, a tensor made on a GPU); else the GPU of the thread's current CUDA context
+    (cudaSetDevice, CuPy's Device, a framework made it current); else 0, what cudaGetDevice says when
+    nothing chose one. Makes no CUDA context (a context on GPU 0 made by every rank is the waste
+    torch.cuda warns of)."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    if callable(getattr(cuda, "is_initialized", None)) and cuda.is_initialized():
+        return int(cuda.current_device())
+    current = _ext.cuda_current_device()
+    return current if current >= 0 else 0
 
 
 def cuda_available() -> tuple[bool, str]:
@@ -323,7 +337,7 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
          dtype=None, shape=None, out=None, **settings: Any):
     """Read a whole file into a new array, or into `out`.
 
-    device: None (host memory) or a GPU ("cuda:N", "cuda" or N).
+    device: None (host memory) or a GPU ("cuda:N", N, or "cuda": the calling thread's current GPU).
     framework: "numpy", "cupy" or "torch": what the array is. Default: numpy on the host; on a device
       CuPy, or an accio.DeviceArray (DLPack and __cuda_array_interface__, so torch.from_dlpack() and
       cupy.asarray() take it) when CuPy is not installed. "cupy" without device uses CuPy's current

@@ -558,6 +558,8 @@ int accio_gpu_count(void) {
   return d ? d->devices : 0;
 }
 
+int accio_cuda_current_device(void) { return accio::mem::cuda::current_device(); }
+
 int accio_gpu_info_get(int ordinal, accio_gpu_info* out) {
   ACCIO_CHECK(out, "accio_gpu_info_get");
   return guard([&] {

@@ -1064,6 +1064,8 @@ NB_MODULE(_ext, m) {
     const bool ok = accio_cuda_available(why, sizeof why);
     return std::make_pair(ok, std::string(why));
   });
+  m.def("cuda_current_device", [] { return accio_cuda_current_device(); },
+        "The GPU of the calling thread's current CUDA context, -1 without one (or without a driver).");
   m.def("gpus", [] {
     nb::list out;
     for (int i = 0, n = accio_gpu_count(); i < n; ++i) {

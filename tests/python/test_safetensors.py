@@ -264,7 +264,7 @@ def test_safe_open_reads_only_the_ranges_asked_for(tmp_path):
         assert f.get_slice("l1").get_shape() == [64, 256] and f.get_slice("l1").get_dtype() == "F32"
         with pytest.raises(IndexError):
             f.get_slice("l1")[64]
-        with pytest.raises(KeyError, match="nope"):
+        with pytest.raises(KeyError, match="nope"):  # a SafetensorError (below), still a KeyError
             f.get_tensor("nope")
         many = f.get_tensors(["l0", "l7"])
         same(many["l7"], t["l7"])
@@ -272,6 +272,36 @@ def test_safe_open_reads_only_the_ranges_asked_for(tmp_path):
         assert f.keys() == list(ref.keys()) and f.offset_keys() == list(ref.offset_keys())
         assert f.metadata() == ref.metadata()
         same(f.get_slice("l2")[1:3], ref.get_slice("l2")[1:3])
+
+
+def test_a_missing_tensor_is_a_safetensor_error_as_safetensors_raises(tmp_path):
+    """safetensors raises SafetensorError("File does not contain tensor NAME") from get_tensor and
+    get_slice; accio raised KeyError. Now accio's SafetensorError, whose message begins with
+    safetensors' own and names the file, and still a KeyError for callers that caught that."""
+    import pickle
+    p = str(tmp_path / "m.st")
+    sn.save_file({"a": np.ones(2, np.float32)}, p)
+    for call in ("get_tensor", "get_slice"):
+        with safetensors.safe_open(p, "np") as ref, pytest.raises(safetensors.SafetensorError) as want:
+            getattr(ref, call)("zz")
+        with st.safe_open(p, "np") as f, pytest.raises(st.SafetensorError) as got:
+            getattr(f, call)("zz")
+        e = got.value
+        assert isinstance(e, KeyError) and isinstance(e, st.TensorNotFoundError)
+        assert str(e) == f"{want.value} (safetensors file '{p}')", (str(e), str(want.value))
+        assert (e.path, e.tensor) == (p, "zz")
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and str(back) == str(e)
+    with st.safe_open(p) as f, pytest.raises(st.SafetensorError, match="does not contain tensor zz"):
+        f.get_tensors(["a", "zz"])
+    # the header errors are SafetensorErrors too (safetensors raises its one class for them), and
+    # still ValueErrors; they survive pickling
+    bad = raw_file(tmp_path / "bad.st", {"w": T("F32", [2], 0, 4)}, b"\0" * 4)
+    with pytest.raises(st.SafetensorError) as got:
+        st.load_file(bad)
+    assert isinstance(got.value, ValueError) and isinstance(got.value, HeaderError)
+    back = pickle.loads(pickle.dumps(got.value))
+    assert str(back) == str(got.value) and back.tensor == "w"
 
 
 # --- sharded checkpoints --------------------------------------------------------------------------
@@ -299,15 +329,54 @@ def test_sharded_by_index_and_by_list(tmp_path):
             same(got[k], t[k])
 
 
+def transformers_load(index):
+    """What transformers loads for a model.safetensors.index.json (utils/hub.py
+    get_checkpoint_shard_files, then every tensor of each shard, later shards replacing earlier
+    ones): the shards are sorted(set(weight_map.values())) joined to the index's directory. Each
+    tensor as safetensors reads it: name -> (shape, bytes)."""
+    doc = json.loads(open(index).read())
+    out = {}
+    for shard in sorted(set(doc["weight_map"].values())):
+        with open(os.path.join(os.path.dirname(index), shard), "rb") as f:
+            out.update({k: (tuple(v["shape"]), v["data"]) for k, v in safetensors.deserialize(f.read())})
+    return out
+
+
+def test_index_read_as_transformers_reads_it(tmp_path):
+    """transformers loads every tensor of every shard an index lists: a tensor weight_map does not
+    name, or places in another listed shard, is loaded (accio refused both), and "./a" is the shard
+    "a" (accio loaded it twice and refused its tensors as "also in" it)."""
+    t, idx, files = make_shards(tmp_path)
+    wm = json.loads(open(idx).read())["weight_map"]
+    name = sorted(wm)[0]
+    other = os.path.basename(files[-1]) if wm[name] != os.path.basename(files[-1]) else os.path.basename(files[0])
+    cases = {"unnamed": {k: v for k, v in wm.items() if k != name},
+             "misplaced": dict(wm, **{name: other}),
+             "dot-slash": {k: ("./" + v if i % 2 else v) for i, (k, v) in enumerate(wm.items())}}
+    for case, weight_map in cases.items():
+        p = tmp_path / f"{case}.index.json"
+        p.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        want = transformers_load(str(p))
+        got = st.load_file(str(p))
+        assert set(got) == set(want) == set(t), case
+        for k in t:
+            same(got[k], t[k])
+            assert want[k] == (t[k].shape, t[k].tobytes()), (case, k)
+    read = []
+    for p in (idx, str(tmp_path / "dot-slash.index.json")):  # each shard read once, as by the plain index
+        accio.reset_global_stats()
+        st.load_file(p)
+        read.append(accio.global_stats()["bytes_read"])
+    assert read[0] == read[1] > sum(os.path.getsize(f) for f in files)
+
+
 def test_index_inconsistent_or_hostile(tmp_path):
     t, idx, files = make_shards(tmp_path)
     doc = json.loads(open(idx).read())
     wm = doc["weight_map"]
-    name = sorted(wm)[0]
-    bad = dict(wm, **{name: os.path.basename(files[-1]) if wm[name] != os.path.basename(files[-1])
-                      else os.path.basename(files[0])})
-    for weight_map, words in ((bad, "places the tensor"), ({k: v for k, v in wm.items() if k != name}, "does not name"),
-                              (dict(wm, ghost=os.path.basename(files[0])), "no shard holds it"),
+    # A tensor the index names that no shard holds is refused: transformers counts it as loaded and
+    # leaves the model's weight as it was, without a word.
+    for weight_map, words in ((dict(wm, ghost=os.path.basename(files[0])), "no shard holds it"),
                               (dict(wm, x="../evil.safetensors"), "relative path"),
                               (dict(wm, x="/etc/passwd"), "relative path"), ([1, 2], "weight_map")):
         p = tmp_path / "bad.index.json"
@@ -501,6 +570,108 @@ def test_torch_host_tensors_own_their_storage_slices(tmp_path):
             st.save_file({"a": bad}, str(tmp_path / "s.st"))
 
 
+def _tied_model(torch, extra=False):
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(11, 4)
+            self.head = torch.nn.Linear(4, 11, bias=False)
+            self.head.weight = self.embed.weight  # tied: two names, one storage
+            self.norm = torch.nn.LayerNorm(4)
+            self.register_buffer("steps", torch.arange(3))
+            if extra:
+                self.extra = torch.nn.Linear(2, 2)
+    return Tied()
+
+
+@pytest.mark.gpu  # needs no GPU, but torch (as above)
+def test_save_model_and_load_model_as_safetensors_torch(tmp_path):
+    """accio.safetensors.torch.save_model/load_model against safetensors.torch's: the same file bytes,
+    the same (missing, unexpected), the same strict error, tied weights tied after the load."""
+    torch = pytest.importorskip("torch")
+    import safetensors.torch as stt
+    from accio.safetensors import torch as ast
+    torch.manual_seed(0)
+    m = _tied_model(torch)
+    a, b = str(tmp_path / "a.st"), str(tmp_path / "b.st")
+    ast.save_model(m, a)
+    stt.save_model(m, b)
+    assert open(a, "rb").read() == open(b, "rb").read()  # head.weight dropped, named in the metadata
+    with st.safe_open(a) as f:
+        assert f.keys() == ["embed.weight", "norm.bias", "norm.weight", "steps"]
+        assert f.metadata() == {"head.weight": "embed.weight"}
+    meta = {"format": "pt", "head.weight": "mine"}
+    ast.save_model(m, a, metadata=meta)
+    assert meta == {"format": "pt", "head.weight": "mine"}  # the caller's dict is not changed
+    with st.safe_open(a) as f:
+        assert f.metadata() == meta  # the caller's own entry wins, as in safetensors
+    for loader in (ast.load_model, stt.load_model):
+        for src in (a, b):
+            torch.manual_seed(1)
+            m2 = _tied_model(torch)
+            assert loader(m2, src) == (set(), [])
+            assert m2.head.weight is m2.embed.weight
+            for k, v in m.state_dict().items():
+                assert torch.equal(m2.state_dict()[k], v), k
+    # a file holding both names (saved by save_file from clones): the second is unexpected, in both
+    both = str(tmp_path / "both.st")
+    stt.save_file({k: v.clone() for k, v in m.state_dict().items()}, both)
+    # a model with a tensor the file lacks: missing; strict raises the same RuntimeError
+    for src in (a, both):
+        got, want = ast.load_model(_tied_model(torch, extra=True), src, strict=False), \
+            stt.load_model(_tied_model(torch, extra=True), src, strict=False)
+        assert got == want, (got, want)
+        with pytest.raises(RuntimeError) as e_got:
+            ast.load_model(_tied_model(torch, extra=True), src, device="cpu", backend="mmap")
+        with pytest.raises(RuntimeError) as e_want:
+            stt.load_model(_tied_model(torch, extra=True), src)
+        assert str(e_got.value) == str(e_want.value)
+        assert "Missing key(s) in state_dict" in str(e_got.value)
+    # force_contiguous: a transposed buffer is saved contiguous; without it, refused with the hint
+    m.register_buffer("tr", torch.arange(12.0).reshape(3, 4).t())
+    ast.save_model(m, a)
+    assert torch.equal(ast.load_file(a)["tr"], m.tr)
+    for save in (ast.save_model, stt.save_model):
+        with pytest.raises(ValueError, match=r"contiguous.*Or use save_model\(\.\.\., force_contiguous=True\)"):
+            save(m, a, force_contiguous=False)
+    # no name covers the storage (two overlapping views of a tensor the model does not hold): refused
+    base = torch.arange(8.0)
+    m.register_buffer("v1", base[1:5])
+    m.register_buffer("v2", base[2:6])
+    for save in (ast.save_model, stt.save_model):
+        with pytest.raises(RuntimeError, match="found no suitable name to keep"):
+            save(m, a)
+
+
+@pytest.mark.gpu  # needs no GPU, but torch (as above)
+def test_remove_duplicate_names_equals_safetensors_torch():
+    """The names save_model drops and load_model forgives, on random views of a few storages, equal
+    0.8.0's _remove_duplicate_names (or both refuse), with and without preferred names."""
+    torch = pytest.importorskip("torch")
+    import random
+    import safetensors.torch as stt
+    from accio.safetensors import torch as ast
+    rng = random.Random(7)
+    refused = 0
+    for _ in range(400):
+        bases = [torch.zeros(rng.randint(1, 12)) for _ in range(3)]
+        sd = {}
+        for i in range(rng.randint(1, 6)):
+            b = rng.choice(bases)
+            s = rng.randint(0, b.numel() - 1)
+            sd[f"t{rng.randint(0, 9)}{i}"] = b if rng.random() < 0.4 else b[s:rng.randint(s + 1, b.numel())]
+        preferred = [k for k in sd if rng.random() < 0.3]
+        out = []
+        for f in (ast._remove_duplicate_names, stt._remove_duplicate_names):
+            try:
+                out.append(dict(f(sd, preferred_names=preferred)))
+            except RuntimeError:
+                out.append("refused")
+        assert out[0] == out[1], (sd, preferred, out)
+        refused += out[0] == "refused"
+    assert 0 < refused < 400
+
+
 def test_round_trip_through_accio_and_safetensors(tmp_path):
     t = sample_tensors()
     p = str(tmp_path / "r.st")
@@ -527,7 +698,38 @@ def test_drop_in_modules(tmp_path):
             same(f.get_tensor("a"), t["a"])
     same(asn.load_file(p, backend="mmap")["a"], t["a"])
     import accio.safetensors.torch as ast  # importable without torch; using it needs torch
-    assert callable(ast.load_file) and callable(ast.load) and callable(ast.save)
+    assert all(callable(getattr(ast, f)) for f in ("load_file", "load", "save", "save_model", "load_model"))
+
+
+def test_tied_weights_are_found_as_safetensors_torch_finds_them():
+    """save_model's and load_model's choice of names, on plain facts (no torch needed): names that
+    share a storage are grouped where their byte ranges overlap (walked in address order, each range
+    against the one before it), each group keeps its smallest name that covers the whole storage
+    (preferring names not discarded, then preferred ones), and a group none of whose names covers
+    the storage is refused with safetensors' RuntimeError. The expected values are what 0.8.0's
+    _remove_duplicate_names gives for the same tensors (compared with torch in the test below)."""
+    from accio.safetensors.torch import _shared_groups, _duplicates
+
+    def dup(spans, complete, **kw):
+        return _duplicates(_shared_groups(spans), set(complete), **kw)
+    tied = {"embed.weight": ("s", 0, 40), "head.weight": ("s", 0, 40), "norm": ("n", 0, 8), "meta": None}
+    assert _shared_groups(tied) == [["embed.weight", "head.weight"], ["norm"]]
+    assert dup(tied, {"embed.weight", "head.weight", "norm"}) == {"embed.weight": ["head.weight"]}
+    assert dup(tied, {"embed.weight", "head.weight", "norm"}, preferred=["head.weight"]) == \
+        {"head.weight": ["embed.weight"]}
+    assert dup(tied, {"embed.weight", "head.weight", "norm"}, discard=["embed.weight"]) == \
+        {"head.weight": ["embed.weight"]}
+    # the whole storage and a view into it: the whole one is kept whatever the names
+    assert dup({"a.view": ("s", 8, 16), "b.all": ("s", 0, 40)}, {"b.all"}) == {"b.all": ["a.view"]}
+    # disjoint views of one storage are separate groups; neither covers it, so it is refused
+    assert _shared_groups({"x": ("s", 0, 8), "y": ("s", 8, 16)}) == [["x"], ["y"]]
+    with pytest.raises(RuntimeError, match="found no suitable name to keep.*None is covering the entire storage"):
+        dup({"x": ("s", 0, 8), "y": ("s", 8, 16)}, set())
+    # a chain: each range compared with the one before it, so a-b and b-c overlapping makes one group
+    assert _shared_groups({"a": ("s", 0, 10), "b": ("s", 5, 20), "c": ("s", 15, 30), "d": ("s", 30, 31)}) == \
+        [["a", "b", "c"], ["d"]]
+    # the same address on another device (another key) is another storage
+    assert _shared_groups({"a": (("cuda:0", 1, 8), 1, 9), "b": (("cuda:1", 1, 8), 1, 9)}) == [["a"], ["b"]]
 
 
 def test_arguments_are_checked(tmp_path):
@@ -591,6 +793,50 @@ def test_device_load_save_and_safe_open_with_the_fake_driver(tmp_path):
         assert sh["b"].to_bytes() == ref["b"]["data"]
         print("ok")
     """, lib, tmp_path)
+
+
+def test_cuda_without_an_index_is_the_current_gpu(tmp_path):
+    """"cuda" and torch.device("cuda") mean the calling thread's current GPU, as torch means them
+    (safetensors takes GPU 0, so every rank of a job that set its own device loaded onto GPU 0). Two
+    fake GPUs: with no context current, GPU 0, and no context made for asking; with GPU 1's context
+    current (as cudaSetDevice(1) or CuPy leaves it), GPU 1; a torch that set up CUDA is asked first."""
+    from conftest import fake_cuda
+    from test_gpu import run_py
+
+    class F:
+        def mktemp(self, name):
+            d = tmp_path / name
+            d.mkdir()
+            return d
+    lib = fake_cuda(F())
+    run_py(f"""
+        import ctypes, sys, types, numpy as np, accio, accio.safetensors as st
+        fake = ctypes.CDLL({lib!r})
+        st.save_file({{"a": np.arange(6, dtype=np.float32)}}, "c.st")
+        class device:  # what the loader sees of a torch.device: its type name, type and index
+            def __init__(self, type, index=None): self.type, self.index = type, index
+        assert accio._ext.cuda_current_device() == -1
+        assert st._ordinal("cuda") == 0 and st._ordinal(device("cuda")) == 0 and accio._ordinal("cuda") == 0
+        assert fake.fake_cuda_primary_retains(0) == 0  # asking made no context on GPU 0
+        ctx = ctypes.c_void_p()
+        assert fake.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 1) == 0 and fake.cuCtxPushCurrent_v2(ctx) == 0
+        assert accio._ext.cuda_current_device() == 1
+        assert st._ordinal("cuda") == 1 and st._ordinal(device("cuda")) == 1 and st._ordinal(device("cuda", 0)) == 0
+        assert st._ordinal("cuda:0") == 0 and st._ordinal(0) == 0 and st._ordinal(device("cpu")) is None
+        for load in (lambda: st.load_file("c.st", device="cuda", framework="accio")["a"],
+                     lambda: st.safe_open("c.st", "accio", device=device("cuda")).get_tensor("a")):
+            a = load()
+            assert a.device == 1 and accio._ext.mem_kind(a) == ("device", 1), accio._ext.mem_kind(a)
+            assert a.to_bytes() == np.arange(6, dtype=np.float32).tobytes()
+        # a torch that has set up CUDA says which GPU is current (torch.cuda.set_device)
+        torch = types.ModuleType("torch")
+        torch.cuda = types.SimpleNamespace(is_initialized=lambda: True, current_device=lambda: 0)
+        sys.modules["torch"] = torch
+        assert st._ordinal("cuda") == 0
+        torch.cuda.is_initialized = lambda: False  # not set up: the context decides
+        assert st._ordinal("cuda") == 1
+        print("ok")
+    """, lib, tmp_path, FAKE_CUDA_DEVICES="2")
 
 
 def _gpu_framework(name):

@@ -25,11 +25,12 @@ import sys
 import accio
 
 from .._errors import file_shrank
-from ._format import DTYPE_BITS, SUBBYTE, Header, HeaderError, TensorInfo, MAX_HEADER
+from ._format import (DTYPE_BITS, SUBBYTE, Header, HeaderError, SafetensorError, TensorInfo, TensorNotFoundError,
+                      MAX_HEADER)
 from . import _format
 
 __all__ = ["load_file", "save_file", "load", "save", "safe_open", "read_header", "DeviceTensor", "HeaderError",
-           "SharedTensorsError", "TensorInfo", "Header", "DTYPES"]
+           "SafetensorError", "TensorNotFoundError", "SharedTensorsError", "TensorInfo", "Header", "DTYPES"]
 
 DTYPES = tuple(DTYPE_BITS)
 
@@ -45,13 +46,15 @@ _FROM_NAME = {v: k for k, v in _TORCH.items()}
 
 
 def _ordinal(device) -> int | None:
-    """None for the host ('cpu', None), else the GPU's ordinal ('cuda', 'cuda:N', N)."""
+    """None for the host ('cpu', None), else the GPU's ordinal ('cuda:N', N; 'cuda' and
+    torch.device('cuda') are the calling thread's current GPU, as torch means them, where safetensors
+    takes GPU 0)."""
     if device is None or device == "cpu":
         return None
     if type(device).__name__ == "device" and hasattr(device, "type"):  # a torch.device
         if device.type == "cpu":
             return None
-        device = f"{device.type}:{device.index or 0}"
+        device = device.type if device.index is None else f"{device.type}:{device.index}"
     return accio._ordinal(device)
 
 
@@ -334,9 +337,10 @@ def _read_ranges(f, path: str, reqs: list) -> None:
 
 
 def _index_files(index_path: str) -> tuple[list[str], dict[str, str]]:
-    """The shard files of a model.safetensors.index.json (in the order first named) and its weight_map.
-    The index is untrusted: its size is bounded, and a shard must be a plain relative path inside
-    the index's directory."""
+    """The shard files of a model.safetensors.index.json (in the order first named; one file named two
+    ways, "./a" and "a", is one shard) and its weight_map (tensor name -> shard path). The index is
+    untrusted: its size is bounded, and a shard must be a plain relative path inside the index's
+    directory."""
     import json
     try:
         size = os.path.getsize(index_path)
@@ -359,8 +363,10 @@ def _index_files(index_path: str) -> tuple[list[str], dict[str, str]]:
             if not shard or os.path.isabs(shard) or ".." in parts or "\0" in shard:
                 raise HeaderError(index_path, f"shard file {shard!r} is not a relative path inside the index's "
                                   "directory", name)
-            seen[shard] = os.path.join(base, shard)
-            files.append(seen[shard])
+            full = os.path.normpath(os.path.join(base, shard))
+            if full not in files:
+                files.append(full)
+            seen[shard] = full
     return files, {name: seen[shard] for name, shard in wm.items()}
 
 
@@ -371,7 +377,8 @@ def load_file(filename, device="cpu", framework: str | None = None, *, copy: boo
     filename: a .safetensors file; a model.safetensors.index.json (its weight_map's shards, checked
       against what the shards hold); or a list of shard files. Shards are read in parallel
       (max_workers threads, default one per shard up to 8).
-    device: "cpu" (default) or a GPU: "cuda", "cuda:N", N (or a torch.device).
+    device: "cpu" (default) or a GPU: "cuda:N", N, "cuda" (the calling thread's current GPU, as torch
+      means it; safetensors takes GPU 0) or a torch.device.
     framework: "torch" ("pt"), "numpy" ("np"), "cupy" or "accio" (DeviceTensor, GPU only). Default:
       numpy on the host; on a GPU CuPy when it is installed, else accio.
     copy: False (default): one allocation holds the whole file and every tensor is a view of it, so
@@ -405,14 +412,14 @@ def load_file(filename, device="cpu", framework: str | None = None, *, copy: boo
                 raise HeaderError(path, f"the tensor is also in '{where[name]}'", name)
             out[name], where[name] = t, path
     if wanted is not None:
-        index = os.fspath(filename)
+        # As transformers reads an index: every tensor of every shard it lists is loaded, named in
+        # weight_map or not, wherever weight_map places it. A tensor it names that no shard holds is
+        # refused: transformers takes weight_map's names for the checkpoint's keys, so it would not
+        # report the tensor missing and the model's weight would keep its initial values.
         for name, path in wanted.items():
-            if where.get(name) != path:
-                raise HeaderError(index, f"the index places the tensor in '{path}', but "
-                                  + (f"it is in '{where[name]}'" if name in where else "no shard holds it"), name)
-        extra = sorted(set(out) - set(wanted))
-        if extra:
-            raise HeaderError(index, f"'{where[extra[0]]}' holds a tensor the index does not name", extra[0])
+            if name not in where:
+                raise HeaderError(os.fspath(filename), f"the index places the tensor in '{path}', but no shard "
+                                  "holds it", name)
     return out
 
 
@@ -494,7 +501,7 @@ class safe_open:
         try:
             return self.header.tensors[name]
         except KeyError:
-            raise KeyError(f"safetensors file '{self.path}' has no tensor {name!r}") from None
+            raise TensorNotFoundError(self.path, name) from None
 
     def _read(self, info: TensorInfo, offset: int, n: int, shape: tuple):
         flat = self._fw.alloc(n)

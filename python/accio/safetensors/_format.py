@@ -30,14 +30,39 @@ DTYPE_RANK = {name: i for i, name in enumerate(DTYPE_BITS)}
 SUBBYTE = ("F4", "F6_E2M3", "F6_E3M2")
 
 
-class HeaderError(ValueError):
+class SafetensorError(Exception):
+    """accio's counterpart of safetensors.SafetensorError, the base of its safetensors errors
+    (HeaderError, TensorNotFoundError): code that catches safetensors' one class, spelled with
+    accio's, catches these. path and tensor name the file and, where one is to blame, the tensor."""
+
+
+class HeaderError(SafetensorError, ValueError):
     """A safetensors file (or index) that is malformed or hostile: names the file and, where one
-    is to blame, the tensor."""
+    is to blame, the tensor. A ValueError, as it was before SafetensorError, and a SafetensorError."""
 
     def __init__(self, path: str, what: str, tensor: str | None = None):
         self.path, self.tensor, self.what = path, tensor, what
         where = f"safetensors file '{path}'" + (f", tensor {tensor!r}" if tensor is not None else "")
         super().__init__(f"{where}: {what}")
+
+    def __reduce__(self):  # a worker process's error reaches its parent whole (multiprocessing pickles it)
+        return type(self), (self.path, self.what, self.tensor)
+
+
+class TensorNotFoundError(SafetensorError, KeyError):
+    """safe_open's get_tensor or get_slice of a name the file does not hold. safetensors raises its
+    SafetensorError("File does not contain tensor NAME"); this message begins the same and names the
+    file. A KeyError as well, as accio raised before, so that `except KeyError` keeps working."""
+
+    def __init__(self, path: str, tensor: str):
+        self.path, self.tensor = path, tensor
+        super().__init__(f"File does not contain tensor {tensor} (safetensors file '{path}')")
+
+    def __str__(self) -> str:  # KeyError's would quote the message as a repr
+        return str(self.args[0])
+
+    def __reduce__(self):
+        return type(self), (self.path, self.tensor)
 
 
 class TensorInfo:
