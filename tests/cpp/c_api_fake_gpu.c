@@ -6,6 +6,7 @@
  * and no export list, libaccio leaked its C++ runtime, and the fake cuFile's C++ (linked to the
  * shared libstdc++, like the real one) crashed on the first cuFileDriverOpen (issue 17). It runs in
  * every build and in the static-runtime build (make cpp-test-static-runtime). */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -75,6 +76,36 @@ static void write_device(const char* path, const char* mechanism, const void* de
   accio_settings_free(s);
 }
 
+/* accio_cuda_current_device: the GPU of this thread's current context, as a CUDA runtime or a
+ * framework made it current (the driver's own calls here), -1 with none; asking makes none. */
+static void current_device_follows_the_thread_context(void) {
+  CHECK(accio_cuda_current_device() == -1);
+  CHECK(accio_cuda_current_device() == -1); /* the first call made no context current */
+  void* h = dlopen(getenv("ACCIO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD); /* the driver accio loaded */
+  CHECK(h != NULL);
+  typedef int (*device_get_fn)(int*, int);
+  typedef int (*retain_fn)(void**, int);
+  typedef int (*push_fn)(void*);
+  typedef int (*pop_fn)(void**);
+  device_get_fn device_get;
+  retain_fn retain;
+  push_fn push;
+  pop_fn pop;
+  *(void**)&device_get = dlsym(h, "cuDeviceGet");
+  *(void**)&retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+  *(void**)&push = dlsym(h, "cuCtxPushCurrent_v2");
+  *(void**)&pop = dlsym(h, "cuCtxPopCurrent_v2");
+  CHECK(device_get && retain && push && pop);
+  const int last = accio_gpu_count() - 1; /* with several GPUs, not 0 */
+  int dev = -1;
+  void *ctx = NULL, *popped = NULL;
+  CHECK(device_get(&dev, last) == 0 && retain(&ctx, dev) == 0 && push(ctx) == 0);
+  CHECK(accio_cuda_current_device() == last);
+  CHECK(pop(&popped) == 0 && popped == ctx);
+  CHECK(accio_cuda_current_device() == -1);
+  dlclose(h);
+}
+
 int main(void) {
   if (!getenv("ACCIO_LIBCUDA") || !getenv("ACCIO_LIBCUFILE")) {
     fprintf(stderr, "c_api_fake_gpu: set ACCIO_LIBCUDA and ACCIO_LIBCUFILE to the fake driver (ctest does)\n");
@@ -85,6 +116,7 @@ int main(void) {
   CHECK(accio_gpu_count() >= 1);
   accio_gpu_info gi;
   CHECK(accio_gpu_info_get(0, &gi) == 0 && strstr(gi.name, "fake") != NULL);
+  current_device_follows_the_thread_context();
   if (accio_gds_info(why, sizeof why) != 1) { /* loads the fake cuFile and opens its driver */
     fprintf(stderr, "c_api_fake_gpu: cuFile did not open: %s\n", why);
     return 1;
