@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 namespace accio::io {
 
@@ -37,7 +38,22 @@ DirectOpen open_direct(const std::string& path, int flags, int known_fd) {
     d.refused = unsupported;
     return d;
   }
-  const int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0600);
+  // The file known_fd is open on, not whatever `path` names now: by path, a "write a temporary,
+  // rename it over" between the two opens gave one handle two descriptors on two files (its aligned
+  // body read from, or written to, the other one). Where /proc is not mounted: by path, refused
+  // unless it is the same inode.
+  int fd = -1;
+  if (known_fd >= 0) fd = ::open(("/proc/self/fd/" + std::to_string(known_fd)).c_str(), flags | O_DIRECT | O_CLOEXEC);
+  if (fd < 0 && (known_fd < 0 || errno == ENOENT)) {
+    fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0600);
+    struct stat a, b;
+    if (fd >= 0 && known_fd >= 0 &&
+        (fstat(fd, &a) != 0 || fstat(known_fd, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
+      ::close(fd);
+      d.refused = "open with O_DIRECT: " + path + " was replaced while it was opened";
+      return d;
+    }
+  }
   if (fd < 0) {
     d.refused = std::string("open with O_DIRECT: ") + std::strerror(errno);
     return d;

@@ -27,9 +27,10 @@ struct DirectOpen {
 };
 
 // Opens `path` with O_DIRECT | O_CLOEXEC | flags (flags: an access mode, or O_TMPFILE | O_RDWR for a
-// directory). `known_fd`, an open descriptor on the same file or -1, is asked for the alignment
-// first, so a file whose filesystem reports no O_DIRECT support is never opened; with -1 the new
-// descriptor is asked. A refusal (EINVAL from open, an alignment of 0) is a result, not an error.
+// directory). `known_fd`, an open descriptor of the file or -1, is asked for the alignment first, so
+// a file whose filesystem reports no O_DIRECT support is never opened; with -1 the new descriptor
+// is asked. With known_fd the file reopened is known_fd's (through /proc/self/fd), whatever `path`
+// names by then. A refusal (EINVAL from open, an alignment of 0) is a result, not an error.
 DirectOpen open_direct(const std::string& path, int flags, int known_fd = -1);
 
 // ---- using ----
