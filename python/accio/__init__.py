@@ -420,7 +420,9 @@ def write(path: str | os.PathLike, data, *, fsync: bool = False, **settings: Any
     """Write data as the whole content of path; returns bytes written. data: any buffer or array
     read_into takes, host or GPU (bytes, NumPy, CuPy, PyTorch, Numba, JAX, accio.DeviceArray, ...).
     fsync=True flushes it to storage before returning. Other keyword arguments are settings
-    (mechanism="staged", threads=8, ...)."""
+    (mechanism="staged", threads=8, ...). data that is refused (not a buffer, not contiguous, ...)
+    leaves the file as it was: it is checked before the file is truncated."""
+    _ext.HeldView(data, False)  # TypeError/ValueError now, not after "w" emptied the file
     with File(path, "w", **settings) as f:
         n = f.write_from(data, 0)
         if fsync:

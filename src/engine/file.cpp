@@ -308,13 +308,18 @@ std::vector<planner::PlanStat> File::plan_stats() const {
 }
 
 bool File::valid(const void* buf, size_t n, uint64_t off) {
-  return off <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - n && (buf || !n);
+  // n above INT64_MAX wrapped the subtraction and passed (SIZE_MAX "read" -1 bytes under parallel)
+  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  return n <= kMax && off <= kMax - n && (buf || !n);
 }
 
 void File::check(const void* buf, size_t n, uint64_t off, bool write) const {
   if (valid(buf, n, off)) return;
   const char* op = write ? "pwrite" : "pread";
   if (!buf && n) throw Error(EFAULT, op, ref_.path, static_cast<int64_t>(off), "null buffer");
+  if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off),
+                "size " + std::to_string(n) + " is above the largest request (INT64_MAX bytes)");
   throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off), "offset + size overflows");
 }
 

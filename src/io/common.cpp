@@ -316,7 +316,7 @@ size_t split_run(TaskRunner& runner, unsigned width, uint64_t off, size_t n, siz
   std::mutex mu;
   std::exception_ptr err;
   uint64_t err_off = end;
-  runner.run(ntasks, width, [&](size_t i) {
+  auto one = [&](size_t i) {
     const uint64_t s = task_start(i), e = std::min<uint64_t>(end, task_start(i + 1));
     if (s >= short_at.load(std::memory_order_relaxed)) return;  // past EOF or an error: skip
     try {
@@ -334,7 +334,13 @@ size_t split_run(TaskRunner& runner, unsigned width, uint64_t off, size_t n, siz
       uint64_t cur = short_at.load();
       while (s < cur && !short_at.compare_exchange_weak(cur, s)) {}
     }
-  });
+  };
+  // In waves of kWave tasks: a request far larger than the file (a 1 TiB buffer for a small file,
+  // or a bogus size) stops at the first wave past its end instead of skipping 2^k tasks one by one
+  // (n = INT64_MAX made 2^41 of them: hours). A wave is more tasks than any width keeps busy.
+  constexpr size_t kWave = 4096;
+  for (size_t first = 0; first < ntasks && task_start(first) < short_at.load(); first += kWave)
+    runner.run(std::min(kWave, ntasks - first), width, [&](size_t j) { one(first + j); });
   if (err) std::rethrow_exception(err);
   return static_cast<size_t>(short_at.load() - off);
 }

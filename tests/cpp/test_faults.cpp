@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -550,5 +551,30 @@ TEST(Faults, OverflowingOffsetIsRejected) {
   EXPECT_EQ(e.errnum(), EINVAL);
   e = expect_error([&] { f->pread(nullptr, 8, 0); });
   EXPECT_EQ(e.errnum(), EFAULT);
+}
+
+TEST(Faults, SizesAboveInt64MaxAreRejectedAndHugeReadsEndAtTheFile) {
+  // A size above INT64_MAX wrapped the check (off <= INT64_MAX - n) and passed: parallel "read"
+  // SIZE_MAX bytes, returned as -1 with no error; INT64_MAX made 2^41 tasks, skipped one by one
+  // past the end of the file (hours). Now EINVAL, and a read far past the end stops with the file.
+  TempDir d;
+  const std::string p = d.file("h");
+  {
+    auto w = engine::File::open(p, "w", mech("posix"));
+    std::vector<char> data(10000, 'h');
+    w->pwrite(data.data(), data.size(), 0);
+  }
+  std::vector<char> b(1 << 16);
+  for (const char* m : {"posix", "parallel", "direct", "uring", "auto"}) {
+    SCOPED_TRACE(m);
+    auto f = engine::File::open(p, "r", mech(m));
+    auto e = expect_error([&] { f->pread(b.data(), SIZE_MAX, 0); });
+    EXPECT_EQ(e.errnum(), EINVAL);
+    EXPECT_NE(std::string(e.what()).find("INT64_MAX"), std::string::npos) << e.what();
+    e = expect_error([&] { f->pread(b.data(), size_t{1} << 63, 0); });
+    EXPECT_EQ(e.errnum(), EINVAL);
+    if (std::string(m) == "posix") continue;  // one pread of INT64_MAX bytes: EFAULT from the kernel
+    EXPECT_EQ(f->pread(b.data(), static_cast<size_t>(INT64_MAX), 0), 10000u);  // was: never returned
+  }
 }
 }  // namespace

@@ -227,6 +227,21 @@ def test_read_refuses_what_its_size_does_not_describe(tmp_path):
     assert str(info.value) == f"open '{tmp_path / 'missing'}': No such file or directory (errno 2)"
 
 
+@pytest.mark.parametrize("data", ["np.zeros((4, 4))[:, ::2]", "'text'", "None", "[1, 2]",
+                                  "np.empty(3, dtype=object)"])
+def test_write_refusing_its_data_leaves_the_file_as_it_was(tmp_path, data):
+    """accio.write opened the file with "w" (truncating it) before it looked at the data: a refused
+    argument destroyed the previous content."""
+    p = tmp_path / "precious"
+    p.write_bytes(b"precious" * 1000)
+    with pytest.raises((TypeError, ValueError)):
+        accio.write(p, eval(data))
+    assert p.read_bytes() == b"precious" * 1000
+    with pytest.raises((TypeError, ValueError)):
+        accio.write(tmp_path / "new", eval(data))
+    assert not (tmp_path / "new").exists()
+
+
 def test_write_takes_every_host_array_type(tmp_path):
     data = np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8)
     p = tmp_path / "w"
