@@ -146,49 +146,50 @@ struct Request {
 
 class File {
  public:
-  File(const std::string& path, const std::string& mode = "r", const Settings* settings = nullptr) {
+  File(const std::string& path, const std::string& mode = "r", const Settings* settings = nullptr) : path_(path) {
     detail::check(accio_open(&f_, path.c_str(), mode.c_str(), settings ? settings->get() : nullptr));
   }
   File(const std::string& path, const std::string& mode, const Settings& settings) : File(path, mode, &settings) {}
-  File(File&& o) noexcept : f_(std::exchange(o.f_, nullptr)) {}
+  File(File&& o) noexcept : f_(std::exchange(o.f_, nullptr)), path_(std::move(o.path_)) {}
   File& operator=(File&& o) noexcept {
     std::swap(f_, o.f_);
+    std::swap(path_, o.path_);
     return *this;
   }
   ~File() { accio_close(f_); }
 
-  size_t pread(void* buf, size_t n, int64_t off) { return static_cast<size_t>(detail::check(accio_pread(h(), buf, n, off))); }
+  size_t pread(void* buf, size_t n, int64_t off) { return static_cast<size_t>(detail::check(accio_pread(h("pread"), buf, n, off))); }
   size_t pwrite(const void* buf, size_t n, int64_t off) {
-    return static_cast<size_t>(detail::check(accio_pwrite(h(), buf, n, off)));
+    return static_cast<size_t>(detail::check(accio_pwrite(h("pwrite"), buf, n, off)));
   }
-  int64_t append(const void* buf, size_t n) { return detail::check(accio_append(h(), buf, n)); }
+  int64_t append(const void* buf, size_t n) { return detail::check(accio_append(h("append"), buf, n)); }
   Future pread_async(void* buf, size_t n, int64_t off) {
     accio_future* fut;
-    detail::check(accio_pread_async(h(), buf, n, off, &fut));
+    detail::check(accio_pread_async(h("pread"), buf, n, off, &fut));
     return Future(fut);
   }
   Future pwrite_async(const void* buf, size_t n, int64_t off) {
     accio_future* fut;
-    detail::check(accio_pwrite_async(h(), buf, n, off, &fut));
+    detail::check(accio_pwrite_async(h("pwrite"), buf, n, off, &fut));
     return Future(fut);
   }
   std::vector<Future> submit(const std::vector<Request>& reqs, accio_op op) {
     std::vector<accio_request> rs;
     for (auto& r : reqs) rs.push_back({r.buf, r.size, r.offset});
     std::vector<accio_future*> fs(reqs.size());
-    detail::check(accio_submit(h(), op, rs.data(), rs.size(), fs.data()));
+    detail::check(accio_submit(h("submit"), op, rs.data(), rs.size(), fs.data()));
     std::vector<Future> out;
     for (auto* p : fs) out.emplace_back(p);
     return out;
   }
-  void fsync() { detail::check(accio_fsync(h())); }
-  uint64_t size() { return static_cast<uint64_t>(detail::check(accio_size(h()))); }
+  void fsync() { detail::check(accio_fsync(h("fsync"))); }
+  uint64_t size() { return static_cast<uint64_t>(detail::check(accio_size(h("fstat")))); }
   void close() {
     int rc = accio_close(std::exchange(f_, nullptr));
     detail::check(rc);
   }
   std::string plan(size_t n, accio_op op) {
-    const char* m = accio_mechanism_for(h(), n, op);
+    const char* m = accio_mechanism_for(h("plan"), n, op);
     if (!m) throw Error::last();
     return m;
   }
@@ -198,20 +199,20 @@ class File {
   // The plan a request would run now and why (auto: profile and live signals).
   Explanation explain(const void* buf, size_t n, int64_t off, accio_op op) {
     char plan[256], why[1024];
-    detail::check(accio_explain(h(), buf, n, off, op, plan, sizeof plan, why, sizeof why));
+    detail::check(accio_explain(h("explain"), buf, n, off, op, plan, sizeof plan, why, sizeof why));
     return {plan, why};
   }
   // The plans that served this handle's requests.
   std::vector<accio_plan_stat> plans() const {
-    int n = static_cast<int>(detail::check(accio_file_plans(h(), nullptr, 0)));
+    int n = static_cast<int>(detail::check(accio_file_plans(h("stats"), nullptr, 0)));
     std::vector<accio_plan_stat> out(static_cast<size_t>(n));
-    n = static_cast<int>(detail::check(accio_file_plans(h(), out.data(), n)));
+    n = static_cast<int>(detail::check(accio_file_plans(h("stats"), out.data(), n)));
     out.resize(std::min(out.size(), static_cast<size_t>(n)));
     return out;
   }
   accio_stats stats() const {
     accio_stats s;
-    accio_file_stats(h(), &s);
+    accio_file_stats(h("stats"), &s);
     return s;
   }
   struct MechanismStats {
@@ -220,18 +221,21 @@ class File {
   // Calls and bytes of mechanism `id` on this handle (any id below accio_mechanism_count()).
   MechanismStats mechanism_stats(int id) const {
     MechanismStats m{};
-    detail::check(accio_file_mechanism_stats(h(), id, &m.calls, &m.bytes));
+    detail::check(accio_file_mechanism_stats(h("stats"), id, &m.calls, &m.bytes));
     return m;
   }
   accio_file* handle() const { return h(); }
 
  private:
-  // The open handle; after close() every call throws EBADF like the C API does on a closed file.
-  accio_file* h() const {
-    if (!f_) throw Error(EBADF, "use", "", -1, "file is closed (errno 9)");
+  // The open handle; after close() every call throws EBADF like the C API does on a closed file,
+  // naming the call and the file. (Not guarded against a close() racing other calls, as std::fstream:
+  // the Python binding guards its own.)
+  accio_file* h(const char* op = "use") const {
+    if (!f_) throw Error(EBADF, op, path_, -1, std::string(op) + " '" + path_ + "': file is closed (errno 9)");
     return f_;
   }
   accio_file* f_ = nullptr;
+  std::string path_;
 };
 
 inline std::string version() { return accio_version(); }

@@ -805,7 +805,7 @@ nb::dict stats_dict(const accio_stats& s, PerId per_id) {
 class PyFile {
  public:
   PyFile(const std::string& path, const std::string& mode, const std::vector<std::pair<std::string, std::string>>& kv)
-      : f_(path, mode, to_settings(kv)) {}
+      : f_(path, mode, to_settings(kv)), path_(path) {}
   // Closing waits for the requests in flight, whose workers may need the GIL (the log sink).
   ~PyFile() {
     nb::gil_scoped_release nogil;
@@ -819,6 +819,7 @@ class PyFile {
 
   // expect: the size the buffer must have (accio.read(out=...)), checked on the view that is read into.
   size_t read_into(nb::handle buf, int64_t offset, std::optional<size_t> expect) {
+    Use use(*this, "pread");
     View v(buf, true);
     if (expect && v.size() != *expect)
       throw nb::value_error(("the file has " + std::to_string(*expect) + " bytes, out holds " +
@@ -828,16 +829,19 @@ class PyFile {
     return f_.pread(v.ptr(), v.size(), offset);
   }
   size_t write_from(nb::handle buf, int64_t offset) {
+    Use use(*this, "pwrite");
     View v(buf, false);
     nb::gil_scoped_release nogil;
     return f_.pwrite(v.ptr(), v.size(), offset);
   }
-  std::pair<int64_t, size_t> append(nb::handle buf) {  // (offset written at, bytes)
+  std::pair<int64_t, size_t> append(nb::handle buf) {
+    Use use(*this, "append");  // (offset written at, bytes)
     View v(buf, false);
     nb::gil_scoped_release nogil;
     return {f_.append(v.ptr(), v.size()), v.size()};
   }
   PyFuture* async(nb::handle buf, int64_t offset, bool write) {
+    Use use(*this, "submit");
     auto v = std::make_unique<View>(buf, !write);
     accio::Future fut;
     {
@@ -847,6 +851,7 @@ class PyFile {
     return new PyFuture(std::move(fut), std::move(v));
   }
   std::vector<PyFuture*> submit(const std::vector<std::pair<nb::handle, int64_t>>& reqs, bool write) {
+    Use use(*this, "submit");
     std::vector<std::unique_ptr<View>> views;
     std::vector<accio::Request> rs;
     for (auto& [obj, off] : reqs) {
@@ -863,20 +868,37 @@ class PyFile {
     return out;
   }
   void fsync() {
+    Use use(*this, "fsync");
     nb::gil_scoped_release nogil;
     f_.fsync();
   }
-  uint64_t size() { return f_.size(); }
-  int fileno() { return accio::detail::check(accio_file_fd(f_.handle())); }
+  uint64_t size() {
+    Use use(*this, "fstat");
+    return f_.size();
+  }
+  int fileno() {
+    Use use(*this, "fileno");
+    return accio::detail::check(accio_file_fd(f_.handle()));
+  }
+  // Waits for the calls of other threads in progress on this file (each holds a Use), then closes:
+  // closed under them, the handle they were using was freed (SIGSEGV in stats, read_into, plan,
+  // residency). Calls that come after are refused (EBADF naming the call and the file).
   void close() {
-    nb::gil_scoped_release nogil;
+    nb::gil_scoped_release nogil;  // the calls waited for may need the GIL to finish
+    closed_.store(true);
+    {
+      std::unique_lock<std::mutex> lk(use_mu_);
+      use_cv_.wait(lk, [&] { return users_.load() == 0; });
+    }
     f_.close();
   }
   std::string plan(size_t n, bool write) {
+    Use use(*this, "plan");
     nb::gil_scoped_release nogil;  // may register the file with cuFile
     return f_.plan(n, write ? ACCIO_OP_WRITE : ACCIO_OP_READ);
   }
   nb::dict stats() {
+    Use use(*this, "stats");
     accio_file* h = f_.handle();
     nb::dict d = stats_dict(f_.stats(), [h](int id, uint64_t* calls, uint64_t* bytes) {
       return accio_file_mechanism_stats(h, id, calls, bytes);
@@ -894,6 +916,7 @@ class PyFile {
     return d;
   }
   std::tuple<std::string, std::string, std::string> explain(size_t n, int64_t offset, bool write, bool aligned) {
+    Use use(*this, "explain");
     // An unaligned request is modelled by an odd buffer address; the planner never dereferences it.
     const void* buf = aligned ? nullptr : reinterpret_cast<const void*>(uintptr_t{1});
     const accio_op op = write ? ACCIO_OP_WRITE : ACCIO_OP_READ;
@@ -906,6 +929,7 @@ class PyFile {
   // Mean nanoseconds per `auto` decision over requests of these sizes at these offsets, made as
   // requests make them (page-cache probe included where the profile needs one).
   double decision_ns(const std::vector<std::pair<size_t, int64_t>>& reqs, bool write, size_t rounds) {
+    Use use(*this, "explain");
     nb::gil_scoped_release nogil;
     const int op = write ? ACCIO_OP_WRITE : ACCIO_OP_READ;
     const int64_t t0 = accio_bench::now_ns();
@@ -916,10 +940,12 @@ class PyFile {
   }
   accio_file* handle() const { return f_.handle(); }
   std::string setting(const std::string& name) {
+    Use use(*this, "setting");
     return accio::detail::read_string(  // a long profile path is not cut
         [&](char* out, size_t len) { return accio_file_setting(f_.handle(), name.c_str(), out, len); });
   }
   nb::dict residency(int64_t off, int64_t len) {
+    Use use(*this, "residency");
     int64_t cached, dirty, total;
     accio::detail::check(accio_residency(f_.handle(), off, len, &cached, &dirty, &total));
     nb::dict d;
@@ -930,7 +956,37 @@ class PyFile {
   }
 
  private:
+  // One call of a Python thread on the file, from its start to its end (I/O included): close()
+  // waits for none to be left. Refused once close() began.
+  class Use {
+   public:
+    Use(PyFile& f, const char* op) : f_(f) {
+      f_.users_.fetch_add(1);
+      if (f_.closed_.load()) {  // seq_cst both sides: either we see closed_, or close() sees us
+        leave();
+        throw accio::Error(EBADF, op, f_.path_, -1, std::string(op) + " '" + f_.path_ + "': file is closed (errno 9)");
+      }
+    }
+    ~Use() { leave(); }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    void leave() {
+      if (f_.users_.fetch_sub(1) == 1 && f_.closed_.load()) {
+        std::lock_guard<std::mutex> g(f_.use_mu_);
+        f_.use_cv_.notify_all();
+      }
+    }
+    PyFile& f_;
+  };
+
   accio::File f_;
+  std::string path_;
+  std::atomic<bool> closed_{false};
+  std::atomic<int> users_{0};
+  std::mutex use_mu_;
+  std::condition_variable use_cv_;
 };
 
 }  // namespace

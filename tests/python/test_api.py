@@ -410,11 +410,51 @@ def test_a_bad_mechanism_or_profile_names_its_variable(tmp_path, monkeypatch):
 
 
 def test_closed_file(tmp_path):
-    f = accio.open(tmp_path / "c", "w+")
+    """Every call on a closed file is EBADF naming the call and the file (all said `use: file is
+    closed`, with no path)."""
+    p = str(tmp_path / "c")
+    f = accio.open(p, "w+")
     f.close()
-    with pytest.raises(accio.Error) as ei:
-        f.read_into(bytearray(4))
-    assert ei.value.errno == errno.EBADF
+    for call, op in [(lambda: f.read_into(bytearray(4)), "pread"), (lambda: f.write_from(b"x", 0), "pwrite"),
+                     (lambda: f.stats(), "stats"), (lambda: f.size, "fstat"), (lambda: f.fsync(), "fsync"),
+                     (lambda: f.plan(10), "plan"), (lambda: f.residency(0, 10), "residency")]:
+        with pytest.raises(accio.Error) as ei:
+            call()
+        assert ei.value.errno == errno.EBADF and ei.value.filename == p and ei.value.operation == op, ei.value
+        assert str(ei.value) == f"{op} '{p}': file is closed (errno 9)", str(ei.value)
+    f.close()  # again: nothing to do
+
+
+@pytest.mark.parametrize("call", ["f.stats()", "f.read_into(bytearray(4096), 0)", "f.plan(10)",
+                                  "f.residency(0, 10)", "f.read_into_async(bytearray(4096), 0).result()"])
+def test_close_racing_other_threads_calls_waits_for_them(tmp_path, call):
+    """close() freed the handle under another thread's call on the same File: SIGSEGV in stats,
+    read_into, plan, residency (and a message built from freed memory with submit). Now close waits
+    for the calls in progress, and those after it get EBADF."""
+    p = tmp_path / "r"
+    p.write_bytes(b"x" * (1 << 20))
+    code = f"""
+import threading, time, errno, accio
+for _ in range(150):
+    f = accio.open({str(p)!r}, mechanism="posix")
+    stop = False
+    def worker():
+        while not stop:
+            try:
+                {call}
+            except accio.Error as e:
+                assert e.errno == errno.EBADF, e
+    ts = [threading.Thread(target=worker) for _ in range(2)]
+    [t.start() for t in ts]
+    time.sleep(0.0005)
+    f.close()
+    stop = True
+    [t.join() for t in ts]
+print("survived")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "ACCIO_PROFILE": "off"})
+    assert r.returncode == 0 and r.stdout == "survived\n", (r.returncode, r.stderr[-2000:])
 
 
 def test_bad_setting_is_one_sentence_with_errno_once(tmp_path):
