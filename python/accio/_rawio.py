@@ -109,10 +109,14 @@ class RawFile(io.RawIOBase):
             pos = self._pos + offset
         elif whence == os.SEEK_END:
             pos = self._f.size() + offset
+        elif whence in (getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)):
+            pos = os.lseek(self._f.fileno(), offset, whence)  # as FileIO: the kernel finds them (ENXIO past the end)
         else:
             raise ValueError(f"invalid whence ({whence}, should be {os.SEEK_SET}, {os.SEEK_CUR} or {os.SEEK_END})")
         if pos < 0:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        if pos > 2**63 - 1:  # FileIO's OverflowError; accepted, the next read failed with nanobind's TypeError
+            raise OverflowError(f"seek to {pos}: beyond the largest file offset (2**63 - 1)")
         self._pos = pos
         return pos
 

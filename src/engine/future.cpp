@@ -59,6 +59,12 @@ void Future::wait() const {
 }
 
 bool Future::wait_for(std::chrono::nanoseconds timeout) const {
+  // INT64_MAX ns, the idiom for "forever" (Fortran's huge(0)), overflowed now() + timeout into the
+  // past in libstdc++: "not done" at once. Anything past a century is forever.
+  if (timeout > std::chrono::hours(24 * 365 * 100)) {
+    wait();
+    return true;
+  }
   detail::FutureState& st = state(st_);
   std::unique_lock lk(st.mu);
   settle_if_orphaned(st);

@@ -70,6 +70,10 @@ void* anon_map(size_t len, int extra) {
 }  // namespace
 
 HostBuffer map_host_buffer(size_t size, bool huge_pages, bool lock) {
+  // Rounded up to a huge page, a size near SIZE_MAX wrapped to 0, and an empty mapping "succeeded"
+  // (accio_host_alloc(SIZE_MAX) returned a pointer to nothing).
+  if (size > static_cast<size_t>(PTRDIFF_MAX) - 2 * (size_t{1} << 30))
+    throw Error(ENOMEM, "map staging buffer", "", kNoOffset, std::to_string(size) + " bytes is more than an address space holds");
   HostBuffer b;
   b.size = size;
   if (huge_pages) {

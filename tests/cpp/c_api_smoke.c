@@ -234,6 +234,9 @@ int main(void) {
   CHECK(accio_host_free(pinned) == 0 && accio_host_free(pinned) == -EINVAL && accio_host_free(NULL) == 0);
   CHECK(accio_host_alloc(0, &pinned, &how) == -EINVAL && pinned == NULL);
   CHECK(accio_host_alloc(4096, NULL, NULL) == -EINVAL);
+  /* Rounded up to a huge page, SIZE_MAX wrapped to 0 and "succeeded" with a pointer to nothing. */
+  CHECK(accio_host_alloc(SIZE_MAX, &pinned, &how) == -ENOMEM && pinned == NULL);
+  CHECK(accio_host_alloc(SIZE_MAX - (2u << 20), &pinned, &how) == -ENOMEM && pinned == NULL);
   /* a binding's own refusal, recorded as accio's errors are */
   CHECK(accio_set_last_error(EINVAL, "pread", "/p", "the buffer is not contiguous") == -EINVAL);
   CHECK(strcmp(accio_last_error(), "pread '/p': the buffer is not contiguous (errno 22)") == 0);

@@ -115,6 +115,21 @@ TEST(EngineFuture, CompletesLaterOnTheCompletingThread) {
   EXPECT_THROW(p.set_value(8), std::logic_error) << "a request completes once";
 }
 
+TEST(EngineFuture, WaitingInt64MaxNanosecondsIsForever) {
+  // libstdc++ adds the duration to now(): INT64_MAX ns overflowed into the past, and "wait
+  // forever" (the C API's INT64_MAX, Fortran's huge(0)) answered "not done" at once.
+  Watched w;
+  auto& [p, f, s] = w;
+  ASSERT_TRUE(w.arm());
+  std::thread t([&p] {
+    std::this_thread::sleep_for(20ms);
+    p.set_value(3);
+  });
+  EXPECT_TRUE(f.wait_for(std::chrono::nanoseconds(INT64_MAX)));
+  t.join();
+  EXPECT_EQ(f.get(), 3u);
+}
+
 TEST(EngineFuture, ErrorCarriesErrnoAndDetails) {
   Watched w;
   auto& [p, f, s] = w;

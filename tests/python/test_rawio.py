@@ -103,6 +103,29 @@ def test_negative_seek_is_einval_and_keeps_the_position(tmp_path):
         assert raw.tell() == ref.tell() == 4
 
 
+def test_seek_beyond_the_largest_offset_and_seek_data_hole_as_fileio(tmp_path):
+    """seek(2**63) was accepted and the next read raised nanobind's TypeError; SEEK_DATA/SEEK_HOLE
+    were refused as an invalid whence. Now as FileIO: OverflowError, and the kernel's answer."""
+    ref, raw, _ = pair(tmp_path, "rb", b"0123456789")
+    with ref, raw:
+        for f in (raw, ref):
+            with pytest.raises(OverflowError):
+                f.seek(2**63)
+        # FileIO asks lseek, which refuses offsets past the filesystem's largest file (EINVAL);
+        # RawFile keeps its position: the read there is the OSError EINVAL, not a TypeError
+        assert raw.seek(2**63 - 1) == 2**63 - 1
+        with pytest.raises(OSError) as e:
+            raw.read(1)
+        assert e.value.errno == errno.EINVAL
+        if hasattr(os, "SEEK_DATA"):
+            assert raw.seek(3, os.SEEK_DATA) == ref.seek(3, os.SEEK_DATA) == 3
+            assert raw.seek(0, os.SEEK_HOLE) == ref.seek(0, os.SEEK_HOLE) == 10
+            for f in (raw, ref):
+                with pytest.raises(OSError) as e:
+                    f.seek(11, os.SEEK_DATA)
+                assert e.value.errno == errno.ENXIO
+
+
 def test_buffered_reader_writer_and_textiowrapper_run_on_top(tmp_path):
     lines = [f"line {i}: {'x' * (i % 97)}\n" for i in range(5000)]
     p = tmp_path / "text"
