@@ -140,7 +140,7 @@ class File:
 
     def __init__(self, path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
                  **settings: Any):
-        self.path = os.fspath(path)
+        self.path = os.fsdecode(path)  # bytes too, as os.open takes them
         self.mode = mode
         self._f = _ext.File(self.path, mode, defaults._resolve({"mechanism": mechanism, **settings}))
         self._append = mode.startswith("a")
@@ -160,7 +160,11 @@ class File:
     # -- transfers --
     def read_into(self, buf, offset: int = 0) -> int:
         """Fill buf from the file at offset; returns bytes read (short only at end of file)."""
-        return self._f.read_into(buf, offset)
+        try:
+            return self._f.read_into(buf, offset)
+        except TypeError:
+            _int_args(offset=offset)
+            raise
 
     def write_from(self, buf, offset: int | None = None) -> int:
         """Write all of buf at offset (in append modes, offset None appends); returns bytes written."""
@@ -168,7 +172,11 @@ class File:
             if self._append:
                 return self._f.append(buf)[1]
             offset = 0
-        return self._f.write_from(buf, offset)
+        try:
+            return self._f.write_from(buf, offset)
+        except TypeError:
+            _int_args(offset=offset)
+            raise
 
     def append(self, buf) -> int:
         """Write buf at the end of the file; returns the offset it was written at."""
@@ -177,11 +185,19 @@ class File:
     def read_into_async(self, buf, offset: int = 0) -> Future:
         """Start a read; the Future's result() is the byte count. The request holds buf until it is done."""
         from ._futures import Future
-        return Future(self._f.start(buf, offset, False))
+        try:
+            return Future(self._f.start(buf, offset, False))
+        except TypeError:
+            _int_args(offset=offset)
+            raise
 
     def write_from_async(self, buf, offset: int = 0) -> Future:
         from ._futures import Future
-        return Future(self._f.start(buf, offset, True))
+        try:
+            return Future(self._f.start(buf, offset, True))
+        except TypeError:
+            _int_args(offset=offset)
+            raise
 
     def submit(self, requests: Iterable[tuple[Any, int]], write: bool = False) -> list[Future]:
         """Submit many (buffer, offset) requests at once; one Future per request."""
@@ -214,7 +230,11 @@ class File:
     # -- introspection --
     def plan(self, nbytes: int, write: bool = False) -> str:
         """The mechanism a request of nbytes at offset 0 would run (after auto and fallbacks)."""
-        return self._f.plan(nbytes, write)
+        try:
+            return self._f.plan(nbytes, write)
+        except TypeError:
+            _int_args(nbytes=nbytes, nbytes_min=0)
+            raise
 
     def stats(self) -> dict:
         """Calls, bytes and time; per-mechanism calls and bytes; 'plans': which plan served how many
@@ -224,7 +244,11 @@ class File:
     def explain(self, nbytes: int, offset: int = 0, write: bool = False, aligned: bool = True) -> dict:
         """The plan a request of nbytes at offset would run now, and why: {'plan', 'mechanism', 'why'}.
         aligned=False asks about a buffer that is not aligned for O_DIRECT."""
-        mechanism, plan, why = self._f.explain(nbytes, offset, write, aligned)
+        try:
+            mechanism, plan, why = self._f.explain(nbytes, offset, write, aligned)
+        except TypeError:
+            _int_args(nbytes=nbytes, nbytes_min=0, offset=offset)
+            raise
         return {"plan": plan, "mechanism": mechanism, "why": why}
 
     def setting(self, name: str) -> str:
@@ -232,7 +256,26 @@ class File:
 
     def residency(self, offset: int = 0, length: int | None = None) -> dict:
         """Page-cache residency of a range: {'cached', 'dirty', 'total'} in bytes."""
-        return self._f.residency(offset, self.size if length is None else length)
+        length = self.size if length is None else length
+        try:
+            return self._f.residency(offset, length)
+        except TypeError:
+            _int_args(offset=offset, length=length)
+            raise
+
+
+def _int_args(nbytes_min: int = -2**63, **values) -> None:
+    """After the extension refused its arguments (nanobind's TypeError lists the overloads): the one
+    at fault, in a sentence (an offset of 2**63 read "incompatible function arguments")."""
+    import operator
+    for name, v in values.items():
+        try:
+            i = operator.index(v)
+        except TypeError:
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
+        low = nbytes_min if name == "nbytes" else -2**63
+        if not low <= i < 2**63:
+            raise OverflowError(f"{name} {i}: outside what accio takes ({low} to 2**63 - 1)") from None
 
 
 def open(path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
@@ -286,7 +329,11 @@ def _layout(path: str, nbytes: int, dtype, itemsize: int, shape) -> tuple[int, .
             raise ValueError(f"read '{path}': the file's {nbytes} bytes are not a whole number of {dtype} "
                              f"elements ({itemsize} bytes each); pass a dtype that divides the size")
         return (nbytes // itemsize,)
-    shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    import operator
+    try:  # whole numbers only: "4096" was iterated (shape (4, 0, 9, 6)), 4096.7 truncated
+        shape = (operator.index(shape),) if not hasattr(shape, "__iter__") else tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape {shape!r}: expected an int or a tuple of ints") from None
     known = 1
     for d in shape:
         known *= d if d != -1 else 1
@@ -408,7 +455,9 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
                     arr = mod.empty(layout, dtype=dt)
             else:
                 arr = mod.empty(layout, dtype=dt)
-        got = f.read_into(arr, 0)
+        # NumPy exports no buffer (and DLPack refuses) for datetime64/timedelta64: their bytes, as bytes
+        target = arr.reshape(-1).view("u1") if getattr(getattr(arr, "dtype", None), "kind", "") in ("m", "M") else arr
+        got = f.read_into(target, 0)
     if got == n:
         return arr
     if dtype is None and shape is None:
@@ -422,9 +471,9 @@ def write(path: str | os.PathLike, data, *, fsync: bool = False, **settings: Any
     fsync=True flushes it to storage before returning. Other keyword arguments are settings
     (mechanism="staged", threads=8, ...). data that is refused (not a buffer, not contiguous, ...)
     leaves the file as it was: it is checked before the file is truncated."""
-    _ext.HeldView(data, False)  # TypeError/ValueError now, not after "w" emptied the file
+    view = _ext.HeldView(data, False)  # TypeError/ValueError now, not after "w" emptied the file
     with File(path, "w", **settings) as f:
-        n = f.write_from(data, 0)
+        n = f.write_from(view, 0)
         if fsync:
             f.fsync()
     return n

@@ -110,10 +110,16 @@ const char* const kMemKindNames[] = {"host", "pinned", "device", "managed"};  //
 //  4. DLPack on the CPU (PyTorch CPU tensors; pinned ones report CUDA-host memory, kDLCUDAHost,
 //     and are host memory too: no stream, as PyTorch's own consumer asks).
 // The engine then sees where the pointer lives and picks a host or device mechanism.
+class View;
+// A HeldView given where a buffer is expected (accio.write checks its data that way before it
+// truncates the file): its view, shared, without a second export or stream synchronization.
+bool view_of_held(nb::handle obj, bool writable, View& into);
+
 class View {
  public:
   View(nb::handle obj, bool writable) {
     PyObject* o = obj.ptr();
+    if (view_of_held(obj, writable, *this)) return;
     if (PyBytes_CheckExact(o) || PyByteArray_CheckExact(o) || PyMemoryView_Check(o)) {
       from_buffer(obj, writable);
       return;
@@ -121,13 +127,13 @@ class View {
     // A tensor that requires grad (a model's nn.Parameter) refuses DLPack and CAI export ("use
     // tensor.detach()"); its detach() is the same storage, which is what accio reads into or writes
     // from (as load_state_dict copies into parameters under no_grad).
-    if (nb::hasattr(obj, "requires_grad") && nb::hasattr(obj, "detach") && truth(obj.attr("requires_grad"))) {
+    if (has(obj, "requires_grad") && has(obj, "detach") && truth(obj.attr("requires_grad"))) {
       detached_ = obj.attr("detach")();
       obj = detached_;
       o = obj.ptr();
     }
     bool dlpack_cpu = false;
-    if (nb::hasattr(obj, "__dlpack_device__")) {
+    if (has(obj, "__dlpack_device__")) {
       int type = 0, id = 0;
       nb::object dev = obj.attr("__dlpack_device__")();
       try {
@@ -141,29 +147,38 @@ class View {
         from_dlpack_cuda(obj, id, writable);
         return;
       }
-      if (!dlpack_is_host(type) && !nb::hasattr(obj, "__cuda_array_interface__"))
+      if (!dlpack_is_host(type) && !has(obj, "__cuda_array_interface__"))
         throw nb::type_error((what(obj) + " lives on DLPack device type " + std::to_string(type) +
                               ", which accio cannot address (it takes host memory and CUDA memory: DLPack "
                               "device types 1 CPU, 2 CUDA, 3 CUDA host, 13 CUDA managed)").c_str());
       dlpack_cpu = dlpack_is_host(type);
       pinned_ = type == nb::device::cuda_host::value;
     }
-    if (nb::hasattr(obj, "__cuda_array_interface__")) {
+    if (has(obj, "__cuda_array_interface__")) {
       from_cai(obj, writable);
       return;
     }
     if (PyObject_CheckBuffer(o)) {
-      if (!dlpack_cpu || !nb::hasattr(obj, "__dlpack__")) {
+      if (!dlpack_cpu || !has(obj, "__dlpack__")) {
         from_buffer(obj, writable);
         return;
       }
       try {  // a CPU DLPack array whose buffer export refuses: its DLPack export may not
         from_buffer(obj, writable);
         return;
-      } catch (nb::python_error&) {
+      } catch (nb::python_error& buffer_refused) {
+        try {
+          from_dlpack_host(obj, writable);
+          return;
+        } catch (nb::python_error& dlpack_refused) {  // both refuse (NumPy's datetime64): one TypeError
+          if (!dlpack_refused.matches(PyExc_BufferError)) throw;
+          throw nb::type_error((what(obj) + " cannot give accio its memory: its buffer export says \"" +
+                                message(buffer_refused) + "\" and its DLPack export \"" +
+                                message(dlpack_refused) + "\" (" + kAccepted + ")").c_str());
+        }
       }
     }
-    if (dlpack_cpu || nb::hasattr(obj, "__dlpack__")) {
+    if (dlpack_cpu || has(obj, "__dlpack__")) {
       from_dlpack_host(obj, writable);
       return;
     }
@@ -182,6 +197,28 @@ class View {
   bool pinned() const { return pinned_; }
 
  private:
+  // Whether obj has the attribute: only AttributeError means no (nb::hasattr swallowed every
+  // exception: a KeyboardInterrupt, or a bug in a tensor class's property, became "expected a buffer").
+  static bool has(nb::handle obj, const char* name) {
+    PyObject* v = PyObject_GetAttrString(obj.ptr(), name);
+    if (v) {
+      Py_DECREF(v);
+      return true;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+    PyErr_Clear();
+    return false;
+  }
+
+  // A Python exception's message alone (str of its value), for quoting inside accio's own.
+  static std::string message(nb::python_error& e) {
+    try {
+      return nb::str(e.value()).c_str();
+    } catch (...) {
+      return e.what();
+    }
+  }
+
   // Whether a struct-module format has Python objects among its items ('O', outside the ':name:'
   // of a structured field): such memory holds pointers with reference counts, not data.
   static bool holds_objects(const char* format) {
@@ -204,6 +241,15 @@ class View {
         throw nb::type_error(("a read target must be writable: " + what(obj) +
                               " is read-only (a bytearray, a writable NumPy array or memoryview, or an mmap "
                               "opened for writing takes the bytes)").c_str());
+      }
+      PyErr_Clear();
+      // A buffer whose export refuses only contiguity (a strided memoryview): the ValueError accio
+      // gives a non-contiguous array, not the exporter's BufferError.
+      Py_buffer any;
+      if (refused.matches(PyExc_BufferError) && PyObject_GetBuffer(obj.ptr(), &any, PyBUF_STRIDES) == 0) {
+        PyBuffer_Release(&any);
+        throw nb::value_error((what(obj) + " is not contiguous: accio moves one contiguous range of bytes (make "
+                               "a contiguous copy first, e.g. bytes(view) or ascontiguousarray())").c_str());
       }
       PyErr_Clear();
       throw refused;
@@ -275,7 +321,7 @@ class View {
   }
 
   void from_dlpack_cuda(nb::handle obj, int id, bool writable) {
-    if (!nb::hasattr(obj, "__dlpack__"))
+    if (!has(obj, "__dlpack__"))
       throw nb::type_error((what(obj) + " has __dlpack_device__ but no __dlpack__: " + kAccepted).c_str());
     device_ = id;
     // stream=1: the legacy default stream (of the array's GPU, current for the export), which accio
@@ -337,11 +383,17 @@ class View {
     if (writable && readonly)
       throw nb::type_error(("the device array is read-only (" + name +
                             ".__cuda_array_interface__ data is (pointer, True)): read into a writable array").c_str());
-    size_t n = 1;
+    size_t n = 1;  // elements; an overflowing product (2**32 x 2**32) was a 0-byte buffer that "read" 0
+    bool overflow = false, empty = false;
     for (int64_t e : shape) {
       if (e < 0) throw bad("negative extent in shape");
-      n *= static_cast<size_t>(e);
+      empty |= e == 0;
+      overflow |= __builtin_mul_overflow(n, static_cast<size_t>(e), &n);
     }
+    size_t bytes = 0;
+    if (empty) n = 0;
+    else if (overflow || __builtin_mul_overflow(n, item, &bytes) || bytes > static_cast<size_t>(PTRDIFF_MAX))
+      throw bad("the shape's size in bytes overflows");
     if (cai.contains("strides") && !cai["strides"].is_none() && n > 0) {
       nb::object strides = cai["strides"];
       if (nb::len(strides) != shape.size()) throw bad("strides and shape differ in length");
@@ -360,8 +412,10 @@ class View {
     if (stream && size_ > 0) sync_stream(device_, *stream);
   }
 
+  friend bool view_of_held(nb::handle obj, bool writable, View& into);
   Py_buffer view_{};
   bool have_view_ = false;
+  nb::object held_;            // a HeldView whose view this one is
   nb::ndarray<nb::ro> array_;  // a DLPack import: holds the producer's memory until released
   nb::object detached_;         // the detach() of a tensor that requires grad, kept while its memory is used
   nb::object array_keep_;      // a __cuda_array_interface__ object
@@ -421,7 +475,7 @@ class DeviceArray {
 // DLPack objects too) what the driver says (pinned, device, managed).
 class HeldView {
  public:
-  HeldView(nb::handle obj, bool writable) : v_(obj, writable) {
+  HeldView(nb::handle obj, bool writable) : v_(obj, writable), writable_(writable) {
     if (v_.device() >= 0 || v_.pinned()) kind_ = accio_mem_kind(v_.ptr(), &dev_);
   }
   uintptr_t address() const { return reinterpret_cast<uintptr_t>(v_.ptr()); }
@@ -430,10 +484,25 @@ class HeldView {
   int device() const { return dev_; }
 
  private:
+  friend bool view_of_held(nb::handle obj, bool writable, View& into);
   View v_;
+  bool writable_;
   int kind_ = ACCIO_MEM_HOST;
   int dev_ = -1;
 };
+
+bool view_of_held(nb::handle obj, bool writable, View& into) {
+  HeldView* h = nullptr;
+  if (!nb::try_cast(obj, h, false) || !h) return false;
+  if (writable && !h->writable_)
+    throw nb::type_error("a read target must be writable: this HeldView was made read-only");
+  into.ptr_ = h->v_.ptr_;
+  into.size_ = h->v_.size_;
+  into.device_ = h->v_.device_;
+  into.pinned_ = h->v_.pinned_;
+  into.held_ = nb::borrow(obj);
+  return true;
+}
 
 // Pinned host memory (accio_host_alloc) with the buffer protocol (memoryview(b), numpy.frombuffer(b)),
 // freed when the object and every view of it are gone. pinned: how the pages are held ("cuda":

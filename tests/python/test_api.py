@@ -472,3 +472,55 @@ def test_bad_setting_is_one_sentence_with_errno_once(tmp_path):
     with pytest.raises(accio.Error) as e:
         accio.open(str(p), threads="lots")
     assert str(e.value) == "set setting: threads='lots' is not valid: not an integer (errno 22)"
+
+
+def test_refusals_name_what_is_wrong_in_accios_words(tmp_path):
+    """Audit S5, S6 and NITs: a strided memoryview was the exporter's BufferError, a datetime64 array
+    DLPack's BufferError about dtypes the user never asked for; nb::hasattr swallowed a property's own
+    exception (a KeyboardInterrupt, a bug in a tensor class) into "expected a buffer"; offsets of
+    2**63, a shape given as a string or with floats, and a bytes path were nanobind's "incompatible
+    function arguments" or silently wrong; a CAI shape whose size overflows was a 0-byte buffer."""
+    p = tmp_path / "d"
+    p.write_bytes(bytes(range(256)) * 16)
+    with accio.open(p) as f:
+        with pytest.raises(ValueError, match="memoryview is not contiguous: accio moves one contiguous range"):
+            f.read_into(memoryview(bytearray(1000))[::2])
+        with pytest.raises(TypeError, match="cannot give accio its memory: its buffer export says"):
+            f.read_into(np.zeros(3, dtype="datetime64[s]"))
+
+        class Interrupted:
+            @property
+            def __cuda_array_interface__(self):
+                raise KeyboardInterrupt
+
+        class Buggy:
+            @property
+            def requires_grad(self):
+                raise RuntimeError("a bug in my tensor class")
+
+            def detach(self):
+                return self
+        with pytest.raises(KeyboardInterrupt):
+            f.read_into(Interrupted())
+        with pytest.raises(RuntimeError, match="a bug in my tensor class"):
+            f.read_into(Buggy())
+
+        class Huge:
+            __cuda_array_interface__ = {"data": (4096, False), "shape": (2**32, 2**32), "typestr": "<f4",
+                                        "version": 3}
+        with pytest.raises(TypeError, match="the shape's size in bytes overflows"):
+            f.read_into(Huge())
+        with pytest.raises(OverflowError, match=r"offset 9223372036854775808: outside what accio takes"):
+            f.read_into(bytearray(4), 2**63)
+        with pytest.raises(TypeError, match="offset must be an int, not str"):
+            f.read_into(bytearray(4), "0")
+        with pytest.raises(OverflowError, match="nbytes -1"):
+            f.plan(-1)
+    for shape in ("4096", (4096.7,)):
+        with pytest.raises(TypeError, match="expected an int or a tuple of ints"):
+            accio.read(p, shape=shape)
+    with accio.open(os.fsencode(p)) as f:  # a bytes path, as os.open takes
+        assert f.size == 4096
+    stamps = np.arange(512).astype("datetime64[s]")
+    stamps.view("u1").tofile(p)
+    assert (accio.read(p, dtype="M8[s]") == stamps).all()  # read as their bytes
