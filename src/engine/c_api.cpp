@@ -119,7 +119,10 @@ int mechanism_stats(const accio::engine::StatCounters& c, int id, uint64_t* call
 
 // accio_mechanism_for: the mechanism a request would run (NULL and a last error on failure).
 const char* mechanism_for(accio_file* f, const void* buf, size_t size, int64_t offset, int op) {
-  if (!f) return nullptr;
+  if (!f) {  // said, as every other call's NULL handle: the caller would read the previous error
+    fail(EINVAL, "plan", "", -1, "null argument");
+    return nullptr;
+  }
   if (offset < 0) {
     fail(EINVAL, "plan", f->f->ref().path, offset, "negative offset");
     return nullptr;
@@ -311,6 +314,11 @@ int accio_explain(accio_file* f, const void* buf, size_t size, int64_t offset, i
                   char* why, size_t why_len) {
   ACCIO_CHECK(f, "accio_explain");
   if (offset < 0) return fail(EINVAL, "explain", f->f->ref().path, offset, "negative offset");
+  const int dir = op & ~ACCIO_OP_FRESH_CACHE;  // as accio_mechanism_for: 99 was taken as a read
+  if (dir != ACCIO_OP_READ && dir != ACCIO_OP_WRITE)
+    return fail(EINVAL, "explain", f->f->ref().path, offset,
+                "op must be ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in or not (got " +
+                    std::to_string(op) + ")");
   return guard([&] {
     const auto e = f->f->explain(buf, size, static_cast<uint64_t>(offset), op == ACCIO_OP_WRITE);
     copy_out(e.plan, plan, plan_len);

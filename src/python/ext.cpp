@@ -12,7 +12,9 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -692,14 +694,26 @@ class PyFuture {
   }
   // Waits up to timeout seconds (None: as long as it takes; the GIL released) for the request and
   // settles owner (unless settled already); false when the time ran out first.
+  // Waited for in slices, the signal handlers run between them: Ctrl-C stops result() as it stops
+  // concurrent.futures' (one uninterrupted wait held it until the request completed).
   bool wait(std::optional<double> timeout) {
-    if (!fut_.ready(0)) {
-      nb::gil_scoped_release nogil;
-      if (timeout && *timeout < 1e9) {
-        if (!fut_.ready(static_cast<int64_t>(*timeout * 1e9))) return false;
-      } else {
-        accio_future_wait(fut_.handle());
+    const bool bounded = timeout && *timeout < 1e9;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::nanoseconds(bounded ? static_cast<int64_t>(*timeout * 1e9) : 0);
+    while (!fut_.ready(0)) {
+      int64_t slice = 100'000'000;
+      if (bounded) {
+        const int64_t left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) return false;
+        slice = std::min(slice, left);
       }
+      bool ok;
+      {
+        nb::gil_scoped_release nogil;
+        ok = fut_.ready(slice);
+      }
+      if (ok) break;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();  // KeyboardInterrupt, or a handler's own
     }
     settle();
     return true;

@@ -122,7 +122,13 @@ int main(void) {
   CHECK(accio_mechanism_for_at(f, dst, n, 0, 7) == NULL && accio_last_errno() == EINVAL); /* not an op */
   CHECK(accio_mechanism_for_at(f, dst, n, 0, ACCIO_OP_WRITE | 0x200) == NULL && accio_last_errno() == EINVAL);
   CHECK(accio_mechanism_for_at(f, dst, n, 0, ACCIO_OP_READ | ACCIO_OP_FRESH_CACHE) != NULL);
-  CHECK(accio_mechanism_for(NULL, n, ACCIO_OP_READ) == NULL);
+  CHECK(accio_mechanism_for_at(f, dst, n, -1, ACCIO_OP_READ) == NULL && accio_last_errno() == EINVAL);
+  CHECK(accio_mechanism_for(NULL, n, ACCIO_OP_READ) == NULL && accio_last_errno() == EINVAL); /* not the last one's */
+  CHECK(strstr(accio_last_error(), "null argument") != NULL);
+  {
+    char plan[256], why[1024];
+    CHECK(accio_explain(f, NULL, n, 0, 99, plan, sizeof plan, why, sizeof why) == -EINVAL); /* was a read */
+  }
   /* The deprecated names still answer, the same way. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

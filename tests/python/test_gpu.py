@@ -1227,3 +1227,31 @@ def test_pagecache_asks_once_per_worker_and_heeds_a_device_without_read_only_reg
     assert refusals == "0", r.stdout + r.stderr
     assert "READ_ONLY_HOST_REGISTER_SUPPORTED is 0" in why and why.endswith("True False"), why
     assert warned == "1", r.stdout
+
+
+def test_ctrl_c_stops_waiting_for_a_future(fake_lib, no_host_buffer, tmp_path):
+    """Future.result() waited in one uninterruptible call until the request completed; Ctrl-C now
+    stops the wait, as it stops concurrent.futures' (the request itself runs on). A device copy the
+    fake makes last 3 s stands in for a long request."""
+    r = run_dev("""
+        import signal, time
+        n = 1 << 20
+        np.zeros(n, np.uint8).tofile("in.bin")
+        a = accio.device_array(n)
+        def interrupt(*_):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        with accio.open("in.bin", mechanism="staged") as f:  # its copies are the fake's slow async ones
+            fut = f.read_into_async(a)
+            t0 = time.monotonic()
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            try:
+                fut.result()
+                raise SystemExit("the wait was not interrupted")
+            except KeyboardInterrupt:
+                waited = time.monotonic() - t0
+            assert waited < 2.0, waited  # the copy takes 3 s
+            assert fut.result() == n     # waited for again: the request ran on
+        print("ok")
+    """, fake_lib, no_host_buffer, tmp_path, FAKE_CUDA_COPY_US="3000000")
+    assert r.stdout.strip().endswith("ok")
