@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "offload/proc.hpp"
 #include "offload/report.hpp"
@@ -533,6 +534,7 @@ void Channel::finish(uint64_t i) {
 // and (run_vh) runs a host function once every request before it has completed (the worker waits
 // at its barrier meanwhile).
 void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh, bool drain_pending) {
+  if (!run_vh) host_harvested_ = true;
   for (;;) {
     if (transport == kShm) {
       const uint64_t d = h->done.load(std::memory_order_acquire);
@@ -750,6 +752,12 @@ void Channel::vh_loop() {
     auto idle = [&] { return (vh_queued_ == 0 && npending_ == 0 && out_off_ == outbuf_.size()) || dead(); };
     if (idle()) {  // nothing to do (a dead worker's requests are failed by its waiters)
       vh_cv_.wait(lk, [&] { return vh_stop_ || !idle(); });
+      continue;
+    }
+    if (vh_queued_ == 0 && transport == kShm && std::exchange(host_harvested_, false)) {
+      // Only pieces waiting for room, and a host thread that submits or waits has collected since
+      // the last look: it moves them itself; taking the lock to do it too would only contend.
+      vh_cv_.wait_for(lk, std::chrono::microseconds(kDrainPollUs));
       continue;
     }
     const uint64_t before = harvested;

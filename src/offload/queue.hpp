@@ -213,6 +213,7 @@ class Channel {
   std::condition_variable vh_cv_;
   void vh_loop();
   static constexpr int kDrainPollUs = 100;  // vh_loop's poll while only pieces wait for room
+  bool host_harvested_ = false;             // a host thread collected since vh_loop last looked
   bool start_runner();  // starts vh_loop's thread if it is not running; false (reported) if it cannot
 
   // Whether the ring has a slot and the arena len bytes (*start: where); an empty queue starts its
