@@ -31,11 +31,14 @@ Proc* P(veo_proc_handle* h) { return reinterpret_cast<Proc*>(h); }
 // A handle veo_proc_destroy has destroyed: a tombstone (proc.hpp), refused by every entry point
 // with its failure value, errno ESRCH and a message (AVEO keeps its ProcHandle too; a second
 // veo_proc_destroy returns 0 there and here).
-bool destroyed(veo_proc_handle* h, const char* who) {
-  if (!h || !P(h)->destroyed.load(std::memory_order_acquire)) return false;
+[[gnu::noinline, gnu::cold]] bool refuse_destroyed(const char* who) {
   report(std::string(who) + ": the proc was destroyed (veo_proc_destroy); its handle is no longer valid");
   errno = ESRCH;
   return true;
+}
+inline bool destroyed(veo_proc_handle* h, const char* who) {
+  if (!h || !P(h)->destroyed.load(std::memory_order_acquire)) [[likely]] return false;
+  return refuse_destroyed(who);
 }
 
 template <class T>

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "offload/proc.hpp"
 #include "offload/report.hpp"
@@ -127,20 +128,10 @@ bool Channel::start_runner() {
   return true;
 }
 
-bool Channel::room(size_t len, uint64_t* start) {
-  if (head == harvested && a_tail == a_head) {  // nothing in flight: the arena starts over
-    a_head = a_tail = align_up(a_head, arena_size);
-  }
-  uint64_t st = align_up(a_head, 64);
-  if (len && st % arena_size + len > arena_size) st += arena_size - st % arena_size;
-  *start = st;
-  return head - harvested < nslots && (len == 0 || st + len - a_tail <= arena_size);
-}
-
 // Queues one piece: into the ring if it has room and nothing waits on the host before it, else on
-// the host. Never waits.
+// the host. Never waits for long (put_slow).
 bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last,
-                  const std::shared_ptr<void>& keep) {
+                  const std::shared_ptr<void>* keep) {
   if (p.op == kVhBarrier && !start_runner()) return false;  // before the slot is taken: a refusal leaves the queue as it was
   if (dead()) [[unlikely]] {
     report(name() + ": " + proc->why_dead());
@@ -149,26 +140,62 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
   // Small transfers on shm travel in the slot itself.
   const bool in_slot = transport == kShm && (p.op == kWriteMem || p.op == kReadMem) && p.data_len <= kSlotDataBytes;
   const size_t len = p.op == kCall ? call_bytes(p.args) : in_slot ? 0 : p.data_len;
-  if (len > arena_size) [[unlikely]] {  // submit() stages calls that do not fit; this is a bug's guard
+  if (len > arena_size) [[unlikely]] {
+    // A call whose stack arguments do not fit the arena (submit's, its only piece) is staged.
+    if (p.op == kCall && last && !p.value) return put_staged(lk, p, reqid);
     report("a request of " + std::to_string(len) + " bytes does not fit the " + std::to_string(arena_size) +
            "-byte arena of " + name() + " (ACCIO_OFFLOAD_ARENA)");
     return false;
   }
   if (npending_ == 0) [[likely]] {
     uint64_t start = 0;
-    if (room(len, &start)) return publish_piece(lk, p, reqid, last, start, len, in_slot);
+    if (room(len, &start)) return publish_piece_inline(lk, p, reqid, last, start, len, in_slot);
+  }
+  return put_slow(lk, p, reqid, last, len, in_slot, keep);
+}
+
+// No room in the ring or the arena, or pieces wait on the host before this one. While the worker
+// is completing requests, the piece waits for room for up to kRoomWaitNs (the lock held, so that a
+// multi-piece request is not interleaved with another thread's), collecting what completes and
+// moving waiting pieces into the ring meanwhile. A queue submitted faster than the worker runs it
+// (AVEO's tests 1 and 3: 10000 calls, 256 slots) so costs what waiting for room cost before
+// submission stopped blocking; deferring instead took two allocations, a copy of the arguments
+// and the progress thread's work per piece, and once one piece waited on the host every later one
+// did too (a third of tests 1 and 3's calls were deferred). A worker that completes nothing within
+// kRoomWaitNs (a kernel that runs long, or waits for the host) gets no wait: the piece waits on
+// the host at once, and so do the next ones until the worker completes something.
+bool Channel::put_slow(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last, size_t len,
+                       bool in_slot, const std::shared_ptr<void>* keep) {
+  uint64_t until = 0;
+  for (;;) {
     // Collect only when out of room: reading `done` on every submission would pull its cache
     // line away from the worker each time.
     harvest(lk);
+    uint64_t start = 0;
     if (npending_ == 0 && room(len, &start)) return publish_piece(lk, p, reqid, last, start, len, in_slot);
+    if (transport != kShm || harvested == stalled_at_ || dead()) break;
+    if (!until) until = now_ns() + kRoomWaitNs;
+    if (!progress_within(until)) {
+      stalled_at_ = harvested;
+      break;
+    }
   }
   if (p.op == kCall && !args_set(p.args)) return false;  // checked now: it is encoded later
   return defer(p, reqid, last, keep);
 }
 
-bool Channel::defer(const Piece& p, uint64_t reqid, bool last, const std::shared_ptr<void>& keep) {
+// Spins (the lock held) until the worker completes a request or `until` passes.
+bool Channel::progress_within(uint64_t until) const {
+  for (unsigned k = 1;; ++k) {
+    if (h->done.load(std::memory_order_acquire) > harvested) return true;
+    cpu_relax();
+    if ((k & 15) == 0 && now_ns() >= until) return false;
+  }
+}
+
+bool Channel::defer(const Piece& p, uint64_t reqid, bool last, const std::shared_ptr<void>* keep) {
   if (!start_runner()) return false;
-  Pending q{p, reqid, last, keep};
+  Pending q{p, reqid, last, keep ? *keep : nullptr};
   try {
     if (p.op == kCall && p.args) {
       // AVEO copies a call's arguments and IN data at submission: the caller may change or free
@@ -180,7 +207,7 @@ bool Channel::defer(const Piece& p, uint64_t reqid, bool last, const std::shared
       };
       auto own = std::make_shared<OwnedArgs>();
       own->args = *p.args;
-      own->outer = keep;
+      if (keep) own->outer = *keep;
       for (auto& x : own->args.a) {
         if (!is_stack(x.type)) continue;
         if (x.type != kStackIn) x.back = x.back ? x.back : x.buf;
@@ -203,8 +230,8 @@ bool Channel::defer(const Piece& p, uint64_t reqid, bool last, const std::shared
     report(name() + ": out of memory queueing a request on the host");
     return false;
   }
-  ++npending_;
-  vh_cv_.notify_one();
+  // The progress thread sleeps on vh_cv_ only while nothing waits on the host.
+  if (npending_++ == 0) vh_cv_.notify_one();
   return true;
 }
 
@@ -295,11 +322,12 @@ bool Channel::put_staged(std::unique_lock<std::mutex>& lk, const Piece& p, uint6
     report("veo_call_async: out of memory copying " + std::to_string(total) + " bytes of stack arguments");
     return false;
   }
+  const std::shared_ptr<void> keep = st;
   const size_t piece = std::max<size_t>(4096, std::min<size_t>(arena_size / 8, 1u << 20));
   Piece alloc;
   alloc.op = kStageAlloc;
   alloc.size = total;
-  if (!put(lk, alloc, reqid, false, st)) return false;
+  if (!put(lk, alloc, reqid, false, &keep)) return false;
   uint64_t off = 0;
   for (auto& x : st->args.a) {
     if (!is_stack(x.type)) continue;
@@ -312,7 +340,7 @@ bool Channel::put_staged(std::unique_lock<std::mutex>& lk, const Piece& p, uint6
       w.data_len = std::min(piece, x.len - k);
       w.in = st->image.get() + off + k;
       w.in_len = w.data_len;
-      if (!put(lk, w, reqid, false, st)) return false;
+      if (!put(lk, w, reqid, false, &keep)) return false;
     }
     x.val = off;  // the call sees stage + off; x.buf still names the caller's buffer for OUT/INOUT
     off += align_up(x.len, 16);
@@ -328,7 +356,7 @@ bool Channel::put_staged(std::unique_lock<std::mutex>& lk, const Piece& p, uint6
   c.addr = p.addr;
   c.args = &call_args;  // encoded now, or copied by defer
   c.value = true;
-  if (!put(lk, c, reqid, false, st)) return false;
+  if (!put(lk, c, reqid, false, &keep)) return false;
   for (const auto& x : st->args.a) {
     if (x.type != kStackOut && x.type != kStackInOut) continue;
     for (size_t k = 0; k < x.len; k += piece) {
@@ -339,17 +367,23 @@ bool Channel::put_staged(std::unique_lock<std::mutex>& lk, const Piece& p, uint6
       r.addr = x.val + k;
       r.data_len = std::min(piece, x.len - k);
       r.out = x.buf + k;
-      if (!put(lk, r, reqid, false, st)) return false;
+      if (!put(lk, r, reqid, false, &keep)) return false;
     }
   }
   Piece f;
   f.op = kStageFree;
   f.after_value = true;
-  return put(lk, f, reqid, true, st);
+  return put(lk, f, reqid, true, &keep);
 }
 
+// put's own copy is inlined into it (the common case: room at once); the slow paths call this one.
 bool Channel::publish_piece(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last,
                             uint64_t start, size_t len, bool in_slot) {
+  return publish_piece_inline(lk, p, reqid, last, start, len, in_slot);
+}
+
+inline bool Channel::publish_piece_inline(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last,
+                                          uint64_t start, size_t len, bool in_slot) {
   const uint64_t i = head;
   Slot& s = slots[i % nslots];
   Shadow& sh = shadow[i % nslots];
@@ -500,6 +534,7 @@ void Channel::finish(uint64_t i) {
 // and (run_vh) runs a host function once every request before it has completed (the worker waits
 // at its barrier meanwhile).
 void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh, bool drain_pending) {
+  if (!run_vh) host_harvested_ = true;
   for (;;) {
     if (transport == kShm) {
       const uint64_t d = h->done.load(std::memory_order_acquire);
@@ -719,10 +754,25 @@ void Channel::vh_loop() {
       vh_cv_.wait(lk, [&] { return vh_stop_ || !idle(); });
       continue;
     }
+    if (vh_queued_ == 0 && transport == kShm && std::exchange(host_harvested_, false)) {
+      // Only pieces waiting for room, and a host thread that submits or waits has collected since
+      // the last look: it moves them itself; taking the lock to do it too would only contend.
+      vh_cv_.wait_for(lk, std::chrono::microseconds(kDrainPollUs));
+      continue;
+    }
     const uint64_t before = harvested;
     harvest(lk, true);
-    // Sleep until the worker completes something; a slice at a time, so that a stop is seen soon.
-    if (harvested == before && !vh_stop_) wait_progress(lk, now_ns() + 50000000);
+    if (harvested != before || vh_stop_) continue;
+    if (vh_queued_ || transport != kShm) {
+      // Sleep until the worker completes something; a slice at a time, so that a stop is seen soon.
+      wait_progress(lk, now_ns() + 50000000);
+    } else {
+      // Only pieces waiting on the host for room: a thread that submits or waits on this queue
+      // moves them itself; this one polls, so that it neither spins on a CPU the worker needs nor
+      // sleeps on `done`, which would make the worker wake it at every completion (a system call
+      // per request).
+      vh_cv_.wait_for(lk, std::chrono::microseconds(kDrainPollUs));
+    }
   }
 }
 
@@ -766,8 +816,7 @@ bool Channel::block_end() {
 uint64_t Channel::submit(const Piece& p) {
   std::unique_lock<std::mutex> lk = lock_to_submit();
   const uint64_t reqid = new_request();
-  const bool staged = p.op == kCall && p.args && call_bytes(p.args) > arena_size;
-  if (staged ? put_staged(lk, p, reqid) : put(lk, p, reqid, true)) return reqid;
+  if (put(lk, p, reqid, true)) return reqid;  // a call too large for the arena is staged there
   drop(reqid);
   return VEO_REQUEST_ID_INVALID;
 }
@@ -803,7 +852,8 @@ int Channel::transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t*
     } else {
       p.out = static_cast<char*>(host) + off;
     }
-    if (!put(lk, p, *reqid, off + piece >= n, copy)) {
+    const std::shared_ptr<void> keep = copy;
+    if (!put(lk, p, *reqid, off + piece >= n, copy ? &keep : nullptr)) {
       drop(*reqid);
       return -1;
     }

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -143,10 +144,11 @@ class Channel {
   // failure. spin_us < 0: the worker never sleeps.
   bool map(uint32_t transport, uint32_t nslots, uint64_t arena, int64_t spin_us, int* worker_fd);
   // Queues one piece: publishes it when the ring and the arena have room and nothing waits on the
-  // host, else keeps it on the host (never waits). False (reported) when it cannot be queued.
+  // host, else keeps it on the host (never waits for long: put_slow). False (reported) when it cannot be queued.
   // keep: owns what p points to, if anything (kept while the piece waits on the host).
+  // A call whose stack arguments do not fit the arena is staged (put_staged).
   bool put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last,
-           const std::shared_ptr<void>& keep = nullptr);
+           const std::shared_ptr<void>* keep = nullptr);
   // Waits for (block) or peeks at a request; fills *ret and returns its VEO_COMMAND_* state.
   int result(uint64_t reqid, uint64_t* ret, bool block, std::string* message = nullptr);
   // Queues one request of one piece: its id, or VEO_REQUEST_ID_INVALID (reported) when it could
@@ -210,16 +212,35 @@ class Channel {
   bool vh_stop_ = false;
   std::condition_variable vh_cv_;
   void vh_loop();
+  static constexpr int kDrainPollUs = 100;  // vh_loop's poll while only pieces wait for room
+  bool host_harvested_ = false;             // a host thread collected since vh_loop last looked
   bool start_runner();  // starts vh_loop's thread if it is not running; false (reported) if it cannot
 
   // Whether the ring has a slot and the arena len bytes (*start: where); an empty queue starts its
   // arena over, so any len up to the arena's size fits it.
-  bool room(size_t len, uint64_t* start);
+  bool room(size_t len, uint64_t* start) {
+    if (head == harvested && a_tail == a_head) {  // nothing in flight: the arena starts over
+      a_head = a_tail = align_up(a_head, arena_size);
+    }
+    uint64_t st = align_up(a_head, 64);
+    if (len && st % arena_size + len > arena_size) st += arena_size - st % arena_size;
+    *start = st;
+    return head - harvested < nslots && (len == 0 || st + len - a_tail <= arena_size);
+  }
   // Writes one piece into the slot at head (room checked) and publishes it.
   bool publish_piece(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last, uint64_t start,
                      size_t len, bool in_slot);
+  [[gnu::always_inline]] inline bool publish_piece_inline(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid,
+                                                          bool last, uint64_t start, size_t len, bool in_slot);
+  // put without room at once: waits briefly for a worker that makes progress, else defers.
+  bool put_slow(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last, size_t len,
+                bool in_slot, const std::shared_ptr<void>* keep);
+  // How long put_slow waits for room while the worker completes requests (shm).
+  static constexpr uint64_t kRoomWaitNs = 50000;
+  uint64_t stalled_at_ = UINT64_MAX;  // harvested when a wait for room last saw no progress
+  bool progress_within(uint64_t until) const;
   // Keeps a piece on the host (copying what it points to that the caller may free).
-  bool defer(const Piece& p, uint64_t reqid, bool last, const std::shared_ptr<void>& keep);
+  bool defer(const Piece& p, uint64_t reqid, bool last, const std::shared_ptr<void>* keep);
   // Moves waiting pieces into the ring while there is room.
   void drain(std::unique_lock<std::mutex>& lk);
   // A call whose arguments do not fit the arena: its stack arguments are staged in a worker

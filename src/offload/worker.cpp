@@ -234,12 +234,13 @@ void do_call(WorkerChannel* c, Slot& s) {
   void* avalues[kMaxArgs];
   void* ptrs[kMaxArgs];
   for (int i = 0; i < n; ++i) {
-    if (types[i] == kStageRef) {
-      if (!c->stage || vals[i] > c->stage_len) return fail(s, ENOMEM);  // the staging allocation failed
-      ptrs[i] = c->stage + vals[i];
-      avalues[i] = &ptrs[i];
-    } else if (types[i] >= kStackIn) {
-      ptrs[i] = data + vals[i];
+    if (types[i] >= kStackIn) {  // one test for the by-value arguments, as before kStageRef
+      if (types[i] == kStageRef) [[unlikely]] {
+        if (!c->stage || vals[i] > c->stage_len) return fail(s, ENOMEM);  // the staging allocation failed
+        ptrs[i] = c->stage + vals[i];
+      } else {
+        ptrs[i] = data + vals[i];
+      }
       avalues[i] = &ptrs[i];
     } else {
       avalues[i] = &vals[i];  // little-endian: the low bytes hold the narrower types
@@ -365,7 +366,7 @@ bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
     case kWriteMem:
     case kReadMem: {
       char* mem = reinterpret_cast<char*>(s.addr);
-      if (s.flags & kStageRel) {  // a piece of a staged call's stack arguments
+      if (s.flags & kStageRel) [[unlikely]] {  // a piece of a staged call's stack arguments
         if (!c->stage || s.addr > c->stage_len || s.data_len > c->stage_len - s.addr) {
           fail(s, c->stage ? EFAULT : ENOMEM);
           break;
