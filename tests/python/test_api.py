@@ -431,6 +431,35 @@ with accio.open({str(p)!r}, "a", mechanism={mechanism!r}, task_size="64k") as f:
     assert _records(data, size) == {1: list(range(each)), 2: list(range(each))}
 
 
+@pytest.mark.parametrize("mech", ["direct", "uring"])
+def test_distinct_buffer_sizes_keep_locked_memory_bounded(tmp_path, mech):
+    # audit session 20 (S1): every distinct buffer_size locked a staging pool for the life of the
+    # process. In a process of its own, so that VmLck counts this test's pools only.
+    p = tmp_path / "data.bin"
+    data = os.urandom((3 << 20) + 4321)
+    p.write_bytes(data)
+    code = f"""
+import accio
+def kb(key):
+    return int(open("/proc/self/status").read().split(key + ":")[1].split()[0])
+data = open({str(p)!r}, "rb").read()
+base, peak = kb("VmLck"), 0
+for i in range(1, 21):
+    with accio.open({str(p)!r}, mechanism={mech!r}, buffer_size=f"{{i}}m", buffer_count=2, realign="on") as f:
+        out = bytearray(len(data) + 8)
+        view = memoryview(out)[3:3 + len(data) - 5]  # unaligned: through the staging buffers
+        assert f.read_into(view, 5) == len(data) - 5
+        assert bytes(view) == data[5:], i
+    peak = max(peak, kb("VmLck") - base)
+print(peak)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    peak_mib = int(r.stdout) / 1024
+    # in use plus 2 idle pools of at most 2 x 20 MiB (before: the sum of all 20, 420 MiB)
+    assert peak_mib <= 3 * 2 * 22, f"{peak_mib:.0f} MiB locked"
+
+
 def test_settings_names_env_and_api(monkeypatch):
     s = accio.settings()
     core = {"mechanism", "threads", "task_size", "buffer_size", "buffer_count",
