@@ -438,7 +438,9 @@ uint64_t File::append_host(const void* buf, size_t n, bool* wrote) {
       if (errno == EINTR) continue;
       const int e = errno;
       throw Error(e, "append", ref_.path, at < 0 ? base::kNoOffset : at + static_cast<int64_t>(done),
-                  done ? "after " + std::to_string(done) + " of " + std::to_string(n) + " bytes" : std::string());
+                  done ? std::string(std::strerror(e)) + " after " + std::to_string(done) + " of " + std::to_string(n) +
+                             " bytes, which stay at the end"
+                       : std::string());
     }
     if (w > 0) *wrote = true;
     if (at < 0) {

@@ -165,7 +165,15 @@ TEST_P(Append, AnAppendPastTheFileSizeLimitLeavesNoHole) {
   {
     FileSizeLimit lim(20);  // 7 bytes fit: they stay, as write(2)'s would, then EFBIG
     ASSERT_TRUE(lim.ok());
-    EXPECT_EQ(errnum_of([&] { f->append(big.data(), big.size()); }), EFBIG);
+    try {
+      f->append(big.data(), big.size());
+      ADD_FAILURE() << "an append past RLIMIT_FSIZE succeeded";
+    } catch (const base::Error& e) {
+      EXPECT_EQ(e.errnum(), EFBIG);
+      EXPECT_EQ(e.offset(), 20);  // where the byte that did not fit would have gone
+      EXPECT_NE(std::string(e.what()).find("after 7 of 100 bytes"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::strerror(EFBIG)), std::string::npos) << e.what();
+    }
   }
   const uint64_t end = f->size();
   EXPECT_EQ(f->append("def", 3), end);
