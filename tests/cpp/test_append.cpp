@@ -221,6 +221,9 @@ TEST_P(Append, ThreadsOfOneHandleNeverOverlap) {
 }
 
 TEST_P(Append, TwoProcessesNeverOverlap) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer kills a child that starts threads after a fork (the Python tests cover processes)";
+#endif
   put(path_, "");
   constexpr uint32_t kEach = 40;
   constexpr size_t kLen = 100'000;
@@ -252,6 +255,7 @@ TEST_P(Append, TwoProcessesNeverOverlap) {
     }
     kids.push_back(pid);
   }
+  ::close(opened[1]);  // a child that dies before it says so ends the read below (0), not hangs it
   for (int i = 0; i < 2; ++i) {
     char c;
     ASSERT_EQ(::read(opened[0], &c, 1), 1);
@@ -259,7 +263,6 @@ TEST_P(Append, TwoProcessesNeverOverlap) {
   ::close(go[1]);
   ::close(go[0]);
   ::close(opened[0]);
-  ::close(opened[1]);
   for (pid_t k : kids) {
     int st = 0;
     ASSERT_EQ(waitpid(k, &st, 0), k);
