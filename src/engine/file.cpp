@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,9 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
+#include <string>
 
 #include "base/error.hpp"
 #include "base/fork.hpp"
@@ -92,7 +97,8 @@ struct Inflight {
 }  // namespace
 
 std::shared_ptr<File> File::open(const std::string& path, const std::string& given, const base::Settings& s) {
-  // "a" and "a+" do not use O_APPEND: append() reserves its range itself and pwrite keeps offsets.
+  // fd has no O_APPEND in "a" and "a+": a write at an offset writes there (pwrite keeps offsets),
+  // while append() writes through an O_APPEND descriptor of its own (appender()).
   // One "b" after the first letter is fopen's binary flag, which accio always is: "rb", "r+b", "rb+".
   std::string mode = given;
   if (const size_t b = mode.find('b', 1); b != std::string::npos) mode.erase(b, 1);
@@ -183,6 +189,11 @@ void File::close() {
   closed_ = true;
   idle_.wait(lk, [&] { return inflight_ == 0 || inflight_forks_ != base::fork_count(); });
   for (auto* m : io::all()) m->forget(ref_.id);
+  if (appender_) {
+    if (appender_->fd >= 0) ::close(appender_->fd);  // in a forked child: the child's copy
+    if (appender_->forks == base::fork_count()) delete appender_;  // else a parent's thread may hold its mutex
+    appender_ = nullptr;
+  }
   if (ref_.direct_fd >= 0) ::close(ref_.direct_fd);
   int rc = ::close(ref_.fd);
   ref_.fd = ref_.direct_fd = -1;
@@ -392,11 +403,107 @@ size_t File::pwrite(const void* buf, size_t n, uint64_t off) {
   return transfer(const_cast<void*>(buf), n, off, true);
 }
 
+File::Appender& File::appender() {
+  std::lock_guard lk(mu_);
+  if (appender_ && appender_->forks == base::fork_count()) return *appender_;
+  if (appender_ && appender_->fd >= 0) ::close(appender_->fd);  // the parent's, shared position and all
+  appender_ = new Appender;
+  // A new open file description of the same file (not of whatever the path names now), with a
+  // position of its own. Refused (no /proc, or the file's mode no longer lets this user write it):
+  // pwritev2(RWF_APPEND) on fd, which moves fd's position.
+  const std::string self = "/proc/self/fd/" + std::to_string(ref_.fd);
+  appender_->fd = ::open(self.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  return *appender_;
+}
+
+uint64_t File::append_host(const void* buf, size_t n, bool* wrote) {
+  if (n == 0) {  // nothing to write: where it would have gone
+    struct stat st;
+    if (fstat(ref_.fd, &st) != 0) throw Error(errno, "append", ref_.path, base::kNoOffset);
+    return static_cast<uint64_t>(st.st_size);
+  }
+  Appender& a = appender();
+  std::lock_guard lk(a.mu);
+  const int fd = a.fd >= 0 ? a.fd : ref_.fd;
+  const char* p = static_cast<const char*>(buf);
+  // Linux moves at most MAX_RW_COUNT (2 GiB - 4 KiB) per write: a larger append is several O_APPEND
+  // writes in a row, each atomic, which another process's append may come between.
+  constexpr size_t kMaxWrite = 0x7ffff000;
+  int64_t at = -1;  // where the first write landed
+  for (size_t done = 0; done < n;) {
+    const size_t len = std::min(n - done, kMaxWrite);
+    ssize_t w;
+    if (a.fd >= 0) {
+      w = syscall(SYS_write, fd, p + done, len);  // the kernel's, not a preload shim's write
+    } else {
+      iovec v{const_cast<char*>(p + done), len};
+      w = syscall(SYS_pwritev2, fd, &v, 1, -1L, -1L, RWF_APPEND);
+    }
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      throw Error(e, "append", ref_.path, at < 0 ? base::kNoOffset : at + static_cast<int64_t>(done),
+                  done ? std::string(std::strerror(e)) + " after " + std::to_string(done) + " of " + std::to_string(n) +
+                             " bytes, which stay at the end"
+                       : std::string());
+    }
+    if (w > 0) *wrote = true;
+    if (at < 0) {
+      const off_t pos = static_cast<off_t>(syscall(SYS_lseek, fd, 0L, SEEK_CUR));
+      at = pos >= w ? pos - w : 0;  // a FIFO or a device has no position: 0
+    }
+    if (w == 0) throw Error(EIO, "append", ref_.path, at + static_cast<int64_t>(done), "write moved no byte");
+    done += static_cast<size_t>(w);
+  }
+  return static_cast<uint64_t>(at);
+}
+
 uint64_t File::append(const void* buf, size_t n) {
   begin("append", base::kNoOffset, true);
   const Scope scope(this);
-  const uint64_t off = end_.fetch_add(n);
-  transfer(const_cast<void*>(buf), n, off, true);
+  // Checked before anything is written; an offset is known only once the kernel chose it.
+  if (!buf && n) throw Error(EFAULT, "append", ref_.path, base::kNoOffset, "null buffer");
+  if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw Error(EINVAL, "append", ref_.path, base::kNoOffset, "size overflows");
+  const Inflight inflight;
+  const uint64_t t0 = now_ns();
+  // Where the buffer lives: host memory is written by the kernel straight from it; GPU memory is
+  // copied to host memory first, in one piece, so that the append stays one write.
+  mem::cuda::Target target = mem::cuda::classify(buf, false);
+  uint64_t off;
+  try {
+    for (;;) {
+      bool wrote = false;
+      try {
+        if (!target.on_device()) {
+          off = append_host(buf, n, &wrote);
+        } else {
+          std::unique_ptr<char[]> host(new (std::nothrow) char[n ? n : 1]);
+          if (!host) throw Error(ENOMEM, "append", ref_.path, base::kNoOffset, "no host memory to stage a GPU buffer of " + std::to_string(n) + " bytes");
+          mem::cuda::copy(host.get(), buf, n);
+          off = append_host(host.get(), n, &wrote);
+        }
+        break;
+      } catch (const Error& e) {
+        // A GPU buffer taken for host memory (libcuda arrived after this thread last looked): the
+        // kernel refused it, having written nothing. Look again (as transfer() does).
+        if (e.errnum() != EFAULT || wrote || target.on_device()) throw;
+        target = mem::cuda::classify(buf, true);
+        if (!target.on_device()) throw;
+      }
+    }
+  } catch (...) {
+    stats_.record_error();
+    global_stats().record_error();
+    throw;
+  }
+  const uint64_t dt = now_ns() - t0;
+  static const int posix = io::find("posix")->id;
+  static const io::Mechanism* naive = io::find("naive");
+  const int id = target.on_device() && naive ? naive->id : posix;  // what moved it: a plain write, or a copy and one
+  stats_.record(true, id, n, dt);
+  global_stats().record(true, id, n, dt);
+  if (n) extend(off + n);
   return off;
 }
 

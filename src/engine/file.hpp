@@ -75,7 +75,10 @@ class File : public std::enable_shared_from_this<File> {
 
   size_t pread(void* buf, size_t n, uint64_t off);  // bytes read; short only at end of file
   size_t pwrite(const void* buf, size_t n, uint64_t off);  // n, or throws
-  uint64_t append(const void* buf, size_t n);  // offset written at; reserves [end, end+n) atomically
+  // Writes buf at the file's current end as O_APPEND does (one write(2) on an O_APPEND descriptor
+  // of the handle's own, whatever the mechanism: atomic against other handles and processes, and a
+  // failed append reserves nothing); returns the offset written at.
+  uint64_t append(const void* buf, size_t n);
   Future pread_async(void* buf, size_t n, uint64_t off);
   Future pwrite_async(const void* buf, size_t n, uint64_t off);
   std::vector<Future> submit(const std::vector<Request>& reqs, bool write);
@@ -116,6 +119,17 @@ class File : public std::enable_shared_from_this<File> {
   // Runs one read or write on m; a write moves end_. Returns the bytes moved.
   size_t move(const io::Mechanism& m, const io::IoContext& ctx, void* buf, size_t n, uint64_t off, bool write);
   void extend(uint64_t end);  // end_ = max(end_, end)
+  // Appends: an O_APPEND descriptor reopened from fd (/proc/self/fd), one append at a time per
+  // handle, so that its position after a write tells where that write landed. Made on the first
+  // append in each process (a forked child must not share the position with its parent).
+  struct Appender {
+    std::mutex mu;
+    int fd = -1;  // -1: the reopen was refused; pwritev2(RWF_APPEND) on ref_.fd instead
+    unsigned forks = base::fork_count();
+  };
+  Appender& appender();
+  // One append of host memory; *wrote: whether any byte reached the file.
+  uint64_t append_host(const void* buf, size_t n, bool* wrote);
   // Whether a request's offset, size and buffer can be served at all; check() throws why not.
   static bool valid(const void* buf, size_t n, uint64_t off);
   void check(const void* buf, size_t n, uint64_t off, bool write) const;
@@ -159,7 +173,8 @@ class File : public std::enable_shared_from_this<File> {
   // The plan for each request: a fixed mechanism's one plan, or auto's profile compiled for the file.
   std::unique_ptr<planner::Planner> planner_;
   bool readable_ = false, writable_ = false;
-  std::atomic<uint64_t> end_{0};  // highest byte written by this handle or the size at open
+  std::atomic<uint64_t> end_{0};  // highest byte written by this handle or the size at open (a planner signal)
+  Appender* appender_ = nullptr;  // under mu_; a parent's is leaked in a forked child
   StatCounters stats_;
   std::mutex mu_;
   std::condition_variable idle_;

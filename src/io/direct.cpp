@@ -4,6 +4,7 @@
 // file size); the middle is split into tasks run on the pool like `parallel`.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
@@ -13,7 +14,8 @@
 namespace accio::io {
 namespace {
 
-mem::StagingPool& pool_for(const IoContext& c) {
+// Held while its buffers are leased (StagingPool::shared frees pools nobody holds).
+std::shared_ptr<mem::StagingPool> pool_for(const IoContext& c) {
   const auto& s = c.settings;
   return mem::StagingPool::shared(s.buffer_size, s.buffer_count, s.huge_pages);
 }
@@ -21,7 +23,8 @@ mem::StagingPool& pool_for(const IoContext& c) {
 // Reads [off, off+n) through one staging buffer, aligned reads on the O_DIRECT descriptor.
 size_t staged_read(const IoContext& c, char* buf, size_t n, uint64_t off) {
   const size_t A = c.file.off_align;
-  mem::StagingLease lease(pool_for(c));
+  const auto pool = pool_for(c);
+  mem::StagingLease lease(*pool);
   return read_direct_widened(
       off, n, A, align_down(lease.size(), A),
       [&](size_t, uint64_t cur, size_t len) { return read_full(c.file.direct_fd, lease.data(), len, cur, c.file.path, A); },
@@ -45,7 +48,8 @@ size_t read_task(const IoContext& c, char* buf, size_t n, uint64_t off) {
 // Writes an aligned range [off, off+n) on the O_DIRECT descriptor.
 void write_task(const IoContext& c, const char* buf, size_t n, uint64_t off) {
   if (is_aligned(buf, c.file.mem_align)) return write_full(c.file.direct_fd, buf, n, off, c.file.path);
-  mem::StagingLease lease(pool_for(c));
+  const auto pool = pool_for(c);
+  mem::StagingLease lease(*pool);
   const size_t chunk = align_down(lease.size(), c.file.off_align);
   for (size_t done = 0; done < n;) {
     const size_t len = std::min(chunk, n - done);

@@ -110,8 +110,11 @@ int init_ring(io_uring* r) {
   return rc;
 }
 
-// Rings for one staging pool. Leaked at exit on purpose (requests may outlive static destructors).
-// A forked child builds its own: the parent's rings are shared memory with the parent's kernel ring.
+// Rings for one staging pool, which registered its buffers. They go when the pool does
+// (SetOfPool, attached to it: StagingPool::shared frees a pool no request holds), before its
+// buffers are unmapped; otherwise they are leaked at exit on purpose (requests may outlive static
+// destructors). A forked child builds its own: the parent's rings are shared memory with the
+// parent's kernel ring.
 struct IoUringSet {
   std::mutex mu;
   std::vector<std::unique_ptr<IoUring>> rings;
@@ -121,6 +124,25 @@ struct IoUringSets {
   std::map<mem::StagingPool*, IoUringSet*> map;
 };
 base::PerProcess<IoUringSets> g_sets;
+
+// Closes the pool's rings when the pool is freed (no request holds it, so none uses them), and
+// forgets them, so that a new pool at the same address gets rings of its own.
+struct SetOfPool final : mem::StagingPool::Attachment {
+  IoUringSets* sets;
+  mem::StagingPool* pool;
+  SetOfPool(IoUringSets* s, mem::StagingPool* p) : sets(s), pool(p) {}
+  ~SetOfPool() override {
+    IoUringSet* set = nullptr;
+    {
+      std::lock_guard lk(sets->mu);
+      auto it = sets->map.find(pool);
+      if (it == sets->map.end()) return;
+      set = it->second;
+      sets->map.erase(it);
+    }
+    delete set;  // io_uring_queue_exit on each ring: the kernel unregisters the buffers
+  }
+};
 
 // Open handles (file ids) whose buffered writes the kernel would punt to io-wq (a RWF_NOWAIT write
 // came back -EAGAIN or -EOPNOTSUPP): uring writes them with pwrite in the calling thread. -EOPNOTSUPP
@@ -157,7 +179,10 @@ class IoUringLease {
       IoUringSets& sets = g_sets.get();
       std::lock_guard lk(sets.mu);
       auto& s = sets.map[&pool];
-      if (!s) s = new IoUringSet;
+      if (!s) {
+        s = new IoUringSet;
+        pool.attach(std::make_unique<SetOfPool>(&sets, &pool));
+      }
       set = s;
     }
     std::lock_guard lk(set->mu);
@@ -308,7 +333,10 @@ class Uring final : public Mechanism {
     }
     const int fd = direct ? c.file.direct_fd : c.file.fd;
     const uint64_t key = c.file.id * 2 + (direct ? 1 : 0);
-    mem::StagingPool& pool = mem::StagingPool::shared(c.settings.buffer_size, c.settings.buffer_count, c.settings.huge_pages);
+    // Held for the request: the rings leased from it are the pool's (SetOfPool).
+    const std::shared_ptr<mem::StagingPool> held =
+        mem::StagingPool::shared(c.settings.buffer_size, c.settings.buffer_count, c.settings.huge_pages);
+    mem::StagingPool& pool = *held;
     const size_t chunk = std::max<size_t>(align_down(pool.buffer_size(), A), A);
     const unsigned batch = direct ? submit_batch(qd) : qd;  // pieces per io_uring_enter
     const bool user_aligned_mode = direct && is_aligned(user + (align_up(off, A) - off), c.file.mem_align);

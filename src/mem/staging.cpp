@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <map>
+#include <list>
 #include <tuple>
 
 #include "base/error.hpp"
@@ -141,7 +141,13 @@ StagingPool::StagingPool(size_t buffer_size, unsigned count, bool huge_pages) : 
 }
 
 StagingPool::~StagingPool() {
+  attached_.clear();  // first: rings registered on the buffers go before the buffers do
   for (auto& b : bufs_) unmap_host_buffer(b);
+}
+
+void StagingPool::attach(std::unique_ptr<Attachment> a) {
+  std::lock_guard lk(mu_);
+  attached_.push_back(std::move(a));
 }
 
 std::vector<iovec> StagingPool::iovecs() const {
@@ -181,19 +187,50 @@ void StagingPool::release(unsigned i) {
   cv_.notify_one();
 }
 
-StagingPool& StagingPool::shared(size_t buffer_size, unsigned count, bool huge_pages) {
-  // Leaked on purpose (buffers may still be registered with io_uring rings at exit); a forked child
-  // gets its own pools (the parent's may have buffers leased by threads the child does not have).
-  struct Pools {
-    std::mutex mu;
-    std::map<std::tuple<size_t, unsigned, bool>, std::unique_ptr<StagingPool>> map;
-  };
-  static base::PerProcess<Pools> pools;
-  Pools& ps = pools.get();
+namespace {
+// The pools shared() made, most recently asked for first. A pool the list alone holds is idle. A
+// forked child gets its own list (the parent's pools may have buffers leased by threads the child
+// does not have): the parent's are leaked there.
+struct Pools {
+  std::mutex mu;
+  std::list<std::pair<std::tuple<size_t, unsigned, bool>, std::shared_ptr<StagingPool>>> lru;
+};
+base::PerProcess<Pools> g_pools;
+}  // namespace
+
+std::shared_ptr<StagingPool> StagingPool::shared(size_t buffer_size, unsigned count, bool huge_pages) {
+  Pools& ps = g_pools.get();
+  std::vector<std::shared_ptr<StagingPool>> freed;  // dropped after the lock: unmapping takes time
+  std::shared_ptr<StagingPool> p;
+  {
+    std::lock_guard lk(ps.mu);
+    const auto key = std::make_tuple(buffer_size, count, huge_pages);
+    auto it = std::find_if(ps.lru.begin(), ps.lru.end(), [&](const auto& e) { return e.first == key; });
+    if (it != ps.lru.end()) {
+      ps.lru.splice(ps.lru.begin(), ps.lru, it);
+    } else {
+      ps.lru.emplace_front(key, std::make_shared<StagingPool>(buffer_size, count, huge_pages));
+    }
+    p = ps.lru.front().second;
+    // Only the list holds an idle pool, and only shared() hands out new holds (under mu), so one
+    // seen idle here stays so: past the kIdlePools most recent, it goes.
+    unsigned idle = 0;
+    for (auto e = ps.lru.begin(); e != ps.lru.end();) {
+      if (e->second.use_count() == 1 && ++idle > kIdlePools) {
+        freed.push_back(std::move(e->second));
+        e = ps.lru.erase(e);
+      } else {
+        ++e;
+      }
+    }
+  }
+  return p;
+}
+
+size_t StagingPool::shared_pools() {
+  Pools& ps = g_pools.get();
   std::lock_guard lk(ps.mu);
-  auto& p = ps.map[{buffer_size, count, huge_pages}];
-  if (!p) p = std::make_unique<StagingPool>(buffer_size, count, huge_pages);
-  return *p;
+  return ps.lru.size();
 }
 
 }  // namespace accio::mem

@@ -1,6 +1,7 @@
 // accio memory: staging buffers. A pool of page-aligned, locked, huge-page-backed host buffers,
-// allocated once per (size, count, huge_pages) and reused for the life of the process. Shortages
-// (no huge pages, RLIMIT_MEMLOCK too small) degrade with one warning naming the limit to raise.
+// allocated once per (size, count, huge_pages) and reused while it is in use or among the few most
+// recently used idle pools (StagingPool::shared). Shortages (no huge pages, RLIMIT_MEMLOCK too small)
+// degrade with one warning naming the limit to raise.
 #pragma once
 #include <sys/uio.h>
 
@@ -46,10 +47,25 @@ class StagingPool {
   void release(unsigned i);
   uint64_t leases() const;    // buffers acquired since the pool was made (for tests: which path a request took)
 
-  // The process-wide pool for these settings, created on first use and kept.
-  static StagingPool& shared(size_t buffer_size, unsigned count, bool huge_pages);
+  // The process-wide pool for these settings, created on first use. Hold the pointer while its
+  // buffers are used (leases, rings registered on it): a pool nobody holds is idle, and only the
+  // kIdlePools most recently used idle pools are kept; the others are freed by the next call, so
+  // staging memory stays bounded by the pools in use plus those few (audit session 20, S1: every
+  // distinct buffer_size used to lock a pool for the life of the process).
+  static std::shared_ptr<StagingPool> shared(size_t buffer_size, unsigned count, bool huge_pages);
+  static constexpr unsigned kIdlePools = 2;
+  // Pools shared() holds now, in use or idle (for tests).
+  static size_t shared_pools();
+
+  // What another layer keeps with the pool (uring: the rings that registered its buffers),
+  // destroyed when the pool is, before its buffers are unmapped.
+  struct Attachment {
+    virtual ~Attachment() = default;
+  };
+  void attach(std::unique_ptr<Attachment> a);
 
  private:
+  std::vector<std::unique_ptr<Attachment>> attached_;  // under mu_
   size_t size_;
   std::vector<HostBuffer> bufs_;
   std::vector<unsigned> free_;

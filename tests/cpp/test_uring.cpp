@@ -356,7 +356,9 @@ void realigned_reads(const std::string& dir) {
     return s;
   };
   const auto s_on = settings("on");
-  mem::StagingPool& pool = mem::StagingPool::shared(s_on.buffer_size, s_on.buffer_count, s_on.huge_pages);
+  // Held by the test, so it is the pool the reads use (an idle one could be freed and made again).
+  const auto pool_ref = mem::StagingPool::shared(s_on.buffer_size, s_on.buffer_count, s_on.huge_pages);
+  mem::StagingPool& pool = *pool_ref;
   auto read = [&](const char* realign, size_t shift, uint64_t off) {
     auto f = engine::File::open(path, "r", settings(realign));
     std::memset(back.data(), 0, kSize + 64);

@@ -293,6 +293,188 @@ def test_append_mode(tmp_path):
     assert p.read_bytes() == b"one,two,three"
 
 
+# Appends are O_APPEND's (audit session 20, M3): at the file's current end whoever else writes there,
+# nothing reserved by a failed one, never overlapping, under every mechanism.
+def test_two_handles_appending_in_turn_keep_each_others_bytes(tmp_path, mechanism):
+    p = tmp_path / "log"
+    p.write_bytes(b"0123456789")
+    with accio.open(p, "a", mechanism=mechanism) as f1, accio.open(p, "a", mechanism=mechanism) as f2:
+        assert f1.append(b"AAAA") == 10
+        assert f2.append(b"BBBB") == 14
+        assert f1.write_from(b"CC") == 2
+    assert p.read_bytes() == b"0123456789AAAABBBBCC"
+
+
+def test_an_append_by_another_process_is_not_overwritten(tmp_path, mechanism):
+    p = tmp_path / "log"
+    p.write_bytes(b"0123456789")
+    with accio.open(p, "a", mechanism=mechanism) as f:
+        code = f"import os; fd = os.open({str(p)!r}, os.O_WRONLY | os.O_APPEND); os.write(fd, b'XYZ')"
+        subprocess.run([sys.executable, "-c", code], check=True)
+        assert f.append(b"Q") == 13
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, b"!")
+        os.close(fd)
+        assert f.write_from(b"RS") == 2
+    assert p.read_bytes() == b"0123456789XYZQ!RS"
+
+
+def test_an_append_after_a_truncate_lands_at_the_new_end(tmp_path, mechanism):
+    p = tmp_path / "log"
+    p.write_bytes(b"0123456789")
+    with accio.open(p, "a+", mechanism=mechanism) as f:
+        os.ftruncate(f.fileno(), 4)
+        assert f.append(b"ab") == 4
+        os.ftruncate(f.fileno(), 0)
+        assert f.append(b"x") == 0
+    assert p.read_bytes() == b"x"
+
+
+def test_an_explicit_offset_in_append_mode_writes_there(tmp_path):
+    # docs/api.md: in a/a+ modes write_from(buf) (offset None) appends; an offset given is written at
+    p = tmp_path / "log"
+    p.write_bytes(b"0123456789")
+    with accio.open(p, "a+") as f:
+        assert f.write_from(b"ab", 2) == 2
+        assert f.append(b"!") == 10
+    assert p.read_bytes() == b"01ab456789!"
+
+
+def test_an_append_past_the_file_size_limit_reserves_nothing(tmp_path, mechanism):
+    # RLIMIT_FSIZE in a process of its own (Python ignores SIGXFSZ, so writes past it fail with EFBIG)
+    p = tmp_path / "log"
+    p.write_bytes(b"0123456789")
+    code = f"""
+import errno, resource, accio
+f = accio.open({str(p)!r}, "a", mechanism={mechanism!r})
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+for limit in (10, 20):
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        f.append(b"B" * 100)
+        raise SystemExit("the append past the limit succeeded")
+    except OSError as e:
+        assert e.errno == errno.EFBIG, e
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    print(f.append(b"abc"), f.size)
+f.close()
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    first, second = [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
+    assert first == (10, 13)            # nothing fitted: nothing written, nothing reserved
+    assert second[0] == 20 and second[1] == 23  # 7 bytes fitted and stay (as write(2)'s), no hole
+    data = p.read_bytes()
+    assert data == b"0123456789abc" + b"B" * 7 + b"abc"
+
+
+def _records(data: bytes, size: int) -> dict[int, list[int]]:
+    """Checks data is whole records of `size` bytes as _record makes them; the sequence numbers per writer."""
+    assert len(data) % size == 0
+    seen: dict[int, list[int]] = {}
+    for at in range(0, len(data), size):
+        w, seq = data[at], int.from_bytes(data[at + 1:at + 5], "little")
+        assert data[at:at + size] == _record(w, seq, size), f"record at {at} is torn or overwritten"
+        seen.setdefault(w, []).append(seq)
+    return seen
+
+
+def _record(writer: int, seq: int, size: int) -> bytes:
+    head = bytes([writer]) + seq.to_bytes(4, "little")
+    return head + bytes([(writer * 31 + seq * 7) % 256]) * (size - 5)
+
+
+def test_appends_from_threads_of_one_handle_never_overlap(tmp_path, mechanism):
+    # ...nor with a plain O_APPEND writer's records written meanwhile (writer 4)
+    import threading
+    p = tmp_path / "log"
+    size, each = 150_000, 12
+    offsets: dict[int, list[int]] = {}
+    with accio.open(p, "a", mechanism=mechanism, task_size="64k", threads=3) as f:
+        def run(w):
+            offsets[w] = [f.append(_record(w, i, size)) for i in range(each)]
+
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+        assert os.write(fd, _record(4, 0, size)) == size  # after the open, before the threads
+
+        def plain():
+            for i in range(1, each):
+                assert os.write(fd, _record(4, i, size)) == size
+        ts = [threading.Thread(target=run, args=(w,)) for w in (1, 2, 3)] + [threading.Thread(target=plain)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        os.close(fd)
+    data = p.read_bytes()
+    assert len(data) == 4 * each * size
+    seen = _records(data, size)
+    assert {w: sorted(s) for w, s in seen.items()} == {w: list(range(each)) for w in (1, 2, 3, 4)}
+    for w, offs in offsets.items():  # each append returned where its record is
+        assert [data[o + 1:o + 5] for o in offs] == [i.to_bytes(4, "little") for i in range(each)]
+
+
+def test_appends_from_two_processes_never_overlap(tmp_path, mechanism):
+    p = tmp_path / "log"
+    p.write_bytes(b"")
+    size, each = 100_000, 30
+    go = tmp_path / "go"
+    code = f"""
+import os, sys, time
+import accio
+def _record(writer, seq, size):
+    return bytes([writer]) + seq.to_bytes(4, "little") + bytes([(writer * 31 + seq * 7) % 256]) * (size - 5)
+w = int(sys.argv[1])
+with accio.open({str(p)!r}, "a", mechanism={mechanism!r}, task_size="64k") as f:
+    open({str(tmp_path)!r} + f"/opened{{w}}", "w").close()
+    while not os.path.exists({str(go)!r}):  # both open, then both start
+        time.sleep(0.001)
+    for i in range({each}):
+        assert f.append(_record(w, i, {size})) % {size} == 0
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(w)], stderr=subprocess.PIPE) for w in (1, 2)]
+    import time
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"opened{w}").exists() for w in (1, 2)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.write_bytes(b"")
+    for pr in procs:
+        _, err = pr.communicate()
+        assert pr.returncode == 0, err.decode()
+    data = p.read_bytes()
+    assert len(data) == 2 * each * size
+    assert _records(data, size) == {1: list(range(each)), 2: list(range(each))}
+
+
+@pytest.mark.parametrize("mech", ["direct", "uring"])
+def test_distinct_buffer_sizes_keep_locked_memory_bounded(tmp_path, mech):
+    # audit session 20 (S1): every distinct buffer_size locked a staging pool for the life of the
+    # process. In a process of its own, so that VmLck counts this test's pools only.
+    p = tmp_path / "data.bin"
+    data = os.urandom((3 << 20) + 4321)
+    p.write_bytes(data)
+    code = f"""
+import accio
+def kb(key):
+    return int(open("/proc/self/status").read().split(key + ":")[1].split()[0])
+data = open({str(p)!r}, "rb").read()
+base, peak = kb("VmLck"), 0
+for i in range(1, 21):
+    with accio.open({str(p)!r}, mechanism={mech!r}, buffer_size=f"{{i}}m", buffer_count=2, realign="on") as f:
+        out = bytearray(len(data) + 8)
+        view = memoryview(out)[3:3 + len(data) - 5]  # unaligned: through the staging buffers
+        assert f.read_into(view, 5) == len(data) - 5
+        assert bytes(view) == data[5:], i
+    peak = max(peak, kb("VmLck") - base)
+print(peak)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    peak_mib = int(r.stdout) / 1024
+    # in use plus 2 idle pools of at most 2 x 20 MiB (before: the sum of all 20, 420 MiB)
+    assert peak_mib <= 3 * 2 * 22, f"{peak_mib:.0f} MiB locked"
+
+
 def test_settings_names_env_and_api(monkeypatch):
     s = accio.settings()
     core = {"mechanism", "threads", "task_size", "buffer_size", "buffer_count",

@@ -157,6 +157,42 @@ def test_append_mode_writes_at_the_end_whatever_the_position(tmp_path):
     assert paths[0].read_bytes() == paths[1].read_bytes() == b"start-end"
 
 
+@pytest.mark.parametrize("mode", ["ab", "ab+"])
+def test_append_mode_after_a_truncate_writes_at_the_new_end(tmp_path, mode):
+    # audit session 20 (M3): RawFile wrote NUL bytes up to the size at open before its data
+    ref, raw, paths = pair(tmp_path, mode, b"0123456789")
+    with ref, raw:
+        for f in (ref, raw):
+            assert f.truncate(0) == 0
+            assert f.write(b"hi") == 2
+            assert f.tell() == 2
+            assert f.truncate(1) == 1
+            assert f.write(b"!") == 1
+            assert f.tell() == 2
+    assert paths[0].read_bytes() == paths[1].read_bytes() == b"h!"
+
+
+@pytest.mark.parametrize("mechanism", ["posix", "parallel", "direct", "uring", "auto"])
+def test_append_mode_keeps_other_writers_bytes(tmp_path, mechanism):
+    # Two append-mode files on one path and a third writer with O_APPEND, in turn: as FileIO, every
+    # write lands at the end and none is overwritten.
+    results = []
+    for opener in (lambda p: io.FileIO(p, "a"), lambda p: accio.RawFile(p, "ab", mechanism=mechanism)):
+        p = tmp_path / f"log{len(results)}"
+        p.write_bytes(b"0123456789")
+        a, b = opener(p), opener(p)
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+        with a, b:
+            a.write(b"AA")
+            b.write(b"BB")
+            os.write(fd, b"XY")
+            a.write(b"C")
+            assert (a.tell(), b.tell()) == (17, 14)
+        os.close(fd)
+        results.append(p.read_bytes())
+    assert results[0] == results[1] == b"0123456789AABBXYC"
+
+
 def test_fileno_is_the_files_descriptor_and_the_position_is_the_rawfiles_own(tmp_path):
     p = tmp_path / "f"
     p.write_bytes(b"0123456789")
