@@ -124,8 +124,8 @@ uint64_t veo_call_async_vh(struct veo_thr_ctxt *ctx, uint64_t (*func)(void *), v
 int veo_call_peek_result(struct veo_thr_ctxt *ctx, uint64_t reqid, uint64_t *retp);
 int veo_call_wait_result(struct veo_thr_ctxt *ctx, uint64_t reqid, uint64_t *retp);
 
-/* Transfers through the context's queue; they never wait for room (what does not fit the queue waits
- * on the host). The source of a write is copied when submitted; the destination of a read is filled
+/* Transfers through the context's queue; they wait for room at most 50 us, while the worker makes
+ * progress (what does not fit the queue then waits on the host). The source of a write is copied when submitted; the destination of a read is filled
  * as the request completes, so it stays valid until then. */
 uint64_t veo_async_read_mem(struct veo_thr_ctxt *ctx, void *dst, uint64_t src, size_t size);
 uint64_t veo_async_write_mem(struct veo_thr_ctxt *ctx, uint64_t dst, const void *src, size_t size);

@@ -263,7 +263,9 @@ class MemPtr(int):
 
 
 class Request:
-    """A submitted call or transfer; wait_result() blocks, peek_result() does not."""
+    """A submitted call or transfer; wait_result() blocks, peek_result() does not. Its buffers are
+    kept until it is waited for, or until the context's next sync() or close(): requests never
+    waited for keep theirs that long."""
 
     def __init__(self, ctx: "Context", reqid: int, ret: str, keep=(), after=()):
         self.ctx, self.id, self._ret, self._keep = ctx, reqid, ret, keep
@@ -447,8 +449,10 @@ class Context:
         return Request(self, reqid, "void", (keep, src))
 
     def sync(self) -> None:
+        before = list(self._inflight)  # requests of other threads submitted during the sync may still run
         _c().veo_context_sync(self._h)
-        self._inflight.clear()  # everything submitted so far has completed
+        for reqid in before:  # everything submitted before the sync has completed
+            self._inflight.pop(reqid, None)
 
     @property
     def state(self) -> str:

@@ -166,7 +166,6 @@ bool Channel::put(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t req
 // the host at once, and so do the next ones until the worker completes something.
 bool Channel::put_slow(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_t reqid, bool last, size_t len,
                        bool in_slot, const std::shared_ptr<void>* keep) {
-  uint64_t until = 0;
   for (;;) {
     // Collect only when out of room: reading `done` on every submission would pull its cache
     // line away from the worker each time.
@@ -174,8 +173,10 @@ bool Channel::put_slow(std::unique_lock<std::mutex>& lk, const Piece& p, uint64_
     uint64_t start = 0;
     if (npending_ == 0 && room(len, &start)) return publish_piece(lk, p, reqid, last, start, len, in_slot);
     if (transport != kShm || harvested == stalled_at_ || dead()) break;
-    if (!until) until = now_ns() + kRoomWaitNs;
-    if (!progress_within(until)) {
+    // One budget per call (submit, transfer), not per piece: a 256 MiB transfer's 256 pieces each
+    // waiting for room held the caller, and every thread of the context, for most of the transfer.
+    if (!call_wait_until_) call_wait_until_ = now_ns() + kRoomWaitNs;
+    if (!progress_within(call_wait_until_)) {
       stalled_at_ = harvested;
       break;
     }
@@ -683,7 +684,9 @@ void Channel::sync() {
   const uint64_t target = head + npending_;  // the waiting pieces take the next ring positions
   for (;;) {
     harvest(lk);
-    if (harvested >= target) return;
+    // Waiting pieces another thread dropped meanwhile (a timed-out veo_read_mem) never take their
+    // positions: the target shrinks with them, or sync waited for ever.
+    if (harvested >= std::min(target, head + npending_)) return;
     if (dead()) {
       fail_pending();
       return;
@@ -748,6 +751,9 @@ bool Channel::on_vh_runner() const { return t_vh_runner_of == this; }
 void Channel::vh_loop() {
   t_vh_runner_of = this;
   std::unique_lock<std::mutex> lk(mu);
+  // The poll below backs off while nothing completes (a kernel that runs for minutes with pieces
+  // waiting behind it cost 10000 wake-ups a second, each taking the lock), and starts over at progress.
+  int poll_us = kDrainPollUs;
   while (!vh_stop_) {
     auto idle = [&] { return (vh_queued_ == 0 && npending_ == 0 && out_off_ == outbuf_.size()) || dead(); };
     if (idle()) {  // nothing to do (a dead worker's requests are failed by its waiters)
@@ -762,6 +768,7 @@ void Channel::vh_loop() {
     }
     const uint64_t before = harvested;
     harvest(lk, true);
+    if (harvested != before) poll_us = kDrainPollUs;
     if (harvested != before || vh_stop_) continue;
     if (vh_queued_ || transport != kShm) {
       // Sleep until the worker completes something; a slice at a time, so that a stop is seen soon.
@@ -771,7 +778,8 @@ void Channel::vh_loop() {
       // moves them itself; this one polls, so that it neither spins on a CPU the worker needs nor
       // sleeps on `done`, which would make the worker wake it at every completion (a system call
       // per request).
-      vh_cv_.wait_for(lk, std::chrono::microseconds(kDrainPollUs));
+      vh_cv_.wait_for(lk, std::chrono::microseconds(poll_us));
+      poll_us = std::min(poll_us * 2, kDrainPollMaxUs);
     }
   }
 }
@@ -815,6 +823,7 @@ bool Channel::block_end() {
 
 uint64_t Channel::submit(const Piece& p) {
   std::unique_lock<std::mutex> lk = lock_to_submit();
+  call_wait_until_ = 0;  // this call's wait for room starts unspent (put_slow)
   const uint64_t reqid = new_request();
   if (put(lk, p, reqid, true)) return reqid;  // a call too large for the arena is staged there
   drop(reqid);
@@ -832,6 +841,7 @@ int Channel::call(const Piece& p, uint64_t* result_out, std::string* message) {
 
 int Channel::transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t* reqid, bool copy_source) {
   std::unique_lock<std::mutex> lk = lock_to_submit();
+  call_wait_until_ = 0;  // this call's wait for room starts unspent (put_slow)
   *reqid = new_request();
   const size_t piece = std::max<size_t>(4096, std::min<size_t>(arena_size / 8, 1u << 20));
   if (n == 0) {

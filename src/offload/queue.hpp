@@ -212,7 +212,8 @@ class Channel {
   bool vh_stop_ = false;
   std::condition_variable vh_cv_;
   void vh_loop();
-  static constexpr int kDrainPollUs = 100;  // vh_loop's poll while only pieces wait for room
+  static constexpr int kDrainPollUs = 100;  // vh_loop's poll while only pieces wait for room,
+  static constexpr int kDrainPollMaxUs = 5000;  // doubled while nothing completes, up to this
   bool host_harvested_ = false;             // a host thread collected since vh_loop last looked
   bool start_runner();  // starts vh_loop's thread if it is not running; false (reported) if it cannot
 
@@ -238,6 +239,7 @@ class Channel {
   // How long put_slow waits for room while the worker completes requests (shm).
   static constexpr uint64_t kRoomWaitNs = 50000;
   uint64_t stalled_at_ = UINT64_MAX;  // harvested when a wait for room last saw no progress
+  uint64_t call_wait_until_ = 0;      // the current call's deadline for waiting for room (0: not begun)
   bool progress_within(uint64_t until) const;
   // Keeps a piece on the host (copying what it points to that the caller may free).
   bool defer(const Piece& p, uint64_t reqid, bool last, const std::shared_ptr<void>* keep);

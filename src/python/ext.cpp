@@ -968,6 +968,7 @@ class PyFile {
   // residency). Calls that come after are refused (EBADF naming the call and the file).
   void close() {
     nb::gil_scoped_release nogil;  // the calls waited for may need the GIL to finish
+    std::lock_guard<std::mutex> once(close_mu_);  // two threads closing at once: one accio_close
     closed_.store(true);
     {
       std::unique_lock<std::mutex> lk(use_mu_);
@@ -1070,6 +1071,7 @@ class PyFile {
   std::atomic<int> users_{0};
   std::mutex use_mu_;
   std::condition_variable use_cv_;
+  std::mutex close_mu_;
 };
 
 }  // namespace

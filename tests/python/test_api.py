@@ -459,6 +459,7 @@ def kb(key):
     return int(open("/proc/self/status").read().split(key + ":")[1].split()[0])
 data = open({str(p)!r}, "rb").read()
 base, peak = kb("VmLck"), 0
+rss_base, rss_peak = kb("VmRSS"), 0  # pools are faulted in: RSS shows them where mlock is not allowed
 for i in range(1, 21):
     with accio.open({str(p)!r}, mechanism={mech!r}, buffer_size=f"{{i}}m", buffer_count=2, realign="on") as f:
         out = bytearray(len(data) + 8)
@@ -466,13 +467,16 @@ for i in range(1, 21):
         assert f.read_into(view, 5) == len(data) - 5
         assert bytes(view) == data[5:], i
     peak = max(peak, kb("VmLck") - base)
-print(peak)
+    rss_peak = max(rss_peak, kb("VmRSS") - rss_base)
+print(peak, rss_peak)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    peak_mib = int(r.stdout) / 1024
-    # in use plus 2 idle pools of at most 2 x 20 MiB (before: the sum of all 20, 420 MiB)
+    peak_mib, rss_mib = (int(x) / 1024 for x in r.stdout.split())
+    # in use plus 2 idle pools of at most 2 x 20 MiB (before: the sum of all 20, 420 MiB); RSS also
+    # holds the file's bytes twice (7 MiB)
     assert peak_mib <= 3 * 2 * 22, f"{peak_mib:.0f} MiB locked"
+    assert rss_mib <= 3 * 2 * 22 + 16, f"{rss_mib:.0f} MiB resident"
 
 
 def test_settings_names_env_and_api(monkeypatch):
