@@ -112,6 +112,33 @@ def test_device_arrays_round_trip_through_every_device_mechanism(fake_lib, tmp_p
     """, fake_lib, tmp_path)
 
 
+def test_appends_of_device_buffers_are_whole_o_append_writes(fake_lib, tmp_path):
+    """An append from GPU memory is copied whole to the host and written with one O_APPEND write
+    (the session-20 append rework), under every device mechanism, after another writer's bytes."""
+    run_py("""
+        import os, accio, numpy as np
+        rng = np.random.default_rng(5)
+        for mech in ("naive", "staged", "gds", "auto"):
+            with open("log.bin", "wb") as out:
+                out.write(b"head")
+            parts = [rng.integers(0, 256, n, dtype=np.uint8) for n in (1, 4097, (3 << 20) + 5)]
+            want = b"head"
+            with accio.open("log.bin", "a", mechanism=mech) as f:
+                for i, data in enumerate(parts):
+                    a = accio.device_array(len(data))
+                    a.copy_from(data)
+                    at = f.append(a)
+                    assert at == len(want), (mech, i, at, len(want))
+                    want += data.tobytes()
+                    fd = os.open("log.bin", os.O_WRONLY | os.O_APPEND)  # another writer between ours
+                    os.write(fd, b"X" * i)
+                    os.close(fd)
+                    want += b"X" * i
+            assert open("log.bin", "rb").read() == want, mech
+        print("ok")
+    """, fake_lib, tmp_path)
+
+
 def test_submit_many_small_device_requests_under_gds(fake_lib, tmp_path):
     # gds runs them as cuFile batches; each future has its own result, errors included.
     run_py("""
