@@ -1097,6 +1097,63 @@ static void test_killed_worker(void) {
   CHECK(veo_proc_destroy(p) == 0);
 }
 
+/* veo_context_sync counted the pieces waiting on the host as positions the ring would reach; one
+ * that another thread dropped (a veo_read_mem that timed out behind a long kernel) never did, and
+ * the sync waited for ever. */
+struct sync_arg {
+  struct veo_thr_ctxt* c;
+  atomic_int done;
+};
+static void* sync_thread(void* p) {
+  struct sync_arg* s = p;
+  veo_context_sync(s->c);
+  atomic_store(&s->done, 1);
+  return NULL;
+}
+struct read_arg {
+  struct veo_proc_handle* p;
+  uint64_t addr;
+  int rc;
+};
+static void* read_thread(void* p) {
+  struct read_arg* r = p;
+  uint64_t v = 0;
+  r->rc = veo_read_mem(r->p, &v, r->addr, 8);
+  return NULL;
+}
+static void test_sync_after_a_dropped_piece(void) {
+  accio_offload_options o = g_opts;
+  o.timeout_ms = 300;
+  struct veo_proc_handle* p = accio_offload_proc_create(&o);
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib), mem = 0;
+  struct veo_thr_ctxt* main_ctx = veo_context_open(p); /* the first: the channel veo_read_mem uses */
+  CHECK(lib && main_ctx && veo_alloc_mem(p, &mem, 64) == 0);
+  uint64_t count = sym(p, lib, "k_count"), sleep_ms = sym(p, lib, "k_sleep_ms"), last = 0; /* before the sleeper */
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 1500);
+  uint64_t sleeper = veo_call_async(main_ctx, sleep_ms, a);
+  for (int i = 0; i < 300; ++i) last = veo_call_async(main_ctx, count, NULL); /* past the 256 slots */
+  CHECK(sleeper != VEO_REQUEST_ID_INVALID && last != VEO_REQUEST_ID_INVALID);
+  struct read_arg ra = {p, mem, 0};
+  pthread_t rt, st;
+  CHECK(pthread_create(&rt, NULL, read_thread, &ra) == 0); /* its piece waits on the host, then times out */
+  usleep(100000);
+  struct sync_arg sa = {main_ctx, 0};
+  CHECK(pthread_create(&st, NULL, sync_thread, &sa) == 0); /* counts the read's piece */
+  pthread_join(rt, NULL);
+  CHECK(ra.rc == -1); /* timed out: its piece is dropped */
+  double t0 = now_s();
+  while (!atomic_load(&sa.done) && now_s() - t0 < 20) usleep(10000);
+  CHECK(atomic_load(&sa.done)); /* the kernel ends at 1.5 s; the sync then returns */
+  pthread_join(st, NULL);
+  uint64_t r = 0;
+  CHECK(veo_call_wait_result(main_ctx, sleeper, &r) == VEO_COMMAND_OK && r == 1500);
+  CHECK(veo_call_wait_result(main_ctx, last, &r) == VEO_COMMAND_OK);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
 static void test_timeout(void) {
   accio_offload_options o = g_opts;
   o.timeout_ms = 200;
@@ -1786,7 +1843,7 @@ static const struct test tests[] = {
     {"req_block", test_req_block},     {"sync_order", test_sync_order},
     {"hooks", test_hooks},             {"hmem", test_hmem},
     {"hmem_proc_limit", test_hmem_proc_limit}, {"ve_omp_num_threads", test_ve_omp_num_threads},
-    {"big_stack", test_big_stack},     {"overflow", test_overflow},
+    {"big_stack", test_big_stack},     {"overflow", test_overflow}, {"sync_after_a_dropped_piece", test_sync_after_a_dropped_piece},
     {"destroyed_handle", test_destroyed_handle},
 };
 
