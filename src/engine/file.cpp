@@ -189,6 +189,10 @@ void File::close() {
   closed_ = true;
   idle_.wait(lk, [&] { return inflight_ == 0 || inflight_forks_ != base::fork_count(); });
   for (auto* m : io::all()) m->forget(ref_.id);
+  {
+    std::lock_guard g(ref_.pool_hold.mu);
+    ref_.pool_hold.pool.reset();  // idle from now on: StagingPool::shared may free it
+  }
   if (appender_) {
     if (appender_->fd >= 0) ::close(appender_->fd);  // in a forked child: the child's copy
     if (appender_->forks == base::fork_count()) delete appender_;  // else a parent's thread may hold its mutex

@@ -20,6 +20,7 @@
 #include "base/settings.hpp"
 #include "base/sys.hpp"
 #include "io/mechanism.hpp"
+#include "mem/staging.hpp"
 
 namespace accio::io {
 using base::Error;
@@ -302,6 +303,14 @@ size_t task_bytes(const base::Settings& s, uint64_t n, unsigned width, size_t al
   uint64_t t = s.task_size;
   if (t == 0) t = std::max<uint64_t>(kMinEvenTask, (n + std::max(width, 1u) - 1) / std::max(width, 1u));
   return static_cast<size_t>(align_up(t, std::max<size_t>(align, 4096)));
+}
+
+std::shared_ptr<mem::StagingPool> staging_pool(const IoContext& c) {
+  const auto& s = c.settings;
+  std::shared_ptr<mem::StagingPool> p = mem::StagingPool::shared(s.buffer_size, s.buffer_count, s.huge_pages);
+  std::lock_guard<std::mutex> g(c.file.pool_hold.mu);
+  if (c.file.pool_hold.pool != p) c.file.pool_hold.pool = p;  // the old one, if any, goes idle
+  return p;
 }
 
 size_t split_run(TaskRunner& runner, unsigned width, uint64_t off, size_t n, size_t task,

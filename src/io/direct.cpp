@@ -14,16 +14,10 @@
 namespace accio::io {
 namespace {
 
-// Held while its buffers are leased (StagingPool::shared frees pools nobody holds).
-std::shared_ptr<mem::StagingPool> pool_for(const IoContext& c) {
-  const auto& s = c.settings;
-  return mem::StagingPool::shared(s.buffer_size, s.buffer_count, s.huge_pages);
-}
-
 // Reads [off, off+n) through one staging buffer, aligned reads on the O_DIRECT descriptor.
 size_t staged_read(const IoContext& c, char* buf, size_t n, uint64_t off) {
   const size_t A = c.file.off_align;
-  const auto pool = pool_for(c);
+  const auto pool = staging_pool(c);  // held while its buffers are leased
   mem::StagingLease lease(*pool);
   return read_direct_widened(
       off, n, A, align_down(lease.size(), A),
@@ -48,7 +42,7 @@ size_t read_task(const IoContext& c, char* buf, size_t n, uint64_t off) {
 // Writes an aligned range [off, off+n) on the O_DIRECT descriptor.
 void write_task(const IoContext& c, const char* buf, size_t n, uint64_t off) {
   if (is_aligned(buf, c.file.mem_align)) return write_full(c.file.direct_fd, buf, n, off, c.file.path);
-  const auto pool = pool_for(c);
+  const auto pool = staging_pool(c);  // held while its buffers are leased
   mem::StagingLease lease(*pool);
   const size_t chunk = align_down(lease.size(), c.file.off_align);
   for (size_t done = 0; done < n;) {

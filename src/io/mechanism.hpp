@@ -8,12 +8,17 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "accio/accio.h"  // ACCIO_MIN_EVEN_TASK
 #include "base/settings.hpp"
 #include "mem/cuda.hpp"
+
+namespace accio::mem {
+class StagingPool;
+}
 
 namespace accio::io {
 
@@ -38,6 +43,18 @@ struct FileRef {
     }
   };
   OnceFlag no_cached_reads;
+  // The staging pool the handle's requests took last (direct, uring), held until the handle closes:
+  // StagingPool::shared frees the pools nobody holds beyond the two most recent idle ones, so
+  // handles with different buffer settings used in turn rebuilt a locked pool per request. A copy
+  // holds nothing of its own.
+  struct PoolHold {
+    mutable std::mutex mu;
+    mutable std::shared_ptr<mem::StagingPool> pool;
+    PoolHold() = default;
+    PoolHold(const PoolHold&) {}
+    PoolHold& operator=(const PoolHold&) { return *this; }
+  };
+  PoolHold pool_hold;
 };
 
 // Runs fn(0..ntasks-1) with at most `width` tasks at once, the caller taking part. Implemented by
@@ -206,6 +223,10 @@ bool slow_misaligned_copy();
 // runs fn(task_off, task_len, buf_offset) -> bytes on the runner with `width` tasks at once.
 // Returns the bytes that are contiguous from off (a short task ends the result); rethrows the
 // error of the lowest failing offset.
+// The staging pool of c's settings (StagingPool::shared), held by the request that asks and by
+// c's file until it closes (FileRef::pool_hold).
+std::shared_ptr<mem::StagingPool> staging_pool(const IoContext& c);
+
 size_t split_run(TaskRunner& runner, unsigned width, uint64_t off, size_t n, size_t task,
                  const std::function<size_t(uint64_t, size_t, size_t)>& fn);
 

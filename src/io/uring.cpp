@@ -334,8 +334,7 @@ class Uring final : public Mechanism {
     const int fd = direct ? c.file.direct_fd : c.file.fd;
     const uint64_t key = c.file.id * 2 + (direct ? 1 : 0);
     // Held for the request: the rings leased from it are the pool's (SetOfPool).
-    const std::shared_ptr<mem::StagingPool> held =
-        mem::StagingPool::shared(c.settings.buffer_size, c.settings.buffer_count, c.settings.huge_pages);
+    const std::shared_ptr<mem::StagingPool> held = staging_pool(c);
     mem::StagingPool& pool = *held;
     const size_t chunk = std::max<size_t>(align_down(pool.buffer_size(), A), A);
     const unsigned batch = direct ? submit_batch(qd) : qd;  // pieces per io_uring_enter
