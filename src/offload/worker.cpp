@@ -303,6 +303,16 @@ void pin_new_dependencies(void* handle, const std::vector<std::string>& before) 
 }
 
 // Executes one request in place. Returns false for kExit.
+// Worker memory of n bytes (veo_alloc_mem, a staged call's stack arguments): 64-byte aligned, or
+// 2 MiB aligned with transparent huge pages from 2 MiB on; nullptr when there is none.
+void* worker_alloc(uint64_t n) {
+  void* p = nullptr;
+  const size_t align = n >= (2u << 20) ? (2u << 20) : 64;
+  if (posix_memalign(&p, align, n ? n : 1) != 0) return nullptr;
+  if (align > 64) madvise(p, n, MADV_HUGEPAGE);
+  return p;
+}
+
 bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
   char* data = (s.flags & kDataInSlot) ? slot_data(s) : c->arena + s.data_off;
   s.err = 0;
@@ -347,12 +357,10 @@ bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
       break;
     }
     case kAlloc: {
-      void* p = nullptr;
-      size_t align = s.size >= (2u << 20) ? (2u << 20) : 64;
-      if (posix_memalign(&p, align, s.size ? s.size : 1) != 0) {
+      void* p = worker_alloc(s.size);
+      if (!p) {
         fail(s, ENOMEM);
       } else {
-        if (align > 64) madvise(p, s.size, MADV_HUGEPAGE);
         s.status = kOk;
         s.result = reinterpret_cast<uint64_t>(p);
       }
@@ -381,12 +389,10 @@ bool execute(WorkerChannel* c, Slot& s, uint64_t index) {
       free(c->stage);
       c->stage = nullptr;
       c->stage_len = 0;
-      void* p = nullptr;
-      size_t align = s.size >= (2u << 20) ? (2u << 20) : 64;
-      if (posix_memalign(&p, align, s.size ? s.size : 1) != 0) {
+      void* p = worker_alloc(s.size);
+      if (!p) {
         fail(s, ENOMEM);
       } else {
-        if (align > 64) madvise(p, s.size, MADV_HUGEPAGE);
         c->stage = static_cast<char*>(p);
         c->stage_len = s.size;
         s.status = kOk;

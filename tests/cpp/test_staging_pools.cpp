@@ -64,6 +64,15 @@ TEST(StagingPools, AHeldPoolIsKeptAndTheSameOneIsHandedOut) {
   EXPECT_EQ(mem::StagingPool::shared(5 << 20, 1, false).get(), last);
 }
 
+// n random bytes (from seed) written to path; returns them.
+std::vector<char> random_file(const std::string& path, size_t n, uint64_t seed) {
+  std::vector<char> src(n);
+  std::mt19937_64 rng(seed);
+  fill_random(src.data(), n, rng);
+  std::ofstream(path, std::ios::binary).write(src.data(), static_cast<std::streamsize>(n));
+  return src;
+}
+
 class PoolsUnder : public ::testing::TestWithParam<const char*> {};
 
 // 20 handles, each with its own buffer_size, opened, read and closed in turn: the bytes are right,
@@ -73,10 +82,7 @@ TEST_P(PoolsUnder, DistinctBufferSizesKeepLockedMemoryBounded) {
   TempDir dir;
   const std::string path = dir.file("data");
   constexpr size_t kSize = (3 << 20) + 4321;
-  std::vector<char> src(kSize);
-  std::mt19937_64 rng(7);
-  fill_random(src.data(), kSize, rng);
-  std::ofstream(path, std::ios::binary).write(src.data(), static_cast<std::streamsize>(kSize));
+  const std::vector<char> src = random_file(path, kSize, 7);
   Buffer back(kSize);
   const long lck0 = status_kb("VmLck");
   const int rings0 = uring_fds();
@@ -110,10 +116,7 @@ TEST_P(PoolsUnder, OpenHandlesWithTheirOwnSettingsKeepTheirPools) {
   TempDir dir;
   const std::string path = dir.file("data");
   constexpr size_t kSize = (1 << 20) + 777;
-  std::vector<char> src(kSize);
-  std::mt19937_64 rng(11);
-  fill_random(src.data(), kSize, rng);
-  std::ofstream(path, std::ios::binary).write(src.data(), static_cast<std::streamsize>(kSize));
+  const std::vector<char> src = random_file(path, kSize, 11);
   std::vector<std::shared_ptr<engine::File>> files;
   for (size_t i = 0; i < 2 + mem::StagingPool::kIdlePools; ++i) {
     auto s = base::Settings::defaults();

@@ -750,18 +750,23 @@ def test_arguments_are_checked(tmp_path):
         st.load_file(p, device="tpu")
 
 
-# --- GPU: the fake driver everywhere, real GPUs where present ------------------------------------
-
-def test_device_load_save_and_safe_open_with_the_fake_driver(tmp_path):
+def _fake_cuda_lib(tmp_path) -> str:
+    """The fake CUDA driver, built under tmp_path (conftest's fake_cuda takes a tmp_path_factory)."""
     from conftest import fake_cuda
-    from test_gpu import run_py
 
-    class F:  # fake_cuda takes a tmp_path_factory
+    class Factory:
         def mktemp(self, name):
             d = tmp_path / name
             d.mkdir()
             return d
-    lib = fake_cuda(F())
+    return fake_cuda(Factory())
+
+
+# --- GPU: the fake driver everywhere, real GPUs where present ------------------------------------
+
+def test_device_load_save_and_safe_open_with_the_fake_driver(tmp_path):
+    from test_gpu import run_py
+    lib = _fake_cuda_lib(tmp_path)
     run_py(f"""
         import numpy as np, ml_dtypes, safetensors, accio, accio.safetensors as st
         rng = np.random.default_rng(3)
@@ -800,15 +805,8 @@ def test_cuda_without_an_index_is_the_current_gpu(tmp_path):
     (safetensors takes GPU 0, so every rank of a job that set its own device loaded onto GPU 0). Two
     fake GPUs: with no context current, GPU 0, and no context made for asking; with GPU 1's context
     current (as cudaSetDevice(1) or CuPy leaves it), GPU 1; a torch that set up CUDA is asked first."""
-    from conftest import fake_cuda
     from test_gpu import run_py
-
-    class F:
-        def mktemp(self, name):
-            d = tmp_path / name
-            d.mkdir()
-            return d
-    lib = fake_cuda(F())
+    lib = _fake_cuda_lib(tmp_path)
     run_py(f"""
         import ctypes, sys, types, numpy as np, accio, accio.safetensors as st
         fake = ctypes.CDLL({lib!r})
