@@ -278,6 +278,8 @@ static void memo_regular(int fd) {
 static int g_mechanism_set = 0;    /* ACCIO_MECHANISM was given */
 static int g_quiet = 0;
 static char g_stats_dir[PATH_MAX]; /* empty: no statistics */
+static pid_t g_stats_pid;          /* the process whose memory this is (a vfork child shares it) */
+static int g_stats_written;        /* this process wrote its statistics (under g_mu) */
 
 /* A message on stderr, unless ACCIO_QUIET is set (a transparent tool is silent otherwise). */
 static void tell_user(const char* fmt, ...) {
@@ -1345,6 +1347,8 @@ static void in_child(void) {
   g_prefetches = 0;
   g_pf_ndevs = 0; /* a fork amid an insertion may have left a half-written entry: read sysfs again */
   g_engine_loaded = g_engine > 0;
+  g_stats_written = 0;
+  g_stats_pid = (pid_t)syscall(SYS_getpid);
 }
 
 /* The length of the well-formed UTF-8 sequence at s (as Python's strict decoder accepts it: no
@@ -1364,88 +1368,168 @@ static int utf8_len(const unsigned char* s) {
   return n;
 }
 
+/* The statistics file is written with write(2) through a buffer on the stack, not with stdio: a
+ * process may end with _exit from a signal handler or in the child of a threaded parent's fork, where
+ * a lock of malloc or of stdio may be held by a thread that will never release it. */
+struct out {
+  int fd, err;
+  size_t n;
+  char b[8192];
+};
+
+static void out_flush(struct out* o) {
+  for (size_t d = 0; d < o->n && !o->err;) {
+    const ssize_t w = syscall(SYS_write, o->fd, o->b + d, o->n - d);
+    if (w > 0) d += (size_t)w;
+    else if (w < 0 && errno == EINTR) continue;
+    else o->err = 1;
+  }
+  o->n = 0;
+}
+
+static void out_bytes(struct out* o, const void* p, size_t n) {
+  const char* c = p;
+  while (n) {
+    if (o->n == sizeof o->b) out_flush(o);
+    const size_t k = n < sizeof o->b - o->n ? n : sizeof o->b - o->n;
+    memcpy(o->b + o->n, c, k);
+    o->n += k, c += k, n -= k;
+  }
+}
+
+static void out_str(struct out* o, const char* s) { out_bytes(o, s, strlen(s)); }
+
+/* Numbers and short words only: vsnprintf of these neither allocates nor locks. */
+static __attribute__((format(printf, 2, 3))) void out_printf(struct out* o, const char* fmt, ...) {
+  char t[256];
+  va_list ap;
+  va_start(ap, fmt);
+  const int k = vsnprintf(t, sizeof t, fmt, ap);
+  va_end(ap);
+  if (k > 0) out_bytes(o, t, (size_t)k < sizeof t ? (size_t)k : sizeof t - 1);
+}
+
 /* A JSON string. Bytes that are not UTF-8 (a file name may hold any) are written as Python's
  * surrogateescape gives them back: byte B as \udcBB, so os.fsencode(name) is the name's bytes. */
-static void json_str(FILE* f, const char* str) {
+static void json_str(struct out* o, const char* str) {
   const unsigned char* s = (const unsigned char*)str;
-  fputc('"', f);
+  out_bytes(o, "\"", 1);
   while (*s) {
     const int n = utf8_len(s);
-    if (!n) fprintf(f, "\\udc%02x", *s++);
-    else if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s++);
-    else if (*s < 0x20) fprintf(f, "\\u%04x", *s++);
-    else fwrite(s, 1, (size_t)n, f), s += n;
+    if (!n) out_printf(o, "\\udc%02x", *s++);
+    else if (*s == '"' || *s == '\\') out_printf(o, "\\%c", *s++);
+    else if (*s < 0x20) out_printf(o, "\\u%04x", *s++);
+    else out_bytes(o, s, (size_t)n), s += n;
   }
-  fputc('"', f);
+  out_bytes(o, "\"", 1);
 }
 
-static void write_side(FILE* f, const char* name, const struct side* s) {
-  fprintf(f, "\"%s\": {\"calls\": %llu, \"bytes\": %llu, \"ns\": %llu, \"accelerated_calls\": %llu, "
-             "\"accelerated_bytes\": %llu, \"fallbacks\": %llu, \"declined_calls\": %llu, \"remembered_calls\": %llu, "
+static void write_side(struct out* o, const char* name, const struct side* s) {
+  out_printf(o, "\"%s\": {\"calls\": %llu, \"bytes\": %llu, \"ns\": %llu, \"accelerated_calls\": %llu, ", name,
+             (unsigned long long)s->calls, (unsigned long long)s->bytes, (unsigned long long)s->ns,
+             (unsigned long long)s->accel_calls);
+  out_printf(o, "\"accelerated_bytes\": %llu, \"fallbacks\": %llu, \"declined_calls\": %llu, \"remembered_calls\": %llu, "
              "\"size_histogram\": [",
-          name, (unsigned long long)s->calls, (unsigned long long)s->bytes, (unsigned long long)s->ns,
-          (unsigned long long)s->accel_calls, (unsigned long long)s->accel_bytes, (unsigned long long)s->fallbacks,
-          (unsigned long long)s->declined, (unsigned long long)s->remembered);
-  for (int b = 0; b < NBUCKETS; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)s->hist[b]);
-  fputs("]}", f);
+             (unsigned long long)s->accel_bytes, (unsigned long long)s->fallbacks, (unsigned long long)s->declined,
+             (unsigned long long)s->remembered);
+  for (int b = 0; b < NBUCKETS; ++b) out_printf(o, "%s%llu", b ? ", " : "", (unsigned long long)s->hist[b]);
+  out_str(o, "]}");
 }
 
-/* Writes <dir>/<pid>.json: the process, its command line and one entry per file. */
-static void flush_stats(void) {
-  if (!g_stats_dir[0]) return;
-  t_inside = 1;
+/* Writes <dir>/<pid>.json: the process, its command line and one entry per file. Once per process
+ * (the fork's child starts again). g_mu is held. */
+static void write_stats_locked(void) {
+  if (g_stats_written) return;
+  g_stats_written = 1;
   char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
-  snprintf(path, sizeof path, "%s/%d.json", g_stats_dir, (int)getpid());
+  snprintf(path, sizeof path, "%s/%d.json", g_stats_dir, (int)syscall(SYS_getpid));
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  /* fopen and fclose take stdio's list lock: not while g_mu is held. A thread in fflush(NULL) holds
-   * that lock while it waits for a stream's, whose holder (a large fread the shim serves) may be
-   * waiting for g_mu to count its read. */
-  FILE* f = fopen(tmp, "w");
-  if (!f) return;
-  pthread_mutex_lock(&g_mu);
+  struct out o = {.fd = (int)syscall(SYS_openat, AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  if (o.fd < 0) return;
   char cmd[4096] = "";
-  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
   ssize_t n = fd >= 0 ? k_read(fd, cmd, sizeof cmd - 1) : 0;
-  if (fd >= 0) close(fd);
+  if (fd >= 0) syscall(SYS_close, fd);
   n = n > 0 ? n : 0;
   for (ssize_t i = 0; i + 1 < n; ++i)
     if (!cmd[i]) cmd[i] = ' ';
   cmd[n] = '\0';
-  fprintf(f, "{\"pid\": %d, \"ppid\": %d, \"command\": ", (int)getpid(), (int)getppid());
-  json_str(f, cmd);
-  fprintf(f, ", \"threshold\": %zu, \"floor\": [", g_gate);
+  out_printf(&o, "{\"pid\": %d, \"ppid\": %d, \"command\": ", (int)syscall(SYS_getpid), (int)syscall(SYS_getppid));
+  json_str(&o, cmd);
+  out_printf(&o, ", \"threshold\": %zu, \"floor\": [", g_gate);
   for (int d = 0; d < 2; ++d) /* null: posix at every size on buffered descriptors */
-    g_floor[d] == SIZE_MAX ? fprintf(f, d ? ", null" : "null") : fprintf(f, d ? ", %zu" : "%zu", g_floor[d]);
-  fprintf(f, "], \"engine_loaded\": %s, \"max_files\": %u, \"dropped_calls\": %llu, \"dropped_bytes\": %llu, "
-          "\"prefetch_windows\": %llu, \"size_buckets\": [",
-          g_engine_loaded ? "true" : "false", g_max_files, (unsigned long long)g_dropped, (unsigned long long)g_dropped_bytes,
-          (unsigned long long)__atomic_load_n(&g_prefetches, __ATOMIC_RELAXED));
-  for (int b = 0; b < NBUCKETS - 1; ++b) fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
-  fputs("], \"files\": [", f);
+    g_floor[d] == SIZE_MAX ? out_str(&o, d ? ", null" : "null") : out_printf(&o, d ? ", %zu" : "%zu", g_floor[d]);
+  out_printf(&o, "], \"engine_loaded\": %s, \"max_files\": %u, \"dropped_calls\": %llu, \"dropped_bytes\": %llu, ",
+             g_engine_loaded ? "true" : "false", g_max_files, (unsigned long long)g_dropped,
+             (unsigned long long)g_dropped_bytes);
+  out_printf(&o, "\"prefetch_windows\": %llu, \"size_buckets\": [",
+             (unsigned long long)__atomic_load_n(&g_prefetches, __ATOMIC_RELAXED));
+  for (int b = 0; b < NBUCKETS - 1; ++b) out_printf(&o, "%s%llu", b ? ", " : "", (unsigned long long)kBucketMax[b]);
+  out_str(&o, "], \"files\": [");
   for (uint32_t i = 0; i < g_nfiles; ++i) {
     const struct file_rec* r = &g_files[i];
-    fputs(i ? ",\n  {\"path\": " : "\n  {\"path\": ", f);
-    json_str(f, r->path);
-    fputs(", ", f);
-    write_side(f, "read", &r->rw[READ]);
-    fputs(", ", f);
-    write_side(f, "write", &r->rw[WRITE]);
-    fputs(", \"plans\": [", f);
+    out_str(&o, i ? ",\n  {\"path\": " : "\n  {\"path\": ");
+    json_str(&o, r->path);
+    out_str(&o, ", ");
+    write_side(&o, "read", &r->rw[READ]);
+    out_str(&o, ", ");
+    write_side(&o, "write", &r->rw[WRITE]);
+    out_str(&o, ", \"plans\": [");
     for (int p = 0; p < r->nplans; ++p) {
-      fputs(p ? ", {\"plan\": " : "{\"plan\": ", f);
-      json_str(f, r->plans[p].plan);
-      fputs(", \"why\": ", f);
-      json_str(f, r->plans[p].why);
-      fprintf(f, ", \"calls\": %llu, \"bytes\": %llu}", (unsigned long long)r->plans[p].calls,
-              (unsigned long long)r->plans[p].bytes);
+      out_str(&o, p ? ", {\"plan\": " : "{\"plan\": ");
+      json_str(&o, r->plans[p].plan);
+      out_str(&o, ", \"why\": ");
+      json_str(&o, r->plans[p].why);
+      out_printf(&o, ", \"calls\": %llu, \"bytes\": %llu}", (unsigned long long)r->plans[p].calls,
+                 (unsigned long long)r->plans[p].bytes);
     }
-    fputs("]}", f);
+    out_str(&o, "]}");
   }
-  fputs("]}\n", f);
-  pthread_mutex_unlock(&g_mu);
-  if (fclose(f) == 0) rename(tmp, path);
+  out_str(&o, "]}\n");
+  out_flush(&o);
+  if (syscall(SYS_close, o.fd) == 0 && !o.err) rename(tmp, path);
   else unlink(tmp);
 }
+
+/* At exit (atexit, registered at start-up: it runs after capture_all_plans). */
+static void flush_stats(void) {
+  if (!g_stats_dir[0]) return;
+  t_inside = 1;
+  pthread_mutex_lock(&g_mu);
+  write_stats_locked();
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* A process that ends with _exit or _Exit runs no atexit handler: fio's job processes (forked,
+ * ended with _exit), Python's os._exit (multiprocessing's forked workers). Their statistics are
+ * written here. Not in a vfork child, which shares its parent's memory (and so its statistics and
+ * its g_mu): its pid is not the one this memory belongs to. g_mu is waited for up to 100 ms, then
+ * given up: _exit may be called from a signal handler that interrupted a thread holding it. */
+static void stats_at_exit(void) {
+  if (!g_stats_dir[0] || (pid_t)syscall(SYS_getpid) != g_stats_pid) return;
+  t_inside = 1;
+  for (int i = 0; pthread_mutex_trylock(&g_mu); ++i) {
+    if (i == 100) return;
+    const struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  if (g_engine > 0)
+    for (int i = 0; i < g_nhandles; ++i) capture_plans_locked(&g_handles[i]);
+  write_stats_locked();
+  pthread_mutex_unlock(&g_mu);
+}
+
+static void (*g_real_exit[2])(int); /* _exit and _Exit, resolved at start-up (not from a signal handler) */
+
+static __attribute__((noreturn)) void exit_through(int which, int status) {
+  stats_at_exit();
+  if (g_real_exit[which]) g_real_exit[which](status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+
+EXPORT void _exit(int status) { exit_through(0, status); }
+EXPORT void _Exit(int status) { exit_through(1, status); }
 
 /* ACCIO_PRELOAD_FLOOR="<read>,<write>" (bytes): raises each direction's floor and gate from the
  * threshold to it. Anything malformed is ignored (the engine then decides as without it). */
@@ -1460,6 +1544,8 @@ static void set_floor(const char* v) {
 
 __attribute__((constructor)) static void shim_init(void) {
   g_quiet = accio_quiet();
+  *(void**)&g_real_exit[0] = dlsym(RTLD_NEXT, "_exit");
+  *(void**)&g_real_exit[1] = dlsym(RTLD_NEXT, "_Exit");
   const char* t = getenv("ACCIO_PRELOAD_THRESHOLD");
   if (t && *t) {
     int ok;
@@ -1496,6 +1582,7 @@ __attribute__((constructor)) static void shim_init(void) {
   }
   if (d && *d && strlen(d) < sizeof g_stats_dir) {
     snprintf(g_stats_dir, sizeof g_stats_dir, "%s", d);
+    g_stats_pid = (pid_t)syscall(SYS_getpid);
     atexit(flush_stats);
     watch_forks();
   }

@@ -541,6 +541,107 @@ def test_statistics_keep_every_file_and_count_what_they_cannot(data, tmp_path):
     assert all(json.loads(x.read_text())["max_files"] == 65536 for x in sd.iterdir()) and any(sd.iterdir())
 
 
+EXITS_C = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static char buf[4 << 20];
+static long read_all(const char* p) {
+  int fd = open(p, O_RDONLY);
+  long n = 0, k;
+  while ((k = read(fd, buf, sizeof buf)) > 0) n += k;
+  close(fd);
+  return n;
+}
+static void on_term(int s) { (void)s; _exit(0); }
+int main(int argc, char** argv) {
+  const char* how = argv[1];
+  if (!strcmp(how, "fork")) { /* fio's job processes: forked, ended with _exit */
+    pid_t c = fork();
+    if (c == 0) { read_all(argv[2]); _exit(0); }
+    int st;
+    waitpid(c, &st, 0);
+    return !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  if (!strcmp(how, "vfork")) { /* a vfork child shares the parent's memory: it writes nothing */
+    read_all(argv[2]);
+    pid_t c = vfork();
+    if (c == 0) _exit(7);
+    int st;
+    waitpid(c, &st, 0);
+    printf("%d\n", (int)c);
+    fflush(stdout);
+    read_all(argv[2]);
+    return !(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+  }
+  if (!strcmp(how, "_Exit")) { read_all(argv[2]); _Exit(0); }
+  if (!strcmp(how, "signal")) { /* _exit from a handler that interrupted the program's reads */
+    signal(SIGALRM, on_term);
+    alarm(1);
+    for (;;) read_all(argv[2]);
+  }
+  return 2;
+}
+"""
+
+
+def test_processes_that_end_with_exit_keep_their_statistics(data, tmp_path):
+    """_exit and _Exit run no atexit handler, so the statistics of processes that end with them were
+    lost: fio's job processes (forked, ended with _exit) showed no calls on the GPU machine (`engine 0
+    of 0 B` for fio's psync rows), as did os._exit and multiprocessing's forked workers. The shim's
+    _exit and _Exit write them first: in a forked child, in a process ending with _Exit, and from a
+    signal handler (which must not hang). A vfork child shares its parent's memory: it writes nothing
+    and leaves the parent's statistics whole."""
+    src = tmp_path / "exits.c"
+    src.write_text(EXITS_C)
+    exe = tmp_path / "exits"
+    cc = subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    big = data / "big.bin"
+    size = big.stat().st_size
+
+    def reads_of(proc):
+        return next((f["read"] for f in proc["files"] if f["path"] == str(big)), None)
+
+    _, rep = accio_run([str(exe), "fork", str(big)], tmp_path, threshold="1m")
+    assert len(rep["processes"]) == 2
+    child = next(pr for pr in rep["processes"] if reads_of(pr))
+    assert reads_of(child)["bytes"] == size and reads_of(child)["accelerated_calls"] > 0
+    assert child["ppid"] == next(pr["pid"] for pr in rep["processes"] if pr is not child)
+
+    p, rep = accio_run([str(exe), "vfork", str(big)], tmp_path, threshold="1m")
+    vchild = int(p.stdout.decode())
+    assert [pr["pid"] for pr in rep["processes"] if pr["pid"] == vchild] == []
+    (parent,) = rep["processes"]
+    assert reads_of(parent)["bytes"] == 2 * size  # before and after the vfork: one record, whole
+
+    _, rep = accio_run([str(exe), "_Exit", str(big)], tmp_path, threshold="1m")
+    (proc,) = rep["processes"]
+    assert reads_of(proc)["bytes"] == size
+
+    t0 = time.monotonic()
+    _, rep = accio_run([str(exe), "signal", str(big)], tmp_path, threshold="1m")
+    assert time.monotonic() - t0 < 30
+    (proc,) = rep["processes"]
+    assert reads_of(proc) is None or reads_of(proc)["bytes"] >= size  # written, or given up: never hung
+
+    # Python's os._exit, in a forked child and in the parent
+    prog = ("import os, sys\n"
+            "if os.fork() == 0:\n"
+            "    with open(sys.argv[1], 'rb', buffering=0) as f:\n"
+            "        while f.read(4 << 20): pass\n"
+            "    os._exit(0)\n"
+            "os.wait()\n"
+            "os._exit(0)\n")
+    _, rep = accio_run([sys.executable, "-c", prog, str(big)], tmp_path, threshold="1m")
+    assert len(rep["processes"]) == 2 and sum(1 for pr in rep["processes"] if reads_of(pr)) == 1
+
+
 def test_planner_decides_above_the_gate(data, tmp_path):
     """Without -l every large call is the planner's: served by the engine or passed back to libc
     (declined_calls) when it would run posix; never both, never lost."""

@@ -872,7 +872,7 @@ def test_torch_cuda_matches_safetensors_torch(tmp_path):
     assert open(p, "rb").read() == open(q, "rb").read()
     from accio.safetensors.torch import load_file
     assert load_file(p, device="cuda:0")["bf"].is_cuda
-    views = st.load_file(p, device="cuda:0", framework="torch")  # disjoint views of one storage: written
+    views = st.load_file(p, device="cuda:0", framework="torch")  # slices of one allocation: written
     st.save_file(views, q, metadata={"format": "pt"})
     assert open(p, "rb").read() == open(q, "rb").read()
     # safetensors.torch writes disjoint views of one storage too (0.8.0's _filter_shared_not_shared):
@@ -883,6 +883,35 @@ def test_torch_cuda_matches_safetensors_torch(tmp_path):
     x = torch.arange(8.0, device="cuda:0")
     with pytest.raises(ValueError, match="overlap"):
         st.save_file({"a": x, "b": x[2:]}, q)
+
+
+@pytest.mark.gpu
+def test_torch_gpu_tensors_own_their_storage_slices(tmp_path):
+    """As host tensors (and as safetensors.torch gives them): each GPU tensor's untyped_storage() is its
+    own bytes, a slice of the load's one allocation (no copy), which it keeps alive; before, every GPU
+    tensor of a load shared the allocation's storage, which tied-weight detection by storage read as tied."""
+    torch = _gpu_framework("torch")
+    import io
+    import safetensors.torch as stt
+    t = {"big": torch.arange(1 << 20, dtype=torch.float32), "small": torch.arange(4, dtype=torch.int32),
+         "bf": torch.ones(3, dtype=torch.bfloat16), "e": torch.zeros(0)}
+    p = str(tmp_path / "t.st")
+    stt.save_file(t, p)
+    got = st.load_file(p, device="cuda:0", framework="torch")
+    for k in t:
+        assert got[k].is_cuda and torch.equal(got[k].cpu(), t[k])
+        assert got[k].untyped_storage().nbytes() == t[k].numel() * t[k].element_size()
+    ptrs = {got[k].untyped_storage().data_ptr() for k in ("big", "small", "bf")}
+    assert len(ptrs) == 3
+    small = got.pop("small")
+    del got
+    torch.cuda.synchronize()
+    assert torch.equal(small.cpu(), t["small"])  # the slice keeps the allocation alive
+    buf = io.BytesIO()
+    torch.save(small, buf)
+    assert buf.tell() < 4096  # that tensor, not the whole file
+    stt.save_file(st.load_file(p, device="cuda:0", framework="torch"), str(tmp_path / "u.st"))
+    assert open(p, "rb").read() == open(tmp_path / "u.st", "rb").read()
 
 
 @pytest.mark.gpu
