@@ -1027,6 +1027,32 @@ def test_torch_pinned_cpu_tensor(tmp_path):
 
 
 @pytest.mark.gpu
+def test_appends_from_a_cuda_tensor_and_cuda_as_the_current_gpu(tmp_path):
+    """On the real runtime, what the twentieth session proved on the fake only: an append from GPU
+    memory (copied whole to the host, one O_APPEND write) lands after the file's bytes and after
+    another writer's; and "cuda" without an index is the calling thread's current GPU as
+    torch.cuda.set_device makes it, seen by the C function too (accio_cuda_current_device: the GPU
+    of the thread's current context, which set_device makes current)."""
+    torch = _gpu_lib("torch")
+    log = tmp_path / "log"
+    log.write_bytes(b"head")
+    data = torch.randint(0, 256, ((3 << 20) + 5,), dtype=torch.uint8, device="cuda:0")
+    with accio.open(log, "a") as f:
+        assert f.append(data) == 4
+        with open(log, "ab") as other:
+            other.write(b"XY")
+        assert f.append(data[:4097]) == 6 + data.numel()
+    host = data.cpu().numpy().tobytes()
+    assert log.read_bytes() == b"head" + host + b"XY" + host[:4097]
+    for dev in range(torch.cuda.device_count()):
+        torch.cuda.set_device(dev)
+        assert accio._ext.cuda_current_device() == dev
+        got = accio.read(log, device="cuda", framework="torch")
+        assert got.device == torch.device("cuda", dev) and got.cpu().numpy().tobytes() == log.read_bytes()
+    torch.cuda.set_device(0)
+
+
+@pytest.mark.gpu
 def test_torch_tensor_on_a_second_gpu_from_any_thread(tmp_path):
     """PyTorch refuses to export a tensor of another GPU than the current one: accio makes the
     tensor's GPU current for the export, whichever GPU the calling thread had (two GPUs needed)."""
