@@ -344,12 +344,13 @@ size_t split_run(TaskRunner& runner, unsigned width, uint64_t off, size_t n, siz
       while (s < cur && !short_at.compare_exchange_weak(cur, s)) {}
     }
   };
-  // In waves of kWave tasks: a request far larger than the file (a 1 TiB buffer for a small file,
-  // or a bogus size) stops at the first wave past its end instead of skipping 2^k tasks one by one
-  // (n = INT64_MAX made 2^41 of them: hours). A wave is more tasks than any width keeps busy.
-  constexpr size_t kWave = 4096;
-  for (size_t first = 0; first < ntasks && task_start(first) < short_at.load(); first += kWave)
-    runner.run(std::min(kWave, ntasks - first), width, [&](size_t j) { one(first + j); });
+  // In waves: a request far larger than the file (a 1 TiB buffer for a small file, or a bogus
+  // size) stops at the first wave past its end instead of skipping 2^k tasks one by one (n =
+  // INT64_MAX made 2^41 of them: hours). A wave is at least 4096 tasks and 1 GiB: each wave ends
+  // in a barrier, which small tasks (4 KiB: 16 MiB a wave in 4096 tasks) would meet too often.
+  const size_t wave = std::max<size_t>(4096, static_cast<size_t>((uint64_t{1} << 30) / task));
+  for (size_t first = 0; first < ntasks && task_start(first) < short_at.load(); first += wave)
+    runner.run(std::min(wave, ntasks - first), width, [&](size_t j) { one(first + j); });
   if (err) std::rethrow_exception(err);
   return static_cast<size_t>(short_at.load() - off);
 }

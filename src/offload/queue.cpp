@@ -531,10 +531,10 @@ void Channel::finish(uint64_t i) {
   }
 }
 
-// Collects completed requests in order, moves waiting pieces into the room that frees (drain_pending),
+// Collects completed requests in order, moves waiting pieces into the room that frees,
 // and (run_vh) runs a host function once every request before it has completed (the worker waits
 // at its barrier meanwhile).
-void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh, bool drain_pending) {
+void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh) {
   if (!run_vh) host_harvested_ = true;
   for (;;) {
     if (transport == kShm) {
@@ -555,7 +555,7 @@ void Channel::harvest(std::unique_lock<std::mutex>& lk, bool run_vh, bool drain_
         finish(harvested++);
       }
     }
-    if (npending_ && drain_pending) drain(lk);
+    if (npending_) drain(lk);
     if (harvested == head || !run_vh) return;
     Slot& s = slots[harvested % nslots];
     Shadow& sh = shadow[harvested % nslots];

@@ -253,10 +253,9 @@ class Channel {
 
   bool dead() const;
   uint64_t deadline() const;
-  // Collects completed requests in order; run_vh (the runner only): and runs the host function at
-  // the head once every request before it has completed.
-  // drain: and moves waiting pieces into the freed room (not while a socket frame is half sent).
-  void harvest(std::unique_lock<std::mutex>& lk, bool run_vh = false, bool drain_pending = true);
+  // Collects completed requests in order and moves waiting pieces into the freed room; run_vh (the
+  // runner only): and runs the host function at the head once every request before it has completed.
+  void harvest(std::unique_lock<std::mutex>& lk, bool run_vh = false);
   bool send_frame(std::unique_lock<std::mutex>& lk, const void* p, size_t n);
   void flush_out();
   std::string outbuf_;  // socket transport: frame bytes the socket did not take yet (from out_off_)

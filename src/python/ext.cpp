@@ -967,6 +967,12 @@ class PyFile {
   // closed under them, the handle they were using was freed (SIGSEGV in stats, read_into, plan,
   // residency). Calls that come after are refused (EBADF naming the call and the file).
   void close() {
+    // Python code that runs inside a call on this file (a buffer's __dlpack__ or
+    // __cuda_array_interface__ property, the log sink) closing it would wait for ever for the
+    // call it runs in.
+    if (Use::inside(this))
+      throw std::runtime_error("close() of '" + path_ + "' from inside a call on the same file (a buffer property or "
+                               "the log sink): close it after the call returns");
     nb::gil_scoped_release nogil;  // the calls waited for may need the GIL to finish
     std::lock_guard<std::mutex> once(close_mu_);  // two threads closing at once: one accio_close
     closed_.store(true);
@@ -1022,7 +1028,7 @@ class PyFile {
         if (!accio_mechanism_for_at(f_.handle(), nullptr, n, off, op)) throw accio::Error::last();
     return double(accio_bench::now_ns() - t0) / double(std::max<size_t>(1, rounds * reqs.size()));
   }
-  accio_file* handle() const { return f_.handle(); }
+  accio_file* handle() const { return f_.handle(); }  // only inside a Use (close() frees it)
   std::string setting(const std::string& name) {
     Use use(*this, "setting");
     return accio::detail::read_string(  // a long profile path is not cut
@@ -1039,9 +1045,9 @@ class PyFile {
     return d;
   }
 
- private:
   // One call of a Python thread on the file, from its start to its end (I/O included): close()
-  // waits for none to be left. Refused once close() began.
+  // waits for none to be left. Refused once close() began. Every use of handle() is inside one
+  // (the methods here, gds_mode and the bench helpers).
   class Use {
    public:
     Use(PyFile& f, const char* op) : f_(f) {
@@ -1050,10 +1056,25 @@ class PyFile {
         leave();
         throw accio::Error(EBADF, op, f_.path_, -1, std::string(op) + " '" + f_.path_ + "': file is closed (errno 9)");
       }
+      for (int i = 0; i < kSlots; ++i)
+        if (!t_files_[i]) {
+          t_files_[i] = &f_;
+          slot_ = i;
+          break;
+        }
     }
-    ~Use() { leave(); }
+    ~Use() {
+      if (slot_ >= 0) t_files_[slot_] = nullptr;
+      leave();
+    }
     Use(const Use&) = delete;
     Use& operator=(const Use&) = delete;
+    // Whether the calling thread is inside a call on f (a Use of it not yet ended).
+    static bool inside(const PyFile* f) {
+      for (const PyFile* x : t_files_)
+        if (x == f) return true;
+      return false;
+    }
 
    private:
     void leave() {
@@ -1063,8 +1084,14 @@ class PyFile {
       }
     }
     PyFile& f_;
+    int slot_ = -1;
+    // The files of the calling thread's calls in progress (nested: a property that reads another
+    // file; a bench phase holds one per file); past kSlots at once, the rest are not kept.
+    static constexpr int kSlots = 16;
+    static inline thread_local const PyFile* t_files_[kSlots];
   };
 
+ private:
   accio::File f_;
   std::string path_;
   std::atomic<bool> closed_{false};
@@ -1122,7 +1149,11 @@ NB_MODULE(_ext, m) {
     if (files.size() != offsets.size() || files.size() != lengths.size())
       throw nb::value_error("files, offsets and lengths must have the same length");
     std::vector<accio_bench::Job> jobs;
-    for (size_t i = 0; i < files.size(); ++i) jobs.push_back({files[i]->handle(), offsets[i], lengths[i]});
+    std::vector<std::unique_ptr<PyFile::Use>> uses;  // close() waits for the phase
+    for (size_t i = 0; i < files.size(); ++i) {
+      uses.push_back(std::make_unique<PyFile::Use>(*files[i], "bench"));
+      jobs.push_back({files[i]->handle(), offsets[i], lengths[i]});
+    }
     nb::gil_scoped_release nogil;
     return accio_bench::run_phase(jobs, ph);
   };
@@ -1259,6 +1290,7 @@ NB_MODULE(_ext, m) {
   m.def("gds_mode", [](PyFile& f) {
     char d[1024];
     static const char* paths[] = {"compat", "direct", "staged"};  // accio_gds_mode's 0, 1, 2
+    PyFile::Use use(f, "gds_mode");
     const int path = accio::detail::check(accio_gds_mode(f.handle(), d, sizeof d));
     return std::make_pair(std::string(paths[path]), std::string(d));
   });

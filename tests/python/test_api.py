@@ -643,6 +643,34 @@ print("survived")
     assert r.returncode == 0 and r.stdout == "survived\n", (r.returncode, r.stderr[-2000:])
 
 
+def test_close_from_inside_a_call_on_the_file_is_refused_not_a_hang(tmp_path):
+    """Review NIT (session 20): Python code run inside a call on a file (a buffer's
+    __cuda_array_interface__ or __dlpack__ property, the log sink) that closed the same file waited
+    for ever for the call it ran in. It is a RuntimeError now, and the file stays open and usable."""
+    p = tmp_path / "d"
+    p.write_bytes(b"x" * 4096)
+    code = f"""
+import accio
+f = accio.open({str(p)!r})
+class Closer:
+    @property
+    def __cuda_array_interface__(self):
+        f.close()
+try:
+    f.read_into(Closer())
+except RuntimeError as e:
+    print(e)
+assert not f.closed and f.read_into(bytearray(10)) == 10
+f.close()
+assert f.closed
+print("open until closed")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout == (f"close() of '{p}' from inside a call on the same file (a buffer property or the log sink): "
+                        "close it after the call returns\nopen until closed\n"), r.stdout
+
+
 def test_bad_setting_is_one_sentence_with_errno_once(tmp_path):
     """A bad ACCIO_* value: the variable, the value and the reason, errno once, no strerror tail."""
     p = tmp_path / "f"
