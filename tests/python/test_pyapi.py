@@ -157,3 +157,14 @@ def test_pinned_empty_refuses_what_it_cannot_give():
         accio.pinned_empty(-1)
     with pytest.raises(MemoryError if False else accio.Error):
         accio.pinned_empty(1 << 60)  # more than any machine maps: ENOMEM, nothing leaked
+
+
+def test_every_module_of_the_package_imports():
+    """Every module under accio imports (a damaged file in a subpackage that no other test imports
+    first, or one that only the CLI's error path imports, must not reach a release)."""
+    import importlib
+    import pkgutil
+    names = [m.name for m in pkgutil.walk_packages(accio.__path__, "accio.") if not m.name.endswith("__main__")]
+    assert "accio.safetensors" in names and "accio.safetensors.torch" in names and "accio.run" in names
+    for name in names:
+        importlib.import_module(name)
