@@ -215,15 +215,10 @@ class File:
         """Waits for the requests in flight and closes; again is a no-op. RuntimeError, the file left
         open, from Python code that runs inside a call on this file (a buffer's property, the log
         sink): that call would wait for itself."""
-        closing = True
         try:
             self._f.close()
-        except RuntimeError:
-            closing = False
-            raise
         finally:
-            if closing:
-                self._closed = True
+            self._closed = self._f.closed()
 
     @property
     def closed(self) -> bool:

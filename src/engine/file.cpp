@@ -454,13 +454,15 @@ uint64_t File::append_host(const void* buf, size_t n, bool* wrote) {
     if (w > 0) *wrote = true;
     if (at < 0) {
       const off_t pos = static_cast<off_t>(syscall(SYS_lseek, fd, 0L, SEEK_CUR));
-      if (pos < 0 && errno != ESPIPE) {  // not an offset to invent: the bytes are there, where is unknown
+      // A FIFO (ESPIPE) or a device whose driver has no position (EINVAL): 0. Otherwise no offset
+      // is invented: the bytes are there, where is unknown.
+      if (pos < 0 && errno != ESPIPE && errno != EINVAL) {
         const int e = errno;
         throw Error(e, "append", ref_.path, base::kNoOffset,
                     "wrote " + std::to_string(done + static_cast<size_t>(w)) + " of " + std::to_string(n) +
                         " bytes, which stay at the end, but cannot tell where they landed (lseek: " + std::strerror(e) + ")");
       }
-      at = pos >= w ? pos - w : 0;  // a FIFO or a device has no position: 0
+      at = pos >= w ? pos - w : 0;
     }
     if (w == 0) throw Error(EIO, "append", ref_.path, at + static_cast<int64_t>(done), "write moved no byte");
     done += static_cast<size_t>(w);

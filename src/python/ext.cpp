@@ -982,6 +982,7 @@ class PyFile {
     }
     f_.close();
   }
+  bool closed() const { return closed_.load(); }
   std::string plan(size_t n, bool write) {
     Use use(*this, "plan");
     nb::gil_scoped_release nogil;  // may register the file with cuFile
@@ -1137,6 +1138,7 @@ NB_MODULE(_ext, m) {
       .def("size", &PyFile::size)
       .def("fileno", &PyFile::fileno)
       .def("close", &PyFile::close)
+      .def("closed", &PyFile::closed)
       .def("plan", &PyFile::plan)
       .def("stats", &PyFile::stats)
       .def("explain", &PyFile::explain, "nbytes"_a, "offset"_a, "write"_a, "aligned"_a)

@@ -27,7 +27,7 @@ THRESHOLD = "4k"
 
 
 def accio_run(cmd, tmp_path: Path, *, threshold=THRESHOLD, mechanism=None, cwd=None, env=None, check=True,
-              input=None):
+              input=None, timeout=None):
     """Runs cmd under accio run with statistics; returns (CompletedProcess, stats report)."""
     stats = tmp_path / f"stats-{os.urandom(4).hex()}.json"
     args = ACCIO + ["run", "--stats-json", str(stats)]
@@ -35,7 +35,7 @@ def accio_run(cmd, tmp_path: Path, *, threshold=THRESHOLD, mechanism=None, cwd=N
         args += ["--threshold", threshold]
     if mechanism:
         args += ["--mechanism", mechanism]
-    p = subprocess.run(args + ["--"] + list(cmd), cwd=cwd, env=env, capture_output=True, input=input)
+    p = subprocess.run(args + ["--"] + list(cmd), cwd=cwd, env=env, capture_output=True, input=input, timeout=timeout)
     if check:
         assert p.returncode == 0, p.stderr.decode()
     return p, json.loads(stats.read_text())
@@ -558,7 +558,7 @@ static long read_all(const char* p) {
   close(fd);
   return n;
 }
-static void on_term(int s) { (void)s; _exit(0); }
+static void on_signal(int s) { (void)s; _exit(0); }
 int main(int argc, char** argv) {
   const char* how = argv[1];
   if (!strcmp(how, "fork")) { /* fio's job processes: forked, ended with _exit */
@@ -580,10 +580,18 @@ int main(int argc, char** argv) {
     return !(WIFEXITED(st) && WEXITSTATUS(st) == 7);
   }
   if (!strcmp(how, "_Exit")) { read_all(argv[2]); _Exit(0); }
-  if (!strcmp(how, "signal")) { /* _exit from a handler that interrupted the program's reads */
-    signal(SIGALRM, on_term);
-    alarm(1);
-    for (;;) read_all(argv[2]);
+  if (!strcmp(how, "signal")) { /* _exit from a crash handler on a small alternate stack */
+    static char alt[8192];
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_ONSTACK;
+    sigaltstack(&ss, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    read_all(argv[2]);
+    raise(SIGUSR1);
+    return 2;
   }
   return 2;
 }
@@ -595,8 +603,8 @@ def test_processes_that_end_with_exit_keep_their_statistics(data, tmp_path):
     lost: fio's job processes (forked, ended with _exit) showed no calls on the GPU machine (`engine 0
     of 0 B` for fio's psync rows), as did os._exit and multiprocessing's forked workers. The shim's
     _exit and _Exit write them first: in a forked child, in a process ending with _Exit, and from a
-    signal handler (which must not hang). A vfork child shares its parent's memory: it writes nothing
-    and leaves the parent's statistics whole."""
+    crash handler on a small alternate stack. A vfork child shares its parent's memory: it writes
+    nothing and leaves the parent's statistics whole."""
     src = tmp_path / "exits.c"
     src.write_text(EXITS_C)
     exe = tmp_path / "exits"
@@ -624,11 +632,11 @@ def test_processes_that_end_with_exit_keep_their_statistics(data, tmp_path):
     (proc,) = rep["processes"]
     assert reads_of(proc)["bytes"] == size
 
-    t0 = time.monotonic()
-    _, rep = accio_run([str(exe), "signal", str(big)], tmp_path, threshold="1m")
-    assert time.monotonic() - t0 < 30
+    # from a handler on an 8 KiB alternate stack (a crash handler's): the writer's buffers are
+    # static (on the stack they were 21 KiB: SIGSEGV)
+    _, rep = accio_run([str(exe), "signal", str(big)], tmp_path, threshold="1m", timeout=120)
     (proc,) = rep["processes"]
-    assert reads_of(proc) is None or reads_of(proc)["bytes"] >= size  # written, or given up: never hung
+    assert reads_of(proc)["bytes"] == size
 
     # Python's os._exit, in a forked child and in the parent
     prog = ("import os, sys\n"
@@ -640,6 +648,68 @@ def test_processes_that_end_with_exit_keep_their_statistics(data, tmp_path):
             "os._exit(0)\n")
     _, rep = accio_run([sys.executable, "-c", prog, str(big)], tmp_path, threshold="1m")
     assert len(rep["processes"]) == 2 and sum(1 for pr in rep["processes"] if reads_of(pr)) == 1
+
+
+FADVISE_RECORDER_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <unistd.h>
+/* Preloaded after the shim: sees the program's posix_fadvise (which the shim passes on) and the
+ * shim's own, on the engine's descriptor. */
+int posix_fadvise(int fd, off_t off, off_t len, int advice) {
+  static int (*next)(int, off_t, off_t, int);
+  if (!next) next = (int (*)(int, off_t, off_t, int))dlsym(RTLD_NEXT, "posix_fadvise");
+  char link[64], path[PATH_MAX] = "";
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, path, sizeof path - 1);
+  if (n > 0) path[n] = 0;
+  dprintf(2, "fadvise %d %d %s\n", fd, advice, path);
+  return next(fd, off, len, advice);
+}
+"""
+
+
+def test_the_engines_descriptor_takes_the_programs_fadvise_advice(data, tmp_path):
+    """The engine reads through a descriptor of its own, whose readahead was the kernel's default
+    whatever the program advised on its own: fio advises POSIX_FADV_SEQUENTIAL (twice the readahead),
+    and its cold 4 MiB psync reads ran at 0.92x of plain on the H200's 16 CPUs, 0.72-0.85x on the 2-CPU
+    VM. The shim now gives the engine's descriptor the advice of the descriptor it serves (SEQUENTIAL,
+    RANDOM, NORMAL), once per change; a descriptor made by dup2 takes its original's advice of that
+    moment (advice given later through one of the two is not seen on the other)."""
+    src = tmp_path / "rec.c"
+    src.write_text(FADVISE_RECORDER_C)
+    rec = tmp_path / "librec.so"
+    cc = subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(rec), str(src), "-ldl"], capture_output=True,
+                        text=True)
+    assert cc.returncode == 0, cc.stderr
+    from accio.run import shim_path
+    big = data / "big.bin"
+    prog = ("import os, sys\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "def read_all(d):\n"
+            "    for off in range(0, os.fstat(d).st_size, 4 << 20):\n"
+            "        os.pread(d, 4 << 20, off)\n"
+            "read_all(fd)\n"  # no advice: the engine's descriptor is left alone
+            "print('mark', flush=True); os.write(2, b'mark\\n')\n"
+            "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL); read_all(fd); read_all(fd)\n"
+            "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM); read_all(fd)\n"
+            "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_NORMAL); os.dup2(fd, 77); read_all(77)\n")
+    plain([sys.executable, "-c", prog, str(big)])  # hot: the engine serves the reads
+    env = dict(os.environ, LD_PRELOAD=f"{shim_path()} {rec}", ACCIO_PRELOAD_THRESHOLD="1m", ACCIO_QUIET="1")
+    p = subprocess.run([sys.executable, "-c", prog, str(big)], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    before, after = p.stderr.split("mark\n")
+    assert "fadvise" not in before, before
+    calls = [line.split() for line in after.splitlines() if line.startswith("fadvise ")]
+    assert all(path == str(big) for _, _, _, path in calls), calls
+    prog_fd = int(calls[0][1])
+    got = [(int(fd) == prog_fd or int(fd) == 77, int(advice)) for _, fd, advice, _ in calls]
+    # (the program's own call, advice): each of the program's advice, then the engine's descriptor
+    # taking it before the next read served; equal advice is not given twice
+    assert got == [(True, 2), (False, 2), (True, 1), (False, 1), (True, 0), (False, 0)], calls
 
 
 def test_planner_decides_above_the_gate(data, tmp_path):
