@@ -680,8 +680,6 @@ static ssize_t call_libc(const struct call* c) {
  * questions), with statistics on or off: for tests of the memo (accio_preload_asked). */
 static uint64_t g_asked;
 
-/* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
- * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
 /* The engine reads and writes through a descriptor of its own (accio_open_fd opens the file anew),
  * whose readahead is the kernel's default: the program's posix_fadvise advice on its descriptor
  * (SEQUENTIAL doubles the readahead window, RANDOM turns readahead off, NORMAL restores it) is given
@@ -696,6 +694,8 @@ static void advise_like(struct handle* h, int fd) {
   if (efd >= 0) REAL(posix_fadvise)(efd, 0, 0, a);
 }
 
+/* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
+ * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
 static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback,
                              int* declined) {
   __atomic_add_fetch(&g_asked, 1, __ATOMIC_RELAXED);
