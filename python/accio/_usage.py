@@ -95,6 +95,16 @@ def check_creatable(option: str, path: str, *, directory: bool = False) -> None:
         raise type(e)(e.errno, e.strerror, f"{option} {path}: cannot write in {parent}") from None
 
 
+def file_identity(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of what path names (links and other spellings of it agree), None when it
+    cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def distinct_files(**paths: str | None) -> None:
     """UsageError when two of the files named as {option: FILE} are one file (outputs, and the
     inputs they would overwrite): `bench report r.json -o r.json` replaced the run's only copy with
@@ -103,11 +113,7 @@ def distinct_files(**paths: str | None) -> None:
     for option, path in paths.items():
         if path is None or path == "-":
             continue
-        try:
-            st = os.stat(path)
-            key = (st.st_dev, st.st_ino)
-        except OSError:
-            key = os.path.realpath(path)
+        key = file_identity(path) or os.path.realpath(path)  # one not made yet: by its name
         if key in seen:
             raise UsageError(f"{seen[key]} and {option} name the same file ({path}): give each its own file")
         seen[key] = option

@@ -190,12 +190,11 @@ def _check_target(target: str) -> None:
 
 def _check_dirs_distinct(dirs: list[str]) -> None:
     """`-d sig -d ./sig` measured one directory twice, as two row groups."""
+    from .._usage import file_identity
     seen: dict = {}
     for d in dirs:
-        try:
-            st = os.stat(d)
-            key = (st.st_dev, st.st_ino)
-        except OSError:
+        key = file_identity(d)
+        if key is None:
             continue  # said below, with what is wrong with it
         if key in seen:
             raise ValueError(f"-d {seen[key]} and -d {d} name the same directory: give it once")
