@@ -274,8 +274,7 @@ def served(cmd: list[str], tmp: Path, env: dict | None = None) -> dict:
     tot["plans"] = sorted({p["plan"] for f in rep["files"] for p in f["plans"]})
     if not tot["calls"]:
         tot["note"] = ("no read/write calls counted: the program copies inside the kernel (cp: copy_file_range), "
-                       "reads through stdio in small pieces (the shim serves only large freads), or its processes end with _exit "
-                       "(fio's job processes), which writes no statistics")
+                       "or reads through stdio in small pieces (the shim serves only large freads)")
     return tot
 
 
