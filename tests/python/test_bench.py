@@ -445,9 +445,9 @@ def test_heat_map_when_file_and_transfer_sizes_both_vary(tmp_path):
 def test_progress_prints_lines_when_stderr_is_not_a_terminal(capsys):
     # A run on a GPU machine printed nothing for 110 s (issue 17): without a terminal, a line every
     # `every` seconds with the phases done, the time so far and an estimate of the rest.
-    from accio.bench import Progress
+    from accio._progress import Progress
     now = [0.0]
-    p = Progress(10, True, tty=False, every=10, clock=lambda: now[0])
+    p = Progress("accio bench", True, total=10, tty=False, every=10, clock=lambda: now[0])
     for i in range(10):
         now[0] = i * 4.0  # each phase takes 4 s
         p.step(f"staged write it{i + 1}")
@@ -456,11 +456,36 @@ def test_progress_prints_lines_when_stderr_is_not_a_terminal(capsys):
     assert lines == ["accio bench: 3/10 phases done, 12 s, about 28 s left; now staged write it4",
                      "accio bench: 6/10 phases done, 24 s, about 16 s left; now staged write it7",
                      "accio bench: 9/10 phases done, 36 s, about 4 s left; now staged write it10"]
-    quiet = Progress(10, False, tty=False, every=0, clock=lambda: now[0])
+    quiet = Progress("accio bench", False, total=10, tty=False, every=0, clock=lambda: now[0])
     quiet.step("x")
     assert capsys.readouterr().err == ""
-    bar = Progress(10, True, tty=True, every=0)  # a terminal gets the tqdm bar instead of lines
+    bar = Progress("accio bench", True, total=10, tty=True, every=0)  # a terminal gets the tqdm bar instead of lines
     assert bar.bar is not None and not bar.lines
+    bar.close()
+
+
+def test_tune_progress_without_a_terminal_prints_the_fraction_done(capsys):
+    # `accio tune` knows its progress as a fraction of its time budget. It printed nothing at all
+    # without a terminal (a 6-minute evaluation under nohup was silent); now it prints as bench does.
+    from accio._progress import Progress
+    now = [0.0]
+    p = Progress("accio tune", True, tty=False, every=10, clock=lambda: now[0])
+    for i in range(1, 9):
+        now[0] = i * 6.0
+        p(f"read hot 2t 1m/4k cell{i}", i / 8)
+    p("past the end", 1.5)  # clamped
+    p.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["accio tune: 25% done, 12 s, about 36 s left; now read hot 2t 1m/4k cell2",
+                     "accio tune: 50% done, 24 s, about 24 s left; now read hot 2t 1m/4k cell4",
+                     "accio tune: 75% done, 36 s, about 12 s left; now read hot 2t 1m/4k cell6",
+                     "accio tune: 100% done, 48 s, about 0 s left; now read hot 2t 1m/4k cell8"]
+    Progress("accio tune", False, tty=False, every=0)("x", 0.5)  # -q
+    assert capsys.readouterr().err == ""
+    bar = Progress("accio tune", True, tty=True, every=0)
+    assert bar.bar is not None and not bar.lines
+    bar("x", 0.5)
+    assert bar.bar.n == 500
     bar.close()
 
 

@@ -27,6 +27,7 @@ import time
 
 from .. import __version__, _ext, settings as effective_settings
 from .._parser import Parser
+from .._progress import Progress
 from .._usage import UsageError, check_creatable, check_output_path, distinct_files, stdout_outputs
 from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
@@ -330,47 +331,6 @@ def _file_size(path: str) -> int:
         os.close(fd)
 
 
-class Progress:
-    """Progress on stderr, one step per timed phase: a tqdm bar on a terminal (after 2 s), otherwise
-    (a pipe, a log file, a batch job) a line every `every` seconds with the phase count, the time
-    so far and an estimate of the rest, so that a long run is never silent."""
-
-    def __init__(self, total: int, enabled: bool, tty: bool | None = None, every: float = 10.0,
-                 clock=time.monotonic):
-        self.bar = None
-        self.total, self.done, self.every, self.clock = total, 0, every, clock
-        self.lines = enabled and not (sys.stderr.isatty() if tty is None else tty)
-        self.t0 = self.last = clock()
-        if enabled and not self.lines:
-            try:
-                from tqdm import tqdm
-                self.bar = tqdm(total=total, file=sys.stderr, delay=2, unit="phase", leave=False,
-                                bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}]")
-            except ImportError:
-                self.lines = True
-
-    def step(self, desc: str) -> None:
-        """Called as a phase starts; desc names it."""
-        if self.bar:
-            self.bar.set_description_str(desc, refresh=False)
-            self.bar.update(1)
-            return
-        if self.lines:
-            t = self.clock()
-            if t - self.last >= self.every:
-                self.last = t
-                spent = t - self.t0
-                left = spent / self.done * (self.total - self.done) if self.done else float("nan")
-                print(f"accio bench: {self.done}/{self.total} phases done, {spent:.0f} s"
-                      + (f", about {left:.0f} s left" if self.done else "") + f"; now {desc}",
-                      file=sys.stderr, flush=True)
-        self.done += 1
-
-    def close(self) -> None:
-        if self.bar:
-            self.bar.close()
-
-
 def count_phases(spec: Spec) -> int:
     n = 0
     for *_rest, m in spec.configurations():
@@ -465,7 +425,7 @@ def main(args) -> int:
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
     phases = count_phases(spec)
-    progress = Progress(phases, world.rank == 0 and not args.quiet)
+    progress = Progress("accio bench", world.rank == 0 and not args.quiet, total=phases)
     notes = skipped_sizes(spec)
     if world.rank == 0:
         for note in notes:  # not progress: said under -q too

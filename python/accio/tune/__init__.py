@@ -13,6 +13,7 @@ import time
 from datetime import datetime, timezone
 
 from .. import File, __version__, _ext, stats
+from .._progress import Progress
 from .._system import drop_pages, sigterm_interrupts
 from .._usage import UsageError, check_creatable, check_output_path, write_json
 from . import evaluate as evaluate_mod
@@ -62,30 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vs-profile", action="append", default=[], metavar="PROFILE",
                    help="--evaluate: also measure auto with this profile file ('off': the built-in model), in the "
                    "same rounds, and compare auto with it cell by cell (repeatable)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-
-
-class _Progress:
-    """A tqdm bar on stderr (only on a terminal, after 2 s) showing the fraction done."""
-
-    def __init__(self, enabled: bool):
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-                self.bar = tqdm(total=1000, file=sys.stderr, delay=2, leave=False,
-                                bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
-            except ImportError:
-                pass
-
-    def __call__(self, desc: str, fraction: float) -> None:
-        if self.bar:
-            self.bar.set_description_str(desc[:48].ljust(48), refresh=False)
-            self.bar.update(max(0, int(fraction * 1000) - self.bar.n))
-
-    def close(self) -> None:
-        if self.bar:
-            self.bar.close()
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress (a bar on a terminal, else a line every 10 s)")
 
 
 def _directory(path: str) -> str:
@@ -296,7 +274,7 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
     gpu = _gpu(args, directory)
     device_budget = (args.device_budget or args.budget / 3) if gpu else 0.0
     _check_space(directory, 2 * file_size)
-    progress = _Progress(not args.quiet and sys.stderr.isatty())
+    progress = Progress("accio tune", not args.quiet)
     device = None
     try:
         with Bench(directory, file_size) as bench:
@@ -373,7 +351,7 @@ def evaluate(args, directory: str, path: str) -> int:
     writes = "write" in ops
     # the read file of every size, and the write file where writes are measured
     _check_space(directory, (1 + writes) * big + sum(s for s in set(file_sizes) if s != big))
-    progress = _Progress(not args.quiet and sys.stderr.isatty())
+    progress = Progress("accio tune", not args.quiet)
     try:
         with Bench(directory, big, writes=writes) as bench:
             def cells() -> list[dict]:  # a fresh grid for each run (run() writes its results into the cells)
