@@ -65,6 +65,9 @@ static struct {
   int (*pclose)(FILE*);
   void (*doallocbuf)(FILE*); /* glibc's _IO_doallocbuf, looked up at run time: see fread_large */
   int (*posix_fadvise)(int, off_t, off_t, int);
+  int (*dup)(int);
+  int (*fcntl)(int, int, ...);
+  int (*fcntl64)(int, int, ...);
 } real;
 
 static ssize_t k_read(int fd, void* b, size_t n) { return syscall(SYS_read, fd, b, n); }
@@ -115,6 +118,15 @@ static FILE* k_freopen(const char* p, const char* m, FILE* f) {
 #define k_pclose k_fclose
 static void k_doallocbuf(FILE* f) { (void)f; } /* none: the stream keeps no buffer, libc's fread reads it */
 static int k_posix_fadvise(int fd, off_t o, off_t n, int a) { return syscall(SYS_fadvise64, fd, o, n, a) ? errno : 0; }
+static int k_dup(int fd) { return (int)syscall(SYS_dup, fd); }
+static int k_fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return (int)syscall(SYS_fcntl, fd, cmd, arg);
+}
+#define k_fcntl64 k_fcntl
 
 static TLS int t_inside; /* this thread is inside the shim or the engine: everything passes through */
 
@@ -137,10 +149,11 @@ static const char* const kSym[][2] = {
     {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"dup2", NULL},
     {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL}, {"lseek64", "lseek"}, {"fclose", NULL},
     {"freopen64", "freopen"}, {"pclose", NULL}, {"_IO_doallocbuf", NULL}, {"posix_fadvise", NULL},
+    {"dup", NULL}, {"fcntl", NULL}, {"fcntl64", "fcntl"},
 };
 enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close,
        S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek, S_fclose, S_freopen,
-       S_pclose, S_doallocbuf, S_posix_fadvise };
+       S_pclose, S_doallocbuf, S_posix_fadvise, S_dup, S_fcntl, S_fcntl64 };
 
 #define REAL(name)                                                                                     \
   (__builtin_expect(real.name != NULL, 1)                                                              \
@@ -178,6 +191,11 @@ static unsigned char g_fd_seen[SEEN_MAX_FD];
 /* The posix_fadvise advice the program gave each descriptor (POSIX_FADV_NORMAL, the kernel's
  * default for a new open file description, until it gives another): see advise_like. */
 static unsigned char g_fd_advice[SEEN_MAX_FD];
+/* Descriptors made from one another (dup, dup2, dup3, fcntl F_DUPFD) share an open file
+ * description, and so its advice: they carry the same nonzero group number, and advice given
+ * through one is recorded for all of them. 0: not known to share its description. */
+static unsigned g_fd_group[SEEN_MAX_FD];
+static unsigned g_groups; /* the last group number given */
 /* Whether a request of n bytes on fd goes straight to libc: below the gate, and below the
  * threshold or on a descriptor already seen (two compares and, in the band between, one load). */
 static inline int below_gate(int fd, size_t n, int w) {
@@ -1131,7 +1149,10 @@ EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off_t off, 
 static void forget_fd(int fd) {
   pf_forget(fd);
   memo_forget(fd);
-  if ((unsigned)fd < SEEN_MAX_FD) g_fd_seen[fd] = g_fd_advice[fd] = 0;
+  if ((unsigned)fd < SEEN_MAX_FD) {
+    g_fd_seen[fd] = g_fd_advice[fd] = 0;
+    g_fd_group[fd] = 0;
+  }
   if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside) return;
   struct stat st;
   const int saved = errno;
@@ -1147,26 +1168,53 @@ EXPORT int close(int fd) {
   forget_fd(fd);
   return REAL(close)(fd);
 }
-/* The new descriptor shares the old one's open file description, and so its advice. */
-static int duplicated(int oldfd, int newfd, int r) {
-  if (r >= 0 && (unsigned)oldfd < SEEN_MAX_FD && (unsigned)newfd < SEEN_MAX_FD) g_fd_advice[newfd] = g_fd_advice[oldfd];
+/* r, the new descriptor (or -1), shares oldfd's open file description: its advice and its group. */
+static int duplicated(int oldfd, int r) {
+  if (r < 0 || r == oldfd || (unsigned)oldfd >= SEEN_MAX_FD || (unsigned)r >= SEEN_MAX_FD) return r;
+  if (!g_fd_group[oldfd]) g_fd_group[oldfd] = __atomic_add_fetch(&g_groups, 1, __ATOMIC_RELAXED);
+  g_fd_group[r] = g_fd_group[oldfd];
+  g_fd_advice[r] = g_fd_advice[oldfd];
   return r;
 }
+EXPORT int dup(int oldfd) { return duplicated(oldfd, REAL(dup)(oldfd)); }
 EXPORT int dup2(int oldfd, int newfd) {
   if (oldfd != newfd) forget_fd(newfd);
-  return duplicated(oldfd, newfd, REAL(dup2)(oldfd, newfd));
+  return duplicated(oldfd, REAL(dup2)(oldfd, newfd));
 }
 EXPORT int dup3(int oldfd, int newfd, int flags) {
   if (oldfd != newfd) forget_fd(newfd);
-  return duplicated(oldfd, newfd, REAL(dup3)(oldfd, newfd, flags));
+  return duplicated(oldfd, REAL(dup3)(oldfd, newfd, flags));
 }
-/* The advice that changes an open file description's readahead is remembered (advise_like); the
- * others act on the file's pages, which the engine's descriptor shares. */
+/* fcntl's third argument is an int or a pointer, by command; it is passed on as a pointer, as
+ * glibc's own wrapper reads it. F_DUPFD and F_DUPFD_CLOEXEC make a descriptor as dup does. */
+static int fcntl_done(int fd, int cmd, int r) { return cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC ? duplicated(fd, r) : r; }
+EXPORT int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return fcntl_done(fd, cmd, REAL(fcntl)(fd, cmd, arg));
+}
+EXPORT int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return fcntl_done(fd, cmd, REAL(fcntl64)(fd, cmd, arg));
+}
+/* The advice that changes an open file description's readahead is remembered (advise_like), for
+ * every descriptor of that description the shim saw made; the others act on the file's pages,
+ * which the engine's descriptor shares. */
 EXPORT int posix_fadvise(int fd, off_t off, off_t len, int advice) {
   const int r = REAL(posix_fadvise)(fd, off, len, advice);
-  if (!r && (unsigned)fd < SEEN_MAX_FD &&
-      (advice == POSIX_FADV_NORMAL || advice == POSIX_FADV_RANDOM || advice == POSIX_FADV_SEQUENTIAL))
-    g_fd_advice[fd] = (unsigned char)advice;
+  if (r || (unsigned)fd >= SEEN_MAX_FD ||
+      (advice != POSIX_FADV_NORMAL && advice != POSIX_FADV_RANDOM && advice != POSIX_FADV_SEQUENTIAL))
+    return r;
+  g_fd_advice[fd] = (unsigned char)advice;
+  const unsigned g = g_fd_group[fd];
+  if (g)
+    for (int i = 0; i < SEEN_MAX_FD; ++i)
+      if (g_fd_group[i] == g) g_fd_advice[i] = (unsigned char)advice;
   return r;
 }
 EXPORT int posix_fadvise64(int fd, off_t off, off_t len, int advice) { return posix_fadvise(fd, off, len, advice); }
