@@ -33,11 +33,18 @@ _lock = _thread.allocate_lock()  # _thread: threading costs start-up time
 _table: dict[str, str] = {}  # replaced, never mutated: readers take it without the lock
 
 
-def _text(value: Any) -> str:
-    """A setting value as the engine parses it: True/False as on/off, the rest as str()."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
+def _text(name: str, value: Any) -> str:
+    """A setting value as the engine parses it: True/False as on/off, the rest as str(). A bool given
+    to a setting that takes no on/off is refused naming what the caller wrote (`threads=True`), not
+    the 'on' the engine would have been given."""
+    if not isinstance(value, bool):
+        return str(value)
+    text = "on" if value else "off"
+    try:
+        _ext.settings([(name, text)])
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror.replace(f"{name}={text!r}", f"{name}={value!r}"), *e.args[2:]) from None
+    return text
 
 
 def current() -> dict[str, str]:
@@ -48,7 +55,7 @@ def current() -> dict[str, str]:
 def _resolve(overrides: dict[str, Any]) -> list[tuple[str, str]]:
     """The defaults, then overrides (None values skipped), as the (name, value) pairs the engine takes."""
     merged = dict(_table)
-    merged.update((k, _text(v)) for k, v in overrides.items() if v is not None)
+    merged.update((k, _text(k, v)) for k, v in overrides.items() if v is not None)
     return list(merged.items())
 
 
@@ -93,8 +100,13 @@ def set(values: dict[str, Any] | None = None, /, **settings: Any) -> _Restore:
         for k, v in given.items():
             if v is None:
                 table.pop(k, None)
+            elif isinstance(v, bool):
+                try:
+                    table[k] = _text(k, v)
+                except OSError as e:  # as _check reports a bad value
+                    raise ValueError(str(e)) from None
             else:
-                table[k] = _text(v)
+                table[k] = _text(k, v)
         _check(table)
         _table = table
     return _Restore(previous)

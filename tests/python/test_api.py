@@ -492,6 +492,23 @@ def test_settings_names_env_and_api(monkeypatch):
     assert accio.settings(direct=True)["direct"] == "on"
 
 
+def test_a_bool_for_a_setting_without_on_off_is_refused_as_written(tmp_path):
+    # threads=True reached the engine as 'on' and the error named a value the caller never wrote
+    p = tmp_path / "f"
+    p.write_bytes(b"x")
+    with pytest.raises(accio.Error, match=r"threads=True is not valid: not an integer"):
+        accio.open(p, threads=True)
+    with pytest.raises(accio.Error, match=r"task_size=False is not valid"):
+        accio.settings(task_size=False)
+    with pytest.raises(ValueError, match=r"threads=True is not valid"):  # as defaults.set reports others
+        accio.defaults.set(threads=True)
+    assert accio.defaults.current() == {}  # nothing set by the refused call
+    with pytest.raises(accio.Error, match="unknown setting 'threds'"):
+        accio.open(p, threds=True)
+    with accio.open(p, direct=False, realign=True) as f:  # on/off settings take bools
+        assert f.size == 1
+
+
 def test_plan_and_auto_rule(tmp_path):
     # a file just written is in the page cache: the hot plans (a cold single 64 MiB read would be
     # direct, the built-in model's cold_start rule: tests/python/test_preload.py)
