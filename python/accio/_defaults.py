@@ -33,6 +33,9 @@ _lock = _thread.allocate_lock()  # _thread: threading costs start-up time
 _table: dict[str, str] = {}  # replaced, never mutated: readers take it without the lock
 
 
+_bools_taken: set[tuple[str, str]] = set()  # (name, "on"/"off") the engine accepted: checked once
+
+
 def _text(name: str, value: Any) -> str:
     """A setting value as the engine parses it: True/False as on/off, the rest as str(). A bool given
     to a setting that takes no on/off is refused naming what the caller wrote (`threads=True`), not
@@ -40,10 +43,14 @@ def _text(name: str, value: Any) -> str:
     if not isinstance(value, bool):
         return str(value)
     text = "on" if value else "off"
-    try:
-        _ext.settings([(name, text)])
-    except OSError as e:
-        raise type(e)(e.errno, e.strerror.replace(f"{name}={text!r}", f"{name}={value!r}"), *e.args[2:]) from None
+    if (name, text) not in _bools_taken:
+        try:
+            _ext.settings([(name, text)])
+        except OSError as e:
+            error = type(e)(e.errno, e.strerror.replace(f"{name}={text!r}", f"{name}={value!r}"), *e.args[2:])
+            error.__dict__.update(e.__dict__)  # accio.Error's operation and offset
+            raise error from None
+        _bools_taken.add((name, text))
     return text
 
 
@@ -100,13 +107,11 @@ def set(values: dict[str, Any] | None = None, /, **settings: Any) -> _Restore:
         for k, v in given.items():
             if v is None:
                 table.pop(k, None)
-            elif isinstance(v, bool):
-                try:
-                    table[k] = _text(k, v)
-                except OSError as e:  # as _check reports a bad value
-                    raise ValueError(str(e)) from None
-            else:
+                continue
+            try:
                 table[k] = _text(k, v)
+            except OSError as e:  # a bool where no on/off is taken: as _check reports a bad value
+                raise ValueError(str(e)) from None
         _check(table)
         _table = table
     return _Restore(previous)

@@ -8,13 +8,15 @@ import time
 
 
 class Progress:
-    """A tqdm bar on a terminal (after 2 s); otherwise (a pipe, a log file, a batch job) a line every
-    `every` seconds with how much is done, the time so far and an estimate of the rest, so that a
-    long run is never silent. `name` starts each line (`accio bench`).
+    """A tqdm bar on a terminal (after 2 s); otherwise (a pipe, a log file, a batch job) a line at
+    most every `every` seconds, as the work reports its progress, with how much is done, the time
+    so far and an estimate of the rest, so that a long run is never silent. `name` starts each line
+    (`accio bench`).
 
     Counted work (`total` units of `unit`, one `step` per unit as it starts) prints
-    "3/10 phases done"; work known by its fraction (`progress(desc, fraction)`, a budget in time)
-    prints "42% done"."""
+    "3/10 phases done"; work known by its fraction of the whole (`progress(desc, fraction)`, a
+    budget in time) prints "42% done"; a stage of it reports its own fraction through
+    `stage(lo, hi)`."""
 
     def __init__(self, name: str, enabled: bool, total: int | None = None, unit: str = "phases",
                  tty: bool | None = None, every: float = 10.0, clock=time.monotonic):
@@ -37,6 +39,8 @@ class Progress:
 
     def step(self, desc: str) -> None:
         """One unit of `total` starts; desc names it."""
+        if self.total is None:
+            raise ValueError("Progress.step counts units of a total: give total=, or report fractions")
         if self.bar:
             self.bar.set_description_str(desc, refresh=False)
             self.bar.update(1)
@@ -54,6 +58,11 @@ class Progress:
             self.bar.update(max(0, int(fraction * 1000) - self.bar.n))
         elif self.lines:
             self._line(desc, f"{fraction:.0%} done", fraction)
+
+    def stage(self, lo: float, hi: float):
+        """A callable for a stage that spans [lo, hi] of the whole (the host search, then the GPU's):
+        its own fraction done, 0 to 1, becomes the whole's."""
+        return lambda desc, fraction: self(desc, lo + min(1.0, max(0.0, fraction)) * (hi - lo))
 
     def _line(self, desc: str, done: str, fraction: float) -> None:
         t = self.clock()

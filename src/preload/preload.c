@@ -13,6 +13,11 @@
  * (posix_fadvise WILLNEED; see "Prefetch"). With ACCIO_PRELOAD_STATS_DIR set, each process writes
  * per-file counters there at exit (<pid>.json), which `accio run --stats` merges. */
 #define _GNU_SOURCE
+/* The shim defines both names of each large-file function (pread and pread64, fcntl and fcntl64):
+ * with 64-bit file offsets selected, the header would make the first an alias of the second. */
+#if defined(_FILE_OFFSET_BITS) && _FILE_OFFSET_BITS == 64
+#error "build preload.c without _FILE_OFFSET_BITS=64: it defines the *64 functions itself"
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -68,6 +73,7 @@ static struct {
   int (*dup)(int);
   int (*fcntl)(int, int, ...);
   int (*fcntl64)(int, int, ...);
+  void (*closefrom)(int);
 } real;
 
 static ssize_t k_read(int fd, void* b, size_t n) { return syscall(SYS_read, fd, b, n); }
@@ -127,6 +133,13 @@ static int k_fcntl(int fd, int cmd, ...) {
   return (int)syscall(SYS_fcntl, fd, cmd, arg);
 }
 #define k_fcntl64 k_fcntl
+static void k_closefrom(int lowfd) {
+#ifdef SYS_close_range
+  syscall(SYS_close_range, (unsigned)lowfd, ~0U, 0);
+#else
+  (void)lowfd;
+#endif
+}
 
 static TLS int t_inside; /* this thread is inside the shim or the engine: everything passes through */
 
@@ -149,11 +162,11 @@ static const char* const kSym[][2] = {
     {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"dup2", NULL},
     {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL}, {"lseek64", "lseek"}, {"fclose", NULL},
     {"freopen64", "freopen"}, {"pclose", NULL}, {"_IO_doallocbuf", NULL}, {"posix_fadvise", NULL},
-    {"dup", NULL}, {"fcntl", NULL}, {"fcntl64", "fcntl"},
+    {"dup", NULL}, {"fcntl", NULL}, {"fcntl64", "fcntl"}, {"closefrom", NULL},
 };
 enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close,
        S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek, S_fclose, S_freopen,
-       S_pclose, S_doallocbuf, S_posix_fadvise, S_dup, S_fcntl, S_fcntl64 };
+       S_pclose, S_doallocbuf, S_posix_fadvise, S_dup, S_fcntl, S_fcntl64, S_closefrom };
 
 #define REAL(name)                                                                                     \
   (__builtin_expect(real.name != NULL, 1)                                                              \
@@ -195,7 +208,8 @@ static unsigned char g_fd_advice[SEEN_MAX_FD];
  * description, and so its advice: they carry the same nonzero group number, and advice given
  * through one is recorded for all of them. 0: not known to share its description. */
 static unsigned g_fd_group[SEEN_MAX_FD];
-static unsigned g_groups; /* the last group number given */
+static unsigned g_groups;    /* the last group number given */
+static unsigned g_group_top; /* 1 + the highest descriptor ever given a group (posix_fadvise's scan) */
 /* Whether a request of n bytes on fd goes straight to libc: below the gate, and below the
  * threshold or on a descriptor already seen (two compares and, in the band between, one load). */
 static inline int below_gate(int fd, size_t n, int w) {
@@ -301,7 +315,11 @@ static void memo_regular(int fd) {
 static int g_mechanism_set = 0;    /* ACCIO_MECHANISM was given */
 static int g_quiet = 0;
 static char g_stats_dir[PATH_MAX]; /* empty: no statistics */
-static pid_t g_stats_pid;          /* the process whose memory this is (a vfork child shares it) */
+/* The process whose memory this is: set at start-up and in every fork child (in_child). A child of
+ * vfork (Python's subprocess, which calls dup2, close and close_range there through the PLT) or of
+ * posix_spawn shares the parent's memory until it execs, with a descriptor table of its own: it
+ * must not touch the parent's records of descriptors, handles or statistics (in_borrowed_memory). */
+static pid_t g_self;
 static int g_stats_written;        /* this process wrote its statistics (under g_mu) */
 
 /* A message on stderr, unless ACCIO_QUIET is set (a transparent tool is silent otherwise). */
@@ -343,11 +361,7 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* engine loading, hand
 
 static void capture_all_plans(void);
 static void in_child(void);
-/* Registers in_child, once: with the engine loaded, statistics or the prefetch (all use g_mu). */
-static void watch_forks(void) {
-  static int done;
-  if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) pthread_atfork(NULL, NULL, in_child);
-}
+static int in_borrowed_memory(void) { return (pid_t)syscall(SYS_getpid) != g_self; }
 
 static int engine_load_locked(void) {
   if (g_engine) return g_engine > 0;
@@ -386,7 +400,6 @@ static int engine_load_locked(void) {
   if (!g_mechanism_set) eng.settings_set(g_settings_direct, "mechanism", "direct");
   /* Registered after libaccio's own static destructors, so it runs before them. */
   if (g_stats_dir[0]) atexit(capture_all_plans);
-  watch_forks();
   g_engine = g_engine_loaded = 1;
   return 1;
 missing:
@@ -717,7 +730,7 @@ static void advise_like(struct handle* h, int fd) {
 static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback,
                              int* declined) {
   __atomic_add_fetch(&g_asked, 1, __ATOMIC_RELAXED);
-  const int fl = fcntl(c->fd, F_GETFL);
+  const int fl = REAL(fcntl)(c->fd, F_GETFL);
   if (fl < 0 || (fl & (O_APPEND | O_PATH | O_SYNC | O_DSYNC))) return TO_LIBC;
   const int acc = fl & O_ACCMODE;
   if (c->write ? acc == O_RDONLY : acc == O_WRONLY) return TO_LIBC; /* libc reports EBADF */
@@ -1143,10 +1156,35 @@ EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off_t off, 
   return pwritev2(fd, iov, cnt, off, flags);
 }
 
+/* Whether the shim keeps anything of fd in its tables (forget_fd has something to clear). */
+static int fd_has_state(int fd) {
+  if ((unsigned)fd < SEEN_MAX_FD && (g_fd_seen[fd] | g_fd_advice[fd] | g_fd_group[fd])) return 1;
+  if ((unsigned)fd < MEMO_MAX_FD)
+    for (int w = 0; w < 2; ++w) {
+      const struct memo* m = &g_memo[fd][w];
+      if (m->size | m->left | m->window | (uint64_t)m->next) return 1;
+    }
+  if ((unsigned)fd < PF_MAX_FD) {
+    const struct stream* t = &g_streams[fd];
+    if (t->since | (uint64_t)t->last_pos | (uint64_t)t->ahead) return 1;
+  }
+  return 0;
+}
+
 /* What the shim knows of a descriptor about to be closed, or replaced by dup2/dup3 (which close
  * the target without a close() call): its stream, memo and gate state, and the engine's handle of
- * its file. */
+ * its file. Nothing in a vfork child (in_borrowed_memory): its closes are of its own table's
+ * descriptors, and these records are its parent's (Python's subprocess closed every descriptor of
+ * the child with close_range, and the shim closed the parent's engine handles: their descriptors
+ * stayed open in the parent, two per subprocess.run). The process is asked only where there is
+ * something to clear, so that a close of a descriptor the shim never saw costs no system call. */
+static void forget_fd_owned(int fd);
 static void forget_fd(int fd) {
+  if (!fd_has_state(fd) && (!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED) || t_inside)) return;
+  if (in_borrowed_memory()) return;
+  forget_fd_owned(fd);
+}
+static void forget_fd_owned(int fd) {
   pf_forget(fd);
   memo_forget(fd);
   if ((unsigned)fd < SEEN_MAX_FD) {
@@ -1168,12 +1206,22 @@ EXPORT int close(int fd) {
   forget_fd(fd);
   return REAL(close)(fd);
 }
-/* r, the new descriptor (or -1), shares oldfd's open file description: its advice and its group. */
+/* r, the new descriptor (or -1), shares oldfd's open file description: its advice and its group
+ * (one number for racing duplicates of a descriptor that had none). Not in a vfork child. */
 static int duplicated(int oldfd, int r) {
-  if (r < 0 || r == oldfd || (unsigned)oldfd >= SEEN_MAX_FD || (unsigned)r >= SEEN_MAX_FD) return r;
-  if (!g_fd_group[oldfd]) g_fd_group[oldfd] = __atomic_add_fetch(&g_groups, 1, __ATOMIC_RELAXED);
-  g_fd_group[r] = g_fd_group[oldfd];
+  if (r < 0 || r == oldfd || (unsigned)oldfd >= SEEN_MAX_FD || (unsigned)r >= SEEN_MAX_FD || in_borrowed_memory())
+    return r;
+  unsigned g = __atomic_load_n(&g_fd_group[oldfd], __ATOMIC_RELAXED);
+  if (!g) {
+    const unsigned mine = __atomic_add_fetch(&g_groups, 1, __ATOMIC_RELAXED);
+    g = __atomic_compare_exchange_n(&g_fd_group[oldfd], &g, mine, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? mine : g;
+  }
+  __atomic_store_n(&g_fd_group[r], g, __ATOMIC_RELAXED);
   g_fd_advice[r] = g_fd_advice[oldfd];
+  const unsigned top = (unsigned)(oldfd > r ? oldfd : r) + 1;
+  unsigned seen = __atomic_load_n(&g_group_top, __ATOMIC_RELAXED);
+  while (seen < top && !__atomic_compare_exchange_n(&g_group_top, &seen, top, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
   return r;
 }
 EXPORT int dup(int oldfd) { return duplicated(oldfd, REAL(dup)(oldfd)); }
@@ -1202,19 +1250,49 @@ EXPORT int fcntl64(int fd, int cmd, ...) {
   va_end(ap);
   return fcntl_done(fd, cmd, REAL(fcntl64)(fd, cmd, arg));
 }
+/* Whether descriptors a and b of this process share an open file description: kcmp(KCMP_FILE); 1
+ * (trust the group) where the kernel has no kcmp or refuses it (seccomp, no CONFIG_KCMP), 0 where b
+ * is closed. */
+static int same_description(int a, int b) {
+#ifdef SYS_kcmp
+  const int saved = errno;
+  const pid_t self = (pid_t)syscall(SYS_getpid);
+  const long r = syscall(SYS_kcmp, self, self, 0 /* KCMP_FILE */, a, b); /* 0 equal; 1, 2, 3 not */
+  const int e = errno;
+  errno = saved;
+  return r == -1 ? e != EBADF : r == 0; /* b closed: not the same; kcmp unavailable: trust the group */
+#else
+  (void)a, (void)b;
+  return 1;
+#endif
+}
+
 /* The advice that changes an open file description's readahead is remembered (advise_like), for
  * every descriptor of that description the shim saw made; the others act on the file's pages,
- * which the engine's descriptor shares. */
+ * which the engine's descriptor shares. A group can hold a number that now belongs to another
+ * description (closed where the shim does not see: a raw system call, io_uring, closedir): the
+ * advice goes only to the members that still share fd's description (kcmp), and where one does
+ * not, those that do move with fd to a new group, away from the stale one. */
 EXPORT int posix_fadvise(int fd, off_t off, off_t len, int advice) {
   const int r = REAL(posix_fadvise)(fd, off, len, advice);
   if (r || (unsigned)fd >= SEEN_MAX_FD ||
       (advice != POSIX_FADV_NORMAL && advice != POSIX_FADV_RANDOM && advice != POSIX_FADV_SEQUENTIAL))
     return r;
   g_fd_advice[fd] = (unsigned char)advice;
-  const unsigned g = g_fd_group[fd];
-  if (g)
-    for (int i = 0; i < SEEN_MAX_FD; ++i)
-      if (g_fd_group[i] == g) g_fd_advice[i] = (unsigned char)advice;
+  const unsigned g = __atomic_load_n(&g_fd_group[fd], __ATOMIC_RELAXED);
+  if (!g) return r;
+  const unsigned top = __atomic_load_n(&g_group_top, __ATOMIC_RELAXED);
+  int stale = 0;
+  for (unsigned i = 0; i < top && i < SEEN_MAX_FD; ++i) {
+    if ((int)i == fd || __atomic_load_n(&g_fd_group[i], __ATOMIC_RELAXED) != g) continue;
+    if (same_description(fd, (int)i)) g_fd_advice[i] = (unsigned char)advice;
+    else stale = 1;
+  }
+  if (!stale) return r;
+  const unsigned fresh = __atomic_add_fetch(&g_groups, 1, __ATOMIC_RELAXED);
+  for (unsigned i = 0; i < top && i < SEEN_MAX_FD; ++i)
+    if (__atomic_load_n(&g_fd_group[i], __ATOMIC_RELAXED) == g && ((int)i == fd || same_description(fd, (int)i)))
+      __atomic_store_n(&g_fd_group[i], fresh, __ATOMIC_RELAXED);
   return r;
 }
 EXPORT int posix_fadvise64(int fd, off_t off, off_t len, int advice) { return posix_fadvise(fd, off, len, advice); }
@@ -1238,11 +1316,17 @@ EXPORT off_t lseek64(int fd, off_t off, int whence) { return lseek(fd, off, when
  * CLOSE_RANGE_CLOEXEC nothing is closed. Descriptors from MEMO_MAX_FD up have no table entries to
  * forget; an engine handle of a file closed there is kept, as after a raw close system call. */
 EXPORT int close_range(unsigned first, unsigned last, int flags) {
-  if (!(flags & CLOSE_RANGE_CLOEXEC))
-    for (unsigned fd = first; fd <= last && fd < MEMO_MAX_FD; ++fd) forget_fd((int)fd);
+  if (!(flags & CLOSE_RANGE_CLOEXEC) && !in_borrowed_memory())
+    for (unsigned fd = first; fd <= last && fd < MEMO_MAX_FD; ++fd) forget_fd_owned((int)fd);
   return (int)syscall(SYS_close_range, first, last, flags);
 }
 #endif
+/* glibc's closefrom (2.34) closes through its own close_range, which no preload sees. */
+EXPORT void closefrom(int lowfd) {
+  if (!in_borrowed_memory())
+    for (int fd = lowfd < 0 ? 0 : lowfd; fd < MEMO_MAX_FD; ++fd) forget_fd_owned(fd);
+  REAL(closefrom)(lowfd);
+}
 
 /* _FORTIFY_SOURCE variants: the buffer-size check first, as glibc does. */
 extern void __chk_fail(void) __attribute__((noreturn));
@@ -1434,7 +1518,7 @@ static void in_child(void) {
   g_pf_ndevs = 0; /* a fork amid an insertion may have left a half-written entry: read sysfs again */
   g_engine_loaded = g_engine > 0;
   g_stats_written = 0;
-  g_stats_pid = (pid_t)syscall(SYS_getpid);
+  g_self = (pid_t)syscall(SYS_getpid);
 }
 
 /* The length of the well-formed UTF-8 sequence at s (as Python's strict decoder accepts it: no
@@ -1602,7 +1686,7 @@ static void flush_stats(void) {
  * that counted nothing (a daemon's middle fork, a child whose exec failed). g_mu is waited for up
  * to 100 ms, then given up: the handler may have interrupted a thread holding it. */
 static void stats_at_exit(void) {
-  if (!g_stats_dir[0] || (pid_t)syscall(SYS_getpid) != g_stats_pid) return;
+  if (!g_stats_dir[0] || in_borrowed_memory()) return;
   t_inside = 1;
   for (int i = 0; pthread_mutex_trylock(&g_mu); ++i) {
     if (i == 100) return;
@@ -1637,6 +1721,8 @@ static void set_floor(const char* v) {
 }
 
 __attribute__((constructor)) static void shim_init(void) {
+  g_self = (pid_t)syscall(SYS_getpid);
+  pthread_atfork(NULL, NULL, in_child);
   g_quiet = accio_quiet();
   *(void**)&g_real_exit[0] = dlsym(RTLD_NEXT, "_exit");
   *(void**)&g_real_exit[1] = dlsym(RTLD_NEXT, "_Exit");
@@ -1676,9 +1762,6 @@ __attribute__((constructor)) static void shim_init(void) {
   }
   if (d && *d && strlen(d) < sizeof g_stats_dir) {
     snprintf(g_stats_dir, sizeof g_stats_dir, "%s", d);
-    g_stats_pid = (pid_t)syscall(SYS_getpid);
     atexit(flush_stats);
-    watch_forks();
   }
-  if (g_pf_window) watch_forks(); /* the prefetch's device table is under g_mu */
 }

@@ -106,6 +106,10 @@ TEST_P(PoolsUnder, DistinctBufferSizesKeepLockedMemoryBounded) {
   // The pools themselves: VmLck alone cannot fail where RLIMIT_MEMLOCK (8 MiB for a user by
   // default; CI runs as root) refuses every pool's mlock (review s20, NIT 6).
   EXPECT_LE(pools_max, mem::StagingPool::kIdlePools + 1) << "staging pools pile up";
+  // ...and the reads did go through the shared pools (or the bound above would hold for any read
+  // path): the pool handed out for the last handle's settings is the one its read leased from.
+  auto last = mem::StagingPool::shared(kLargest, 2, base::Settings::defaults().huge_pages);
+  EXPECT_GT(last->leases(), 0u) << "the reads did not use the shared staging pools";
   // In use plus kIdlePools idle, each at most 2 x 20 MiB (rounded to huge pages).
   const long bound_kb = static_cast<long>((mem::StagingPool::kIdlePools + 1) * 2 * (kLargest + (2 << 20)) / 1024);
   EXPECT_LE(lck_max, bound_kb) << "locked staging memory piles up";

@@ -496,8 +496,9 @@ def test_a_bool_for_a_setting_without_on_off_is_refused_as_written(tmp_path):
     # threads=True reached the engine as 'on' and the error named a value the caller never wrote
     p = tmp_path / "f"
     p.write_bytes(b"x")
-    with pytest.raises(accio.Error, match=r"threads=True is not valid: not an integer"):
+    with pytest.raises(accio.Error, match=r"threads=True is not valid: not an integer") as e:
         accio.open(p, threads=True)
+    assert e.value.errno == errno.EINVAL and e.value.operation == "set setting"  # the engine's error, reworded
     with pytest.raises(accio.Error, match=r"task_size=False is not valid"):
         accio.settings(task_size=False)
     with pytest.raises(ValueError, match=r"threads=True is not valid"):  # as defaults.set reports others

@@ -487,6 +487,45 @@ def test_tune_progress_without_a_terminal_prints_the_fraction_done(capsys):
     bar("x", 0.5)
     assert bar.bar.n == 500
     bar.close()
+    with pytest.raises(ValueError, match="total"):
+        Progress("accio tune", True, tty=False).step("x")  # counted steps need a total
+
+
+def test_tune_progress_stages_share_the_whole(capsys):
+    # With a GPU, accio tune runs the host search and then the GPU's, each reporting its own
+    # fraction; the lines said "100% done" after the first and then "50% ... about 250 s left"
+    # when 50 s were left (review s22). Each stage now maps onto its share of the whole.
+    from accio._progress import Progress
+    now = [0.0]
+    p = Progress("accio tune", True, tty=False, every=50, clock=lambda: now[0])
+    host, gpu = p.stage(0.0, 2 / 3), p.stage(2 / 3, 1.0)
+    for t in range(0, 201, 10):
+        now[0] = t
+        host("host", t / 200)
+    for t in range(210, 301, 10):
+        now[0] = t
+        gpu("gpu", (t - 200) / 100)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["accio tune: 17% done, 50 s, about 250 s left; now host",
+                     "accio tune: 33% done, 100 s, about 200 s left; now host",
+                     "accio tune: 50% done, 150 s, about 150 s left; now host",
+                     "accio tune: 67% done, 200 s, about 100 s left; now host",
+                     "accio tune: 83% done, 250 s, about 50 s left; now gpu",
+                     "accio tune: 100% done, 300 s, about 0 s left; now gpu"]
+
+
+def test_tune_without_a_terminal_prints_progress_lines(tmp_path, monkeypatch, capsys):
+    # End to end: accio tune --evaluate, not -q, stderr not a terminal (captured), a line at every
+    # report (every=0): the tune side must not gate its progress on a terminal again.
+    import functools
+    import accio.tune
+    from accio import cli
+    from accio._progress import Progress
+    monkeypatch.setattr(accio.tune, "Progress", functools.partial(Progress, every=0))
+    assert cli.main(["tune", str(tmp_path), "--evaluate", "--file-sizes", "1m", "--transfers", "512k", "--ops",
+                     "read", "--caches", "hot", "-i", "1", "--max-reps", "1", "--threads", "1"]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("accio tune: ") and "% done" in ln]
+    assert lines and lines[-1].startswith("accio tune: 100% done"), lines
 
 
 def test_bench_without_a_terminal_says_what_it_runs(tmp_path):

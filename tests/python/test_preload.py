@@ -672,14 +672,10 @@ int posix_fadvise(int fd, off_t off, off_t len, int advice) {
 """
 
 
-def test_the_engines_descriptor_takes_the_programs_fadvise_advice(data, tmp_path):
-    """The engine reads through a descriptor of its own, whose readahead was the kernel's default
-    whatever the program advised on its own: fio advises POSIX_FADV_SEQUENTIAL (twice the readahead),
-    and its cold 4 MiB psync reads ran at 0.92x of plain on the H200's 16 CPUs, 0.72-0.85x on the 2-CPU
-    VM. The shim now gives the engine's descriptor the advice of the descriptor it serves (SEQUENTIAL,
-    RANDOM, NORMAL), once per change. Advice belongs to the open file description: given through one
-    of the descriptors made from one another (dup2, dup3, dup, fcntl F_DUPFD, which Python's os.dup
-    uses), it holds for all of them."""
+def _fadvise_run(prog: str, args: list[str], tmp_path) -> tuple[list[tuple[int, int, str]], str]:
+    """Runs the Python program prog under the shim with FADVISE_RECORDER_C preloaded after it (a
+    1 MiB threshold, so that its 4 MiB preads are served); returns (descriptor, advice, path) of
+    each posix_fadvise after the line `mark` on stderr (none may come before it), and stdout."""
     src = tmp_path / "rec.c"
     src.write_text(FADVISE_RECORDER_C)
     rec = tmp_path / "librec.so"
@@ -687,12 +683,35 @@ def test_the_engines_descriptor_takes_the_programs_fadvise_advice(data, tmp_path
                         text=True)
     assert cc.returncode == 0, cc.stderr
     from accio.run import shim_path
-    big = data / "big.bin"
+    plain([sys.executable, "-c", prog, *args])  # hot: the engine serves the reads
+    env = dict(os.environ, LD_PRELOAD=f"{shim_path()} {rec}", ACCIO_PRELOAD_THRESHOLD="1m", ACCIO_QUIET="1")
+    p = subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    before, after = p.stderr.split("mark\n")
+    assert "fadvise" not in before, before
+    return [(int(fd), int(advice), path) for _, fd, advice, path in
+            (line.split() for line in after.splitlines() if line.startswith("fadvise "))], p.stdout
+
+
+_READ_ALL = ("def read_all(d):\n"
+             "    for off in range(0, os.fstat(d).st_size, 4 << 20):\n"
+             "        os.pread(d, 4 << 20, off)\n")
+
+
+def test_the_engines_descriptor_takes_the_programs_fadvise_advice(data, tmp_path):
+    """The engine reads through a descriptor of its own, whose readahead was the kernel's default
+    whatever the program advised on its own: fio advises POSIX_FADV_SEQUENTIAL (twice the readahead),
+    and its cold 4 MiB psync reads ran at 0.92x of plain on the H200's 16 CPUs, 0.72-0.85x on the 2-CPU
+    VM. The shim now gives the engine's descriptor the advice of the descriptor it serves (SEQUENTIAL,
+    RANDOM, NORMAL), once per change. Advice belongs to the open file description: given through one
+    of the descriptors made from one another (dup2, dup3, dup, fcntl F_DUPFD, and fcntl64's
+    F_DUPFD_CLOEXEC, which Python's os.dup uses), it holds for all of them; a number closed where
+    the shim does not see it and then opened on another file does not carry the group's advice."""
+    big, other = data / "big.bin", tmp_path / "other.bin"
+    other.write_bytes(b"x" * 4096)
     prog = ("import ctypes, os, sys\n"
-            "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
-            "def read_all(d):\n"
-            "    for off in range(0, os.fstat(d).st_size, 4 << 20):\n"
-            "        os.pread(d, 4 << 20, off)\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\n" + _READ_ALL +
             "read_all(fd)\n"  # no advice: the engine's descriptor is left alone
             "print('mark', flush=True); os.write(2, b'mark\\n')\n"
             "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL); read_all(fd); read_all(fd)\n"
@@ -701,21 +720,58 @@ def test_the_engines_descriptor_takes_the_programs_fadvise_advice(data, tmp_path
             # advice through the copy, read through the original, and the other way round
             "os.posix_fadvise(77, 0, 0, os.POSIX_FADV_SEQUENTIAL); read_all(fd)\n"
             "d = os.dup(fd); os.posix_fadvise(d, 0, 0, os.POSIX_FADV_RANDOM); read_all(77)\n"
-            "c = ctypes.CDLL(None).dup(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_NORMAL); read_all(c)\n")
-    plain([sys.executable, "-c", prog, str(big)])  # hot: the engine serves the reads
-    env = dict(os.environ, LD_PRELOAD=f"{shim_path()} {rec}", ACCIO_PRELOAD_THRESHOLD="1m", ACCIO_QUIET="1")
-    p = subprocess.run([sys.executable, "-c", prog, str(big)], capture_output=True, text=True, env=env)
-    assert p.returncode == 0, p.stderr
-    before, after = p.stderr.split("mark\n")
-    assert "fadvise" not in before, before
-    calls = [line.split() for line in after.splitlines() if line.startswith("fadvise ")]
-    assert all(path == str(big) for _, _, _, path in calls), calls
-    engine_fd = int(calls[1][1])  # one handle per file: the engine reads through one descriptor
-    got = [(int(fd) != engine_fd, int(advice)) for _, fd, advice, _ in calls]
-    # (the program's own call, advice): each of the program's advice, then the engine's descriptor
-    # taking it before the next read served; equal advice is not given twice
-    assert got == [(True, 2), (False, 2), (True, 1), (False, 1), (True, 0), (False, 0),
-                   (True, 2), (False, 2), (True, 1), (False, 1), (True, 0), (False, 0)], calls
+            "c = libc.dup(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL); read_all(c)\n"
+            "e = libc.fcntl(fd, 0, 0); os.posix_fadvise(e, 0, 0, os.POSIX_FADV_NORMAL); read_all(fd)\n"  # F_DUPFD
+            "os.dup2(fd, 78, inheritable=False); os.posix_fadvise(78, 0, 0, os.POSIX_FADV_RANDOM); read_all(fd)\n"  # dup3
+            # c closed by a raw system call, its number then another file's: advice through it stays its own
+            "assert libc.syscall(3, c) == 0; o = os.open(sys.argv[2], os.O_RDONLY); assert o == c, (o, c)\n"
+            "os.posix_fadvise(o, 0, 0, os.POSIX_FADV_SEQUENTIAL); read_all(fd)\n"
+            "os.posix_fadvise(77, 0, 0, os.POSIX_FADV_NORMAL); read_all(fd)\n")
+    calls, _ = _fadvise_run(prog, [str(big), str(other)], tmp_path)
+    engine_fd = calls[1][0]  # one handle per file: the engine reads through one descriptor
+    got = [(fd != engine_fd, advice, path == str(big)) for fd, advice, path in calls]
+    # (the program's own call, advice, of big.bin): each of the program's advice, then the engine's
+    # descriptor taking it before the next read served; equal advice is not given twice
+    assert got == [(True, 2, True), (False, 2, True), (True, 1, True), (False, 1, True), (True, 0, True),
+                   (False, 0, True),
+                   (True, 2, True), (False, 2, True), (True, 1, True), (False, 1, True),  # dup2, os.dup
+                   (True, 2, True), (False, 2, True), (True, 0, True), (False, 0, True),  # dup, F_DUPFD
+                   (True, 1, True), (False, 1, True),  # dup3
+                   (True, 2, False),  # the other file's: nothing for big.bin's engine descriptor
+                   (True, 0, True), (False, 0, True)], calls
+
+
+def test_a_vfork_child_leaves_the_parents_records_alone(data, tmp_path):
+    """CPython (3.10 on) starts a subprocess with vfork: until it execs, the child shares the
+    parent's memory, and its close_range, dup2 and close reach the shim. The shim forgot the parent's
+    descriptors there and closed its engine handles in the child's descriptor table: the parent kept
+    their descriptors open with nothing referring to them (two more per subprocess.run, the review
+    of session 22) and lost the advice it had given."""
+    big = data / "big.bin"
+    prog = ("import os, subprocess, sys\n"
+            "path = sys.argv[1]\n"
+            "fd = os.open(path, os.O_RDONLY)\n" + _READ_ALL +
+            "def opened():\n"
+            "    n = 0\n"
+            "    for name in os.listdir('/proc/self/fd'):\n"
+            "        try:\n"
+            "            n += os.readlink('/proc/self/fd/' + name) == path\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "    return n\n"
+            "read_all(fd)\n"
+            "before = opened()\n"
+            "print('mark', flush=True); os.write(2, b'mark\\n')\n"
+            "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)\n"
+            "for _ in range(5):\n"
+            "    subprocess.run(['true'], check=True, stdin=fd)\n"  # the child dup2s fd to 0, closes the rest
+            "    read_all(fd)\n"
+            "print('descriptors', before, opened())\n")
+    calls, out = _fadvise_run(prog, [str(big)], tmp_path)
+    before, after = (int(n) for n in out.split("descriptors")[1].split())
+    assert before >= 2 and after == before, out  # the program's and the engine's
+    # the advice reached the engine's descriptor once, after the subprocesses had run
+    assert [(advice, path) for _, advice, path in calls] == [(2, str(big)), (2, str(big))], calls
 
 
 def test_planner_decides_above_the_gate(data, tmp_path):

@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vs-profile", action="append", default=[], metavar="PROFILE",
                    help="--evaluate: also measure auto with this profile file ('off': the built-in model), in the "
                    "same rounds, and compare auto with it cell by cell (repeatable)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress (a bar on a terminal, else a line every 10 s)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress (a bar on a terminal, else a line at most every 10 s)")
 
 
 def _directory(path: str) -> str:
@@ -281,13 +281,15 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
             takes_direct = _ext.probe("o_direct", directory)[0]
             # First, whether the device gains from depth (the shim's prefetch): a small share.
             prefetch = prefetch_mod.measure(bench, prefetch_mod.SHARE * (args.budget - device_budget), takes_direct)
+            host_share = 1.0 - device_budget / args.budget  # of the progress shown
             search = Search(bench, threads, args.budget - device_budget - (time.monotonic() - t0) - 1.0,
-                            base_plans(takes_direct), progress)
+                            base_plans(takes_direct), progress.stage(0.0, host_share))
             search.run()
             if gpu:
                 t1 = time.monotonic()
                 plans = device_plans()
-                device = Search(bench, threads, args.budget - (t1 - t0) - 1.0, plans, progress, device=gpu["ordinal"])
+                device = Search(bench, threads, args.budget - (t1 - t0) - 1.0, plans, progress.stage(host_share, 1.0),
+                                device=gpu["ordinal"])
                 device.notes += _gpu_notes(gpu, plans)
                 device.run()
                 device_elapsed = round(time.monotonic() - t1, 1)
@@ -365,8 +367,8 @@ def evaluate(args, directory: str, path: str) -> int:
                       for v in args.vs_profile}
             if len(others) != len(args.vs_profile):
                 raise UsageError("--vs-profile: two profiles with the same file name")
-            result = evaluate_mod.run(bench, cells(), args.reps, progress=progress, max_reps=args.max_reps,
-                                      profiles=others)
+            result = evaluate_mod.run(bench, cells(), args.reps, progress=progress.stage(0.0, 0.5 if gpu else 1.0),
+                                      max_reps=args.max_reps, profiles=others)
             result["decision_ns"] = decision_cost(bench, args.profile if have else None, transfers)
             result["cold_reads"] = bench.cold_reads
             result["notes"] = [bench.cold_note] if bench.cold_note else []
@@ -374,8 +376,8 @@ def evaluate(args, directory: str, path: str) -> int:
                 # The same grid into the GPU's memory: auto (the profile's device table for this
                 # GPU's model, or the built-in device rule) against every device mechanism.
                 fixed = [p.mechanism for p in device_plans()]
-                dev = evaluate_mod.run(bench, cells(), args.reps, contenders=("auto", *fixed), progress=progress,
-                                       max_reps=args.max_reps, device=gpu["ordinal"])
+                dev = evaluate_mod.run(bench, cells(), args.reps, contenders=("auto", *fixed),
+                                       progress=progress.stage(0.5, 1.0), max_reps=args.max_reps, device=gpu["ordinal"])
                 dev["gpu"] = {k: gpu[k] for k in ("ordinal", "name", "pci_bus_id", "cufile") if k in gpu}
                 result["device"] = dev
     finally:
