@@ -1225,13 +1225,37 @@ static int duplicated(int oldfd, int r) {
   return r;
 }
 EXPORT int dup(int oldfd) { return duplicated(oldfd, REAL(dup)(oldfd)); }
+/* dup2 and dup3 close newfd first, without a close() call: the shim forgets it as close() would.
+ * Where the call fails (oldfd not open, EBUSY, dup3's EINVAL), newfd is left as it was: its advice
+ * and group come back (an engine handle of its file, closed, opens again at the next request). */
+struct fd_marks {
+  unsigned char advice;
+  unsigned group;
+};
+static struct fd_marks marks_of(int fd) {
+  struct fd_marks m = {0, 0};
+  if ((unsigned)fd < SEEN_MAX_FD) m = (struct fd_marks){g_fd_advice[fd], __atomic_load_n(&g_fd_group[fd], __ATOMIC_RELAXED)};
+  return m;
+}
+static int replaced(int oldfd, int newfd, int r, struct fd_marks m) {
+  if (r >= 0) return duplicated(oldfd, r);
+  if ((unsigned)newfd < SEEN_MAX_FD && (m.advice | m.group) && !in_borrowed_memory()) {
+    g_fd_advice[newfd] = m.advice;
+    __atomic_store_n(&g_fd_group[newfd], m.group, __ATOMIC_RELAXED);
+  }
+  return r;
+}
 EXPORT int dup2(int oldfd, int newfd) {
-  if (oldfd != newfd) forget_fd(newfd);
-  return duplicated(oldfd, REAL(dup2)(oldfd, newfd));
+  if (oldfd == newfd) return REAL(dup2)(oldfd, newfd);
+  const struct fd_marks m = marks_of(newfd);
+  forget_fd(newfd);
+  return replaced(oldfd, newfd, REAL(dup2)(oldfd, newfd), m);
 }
 EXPORT int dup3(int oldfd, int newfd, int flags) {
-  if (oldfd != newfd) forget_fd(newfd);
-  return duplicated(oldfd, REAL(dup3)(oldfd, newfd, flags));
+  if (oldfd == newfd) return REAL(dup3)(oldfd, newfd, flags);  /* EINVAL: nothing closed */
+  const struct fd_marks m = marks_of(newfd);
+  forget_fd(newfd);
+  return replaced(oldfd, newfd, REAL(dup3)(oldfd, newfd, flags), m);
 }
 /* fcntl's third argument is an int or a pointer, by command; it is passed on as a pointer, as
  * glibc's own wrapper reads it. F_DUPFD and F_DUPFD_CLOEXEC make a descriptor as dup does. */

@@ -706,7 +706,8 @@ def test_the_engines_descriptor_takes_the_programs_fadvise_advice(data, tmp_path
     RANDOM, NORMAL), once per change. Advice belongs to the open file description: given through one
     of the descriptors made from one another (dup2, dup3, dup, fcntl F_DUPFD, and fcntl64's
     F_DUPFD_CLOEXEC, which Python's os.dup uses), it holds for all of them; a number closed where
-    the shim does not see it and then opened on another file does not carry the group's advice."""
+    the shim does not see it and then opened on another file does not carry the group's advice; a
+    dup2 that fails leaves its target in its group."""
     big, other = data / "big.bin", tmp_path / "other.bin"
     other.write_bytes(b"x" * 4096)
     prog = ("import ctypes, os, sys\n"
@@ -726,7 +727,10 @@ def test_the_engines_descriptor_takes_the_programs_fadvise_advice(data, tmp_path
             # c closed by a raw system call, its number then another file's: advice through it stays its own
             "assert libc.syscall(3, c) == 0; o = os.open(sys.argv[2], os.O_RDONLY); assert o == c, (o, c)\n"
             "os.posix_fadvise(o, 0, 0, os.POSIX_FADV_SEQUENTIAL); read_all(fd)\n"
-            "os.posix_fadvise(77, 0, 0, os.POSIX_FADV_NORMAL); read_all(fd)\n")
+            "os.posix_fadvise(77, 0, 0, os.POSIX_FADV_NORMAL); read_all(fd)\n"
+            # a dup2 that fails (999 is not open) leaves its target as it was, in its group
+            "try:\n    os.dup2(999, 77)\nexcept OSError:\n    pass\nelse:\n    raise SystemExit('dup2 of 999')\n"
+            "os.posix_fadvise(77, 0, 0, os.POSIX_FADV_RANDOM); read_all(fd)\n")
     calls, _ = _fadvise_run(prog, [str(big), str(other)], tmp_path)
     engine_fd = calls[1][0]  # one handle per file: the engine reads through one descriptor
     got = [(fd != engine_fd, advice, path == str(big)) for fd, advice, path in calls]
@@ -738,7 +742,7 @@ def test_the_engines_descriptor_takes_the_programs_fadvise_advice(data, tmp_path
                    (True, 2, True), (False, 2, True), (True, 0, True), (False, 0, True),  # dup, F_DUPFD
                    (True, 1, True), (False, 1, True),  # dup3
                    (True, 2, False),  # the other file's: nothing for big.bin's engine descriptor
-                   (True, 0, True), (False, 0, True)], calls
+                   (True, 0, True), (False, 0, True), (True, 1, True), (False, 1, True)], calls
 
 
 def test_a_vfork_child_leaves_the_parents_records_alone(data, tmp_path):
