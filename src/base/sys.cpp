@@ -66,24 +66,21 @@ bool cachestat_available() {
 }
 
 namespace {
-constexpr uint64_t kSampleWindow = 32 << 10;
 const uint64_t kPage = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 
-// Calls window(a, n) for the head and tail windows of [off, off+len) (the whole range up to 64 KiB),
-// and, with middle, one in its middle for ranges of more than three windows.
+// Calls window(a, n) for the head and tail windows of [off, off+len) (the whole range up to 64 KiB).
 template <class F>
-bool sample_windows(uint64_t off, uint64_t len, bool middle, F&& window) {
-  if (len <= 2 * kSampleWindow) return window(off, len);
-  if (!window(off, kSampleWindow) || !window(off + len - kSampleWindow, kSampleWindow)) return false;
-  return !middle || len <= 3 * kSampleWindow || window(off + (len - kSampleWindow) / 2, kSampleWindow);
+bool sample_windows(uint64_t off, uint64_t len, F&& window) {
+  return len <= 2 * kSampleWindow ? window(off, len)
+                                  : window(off, kSampleWindow) && window(off + len - kSampleWindow, kSampleWindow);
 }
 uint64_t pages_of(uint64_t a, uint64_t n) { return (a + n + kPage - 1) / kPage - a / kPage; }
 }  // namespace
 
-bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages, bool middle) {
-  if (!cachestat_available()) return sample_cached_mincore(fd, off, len, cached, pages, middle);
+bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages) {
+  if (!cachestat_available()) return sample_cached_mincore(fd, off, len, cached, pages);
   *cached = *pages = 0;
-  return sample_windows(off, len, middle, [&](uint64_t a, uint64_t n) {
+  return sample_windows(off, len, [&](uint64_t a, uint64_t n) {
     uint64_t c;
     if (!cachestat(fd, a, n, &c)) return false;
     *cached += c;
@@ -92,9 +89,9 @@ bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_
   });
 }
 
-bool sample_cached_mincore(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages, bool middle) {
+bool sample_cached_mincore(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages) {
   *cached = *pages = 0;
-  return len == 0 || sample_windows(off, len, middle, [&](uint64_t a, uint64_t n) {
+  return len == 0 || sample_windows(off, len, [&](uint64_t a, uint64_t n) {
            uint64_t c, p;
            if (!mincore_pages(fd, a, n, &c, &p)) return false;
            *cached += c;

@@ -31,13 +31,13 @@ bool cachestat(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* d
 bool cachestat_available();
 // The page cache's hold on a range in under a microsecond (cachestat walks every page of its range,
 // about 5 ns each): a 32 KiB window at the head and one at the tail (the whole range up to 64 KiB),
-// and with middle, past 96 KiB, one in the middle; *cached of *pages. Where the kernel has no
-// cachestat (before 6.5), the same windows by mmap and mincore (a few microseconds). false where
-// neither can say. The planner's hot/cold signal (more than two thirds, middle included) and uring's
-// realign (all of them, head and tail) read it.
-bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages, bool middle = false);
+// *cached of *pages. Where the kernel has no cachestat (before 6.5), the same windows by mmap and
+// mincore (a few microseconds). false where neither can say. The planner's hot/cold signal (more
+// than half) and uring's realign (all of them) read it.
+bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
+constexpr uint64_t kSampleWindow = 32 << 10;  // sample_cached's window
 // The mincore half of sample_cached, on its own (tests compare it with cachestat).
-bool sample_cached_mincore(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages, bool middle = false);
+bool sample_cached_mincore(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
 // mincore(2) of [off, off+len) of fd, mapped for the call (no page is touched): the range's pages in
 // the page cache, of *pages. false with errno where it cannot be mapped or asked.
 bool mincore_pages(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);

@@ -70,12 +70,18 @@ bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method) {
   if (method == Probe::cachestat) {
     // A request that continues a cold stream finds its head read ahead by the kernel and its tail
     // not, and that is a cold range (counted as cached, 15 of 16 requests of a cold 1 GiB file read
-    // in 64 MiB requests took the hot plan); one whose ends the program read itself (a header, an
-    // index at the end) and whose body is cold is too (torch.load's tensor bytes took the hot
-    // plan): more than two thirds of the sampled pages (head, middle and tail) must be cached.
+    // in 64 MiB requests took the hot plan): more than half of the sampled pages must be cached.
+    // One whose ends the program read itself (a header, an index at the end) and whose body is cold
+    // is cold too (torch.load's tensor bytes took the hot plan): past three windows, more than half
+    // of a window in its middle must be cached as well.
+    using base::sys::kSampleWindow;
     uint64_t cached = 0, pages = 0;
-    const bool ok = base::sys::sample_cached(fd, off, len, &cached, &pages, /*middle=*/true);
-    return !ok || cached * 3 > pages * 2;
+    if (!base::sys::sample_cached(fd, off, len, &cached, &pages)) return true;
+    if (len <= 3 * kSampleWindow) return cached * 2 > pages;
+    uint64_t mid_cached = 0, mid_pages = 0;
+    if (!base::sys::sample_cached(fd, off + (len - kSampleWindow) / 2, kSampleWindow, &mid_cached, &mid_pages))
+      return true;
+    return (cached + mid_cached) * 2 > pages + mid_pages && mid_cached * 2 > mid_pages;
   }
   if (method == Probe::nowait) {
     // The middle must be cached, and one end: not the ends alone (see cachestat's case).
