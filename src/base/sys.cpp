@@ -68,10 +68,11 @@ bool cachestat_available() {
 namespace {
 const uint64_t kPage = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 
-// Calls window(a, n) for the head and tail windows of [off, off+len) (the whole range up to 64 KiB).
+// Calls window(a, n) for the head and tail windows of [off, off+len) (the whole range up to
+// kSampleWhole).
 template <class F>
 bool sample_windows(uint64_t off, uint64_t len, F&& window) {
-  return len <= 2 * kSampleWindow ? window(off, len)
+  return len <= kSampleWhole ? window(off, len)
                                   : window(off, kSampleWindow) && window(off + len - kSampleWindow, kSampleWindow);
 }
 uint64_t pages_of(uint64_t a, uint64_t n) { return (a + n + kPage - 1) / kPage - a / kPage; }

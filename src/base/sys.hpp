@@ -30,12 +30,14 @@ const Ops& real_ops();  // the default entries: pread64/pwrite64 through syscall
 bool cachestat(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* dirty = nullptr);
 bool cachestat_available();
 // The page cache's hold on a range in under a microsecond (cachestat walks every page of its range,
-// about 5 ns each): a 32 KiB window at the head and one at the tail (the whole range up to 64 KiB),
+// about 5 ns each): a 32 KiB window at the head and one at the tail (the whole range up to 128 KiB,
+// which costs less than two calls),
 // *cached of *pages. Where the kernel has no cachestat (before 6.5), the same windows by mmap and
 // mincore (a few microseconds). false where neither can say. The planner's hot/cold signal (more
 // than half) and uring's realign (all of them) read it.
 bool sample_cached(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
 constexpr uint64_t kSampleWindow = 32 << 10;  // sample_cached's window
+constexpr uint64_t kSampleWhole = 128 << 10;  // sample_cached counts ranges up to this whole
 // The mincore half of sample_cached, on its own (tests compare it with cachestat).
 bool sample_cached_mincore(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_t* pages);
 // mincore(2) of [off, off+len) of fd, mapped for the call (no page is touched): the range's pages in

@@ -72,12 +72,12 @@ bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method) {
     // not, and that is a cold range (counted as cached, 15 of 16 requests of a cold 1 GiB file read
     // in 64 MiB requests took the hot plan): more than half of the sampled pages must be cached.
     // One whose ends the program read itself (a header, an index at the end) and whose body is cold
-    // is cold too (torch.load's tensor bytes took the hot plan): past three windows, more than half
-    // of a window in its middle must be cached as well.
+    // is cold too (torch.load's tensor bytes took the hot plan): where head and tail are sampled,
+    // more than half of a window in its middle must be cached as well.
     using base::sys::kSampleWindow;
     uint64_t cached = 0, pages = 0;
     if (!base::sys::sample_cached(fd, off, len, &cached, &pages)) return true;
-    if (len <= 3 * kSampleWindow) return cached * 2 > pages;
+    if (len <= base::sys::kSampleWhole) return cached * 2 > pages;  // counted whole
     uint64_t mid_cached = 0, mid_pages = 0;
     if (!base::sys::sample_cached(fd, off + (len - kSampleWindow) / 2, kSampleWindow, &mid_cached, &mid_pages))
       return true;

@@ -26,10 +26,10 @@ Probe parse_probe(const std::string& s);  // throws std::invalid_argument
 
 // Whether more than half of [off, off+len) is in the page cache (a cold stream's request whose head
 // the kernel read ahead is cold; so is one whose ends the program read and whose body is cold), by
-// `method`: cachestat samples 32 KiB at the head and the tail of ranges above 64 KiB and, above
-// 96 KiB, one in the middle, more than half of which must be cached too; nowait needs the middle
-// byte and one end. A range the probe cannot see (an error, or off) counts as cached: the hot
-// plan is the safer guess.
+// `method`: cachestat counts ranges up to 128 KiB whole, and samples 32 KiB at the head and the
+// tail of longer ones and 32 KiB in the middle, more than half of which must be cached too; nowait
+// needs the middle byte and one end. A range the probe cannot see (an error, or off) counts as
+// cached: the hot plan is the safer guess.
 bool mostly_cached(int fd, uint64_t off, uint64_t len, Probe method);
 
 }  // namespace accio::planner
