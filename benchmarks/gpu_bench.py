@@ -799,6 +799,7 @@ def nvidia_driver_version() -> str | None:
 
 
 def machine(directory: str, peers: Peers, gpu: Gpu | None) -> dict:
+    from accio.bench import block_device
     from accio.info import gather
     info = gather(directory)
     g = info["gpus"]
@@ -807,7 +808,8 @@ def machine(directory: str, peers: Peers, gpu: Gpu | None) -> dict:
             "nvidia_driver": nvidia_driver_version(), "cuda_driver_api": cuda_driver_version(),
             "cufile": g.get("cufile"), "nvidia_fs_loaded": nvidia_fs_loaded(),
             "cpu": info["cpu"], "memory_kib": info["memory"]["total_kib"], "kernel": info["kernel"],
-            "filesystem": info["path"], "huge_pages": info["huge_pages"], "root": os.geteuid() == 0,
+            "filesystem": info["path"], "block_device": block_device(info["path"].get("device", "")),
+            "huge_pages": info["huge_pages"], "root": os.geteuid() == 0,
             "python": platform.python_version(), "numpy": np.__version__,
             "gpu_arrays": gpu.kind if gpu else None, "peers": peers.info,
             "accio_settings": {s["name"]: s["value"] for s in info["settings"]}}

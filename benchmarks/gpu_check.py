@@ -830,6 +830,15 @@ def git_commit() -> str | None:
         return None
 
 
+def _disk_text(bd: dict | None) -> str:
+    """The block device's facts the planner reads: rotational (the built-in model's cold plans) and
+    its read-ahead."""
+    if not bd:
+        return ""
+    kind = "rotational" if bd.get("rotational") else "not rotational" if bd.get("rotational") is False else "?"
+    return f", {bd.get('disk') or bd.get('name')}: {kind}, read-ahead {bd.get('read_ahead_kb', '?')} KiB"
+
+
 def render_md(doc: dict) -> str:
     m = doc.get("machine") or {}
     gpus = m.get("gpus") or []
@@ -846,7 +855,8 @@ def render_md(doc: dict) -> str:
              f"| CPU | {cpu.get('model', 'unknown')}, {cpu.get('usable', '?')} of {cpu.get('count', '?')} usable |",
              f"| memory | {m.get('memory_kib', 0) / 2**20:.0f} GiB |",
              f"| kernel | {m.get('kernel', 'unknown')} |",
-             f"| filesystem | {fs.get('fstype', '?')} on {fs.get('device', '?')} ({fs.get('path', '?')}) |",
+             f"| filesystem | {fs.get('fstype', '?')} on {fs.get('device', '?')} ({fs.get('path', '?')})"
+             + _disk_text(m.get("block_device")) + " |",
              f"| cuFile | {cf.get('mode') or cf.get('detail') or 'unknown'}; nvidia-fs {'loaded' if m.get('nvidia_fs_loaded') else 'not loaded'} |",
              f"| GPU arrays | {m.get('gpu_arrays') or '?'}; Python {m.get('python', '?')} |"]
     peers = m.get("peers") or {}

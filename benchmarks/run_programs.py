@@ -65,6 +65,8 @@ from pathlib import Path
 
 import accio
 from accio import stats
+from accio.bench import block_device
+from accio.info import filesystem
 from accio._system import drop_pages, parse_size, residency
 from accio._usage import write_json
 from accio.run import launcher_path
@@ -382,7 +384,8 @@ def main() -> int:
     big = work / "big.bin"
     results: dict = {"schema": "accio.run-programs/1", "command": " ".join([sys.executable, *sys.argv]),
                      "accio_version": accio.__version__, "machine": {"cpus": os.cpu_count(),
-                     "kernel": platform.release(), "load_before": os.getloadavg()},
+                     "kernel": platform.release(), "load_before": os.getloadavg(),
+                     "block_device": block_device(filesystem(a.dir)["device"])},
                      "size": size, "rounds": a.rounds, "launcher": launcher(),
                      "profiles": {name: env.get("ACCIO_PROFILE") for name, env in shims.items()},
                      "prefetch_forced": a.prefetch, "runs": []}

@@ -453,6 +453,7 @@ def test_every_section_runs_accio_against_the_fake_driver_with_peers_skipped(fak
     doc = json.loads((tmp_path / "b.json").read_text())
     assert doc["schema"] == "accio.gpu-bench/1" and doc["machine"]["gpus"][0]["name"] == "accio fake GPU 0"
     assert doc["machine"]["peers"]["kvikio"] == {"available": False, "reason": "not asked for (--peers)"}
+    assert "block_device" in doc["machine"]  # rotational or not: which cold plans the model has
     assert set(doc["sections"]) == {"hot-read", "naive", "write", "safetensors", "cold-read", "zerocopy"}
     for name, sec in doc["sections"].items():
         assert sec["status"] == "done" and sec["checks_ok"], (name, sec)
@@ -609,6 +610,9 @@ def test_gpu_check_runs_the_benchmark_stages_and_writes_the_report(fake_lib, tmp
     md = rep.with_suffix(".md").read_text()
     assert "## hot-read" in md and "| accio staged |" in md and "goal 0.95:" in md and "| filesystem |" in md
     assert "kvikio compat | skipped |" in md
+    assert gc._disk_text({"disk": "vda", "rotational": True, "read_ahead_kb": "8192"}) == \
+        ", vda: rotational, read-ahead 8192 KiB"
+    assert gc._disk_text(None) == ""  # tmpfs, overlay: no block device
     # What the device tool brings back: at most 8 files, 2 folders down.
     out = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert len(out) <= 8 and all(len(p.parts) <= 3 for p in out), out

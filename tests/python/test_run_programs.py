@@ -102,6 +102,7 @@ def test_the_forced_prefetch_runs_end_to_end_on_a_cold_file(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["prefetch_forced"] == "32m"
+    assert "block_device" in doc["machine"]  # rotational or not: which cold plans the model has
     cat, dd = doc["runs"][0]["cases"]
     assert set(cat["samples"]) == {"plain", "shim", "shim[prefetch=32m]"} and "prefetch_forced" not in dd
     forced = cat["prefetch_forced"]
