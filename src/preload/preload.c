@@ -1332,23 +1332,29 @@ EXPORT off_t lseek(int fd, off_t off, int whence) {
 }
 EXPORT off_t lseek64(int fd, off_t off, int whence) { return lseek(fd, off, whence); }
 
+/* What the shim knows of the descriptors first to last, about to be closed together (close_range,
+ * closefrom); nothing in a vfork child (forget_fd). Descriptors from MEMO_MAX_FD up have no table
+ * entries to forget; an engine handle of a file closed there is kept, as after a raw close system
+ * call. */
+static void forget_range(unsigned first, unsigned last) {
+  if (in_borrowed_memory()) return;
+  for (unsigned fd = first; fd <= last && fd < MEMO_MAX_FD; ++fd) forget_fd_owned((int)fd);
+}
+
 #ifdef SYS_close_range
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 /* close_range is a thin wrapper of its system call in libc: called directly. With
- * CLOSE_RANGE_CLOEXEC nothing is closed. Descriptors from MEMO_MAX_FD up have no table entries to
- * forget; an engine handle of a file closed there is kept, as after a raw close system call. */
+ * CLOSE_RANGE_CLOEXEC nothing is closed. */
 EXPORT int close_range(unsigned first, unsigned last, int flags) {
-  if (!(flags & CLOSE_RANGE_CLOEXEC) && !in_borrowed_memory())
-    for (unsigned fd = first; fd <= last && fd < MEMO_MAX_FD; ++fd) forget_fd_owned((int)fd);
+  if (!(flags & CLOSE_RANGE_CLOEXEC)) forget_range(first, last);
   return (int)syscall(SYS_close_range, first, last, flags);
 }
 #endif
 /* glibc's closefrom (2.34) closes through its own close_range, which no preload sees. */
 EXPORT void closefrom(int lowfd) {
-  if (!in_borrowed_memory())
-    for (int fd = lowfd < 0 ? 0 : lowfd; fd < MEMO_MAX_FD; ++fd) forget_fd_owned(fd);
+  forget_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U);
   REAL(closefrom)(lowfd);
 }
 

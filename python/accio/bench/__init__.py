@@ -28,7 +28,7 @@ import time
 from .. import __version__, _ext, settings as effective_settings
 from .._parser import Parser
 from .._progress import Progress
-from .._usage import UsageError, check_creatable, check_output_path, distinct_files, stdout_outputs
+from .._usage import UsageError, check_creatable, check_output_path, distinct_files, file_identity, stdout_outputs
 from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
@@ -191,7 +191,6 @@ def _check_target(target: str) -> None:
 
 def _check_dirs_distinct(dirs: list[str]) -> None:
     """`-d sig -d ./sig` measured one directory twice, as two row groups."""
-    from .._usage import file_identity
     seen: dict = {}
     for d in dirs:
         key = file_identity(d)
