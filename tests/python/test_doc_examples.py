@@ -220,3 +220,38 @@ def test_documented_signatures_are_the_real_ones(line):
             for p in inspect.signature(obj).parameters.values()]
     real = [(n, k, d.replace("'", '"') if d else d) for n, k, d in real]
     assert documented == real, f"{line}\nreal: {inspect.signature(obj)}"
+
+
+SUBCOMMANDS = ("info", "config", "bench", "tune", "run", "offload-bench")
+BENCH_SUBS = ("compare", "report", "safetensors")
+
+
+def documented_invocations():
+    """{(command words, option)} for every option the docs show on an `accio` command line: shell
+    blocks, inline code and the README's command table (what follows a lone `--` is the program's)."""
+    found = set()
+    for doc in DOCS:
+        text = doc.read_text().replace("\\|", " ")
+        for m in re.finditer(r"(?<![\w/.-])accio (%s)\b([^`\n)#;&|]*)" % "|".join(SUBCOMMANDS), text):
+            words, rest = [m.group(1)], m.group(2).split(" -- ")[0]
+            first = rest.split()[:1]
+            if words == ["bench"] and first and first[0] in BENCH_SUBS:
+                words.append(first[0])
+            for opt in re.findall(r"(?:^|(?<=[\s\[(]))(--?[A-Za-z][\w-]*)", rest):
+                found.add((" ".join(words), opt, str(doc.relative_to(ROOT))))
+    return found
+
+
+def test_documented_cli_options_exist():
+    """Every option the docs give a subcommand is in that subcommand's --help."""
+    helps, missing = {}, []
+    for words, opt, doc in sorted(documented_invocations()):
+        if words not in helps:
+            r = subprocess.run([sys.executable, "-m", "accio.cli", *words.split(), "--help"], capture_output=True,
+                               text=True)
+            assert r.returncode == 0, r.stderr
+            helps[words] = set(re.findall(r"(?:^|(?<=[\s\[,(]))(--?[A-Za-z][\w-]*)", r.stdout))
+        if opt not in helps[words]:
+            missing.append(f"{doc}: accio {words} {opt}")
+    assert len(helps) >= 6, helps.keys()  # the scan found the commands
+    assert not missing, "options the docs show that the command does not have:\n" + "\n".join(missing)
