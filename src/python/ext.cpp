@@ -319,7 +319,17 @@ class View {
                              "bytes (make a contiguous copy first, e.g. .contiguous() or "
                              "ascontiguousarray())").c_str());
     ptr_ = const_cast<void*>(static_cast<const void*>(array_.data()));
-    size_ = array_.nbytes();
+    // bits x lanes per element: PyTorch (2.10+) exports float4_e2m1fn_x2, one byte of two 4-bit
+    // values, as bits 4 and lanes 2, and nanobind's nbytes() leaves the lanes out (half the bytes).
+    // An element that is not whole bytes (a packed sub-byte type) has no byte range to move.
+    const nb::dlpack::dtype t = array_.dtype();
+    const size_t bits = size_t{t.bits} * t.lanes;
+    if (bits == 0 || bits % 8)
+      throw nb::type_error((what(obj) + "'s DLPack export has elements of " + std::to_string(t.bits) + " bits x " +
+                            std::to_string(t.lanes) + " lanes (type code " + std::to_string(t.code) +
+                            "), not whole bytes: accio moves byte ranges (pass a uint8 view of the same "
+                            "memory, e.g. .view(torch.uint8))").c_str());
+    size_ = array_.size() * (bits / 8);
   }
 
   void from_dlpack_cuda(nb::handle obj, int id, bool writable) {

@@ -77,6 +77,28 @@ def test_bytes_is_accepted_for_writes_but_not_reads(tmp_path):
             f.read_into(b"immutable!!")
 
 
+def test_dlpack_lanes_count_in_the_byte_size(tmp_path):
+    """PyTorch 2.10+ exports float4_e2m1fn_x2 (one byte: two 4-bit values) as bits 4 x lanes 2;
+    nanobind's byte count leaves the lanes out, which read and wrote half of such a tensor with no
+    error (GPU audit, session 23). A packed sub-byte element (bits 4, lanes 1) is refused."""
+    from dlpack_stub import Producer, host_float4_x2
+    n = (1 << 20) + 3
+    data = os.urandom(n)
+    (tmp_path / "in").write_bytes(data)
+    t, mem = host_float4_x2(n)
+    with accio.open(tmp_path / "in") as f:
+        assert f.read_into(t, 0) == n
+    assert bytes(mem) == data
+    assert accio.write(tmp_path / "out", host_float4_x2(n)[0]) == n
+    with accio.open(tmp_path / "out2", "w") as f:
+        assert f.write_from(t) == n
+    assert (tmp_path / "out2").read_bytes() == data
+    packed = Producer(t.address, 2 * n, 17, 4, 1, keep=mem)  # 2n 4-bit values, packed
+    with accio.open(tmp_path / "in") as f, pytest.raises(TypeError, match=r"4 bits x 1 lanes .*not whole bytes.*uint8"):
+        f.read_into(packed, 0)
+    assert bytes(mem) == data  # refused before anything moved
+
+
 class _ParameterLike:
     """A PyTorch nn.Parameter (or any tensor that requires grad) as accio sees it: requires_grad is
     True, DLPack and __cuda_array_interface__ exports are refused with torch's messages, and

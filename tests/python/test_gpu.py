@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,6 +109,28 @@ def test_device_arrays_round_trip_through_every_device_mechanism(fake_lib, tmp_p
                     with accio.open("out.bin", "w", mechanism=mech) as f:
                         assert f.write_from(wrap(a)) == n
                     assert np.fromfile("out.bin", dtype=np.uint8).tobytes() == data.tobytes(), (n, mech)
+        print("ok")
+    """, fake_lib, tmp_path)
+
+
+def test_a_gpu_float4_x2_export_moves_every_byte(fake_lib, tmp_path):
+    """PyTorch 2.10+ exports a float4_e2m1fn_x2 CUDA tensor as bits 4 x lanes 2 (one byte per
+    element): every device mechanism reads and writes all of its bytes (GPU audit, session 23)."""
+    run_py(f"""
+        import os, sys, accio
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        from dlpack_stub import Producer
+        n = (3 << 20) + 1
+        data = os.urandom(n)
+        open("in.bin", "wb").write(data)
+        for mech in ("naive", "staged", "gds", "auto"):
+            a = accio.device_array(n)
+            t = Producer(a.__cuda_array_interface__["data"][0], n, 17, 4, 2, device=(2, 0), keep=a)
+            with accio.open("in.bin", mechanism=mech) as f:
+                assert f.read_into(t) == n
+            assert a.to_bytes() == data, mech
+            assert accio.write("out.bin", t, mechanism=mech) == n
+            assert open("out.bin", "rb").read() == data, mech
         print("ok")
     """, fake_lib, tmp_path)
 
@@ -1050,6 +1073,24 @@ def test_appends_from_a_cuda_tensor_and_cuda_as_the_current_gpu(tmp_path):
         got = accio.read(log, device="cuda", framework="torch")
         assert got.device == torch.device("cuda", dev) and got.cpu().numpy().tobytes() == log.read_bytes()
     torch.cuda.set_device(0)
+
+
+@pytest.mark.gpu
+def test_torch_float4_tensors_move_every_byte(tmp_path):
+    """A real float4_e2m1fn_x2 CUDA tensor (PyTorch 2.10+: DLPack bits 4 x lanes 2), read into and
+    written from whole."""
+    torch = _gpu_lib("torch")
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip(f"torch {torch.__version__} has no float4_e2m1fn_x2")
+    n = (1 << 20) + 3
+    data = os.urandom(n)
+    (tmp_path / "in").write_bytes(data)
+    t = torch.empty(n, dtype=torch.float4_e2m1fn_x2, device="cuda")
+    with accio.open(tmp_path / "in") as f:
+        assert f.read_into(t) == n
+    assert t.view(torch.uint8).cpu().numpy().tobytes() == data
+    assert accio.write(tmp_path / "out", t) == n
+    assert (tmp_path / "out").read_bytes() == data
 
 
 @pytest.mark.gpu
