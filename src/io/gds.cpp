@@ -4,8 +4,8 @@
 // buffers are registered with cuFile once per allocation (keyed by the driver's buffer id, so a
 // reused address is noticed) when the direct path is possible; in compatibility mode registration
 // buys nothing and is skipped. Requests are split over `threads` like `parallel`; submit()'s small
-// requests go to cuFile as batches (batch_limit, batch). Which path cuFile takes is reported by
-// explain() and `accio info` (cufile::mode_for), never assumed.
+// requests go to cuFile as batches on the direct path (batch_limit, batch). Which path cuFile takes
+// is reported by explain() and `accio info` (cufile::mode_for), never assumed.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -105,11 +105,23 @@ class Gds final : public Mechanism {
   }
 
   // One cuFile batch for requests gds would run as one cuFile call each (not split over threads),
-  // up to the driver's batch size and a direct I/O's usual maximum.
+  // up to the driver's batch size and a direct I/O's usual maximum, on the direct path only. In
+  // compatibility mode each batch entry holds one of cuFile's POSIX bounce buffers (64 of 1 MiB by
+  // default) from its submission until its status is reaped, and a submission that needs more than
+  // are free waits in cuFileBatchIOSubmit for ever (ai-dynamo/nixl#2070; KvikIO turns its batch API
+  // off in compatibility mode, rapidsai/kvikio#239). One cuFile call per request holds one at a time.
   size_t batch_limit(const IoContext& c, size_t n) const override {
     const cf::Api* a = cf::load();
     if (!a || !a->max_batch || n == 0 || n > kMaxBatchRequest) return 0;
-    return n <= task_bytes(c.settings, n, c.settings.threads, 4096) ? a->max_batch : 0;
+    if (n > task_bytes(c.settings, n, c.settings.threads, 4096)) return 0;
+    bool direct = false;
+    try {
+      std::string why;
+      if (!file_handle(c, &why, &direct)) return 0;  // refused: its requests run staged
+    } catch (const std::exception&) {               // no context to register the file in yet
+      return 0;
+    }
+    return direct ? a->max_batch : 0;
   }
 
   void batch(const IoContext& c, BatchItem* items, size_t count, bool write) const override {

@@ -597,8 +597,18 @@ FakeCounters counters() {
   return c;
 }
 
-// submit() under gds: small requests run as cuFile batches (up to the driver's batch size each),
-// each with its own result; a large request still runs split over the threads.
+// Whether gds runs f's small submitted requests as cuFile batches: on the direct path only (in
+// compatibility mode a batch larger than cuFile's bounce-buffer pool waits for ever; the fake aborts
+// there), from cuFile 1.7 on.
+bool gds_batches(accio_file* f) {
+  char why[512];
+  const char* v = std::getenv("FAKE_CUFILE_VERSION");
+  return accio_gds_mode(f, why, sizeof why) == 1 && !(fake() && v && *v && std::atoi(v) < 1070);
+}
+
+// submit() under gds: small requests run as cuFile batches on the direct path (up to the driver's
+// batch size each), else one cuFile call each; each with its own result; a large request still runs
+// split over the threads.
 struct Piece {
   size_t off, n;
 };
@@ -656,10 +666,13 @@ TEST(Gpu, GdsSubmitBatchesSmallRequests) {
     ASSERT_TRUE(from_device(rs[i].buf, rs[i].size) == std::vector<char>(data.begin() + rs[i].offset, data.begin() + rs[i].offset + rs[i].size))
         << "request " << i;
   EXPECT_TRUE(from_device(big_dev.p, big) == std::vector<char>(data.end() - big, data.end()));
-  if (fake()) {
+  if (fake() && gds_batches(f)) {
     EXPECT_EQ(b.cufile_batch_ios - a.cufile_batch_ios, ps.size()) << "every small request in a batch";
     EXPECT_EQ(b.cufile_reads - a.cufile_reads, 8u + 1) << "the big request in 1 MiB tasks, and one call that "
                                                           "finds the end of file after the short batch read";
+  } else if (fake()) {  // compatibility mode: no batch (the fake aborts where one would wait for ever)
+    EXPECT_EQ(b.cufile_batch_ios, a.cufile_batch_ios);
+    EXPECT_GE(b.cufile_reads - a.cufile_reads, ps.size() + 8) << "one cuFile call per small request";
   }
   accio_stats st;
   accio_file_stats(f, &st);
@@ -1339,6 +1352,9 @@ TEST(FakeGpu, GdsUsesBatchesOnlyFromCuFile17) {
   ASSERT_EQ(accio_gds_info(info, sizeof info), 1) << info;
   EXPECT_NE(std::string(info).find(old ? "batch API not used (cuFile before 1.7" : "(cuFile 1.15)"), std::string::npos)
       << info;
+  if (char mode[512]; accio_gds_mode(f, mode, sizeof mode) != 1)
+    GTEST_SKIP() << "batches run on the direct path only (FAKE_CUFILE_NVFS=1, ACCIO_TEST_DIR on a filesystem GDS "
+                    "takes): " << mode;
   const FakeCounters a = counters();
   std::vector<accio_request> rs;
   for (size_t i = 0; i < 20; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
@@ -1359,6 +1375,36 @@ TEST(FakeGpu, GdsUsesBatchesOnlyFromCuFile17) {
   accio_settings_free(s);
 }
 
+// In compatibility mode (here with nvidia-fs loaded, cuFile having refused the O_DIRECT descriptor)
+// gds makes no batch: each batch entry would hold one of cuFile's POSIX bounce buffers until reaped,
+// and a submission needing more than are free waits in cuFileBatchIOSubmit for ever (the fake
+// aborts). 200 small requests run one cuFile call each, byte for byte (GPU audit, session 23).
+TEST(FakeGpu, GdsMakesNoBatchInCompatibilityMode) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(200 * 8192, 41);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  setenv("FAKE_CUFILE_REGISTER_ERR_DIRECT", "5027", 1);
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  char mode[512];
+  EXPECT_EQ(accio_gds_mode(f, mode, sizeof mode), 0) << mode;
+  const FakeCounters a = counters();
+  std::vector<accio_request> rs;
+  for (size_t i = 0; i < 200; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
+  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  const FakeCounters b = counters();
+  unsetenv("FAKE_CUFILE_REGISTER_ERR_DIRECT");
+  EXPECT_EQ(b.cufile_batch_ios, a.cufile_batch_ios);
+  EXPECT_EQ(b.cufile_reads - a.cufile_reads, rs.size()) << "one cuFileRead per request";
+  for (const accio_request& r : rs)
+    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+  accio_close(f);
+  accio_settings_free(s);
+}
+
 // 20 requests of 4 KiB at 8 KiB strides (every other block), into device memory at the same offsets.
 std::vector<accio_request> small_reads(const DeviceMem& dev) {
   std::vector<accio_request> rs;
@@ -1375,6 +1421,7 @@ TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
   accio_settings* s = settings("gds");
   accio_file* f;
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  if (!gds_batches(f)) GTEST_SKIP() << "batches run on the direct path only: FAKE_CUFILE_NVFS=1";
   setenv("FAKE_CUFILE_BATCH_SETUP_FAIL", "1", 1);
   const FakeCounters a = counters();
   const std::vector<accio_request> rs = small_reads(dev);
@@ -1399,6 +1446,7 @@ TEST(FakeGpu, GdsBatchRequestThatFailsIsRetriedAlone) {
   accio_settings* s = settings("gds");
   accio_file* f;
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  if (!gds_batches(f)) GTEST_SKIP() << "batches run on the direct path only: FAKE_CUFILE_NVFS=1";
   const std::vector<accio_request> rs = small_reads(dev);
   setenv("FAKE_CUFILE_BATCH_FAIL_AT", "5", 1);  // the batch fails request 5; cuFileRead alone takes it
   const FakeCounters a = counters();

@@ -40,7 +40,8 @@
  * request of each batch submission fails with -EIO, moving nothing), FAKE_CUFILE_VERSION=V (what
  * cuFileGetVersion says, 1150 by default; under 1070 a batch call aborts), FAKE_CUFILE_EIO_AT=OFF (every
  * cuFile read or write, batched or not, that starts at file offset OFF fails with -EIO),
- * FAKE_CUFILE_FFLAGS=F (the driver properties' feature flags, CUfileFeatureFlags_t bits). Batch status comes back at
+ * FAKE_CUFILE_FFLAGS=F (the driver properties' feature flags, CUfileFeatureFlags_t bits), FAKE_CUFILE_COMPAT_POOL=N (compatibility
+ * mode's bounce buffers, 64 by default: a batch submission that needs more aborts, see below). Batch status comes back at
  * most 16 events per cuFileBatchIOGetStatus, as if its timeout had passed.
  *
  * cuMemHostRegister pins: a registration with CU_MEMHOSTREGISTER_READ_ONLY (file pages mapped
@@ -819,8 +820,17 @@ typedef struct {
   void* cookie;
 } CUfileIOParams_t;
 typedef struct { void* cookie; int status; size_t ret; } CUfileIOEvents_t;
-typedef struct { int fd; } FileHandle;
-typedef struct { unsigned cap, n, taken; CUfileIOEvents_t* ev; } Batch;
+/* compat: cuFile serves the file in compatibility mode (POSIX I/O through its bounce buffers): no
+ * nvidia-fs, or a buffered descriptor registered. */
+typedef struct { int fd, compat; } FileHandle;
+/* held[i]: entry i holds a compatibility-mode bounce buffer until its event is taken. */
+typedef struct { unsigned cap, n, taken; CUfileIOEvents_t* ev; unsigned char* held; } Batch;
+/* Compatibility mode's POSIX bounce-buffer pool (cufile.json posix_pool_slab_count: 64 buffers of
+ * 1 MiB by default; FAKE_CUFILE_COMPAT_POOL=N): each batch entry on a compatibility-mode handle
+ * takes one from its submission until GetStatus returns its event. Real cuFile then waits in
+ * cuFileBatchIOSubmit for a free one, for ever when the entries holding them are the caller's own
+ * (ai-dynamo/nixl#2070); the fake aborts there instead, naming the hang, so that a test fails. */
+static unsigned g_compat_pool_used;
 static int g_cufile_open;
 static const CUfileError_t CF_OK = {0, 0};
 int fake_cufile_log(const char* what, long value); /* fake_cufile_log.cpp: C++ iostreams, as libcufile */
@@ -854,6 +864,7 @@ EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
   if (refuse) return (CUfileError_t){(int)refuse, 0};
   FileHandle* h = calloc(1, sizeof *h);
   if (fcntl(d->handle.fd, F_GETFL) & O_DIRECT) __atomic_add_fetch(&g_direct_handles, 1, __ATOMIC_RELAXED);
+  h->compat = !env_long("FAKE_CUFILE_NVFS", 0) || !(fcntl(d->handle.fd, F_GETFL) & O_DIRECT);
   /* Real cuFile takes O_DIRECT descriptors and handles alignment itself; the fake reads through a
    * buffered descriptor on the same file. */
   char proc[64];
@@ -1003,6 +1014,7 @@ EXPORT CUfileError_t cuFileBatchIOSetUp(void** id, unsigned nr) {
   Batch* b = calloc(1, sizeof *b);
   b->cap = nr;
   b->ev = calloc(nr, sizeof *b->ev);
+  b->held = calloc(nr, 1);
   *id = b;
   return CF_OK;
 }
@@ -1011,8 +1023,18 @@ EXPORT CUfileError_t cuFileBatchIOSubmit(void* id, unsigned nr, CUfileIOParams_t
   (void)flags;
   Batch* b = id;
   if (b->n + nr > b->cap) return (CUfileError_t){5037, 0}; /* BATCH_FULL */
+  unsigned compat = 0;
+  for (unsigned i = 0; i < nr; ++i) compat += ((FileHandle*)io[i].fh)->compat;
+  const unsigned pool = (unsigned)env_long("FAKE_CUFILE_COMPAT_POOL", 64);
+  if (compat && __atomic_add_fetch(&g_compat_pool_used, compat, __ATOMIC_RELAXED) > pool) {
+    fprintf(stderr, "fake cuFile: cuFileBatchIOSubmit of %u compatibility-mode entries with %u of %u bounce "
+            "buffers held: real cuFile waits here for ever (ai-dynamo/nixl#2070)\n", compat,
+            __atomic_load_n(&g_compat_pool_used, __ATOMIC_RELAXED) - compat, pool);
+    abort();
+  }
   const long fail_at = env_long("FAKE_CUFILE_BATCH_FAIL_AT", -1);
   for (unsigned i = 0; i < nr; ++i) {
+    b->held[b->n] = (unsigned char)((FileHandle*)io[i].fh)->compat;
     ssize_t r = (long)i == fail_at ? -EIO : file_io(io[i].fh, io[i].u.batch.devPtr_base, io[i].u.batch.size, io[i].u.batch.file_offset,
                         io[i].u.batch.devPtr_offset, io[i].opcode == 1);
     CUfileIOEvents_t* e = &b->ev[b->n++];
@@ -1029,7 +1051,10 @@ EXPORT CUfileError_t cuFileBatchIOGetStatus(void* id, unsigned min_nr, unsigned*
   (void)timeout;
   Batch* b = id;
   unsigned k = 0;
-  while (k < *nr && k < 16 && b->taken < b->n) ev[k++] = b->ev[b->taken++];
+  for (; k < *nr && k < 16 && b->taken < b->n; ++k, ++b->taken) {
+    ev[k] = b->ev[b->taken];
+    if (b->held[b->taken]) __atomic_sub_fetch(&g_compat_pool_used, 1, __ATOMIC_RELAXED);
+  }
   *nr = k;
   return CF_OK;
 }
@@ -1037,6 +1062,9 @@ EXPORT CUfileError_t cuFileBatchIOCancel(void* id) { FORKED_CF(); (void)id; retu
 EXPORT void cuFileBatchIODestroy(void* id) {
   FORKED_RETURN();
   Batch* b = id;
+  for (unsigned i = b->taken; i < b->n; ++i)
+    if (b->held[i]) __atomic_sub_fetch(&g_compat_pool_used, 1, __ATOMIC_RELAXED);
+  free(b->held);
   free(b->ev);
   free(b);
 }
