@@ -1,7 +1,8 @@
 // accio mechanism `naive`: the baseline for device targets, what a careful program does without
 // accio. A request is moved in chunks of at most 64 MiB through one pageable host buffer per thread,
 // allocated once and reused: read a chunk with a pread loop, then copy it to the device with a
-// synchronous cuMemcpyHtoD (writes: the reverse). No pinning, no overlap, one thread. It is the
+// synchronous cuMemcpyHtoD, whose DMA a read waits for at its end (a copy from pageable memory
+// returns once the bytes are staged); writes the reverse. No pinning, no overlap, one thread. It is the
 // baseline every device ratio is quoted against, so it must not be slower than the usual user code
 // (`torch.from_numpy(np.fromfile(p, np.uint8)).cuda()`, which faults in a fresh buffer of the whole
 // file); `make gpu-check` measures the two side by side.
@@ -54,6 +55,8 @@ class Naive final : public Mechanism {
       done += got;
       if (got < want) break;  // end of file
     }
+    // A copy from pageable memory returns before its DMA has landed: done when the read returns.
+    if (done) cu::wait_copies_landed(c.file.path, static_cast<int64_t>(off));
     return done;
   }
 

@@ -321,6 +321,16 @@ void wait_legacy_stream(const std::string& path, int64_t offset) {
         offset);
 }
 
+void wait_copies_landed(const std::string& path, int64_t offset) {
+  const Driver& d = *load();
+  CUevent e = nullptr;
+  check(d, d.EventCreate(&e, kEventDisableTiming), "cuEventCreate", path, offset);
+  CUresult rc = d.EventRecord(e, reinterpret_cast<CUstream>(uintptr_t{1}));  // CU_STREAM_LEGACY
+  if (rc == kSuccess) rc = d.EventSynchronize(e);
+  d.EventDestroy(e);
+  check(d, rc, "cuEventSynchronize(CU_STREAM_LEGACY)", path, offset);
+}
+
 ContextGuard::ContextGuard(const Target& t) : d_(load()) {
   if (d_) push(t.ctx ? t.ctx : primary_context(t.device < 0 ? 0 : t.device));
 }
@@ -455,6 +465,7 @@ void copy(void* dst, const void* src, size_t n) {
   const Driver* d = load();
   ContextGuard g(td.on_device() ? td : ts);
   check(*d, d->Memcpy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n), "cuMemcpy");
+  if (td.on_device()) wait_copies_landed();  // to the device: it may not have landed yet
 }
 
 bool register_host(void* p, size_t n, const char* consequence) {

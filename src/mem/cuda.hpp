@@ -182,6 +182,13 @@ bool primary_active(int device);
 // for): what a transfer outside accio's own streams (cuFile's) needs to be ordered as staged's are.
 // path and offset name the request in an error.
 void wait_legacy_stream(const std::string& path = {}, int64_t offset = -1);
+// Waits until the synchronous copies made so far into device memory in the current context have
+// landed. A synchronous copy from pageable host memory returns once the bytes are in the driver's
+// staging memory, and one between device buffers returns at once ("API synchronization behavior");
+// both are ordered before later work on the legacy default stream, not before a non-blocking
+// stream's, a peer's or another process's. An event recorded on the legacy stream after them is
+// waited for: that stream's work queued since by other threads is not.
+void wait_copies_landed(const std::string& path = {}, int64_t offset = -1);
 
 // ---- device facts (accio info) ----
 struct GpuInfo {

@@ -1405,6 +1405,51 @@ TEST(FakeGpu, GdsMakesNoBatchInCompatibilityMode) {
   accio_settings_free(s);
 }
 
+// A synchronous copy from pageable host memory to the device returns once the bytes are staged;
+// the DMA may land later ("API synchronization behavior"), ordered before later legacy-stream work
+// only. A naive read and accio_device_copy to the device have landed when they return (the docs
+// promise the memory ready for any stream): the memory is read back at once on a non-blocking
+// stream, which does not wait for the legacy stream, while the fake delays pageable DMA by 20 ms
+// (GPU audit, session 23).
+TEST(FakeGpu, PageableCopiesHaveLandedWhenTheCallReturns) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  auto retain = fake_fn<int (*)(void**, int)>("cuDevicePrimaryCtxRetain");
+  auto push = fake_fn<int (*)(void*)>("cuCtxPushCurrent_v2");
+  auto pop = fake_fn<int (*)(void**)>("cuCtxPopCurrent_v2");
+  auto stream_create = fake_fn<int (*)(void**, unsigned)>("cuStreamCreate");
+  auto stream_sync = fake_fn<int (*)(void*)>("cuStreamSynchronize");
+  auto stream_destroy = fake_fn<int (*)(void*)>("cuStreamDestroy_v2");
+  auto to_host = fake_fn<int (*)(void*, unsigned long long, size_t, void*)>("cuMemcpyDtoHAsync_v2");
+  ASSERT_TRUE(retain && push && pop && stream_create && stream_sync && stream_destroy && to_host);
+  TempDir dir;
+  const std::vector<char> data = pattern((1u << 20) + 5, 61), other = pattern(data.size(), 62);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  void *ctx = nullptr, *popped = nullptr, *stream = nullptr;
+  ASSERT_EQ(retain(&ctx, 0), 0);
+  ASSERT_EQ(push(ctx), 0);
+  ASSERT_EQ(stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */), 0);
+  const auto back = [&] {  // what a consumer on its own non-blocking stream reads right away
+    std::vector<char> v(data.size());
+    EXPECT_EQ(to_host(v.data(), reinterpret_cast<uintptr_t>(dev.p), v.size(), stream), 0);
+    EXPECT_EQ(stream_sync(stream), 0);
+    return v;
+  };
+  setenv("FAKE_CUDA_PAGEABLE_DMA_US", "20000", 1);
+  accio_settings* s = settings("naive");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+  EXPECT_TRUE(back() == data) << "a naive read";
+  ASSERT_EQ(accio_device_copy(dev.p, other.data(), other.size()), 0) << accio_last_error();
+  EXPECT_TRUE(back() == other) << "accio_device_copy to the device";
+  unsetenv("FAKE_CUDA_PAGEABLE_DMA_US");
+  accio_close(f);
+  accio_settings_free(s);
+  EXPECT_EQ(stream_destroy(stream), 0);
+  EXPECT_EQ(pop(&popped), 0);
+}
+
 // 20 requests of 4 KiB at 8 KiB strides (every other block), into device memory at the same offsets.
 std::vector<accio_request> small_reads(const DeviceMem& dev) {
   std::vector<accio_request> rs;

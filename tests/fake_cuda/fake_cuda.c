@@ -24,7 +24,8 @@
  * (709), as NVIDIA/cccl#9615 and cuda-api-wrappers#537 report of the real driver.
  *
  * Knobs: FAKE_CUDA_DEVICES (default 1; 0 = cuInit fails with CUDA_ERROR_NO_DEVICE),
- * FAKE_CUDA_DEVICE_MEM (bytes per device, default 1 GiB), FAKE_CUDA_COPY_US,
+ * FAKE_CUDA_DEVICE_MEM (bytes per device, default 1 GiB), FAKE_CUDA_COPY_US, FAKE_CUDA_PAGEABLE_DMA_US=N (a
+ * synchronous copy from pageable memory to the device lands N µs after it returns: see cuMemcpy),
  * FAKE_CUDA_FAIL_REGISTER=1 (cuMemHostRegister fails with CUDA_ERROR_OUT_OF_MEMORY; another value: with
  * that error code, e.g. 801 CUDA_ERROR_NOT_SUPPORTED), FAKE_CUDA_MEMLOCK=BYTES (a simulated
  * RLIMIT_MEMLOCK: a registration that would pin more than BYTES in all fails with
@@ -504,12 +505,25 @@ static CUresult copy_now(void* dst, const void* src, size_t n) {
   return OK;
 }
 static void drain_legacy(void);
+static CUresult pageable_dma(void* dst, const void* src, size_t n, long us);
 EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   FORKED();
   if (!have_ctx()) return E_INVALID_CONTEXT;
   __atomic_add_fetch(&g_cnt.sync_copies, 1, __ATOMIC_RELAXED);
   drain_legacy();  /* a synchronous copy is legacy-stream work: after what was queued there */
-  return copy_now((void*)(uintptr_t)dst, (void*)(uintptr_t)src, n);
+  /* FAKE_CUDA_PAGEABLE_DMA_US=N: a copy to the device from pageable host memory returns once the
+   * bytes are staged, its DMA landing N µs later on the legacy stream, as the real driver may ("API
+   * synchronization behavior": "the DMA to final destination may not have completed"). A copy to the
+   * host, or from registered memory, completes before it returns. */
+  void *d = (void*)(uintptr_t)dst, *s = (void*)(uintptr_t)src;
+  const long us = env_long("FAKE_CUDA_PAGEABLE_DMA_US", 0);
+  if (us && n && resolve(d, 1) && resolve(d, 1) != d && resolve(s, 1) == s) {
+    pthread_mutex_lock(&g_mu);
+    const int pinned = find_reg(s, n) != NULL;
+    pthread_mutex_unlock(&g_mu);
+    if (!pinned) return pageable_dma(d, s, n, us);
+  }
+  return copy_now(d, s, n);
 }
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { FORKED(); return cuMemcpy(dst, (CUdeviceptr)(uintptr_t)src, n); }
 EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { FORKED(); return cuMemcpy((CUdeviceptr)(uintptr_t)dst, src, n); }
@@ -524,7 +538,8 @@ typedef struct Op {
   char *dst;
   const char* src;  /* NULL: a memset of dst to `fill` */
   int fill;
-  long delay_us;    /* a memset's run time */
+  long delay_us;    /* a memset's run time, or a staged pageable copy's (FAKE_CUDA_PAGEABLE_DMA_US) */
+  int owns_src;     /* src is the fake's staging copy, freed once copied */
   uint64_t legacy_wait;  /* run after the legacy stream completed this many operations */
   size_t n;
   Reg* reg;  /* a READ_ONLY registration the copy reads (its snapshot) */
@@ -577,8 +592,9 @@ static void* stream_main(void* arg) {
       if (op->delay_us) usleep((useconds_t)op->delay_us);
       memset(op->dst, op->fill, op->n);
     } else {
-      if (g_copy_us) usleep((useconds_t)g_copy_us);
+      if (g_copy_us || op->delay_us) usleep((useconds_t)(g_copy_us + op->delay_us));
       memmove(op->dst, op->src, op->n);
+      if (op->owns_src) free((void*)op->src);
       if (op->reg) {
         pthread_mutex_lock(&g_mu);
         if (--op->reg->inflight == 0) pthread_cond_broadcast(&g_reg_cv);
@@ -637,6 +653,20 @@ static Stream* stream_of(Stream* s) {
   return g_legacy;
 }
 static void drain_legacy(void) { wait_legacy(legacy_submitted()); }
+static CUresult pageable_dma(void* dst, const void* src, size_t n, long us) {
+  Op* op = calloc(1, sizeof *op);
+  char* staged = malloc(n);
+  op->dst = resolve(dst, n);
+  if (!op->dst || !staged) {
+    free(staged);
+    free(op);
+    return E_ILLEGAL_ADDRESS;
+  }
+  memcpy(staged, src, n);  /* the driver's staging memory: the caller may reuse its buffer at once */
+  op->src = staged, op->owns_src = 1, op->n = n, op->delay_us = us;
+  push(stream_of((Stream*)1), op);
+  return OK;
+}
 /* Every cuStreamSynchronize, in order (the first 64): the handle, and how many device transfers
  * (copies and cuFile reads and writes) had been made by then, so that a test sees a producer's stream
  * synchronized before the transfer that needed it. Handles below 4096 are not the fake's streams: 0
