@@ -120,6 +120,69 @@ bool view_of_held(nb::handle obj, bool writable, View& into);
 class View {
  public:
   View(nb::handle obj, bool writable) {
+    try {
+      init(obj, writable);
+    } catch (nb::python_error& refused) {
+      // PyTorch before 2.10 exports no float8 tensor, by DLPack ("float8 types are not supported by
+      // dlpack": RuntimeError, later BufferError) or by __cuda_array_interface__ (no typestr): its
+      // uint8 view is the same memory, which accio moves as bytes.
+      if (!refused.matches(PyExc_BufferError) && !refused.matches(PyExc_RuntimeError)) throw;
+      nb::object bytes = torch_bytes_view(obj);
+      if (!bytes.is_valid()) throw;
+      reset();
+      bytes_view_ = bytes;
+      try {
+        init(bytes_view_, writable);
+      } catch (nb::python_error&) {
+        throw refused;  // the tensor's own refusal says more than its view's
+      }
+    }
+  }
+  ~View() {
+    if (have_view_) PyBuffer_Release(&view_);
+  }
+  View(const View&) = delete;
+  View& operator=(const View&) = delete;
+  void* ptr() const { return ptr_; }
+  size_t size() const { return size_; }
+  // The GPU ordinal for memory that came as a CUDA object (DLPack or __cuda_array_interface__), else -1.
+  int device() const { return device_; }
+  // Whether the producer said the memory is CUDA-pinned host memory (DLPack kDLCUDAHost).
+  bool pinned() const { return pinned_; }
+
+ private:
+  // Back to nothing taken, after a refused first attempt.
+  void reset() {
+    if (have_view_) PyBuffer_Release(&view_);
+    have_view_ = false;
+    held_ = detached_ = array_keep_ = nb::object();
+    array_ = nb::ndarray<nb::ro>();
+    ptr_ = nullptr;
+    size_ = 0;
+    device_ = -1;
+    pinned_ = false;
+  }
+
+  // obj.view(torch.uint8) for a PyTorch tensor (its class from the torch package, torch imported),
+  // else nothing.
+  static nb::object torch_bytes_view(nb::handle obj) {
+    nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()));
+    PyObject* torch = PyImport_GetModule(nb::str("torch").ptr());  // new reference, or NULL
+    if (!torch) {
+      PyErr_Clear();
+      return {};
+    }
+    nb::object mod = nb::steal(torch);
+    try {
+      const std::string from = nb::cast<std::string>(nb::str(type.attr("__module__")));
+      if (from != "torch" && from.rfind("torch.", 0) != 0) return {};
+      return obj.attr("view")(mod.attr("uint8"));
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+
+  void init(nb::handle obj, bool writable) {
     PyObject* o = obj.ptr();
     if (view_of_held(obj, writable, *this)) return;
     if (PyBytes_CheckExact(o) || PyByteArray_CheckExact(o) || PyMemoryView_Check(o)) {
@@ -186,17 +249,6 @@ class View {
     }
     throw nb::type_error(("expected a buffer, got " + what(obj) + ": " + kAccepted).c_str());
   }
-  ~View() {
-    if (have_view_) PyBuffer_Release(&view_);
-  }
-  View(const View&) = delete;
-  View& operator=(const View&) = delete;
-  void* ptr() const { return ptr_; }
-  size_t size() const { return size_; }
-  // The GPU ordinal for memory that came as a CUDA object (DLPack or __cuda_array_interface__), else -1.
-  int device() const { return device_; }
-  // Whether the producer said the memory is CUDA-pinned host memory (DLPack kDLCUDAHost).
-  bool pinned() const { return pinned_; }
 
  private:
   // Whether obj has the attribute: only AttributeError means no (nb::hasattr swallowed every
@@ -430,6 +482,7 @@ class View {
   nb::object held_;            // a HeldView whose view this one is
   nb::ndarray<nb::ro> array_;  // a DLPack import: holds the producer's memory until released
   nb::object detached_;         // the detach() of a tensor that requires grad, kept while its memory is used
+  nb::object bytes_view_;       // the uint8 view of a tensor that exports no memory of its dtype
   nb::object array_keep_;      // a __cuda_array_interface__ object
   void* ptr_ = nullptr;
   size_t size_ = 0;

@@ -99,6 +99,48 @@ def test_dlpack_lanes_count_in_the_byte_size(tmp_path):
     assert bytes(mem) == data  # refused before anything moved
 
 
+def test_a_torch_tensor_whose_dtype_has_no_export_moves_as_its_uint8_view(tmp_path):
+    """PyTorch before 2.10 exports no float8 tensor ("float8 types are not supported by dlpack",
+    RuntimeError, later BufferError; no CAI typestr either): accio moves its uint8 view, the same
+    memory. Not for other objects, and a view that fails too leaves the tensor's own error. A stand-in
+    torch module and tensor class (GPU audit, session 23)."""
+    (tmp_path / "in").write_bytes(bytes(range(256)) * 16)
+    r = subprocess.run([sys.executable, "-c", """
+import sys, types, numpy as np, accio
+torch = types.ModuleType("torch")
+torch.uint8 = "uint8"
+sys.modules["torch"] = torch
+class Tensor:
+    __module__ = "torch"
+    def __init__(self, a, err, view_ok=True): self.a, self.err, self.view_ok = a, err, view_ok
+    def __dlpack_device__(self): return (1, 0)
+    def __dlpack__(self, **kw): raise self.err("float8 types are not supported by dlpack")
+    def view(self, dtype):
+        assert dtype == "uint8"
+        if not self.view_ok: raise RuntimeError("no view")
+        return self.a
+class Other(Tensor):
+    __module__ = "jax"
+want = np.fromfile("in", dtype=np.uint8)
+for err in (RuntimeError, BufferError):
+    a = np.zeros(4096, np.uint8)
+    with accio.open("in") as f:
+        assert f.read_into(Tensor(a, err)) == 4096
+    assert (a == want).all()
+    assert accio.write("out", Tensor(want, err)) == 4096
+    assert (np.fromfile("out", dtype=np.uint8) == want).all()
+for t in (Other(np.zeros(4096, np.uint8), BufferError), Tensor(np.zeros(4096, np.uint8), BufferError, view_ok=False)):
+    try:
+        with accio.open("in") as f:
+            f.read_into(t)
+        raise SystemExit("accepted")
+    except BufferError as e:
+        assert "float8 types are not supported" in str(e), e
+print("ok")
+"""], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
 class _ParameterLike:
     """A PyTorch nn.Parameter (or any tensor that requires grad) as accio sees it: requires_grad is
     True, DLPack and __cuda_array_interface__ exports are refused with torch's messages, and
