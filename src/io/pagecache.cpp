@@ -117,6 +117,9 @@ class Pin {
     }
     return std::shared_ptr<Pin>(new Pin(static_cast<char*>(p), off, len, c.target.device));
   }
+  // Whether the registration was made in another instance of the GPU's primary context than `now`
+  // (the program reset the GPU since: the registration died with that context).
+  bool stale(uint64_t now) const { return instance_ && now && now != instance_; }
   ~Pin() {
     try {
       cu::ContextGuard g(device_);
@@ -132,11 +135,13 @@ class Pin {
   size_t size() const { return len_; }
 
  private:
-  Pin(char* map, uint64_t off, size_t len, int device) : map_(map), off_(off), len_(len), device_(device) {}
+  Pin(char* map, uint64_t off, size_t len, int device)
+      : map_(map), off_(off), len_(len), device_(device), instance_(cu::primary_instance(device)) {}
   char* map_;
   uint64_t off_;
   size_t len_;
   int device_;
+  uint64_t instance_;  // the primary context's instance it was registered in (0: unknown)
 };
 
 // Registrations kept for files read again (pagecache_pin_limit), least recently used first out.
@@ -151,15 +156,17 @@ struct PinCache {
   std::atomic<size_t> bytes{0};
 
   // A kept registration of `path` as it is now (`id`) covering [off, off+len); drops the path's
-  // registrations of other contents.
-  std::shared_ptr<Pin> find(const std::string& path, const Identity& id, uint64_t off, size_t len) {
+  // registrations of other contents, and any made in an earlier instance of the primary context of
+  // GPU `device` (a reset: they died with it).
+  std::shared_ptr<Pin> find(const std::string& path, const Identity& id, uint64_t off, size_t len, int device) {
     std::list<Entry> stale;  // unregistered after the lock is released
     std::shared_ptr<Pin> hit;
+    const uint64_t now = cu::primary_instance(device);
     {
       std::lock_guard lk(mu);
       for (auto it = lru.begin(); it != lru.end();) {
         auto next = std::next(it);
-        if (it->path == path && !(it->id == id)) {
+        if ((it->path == path && !(it->id == id)) || it->pin->stale(now)) {
           bytes -= it->pin->size();
           stale.splice(stale.end(), lru, it);
         } else if (!hit && it->path == path && it->pin->covers(off, len)) {
@@ -195,10 +202,12 @@ struct PinCache {
 };
 base::PerProcess<PinCache> g_pins;
 
-// One stream and two events per worker, created on first use and kept for the process.
+// One stream and two events per worker, created on first use and kept for the process (but for a
+// lane of a primary context the program has reset since: left alone, as staged's rings are).
 struct Lane {
   cu::CUstream stream = nullptr;
   cu::CUevent ev[2] = {};
+  uint64_t instance = 0;  // the primary context's instance it was made in (0: unknown)
 };
 struct Lanes {
   std::mutex mu;
@@ -213,10 +222,12 @@ class LaneLease {
     {
       std::lock_guard lk(l.mu);
       auto& v = l.free[device];
-      if (!v.empty()) {
+      const uint64_t now = v.empty() ? 0 : cu::primary_instance(device);
+      while (!v.empty()) {
         lane_ = std::move(v.back());
         v.pop_back();
-        return;
+        if (!lane_->instance || !now || lane_->instance == now) return;
+        (void)lane_.release();  // its stream and events died with the context they were made in
       }
     }
     const cu::Driver& d = *cu::load();
@@ -230,6 +241,7 @@ class LaneLease {
         cu::check(d, rc, "cuEventCreate");
       }
     }
+    lane->instance = cu::primary_instance(device);
     lane_ = std::move(lane);
   }
   ~LaneLease() {
@@ -388,7 +400,7 @@ class PageCache final : public Mechanism {
     const size_t limit = static_cast<size_t>(kPinLimit.num(c.settings));
     PinCache& cache = g_pins.get();
     if (limit)
-      if (auto hit = cache.find(c.file.path, ident, from, to - from)) return hit;
+      if (auto hit = cache.find(c.file.path, ident, from, to - from, c.target.device)) return hit;
     if (c.resident && !c.resident(c.file.fd, o, len)) {
       *why = "range not wholly in the page cache";
       return nullptr;

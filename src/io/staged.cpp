@@ -38,8 +38,23 @@ class CudaStagingRing final : public StagingRing {
       cu::check(d_, d_.EventCreate(&ev_.back(), cu::kEventDisableTiming), "cuEventCreate");
     }
     marked_.assign(depth, false);
+    instance_ = cu::primary_instance(device);
   }
-  // Rings live for the process (see StagingRingLease); nothing to free.
+  // Rings live for the process (see StagingRingLease); nothing to free, but for a ring made in a
+  // primary context the program has reset since (see retired).
+
+  // Whether the GPU's primary context was reset since this ring was made in it (cudaDeviceReset): its
+  // stream, events and registrations are gone with that context, and the driver hands back the
+  // same handle for the new one. The host buffers are unmapped (their registrations died with the
+  // context); the stream and events are left alone, as destroying them there may crash (UCX skips
+  // it too, openucx/ucx#11437).
+  bool retired(int device) {
+    const uint64_t now = cu::primary_instance(device);
+    if (!instance_ || !now || now == instance_) return false;
+    for (mem::HostBuffer& b : bufs_) mem::unmap_host_buffer(b);
+    bufs_.clear();
+    return true;
+  }
 
   unsigned buffers() const override { return static_cast<unsigned>(bufs_.size()); }
   size_t buffer_size() const override { return size_; }
@@ -73,6 +88,7 @@ class CudaStagingRing final : public StagingRing {
   std::vector<mem::HostBuffer> bufs_;
   std::vector<cu::CUevent> ev_;
   std::vector<bool> marked_;
+  uint64_t instance_ = 0;  // the primary context's instance it was made in (0: unknown)
 };
 
 // Rings per (device, buffer size, depth, huge pages), leased one per task and created on demand, so
@@ -94,10 +110,12 @@ class StagingRingLease {
     {
       std::lock_guard lk(pools_.mu);
       set_ = &pools_.sets[{device, s.buffer_size, static_cast<unsigned>(kRingDepth.num(s)), s.huge_pages}];
-      if (!set_->free.empty()) {
+      while (!set_->free.empty()) {
         ring_ = set_->free.back();
         set_->free.pop_back();
-        return;
+        if (!ring_->retired(device)) return;
+        std::erase_if(set_->all, [&](const auto& r) { return r.get() == ring_; });
+        ring_ = nullptr;
       }
     }
     auto r = std::make_unique<CudaStagingRing>(device, s.buffer_size, static_cast<unsigned>(kRingDepth.num(s)), s.huge_pages);

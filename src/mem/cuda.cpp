@@ -84,6 +84,7 @@ Loaded& state() {
     resolve_symbol(l, "cuCtxPopCurrent_v2", d.CtxPopCurrent, &miss);
     resolve_symbol(l, "cuCtxGetCurrent", d.CtxGetCurrent, &miss);
     resolve_symbol(l, "cuCtxGetDevice", d.CtxGetDevice, nullptr);
+    resolve_symbol(l, "cuCtxGetId", d.CtxGetId, nullptr);
     resolve_symbol(l, "cuPointerGetAttributes", d.PointerGetAttributes, &miss);
     resolve_symbol(l, "cuMemAlloc_v2", d.MemAlloc, &miss);
     resolve_symbol(l, "cuMemAllocManaged", d.MemAllocManaged, &miss);
@@ -313,6 +314,13 @@ CUcontext primary_context(int device) {
     if (device < kMaxDevices) g_primary[device].store(c, std::memory_order_release);
   }
   return c;
+}
+
+uint64_t primary_instance(int device) {
+  const Driver* d = load();
+  unsigned long long id = 0;
+  if (!d || !d->CtxGetId || d->CtxGetId(primary_context(device), &id) != kSuccess) return 0;
+  return id;
 }
 
 void wait_legacy_stream(const std::string& path, int64_t offset) {

@@ -67,6 +67,7 @@ struct Driver {
   CUresult (*CtxPopCurrent)(CUcontext*);
   CUresult (*CtxGetCurrent)(CUcontext*);
   CUresult (*CtxGetDevice)(CUdevice*);  // optional (nullptr: the current context itself is used)
+  CUresult (*CtxGetId)(CUcontext, unsigned long long*);  // optional (CUDA 12.0+; nullptr: not asked)
   CUresult (*PointerGetAttributes)(unsigned, int*, void**, CUdeviceptr);
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
   CUresult (*MemAllocManaged)(CUdeviceptr*, size_t, unsigned);
@@ -173,6 +174,14 @@ class ContextGuard {
 // The driver, if GPU `device` is there; else an ENODEV Error for `op` saying why.
 const Driver& require_device(int device, const char* op);
 CUcontext primary_context(int device);  // retained once per device, kept
+// Which instance GPU `device`'s primary context is (cuCtxGetId): a program that resets the GPU
+// (cudaDeviceReset, numba.cuda.close(), CuPy's runtime.deviceReset: cuDevicePrimaryCtxReset)
+// destroys the context's streams, events and host registrations, and the driver hands back the same
+// handle for the context it makes again, under a new id. What accio keeps for the process
+// (staging rings, pagecache's lanes and registrations) records the instance it was made in and is
+// made again when this differs. 0 where the driver cannot say (before CUDA 12.0, or a context reset
+// and not made again: the program's next CUDA call makes it).
+uint64_t primary_instance(int device);
 // The GPU of the calling thread's current context, -1 without one (or without a driver).
 int current_device();
 // Whether GPU device's primary context is active (some code in the process retained it: the runtime

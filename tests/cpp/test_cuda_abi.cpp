@@ -69,6 +69,10 @@ SAME_SIG(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain);
 SAME_SIG(CtxPushCurrent, cuCtxPushCurrent_v2);
 SAME_SIG(CtxPopCurrent, cuCtxPopCurrent_v2);
 SAME_SIG(CtxGetCurrent, cuCtxGetCurrent);
+SAME_SIG(CtxGetDevice, cuCtxGetDevice);
+#if CUDA_VERSION >= 12000
+SAME_SIG(CtxGetId, cuCtxGetId);
+#endif
 SAME_SIG(PointerGetAttributes, cuPointerGetAttributes);
 SAME_SIG(MemAlloc, cuMemAlloc_v2);
 SAME_SIG(MemAllocManaged, cuMemAllocManaged);

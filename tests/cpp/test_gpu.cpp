@@ -1405,6 +1405,55 @@ TEST(FakeGpu, GdsMakesNoBatchInCompatibilityMode) {
   accio_settings_free(s);
 }
 
+// A program that resets its GPU and goes on (cudaDeviceReset between phases, numba.cuda.close(), CuPy's
+// runtime.deviceReset): cuDevicePrimaryCtxReset destroys the primary context's streams, events and
+// host registrations, and the driver hands back the same handle for the context it makes again.
+// staged's rings and pagecache's lanes and registrations, kept for the process, are made again in the
+// new instance (cuCtxGetId) instead of used dead, which may crash inside the real driver
+// (lupinemachines/lupine#845; GPU audit, session 23). In a process of its own: test_gpu_fake_reset
+// (the fake aborts on a dead stream or event) and, on a GPU, test_gpu_reset.
+TEST(Gpu, DeviceWorkGoesOnAfterTheProgramResetsTheGpu) {
+  REQUIRE_GPU();
+  if (!std::getenv("ACCIO_TEST_GPU_RESET")) GTEST_SKIP() << "run by test_gpu_fake_reset and test_gpu_reset: it resets GPU 0";
+  auto reset = driver_fn<int (*)(int)>("cuDevicePrimaryCtxReset_v2");
+  auto retain = driver_fn<int (*)(void**, int)>("cuDevicePrimaryCtxRetain");
+  auto get_id = driver_fn<int (*)(void*, unsigned long long*)>("cuCtxGetId");
+  ASSERT_TRUE(reset && retain);
+  if (!get_id) GTEST_SKIP() << "no cuCtxGetId (CUDA before 12.0): accio cannot tell a reset";
+  TempDir dir;
+  const std::vector<char> data = pattern((3u << 20) + 7, 71);
+  write_file(dir.file("f"), data);
+  const auto round = [&](const char* phase) {
+    for (const char* mech : {"staged", "pagecache", "naive", "auto"}) {
+      SCOPED_TRACE(std::string(phase) + " the reset, " + mech);
+      DeviceMem dev(data.size(), false);
+      accio_settings* s = settings(mech, {{"pagecache_min", "4KiB"}});
+      accio_file* f;
+      ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0) << accio_last_error();
+      ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+      accio_close(f);
+      EXPECT_TRUE(from_device(dev.p, data.size()) == data);
+      ASSERT_EQ(accio_open(&f, dir.file("out").c_str(), "w", s), 0) << accio_last_error();
+      ASSERT_EQ(accio_pwrite(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+      accio_close(f);
+      EXPECT_TRUE(read_file(dir.file("out")) == data);
+      accio_settings_free(s);
+    }
+  };
+  round("before");
+  void* ctx = nullptr;
+  ASSERT_EQ(retain(&ctx, 0), 0);
+  unsigned long long before = 0, after = 0;
+  ASSERT_EQ(get_id(ctx, &before), 0);
+  ASSERT_EQ(reset(0), 0);
+  ASSERT_EQ(retain(&ctx, 0), 0);  // as the runtime's next call does: the context is made again
+  ASSERT_EQ(get_id(ctx, &after), 0);
+  // "probe NAME: VALUE" lines are what make gpu-check keeps of a passing test's output
+  std::cout << "probe primary_context_id_across_reset: " << before << " -> " << after << std::endl;
+  EXPECT_NE(before, after) << "the context made again is a new instance";
+  round("after");
+}
+
 // A synchronous copy from pageable host memory to the device returns once the bytes are staged;
 // the DMA may land later ("API synchronization behavior"), ordered before later legacy-stream work
 // only. A naive read and accio_device_copy to the device have landed when they return (the docs

@@ -108,6 +108,7 @@ typedef struct Reg {
   size_t n;
   unsigned flags;
   char* snap;    /* READ_ONLY: the bytes at registration, which copies from the range read */
+  struct CUctx_st* ctx;  /* the context current at registration (a reset of it drops the registration) */
   long inflight; /* copies queued that read snap */
   struct Reg* next;
 } Reg;
@@ -120,8 +121,11 @@ struct CUctx_st {
   int device;
   int own;    /* made by cuCtxCreate_v2, not a primary context */
   int dead;   /* cuCtxDestroy_v2'ed (kept, so that a stale handle can be told) */
+  int reset;  /* a primary context cuDevicePrimaryCtxReset destroyed, not made again yet */
+  unsigned long long id;  /* cuCtxGetId: which instance (a primary context made again gets a new one) */
   struct CUctx_st* next;  /* the program's own contexts, all kept (g_own_ctxs) */
 };
+static unsigned long long g_next_ctx_id = 1000;
 static struct CUctx_st* g_own_ctxs;
 static struct CUctx_st g_ctx[16];
 static __thread struct CUctx_st* t_stack[16];
@@ -199,7 +203,7 @@ EXPORT CUresult cuInit(unsigned flags) {
   if (g_devices > 16) g_devices = 16;
   g_copy_us = env_long("FAKE_CUDA_COPY_US", 0);
   g_fail_copy_after = env_long("FAKE_CUDA_FAIL_COPY_AFTER", -1);
-  for (int i = 0; i < 16; ++i) g_ctx[i].device = i;
+  for (int i = 0; i < 16; ++i) g_ctx[i].device = i, g_ctx[i].id = (unsigned long long)i + 1;
   if (g_devices <= 0) return E_NO_DEVICE;
   g_init = 1;
   return OK;
@@ -261,6 +265,12 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(struct CUctx_st** c, int d) {
   __atomic_add_fetch(&g_retain_attempts[d], 1, __ATOMIC_RELAXED);
   if (env_long("FAKE_CUDA_UNAVAILABLE", -1) == d) return 46;
   __atomic_add_fetch(&g_retains[d], 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&g_mu);
+  if (g_ctx[d].reset) {  /* made again after a reset: the same handle, a new instance */
+    g_ctx[d].reset = 0;
+    g_ctx[d].id = __atomic_add_fetch(&g_next_ctx_id, 1, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&g_mu);
   *c = &g_ctx[d];
   return OK;
 }
@@ -268,7 +278,55 @@ EXPORT CUresult cuDevicePrimaryCtxGetState(int d, unsigned* flags, int* active) 
   FORKED();
   if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
   *flags = 0;
-  *active = __atomic_load_n(&g_retains[d], __ATOMIC_RELAXED) > 0;
+  *active = __atomic_load_n(&g_retains[d], __ATOMIC_RELAXED) > 0 && !g_ctx[d].reset;
+  return OK;
+}
+/* cudaDeviceReset, numba.cuda.close(), CuPy's runtime.deviceReset: the primary context's allocations
+ * and host registrations are destroyed with its streams and events (their later use aborts, see
+ * alive), the retains stay counted, and the context is inactive until it is retained again, which
+ * makes it anew under the same handle with a new cuCtxGetId. */
+static void drain_legacy(void);
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(int d) {
+  FORKED();
+  if (d < 0 || d >= g_devices) return E_INVALID_DEVICE;
+  drain_legacy();
+  struct CUctx_st* c = &g_ctx[d];
+  pthread_mutex_lock(&g_mu);
+  c->reset = 1;
+  for (Reg** pr = &g_regs; *pr;) {
+    Reg* r = *pr;
+    if (r->ctx != c) {
+      pr = &r->next;
+      continue;
+    }
+    *pr = r->next;
+    g_cnt.registered--;
+    g_cnt.registered_bytes -= r->n;
+    free(r->snap);
+    free(r);
+  }
+  for (Alloc** pa = &g_allocs; *pa;) {
+    Alloc* a = *pa;
+    if (a->ctx != c) {
+      pa = &a->next;
+      continue;
+    }
+    *pa = a->next;
+    g_used[a->device] -= a->mapped;
+    g_cnt.live_allocs--;
+    munmap(a->dev, a->mapped);
+    if (a->shadow != a->dev) munmap(a->shadow, a->mapped);
+    free(a);
+  }
+  pthread_mutex_unlock(&g_mu);
+  return OK;
+}
+EXPORT CUresult cuDevicePrimaryCtxReset(int d) { return cuDevicePrimaryCtxReset_v2(d); }
+EXPORT CUresult cuCtxGetId(struct CUctx_st* c, unsigned long long* id) {
+  FORKED();
+  if (!c) return E_INVALID_CONTEXT;
+  if (c->reset || c->dead) return 709;  /* CUDA_ERROR_CONTEXT_IS_DESTROYED */
+  *id = c->id;
   return OK;
 }
 EXPORT uint64_t fake_cuda_primary_retains(int d) { return d >= 0 && d < 16 ? g_retains[d] : 0; }
@@ -293,7 +351,8 @@ EXPORT CUresult cuCtxGetDevice(int* d) {
   *d = t_stack[t_depth - 1]->device;
   return OK;
 }
-static int have_ctx(void) { return t_depth > 0; }
+/* A current context that can do work: not a primary context reset and not made again. */
+static int have_ctx(void) { return t_depth > 0 && !t_stack[t_depth - 1]->reset; }
 EXPORT CUresult cuCtxCreate_v2(struct CUctx_st** c, unsigned flags, int d) {
   FORKED();
   (void)flags;
@@ -303,6 +362,7 @@ EXPORT CUresult cuCtxCreate_v2(struct CUctx_st** c, unsigned flags, int d) {
   struct CUctx_st* x = calloc(1, sizeof *x);
   x->device = d;
   x->own = 1;
+  x->id = __atomic_add_fetch(&g_next_ctx_id, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&g_mu);
   x->next = g_own_ctxs;
   g_own_ctxs = x;
@@ -455,6 +515,7 @@ EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
   r->p = p;
   r->n = n;
   r->flags = flags;
+  r->ctx = t_stack[t_depth - 1];
   r->snap = snap;
   r->next = g_regs;
   g_regs = r;
@@ -533,7 +594,18 @@ typedef struct CUevent_st {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   unsigned long long recorded, done;
+  struct CUctx_st* ctx;  /* the context current at its creation, and its instance then */
+  unsigned long long ctx_id;
 } Event;
+/* A stream or event of a primary context that was reset since it was made is gone with it: the real
+ * driver may crash inside cuStreamSynchronize or cuEventRecord there (lupinemachines/lupine#845, a
+ * staging ring kept across cudaDeviceReset); the fake aborts, naming it, so that a test fails. */
+static void alive(const struct CUctx_st* c, unsigned long long id, const char* what) {
+  if (c && !c->own && (c->reset || c->id != id)) {
+    fprintf(stderr, "fake CUDA: %s used after its primary context (GPU %d) was reset\n", what, c->device);
+    abort();
+  }
+}
 typedef struct Op {
   char *dst;
   const char* src;  /* NULL: a memset of dst to `fill` */
@@ -554,7 +626,8 @@ typedef struct CUstream_st {
   Op *head, *tail;
   uint64_t queued, submitted, completed;
   int stop, blocking;  /* blocking: created without CU_STREAM_NON_BLOCKING (orders after legacy work) */
-  struct CUctx_st* ctx;  /* the context current at its creation */
+  struct CUctx_st* ctx;  /* the context current at its creation, and its instance then */
+  unsigned long long ctx_id;
 } Stream;
 
 static Stream* g_legacy;  /* the legacy default stream, started by its first operation */
@@ -613,6 +686,7 @@ static void* stream_main(void* arg) {
   return NULL;
 }
 static void push(Stream* s, Op* op) {
+  alive(s->ctx, s->ctx_id, "a stream");
   if (s->blocking && s != g_legacy) op->legacy_wait = legacy_submitted();
   pthread_mutex_lock(&s->mu);
   if (s->tail) s->tail->next = op;
@@ -641,6 +715,7 @@ EXPORT CUresult cuStreamCreate(Stream** out, unsigned flags) {
   if (!have_ctx()) return E_INVALID_CONTEXT;
   *out = new_stream(!(flags & 0x1u));  /* CU_STREAM_NON_BLOCKING */
   (*out)->ctx = t_stack[t_depth - 1];
+  (*out)->ctx_id = (*out)->ctx->id;
   __atomic_add_fetch(&g_cnt.streams, 1, __ATOMIC_RELAXED);
   return OK;
 }
@@ -700,6 +775,7 @@ EXPORT CUresult cuStreamSynchronize(Stream* s) {
     return OK;
   }
   if ((uintptr_t)s < 4096) return OK;
+  alive(s->ctx, s->ctx_id, "a stream");
   pthread_mutex_lock(&s->mu);
   while (s->completed < s->submitted) pthread_cond_wait(&s->cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
@@ -788,12 +864,14 @@ EXPORT CUresult cuEventCreate(Event** out, unsigned flags) {
   Event* e = calloc(1, sizeof *e);
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
+  if (t_depth) e->ctx = t_stack[t_depth - 1], e->ctx_id = e->ctx->id;
   *out = e;
   return OK;
 }
 EXPORT CUresult cuEventDestroy_v2(Event* e) { FORKED(); free(e); return OK; }
 EXPORT CUresult cuEventRecord(Event* e, Stream* s) {
   FORKED();
+  alive(e->ctx, e->ctx_id, "an event");
   Op* op = calloc(1, sizeof *op);
   pthread_mutex_lock(&e->mu);
   op->seq = ++e->recorded;
@@ -805,6 +883,7 @@ EXPORT CUresult cuEventRecord(Event* e, Stream* s) {
 }
 EXPORT CUresult cuEventSynchronize(Event* e) {
   FORKED();
+  alive(e->ctx, e->ctx_id, "an event");
   __atomic_add_fetch(&g_cnt.event_waits, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&e->mu);
   while (e->done < e->recorded) pthread_cond_wait(&e->cv, &e->mu);
