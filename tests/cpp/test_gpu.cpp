@@ -1375,36 +1375,6 @@ TEST(FakeGpu, GdsUsesBatchesOnlyFromCuFile17) {
   accio_settings_free(s);
 }
 
-// In compatibility mode (here with nvidia-fs loaded, cuFile having refused the O_DIRECT descriptor)
-// gds makes no batch: each batch entry would hold one of cuFile's POSIX bounce buffers until reaped,
-// and a submission needing more than are free waits in cuFileBatchIOSubmit for ever (the fake
-// aborts). 200 small requests run one cuFile call each, byte for byte (GPU audit, session 23).
-TEST(FakeGpu, GdsMakesNoBatchInCompatibilityMode) {
-  if (!fake()) GTEST_SKIP() << "fake driver only";
-  TempDir dir;
-  const std::vector<char> data = pattern(200 * 8192, 41);
-  write_file(dir.file("f"), data);
-  DeviceMem dev(data.size(), false);
-  accio_settings* s = settings("gds");
-  setenv("FAKE_CUFILE_REGISTER_ERR_DIRECT", "5027", 1);
-  accio_file* f;
-  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
-  char mode[512];
-  EXPECT_EQ(accio_gds_mode(f, mode, sizeof mode), 0) << mode;
-  const FakeCounters a = counters();
-  std::vector<accio_request> rs;
-  for (size_t i = 0; i < 200; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
-  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
-  const FakeCounters b = counters();
-  unsetenv("FAKE_CUFILE_REGISTER_ERR_DIRECT");
-  EXPECT_EQ(b.cufile_batch_ios, a.cufile_batch_ios);
-  EXPECT_EQ(b.cufile_reads - a.cufile_reads, rs.size()) << "one cuFileRead per request";
-  for (const accio_request& r : rs)
-    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
-  accio_close(f);
-  accio_settings_free(s);
-}
-
 // A program that resets its GPU and goes on (cudaDeviceReset between phases, numba.cuda.close(), CuPy's
 // runtime.deviceReset): cuDevicePrimaryCtxReset destroys the primary context's streams, events and
 // host registrations, and the driver hands back the same handle for the context it makes again.
@@ -1499,12 +1469,46 @@ TEST(FakeGpu, PageableCopiesHaveLandedWhenTheCallReturns) {
   EXPECT_EQ(pop(&popped), 0);
 }
 
-// 20 requests of 4 KiB at 8 KiB strides (every other block), into device memory at the same offsets.
-std::vector<accio_request> small_reads(const DeviceMem& dev) {
+// `count` requests of 4 KiB at 8 KiB strides (every other block), into device memory at the same offsets.
+std::vector<accio_request> small_reads(const DeviceMem& dev, size_t count = 20) {
   std::vector<accio_request> rs;
-  for (size_t i = 0; i < 20; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
+  for (size_t i = 0; i < count; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
   return rs;
 }
+
+// Submits rs (small_reads) and checks that they ran one cuFileRead each, in no batch, with data's bytes.
+void expect_one_cufile_read_each(accio_file* f, const std::vector<accio_request>& rs, const std::vector<char>& data) {
+  const FakeCounters a = counters();
+  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  const FakeCounters b = counters();
+  EXPECT_EQ(b.cufile_batch_ios, a.cufile_batch_ios);
+  EXPECT_EQ(b.cufile_reads - a.cufile_reads, rs.size()) << "one cuFileRead per request";
+  for (const accio_request& r : rs)
+    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+}
+
+// In compatibility mode (here with nvidia-fs loaded, cuFile having refused the O_DIRECT descriptor)
+// gds makes no batch: each batch entry would hold one of cuFile's POSIX bounce buffers until reaped,
+// and a submission needing more than are free waits in cuFileBatchIOSubmit for ever (the fake
+// aborts). 200 small requests run one cuFile call each, byte for byte (GPU audit, session 23).
+TEST(FakeGpu, GdsMakesNoBatchInCompatibilityMode) {
+  if (!fake()) GTEST_SKIP() << "fake driver only";
+  TempDir dir;
+  const std::vector<char> data = pattern(200 * 8192, 41);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  accio_settings* s = settings("gds");
+  setenv("FAKE_CUFILE_REGISTER_ERR_DIRECT", "5027", 1);
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  char mode[512];
+  EXPECT_EQ(accio_gds_mode(f, mode, sizeof mode), 0) << mode;
+  expect_one_cufile_read_each(f, small_reads(dev, 200), data);
+  unsetenv("FAKE_CUFILE_REGISTER_ERR_DIRECT");
+  accio_close(f);
+  accio_settings_free(s);
+}
+
 
 TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
   if (!fake()) GTEST_SKIP() << "fake driver only";
@@ -1517,15 +1521,8 @@ TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
   if (!gds_batches(f)) GTEST_SKIP() << "batches run on the direct path only: FAKE_CUFILE_NVFS=1";
   setenv("FAKE_CUFILE_BATCH_SETUP_FAIL", "1", 1);
-  const FakeCounters a = counters();
-  const std::vector<accio_request> rs = small_reads(dev);
-  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
-  const FakeCounters b = counters();
+  expect_one_cufile_read_each(f, small_reads(dev), data);
   unsetenv("FAKE_CUFILE_BATCH_SETUP_FAIL");
-  EXPECT_EQ(b.cufile_batch_ios, a.cufile_batch_ios);
-  EXPECT_EQ(b.cufile_reads - a.cufile_reads, rs.size()) << "one cuFileRead per request instead";
-  for (const accio_request& r : rs)
-    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
   EXPECT_NE(warnings().find("cuFileBatchIOSetUp"), std::string::npos) << warnings();
   accio_close(f);
   accio_settings_free(s);
