@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/fork.hpp"
 #include "base/log.hpp"
 #include "io/mechanism.hpp"
 #include "mem/cuda.hpp"
@@ -38,6 +40,42 @@ constexpr size_t kDefaultPinnedBudget = size_t{32} << 30;  // cufile.json's max_
 // cuFileBufRegister a second costs little beside the requests that run meanwhile (it is made under
 // mu_, which every request into device memory takes, as the first registration is).
 constexpr std::chrono::steady_clock::duration kRetryRefused = std::chrono::seconds(1);
+
+// cuFile batch entries in flight in the process, at most kBatchEntries (cufile.json's default
+// posix_pool_slab_count, 64 of 1 MiB). Where cuFile serves a batch in compatibility mode, each entry
+// holds one of those POSIX bounce buffers from its submission until its status is reaped, and a
+// submission that needs more than are free waits in cuFileBatchIOSubmit for ever (ai-dynamo/nixl#2070).
+// accio batches only where the direct path looks possible, but cuFile may still fall back there (on a
+// device that is not NVMe, say): so batches hold at most kBatchEntries entries, and a batch waits here
+// until its entries fit beside those of the batches other threads have in flight.
+constexpr unsigned kBatchEntries = 64;
+struct BatchEntries {
+  std::mutex mu;
+  std::condition_variable cv;
+  unsigned used = 0;
+};
+base::PerProcess<BatchEntries> g_batch_entries;
+class BatchEntriesLease {
+ public:
+  explicit BatchEntriesLease(unsigned n) : e_(g_batch_entries.get()), n_(n) {
+    std::unique_lock lk(e_.mu);
+    e_.cv.wait(lk, [&] { return e_.used + n_ <= kBatchEntries; });
+    e_.used += n_;
+  }
+  ~BatchEntriesLease() {
+    {
+      std::lock_guard lk(e_.mu);
+      e_.used -= n_;
+    }
+    e_.cv.notify_all();
+  }
+  BatchEntriesLease(const BatchEntriesLease&) = delete;
+  BatchEntriesLease& operator=(const BatchEntriesLease&) = delete;
+
+ private:
+  BatchEntries& e_;
+  unsigned n_;
+};
 
 class Gds final : public Mechanism {
  public:
@@ -105,23 +143,19 @@ class Gds final : public Mechanism {
   }
 
   // One cuFile batch for requests gds would run as one cuFile call each (not split over threads),
-  // up to the driver's batch size and a direct I/O's usual maximum, on the direct path only. In
-  // compatibility mode each batch entry holds one of cuFile's POSIX bounce buffers (64 of 1 MiB by
-  // default) from its submission until its status is reaped, and a submission that needs more than
-  // are free waits in cuFileBatchIOSubmit for ever (ai-dynamo/nixl#2070; KvikIO turns its batch API
-  // off in compatibility mode, rapidsai/kvikio#239). One cuFile call per request holds one at a time.
+  // up to the driver's batch size, kBatchEntries and a direct I/O's usual maximum, on the direct
+  // path only. In compatibility mode each batch entry would hold one of cuFile's POSIX bounce buffers
+  // (see kBatchEntries; KvikIO turns its batch API off there, rapidsai/kvikio#239); one cuFile call
+  // per request holds one at a time. The file's handle is registered already: the engine asked
+  // for_target (resolve) before it asks this.
   size_t batch_limit(const IoContext& c, size_t n) const override {
     const cf::Api* a = cf::load();
     if (!a || !a->max_batch || n == 0 || n > kMaxBatchRequest) return 0;
     if (n > task_bytes(c.settings, n, c.settings.threads, 4096)) return 0;
     bool direct = false;
-    try {
-      std::string why;
-      if (!file_handle(c, &why, &direct)) return 0;  // refused: its requests run staged
-    } catch (const std::exception&) {               // no context to register the file in yet
-      return 0;
-    }
-    return direct ? a->max_batch : 0;
+    std::string why;
+    if (!file_handle(c, &why, &direct) || !direct) return 0;  // refused (runs staged), or compatibility mode
+    return std::min<size_t>(a->max_batch, kBatchEntries);
   }
 
   void batch(const IoContext& c, BatchItem* items, size_t count, bool write) const override {
@@ -146,7 +180,12 @@ class Gds final : public Mechanism {
       for (size_t i = 0; i < count; ++i) items[i].error = std::current_exception();
       return;
     }
-    if (std::string why = submit_batch(c, a, io.data(), static_cast<unsigned>(count), write); !why.empty()) {
+    std::string why;
+    {
+      BatchEntriesLease entries(static_cast<unsigned>(count));  // until the batch is reaped and destroyed
+      why = submit_batch(c, a, io.data(), static_cast<unsigned>(count), write);
+    }
+    if (!why.empty()) {
       base::warn_once("gds-batch", "cuFile batch I/O failed (" + why + "): those requests run one cuFile call each");
       for (size_t i = 0; i < count; ++i) finish(c, a, io[i], items[i], write);
       return;

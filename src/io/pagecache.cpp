@@ -117,9 +117,10 @@ class Pin {
     }
     return std::shared_ptr<Pin>(new Pin(static_cast<char*>(p), off, len, c.target.device));
   }
-  // Whether the registration was made in another instance of the GPU's primary context than `now`
+  // Whether the registration was made in an earlier instance of its GPU's primary context than `now`
   // (the program reset the GPU since: the registration died with that context).
-  bool stale(uint64_t now) const { return instance_ && now && now != instance_; }
+  bool stale(uint64_t now) const { return cu::instance_gone(instance_, now); }
+  int device() const { return device_; }
   ~Pin() {
     try {
       cu::ContextGuard g(device_);
@@ -156,17 +157,23 @@ struct PinCache {
   std::atomic<size_t> bytes{0};
 
   // A kept registration of `path` as it is now (`id`) covering [off, off+len); drops the path's
-  // registrations of other contents, and any made in an earlier instance of the primary context of
-  // GPU `device` (a reset: they died with it).
-  std::shared_ptr<Pin> find(const std::string& path, const Identity& id, uint64_t off, size_t len, int device) {
+  // registrations of other contents, and any made in an earlier instance of its GPU's primary
+  // context (the program reset that GPU: they died with it). Registrations are portable: one made
+  // for GPU 0 serves GPU 1's requests too, so each is checked against its own GPU.
+  std::shared_ptr<Pin> find(const std::string& path, const Identity& id, uint64_t off, size_t len) {
     std::list<Entry> stale;  // unregistered after the lock is released
     std::shared_ptr<Pin> hit;
-    const uint64_t now = cu::primary_instance(device);
+    std::map<int, uint64_t> now;  // each GPU's primary-context instance, asked once per call
+    const auto gone = [&](const Pin& p) {
+      auto [at, fresh] = now.try_emplace(p.device(), 0);
+      if (fresh) at->second = cu::primary_instance(p.device());
+      return p.stale(at->second);
+    };
     {
       std::lock_guard lk(mu);
       for (auto it = lru.begin(); it != lru.end();) {
         auto next = std::next(it);
-        if ((it->path == path && !(it->id == id)) || it->pin->stale(now)) {
+        if ((it->path == path && !(it->id == id)) || gone(*it->pin)) {
           bytes -= it->pin->size();
           stale.splice(stale.end(), lru, it);
         } else if (!hit && it->path == path && it->pin->covers(off, len)) {
@@ -212,6 +219,7 @@ struct Lane {
 struct Lanes {
   std::mutex mu;
   std::map<int, std::vector<std::unique_ptr<Lane>>> free;  // per device
+  std::vector<std::unique_ptr<Lane>> retired;  // of a context reset since: kept, never used
 };
 base::PerProcess<Lanes> g_lanes;
 
@@ -222,12 +230,16 @@ class LaneLease {
     {
       std::lock_guard lk(l.mu);
       auto& v = l.free[device];
-      const uint64_t now = v.empty() ? 0 : cu::primary_instance(device);
-      while (!v.empty()) {
+      if (!v.empty()) {  // lanes of a primary context the program reset since: their stream and events
+        const uint64_t now = cu::primary_instance(device);  // died with it, and are left alone
+        for (auto& x : v)
+          if (cu::instance_gone(x->instance, now)) l.retired.push_back(std::move(x));
+        std::erase(v, nullptr);
+      }
+      if (!v.empty()) {
         lane_ = std::move(v.back());
         v.pop_back();
-        if (!lane_->instance || !now || lane_->instance == now) return;
-        (void)lane_.release();  // its stream and events died with the context they were made in
+        return;
       }
     }
     const cu::Driver& d = *cu::load();
@@ -400,7 +412,7 @@ class PageCache final : public Mechanism {
     const size_t limit = static_cast<size_t>(kPinLimit.num(c.settings));
     PinCache& cache = g_pins.get();
     if (limit)
-      if (auto hit = cache.find(c.file.path, ident, from, to - from, c.target.device)) return hit;
+      if (auto hit = cache.find(c.file.path, ident, from, to - from)) return hit;
     if (c.resident && !c.resident(c.file.fd, o, len)) {
       *why = "range not wholly in the page cache";
       return nullptr;

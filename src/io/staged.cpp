@@ -41,17 +41,20 @@ class CudaStagingRing final : public StagingRing {
     instance_ = cu::primary_instance(device);
   }
   // Rings live for the process (see StagingRingLease); nothing to free, but for a ring made in a
-  // primary context the program has reset since (see retired).
+  // primary context the program has reset since (see retire_if_gone).
 
-  // Whether the GPU's primary context was reset since this ring was made in it (cudaDeviceReset): its
-  // stream, events and registrations are gone with that context, and the driver hands back the
-  // same handle for the new one. The host buffers are unmapped (their registrations died with the
-  // context); the stream and events are left alone, as destroying them there may crash (UCX skips
-  // it too, openucx/ucx#11437).
-  bool retired(int device) {
-    const uint64_t now = cu::primary_instance(device);
-    if (!instance_ || !now || now == instance_) return false;
-    for (mem::HostBuffer& b : bufs_) mem::unmap_host_buffer(b);
+  // Whether the GPU's primary context was reset since this ring was made in it (cudaDeviceReset; `now`
+  // is its instance now): its stream, events and registrations are gone with that context, and the
+  // driver hands back the same handle for the new one. The host buffers are unregistered (an error
+  // where the registration died with the context, as expected, is ignored) and unmapped; the stream
+  // and events are left alone, as destroying them there may crash (UCX skips it too,
+  // openucx/ucx#11437).
+  bool retire_if_gone(uint64_t now) {
+    if (!cu::instance_gone(instance_, now)) return false;
+    for (mem::HostBuffer& b : bufs_) {
+      cu::unregister_host(b.ptr);
+      mem::unmap_host_buffer(b);
+    }
     bufs_.clear();
     return true;
   }
@@ -97,6 +100,7 @@ class CudaStagingRing final : public StagingRing {
 struct StagingRingSet {
   std::vector<std::unique_ptr<CudaStagingRing>> all;
   std::vector<CudaStagingRing*> free;
+  std::vector<std::unique_ptr<CudaStagingRing>> retired;  // of a context reset since: kept, never used
 };
 struct StagingRingSets {
   std::mutex mu;
@@ -110,12 +114,20 @@ class StagingRingLease {
     {
       std::lock_guard lk(pools_.mu);
       set_ = &pools_.sets[{device, s.buffer_size, static_cast<unsigned>(kRingDepth.num(s)), s.huge_pages}];
-      while (!set_->free.empty()) {
+      if (!set_->free.empty()) {  // rings of a primary context the program reset since: all retired
+        const uint64_t now = cu::primary_instance(device);
+        std::erase_if(set_->free, [&](CudaStagingRing* r) {
+          if (!r->retire_if_gone(now)) return false;
+          const auto owned = std::find_if(set_->all.begin(), set_->all.end(), [&](const auto& o) { return o.get() == r; });
+          set_->retired.push_back(std::move(*owned));
+          set_->all.erase(owned);
+          return true;
+        });
+      }
+      if (!set_->free.empty()) {
         ring_ = set_->free.back();
         set_->free.pop_back();
-        if (!ring_->retired(device)) return;
-        std::erase_if(set_->all, [&](const auto& r) { return r.get() == ring_; });
-        ring_ = nullptr;
+        return;
       }
     }
     auto r = std::make_unique<CudaStagingRing>(device, s.buffer_size, static_cast<unsigned>(kRingDepth.num(s)), s.huge_pages);

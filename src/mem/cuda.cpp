@@ -318,8 +318,13 @@ CUcontext primary_context(int device) {
 
 uint64_t primary_instance(int device) {
   const Driver* d = load();
+  if (!d || !d->CtxGetId) return 0;
   unsigned long long id = 0;
-  if (!d || !d->CtxGetId || d->CtxGetId(primary_context(device), &id) != kSuccess) return 0;
+  try {
+    if (d->CtxGetId(primary_context(device), &id) != kSuccess) return 0;
+  } catch (const std::exception&) {  // no such GPU, or its context refused
+    return 0;
+  }
   return id;
 }
 

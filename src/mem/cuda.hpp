@@ -179,9 +179,12 @@ CUcontext primary_context(int device);  // retained once per device, kept
 // destroys the context's streams, events and host registrations, and the driver hands back the same
 // handle for the context it makes again, under a new id. What accio keeps for the process
 // (staging rings, pagecache's lanes and registrations) records the instance it was made in and is
-// made again when this differs. 0 where the driver cannot say (before CUDA 12.0, or a context reset
-// and not made again: the program's next CUDA call makes it).
+// made again when this differs. 0 where the driver cannot say (before CUDA 12.0, a context reset
+// and not made again: the program's next CUDA call makes it, or no such GPU).
 uint64_t primary_instance(int device);
+// Whether what was made in instance `made_in` belongs to an earlier one than `now` (false where either
+// is unknown).
+inline bool instance_gone(uint64_t made_in, uint64_t now) { return made_in && now && made_in != now; }
 // The GPU of the calling thread's current context, -1 without one (or without a driver).
 int current_device();
 // Whether GPU device's primary context is active (some code in the process retained it: the runtime

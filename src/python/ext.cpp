@@ -163,8 +163,8 @@ class View {
     pinned_ = false;
   }
 
-  // obj.view(torch.uint8) for a PyTorch tensor (its class from the torch package, torch imported),
-  // else nothing.
+  // obj.view(torch.uint8) for a PyTorch tensor of one-byte elements (its class from the torch package,
+  // torch imported, dtype.itemsize 1: float8, float4_e2m1fn_x2), else nothing.
   static nb::object torch_bytes_view(nb::handle obj) {
     nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()));
     PyObject* torch = PyImport_GetModule(nb::str("torch").ptr());  // new reference, or NULL
@@ -176,6 +176,7 @@ class View {
     try {
       const std::string from = nb::cast<std::string>(nb::str(type.attr("__module__")));
       if (from != "torch" && from.rfind("torch.", 0) != 0) return {};
+      if (nb::cast<long>(obj.attr("dtype").attr("itemsize")) != 1) return {};
       return obj.attr("view")(mod.attr("uint8"));
     } catch (const std::exception&) {
       return {};
@@ -381,6 +382,8 @@ class View {
                             std::to_string(t.lanes) + " lanes (type code " + std::to_string(t.code) +
                             "), not whole bytes: accio moves byte ranges (pass a uint8 view of the same "
                             "memory, e.g. .view(torch.uint8))").c_str());
+    if (array_.size() > SIZE_MAX / (bits / 8))
+      throw nb::value_error((what(obj) + "'s DLPack export is larger than the address space").c_str());
     size_ = array_.size() * (bits / 8);
   }
 

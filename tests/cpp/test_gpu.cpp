@@ -1336,9 +1336,10 @@ TEST(FakeGpu, GdsRetriesAnInterruptedCuFileRead) {
 
 // cuFile before 1.7 has the batch symbols, but calling them is undefined (the fake aborts): accio asks
 // cuFileGetVersion and runs submit()'s small requests one cuFile call each there. ctest runs this
-// with FAKE_CUFILE_VERSION=1060 and 0 (test_gpu_fake_cufile_1060, _0); elsewhere it checks that batches run.
+// with FAKE_CUFILE_VERSION=1060 and 0 (test_gpu_fake_cufile_1060, _0); in the nvfs1 run it checks that
+// batches run (on the direct path only: not in the nvfs0 run).
 TEST(FakeGpu, GdsUsesBatchesOnlyFromCuFile17) {
-  if (!fake()) GTEST_SKIP() << "fake driver only";
+  REQUIRE_FAKE_DIRECT_PATH();
   const char* v = std::getenv("FAKE_CUFILE_VERSION");
   const bool old = v && *v && std::atoi(v) < 1070;
   TempDir dir;
@@ -1352,9 +1353,6 @@ TEST(FakeGpu, GdsUsesBatchesOnlyFromCuFile17) {
   ASSERT_EQ(accio_gds_info(info, sizeof info), 1) << info;
   EXPECT_NE(std::string(info).find(old ? "batch API not used (cuFile before 1.7" : "(cuFile 1.15)"), std::string::npos)
       << info;
-  if (char mode[512]; accio_gds_mode(f, mode, sizeof mode) != 1)
-    GTEST_SKIP() << "batches run on the direct path only (FAKE_CUFILE_NVFS=1, ACCIO_TEST_DIR on a filesystem GDS "
-                    "takes): " << mode;
   const FakeCounters a = counters();
   std::vector<accio_request> rs;
   for (size_t i = 0; i < 20; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
@@ -1372,6 +1370,38 @@ TEST(FakeGpu, GdsUsesBatchesOnlyFromCuFile17) {
   for (size_t i = 0; i < 20; ++i)
     EXPECT_TRUE(std::equal(back.begin() + i * 8192, back.begin() + i * 8192 + 4096, data.begin() + i * 8192)) << i;
   accio_close(f);
+  accio_settings_free(s);
+}
+
+// pagecache's kept registrations are portable: one made for a read into GPU 0 serves GPU 1's reads of
+// the same file, and GPU 0's again. (The reset check first compared every kept registration with the
+// reading GPU's context, whose id differs from the other GPU's: each switch of GPU registered the file
+// again. Review, session 23.) Two GPUs: test_gpu_fake_two_gpus.
+TEST(FakeGpu, PagecacheKeepsItsRegistrationsAcrossGpus) {
+  if (!fake() || accio_gpu_count() < 2) GTEST_SKIP() << "run by test_gpu_fake_two_gpus";
+  TempDir dir;
+  const std::vector<char> data = pattern((4u << 20) + 3, 81);
+  write_file(dir.file("f"), data);
+  void* dev[2] = {};
+  for (int g = 0; g < 2; ++g) ASSERT_EQ(accio_device_alloc(g, data.size(), 0, &dev[g]), 0) << accio_last_error();
+  accio_settings* s = settings("pagecache", {{"pagecache_min", "4KiB"}, {"pagecache_pin_limit", "64MiB"}});
+  const auto read_into = [&](int g) {
+    accio_file* f;
+    ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0) << accio_last_error();
+    ASSERT_EQ(accio_pread(f, dev[g], data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
+    EXPECT_EQ(ran(f), "pagecache");
+    accio_close(f);
+    EXPECT_TRUE(from_device(dev[g], data.size()) == data) << "GPU " << g;
+  };
+  const FakeCounters a = counters();
+  read_into(0);
+  const FakeCounters first = counters();
+  EXPECT_GT(first.register_readonly, a.register_readonly) << "the file's pages registered";
+  for (int g : {0, 1, 1, 0}) read_into(g);
+  const FakeCounters b = counters();
+  EXPECT_EQ(b.register_readonly, first.register_readonly) << "kept registrations serve both GPUs";
+  EXPECT_EQ(b.unregister_calls, first.unregister_calls);
+  for (void* p : dev) accio_device_free(p);
   accio_settings_free(s);
 }
 
@@ -1397,7 +1427,8 @@ TEST(Gpu, DeviceWorkGoesOnAfterTheProgramResetsTheGpu) {
     for (const char* mech : {"staged", "pagecache", "naive", "auto"}) {
       SCOPED_TRACE(std::string(phase) + " the reset, " + mech);
       DeviceMem dev(data.size(), false);
-      accio_settings* s = settings(mech, {{"pagecache_min", "4KiB"}});
+      // pagecache keeps its registrations of the file (pagecache_pin_limit) across the reset
+      accio_settings* s = settings(mech, {{"pagecache_min", "4KiB"}, {"pagecache_pin_limit", "64MiB"}});
       accio_file* f;
       ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0) << accio_last_error();
       ASSERT_EQ(accio_pread(f, dev.p, data.size(), 0), static_cast<int64_t>(data.size())) << accio_last_error();
@@ -1421,7 +1452,16 @@ TEST(Gpu, DeviceWorkGoesOnAfterTheProgramResetsTheGpu) {
   // "probe NAME: VALUE" lines are what make gpu-check keeps of a passing test's output
   std::cout << "probe primary_context_id_across_reset: " << before << " -> " << after << std::endl;
   EXPECT_NE(before, after) << "the context made again is a new instance";
+  const FakeCounters a = counters();
   round("after");
+  const FakeCounters b = counters();
+  // staged's new rings and pagecache's new registrations are pinned: no copy from memory whose
+  // registration died with the old context (the fake counts such copies), and no refused registration
+  // (a registration the driver kept would refuse the new one, which a GPU run shows here).
+  if (fake()) {
+    EXPECT_EQ(b.async_unpinned, a.async_unpinned);
+  }
+  EXPECT_EQ(warnings().find("cuMemHostRegister"), std::string::npos) << warnings();
 }
 
 // A synchronous copy from pageable host memory to the device returns once the bytes are staged;
@@ -1509,9 +1549,34 @@ TEST(FakeGpu, GdsMakesNoBatchInCompatibilityMode) {
   accio_settings_free(s);
 }
 
+// cuFile may serve a batch in compatibility mode where accio sees the direct path as possible (a device
+// it cannot serve directly: FAKE_CUFILE_COMPAT_DEVICE). Each entry then holds one of its 64 POSIX
+// bounce buffers until reaped, and a submission needing more waits for ever (the fake aborts): accio's
+// batches in flight hold at most 64 entries in all, here 300 small requests over 4 threads.
+TEST(FakeGpu, GdsBatchesStayWithinCuFilesBounceBuffers) {
+  REQUIRE_FAKE_DIRECT_PATH();
+  TempDir dir;
+  const std::vector<char> data = pattern(300 * 8192, 43);
+  write_file(dir.file("f"), data);
+  DeviceMem dev(data.size(), false);
+  setenv("FAKE_CUFILE_COMPAT_DEVICE", "1", 1);
+  accio_settings* s = settings("gds");
+  accio_file* f;
+  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  const FakeCounters a = counters();
+  const std::vector<accio_request> rs = small_reads(dev, 300);
+  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  const FakeCounters b = counters();
+  unsetenv("FAKE_CUFILE_COMPAT_DEVICE");
+  EXPECT_EQ(b.cufile_batch_ios - a.cufile_batch_ios, rs.size()) << "every request in a batch";
+  for (const accio_request& r : rs)
+    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+  accio_close(f);
+  accio_settings_free(s);
+}
 
 TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
-  if (!fake()) GTEST_SKIP() << "fake driver only";
+  REQUIRE_FAKE_DIRECT_PATH();  // batches run on the direct path only
   TempDir dir;
   const std::vector<char> data = pattern(1u << 20, 22);
   write_file(dir.file("f"), data);
@@ -1519,7 +1584,6 @@ TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
   accio_settings* s = settings("gds");
   accio_file* f;
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
-  if (!gds_batches(f)) GTEST_SKIP() << "batches run on the direct path only: FAKE_CUFILE_NVFS=1";
   setenv("FAKE_CUFILE_BATCH_SETUP_FAIL", "1", 1);
   expect_one_cufile_read_each(f, small_reads(dev), data);
   unsetenv("FAKE_CUFILE_BATCH_SETUP_FAIL");
@@ -1529,7 +1593,7 @@ TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
 }
 
 TEST(FakeGpu, GdsBatchRequestThatFailsIsRetriedAlone) {
-  if (!fake()) GTEST_SKIP() << "fake driver only";
+  REQUIRE_FAKE_DIRECT_PATH();  // batches run on the direct path only
   TempDir dir;
   const std::vector<char> data = pattern(1u << 20, 23);
   write_file(dir.file("f"), data);
@@ -1537,7 +1601,6 @@ TEST(FakeGpu, GdsBatchRequestThatFailsIsRetriedAlone) {
   accio_settings* s = settings("gds");
   accio_file* f;
   ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
-  if (!gds_batches(f)) GTEST_SKIP() << "batches run on the direct path only: FAKE_CUFILE_NVFS=1";
   const std::vector<accio_request> rs = small_reads(dev);
   setenv("FAKE_CUFILE_BATCH_FAIL_AT", "5", 1);  // the batch fails request 5; cuFileRead alone takes it
   const FakeCounters a = counters();

@@ -42,7 +42,9 @@
  * cuFileGetVersion says, 1150 by default; under 1070 a batch call aborts), FAKE_CUFILE_EIO_AT=OFF (every
  * cuFile read or write, batched or not, that starts at file offset OFF fails with -EIO),
  * FAKE_CUFILE_FFLAGS=F (the driver properties' feature flags, CUfileFeatureFlags_t bits), FAKE_CUFILE_COMPAT_POOL=N (compatibility
- * mode's bounce buffers, 64 by default: a batch submission that needs more aborts, see below). Batch status comes back at
+ * mode's bounce buffers, 64 by default: a batch submission that needs more aborts, see below),
+ * FAKE_CUFILE_COMPAT_DEVICE=1 (O_DIRECT handles in compatibility mode too, as for a device cuFile cannot
+ * serve directly). Batch status comes back at
  * most 16 events per cuFileBatchIOGetStatus, as if its timeout had passed.
  *
  * cuMemHostRegister pins: a registration with CU_MEMHOSTREGISTER_READ_ONLY (file pages mapped
@@ -114,6 +116,7 @@ typedef struct Reg {
 } Reg;
 static Alloc* g_allocs;
 static Reg* g_regs;
+static pthread_cond_t g_reg_cv = PTHREAD_COND_INITIALIZER;  /* a registration's inflight went to 0 */
 static size_t g_used[16];
 static unsigned long long g_next_id = 1;
 
@@ -203,7 +206,8 @@ EXPORT CUresult cuInit(unsigned flags) {
   if (g_devices > 16) g_devices = 16;
   g_copy_us = env_long("FAKE_CUDA_COPY_US", 0);
   g_fail_copy_after = env_long("FAKE_CUDA_FAIL_COPY_AFTER", -1);
-  for (int i = 0; i < 16; ++i) g_ctx[i].device = i, g_ctx[i].id = (unsigned long long)i + 1;
+  for (int i = 0; i < 16; ++i)  /* ids once: a later cuInit must not give a context made again its old one */
+    g_ctx[i].device = i, g_ctx[i].id = g_ctx[i].id ? g_ctx[i].id : (unsigned long long)i + 1;
   if (g_devices <= 0) return E_NO_DEVICE;
   g_init = 1;
   return OK;
@@ -299,6 +303,8 @@ EXPORT CUresult cuDevicePrimaryCtxReset_v2(int d) {
       pr = &r->next;
       continue;
     }
+    while (r->inflight) pthread_cond_wait(&g_reg_cv, &g_mu);  /* a copy on a stream still reads it */
+    for (pr = &g_regs; *pr != r; pr = &(*pr)->next) {}
     *pr = r->next;
     g_cnt.registered--;
     g_cnt.registered_bytes -= r->n;
@@ -526,7 +532,6 @@ EXPORT CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
   pthread_mutex_unlock(&g_mu);
   return OK;
 }
-static pthread_cond_t g_reg_cv = PTHREAD_COND_INITIALIZER;
 EXPORT CUresult cuMemHostUnregister(void* p) {
   FORKED();
   pthread_mutex_lock(&g_mu);
@@ -868,7 +873,12 @@ EXPORT CUresult cuEventCreate(Event** out, unsigned flags) {
   *out = e;
   return OK;
 }
-EXPORT CUresult cuEventDestroy_v2(Event* e) { FORKED(); free(e); return OK; }
+EXPORT CUresult cuEventDestroy_v2(Event* e) {
+  FORKED();
+  alive(e->ctx, e->ctx_id, "an event");  /* destroying one of a reset context may crash too */
+  free(e);
+  return OK;
+}
 EXPORT CUresult cuEventRecord(Event* e, Stream* s) {
   FORKED();
   alive(e->ctx, e->ctx_id, "an event");
@@ -938,7 +948,9 @@ typedef struct { unsigned cap, n, taken; CUfileIOEvents_t* ev; unsigned char* he
  * 1 MiB by default; FAKE_CUFILE_COMPAT_POOL=N): each batch entry on a compatibility-mode handle
  * takes one from its submission until GetStatus returns its event. Real cuFile then waits in
  * cuFileBatchIOSubmit for a free one, for ever when the entries holding them are the caller's own
- * (ai-dynamo/nixl#2070); the fake aborts there instead, naming the hang, so that a test fails. */
+ * (ai-dynamo/nixl#2070); the fake aborts there instead, naming the hang, so that a test fails. (Real
+ * cuFile may get the buffers once another thread's batch is reaped; accio never lets its entries in
+ * flight pass the pool's default size, so the fake need not tell the two apart.) */
 static unsigned g_compat_pool_used;
 static int g_cufile_open;
 static const CUfileError_t CF_OK = {0, 0};
@@ -973,7 +985,10 @@ EXPORT CUfileError_t cuFileHandleRegister(void** fh, CUfileDescr_t* d) {
   if (refuse) return (CUfileError_t){(int)refuse, 0};
   FileHandle* h = calloc(1, sizeof *h);
   if (fcntl(d->handle.fd, F_GETFL) & O_DIRECT) __atomic_add_fetch(&g_direct_handles, 1, __ATOMIC_RELAXED);
-  h->compat = !env_long("FAKE_CUFILE_NVFS", 0) || !(fcntl(d->handle.fd, F_GETFL) & O_DIRECT);
+  /* FAKE_CUFILE_COMPAT_DEVICE=1: compatibility mode whatever the descriptor, as cuFile falls back for
+   * a device it cannot serve directly (not NVMe, say) where accio sees the direct path as possible. */
+  h->compat = !env_long("FAKE_CUFILE_NVFS", 0) || !(fcntl(d->handle.fd, F_GETFL) & O_DIRECT) ||
+              env_long("FAKE_CUFILE_COMPAT_DEVICE", 0);
   /* Real cuFile takes O_DIRECT descriptors and handles alignment itself; the fake reads through a
    * buffered descriptor on the same file. */
   char proc[64];
@@ -1116,6 +1131,7 @@ static void batch_allowed(void) {
     abort();
   }
 }
+EXPORT uint64_t fake_cufile_batch_ios(void) { return __atomic_load_n(&g_cnt.cufile_batch_ios, __ATOMIC_RELAXED); }
 EXPORT CUfileError_t cuFileBatchIOSetUp(void** id, unsigned nr) {
   FORKED_CF();
   batch_allowed();

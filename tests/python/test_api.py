@@ -102,8 +102,8 @@ def test_dlpack_lanes_count_in_the_byte_size(tmp_path):
 def test_a_torch_tensor_whose_dtype_has_no_export_moves_as_its_uint8_view(tmp_path):
     """PyTorch before 2.10 exports no float8 tensor ("float8 types are not supported by dlpack",
     RuntimeError, later BufferError; no CAI typestr either): accio moves its uint8 view, the same
-    memory. Not for other objects, and a view that fails too leaves the tensor's own error. A stand-in
-    torch module and tensor class (GPU audit, session 23)."""
+    memory. Only for torch tensors of one-byte elements; a view that fails too leaves the tensor's own
+    error. A stand-in torch module and tensor class (GPU audit, session 23)."""
     (tmp_path / "in").write_bytes(bytes(range(256)) * 16)
     r = subprocess.run([sys.executable, "-c", """
 import sys, types, numpy as np, accio
@@ -112,7 +112,9 @@ torch.uint8 = "uint8"
 sys.modules["torch"] = torch
 class Tensor:
     __module__ = "torch"
-    def __init__(self, a, err, view_ok=True): self.a, self.err, self.view_ok = a, err, view_ok
+    def __init__(self, a, err, view_ok=True, itemsize=1):
+        self.a, self.err, self.view_ok = a, err, view_ok
+        self.dtype = types.SimpleNamespace(itemsize=itemsize)  # torch.float8_e4m3fn's is 1
     def __dlpack_device__(self): return (1, 0)
     def __dlpack__(self, **kw): raise self.err("float8 types are not supported by dlpack")
     def view(self, dtype):
@@ -129,7 +131,8 @@ for err in (RuntimeError, BufferError):
     assert (a == want).all()
     assert accio.write("out", Tensor(want, err)) == 4096
     assert (np.fromfile("out", dtype=np.uint8) == want).all()
-for t in (Other(np.zeros(4096, np.uint8), BufferError), Tensor(np.zeros(4096, np.uint8), BufferError, view_ok=False)):
+for t in (Other(np.zeros(4096, np.uint8), BufferError), Tensor(np.zeros(4096, np.uint8), BufferError, view_ok=False),
+          Tensor(np.zeros(4096, np.uint8), BufferError, itemsize=2)):  # not a one-byte dtype: no retry
     try:
         with accio.open("in") as f:
             f.read_into(t)
