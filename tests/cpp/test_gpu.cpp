@@ -1516,6 +1516,12 @@ std::vector<accio_request> small_reads(const DeviceMem& dev, size_t count = 20) 
   return rs;
 }
 
+// Each of rs (small_reads) holds its 4 KiB of data.
+void expect_small_reads_landed(const std::vector<accio_request>& rs, const std::vector<char>& data) {
+  for (const accio_request& r : rs)
+    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+}
+
 // Submits rs (small_reads) and checks that they ran one cuFileRead each, in no batch, with data's bytes.
 void expect_one_cufile_read_each(accio_file* f, const std::vector<accio_request>& rs, const std::vector<char>& data) {
   const FakeCounters a = counters();
@@ -1523,8 +1529,7 @@ void expect_one_cufile_read_each(accio_file* f, const std::vector<accio_request>
   const FakeCounters b = counters();
   EXPECT_EQ(b.cufile_batch_ios, a.cufile_batch_ios);
   EXPECT_EQ(b.cufile_reads - a.cufile_reads, rs.size()) << "one cuFileRead per request";
-  for (const accio_request& r : rs)
-    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+  expect_small_reads_landed(rs, data);
 }
 
 // In compatibility mode (here with nvidia-fs loaded, cuFile having refused the O_DIRECT descriptor)
@@ -1569,8 +1574,7 @@ TEST(FakeGpu, GdsBatchesStayWithinCuFilesBounceBuffers) {
   const FakeCounters b = counters();
   unsetenv("FAKE_CUFILE_COMPAT_DEVICE");
   EXPECT_EQ(b.cufile_batch_ios - a.cufile_batch_ios, rs.size()) << "every request in a batch";
-  for (const accio_request& r : rs)
-    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+  expect_small_reads_landed(rs, data);
   accio_close(f);
   accio_settings_free(s);
 }
@@ -1608,8 +1612,7 @@ TEST(FakeGpu, GdsBatchRequestThatFailsIsRetriedAlone) {
   const FakeCounters b = counters();
   unsetenv("FAKE_CUFILE_BATCH_FAIL_AT");
   EXPECT_EQ(b.cufile_reads - a.cufile_reads, 1u) << "only the failed request is retried";
-  for (const accio_request& r : rs)
-    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+  expect_small_reads_landed(rs, data);
   EXPECT_NE(warnings().find("a cuFile batch request failed"), std::string::npos) << warnings();
 
   // A request that fails alone too fails only its own future, naming the call and the offset.
