@@ -139,6 +139,9 @@ TEST_P(GpuRoundTrip, ReadAndWriteAreByteIdentical) {
   unsigned seed = 1;
   for (size_t n : sizes) {
     for (size_t off : {size_t{0}, size_t{4093}}) {
+      // 1 GiB at the unaligned offset only: each 1 GiB case writes, fsyncs and reads the file back
+      // (about 8 s per mechanism on the GPU machine's disk), and the device time is short.
+      if (n > (64u << 20) && off == 0) continue;
       SCOPED_TRACE("size " + std::to_string(n) + " offset " + std::to_string(off));
       const std::vector<char> data = pattern(n, seed++);
       const std::string path = dir.file("in");
