@@ -783,8 +783,8 @@ def test_device_load_save_and_safe_open_with_the_fake_driver(tmp_path):
                     assert v.nbytes == 0 or accio._ext.mem_kind(v) == ("device", 0)
                     assert v.to_bytes() == ref[k]["data"] and list(v.shape) == ref[k]["shape"], k
                     assert v.dtype == ref[k]["dtype"]
-                if not copy:
-                    assert g["a"].base is g["b"].base
+                if not copy:  # views of one allocation, but "a", 8 bytes off 16 after "s", in its own
+                    assert g["s"].base is g["b"].base and g["a"].base is not g["b"].base
         g = st.load_file("h.st", device="cuda")  # no CuPy here: accio's own device tensors
         assert isinstance(g["a"], st.DeviceTensor)
         st.save_file(g, "d.st", metadata={{"m": "1"}}, fsync=True)   # from GPU memory, staged
@@ -796,6 +796,38 @@ def test_device_load_save_and_safe_open_with_the_fake_driver(tmp_path):
             assert f.get_tensors(["c"])["c"].to_bytes() == b"\\1\\1\\1"
         sh = st.load_file(["h.st", "d.st"][:1], device=0, framework="accio")
         assert sh["b"].to_bytes() == ref["b"]["data"]
+        print("ok")
+    """, lib, tmp_path)
+
+
+def test_gpu_tensors_start_16_byte_aligned(tmp_path):
+    """The header is padded to 8 bytes only, so in about half of all files the data section starts
+    8 bytes off 16, and every tensor of a GPU load sat 8 bytes off 16 in GPU memory: kernels that load
+    16 bytes at a time refuse or fault on such weights, and PyTorch's compiler cannot see it in a
+    tensor whose storage is its own slice. Now the data section starts 256-aligned in the buffer, and a
+    tensor still off 16 (after an odd-sized one) gets a copy of its own; bytes as written, host loads
+    unchanged (GPU audit, session 23)."""
+    from test_gpu import run_py
+    lib = _fake_cuda_lib(tmp_path)
+    run_py(f"""
+        import numpy as np, accio, accio.safetensors as st
+        t = {{"w": np.arange(64, dtype=np.float32), "after": np.arange(5, dtype=np.uint8),
+              "odd": np.arange(3, dtype=np.uint8), "tail": np.zeros(0, np.uint8)}}
+        for k in range(64):  # a header length that puts the data section 8 bytes off 16
+            st.save_file(t, "a.st", metadata={{"pad": "x" * k}})
+            with accio.File("a.st") as f:
+                h = st.read_header(f)
+            if h.data_start % 16 == 8:
+                break
+        assert h.data_start % 16 == 8, h.data_start
+        assert h.tensors["odd"].begin % 16 == 5  # after the 5-byte tensor: off 16 however the data is placed
+        g = st.load_file("a.st", device=0, framework="accio")
+        for k, v in g.items():
+            assert v.nbytes == 0 or v.ptr % 16 == 0, (k, v.ptr % 16)
+            assert v.to_bytes() == t[k].tobytes(), k
+        assert g["w"].base is g["after"].base and g["odd"].base is not g["w"].base  # only "odd" copied
+        host = st.load_file("a.st")  # host memory: views from offset 0, as before
+        assert host["w"].ctypes.data % 16 == 8 and (host["w"] == t["w"]).all()
         print("ok")
     """, lib, tmp_path)
 
@@ -894,12 +926,14 @@ def test_torch_gpu_tensors_own_their_storage_slices(tmp_path):
     import io
     import safetensors.torch as stt
     t = {"big": torch.arange(1 << 20, dtype=torch.float32), "small": torch.arange(4, dtype=torch.int32),
-         "bf": torch.ones(3, dtype=torch.bfloat16), "e": torch.zeros(0)}
+         "bf": torch.ones(3, dtype=torch.bfloat16), "e": torch.zeros(0),
+         "after": torch.arange(5, dtype=torch.uint8), "odd": torch.arange(3, dtype=torch.uint8)}
     p = str(tmp_path / "t.st")
     stt.save_file(t, p)
     got = st.load_file(p, device="cuda:0", framework="torch")
     for k in t:
         assert got[k].is_cuda and torch.equal(got[k].cpu(), t[k])
+        assert got[k].numel() == 0 or got[k].data_ptr() % 16 == 0, k  # as safetensors' own blocks
         assert got[k].untyped_storage().nbytes() == t[k].numel() * t[k].element_size()
     ptrs = {got[k].untyped_storage().data_ptr() for k in ("big", "small", "bf")}
     assert len(ptrs) == 3
