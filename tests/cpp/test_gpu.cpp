@@ -1337,6 +1337,39 @@ TEST(FakeGpu, GdsRetriesAnInterruptedCuFileRead) {
   accio_settings_free(s);
 }
 
+// `count` requests of 4 KiB at 8 KiB strides (every other block), into device memory at the same offsets.
+std::vector<accio_request> small_reads(const DeviceMem& dev, size_t count = 20) {
+  std::vector<accio_request> rs;
+  for (size_t i = 0; i < count; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
+  return rs;
+}
+
+// Each of rs (small_reads) holds its 4 KiB of data.
+void expect_small_reads_landed(const std::vector<accio_request>& rs, const std::vector<char>& data) {
+  for (const accio_request& r : rs)
+    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
+}
+
+// A file of n pattern(n, seed) bytes opened for reading under gds (f: nullptr where the open failed;
+// closed with the fixture), and GPU memory of its size.
+struct GdsFile {
+  TempDir dir;
+  std::vector<char> data;
+  DeviceMem dev;
+  accio_settings* s = settings("gds");
+  accio_file* f = nullptr;
+  GdsFile(size_t n, unsigned seed) : data(pattern(n, seed)), dev(n, false) {
+    write_file(dir.file("f"), data);
+    if (accio_open(&f, dir.file("f").c_str(), "r", s) != 0) f = nullptr;
+  }
+  ~GdsFile() {
+    if (f) accio_close(f);
+    accio_settings_free(s);
+  }
+  GdsFile(const GdsFile&) = delete;
+  GdsFile& operator=(const GdsFile&) = delete;
+};
+
 // cuFile before 1.7 has the batch symbols, but calling them is undefined (the fake aborts): accio asks
 // cuFileGetVersion and runs submit()'s small requests one cuFile call each there. ctest runs this
 // with FAKE_CUFILE_VERSION=1060 and 0 (test_gpu_fake_cufile_1060, _0); in the nvfs1 run it checks that
@@ -1345,35 +1378,21 @@ TEST(FakeGpu, GdsUsesBatchesOnlyFromCuFile17) {
   REQUIRE_FAKE_DIRECT_PATH();
   const char* v = std::getenv("FAKE_CUFILE_VERSION");
   const bool old = v && *v && std::atoi(v) < 1070;
-  TempDir dir;
-  const std::vector<char> data = pattern(20 * 8192, 37);
-  write_file(dir.file("f"), data);
-  DeviceMem dev(data.size(), false);
-  accio_settings* s = settings("gds");
-  accio_file* f;
-  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  GdsFile g(20 * 8192, 37);
+  ASSERT_TRUE(g.f) << accio_last_error();
   char info[1024];
   ASSERT_EQ(accio_gds_info(info, sizeof info), 1) << info;
   EXPECT_NE(std::string(info).find(old ? "batch API not used (cuFile before 1.7" : "(cuFile 1.15)"), std::string::npos)
       << info;
   const FakeCounters a = counters();
-  std::vector<accio_request> rs;
-  for (size_t i = 0; i < 20; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
-  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  const std::vector<accio_request> rs = small_reads(g.dev);
+  for (int64_t got : submit_all(g.f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
   const FakeCounters b = counters();
   if (old)
     EXPECT_EQ(b.cufile_batch_ios, a.cufile_batch_ios);
   else
     EXPECT_GT(b.cufile_batch_ios, a.cufile_batch_ios);
-  const std::vector<char> back = [&] {
-    std::vector<char> out(data.size());
-    EXPECT_EQ(accio_device_copy(out.data(), dev.p, out.size()), 0);
-    return out;
-  }();
-  for (size_t i = 0; i < 20; ++i)
-    EXPECT_TRUE(std::equal(back.begin() + i * 8192, back.begin() + i * 8192 + 4096, data.begin() + i * 8192)) << i;
-  accio_close(f);
-  accio_settings_free(s);
+  expect_small_reads_landed(rs, g.data);
 }
 
 // pagecache's kept registrations are portable: one made for a read into GPU 0 serves GPU 1's reads of
@@ -1512,19 +1531,6 @@ TEST(FakeGpu, PageableCopiesHaveLandedWhenTheCallReturns) {
   EXPECT_EQ(pop(&popped), 0);
 }
 
-// `count` requests of 4 KiB at 8 KiB strides (every other block), into device memory at the same offsets.
-std::vector<accio_request> small_reads(const DeviceMem& dev, size_t count = 20) {
-  std::vector<accio_request> rs;
-  for (size_t i = 0; i < count; ++i) rs.push_back({dev.at(i * 8192), 4096, static_cast<int64_t>(i * 8192)});
-  return rs;
-}
-
-// Each of rs (small_reads) holds its 4 KiB of data.
-void expect_small_reads_landed(const std::vector<accio_request>& rs, const std::vector<char>& data) {
-  for (const accio_request& r : rs)
-    EXPECT_TRUE(from_device(r.buf, r.size) == std::vector<char>(data.begin() + r.offset, data.begin() + r.offset + 4096));
-}
-
 // Submits rs (small_reads) and checks that they ran one cuFileRead each, in no batch, with data's bytes.
 void expect_one_cufile_read_each(accio_file* f, const std::vector<accio_request>& rs, const std::vector<char>& data) {
   const FakeCounters a = counters();
@@ -1541,20 +1547,13 @@ void expect_one_cufile_read_each(accio_file* f, const std::vector<accio_request>
 // aborts). 200 small requests run one cuFile call each, byte for byte (GPU audit, session 23).
 TEST(FakeGpu, GdsMakesNoBatchInCompatibilityMode) {
   if (!fake()) GTEST_SKIP() << "fake driver only";
-  TempDir dir;
-  const std::vector<char> data = pattern(200 * 8192, 41);
-  write_file(dir.file("f"), data);
-  DeviceMem dev(data.size(), false);
-  accio_settings* s = settings("gds");
   setenv("FAKE_CUFILE_REGISTER_ERR_DIRECT", "5027", 1);
-  accio_file* f;
-  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  GdsFile g(200 * 8192, 41);
+  ASSERT_TRUE(g.f) << accio_last_error();
   char mode[512];
-  EXPECT_EQ(accio_gds_mode(f, mode, sizeof mode), 0) << mode;
-  expect_one_cufile_read_each(f, small_reads(dev, 200), data);
+  EXPECT_EQ(accio_gds_mode(g.f, mode, sizeof mode), 0) << mode;
+  expect_one_cufile_read_each(g.f, small_reads(g.dev, 200), g.data);
   unsetenv("FAKE_CUFILE_REGISTER_ERR_DIRECT");
-  accio_close(f);
-  accio_settings_free(s);
 }
 
 // cuFile may serve a batch in compatibility mode where accio sees the direct path as possible (a device
@@ -1563,72 +1562,53 @@ TEST(FakeGpu, GdsMakesNoBatchInCompatibilityMode) {
 // batches in flight hold at most 64 entries in all, here 300 small requests over 4 threads.
 TEST(FakeGpu, GdsBatchesStayWithinCuFilesBounceBuffers) {
   REQUIRE_FAKE_DIRECT_PATH();
-  TempDir dir;
-  const std::vector<char> data = pattern(300 * 8192, 43);
-  write_file(dir.file("f"), data);
-  DeviceMem dev(data.size(), false);
   setenv("FAKE_CUFILE_COMPAT_DEVICE", "1", 1);
-  accio_settings* s = settings("gds");
-  accio_file* f;
-  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  GdsFile g(300 * 8192, 43);
+  ASSERT_TRUE(g.f) << accio_last_error();
   const FakeCounters a = counters();
-  const std::vector<accio_request> rs = small_reads(dev, 300);
-  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  const std::vector<accio_request> rs = small_reads(g.dev, 300);
+  for (int64_t got : submit_all(g.f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
   const FakeCounters b = counters();
   unsetenv("FAKE_CUFILE_COMPAT_DEVICE");
   EXPECT_EQ(b.cufile_batch_ios - a.cufile_batch_ios, rs.size()) << "every request in a batch";
-  expect_small_reads_landed(rs, data);
-  accio_close(f);
-  accio_settings_free(s);
+  expect_small_reads_landed(rs, g.data);
 }
 
 TEST(FakeGpu, GdsBatchThatCannotBeSetUpRunsItsRequestsOneByOne) {
   REQUIRE_FAKE_DIRECT_PATH();  // batches run on the direct path only
-  TempDir dir;
-  const std::vector<char> data = pattern(1u << 20, 22);
-  write_file(dir.file("f"), data);
-  DeviceMem dev(data.size(), false);
-  accio_settings* s = settings("gds");
-  accio_file* f;
-  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
+  GdsFile g(1u << 20, 22);
+  ASSERT_TRUE(g.f) << accio_last_error();
   setenv("FAKE_CUFILE_BATCH_SETUP_FAIL", "1", 1);
-  expect_one_cufile_read_each(f, small_reads(dev), data);
+  expect_one_cufile_read_each(g.f, small_reads(g.dev), g.data);
   unsetenv("FAKE_CUFILE_BATCH_SETUP_FAIL");
   EXPECT_NE(warnings().find("cuFileBatchIOSetUp"), std::string::npos) << warnings();
-  accio_close(f);
-  accio_settings_free(s);
 }
 
 TEST(FakeGpu, GdsBatchRequestThatFailsIsRetriedAlone) {
   REQUIRE_FAKE_DIRECT_PATH();  // batches run on the direct path only
-  TempDir dir;
-  const std::vector<char> data = pattern(1u << 20, 23);
-  write_file(dir.file("f"), data);
-  DeviceMem dev(data.size(), false);
-  accio_settings* s = settings("gds");
-  accio_file* f;
-  ASSERT_EQ(accio_open(&f, dir.file("f").c_str(), "r", s), 0);
-  const std::vector<accio_request> rs = small_reads(dev);
+  GdsFile g(1u << 20, 23);
+  ASSERT_TRUE(g.f) << accio_last_error();
+  const std::vector<accio_request> rs = small_reads(g.dev);
   setenv("FAKE_CUFILE_BATCH_FAIL_AT", "5", 1);  // the batch fails request 5; cuFileRead alone takes it
   const FakeCounters a = counters();
-  for (int64_t got : submit_all(f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
+  for (int64_t got : submit_all(g.f, ACCIO_OP_READ, rs)) EXPECT_EQ(got, 4096) << accio_last_error();
   const FakeCounters b = counters();
   unsetenv("FAKE_CUFILE_BATCH_FAIL_AT");
   EXPECT_EQ(b.cufile_reads - a.cufile_reads, 1u) << "only the failed request is retried";
-  expect_small_reads_landed(rs, data);
+  expect_small_reads_landed(rs, g.data);
   EXPECT_NE(warnings().find("a cuFile batch request failed"), std::string::npos) << warnings();
 
   // A request that fails alone too fails only its own future, naming the call and the offset.
   setenv("FAKE_CUFILE_EIO_AT", "40960", 1);
   std::vector<accio_future*> futs(rs.size());
-  ASSERT_EQ(accio_submit(f, ACCIO_OP_READ, rs.data(), rs.size(), futs.data()), 0);
+  ASSERT_EQ(accio_submit(g.f, ACCIO_OP_READ, rs.data(), rs.size(), futs.data()), 0);
   for (size_t i = 0; i < rs.size(); ++i) {
     const int64_t got = accio_future_wait(futs[i]);
     if (i == 5) {
       EXPECT_EQ(got, -EIO);
       const std::string e = accio_last_error();
       EXPECT_NE(e.find("cuFileRead"), std::string::npos) << e;
-      EXPECT_NE(e.find(dir.file("f")), std::string::npos) << e;
+      EXPECT_NE(e.find(g.dir.file("f")), std::string::npos) << e;
       EXPECT_NE(e.find("40960"), std::string::npos) << "the failing request's offset: " << e;
     } else {
       EXPECT_EQ(got, 4096) << "request " << i;
@@ -1637,11 +1617,9 @@ TEST(FakeGpu, GdsBatchRequestThatFailsIsRetriedAlone) {
   }
   unsetenv("FAKE_CUFILE_EIO_AT");
   accio_stats st;
-  accio_file_stats(f, &st);
+  accio_file_stats(g.f, &st);
   EXPECT_EQ(st.errors, 1u);
   EXPECT_EQ(st.reads, 2 * rs.size() - 1);
-  accio_close(f);
-  accio_settings_free(s);
 }
 
 // ---- pagecache: DMA straight from registered page-cache pages ----
