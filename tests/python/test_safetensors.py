@@ -329,6 +329,176 @@ def test_sharded_by_index_and_by_list(tmp_path):
             same(got[k], t[k])
 
 
+def _torch_with_streams():
+    """torch as a GPU load uses it, host memory standing in for the GPU's, with torch's stream rules:
+    the current stream is per thread (torch.cuda.stream(s) sets it for the calling thread only), and
+    the caching allocator ties a block to the stream current at its allocation, as a clone's copy
+    runs on it. Returns the module and a log of (what, thread, stream) for every allocation and copy."""
+    import contextlib
+    import threading
+    import types
+    torch = types.ModuleType("torch")
+    torch.__version__ = "stand-in"
+
+    class dtype:
+        def __init__(self, np_dtype):
+            self.np = np.dtype(np_dtype)
+    torch.dtype = dtype
+    for name in ("uint8", "int64", "float32", "float64"):
+        setattr(torch, name, dtype(name))
+    here, log = threading.local(), []
+
+    def current_stream(device=None):
+        assert device in (None, 0)
+        return getattr(here, "stream", "the default stream")
+
+    @contextlib.contextmanager
+    def stream(s):
+        before, here.stream = current_stream(), s
+        try:
+            yield
+        finally:
+            here.stream = before
+    torch.cuda = types.SimpleNamespace(current_stream=current_stream, stream=stream)
+
+    class Storage:
+        def __init__(self, a):
+            self.a = a
+
+        def __getitem__(self, s):
+            return Storage(self.a[s])
+
+    class Tensor:
+        def __init__(self, a, device):
+            self.a, self.device = a, device
+
+        def untyped_storage(self):
+            return Storage(self.a)
+
+        def set_(self, storage):
+            self.a = storage.a
+            return self
+
+        def clone(self):
+            log.append(("clone", threading.current_thread(), current_stream()))
+            return Tensor(self.a.copy(), self.device)
+
+        def view(self, dt):
+            return Tensor(self.a.view(dt.np), self.device)
+
+        def reshape(self, shape):
+            return Tensor(self.a.reshape(shape), self.device)
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    def empty(shape, dtype, device):
+        log.append(("empty", threading.current_thread(), current_stream()))
+        return Tensor(np.empty(shape, dtype.np), device)
+    torch.empty = empty
+    return torch, log
+
+
+def _cupy_with_streams():
+    """CuPy as a GPU load uses it, host memory standing in for the GPU's, with CuPy's stream rules: the
+    current stream is per thread and per GPU (`with stream:` sets it for the calling thread, on the
+    stream's GPU, which must be current), and its memory pool keeps a block for the stream current at
+    its allocation, as a copy runs on it. Returns the module and a log as _torch_with_streams'."""
+    import contextlib
+    import threading
+    import types
+    cp = types.ModuleType("cupy")
+    cp.uint8 = np.uint8
+    here, log = threading.local(), []
+
+    def device():
+        return getattr(here, "device", 0)
+
+    class Device:
+        def __init__(self, n):
+            self.n = n
+
+        def __enter__(self):
+            here.devices = getattr(here, "devices", []) + [device()]
+            here.device = self.n
+
+        def __exit__(self, *exc):
+            here.device = here.devices.pop()
+
+    def streams():
+        if not hasattr(here, "streams"):
+            here.streams = {}
+        return here.streams.setdefault(device(), ["the default stream"])
+
+    class Stream:
+        def __init__(self, name, on=0):
+            self.name, self.on = name, on
+
+        def __enter__(self):
+            assert device() == self.on, "CuPy: the stream's GPU must be current"
+            streams().append(self.name)
+
+        def __exit__(self, *exc):
+            streams().pop()
+
+    def current():
+        return streams()[-1]
+    cp.cuda = types.SimpleNamespace(Device=Device, Stream=Stream, get_current_stream=lambda: Stream(current(), device()),
+                                    runtime=types.SimpleNamespace(getDevice=device))
+
+    class ndarray(np.ndarray):
+        def copy(self):
+            log.append(("clone", threading.current_thread(), current()))
+            return np.ndarray.copy(self)
+
+    def empty(shape, dtype):
+        log.append(("empty", threading.current_thread(), current()))
+        return np.empty(shape, dtype).view(ndarray)
+    cp.empty = empty
+    return cp, log
+
+
+@pytest.mark.parametrize("framework", ["torch", "cupy"])
+def test_a_sharded_gpu_load_allocates_and_copies_in_the_callers_stream_order(tmp_path, monkeypatch, framework):
+    """Under `with torch.cuda.stream(s):` a sharded GPU load's tensors are allocated, and those off 16
+    bytes copied, with s current, as a load of one file (on the caller's thread) does. The shard
+    workers had their own default stream current: a block allocated there is reused by the next
+    allocation on the default stream as soon as it is freed, while s may still read it, and a clone on
+    the default stream is not ordered before s's work (GPU audit b, session 23). Stand-in torch and
+    CuPy."""
+    import sys
+    import threading
+    module, log = (_torch_with_streams if framework == "torch" else _cupy_with_streams)()
+    monkeypatch.setitem(sys.modules, framework, module)
+    if framework == "torch":
+        in_stream, current = lambda: module.cuda.stream("s"), module.cuda.current_stream
+    else:
+        in_stream, current = lambda: module.cuda.Stream("s"), lambda: module.cuda.get_current_stream().name
+    files, want = [], {}
+    for i in range(3):
+        # a 20-byte tensor first: the next starts off 16 in the buffer, and is copied (fw.own)
+        t = {f"a{i}": np.arange(5, dtype=np.float32) + i, f"b{i}": np.arange(7, dtype=np.float32) * i,
+             f"c{i}": np.arange(3 + i, dtype=np.uint8), f"d{i}": np.arange(4, dtype=np.int64) - i}
+        files.append(str(tmp_path / f"s{i}.safetensors"))
+        st.save_file(t, files[-1])
+        want.update(t)
+    caller = threading.current_thread()
+    for copy in (False, True):
+        log.clear()
+        with in_stream():
+            got = st.load_file(files, device="cuda:0", framework=framework, copy=copy, max_workers=3)
+        got = {k: getattr(v, "a", v) for k, v in got.items()}  # the stand-in tensors' memory
+        assert {k: (v.dtype, v.tobytes()) for k, v in got.items()} == \
+            {k: (v.dtype, v.tobytes()) for k, v in want.items()}
+        workers = [(what, stream) for what, thread, stream in log if thread is not caller]
+        assert {what for what, _ in workers} == ({"empty"} if copy else {"empty", "clone"}), log
+        assert all(stream == "s" for _, stream in workers), workers
+        assert current() == "the default stream"  # the caller's own stream is back
+
+
 def transformers_load(index):
     """What transformers loads for a model.safetensors.index.json (utils/hub.py
     get_checkpoint_shard_files, then every tensor of each shard, later shards replacing earlier
@@ -877,6 +1047,31 @@ def _gpu_framework(name):
     if name == "torch" and not mod.cuda.is_available():
         pytest.skip("torch without CUDA")
     return mod
+
+
+@pytest.mark.gpu
+def test_torch_sharded_load_allocates_on_the_callers_stream(tmp_path):
+    """A sharded load under torch.cuda.stream(s): every tensor's block belongs to s in the caching
+    allocator (memory_snapshot), as in a load of one file. The stand-in test above proves the order of
+    calls; this one that real torch ties the blocks as that test assumes."""
+    torch = _gpu_framework("torch")
+    files = []
+    for i in range(3):
+        t = {f"a{i}": np.arange(5, dtype=np.float32), f"b{i}": np.arange(1 << 16, dtype=np.float32) * i}
+        files.append(str(tmp_path / f"s{i}.safetensors"))
+        st.save_file(t, files[-1])
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        got = st.load_file(files, device="cuda:0", framework="torch", max_workers=3)
+        got.update({f"copy.{k}": v for k, v in st.load_file(files, device="cuda:0", framework="torch", copy=True,
+                                                             max_workers=3).items()})
+    s.synchronize()
+
+    def stream_of(ptr):
+        return next(seg["stream"] for seg in torch.cuda.memory_snapshot()
+                    if seg["address"] <= ptr < seg["address"] + seg["total_size"])
+    assert {k: stream_of(v.data_ptr()) for k, v in got.items()} == {k: s.cuda_stream for k in got}
+    assert torch.equal(got["b2"].cpu(), torch.arange(1 << 16, dtype=torch.float32) * 2)
 
 
 @pytest.mark.gpu
