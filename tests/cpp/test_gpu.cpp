@@ -812,7 +812,6 @@ TEST(FakeGpu, WithDeviceRunsTheCallbackWithTheGpuCurrent) {
   EXPECT_EQ(accio_device_free(dev), 0);
 }
 
-
 TEST(FakeGpu, StagedCopiesFromRegisteredRingsThatAreReused) {
   if (!fake()) GTEST_SKIP() << "fake driver only";
   TempDir dir;
