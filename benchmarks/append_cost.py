@@ -67,7 +67,7 @@ def measure(path: str, size: int, total: int, rounds: int, mechanism: str) -> di
     med = {k: stats.median(v) for k, v in samples.items()}
     line = [f"{k} {v:,.0f} MiB/s" for k, v in med.items()]
     for a, b in (("append", "os.write"), ("append", "pwrite-split")):
-        r = stats.ratio(samples[a], samples[b])
+        r = stats.ratio(samples[a], samples[b], paired=True)
         out["ratios"][f"{a}/{b}"] = r.__dict__
         line.append(f"{a}/{b} {stats.describe(r)} ({stats.verdict(r)})")
     head = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"

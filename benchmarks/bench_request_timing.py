@@ -61,7 +61,7 @@ def main() -> int:
             phase(path, size, rec, True)  # warm-up, untimed: the file in the page cache, the code paged in
             samples = stats.interleave({"untimed": lambda: phase(path, size, rec, False),
                                         "timed": lambda: phase(path, size, rec, True)}, a.rounds)
-            r = stats.ratio(samples["untimed"], samples["timed"])
+            r = stats.ratio(samples["untimed"], samples["timed"], paired=True)
             out["records"].append({"record": rec, "samples": samples, "ratio": r.as_dict(),
                                    "verdict": stats.verdict(r)})
             print(f"record {fmt_size(rec):>7}: untimed/timed {stats.describe(r)} {stats.verdict(r)}"

@@ -112,7 +112,7 @@ def main() -> int:
     for name in contenders:
         if name == "pread":
             continue
-        r = stats.ratio(samples[name], samples["pread"])
+        r = stats.ratio(samples[name], samples["pread"], paired=True)
         out["ratios"].append({"what": f"{name} / pread", "ratio": r.as_dict(), "verdict": stats.verdict(r)})
         print(f"{name + ' / pread':34s} {stats.describe(r):24s} {stats.verdict(r)}")
     for k, v in out["medians_mibps"].items():

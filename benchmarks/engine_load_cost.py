@@ -70,7 +70,7 @@ def main() -> int:
            "cpus": len(os.sched_getaffinity(0)), "floor": floor, "rounds": a.rounds,
            "median_ms": {k: round(stats.median(v), 3) for k, v in ms.items()}, "ms": ms, "ratios": {}}
     for x, y in (("no-floor", "shim-128k"), ("floor", "shim-128k"), ("no-floor", "floor")):
-        r = stats.ratio(samples[y], samples[x])  # time of x over time of y
+        r = stats.ratio(samples[y], samples[x], paired=True)  # time of x over time of y
         out["ratios"][f"{x} / {y} (time)"] = {"ratio": r.as_dict(), "verdict": stats.verdict(r)}
         print(f"{x:9s} / {y:9s} time {stats.describe(r)}")
     for k, v in out["median_ms"].items():

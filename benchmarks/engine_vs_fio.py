@@ -7,10 +7,14 @@ Measures, in one run, on one file (default 2 GiB):
   cold read    direct and uring (O_DIRECT, 1 MiB pieces, 16 in flight) vs
                fio --direct=1 --ioengine=libaio --iodepth=16 --bs=1M, cache dropped before each run
   write+fsync  the same three, fsync inside the timed region
-Each cell is the median of --repeat runs; the spread (min..max) is printed and stored.
-Speed goals are ratios measured here, never asserted: see docs/performance.md.
+Each repetition runs every contender of a group once, in the order accio.stats.rotation gives it;
+each cell is the median of --repeat runs (at least 7), the spread (min..max) printed and stored.
+A ratio is the median of the per-repetition ratios with its 95% interval and verdict, and its goal
+is met when that median reaches it (accio.stats; until the twenty-fourth session a ratio of
+medians from 3-5 repetitions in a fixed order, statistics audit). Speed goals are ratios measured
+here, never asserted: see docs/performance.md.
 
-    python benchmarks/engine_vs_fio.py [--size 2g] [--dir DIR] [--repeat 3] [--json results/engine_vs_fio.json]
+    python benchmarks/engine_vs_fio.py [--size 2g] [--dir DIR] [--repeat 7] [--json results/engine_vs_fio.json]
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import tempfile
 import time
 
 import accio
+from accio import stats
 from accio._system import drop_pages, parse_size, residency
 from accio.info import filesystem, gather
 
@@ -100,9 +105,11 @@ def main() -> int:
     ap.add_argument("--size", default="2g")
     ap.add_argument("--record", default="64m", help="bytes per accio request (default 64m)")
     ap.add_argument("--dir", default=None, help="directory on the filesystem under test (default: temp dir)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=stats.MIN_SAMPLES)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.repeat < stats.MIN_SAMPLES:
+        ap.error(f"--repeat must be at least {stats.MIN_SAMPLES} (the project's statistics rule)")
     size, record = parse_size(args.size), parse_size(args.record)
     directory = args.dir or tempfile.gettempdir()
     have_fio = shutil.which("fio") is not None
@@ -135,29 +142,30 @@ def main() -> int:
             res = residency(path)
             if res < 0.99:
                 notes.append(f"hot read: residency only {res:.1%} before timing")
-            for mech, st in (("posix", {}), ("parallel", hot)):
-                bw, m = accio_pass(path, size, record, buf, False, False, mech, st)
+            for mech in stats.rotation(["posix", "parallel"], rep):
+                bw, m = accio_pass(path, size, record, buf, False, False, mech, {"posix": {}, "parallel": hot}[mech])
                 add(f"hot read/{mech}", bw, m)
             one, two = memcpy_scaling()
             add("memcpy/1 thread", one, "memcpy")
             add("memcpy/2 threads", two, "memcpy")
-            # -- cold read
-            for mech, st in (("direct", dio), ("uring", uring_dio)):
+            # -- cold read, then write+fsync: the contenders of each in a rotating order
+            peers = ["direct", "uring"] + (["fio"] if have_fio else [])
+            for mech in stats.rotation(peers, rep):
                 drop_pages(path, 0, 0)
                 res = residency(path)
                 if res > 0.01:
                     notes.append(f"cold read {mech}: residency {res:.1%} before timing")
-                bw, m = accio_pass(path, size, record, buf, False, False, mech, st)
-                add(f"cold read/{mech}", bw, m)
-            if have_fio:
-                drop_pages(path, 0, 0)
-                add("cold read/fio", fio_pass(path, size, False))
-            # -- write+fsync
-            for mech, st in (("direct", dio), ("uring", uring_dio)):
-                bw, m = accio_pass(path, size, record, buf, True, True, mech, st)
-                add(f"write+fsync/{mech}", bw, m)
-            if have_fio:
-                add("write+fsync/fio", fio_pass(path, size, True))
+                if mech == "fio":
+                    add("cold read/fio", fio_pass(path, size, False))
+                else:
+                    bw, m = accio_pass(path, size, record, buf, False, False, mech, {"direct": dio, "uring": uring_dio}[mech])
+                    add(f"cold read/{mech}", bw, m)
+            for mech in stats.rotation(peers, rep):
+                if mech == "fio":
+                    add("write+fsync/fio", fio_pass(path, size, True))
+                else:
+                    bw, m = accio_pass(path, size, record, buf, True, True, mech, {"direct": dio, "uring": uring_dio}[mech])
+                    add(f"write+fsync/{mech}", bw, m)
     finally:
         os.unlink(path)
 
@@ -173,14 +181,15 @@ def main() -> int:
     print(f"\n{'test/mechanism':<22}{'MiB/s':>10}{'min':>10}{'max':>10}  ran")
     for k, r in results.items():
         print(f"{k:<22}{r['mib_s']:>10.0f}{r['min']:>10.0f}{r['max']:>10.0f}  {r['ran']}")
-    print(f"\n{'ratio (median/median)':<32}{'value':>8}{'goal':>8}  met")
+    print(f"\n{'ratio (median of the per-repetition ratios)':<44}{'value [95% interval]':<24}{'verdict':<14}goal")
     ratio_out = {}
     for name, (a, b, goal) in ratios.items():
         if a in results and b in results:
-            v = results[a]["mib_s"] / results[b]["mib_s"]
-            ratio_out[name] = {"value": v, "goal": goal or None, "met": v >= goal if goal else None}
-            print(f"{name:<32}{v:>8.2f}{goal:>8.2f}  {'yes' if v >= goal else 'NO'}" if goal else
-                  f"{name:<32}{v:>8.2f}{'-':>8}  (context)")
+            r = stats.ratio(cells[a], cells[b], paired=True)
+            ratio_out[name] = {**r.as_dict(), "value": r.estimate, "verdict": stats.verdict(r), "goal": goal or None,
+                               "goal_verdict": stats.goal(r, goal) if goal else None}
+            print(f"{name:<44}{stats.describe(r):<24}{stats.verdict(r):<14}"
+                  + (f">= {goal:.2f}: {stats.goal(r, goal)}" if goal else "(context)"))
     for n in sorted(set(notes)):
         print(f"note: {n}")
     if args.json:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An A/A check of `accio tune --evaluate`'s sampling: `posix` against itself in one cell, sampled as
 the evaluation samples (one untimed warm-up phase each, then rounds whose phases take turns,
-Bench.sample_together, the order swapped every round), and the paired ratio of the two. What it
+Bench.sample_together, the order by stats.rotation), and the paired ratio of the two. What it
 shows is the noise floor of that cell on this machine: an evaluation verdict inside it says nothing
 about auto.
 
@@ -42,11 +42,13 @@ with Bench(a.dir, fs) as b:
     for r in range(a.rounds):
         e = [({"mechanism": "posix"}, fs, None), ({"mechanism": "posix"}, fs, None)]
         x = b.sample_together(e, a.op, cold, a.threads, a.transfer, min_seconds=SAMPLE_SECONDS)
-        if r % 2:
-            x = x[::-1]
-        x_a.append(x[0])
-        x_b.append(x[1])
-rt = stats.ratio(x_a, x_b)
+        # which side goes first: stats.rotation, as the evaluation orders its rounds (a strict
+        # alternation put a disturbance that repeats every other round on one side: statistics audit,
+        # session 24)
+        got = dict(zip(stats.rotation(["a", "b"], r), x))
+        x_a.append(got["a"])
+        x_b.append(got["b"])
+rt = stats.ratio(x_a, x_b, paired=True)
 print(a.op, a.cache, a.threads, a.file_mib, a.transfer, "A/A", stats.describe(rt), stats.verdict(rt),
       [round(v) for v in x_a], [round(v) for v in x_b])
 if a.json:

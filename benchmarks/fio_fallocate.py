@@ -55,7 +55,7 @@ def main() -> int:
     try:
         for bs in a.bs.split(","):
             got = stats.interleave({"none": fio(bs, "none"), "native": fio(bs, "native")}, a.rounds)
-            r = stats.ratio(got["native"], got["none"])
+            r = stats.ratio(got["native"], got["none"], paired=True)
             print(f"{bs:>4} O_DIRECT fresh-file writes, native/none: {stats.describe(r)} {stats.verdict(r)}"
                   f" (medians {stats.summary(got['none'])['median']:.0f} and {stats.summary(got['native'])['median']:.0f} MiB/s)",
                   flush=True)

@@ -41,7 +41,7 @@ def measure(path: str, size: int, requests: int, rounds: int) -> dict:
             return requests / (time.perf_counter() - t)
 
         samples = stats.interleave({"accio.Future": wrapped, "bare": bare}, rounds)
-    r = stats.ratio(samples["accio.Future"], samples["bare"])
+    r = stats.ratio(samples["accio.Future"], samples["bare"], paired=True)
     extra_us = (1 / stats.median(samples["accio.Future"]) - 1 / stats.median(samples["bare"])) * 1e6
     print(f"{requests} reads of {size} B: bare {stats.median(samples['bare']):,.0f} req/s, accio.Future "
           f"{stats.median(samples['accio.Future']):,.0f} req/s; ratio {stats.describe(r)} ({stats.verdict(r)}); "
@@ -58,6 +58,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.rounds < stats.MIN_SAMPLES:
+        ap.error(f"--rounds must be at least {stats.MIN_SAMPLES} (the project's statistics rule)")
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     cap = parse_size(a.bytes)
     results = []

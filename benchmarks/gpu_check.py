@@ -839,6 +839,18 @@ def _disk_text(bd: dict | None) -> str:
     return f", {bd.get('disk') or bd.get('name')}: {kind}, read-ahead {bd.get('read_ahead_kb', '?')} KiB"
 
 
+def _stats():
+    """accio.stats from this source tree, without importing accio (this script runs before accio is
+    built, and with any Python)."""
+    import importlib.util
+    name = "_accio_stats_for_gpu_check"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "python/accio/stats.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
 def render_md(doc: dict) -> str:
     m = doc.get("machine") or {}
     gpus = m.get("gpus") or []
@@ -921,7 +933,7 @@ def render_md(doc: dict) -> str:
                         lines.append(head + f"withheld ({cell(cmp['withheld'])})")
                     continue
                 goal = f"; goal {cmp['goal']:.2f}: {cmp['goal_verdict']}" if cmp.get("goal") is not None else ""
-                lines.append(head + f"{cmp['estimate']:.2f}x [{cmp['low']:.2f}-{cmp['high']:.2f}] {cmp['verdict']}{goal}"
+                lines.append(head + f"{cmp['estimate']:.2f}x [{_stats().bounds(cmp['low'], cmp['high'])}] {cmp['verdict']}{goal}"
                              + (f" ({cmp['note']})" if cmp.get("note") else ""))
             lines.append("")
         for note in sec.get("notes", []):

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Hot sequential read of one cached file by accio (posix), fio (psync) and dd, interleaved round by
-round: a third tool to tell which of accio and fio is off when `accio bench --vs-fio` disagrees
-on cached reads (docs/methodology.md). Prints medians and spreads; --json stores every sample.
+round (accio.stats.interleave: the order rotates; until the twenty-fourth session it was accio, fio,
+dd in every round): a third tool to tell which of accio and fio is off when `accio bench --vs-fio`
+disagrees on cached reads (docs/methodology.md). Prints medians and spreads, and accio/fio and
+accio/dd as paired ratios with their 95% intervals and verdicts; --json stores every sample.
 
     python benchmarks/hot_read_three_tools.py [--dir /dev/shm] [--size 1g] [--rounds 9] [--json FILE]
 """
@@ -11,12 +13,11 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 
-from accio import _ext
+from accio import _ext, stats
 from accio.bench.fio import run as fio_run
 from accio.bench.runner import Job
 from accio._system import parse_size
@@ -49,6 +50,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.rounds < stats.MIN_SAMPLES:
+        ap.error(f"--rounds must be at least {stats.MIN_SAMPLES} (the project's statistics rule)")
     size = parse_size(a.size)
     fd, path = tempfile.mkstemp(prefix="accio-3tools-", dir=a.dir)
     os.close(fd)
@@ -58,16 +61,16 @@ def main() -> int:
             for _ in range(size // (64 * MiB)):
                 f.write(os.urandom(64 * MiB))
         for rec in (parse_size(r) for r in a.records.split(",")):
-            s = {"accio": [], "fio": [], "dd": []}
-            for _ in range(a.rounds):
-                s["accio"].append(accio_once(path, size, rec))
-                s["fio"].append(fio_run([Job(path, 0, size)], "reread", Column("posix", "posix"), rec, {})["mib_s"])
-                s["dd"].append(dd_once(path, rec))
+            s = stats.interleave({
+                "accio": lambda: accio_once(path, size, rec),
+                "fio": lambda: fio_run([Job(path, 0, size)], "reread", Column("posix", "posix"), rec, {})["mib_s"],
+                "dd": lambda: dd_once(path, rec)}, a.rounds)
             out["records"][rec] = s
-            med = {k: statistics.median(v) for k, v in s.items()}
+            vs = {b: stats.ratio(s["accio"], s[b], paired=True) for b in ("fio", "dd")}
+            out.setdefault("ratios", {})[rec] = {b: {**r.as_dict(), "verdict": stats.verdict(r)} for b, r in vs.items()}
             print(f"record {rec // MiB:>3} MiB: " + "  ".join(
-                f"{k} {med[k]:.0f} ({min(v):.0f}..{max(v):.0f})" for k, v in s.items())
-                + f"  accio/fio {med['accio'] / med['fio']:.2f}  accio/dd {med['accio'] / med['dd']:.2f}")
+                f"{k} {stats.median(v):.0f} ({min(v):.0f}..{max(v):.0f})" for k, v in s.items())
+                + "".join(f"  accio/{b} {stats.describe(r)} {stats.verdict(r)}" for b, r in vs.items()))
     finally:
         os.unlink(path)
     if a.json:

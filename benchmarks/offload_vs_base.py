@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'metric':<9} {'base us':>8} {'new us':>8}  base/new (>1: new faster)   verdict       goal")
     for m in METRICS:
         b, n = runs["base"][m], runs["new"][m]
-        ratio = stats.ratio([1 / x for x in n], [1 / x for x in b])  # rates, paired by round: new over base
+        ratio = stats.ratio([1 / x for x in n], [1 / x for x in b], paired=True)  # rates, paired by round: new over base
         met = "met" if stats.median(n) <= TARGETS_US[m] else "missed"
         result["metrics"][m] = {"base_median_us": stats.median(b), "new_median_us": stats.median(n),
                                 "ratio_base_over_new": ratio.as_dict(), "verdict": stats.verdict(ratio),

@@ -73,7 +73,7 @@ def main() -> int:
     ratios = {}
     for i, x in enumerate(names[1:], 1):
         for y in names[:i]:
-            r = stats.ratio(samples[x], samples[y])
+            r = stats.ratio(samples[x], samples[y], paired=True)
             ratios[f"{x}/{y}"] = {"ratio": r.as_dict(), "text": stats.describe(r), "verdict": stats.verdict(r)}
             print(f"{x}/{y:8s} {stats.describe(r):26s} {stats.verdict(r)}", flush=True)
     print("spread " + " ".join(f"{n} ±{stats.summary(v)['spread_pct']:.0f}%" for n, v in samples.items()))

@@ -45,10 +45,10 @@ def main() -> int:
     print(prefetch.render(tuner))
     if fio:
         r = fio["ratio"]
-        print(f"fio libaio O_DIRECT 128 KiB, iodepth 16 / 1: {r['estimate']:.2f}x [{r['low']:.2f}-{r['high']:.2f}]"
+        print(f"fio libaio O_DIRECT 128 KiB, iodepth 16 / 1: {r['estimate']:.2f}x [{stats.bounds(r['low'], r['high'])}]"
               f" (the issue's measure of the device)")
         r = fio["headroom"]["ratio"]
-        print(f"fio iodepth 16 / psync buffered (a reader's own): {r['estimate']:.2f}x [{r['low']:.2f}-{r['high']:.2f}]"
+        print(f"fio iodepth 16 / psync buffered (a reader's own): {r['estimate']:.2f}x [{stats.bounds(r['low'], r['high'])}]"
               f" (the prefetch applies at >= {prefetch.GAIN:g}x)")
     if g and fio:
         print(f"tuner / fio: gain {g[0] / fio['ratio']['estimate']:.2f}, "

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """accio run against the same unmodified programs run plainly, side by side in one run (issue 5).
 
-Cases, each run alternately with and without the shim, `--repeat` times, medians and spreads:
+Cases, each run with and without the shim in rounds (the order by accio.stats.rotation), `--repeat`
+times (at least 7), medians and spreads, and the speedup plain/shim as the median of the
+per-round ratios with its 95% interval and verdict (accio.stats; until the twenty-fourth session a
+ratio of medians in a fixed rotation from 5 rounds, statistics audit):
   hot-dd         dd if=F of=/dev/null bs=64M of a cached file             (accio run -- dd ...)
   hot-readinto   Python readinto() of 64 MiB chunks of a cached file
   cold-dd        the same dd with the file's pages dropped first (posix_fadvise, residency checked)
@@ -13,7 +16,7 @@ For the small-I/O cases the shim is set with LD_PRELOAD directly (what a program
 `accio run` launcher (native: benchmarks/run_programs.py --launch-only measures it closely) is
 reported on its own line.
 
-    python benchmarks/preload_bench.py [--dir /tmp] [--size 2g] [--repeat 5] [--json results/preload.json]
+    python benchmarks/preload_bench.py [--dir /tmp] [--size 2g] [--repeat 7] [--json results/preload.json]
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import time
 from pathlib import Path
 
 import accio
-from accio import _ext
+from accio import _ext, stats
 from accio._system import drop_pages, residency
 from accio.run import shim_path
 
@@ -71,15 +74,16 @@ def summarize(samples: list[float]) -> dict:
 
 def run_pair(name, plain_cmd, shim_cmd, repeat, before=None, env_plain=None, env_shim=None, cwd=None,
              nbytes=None, note="", preload_too=False):
-    """Alternates plain and shim runs (the order rotates each round); returns the case's record.
+    """Plain and shim runs in rounds (the order by stats.rotation); returns the case's record.
     preload_too adds a third side: the plain command with LD_PRELOAD set directly (the program's
     own time under the shim, without the `accio run` launcher)."""
     sides = [("plain", plain_cmd, env_plain), ("shim", shim_cmd, env_shim)]
     if preload_too:
         sides.append(("preload", plain_cmd, dict(os.environ, LD_PRELOAD=shim_path())))
     samples = {s[0]: [] for s in sides}
+    by_label = {side[0]: side for side in sides}
     for i in range(repeat):
-        for label, cmd, env in sides[i % len(sides):] + sides[:i % len(sides)]:
+        for label, cmd, env in (by_label[x] for x in stats.rotation(list(by_label), i)):
             ctx = before() if before else None
             samples[label].append(timed(cmd, env=env, cwd=cwd))
             if ctx is not None and ctx > 0.05:
@@ -91,10 +95,11 @@ def run_pair(name, plain_cmd, shim_cmd, repeat, before=None, env_plain=None, env
         rec[label] = summarize(xs)
         if nbytes:
             rec[label]["MiBps"] = nbytes / MiB / rec[label]["median_s"]
-        if label != "plain":
-            rec[label]["speedup"] = rec["plain"]["median_s"] / rec[label]["median_s"]
+        if label != "plain":  # plain time / this side's time, round by round: above 1 is faster
+            r = stats.ratio(samples["plain"], xs, paired=True)
+            rec[label].update(speedup=r.estimate, ratio=r.as_dict(), verdict=stats.verdict(r))
         line += f" {label} {rec[label]['median_s']:8.4f}s [{min(xs):.4f}..{max(xs):.4f}]"
-        line += f" {rec[label]['speedup']:.2f}x" if label != "plain" else ""
+        line += f" {stats.describe(r)} {rec[label]['verdict']}" if label != "plain" else ""
     rec["speedup"] = rec["shim"]["speedup"]
     print(line, flush=True)
     return rec
@@ -118,12 +123,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="/tmp", help="directory for the test files (default /tmp)")
     ap.add_argument("--size", default="2g", help="file size for the large cases (default 2g)")
-    ap.add_argument("--repeat", type=int, default=5, help="runs of each side per large case (default 5)")
+    ap.add_argument("--repeat", type=int, default=stats.MIN_SAMPLES, help="runs of each side per large case (default 7)")
     ap.add_argument("--small-repeat", type=int, default=30, help="runs per side for small-I/O cases (default 30)")
     ap.add_argument("--small-files", type=int, default=3000, help="files in the small-I/O tree (default 3000)")
     ap.add_argument("--cases", default="all", help="comma-separated subset of the cases")
     ap.add_argument("--json", help="write every sample and the summary here")
     a = ap.parse_args()
+    if min(a.repeat, a.small_repeat) < stats.MIN_SAMPLES:
+        ap.error(f"--repeat and --small-repeat must be at least {stats.MIN_SAMPLES} (the project's statistics rule)")
     size = _ext.parse_size(a.size)
     work = Path(a.dir) / f"accio-preload-bench.{os.getpid()}"
     work.mkdir(parents=True)

@@ -111,7 +111,7 @@ def main() -> int:
             on, off, al = samples[f"{m} {name} auto"], samples[f"{m} {name} off"], samples[f"{m} page-aligned"]
             for what, x, y in (("realign auto / off", on, off), ("realign auto / page-aligned", on, al),
                                ("off / page-aligned", off, al)):
-                r = stats.ratio(x, y)
+                r = stats.ratio(x, y, paired=True)
                 out["ratios"].append({"mechanism": m, "buffer": name, "what": what, "ratio": r.as_dict(),
                                       "verdict": stats.verdict(r)})
                 print(f"{m:9s} {name:16s} {what:28s} {stats.describe(r):24s} {stats.verdict(r)}")

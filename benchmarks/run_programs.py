@@ -126,7 +126,7 @@ def launch(rounds: int) -> dict:
     for name in samples:
         if name == "plain":
             continue
-        r = stats.ratio(samples[name], samples["plain"])
+        r = stats.ratio(samples[name], samples["plain"], paired=True)
         add = dict(added_ms(samples, name, "plain", r), ratio=r.as_dict(), ratio_text=stats.describe(r))
         add["goal_result"] = "met" if add["added_ms"] <= GOAL_LAUNCH_MS else "missed"
         rec["added"][name] = add
@@ -228,7 +228,7 @@ def compare(name: str, contenders: dict, rounds: int, goal: float | None = None,
     samples = stats.interleave(contenders, rounds)
     others = {}
     for other in (n for n in contenders if n != base):
-        r = stats.ratio(samples[other], samples[base])
+        r = stats.ratio(samples[other], samples[base], paired=True)
         o = {"ratio": r.as_dict(), "ratio_text": stats.describe(r), "verdict": stats.verdict(r)}
         if goal is not None:
             o["goal_result"] = stats.goal(r, goal)
@@ -251,7 +251,7 @@ def program_loop(rec: dict, loops: dict[str, list[float]], mib: float) -> dict:
     """The rates a program timed of its own work (READINTO), the first shim contender over plain as
     for the whole run, and what the rest of the run (interpreter start and exit, the preload) took
     on each side: the median whole-run time less the median loop time, in ms."""
-    r = stats.ratio(loops[next(n for n in rec["samples"] if n != "plain")], loops["plain"])
+    r = stats.ratio(loops[next(n for n in rec["samples"] if n != "plain")], loops["plain"], paired=True)
     rest = {n: round((1 / stats.median(rec["samples"][n]) - 1 / stats.median(v)) * mib * 1e3, 1)
             for n, v in loops.items()}
     print(f"{'':18s} its own loop: {stats.describe(r)}; the rest of the run {rest} ms", flush=True)
@@ -318,7 +318,7 @@ def fio_qd(big: Path, size: int, rounds: int) -> dict:
                               *opts, "--readonly"], "read")
         return one
     rec = compare("fio-qd16/qd1", {"qd1": go(1), "qd16": go(16), "reader": go(0)}, rounds, base="qd1")
-    h = stats.ratio(rec["samples"]["qd16"], rec["samples"]["reader"])
+    h = stats.ratio(rec["samples"]["qd16"], rec["samples"]["reader"], paired=True)
     rec["headroom"] = {"ratio": h.as_dict(), "ratio_text": stats.describe(h)}
     print(f"{'':18s} qd16/reader {stats.describe(h)} (what a prefetch can add to a reader's own rate)", flush=True)
     return rec
@@ -442,7 +442,7 @@ def main() -> int:
                           f"({rec['prefetch_forced']['served']['prefetch_windows']} windows)", flush=True)
                 if len(shims) == 2:  # the second profile over the first, in the same rounds
                     first, second = shims
-                    r = stats.ratio(rec["samples"][second], rec["samples"][first])
+                    r = stats.ratio(rec["samples"][second], rec["samples"][first], paired=True)
                     rec["profile_vs"] = {"of": second, "over": first, "ratio": r.as_dict(),
                                          "ratio_text": stats.describe(r), "verdict": stats.verdict(r)}
                     print(f"{'':18s} {second}/{first} {stats.describe(r)} {stats.verdict(r)}", flush=True)

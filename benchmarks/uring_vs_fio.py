@@ -204,7 +204,7 @@ def run_cell(path: str, size: int, bs: int, qd: int, rw: str, buffering: str, ca
         samples = stats.interleave(contenders, rounds)
     finally:
         window.close()
-    r = stats.ratio(samples["accio"], samples["fio"])
+    r = stats.ratio(samples["accio"], samples["fio"], paired=True)
     res = [c["residency"] for c in checks if "residency" in c]
     cell = {"bs": bs, "rw": rw, "buffering": buffering, "cache": cache, "qd": qd, "size": size,
             **{name: {**stats.summary(v), "samples": v} for name, v in samples.items()},
@@ -212,7 +212,7 @@ def run_cell(path: str, size: int, bs: int, qd: int, rw: str, buffering: str, ca
             "residency": [min(res), max(res)] if res else None,
             "fio_runs_under_100ms": short}
     if small_writes:
-        rp = stats.ratio(samples["uring_requests"], samples["posix_requests"])
+        rp = stats.ratio(samples["uring_requests"], samples["posix_requests"], paired=True)
         cell["vs_posix"] = {"ratio": rp.as_dict(), "verdict": stats.verdict(rp), "goal": stats.goal(rp, GOAL)}
     return cell
 

@@ -6,9 +6,16 @@ disturbance that repeats with the rounds does not fall on one contender), at lea
 samples each. A comparison is the ratio a/b of two contenders (or of a
 contender and a ceiling) with a 95% percentile-bootstrap interval:
 
-- paired (the default when both have one sample per round): the median of the per-round ratios
-  a_i/b_i, resampling rounds, so that drift shared by a round cancels out;
-- unpaired: median(a)/median(b), resampling a and b independently.
+- paired (both have one sample per round; the caller says so): the median of the per-round ratios
+  a_i/b_i, resampling rounds, so that drift shared by a round cancels out. The interval is widened
+  where it is narrower than the distribution-free interval of a median (order statistics: the k-th
+  smallest to the k-th largest per-round ratio, holding the median at least 95% of the time for any
+  distribution of the ratios). At MIN_SAMPLES rounds the bootstrap spans the 2nd to the 6th of 7
+  ratios, which holds the median 87.5% of the time (0.888 simulated, results/tune/
+  interval_coverage_s16.json): equal contenders came out "faster" or "slower" about one time in 8,
+  and every printer that compares 7 rounds said so. Widened, 7 rounds span all 7 ratios (98.4%), 11
+  the 2nd to the 10th (98.8%), 15 the 4th to the 12th (96.5%) (statistics audit, session 24);
+- unpaired: median(a)/median(b), resampling a and b independently (0.957 simulated at 7 a side).
 
 Verdicts (values are rates, higher is better): "faster" when the whole interval is above 1,
 "slower" when it is below, "within noise" only when it contains 1.0 and lies inside
@@ -19,17 +26,19 @@ fewer than MIN_SAMPLES samples on a side neither verdict() nor goal() claims any
 "too few samples (N < 7)" (too_few), whoever prints them; the ratio and interval are still shown.
 
 Adaptive sampling (`accio tune --evaluate`, the tuner's guard) stops on settled(): within noise, or
-a difference (faster, slower) once CONFIRM_SAMPLES rounds show it. At MIN_SAMPLES the interval spans
-the 2nd to the 6th of 7 per-round ratios, which holds the true median 87.5% of the time, not 95%;
-simulated, it held 0.89 at 7 rounds, 0.94 at 11 and 0.94 at 15 (`benchmarks/guard_false_accept.py
---coverage --trials 1000`, results/tune/interval_coverage_s16.json), so a difference seen at 7 is measured again before it is claimed.
+a difference (faster, slower) once CONFIRM_SAMPLES rounds show it (with the bootstrap alone, the
+interval held the median 0.89 of the time at 7 rounds, 0.94 at 11 and 0.94 at 15:
+`benchmarks/guard_false_accept.py --coverage --trials 1000`; the widening above makes the confirmation
+a second safeguard, not the only one).
 
-Used by benchmarks/gpu_bench.py, benchmarks/offload_vs_base.py and `accio tune --evaluate` (its
-rotation and ratios; its rounds take turns phase by phase, Bench.sample_together); docs/methodology.md.
+Used by `accio tune` (the guard, the prefetch decision) and `--evaluate` (its rounds take turns
+phase by phase, Bench.sample_together), `accio bench --vs-fio`, `compare` and `safetensors`, and the
+scripts under benchmarks/ that compare; docs/methodology.md says which outputs are descriptive.
 """
 from __future__ import annotations
 
 import math
+import numbers
 import random
 import statistics
 from dataclasses import asdict, dataclass
@@ -117,29 +126,71 @@ def _quantile(sorted_xs, q: float) -> float:
     return float(sorted_xs[min(n - 1, max(0, math.ceil(q * n) - 1))])
 
 
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The distribution-free interval of the median of values: the k-th smallest to the k-th largest,
+    k the largest with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2 (at least 1: the whole range
+    where even that holds the median less often, under 6 values)."""
+    v = sorted(values)
+    n, alpha = len(v), (1 - confidence) / 2
+    k, below = 1, 0.0
+    for j in range(n):
+        below += math.comb(n, j) / 2 ** n  # P(Binomial(n, 1/2) <= j)
+        if below > alpha + 1e-12:
+            break
+        k = j + 1
+    k = max(1, min(k, (n + 1) // 2))
+    return float(v[k - 1]), float(v[n - k])
+
+
 def _boot_medians(values, resamples: int, rng):
     import numpy as np
     idx = rng.integers(0, len(values), size=(resamples, len(values)))
     return np.median(np.asarray(values, dtype=float)[idx], axis=1)
 
 
-def ratio(a: Sequence[float], b: Sequence[float], *, paired: bool | None = None, confidence: float = CONFIDENCE,
+def ratio(a: Sequence[float], b: Sequence[float], *, paired: bool, confidence: float = CONFIDENCE,
           resamples: int = RESAMPLES, seed: int = 0) -> Ratio:
-    """a over b (rates: > 1 means a is faster) with a percentile-bootstrap interval. paired=None
-    pairs the samples when there are as many of a as of b (one each per interleaved round)."""
+    """a over b (rates: > 1 means a is faster) with a percentile-bootstrap interval (paired: widened to
+    the per-round ratios' median_interval where that is wider; see the module's docstring).
+    paired: True where a_i and b_i are one round's samples (interleaved), False for two separate runs;
+    the caller says which (a default that paired any two lists of one length invited pairing two
+    separate runs: statistics audit, session 24)."""
     import numpy as np
     a, b, paired = _checked(a, b, paired)
-    est, boot = _bootstrap(a, b, paired, resamples, np.random.default_rng(seed))
-    alpha = (1 - confidence) / 2
-    boot = np.sort(boot)
-    return Ratio(est, _quantile(boot, alpha), _quantile(boot, 1 - alpha), len(a), len(b),
-                 "paired" if paired else "unpaired", confidence)
+    if paired:
+        est, low, high = median_ci([x / y for x, y in zip(a, b)], confidence=confidence, resamples=resamples, seed=seed)
+    else:
+        est, boot = _bootstrap(a, b, paired, resamples, np.random.default_rng(seed))
+        boot = np.sort(boot)
+        low, high = _quantile(boot, _alpha(confidence)), _quantile(boot, 1 - _alpha(confidence))
+    return Ratio(est, low, high, len(a), len(b), "paired" if paired else "unpaired", confidence)
+
+
+def median_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
+              seed: int = 0) -> tuple[float, float, float]:
+    """(median, low, high) of per-round values (ratios, or differences that may be negative): the
+    percentile-bootstrap interval of the median, widened to median_interval where that is wider. A
+    paired ratio's interval (ratio) and any per-round quantity's (benchmarks/decision_cost.py)."""
+    import numpy as np
+    v = [_number(x) for x in values]
+    if not v or not all(math.isfinite(x) for x in v):
+        raise ValueError("median_ci needs finite values")
+    boot = np.sort(_boot_medians(v, resamples, np.random.default_rng(seed)))
+    alpha = _alpha(confidence)
+    lo, hi = median_interval(v, confidence)
+    return statistics.median(v), min(_quantile(boot, alpha), lo), max(_quantile(boot, 1 - alpha), hi)
+
+
+def _alpha(confidence: float) -> float:
+    """Each tail's share, rounded so that 0.95 gives 0.025 exactly (1 - 0.95 is 0.05000000000000004,
+    which moved the low quantile one replicate up)."""
+    return round((1 - confidence) / 2, 12)
 
 
 def _checked(a, b, paired: bool | None) -> tuple[list[float], list[float], bool]:
     """a and b as floats, and whether they pair (None: when there are as many of each); ValueError
     for an empty side, a sample that is not positive and finite, or a pairing of unequal counts."""
-    a, b = [float(x) for x in a], [float(x) for x in b]
+    a, b = [_number(x) for x in a], [_number(x) for x in b]
     if not a or not b:
         raise ValueError("ratio needs at least one sample on each side")
     if any(x <= 0 or not math.isfinite(x) for x in a + b):
@@ -151,12 +202,29 @@ def _checked(a, b, paired: bool | None) -> tuple[list[float], list[float], bool]
     return a, b, paired
 
 
+def _number(x) -> float:
+    """x as a float; ValueError for what is not a real number (a bool, a string, None)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise ValueError(f"ratio needs numbers as samples, not {x!r}")
+    return float(x)
+
+
+def estimate(a: Sequence[float], b: Sequence[float], *, paired: bool) -> float:
+    """The estimate ratio() reports, without its interval: the median of the per-round ratios
+    (paired), else median(a)/median(b)."""
+    return _estimate(*_checked(a, b, paired))
+
+
+def _estimate(a, b, paired: bool) -> float:
+    return statistics.median([x / y for x, y in zip(a, b)]) if paired else statistics.median(a) / statistics.median(b)
+
+
 def _bootstrap(a, b, paired: bool, resamples: int, rng):
     """The ratio's estimate and its bootstrap replicates (unsorted)."""
     if paired:
         per_round = [x / y for x, y in zip(a, b)]
-        return statistics.median(per_round), _boot_medians(per_round, resamples, rng)
-    return statistics.median(a) / statistics.median(b), _boot_medians(a, resamples, rng) / _boot_medians(b, resamples, rng)
+        return _estimate(a, b, True), _boot_medians(per_round, resamples, rng)
+    return _estimate(a, b, False), _boot_medians(a, resamples, rng) / _boot_medians(b, resamples, rng)
 
 
 def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]], *, confidence: float = CONFIDENCE,
@@ -175,7 +243,7 @@ def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]]
         logs.append(math.log(est))
         boot += np.log(reps)
     boot = np.sort(np.exp(boot / len(pairs)))
-    alpha = (1 - confidence) / 2
+    alpha = _alpha(confidence)
     n = len(pairs)
     return Ratio(math.exp(sum(logs) / n), _quantile(boot, alpha), _quantile(boot, 1 - alpha), n, n, "geomean",
                  confidence, fewest)
@@ -225,8 +293,23 @@ def goal(r: Ratio, target: float) -> str:
 
 
 def describe(r: Ratio) -> str:
-    """'1.02x [0.99-1.05]' (the estimate and its interval)."""
-    return f"{r.estimate:.2f}x [{r.low:.2f}-{r.high:.2f}]"
+    """'1.02x [0.99-1.05]' (the estimate and its interval, bounds())."""
+    return f"{r.estimate:.2f}x [{bounds(r.low, r.high)}]"
+
+
+def bounds(low: float, high: float) -> str:
+    """An interval as '0.93-1.05': rounded outwards, to 2 decimals, or more where 2 would put a bound
+    on 1 - NOISE, 1.0 or 1 + NOISE that it is not on. Rounded to nearest, a high bound of 0.9973
+    printed "0.98x [0.93-1.00] slower" and a low one of 0.9497 "[0.95-1.03] undecided" beside
+    verdicts that their printed bounds contradicted (statistics audit, session 24)."""
+    def text(x: float, up: bool) -> str:
+        for d in (2, 3, 4, 5, 6):
+            f = 10 ** d
+            r = (math.ceil(x * f - 1e-9) if up else math.floor(x * f + 1e-9)) / f
+            if not any(r == t and x != t for t in (1 - NOISE, 1.0, 1 + NOISE)):
+                return f"{r:.{d}f}"
+        return repr(x)
+    return f"{text(low, False)}-{text(high, True)}"
 
 
 def enough(samples: Sequence[float]) -> bool:
@@ -234,4 +317,4 @@ def enough(samples: Sequence[float]) -> bool:
 
 
 __all__ = ["MIN_SAMPLES", "CONFIDENCE", "NOISE", "Ratio", "rotation", "interleave", "median", "summary", "ratio",
-           "geomean_ratio", "verdict", "goal", "describe", "enough", "too_few", "decided", "TOO_FEW"]
+           "estimate", "median_ci", "geomean_ratio", "verdict", "goal", "describe", "bounds", "median_interval", "enough", "too_few", "decided", "TOO_FEW"]

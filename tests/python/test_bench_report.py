@@ -126,7 +126,15 @@ def test_compare_command_prints_each_verdict(tmp_path):
     lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith(("write", "read"))}
     assert lines["write"].rstrip().endswith("faster") and "1.300" in lines["write"]
     assert lines["read"].rstrip().endswith("within noise")
-    assert "2 results in both: 1 faster, 1 within noise" in r.stdout
+    assert "2 results in both: 1 faster, 1 within noise; geometric mean of B/A over 2 results 1.14x [" in r.stdout
+    # A result whose B has a sample of 0 MiB/s (a complete regression) keeps its row, without a ratio,
+    # and is counted: it was dropped (statistics audit, session 24).
+    b["results"][1] = _result("read", "posix", tight[:-1] + [0])
+    pb.write_text(json.dumps(b))
+    r = run("bench", "compare", str(pa), str(pb))
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith(("write", "read"))}
+    assert "no ratio: ratio needs positive, finite samples" in lines["read"]
+    assert "2 results in both: 1 faster, 1 no ratio; geometric mean of B/A over 1 result 1.30x [" in r.stdout
     (tmp_path / "junk.json").write_text("{not json")
     bad = run("bench", "compare", str(pa), str(tmp_path / "junk.json"), check=False)
     assert bad.returncode == 1 and "is not JSON" in bad.stderr and "Traceback" not in bad.stderr

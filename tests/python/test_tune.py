@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import accio
-from accio import _ext
+from accio import _ext, stats
 from accio.info import filesystem
 
 ACCIO = [sys.executable, "-m", "accio.cli"]
@@ -312,19 +312,23 @@ def test_decision_cost_benchmark_runs_and_reports_every_size(tmp_path):
     """benchmarks/decision_cost.py with tiny settings: every size, every contender, the shares."""
     out = tmp_path / "dc.json"
     bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "decision_cost.py")
-    r = subprocess.run([sys.executable, bench, "--dir", str(tmp_path), "--rounds", "2", "--decisions", "64",
+    r = subprocess.run([sys.executable, bench, "--dir", str(tmp_path), "--rounds", "7", "--decisions", "64",
                         "--sizes", "4k,1m", "--json", str(out)], capture_output=True, text=True)
     assert r.returncode in (0, 1), r.stderr  # 1: a goal missed (timings on a loaded machine)
     doc = json.loads(out.read_text())
     assert [row["size"] for row in doc["rows"]] == [4096, 1 << 20]
     for row in doc["rows"]:
         assert set(row["median_ns"]) == {"decide", "decide/noprobe", "decide/model", "fixed", "request"}
-        assert all(len(v) == 2 and min(v) > 0 for v in row["samples_ns"].values())
+        assert all(len(v) == 7 and min(v) > 0 for v in row["samples_ns"].values())
         assert row["goal"] == ("met" if row["added_over_request"] <= doc["goal"] else "missed")
+        # the added share is the median of the rounds' own shares, with its interval
+        per_round = [(d - f) / q for d, f, q in zip(*(row["samples_ns"][k] for k in ("decide", "fixed", "request")))]
+        low, high = row["added_interval"]
+        assert row["added_over_request"] == pytest.approx(stats.median(per_round)) and low <= row["added_over_request"] <= high
     assert r.stdout.count("decide/request") == 2
     assert [p for p in os.listdir(tmp_path) if p != "dc.json"] == []  # its scratch files are gone
-    bad = subprocess.run([sys.executable, bench, "--rounds", "0"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--rounds" in bad.stderr
+    bad = subprocess.run([sys.executable, bench, "--rounds", "6"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--rounds must be at least 7" in bad.stderr
 
 
 def test_cold_split_benchmark_runs_and_reports_what_auto_ran(tmp_path):

@@ -28,6 +28,7 @@ import platform
 import sys
 import time
 
+from .. import stats
 from .._usage import UsageError
 
 PEERS = ("safetensors", "fastsafetensors")
@@ -159,7 +160,6 @@ def _check_framework(args, framework: str) -> None:
 
 def run(args) -> int:
     import accio
-    from .. import stats
     from .._system import drop_pages
     if args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
@@ -253,7 +253,7 @@ def run(args) -> int:
     goals = {("accio.safetensors", "accio raw read"): 0.95 if args.cold else None}
     for b in ("safetensors", "fastsafetensors", "accio raw read"):
         if b in samples:
-            r = stats.ratio(samples["accio.safetensors"], samples[b])
+            r = stats.ratio(samples["accio.safetensors"], samples[b], paired=True)
             c = {"a": "accio.safetensors", "b": b, **r.as_dict(), "verdict": stats.verdict(r)}
             g = goals.get(("accio.safetensors", b))
             if g:  # under 7 rounds both say "too few samples (N < 7)" (accio.stats' one rule)
@@ -300,7 +300,7 @@ def render(doc: dict) -> str:
         lines.append("")
         for c in doc["comparisons"]:
             goal = f"  goal >= {c['goal']}: {c['goal_verdict']}" if c.get("goal") else ""
-            lines.append(f"{c['a']} / {c['b']}: {c['estimate']:.2f}x [{c['low']:.2f}-{c['high']:.2f}] "
+            lines.append(f"{c['a']} / {c['b']}: {c['estimate']:.2f}x [{stats.bounds(c['low'], c['high'])}] "
                          f"{c['verdict']}{goal}")
     if p.get("residency_max") is not None and p["residency_max"] > 0.01:
         lines.append(f"note: up to {p['residency_max']:.0%} of the files stayed cached after the drop (not cold)")

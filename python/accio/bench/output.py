@@ -6,7 +6,6 @@ import contextlib
 import csv
 import math
 import os
-import statistics
 from typing import Iterable
 
 from .._system import fmt_size
@@ -82,7 +81,9 @@ def device_ratios(results: list[dict]) -> str:
         _d, _l, _p, t, fs, rec, test = key
         lines.append(f"  {test} {fmt_size(fs)} record {fmt_size(rec)} x{t}: staged {m['staged']:.0f} MiB/s = " +
                      ", ".join(parts))
-    return "staged against its ceilings (medians of this run)\n" + "\n".join(lines) if lines else ""
+    return ("staged against its ceilings (medians of this run, its mechanisms one after another: a description; "
+            "benchmarks/gpu_bench.py takes the ceiling per interleaved round and judges it)\n" + "\n".join(lines)
+            if lines else "")
 
 
 def sig3(x: float) -> str:
@@ -202,7 +203,9 @@ def render_table(results: list[dict], kind: str = "generic") -> str:
         lines.append(cells)
     out = _grid(t["heads"] + t["cols"], lines, len(t["heads"]))
     out.append("MiB/s, median of the iterations ± half the range; < the best of the row"
-               + ("; best: the best thread count (in parentheses)" if t["xeonphi"] else ""))
+               + ("; best: the best thread count (in parentheses)" if t["xeonphi"] else "")
+               + "; the mechanisms ran one after another: a description of this run, not a verdict "
+                 "(accio bench compare or --vs-fio judge by the statistics rule)")
     if t["notes"]:
         out.append(MARKS_LEGEND + ":")
         out += ["  " + n for n in t["notes"]]
@@ -317,28 +320,35 @@ def compare(a: dict, b: dict) -> str | None:
     index = {_key(r): r for r in a["results"]}
     both = [(index[_key(r)], r) for r in b["results"] if _key(r) in index]
     qd = len({r.get("iodepth", 1) for _o, r in both}) > 1
-    rows, ratios, verdicts = [], [], {}
+    from .. import stats
+    rows, cells, verdicts = [], [], {}
     for old, r in both:
         sa, sb = [s["mib_s"] for s in old["samples"]], [s["mib_s"] for s in r["samples"]]
         try:
             ratio, verdict = compare_verdict(sa, sb)
-        except ValueError:  # a sample of 0 MiB/s or none: no ratio to speak of
-            continue
-        ratios.append(ratio.estimate)
+            cells.append((sb, sa, False))
+            shown = [f"{ratio.estimate:.3f}", f"{ratio.low:.3f}-{ratio.high:.3f}", verdict]
+        except ValueError as e:
+            # A sample of 0 MiB/s (a complete regression) or none: the row stays, without a ratio.
+            # It was dropped, and left out of the count below (statistics audit, session 24).
+            verdict = "no ratio"
+            shown = ["-", "-", f"no ratio: {e}"]
         verdicts[verdict.split(" (")[0]] = verdicts.get(verdict.split(" (")[0], 0) + 1
         rows.append([r["test"], r["mechanism"], fmt_size(r["record_size"]), str(r["threads"]), str(r["processes"]),
                      r["layout"]] + ([str(r.get("iodepth", 1))] if qd else []) +
-                    [sig3(old["mib_s"]), sig3(r["mib_s"]), f"{ratio.estimate:.3f}",
-                     f"{ratio.low:.3f}-{ratio.high:.3f}", verdict])
+                    [sig3(old["mib_s"]), sig3(r["mib_s"])] + shown)
     if not rows:
         return None
     heads = ["test", "mechanism", "record", "threads", "procs", "layout"] + (["iodepth"] if qd else []) + \
         ["A MiB/s", "B MiB/s", "B/A", "95% interval", "verdict"]
     out = _grid(heads, rows, 7 if qd else 6)
-    geo = math.exp(statistics.fmean(math.log(x) for x in ratios))
-    out.append(f"{len(rows)} results in both: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) +
-               f"; geometric mean of B/A {geo:.3f} "
-               f"(A: {a.get('accio', {}).get('git_commit', '?')}, B: {b.get('accio', {}).get('git_commit', '?')})")
+    geo = ""
+    if cells:
+        g = stats.geomean_ratio(cells)
+        geo = (f"; geometric mean of B/A over {len(cells)} {'result' if len(cells) == 1 else 'results'} "
+               f"{stats.describe(g)} {stats.verdict(g)}")
+    out.append(f"{len(rows)} results in both: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + geo +
+               f" (A: {a.get('accio', {}).get('git_commit', '?')}, B: {b.get('accio', {}).get('git_commit', '?')})")
     out.append("B/A: median of B's samples over A's, 95% bootstrap interval; within noise: the interval holds 1 "
                "and lies inside ±5%; at least 7 samples a side (-i 7) for any verdict (docs/methodology.md)")
     return "\n".join(out)

@@ -443,7 +443,10 @@ def write_html(path: str, doc: dict, table_kind: str) -> None:
             + (f"<ul class=\"notes\">{notes}</ul>" if notes else "")
             + "<p>MiB/s (2<sup>20</sup> bytes per second), the median of the iterations; below it half their range "
               "and the ratio to the baseline column. ★ the best of the row; ~ a noisy cell (spread above ±5%: "
-              "small differences there are not measured); " + esc(MARKS_LEGEND) + " (the list above).</p>"
+              "small differences there are not measured); " + esc(MARKS_LEGEND) + " (the list above). The "
+              "mechanisms of a row ran one after another, so the ★, the ratios and the summary describe this run; "
+              "they are not verdicts of the statistics rule (docs/methodology.md), which <code>accio bench "
+              "compare</code> and <code>--vs-fio</code> apply.</p>"
             + (f"<h2>IOPS and latency</h2>{latency_table(results)}<p>Latency of single requests, submission to "
                f"completion, over every request of every iteration; percentiles {', '.join(f'p{p:g}' for p in PERCENTILES)}"
                ".</p>" if latency_table(results) else "")

@@ -356,7 +356,7 @@ def make_result(spec: Spec, c: Config, test: str, samples: list[dict], fio_sampl
         out["fio"] = {**stats_of(fbw), "samples": fio_samples, "job": fio_samples[0]["job"]}
         # accio / fio: the median of the per-iteration ratios (paired: both ran in the same
         # iteration) with its 95% bootstrap interval and verdict (accio.stats).
-        r = stats.ratio(bw, fbw) if min(bw + fbw) > 0 else None
+        r = stats.ratio(bw, fbw, paired=True) if min(bw + fbw) > 0 else None
         out["fio"]["ratio"] = r.estimate if r else None
         if r:
             out["fio"]["interval"] = [r.low, r.high]

@@ -29,7 +29,7 @@ DEPTH = 16
 REQUEST = 16 * MiB     # one request: 128 pieces, so that DEPTH stay in flight for most of it
 WINDOW = 32 * MiB      # the window where depth pays (the shim's reach ahead of the reader)
 GAIN = 1.5             # the bar: QD16 >= 1.5x QD1; the window also needs QD16 >= 1.5x the reader
-MIN_ROUNDS = 5         # rounds (one sample of each depth) that make a decision
+MIN_ROUNDS = stats.MIN_SAMPLES  # rounds (one sample of each depth) that make a decision (5 until session 24)
 SHARE = 0.10           # of the calibration budget
 MIN_SECONDS = 2.0      # below this share the measurement is skipped
 

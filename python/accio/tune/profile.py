@@ -11,7 +11,7 @@ import statistics
 import sys
 import tempfile
 
-from .. import _ext
+from .. import _ext, stats
 from . import prefetch as prefetch_mod
 from .measure import Plan, fmt
 from .search import COARSE_SIZES, Group, Search, builtin_cells, builtin_model
@@ -296,7 +296,7 @@ def _render_decisions(doc: dict, prefix: str) -> list[str]:
                             text += f" (next {m['next']} {m['next_mibps']:.0f})"
                         if m.get("guard"):
                             est, low, high = m["guard"]["vs_builtin"]
-                            text += f", {est:.2f}x [{low:.2f}-{high:.2f}] the built-in"
+                            text += f", {est:.2f}x [{stats.bounds(low, high)}] the built-in"
                     cols.append(text)
                 rows.append((_range(lo, hi), *cols))
                 lo = (hi or 0) + 1
