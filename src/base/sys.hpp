@@ -4,11 +4,14 @@
 // kernel with syscall(2), not libc's pread/pwrite, which under the preload shim are the shim's own
 // wrappers (sys.cpp). Also read_file, for the probes.
 #pragma once
+#include <signal.h>
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <thread>
+#include <utility>
 
 namespace accio::base::sys {
 
@@ -49,5 +52,35 @@ bool mincore_pages(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_
 // users' processes and must not lean on the C++ runtime's locale machinery (issue 17). false, with
 // errno set, when the file cannot be opened or read or holds more than max bytes.
 bool read_file(const char* path, std::string& out, size_t max = size_t{64} << 20);
+
+// Every asynchronous signal blocked in the calling thread for the object's life (the faults a
+// thread raises itself, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, stay open). Inline: the
+// offload runtime, which sees libaccio's C API only, uses it too.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) sigdelset(&all, s);
+    pthread_sigmask(SIG_BLOCK, &all, &old_);
+  }
+  ~SignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+// A thread of accio's own (the engine's pool, the offload runtime's): it starts with every
+// asynchronous signal blocked, so that a signal for the process goes to one of the program's
+// threads, as without accio. The pool's workers took the mask of the thread that first needed them:
+// a program that blocked SIGTERM afterwards to read it from a signalfd or sigwait was killed by it,
+// delivered to a worker (shim audit, session 24).
+template <class F, class... A>
+std::thread quiet_thread(F&& f, A&&... a) {
+  SignalsBlocked blocked;
+  return std::thread(std::forward<F>(f), std::forward<A>(a)...);
+}
 
 }  // namespace accio::base::sys

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "base/fork.hpp"
+#include "base/sys.hpp"
 
 namespace accio::engine {
 
@@ -17,7 +18,7 @@ ThreadPool& ThreadPool::shared() {
 void ThreadPool::ensure(unsigned n) {
   std::lock_guard lk(mu_);
   while (threads_.size() < n) {
-    threads_.emplace_back([this] { worker(); });
+    threads_.push_back(base::sys::quiet_thread([this] { worker(); }));
     threads_.back().detach();
   }
 }
@@ -31,7 +32,7 @@ void ThreadPool::submit(std::function<void()> job) {
   {
     std::lock_guard lk(mu_);
     if (threads_.empty()) {
-      threads_.emplace_back([this] { worker(); });
+      threads_.push_back(base::sys::quiet_thread([this] { worker(); }));
       threads_.back().detach();
     }
     jobs_.push_back(std::move(job));

@@ -21,10 +21,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "base/error.hpp"
@@ -68,8 +71,13 @@ struct IoUring {
   // The request's pieces, reused by every request on this ring (no allocation per request).
   std::vector<Op> ops;
   std::vector<unsigned> free_ops, resubmit;
+  // The kernel refused the ring's descriptor (closed behind the engine's back, its number perhaps
+  // another file's now): never leased again, and never closed, since the number may be taken.
+  std::atomic<bool> broken{false};
 
-  ~IoUring() { io_uring_queue_exit(&ring); }
+  ~IoUring() {
+    if (!broken.load(std::memory_order_relaxed)) io_uring_queue_exit(&ring);
+  }
 
   // Returns the fd to put in an SQE and sets *fixed when it is a registered-file index.
   int file_index(uint64_t key, int fd, bool* fixed) {
@@ -187,7 +195,7 @@ class IoUringLease {
     }
     std::lock_guard lk(set->mu);
     for (auto& r : set->rings)
-      if (r->mu.try_lock()) {
+      if (!r->broken.load(std::memory_order_relaxed) && r->mu.try_lock()) {
         ring_ = r.get();
         return;
       }
@@ -356,6 +364,7 @@ class Uring final : public Mechanism {
     uint64_t cur = lo, eof_at = end;
     int err = 0;
     uint64_t err_off = end;
+    bool dead = false;         // the ring's descriptor was refused: no more submissions
     bool inline_rest = false;  // a buffered write came back refused: the rest is written here
 
     // Writes [at, at+len) of the user buffer with pwrite, piece by piece; an error is recorded, not
@@ -396,15 +405,19 @@ class Uring final : public Mechanism {
       if (direct) std::memcpy(user + (a - off), o.mem + (a - o.foff), b - a);
       else copy_out(user + (a - off), o.mem + (a - o.foff), b - a, n >= kRealignChunk);  // realigned
     };
-    auto finish_op = [&](unsigned i) {
+    auto drop_op = [&](unsigned i) {  // its staging buffer back, nothing copied
       Op& o = ops[i];
-      if (!write && o.buf >= 0) copy_staged(o);
       if (o.buf >= 0) {
         pool.release(static_cast<unsigned>(o.buf));
         --staged;
       }
       o = Op{};
       free_ops.push_back(i);
+    };
+    auto finish_op = [&](unsigned i) {
+      Op& o = ops[i];
+      if (!write && o.buf >= 0) copy_staged(o);
+      drop_op(i);
     };
     // Prepares the next piece at `cur`; returns false if a staging buffer is needed and none is free.
     auto next_piece = [&](Op& o) -> bool {
@@ -459,13 +472,26 @@ class Uring final : public Mechanism {
         }
       }
       if (inflight == 0) break;
-      int rc;
-      do rc = io_uring_submit_and_wait(&ring->ring, 1);
-      while (rc == -EINTR);
-      if (rc < 0 && rc != -EBUSY && rc != -EAGAIN) {
-        // The ring is unusable; the kernel still owns the pieces already submitted, so wait them out.
-        err = -rc;
-        err_off = cur;
+      if (!dead) {
+        int rc;
+        do rc = io_uring_submit_and_wait(&ring->ring, 1);
+        while (rc == -EINTR);
+        if (rc < 0 && rc != -EBUSY && rc != -EAGAIN) {
+          // The ring is unusable (EBADF, or EOPNOTSUPP where its number is another file's now: a
+          // program closed it behind the engine's back). The pieces the kernel took still complete,
+          // into the mapped completion queue, and are waited out below; those still in the
+          // submission queue never will: they are dropped, or the wait spun for ever at 100% CPU
+          // (shim audit, session 24). The ring is not used again.
+          err = -rc;
+          err_off = std::min(err_off, cur);
+          dead = true;
+          ring->broken.store(true, std::memory_order_relaxed);
+          io_uring_sq& sq = ring->ring.sq;
+          for (unsigned h = io_uring_smp_load_acquire(sq.khead); h != sq.sqe_tail; ++h, --inflight)
+            drop_op(static_cast<unsigned>(sq.sqes[h & *sq.kring_mask].user_data));
+        }
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));  // no descriptor to wait on
       }
       io_uring_cqe* cqe;
       unsigned head, seen = 0;
@@ -529,7 +555,10 @@ class Uring final : public Mechanism {
         finish_op(i);
       }
       io_uring_cq_advance(&ring->ring, seen);
-      for (unsigned i : resubmit) submit_op(i);
+      for (unsigned i : resubmit) {
+        if (dead) drop_op(i);
+        else submit_op(i);
+      }
     }
     if (err) throw Error(err, write ? "io_uring write" : "io_uring read", c.file.path, static_cast<int64_t>(err_off));
     if (buffered_write && !inline_rest) g_inline_writes->clear(c.file.id);  // the ring took them all

@@ -548,7 +548,7 @@ double measure_copy(int device, bool to_device, size_t bytes, size_t chunk, unsi
     unmap_host_buffer(hb);
   };
   std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(body, t);
+  for (unsigned t = 1; t < threads; ++t) pool.push_back(base::sys::quiet_thread(body, t));
   body(0);
   for (auto& th : pool) th.join();
   for (auto& e : errors)

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/sys.hpp"
 #include "offload/options.hpp"
 #include "offload/report.hpp"
 
@@ -285,7 +286,7 @@ Proc* create_proc(const accio_offload_options& o) {
     p->chan = static_cast<veo_thr_ctxt*>(open_queue(p, p->next_channel++, 0));
     if (p->chan) p->chan->main = true;
   }
-  p->watchdog = std::thread([p] { p->watch(); });
+  p->watchdog = base::sys::quiet_thread([p] { p->watch(); });
   if (!p->chan) {
     destroy_proc(p, false);
     return nullptr;

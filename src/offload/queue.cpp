@@ -15,6 +15,7 @@
 #include <new>
 #include <utility>
 
+#include "base/sys.hpp"
 #include "offload/proc.hpp"
 #include "offload/report.hpp"
 
@@ -119,7 +120,7 @@ bool Channel::encode_call(const Piece& p, Slot& s, Shadow& sh, char* data) {
 bool Channel::start_runner() {
   if (vh_runner_) return true;
   try {
-    vh_runner_ = new std::thread(&Channel::vh_loop, this);
+    vh_runner_ = new std::thread(base::sys::quiet_thread(&Channel::vh_loop, this));
     vh_runner_pid_ = getpid();
   } catch (const std::exception& e) {
     report(name() + ": cannot start the thread that runs host functions and queued requests (" + e.what() + ")");

@@ -411,6 +411,57 @@ static int elf_kind(const char* exe) {
   return kind;
 }
 
+/* The AddressSanitizer runtime a dynamic 64-bit program is linked with (a DT_NEEDED of libasan.so.N
+ * or libclang_rt.asan-*.so) into out, else "". ASan refuses to start unless its runtime comes first
+ * in the list of loaded libraries ("ASan runtime does not come first in initial library list"), so
+ * the launcher preloads it before the shim: its interceptors then wrap the shim's, as they wrap
+ * libc's (shim audit, session 24). Every length and offset read from the file is checked. */
+static void asan_runtime(const char* exe, char* out, size_t len) {
+  out[0] = 0;
+  const int fd = open(exe, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  Elf64_Ehdr eh;
+  Elf64_Phdr* ph = NULL;
+  Elf64_Dyn* dyn = NULL;
+  char* str = NULL;
+  if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+      eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) || !eh.e_phnum || eh.e_phnum >= 4096)
+    goto out;
+  ph = malloc(eh.e_phnum * sizeof *ph);
+  if (!ph || pread(fd, ph, eh.e_phnum * sizeof *ph, (off_t)eh.e_phoff) != (ssize_t)(eh.e_phnum * sizeof *ph)) goto out;
+  const Elf64_Phdr* dp = NULL;
+  for (unsigned i = 0; i < eh.e_phnum; ++i)
+    if (ph[i].p_type == PT_DYNAMIC) dp = &ph[i];
+  if (!dp || !dp->p_filesz || dp->p_filesz > (1u << 20)) goto out;
+  const size_t ndyn = dp->p_filesz / sizeof *dyn;
+  dyn = malloc(ndyn * sizeof *dyn);
+  if (!dyn || pread(fd, dyn, ndyn * sizeof *dyn, (off_t)dp->p_offset) != (ssize_t)(ndyn * sizeof *dyn)) goto out;
+  uint64_t strtab = 0, strsz = 0;
+  for (size_t i = 0; i < ndyn && dyn[i].d_tag != DT_NULL; ++i) {
+    if (dyn[i].d_tag == DT_STRTAB) strtab = dyn[i].d_un.d_ptr;
+    if (dyn[i].d_tag == DT_STRSZ) strsz = dyn[i].d_un.d_val;
+  }
+  if (!strsz || strsz > (1u << 24)) goto out;
+  uint64_t at = 0; /* the string table's file offset: through the PT_LOAD segment that maps it */
+  for (unsigned i = 0; i < eh.e_phnum && !at; ++i)
+    if (ph[i].p_type == PT_LOAD && strtab >= ph[i].p_vaddr && strtab - ph[i].p_vaddr + strsz <= ph[i].p_filesz)
+      at = strtab - ph[i].p_vaddr + ph[i].p_offset;
+  if (!at || !(str = malloc(strsz + 1)) || pread(fd, str, strsz, (off_t)at) != (ssize_t)strsz) goto out;
+  str[strsz] = 0;
+  for (size_t i = 0; i < ndyn && dyn[i].d_tag != DT_NULL; ++i) {
+    if (dyn[i].d_tag != DT_NEEDED || dyn[i].d_un.d_val >= strsz) continue;
+    const char* name = str + dyn[i].d_un.d_val;
+    if ((!strncmp(name, "libasan.so", 10) || (!strncmp(name, "libclang_rt.asan", 16) && strstr(name, ".so"))) &&
+        strlen(name) < len && !strchr(name, ':'))
+      snprintf(out, len, "%s", name);
+  }
+out:
+  free(str);
+  free(dyn);
+  free(ph);
+  close(fd);
+}
+
 /* execve of the program, with execvp's fallback for a file the kernel cannot run (ENOEXEC): a text
  * file, a shell script without "#!", runs under /bin/sh, as env(1) runs it; a binary one (a NUL in
  * its first bytes, the shells' test) fails with ENOEXEC. Returns only on failure, errno set. */
@@ -465,14 +516,15 @@ static void preload_entry(const char* shim, char* out, size_t len) {
 
 /* LD_PRELOAD with the shim first (entry, once), the user's own preloads after it, less any other
  * libaccio_preload.so (this one by another name, another installation's): two shims would each
- * serve the program's calls. */
-static int set_preload(const char* entry) {
+ * serve the program's calls. An AddressSanitizer runtime (asan, from asan_runtime) goes before the
+ * shim. */
+static int set_preload(const char* entry, const char* asan) {
   const char* old = getenv("LD_PRELOAD");
-  size_t cap = strlen(entry) + (old ? strlen(old) : 0) + 2;
+  size_t cap = strlen(entry) + strlen(asan) + (old ? strlen(old) : 0) + 3;
   char* v = malloc(cap);
   char* rest = old ? strdup(old) : NULL;
   if (!v || (old && !rest)) return -1;
-  snprintf(v, cap, "%s", entry);
+  snprintf(v, cap, "%s%s%s", asan, *asan ? ":" : "", entry);
   for (char *save = NULL, *tok = rest ? strtok_r(rest, ": ", &save) : NULL; tok; tok = strtok_r(NULL, ": ", &save)) {
     const char* base = strrchr(tok, '/');
     if (!strcmp(base ? base + 1 : tok, "libaccio_preload.so")) continue;
@@ -774,9 +826,10 @@ int accio_run_main(int argc, char** argv) {
     say("note: %s is a 32-bit program: the shim serves 64-bit programs, so it runs as it would without "
         "accio (its own child processes that are 64-bit are served)", exe);
 
-  char entry[PATH_MAX];
+  char entry[PATH_MAX], asan[256];
   preload_entry(shim, entry, sizeof entry);
-  if (set_preload(entry) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
+  asan_runtime(exe, asan, sizeof asan);
+  if (set_preload(entry, asan) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
       (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0) ||
       use_profiles(val[OPT_VERBOSE] != NULL) != 0) {
     say("cannot set the environment: %s (errno %d)", why(errno), errno);

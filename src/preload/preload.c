@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -74,6 +75,8 @@ static struct {
   int (*fcntl)(int, int, ...);
   int (*fcntl64)(int, int, ...);
   void (*closefrom)(int);
+  int (*lockf)(int, int, off_t);
+  int (*lockf64)(int, int, off_t);
 } real;
 
 static ssize_t k_read(int fd, void* b, size_t n) { return syscall(SYS_read, fd, b, n); }
@@ -133,6 +136,24 @@ static int k_fcntl(int fd, int cmd, ...) {
   return (int)syscall(SYS_fcntl, fd, cmd, arg);
 }
 #define k_fcntl64 k_fcntl
+/* lockf as glibc makes it (fcntl record locks from the file offset), should dlsym not find it. */
+static int k_lockf(int fd, int cmd, off_t len) {
+  struct flock fl = {.l_whence = SEEK_CUR, .l_start = 0, .l_len = len};
+  switch (cmd) {
+    case F_TEST:
+      fl.l_type = F_RDLCK;
+      if (syscall(SYS_fcntl, fd, F_GETLK, &fl) < 0) return -1;
+      if (fl.l_type == F_UNLCK || fl.l_pid == (pid_t)syscall(SYS_getpid)) return 0;
+      errno = EACCES;
+      return -1;
+    case F_ULOCK: fl.l_type = F_UNLCK; return (int)syscall(SYS_fcntl, fd, F_SETLK, &fl);
+    case F_LOCK: fl.l_type = F_WRLCK; return (int)syscall(SYS_fcntl, fd, F_SETLKW, &fl);
+    case F_TLOCK: fl.l_type = F_WRLCK; return (int)syscall(SYS_fcntl, fd, F_SETLK, &fl);
+  }
+  errno = EINVAL;
+  return -1;
+}
+#define k_lockf64 k_lockf
 static void k_closefrom(int lowfd) {
 #ifdef SYS_close_range
   syscall(SYS_close_range, (unsigned)lowfd, ~0U, 0);
@@ -162,11 +183,12 @@ static const char* const kSym[][2] = {
     {"pwritev64", "pwritev"}, {"pwritev64v2", "pwritev2"}, {"close", NULL}, {"dup2", NULL},
     {"dup3", NULL}, {"fread", NULL}, {"fread_unlocked", NULL}, {"lseek64", "lseek"}, {"fclose", NULL},
     {"freopen64", "freopen"}, {"pclose", NULL}, {"_IO_doallocbuf", NULL}, {"posix_fadvise", NULL},
-    {"dup", NULL}, {"fcntl", NULL}, {"fcntl64", "fcntl"}, {"closefrom", NULL},
+    {"dup", NULL}, {"fcntl", NULL}, {"fcntl64", "fcntl"}, {"closefrom", NULL}, {"lockf", NULL},
+    {"lockf64", "lockf"},
 };
 enum { S_read, S_pread, S_readv, S_preadv, S_preadv2, S_write, S_pwrite, S_writev, S_pwritev, S_pwritev2, S_close,
        S_dup2, S_dup3, S_fread, S_fread_unlocked_, S_lseek, S_fclose, S_freopen,
-       S_pclose, S_doallocbuf, S_posix_fadvise, S_dup, S_fcntl, S_fcntl64, S_closefrom };
+       S_pclose, S_doallocbuf, S_posix_fadvise, S_dup, S_fcntl, S_fcntl64, S_closefrom, S_lockf, S_lockf64 };
 
 #define REAL(name)                                                                                     \
   (__builtin_expect(real.name != NULL, 1)                                                              \
@@ -557,6 +579,49 @@ static struct handle g_handles[MAX_HANDLES];
 static int g_nhandles;
 static uint64_t g_tick;
 
+/* POSIX record locks (fcntl F_SETLK and F_SETLKW, lockf) belong to the process and the file:
+ * closing any descriptor of the file releases every one of them, the engine's descriptors too. The
+ * files the program has locked are kept here, and their handles are not evicted: with more than
+ * MAX_HANDLES files, the eviction of a locked file's handle released the program's locks, and
+ * another process saw the file unlocked (shim audit, session 24). An entry goes when the program
+ * closes a descriptor of the file, which releases its locks anyway (handles_forget). More locked
+ * files than MAX_LOCKED: no handle is evicted at all (requests beyond MAX_HANDLES files pass
+ * through). Under g_mu. */
+#define MAX_LOCKED 64
+static struct {
+  dev_t dev;
+  ino_t ino;
+} g_locked[MAX_LOCKED];
+static int g_nlocked;
+static int g_locked_overflow;
+
+static int locked_file_locked(dev_t dev, ino_t ino) {
+  if (g_locked_overflow) return 1;
+  for (int i = 0; i < g_nlocked; ++i)
+    if (g_locked[i].dev == dev && g_locked[i].ino == ino) return 1;
+  return 0;
+}
+
+/* The program took a record lock on fd (r: the call's result). */
+static void note_lock(int fd, int r) {
+  if (r != 0 || t_inside || in_borrowed_memory()) return;
+  const int saved = errno;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    pthread_mutex_lock(&g_mu);
+    if (!locked_file_locked(st.st_dev, st.st_ino)) {
+      if (g_nlocked < MAX_LOCKED) {
+        g_locked[g_nlocked].dev = st.st_dev;
+        g_locked[g_nlocked++].ino = st.st_ino;
+      } else {
+        g_locked_overflow = 1;
+      }
+    }
+    pthread_mutex_unlock(&g_mu);
+  }
+  errno = saved;
+}
+
 static void capture_plans_locked(struct handle* h) {
   if (!g_stats_dir[0] || !h->f) return;
   accio_plan_stat ps[MAX_PLANS];
@@ -605,7 +670,9 @@ static struct handle* handle_get(int fd, const struct stat* st, int acc, int dir
       h = &g_handles[g_nhandles++];
     } else {
       for (int i = 0; i < MAX_HANDLES; ++i)
-        if (!g_handles[i].refs && (!h || g_handles[i].used < h->used)) h = &g_handles[i];
+        if (!g_handles[i].refs && (!h || g_handles[i].used < h->used) &&
+            !locked_file_locked(g_handles[i].dev, g_handles[i].ino))
+          h = &g_handles[i];
       if (!h) goto out; /* every handle is busy: pass through */
       capture_plans_locked(h);
       if (h->f) eng.close(h->f);
@@ -644,6 +711,8 @@ out:
  * a deleted file's space is not held by the shim (fclose, freopen and pclose come here too). */
 static void handles_forget(const struct stat* st) {
   pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < g_nlocked; ++i)
+    if (g_locked[i].dev == st->st_dev && g_locked[i].ino == st->st_ino) g_locked[i] = g_locked[--g_nlocked];
   for (int i = 0; i < g_nhandles; ++i) {
     struct handle* h = &g_handles[i];
     if (h->dev == st->st_dev && h->ino == st->st_ino && !h->refs && (h->f || h->failed)) {
@@ -725,6 +794,12 @@ static void advise_like(struct handle* h, int fd) {
   if (efd >= 0) REAL(posix_fadvise)(efd, 0, 0, a);
 }
 
+/* Whether n bytes written at `at` reach past the soft RLIMIT_FSIZE. */
+static int past_fsize_limit(off_t at, size_t n) {
+  struct rlimit l;
+  return getrlimit(RLIMIT_FSIZE, &l) == 0 && l.rlim_cur != RLIM_INFINITY && (uint64_t)at + n > l.rlim_cur;
+}
+
 /* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
  * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
 static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback,
@@ -756,12 +831,19 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
    * engine's): what the planner would run here (size, alignment, the pages' residency in the page
    * cache). Where that is posix, libc does the same work without the engine's bookkeeping, and the
    * memo passes the next requests of this size back without asking. */
+  const off_t at = c->off >= 0 ? c->off : k_lseek(c->fd, 0, SEEK_CUR);
+  /* A write that reaches past RLIMIT_FSIZE is libc's: the kernel writes up to the limit and returns
+   * the count; the engine's pieces past it each raised SIGXFSZ, which kills by default (shim audit,
+   * session 24). */
+  if (at < 0 || (c->write && past_fsize_limit(at, c->total))) {
+    handle_put(h);
+    return TO_LIBC;
+  }
   if (!g_gate_set) {
-    const off_t at = c->off >= 0 ? c->off : k_lseek(c->fd, 0, SEEK_CUR);
     /* After a window the memo passed on its own, the planner's last residency verdict is from far
      * back in the file: it probes this range anew. */
     const int op = c->write | (memo_passed_window(c->fd, c->total, c->write) ? ACCIO_OP_FRESH_CACHE : 0);
-    const char* mech = at >= 0 ? eng.mechanism_for_at(h->f, c->iov[0].iov_base, c->total, at, op) : NULL;
+    const char* mech = eng.mechanism_for_at(h->f, c->iov[0].iov_base, c->total, at, op);
     if (!mech || !strcmp(mech, "posix")) {
       handle_put(h);
       if (mech) memo_set(c->fd, c->total, c->off, c->write);
@@ -815,16 +897,28 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
     ssize_t r = call_libc(c);
     const int e = errno;
     if (c->write) {
+      /* Cut back only what this call's own range can explain: a file that now ends beyond
+       * [start, start + total) was extended by another writer meanwhile, whose bytes stay. */
       const off_t want = start + (r > 0 ? r : 0);
       struct stat now;
-      if (fstat(c->fd, &now) == 0 && now.st_size > st->st_size && now.st_size > want)
+      if (fstat(c->fd, &now) == 0 && now.st_size > st->st_size && now.st_size > want &&
+          now.st_size <= start + (off_t)c->total)
         if (ftruncate(c->fd, want > st->st_size ? want : st->st_size) != 0) { /* best effort */ }
     }
     errno = e;
     *out = r;
     return SERVED;
   }
-  if (c->off < 0 && done < c->total) k_lseek(c->fd, start + (off_t)done, SEEK_SET);
+  if (c->off < 0 && done < c->total) {
+    /* A short read ends at the end of the file, where the kernel leaves the offset. A thread whose
+     * reservation began past it (threads sharing the descriptor, each reserving its range) read
+     * nothing, and start is beyond the end: the file's size says where it is. Set to start, the
+     * offset could end past the end of the file (shim audit, session 24). */
+    off_t to = start + (off_t)done;
+    struct stat now;
+    if (!c->write && fstat(c->fd, &now) == 0 && now.st_size < to) to = now.st_size;
+    k_lseek(c->fd, to, SEEK_SET);
+  }
   *out = (ssize_t)done;
   return SERVED;
 }
@@ -1063,6 +1157,10 @@ static ssize_t dispatch(const struct call* c) {
     memo_clear(c->fd, c->write);
     __atomic_add_fetch(&g_taken, 1, __ATOMIC_RELAXED);
     if (fallback) __atomic_add_fetch(&g_redone, 1, __ATOMIC_RELAXED);
+    /* A call that succeeds leaves errno as it was, as libc's do: the engine's own failures (a
+     * probe's EBADF, an open's ENOENT, a copy's EFAULT before the redo) showed through a successful
+     * read (shim audit, session 24). */
+    if (r >= 0) errno = saved;
   }
   if (stats) {
     const int e = errno;
@@ -1076,18 +1174,31 @@ static ssize_t dispatch(const struct call* c) {
 /* The kernel moves at most MAX_RW_COUNT bytes per call (INT_MAX rounded down to a page). */
 #define MAX_RW_COUNT ((size_t)INT_MAX & ~(size_t)4095)
 
-/* read, pread, write, pwrite (the fortify variants call these): one buffer. */
+/* read, pread, write, pwrite (the fortify variants call these): one buffer. A count above
+ * MAX_RW_COUNT is the kernel's to judge: it checks the whole range before it cuts the count (EFAULT
+ * for read(fd, buf, SIZE_MAX)); cut here first, such a read ran over the heap past the buffer
+ * (shim audit, session 24). */
 static ssize_t dispatch_buffer(int fd, void* buf, size_t n, off_t off, int write) {
-  if (n > MAX_RW_COUNT) n = MAX_RW_COUNT; /* a short transfer, as the kernel's */
   const struct iovec v = {buf, n};
   const struct call c = {fd, write, &v, 1, off, n, 0};
-  return dispatch(&c);
+  return n > MAX_RW_COUNT ? call_libc(&c) : dispatch(&c);
+}
+
+/* Whether an iovec array at iov may be read here without a fault: not in the page at 0 (below
+ * vm.mmap_min_addr nothing is mapped) nor beyond user space. The kernel copies the array with
+ * copy_from_user (EFAULT); summing its lengths here made readv(fd, (struct iovec*)16, 2) a
+ * SIGSEGV (shim audit, session 24). An array elsewhere that is unmapped or unreadable still faults
+ * here: checking it (msync, 0.45 us; process_vm_readv, 2 us) would cost every readv more than the
+ * shim's whole decision. */
+static int iov_plausible(const struct iovec* iov, int cnt) {
+  const uintptr_t p = (uintptr_t)iov, n = (uintptr_t)cnt * sizeof *iov;
+  return p >= 65536 && p + n > p && p + n <= ((uintptr_t)1 << 47);
 }
 
 /* readv, preadv, writev, pwritev and their v2 forms: an iovec array. */
 static ssize_t dispatch_vector(int fd, const struct iovec* iov, int cnt, off_t off, int write) {
   size_t total = 0;
-  if (cnt > 0 && cnt <= IOV_MAX && iov) {
+  if (cnt > 0 && cnt <= IOV_MAX && iov && iov_plausible(iov, cnt)) {
     for (int i = 0; i < cnt; ++i) {
       if (iov[i].iov_len > SSIZE_MAX - total) { /* libc reports EINVAL */
         total = 0;
@@ -1259,20 +1370,35 @@ EXPORT int dup3(int oldfd, int newfd, int flags) {
 }
 /* fcntl's third argument is an int or a pointer, by command; it is passed on as a pointer, as
  * glibc's own wrapper reads it. F_DUPFD and F_DUPFD_CLOEXEC make a descriptor as dup does. */
-static int fcntl_done(int fd, int cmd, int r) { return cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC ? duplicated(fd, r) : r; }
+static int fcntl_done(int fd, int cmd, void* arg, int r) {
+  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) return duplicated(fd, r);
+  if ((cmd == F_SETLK || cmd == F_SETLKW) && arg && ((struct flock*)arg)->l_type != F_UNLCK) note_lock(fd, r);
+  return r;
+}
 EXPORT int fcntl(int fd, int cmd, ...) {
   va_list ap;
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  return fcntl_done(fd, cmd, REAL(fcntl)(fd, cmd, arg));
+  return fcntl_done(fd, cmd, arg, REAL(fcntl)(fd, cmd, arg));
 }
 EXPORT int fcntl64(int fd, int cmd, ...) {
   va_list ap;
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  return fcntl_done(fd, cmd, REAL(fcntl64)(fd, cmd, arg));
+  return fcntl_done(fd, cmd, arg, REAL(fcntl64)(fd, cmd, arg));
+}
+/* glibc's lockf calls fcntl inside libc, where the shim does not see it. */
+EXPORT int lockf(int fd, int cmd, off_t len) {
+  const int r = REAL(lockf)(fd, cmd, len);
+  if (cmd == F_LOCK || cmd == F_TLOCK) note_lock(fd, r);
+  return r;
+}
+EXPORT int lockf64(int fd, int cmd, off_t len) {
+  const int r = REAL(lockf64)(fd, cmd, len);
+  if (cmd == F_LOCK || cmd == F_TLOCK) note_lock(fd, r);
+  return r;
 }
 /* Whether descriptors a and b of this process share an open file description: kcmp(KCMP_FILE); 1
  * (trust the group) where the kernel has no kcmp or refuses it (seccomp, no CONFIG_KCMP), 0 where b
@@ -1336,9 +1462,43 @@ EXPORT off_t lseek64(int fd, off_t off, int whence) { return lseek(fd, off, when
  * closefrom); nothing in a vfork child (forget_fd). Descriptors from MEMO_MAX_FD up have no table
  * entries to forget; an engine handle of a file closed there is kept, as after a raw close system
  * call. */
+/* Descriptors from MEMO_MAX_FD up keep no state of their own, but their files may have engine
+ * handles: the open ones in [first, last] are found in /proc/self/fd (getdents64 into the stack: no
+ * allocation) and forgotten as close() forgets them. Without it a deleted file whose descriptor was
+ * 4096 or above kept its space after close_range or closefrom (shim audit, session 24). */
+struct dirent64_ {
+  uint64_t ino;
+  int64_t off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[];
+};
+static void forget_high(unsigned first, unsigned last) {
+  if (last < MEMO_MAX_FD || !__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED)) return;
+  if (first < MEMO_MAX_FD) first = MEMO_MAX_FD;
+  const int saved = errno;
+  const int dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    errno = saved;
+    return;
+  }
+  char b[4096] __attribute__((aligned(8)));
+  for (long n; (n = syscall(SYS_getdents64, dir, b, sizeof b)) > 0;)
+    for (long at = 0; at < n;) {
+      const struct dirent64_* e = (const struct dirent64_*)(b + at);
+      at += e->reclen;
+      char* end;
+      const unsigned long fd = strtoul(e->name, &end, 10);
+      if (end != e->name && !*end && fd >= first && fd <= last && (int)fd != dir) forget_fd_owned((int)fd);
+    }
+  syscall(SYS_close, dir);
+  errno = saved;
+}
+
 static void forget_range(unsigned first, unsigned last) {
   if (in_borrowed_memory()) return;
   for (unsigned fd = first; fd <= last && fd < MEMO_MAX_FD; ++fd) forget_fd_owned((int)fd);
+  forget_high(first, last);
 }
 
 #ifdef SYS_close_range
@@ -1538,6 +1698,7 @@ static void in_child(void) {
   g_mu = fresh;
   g_nhandles = 0; /* the parent's handles are left open but unused */
   memset(g_handles, 0, sizeof g_handles);
+  g_nlocked = g_locked_overflow = 0; /* a child inherits no record lock */
   /* A fresh table: the parent's is left to it (a fork amid its growth may have left this copy half
    * updated, and its pages are never touched here, so they cost the child nothing). */
   g_files = NULL;

@@ -1,8 +1,12 @@
 // Concurrency: many threads issuing requests on one handle and on many handles, async requests and
 // batches, close while requests are in flight; the thread pool's caller-participation contract.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <fstream>
 #include <thread>
+#include <vector>
 
 #include "engine/file.hpp"
 #include "engine/thread_pool.hpp"
@@ -99,3 +103,28 @@ TEST(ThreadPool, CallerTakesPartAndNestedSplitsDoNotDeadlock) {
   EXPECT_EQ(sum.load(), 16 * 120);
 }
 }  // namespace
+
+// The pool's threads take no signal meant for the process: a program that blocks SIGUSR1 after its
+// first parallel read, to take it with sigtimedwait (or a signalfd), gets it. The workers took the
+// mask of the thread that started them, and a signal for the process went to one of them: its
+// default action ended the process (shim audit, session 24).
+TEST(Concurrency, PoolThreadsLeaveTheProcesssSignalsToTheProgramsThreads) {
+  TempDir d;
+  std::vector<char> src(8 << 20, 'q');
+  std::ofstream(d.file("in"), std::ios::binary).write(src.data(), static_cast<std::streamsize>(src.size()));
+  auto s = base::Settings::defaults();
+  s.set("mechanism", "parallel");
+  s.set("threads", "4");
+  s.set("task_size", "1m");
+  auto f = engine::File::open(d.file("in"), "r", s);
+  std::vector<char> got(src.size());
+  ASSERT_EQ(f->pread(got.data(), got.size(), 0), got.size());  // the workers exist, signals open here
+  sigset_t usr1, old;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &usr1, &old), 0);
+  ASSERT_EQ(kill(getpid(), SIGUSR1), 0);  // for the process: any thread that does not block it
+  const timespec wait{5, 0};
+  EXPECT_EQ(sigtimedwait(&usr1, nullptr, &wait), SIGUSR1);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}

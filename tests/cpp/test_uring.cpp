@@ -429,3 +429,54 @@ TEST(UringReads, RealignedReadsGoThroughStagingWhereCached) {
     }
   }
 }
+
+namespace {
+// The descriptors of io_uring instances in this process (/proc/self/fd links "anon_inode:[io_uring]").
+std::vector<int> ring_fds() {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto to = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && to.string().find("io_uring") != std::string::npos) out.push_back(std::stoi(e.path().filename()));
+  }
+  return out;
+}
+}  // namespace
+
+// A program that closes every descriptor it does not know (a daemon's loop, closefrom) closes the
+// ring's too. The request that finds it gone fails (the shim redoes it with libc) instead of
+// waiting for ever, at 100% CPU, for pieces the kernel never took; the next request gets a new
+// ring. Once with the ring's number left free, once with it taken by another file (EOPNOTSUPP).
+// Shim audit, session 24.
+TEST(UringRings, ARingClosedBehindTheEnginesBackFailsItsRequestAndIsReplaced) {
+  TempDir d;
+  std::vector<char> src(4 << 20);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 3);
+  std::ofstream(d.file("in"), std::ios::binary).write(src.data(), static_cast<std::streamsize>(src.size()));
+  for (bool reuse : {false, true}) {
+    auto f = engine::File::open(d.file("in"), "r", uring("256k", 8));
+    std::vector<char> got(src.size());
+    ASSERT_EQ(f->pread(got.data(), got.size(), 0), got.size());  // the ring exists now
+    const auto rings = ring_fds();
+    ASSERT_FALSE(rings.empty());
+    for (int fd : rings) close(fd);
+    std::vector<int> taken;
+    if (reuse)
+      for (size_t i = 0; i < rings.size(); ++i) taken.push_back(open(d.file("in").c_str(), O_RDONLY));
+    auto done = std::async(std::launch::async, [&] {
+      try {
+        f->pread(got.data(), got.size(), 0);
+        return std::string("served");
+      } catch (const base::Error& e) {
+        return std::string("error: ") + e.what();
+      }
+    });
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the request never ended";
+    const std::string what = done.get();
+    EXPECT_NE(what.find("error: io_uring read"), std::string::npos) << what;
+    std::fill(got.begin(), got.end(), 0);
+    EXPECT_EQ(f->pread(got.data(), got.size(), 0), got.size());  // a new ring
+    EXPECT_EQ(got, src);
+    for (int fd : taken) close(fd);
+  }
+}
