@@ -187,16 +187,16 @@ def _alpha(confidence: float) -> float:
     return round((1 - confidence) / 2, 12)
 
 
-def _checked(a, b, paired: bool | None) -> tuple[list[float], list[float], bool]:
-    """a and b as floats, and whether they pair (None: when there are as many of each); ValueError
-    for an empty side, a sample that is not positive and finite, or a pairing of unequal counts."""
+def _checked(a, b, paired: bool) -> tuple[list[float], list[float], bool]:
+    """a and b as floats, and whether they pair; ValueError for an empty side, a sample that is not
+    positive and finite, or a pairing of unequal counts."""
     a, b = [_number(x) for x in a], [_number(x) for x in b]
     if not a or not b:
         raise ValueError("ratio needs at least one sample on each side")
     if any(x <= 0 or not math.isfinite(x) for x in a + b):
         raise ValueError("ratio needs positive, finite samples")
-    if paired is None:
-        paired = len(a) == len(b)
+    if not isinstance(paired, bool):
+        raise TypeError(f"paired must be True or False, not {paired!r}")
     if paired and len(a) != len(b):
         raise ValueError(f"paired ratio needs as many samples on each side ({len(a)} vs {len(b)})")
     return a, b, paired

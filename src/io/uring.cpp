@@ -18,6 +18,7 @@
 // realigned piece by piece without it, as posix does.
 #include <liburing.h>
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -71,12 +72,32 @@ struct IoUring {
   // The request's pieces, reused by every request on this ring (no allocation per request).
   std::vector<Op> ops;
   std::vector<unsigned> free_ops, resubmit;
-  // The kernel refused the ring's descriptor (closed behind the engine's back, its number perhaps
-  // another file's now): never leased again, and never closed, since the number may be taken.
+  // Retired: a request found the ring unusable (retire()). Never leased again; its registered files
+  // are not touched (by number: the number may be another ring's now).
   std::atomic<bool> broken{false};
+  bool released = false;  // its memory is unmapped and its descriptor closed or given up (retire)
 
   ~IoUring() {
-    if (!broken.load(std::memory_order_relaxed)) io_uring_queue_exit(&ring);
+    if (!released) io_uring_queue_exit(&ring);
+  }
+
+  // Takes the ring out of use once nothing is in flight on it. fd_ours: the kernel refused the
+  // ring for another reason than its descriptor (closed behind the engine's back: EBADF; its number
+  // another file's: EOPNOTSUPP), so the descriptor is still this ring's and is closed with it.
+  // Otherwise only its memory is unmapped: the ring then goes with its last reference (its
+  // registered buffers unpinned, its registered files let go), and the number, perhaps taken by
+  // another file now, is left alone.
+  void retire(bool fd_ours) {
+    broken.store(true, std::memory_order_relaxed);
+    if (released) return;
+    released = true;
+    if (fd_ours) {
+      io_uring_queue_exit(&ring);
+      return;
+    }
+    munmap(ring.sq.sqes, ring.sq.ring_entries * sizeof(io_uring_sqe));
+    munmap(ring.sq.ring_ptr, ring.sq.ring_sz);
+    if (ring.cq.ring_ptr && ring.cq.ring_ptr != ring.sq.ring_ptr) munmap(ring.cq.ring_ptr, ring.cq.ring_sz);
   }
 
   // Returns the fd to put in an SQE and sets *fixed when it is a registered-file index.
@@ -304,6 +325,7 @@ class Uring final : public Mechanism {
       std::lock_guard sl(set->mu);
       for (auto& r : set->rings) {
         std::lock_guard rl(r->mu);
+        if (r->broken.load(std::memory_order_relaxed)) continue;
         r->drop(file_id * 2);
         r->drop(file_id * 2 + 1);
       }
@@ -364,7 +386,7 @@ class Uring final : public Mechanism {
     uint64_t cur = lo, eof_at = end;
     int err = 0;
     uint64_t err_off = end;
-    bool dead = false;         // the ring's descriptor was refused: no more submissions
+    int dead = 0;  // the kernel refused the ring: no more submissions (1: its descriptor; 2: otherwise)
     bool inline_rest = false;  // a buffered write came back refused: the rest is written here
 
     // Writes [at, at+len) of the user buffer with pwrite, piece by piece; an error is recorded, not
@@ -481,14 +503,16 @@ class Uring final : public Mechanism {
           // program closed it behind the engine's back). The pieces the kernel took still complete,
           // into the mapped completion queue, and are waited out below; those still in the
           // submission queue never will: they are dropped, or the wait spun for ever at 100% CPU
-          // (shim audit, session 24). The ring is not used again.
+          // (shim audit, session 24). The ring is retired once nothing is in flight (retire).
           err = -rc;
           err_off = std::min(err_off, cur);
-          dead = true;
-          ring->broken.store(true, std::memory_order_relaxed);
+          dead = rc == -EBADF || rc == -EOPNOTSUPP ? 1 : 2;
           io_uring_sq& sq = ring->ring.sq;
-          for (unsigned h = io_uring_smp_load_acquire(sq.khead); h != sq.sqe_tail; ++h, --inflight)
-            drop_op(static_cast<unsigned>(sq.sqes[h & *sq.kring_mask].user_data));
+          for (unsigned h = io_uring_smp_load_acquire(sq.khead); h != sq.sqe_tail; ++h, --inflight) {
+            const unsigned i = static_cast<unsigned>(sq.sqes[h & *sq.kring_mask].user_data);
+            err_off = std::min(err_off, ops[i].foff + ops[i].done);  // a piece never done
+            drop_op(i);
+          }
         }
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(20));  // no descriptor to wait on
@@ -560,6 +584,7 @@ class Uring final : public Mechanism {
         else submit_op(i);
       }
     }
+    if (dead) ring->retire(dead == 2);
     if (err) throw Error(err, write ? "io_uring write" : "io_uring read", c.file.path, static_cast<int64_t>(err_off));
     if (buffered_write && !inline_rest) g_inline_writes->clear(c.file.id);  // the ring took them all
     return static_cast<size_t>(std::clamp(eof_at, off, end) - off);

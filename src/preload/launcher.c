@@ -411,15 +411,19 @@ static int elf_kind(const char* exe) {
   return kind;
 }
 
-/* The AddressSanitizer runtime a dynamic 64-bit program is linked with (a DT_NEEDED of libasan.so.N
- * or libclang_rt.asan-*.so) into out, else "". ASan refuses to start unless its runtime comes first
- * in the list of loaded libraries ("ASan runtime does not come first in initial library list"), so
- * the launcher preloads it before the shim: its interceptors then wrap the shim's, as they wrap
- * libc's (shim audit, session 24). Every length and offset read from the file is checked. */
-static void asan_runtime(const char* exe, char* out, size_t len) {
-  out[0] = 0;
+/* Whether a dynamic 64-bit program is linked with the AddressSanitizer runtime (a DT_NEEDED of
+ * libasan.so.N or libclang_rt.asan-*.so). ASan refuses to start unless its runtime comes first in the
+ * list of loaded libraries ("ASan runtime does not come first in initial library list"), and the
+ * shim comes first: such a program gets verify_asan_link_order=0 (shim audit, session 24). The
+ * check guards ASan's malloc interception, which the shim does not touch; its read and write
+ * interceptors still run, after the shim's (its calls to libc find them next). Preloading the
+ * runtime before the shim instead made every child the program starts an ASan process (its leak
+ * check at exit changed uninstrumented programs' exit status). Every length and offset read from the
+ * file is checked. */
+static int links_asan(const char* exe) {
+  int found = 0;
   const int fd = open(exe, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
+  if (fd < 0) return 0;
   Elf64_Ehdr eh;
   Elf64_Phdr* ph = NULL;
   Elf64_Dyn* dyn = NULL;
@@ -444,22 +448,31 @@ static void asan_runtime(const char* exe, char* out, size_t len) {
   if (!strsz || strsz > (1u << 24)) goto out;
   uint64_t at = 0; /* the string table's file offset: through the PT_LOAD segment that maps it */
   for (unsigned i = 0; i < eh.e_phnum && !at; ++i)
-    if (ph[i].p_type == PT_LOAD && strtab >= ph[i].p_vaddr && strtab - ph[i].p_vaddr + strsz <= ph[i].p_filesz)
+    if (ph[i].p_type == PT_LOAD && strtab >= ph[i].p_vaddr && strtab - ph[i].p_vaddr <= ph[i].p_filesz &&
+        strsz <= ph[i].p_filesz - (strtab - ph[i].p_vaddr))
       at = strtab - ph[i].p_vaddr + ph[i].p_offset;
   if (!at || !(str = malloc(strsz + 1)) || pread(fd, str, strsz, (off_t)at) != (ssize_t)strsz) goto out;
   str[strsz] = 0;
   for (size_t i = 0; i < ndyn && dyn[i].d_tag != DT_NULL; ++i) {
     if (dyn[i].d_tag != DT_NEEDED || dyn[i].d_un.d_val >= strsz) continue;
     const char* name = str + dyn[i].d_un.d_val;
-    if ((!strncmp(name, "libasan.so", 10) || (!strncmp(name, "libclang_rt.asan", 16) && strstr(name, ".so"))) &&
-        strlen(name) < len && !strchr(name, ':'))
-      snprintf(out, len, "%s", name);
+    if (!strncmp(name, "libasan.so", 10) || !strncmp(name, "libclang_rt.asan", 16)) found = 1;
   }
 out:
   free(str);
   free(dyn);
   free(ph);
   close(fd);
+  return found;
+}
+
+/* ASAN_OPTIONS with verify_asan_link_order=0 added (links_asan). */
+static int allow_asan_after_shim(void) {
+  const char* old = getenv("ASAN_OPTIONS");
+  char v[4096];
+  if (snprintf(v, sizeof v, "%s%sverify_asan_link_order=0", old ? old : "", old && *old ? ":" : "") >= (int)sizeof v)
+    return 0;
+  return setenv("ASAN_OPTIONS", v, 1);
 }
 
 /* execve of the program, with execvp's fallback for a file the kernel cannot run (ENOEXEC): a text
@@ -516,18 +529,18 @@ static void preload_entry(const char* shim, char* out, size_t len) {
 
 /* LD_PRELOAD with the shim first (entry, once), the user's own preloads after it, less any other
  * libaccio_preload.so (this one by another name, another installation's): two shims would each
- * serve the program's calls. An AddressSanitizer runtime (asan, from asan_runtime) goes before the
- * shim. */
-static int set_preload(const char* entry, const char* asan) {
+ * serve the program's calls. *asan: whether one of the user's preloads is an ASan runtime. */
+static int set_preload(const char* entry, int* asan) {
   const char* old = getenv("LD_PRELOAD");
-  size_t cap = strlen(entry) + strlen(asan) + (old ? strlen(old) : 0) + 3;
+  size_t cap = strlen(entry) + (old ? strlen(old) : 0) + 2;
   char* v = malloc(cap);
   char* rest = old ? strdup(old) : NULL;
   if (!v || (old && !rest)) return -1;
-  snprintf(v, cap, "%s%s%s", asan, *asan ? ":" : "", entry);
+  snprintf(v, cap, "%s", entry);
   for (char *save = NULL, *tok = rest ? strtok_r(rest, ": ", &save) : NULL; tok; tok = strtok_r(NULL, ": ", &save)) {
     const char* base = strrchr(tok, '/');
     if (!strcmp(base ? base + 1 : tok, "libaccio_preload.so")) continue;
+    if (strstr(base ? base + 1 : tok, "asan")) *asan = 1;
     strcat(v, ":");
     strcat(v, tok);
   }
@@ -826,10 +839,10 @@ int accio_run_main(int argc, char** argv) {
     say("note: %s is a 32-bit program: the shim serves 64-bit programs, so it runs as it would without "
         "accio (its own child processes that are 64-bit are served)", exe);
 
-  char entry[PATH_MAX], asan[256];
+  char entry[PATH_MAX];
   preload_entry(shim, entry, sizeof entry);
-  asan_runtime(exe, asan, sizeof asan);
-  if (set_preload(entry, asan) != 0 || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
+  int asan = links_asan(exe);
+  if (set_preload(entry, &asan) != 0 || (asan && allow_asan_after_shim() != 0) || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
       (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0) ||
       use_profiles(val[OPT_VERBOSE] != NULL) != 0) {
     say("cannot set the environment: %s (errno %d)", why(errno), errno);

@@ -602,9 +602,11 @@ static int locked_file_locked(dev_t dev, ino_t ino) {
   return 0;
 }
 
-/* The program took a record lock on fd (r: the call's result). */
-static void note_lock(int fd, int r) {
-  if (r != 0 || t_inside || in_borrowed_memory()) return;
+/* The program is about to take a record lock on fd: its file is marked first, so that no other
+ * thread's eviction closes a handle of it once the lock is held (a lock refused leaves the mark,
+ * which costs no more than a handle kept). */
+static void note_lock(int fd) {
+  if (t_inside || in_borrowed_memory()) return;
   const int saved = errno;
   struct stat st;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -794,10 +796,12 @@ static void advise_like(struct handle* h, int fd) {
   if (efd >= 0) REAL(posix_fadvise)(efd, 0, 0, a);
 }
 
-/* Whether n bytes written at `at` reach past the soft RLIMIT_FSIZE. */
-static int past_fsize_limit(off_t at, size_t n) {
+/* Whether the soft RLIMIT_FSIZE limits a file's size (into *limit). */
+static int fsize_limit(uint64_t* limit) {
   struct rlimit l;
-  return getrlimit(RLIMIT_FSIZE, &l) == 0 && l.rlim_cur != RLIM_INFINITY && (uint64_t)at + n > l.rlim_cur;
+  if (getrlimit(RLIMIT_FSIZE, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return 0;
+  *limit = l.rlim_cur;
+  return 1;
 }
 
 /* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
@@ -831,15 +835,21 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
    * engine's): what the planner would run here (size, alignment, the pages' residency in the page
    * cache). Where that is posix, libc does the same work without the engine's bookkeeping, and the
    * memo passes the next requests of this size back without asking. */
-  const off_t at = c->off >= 0 ? c->off : k_lseek(c->fd, 0, SEEK_CUR);
+  off_t at = c->off; /* where the request starts (the file offset's lseek only where it is needed) */
   /* A write that reaches past RLIMIT_FSIZE is libc's: the kernel writes up to the limit and returns
    * the count; the engine's pieces past it each raised SIGXFSZ, which kills by default (shim audit,
    * session 24). */
-  if (at < 0 || (c->write && past_fsize_limit(at, c->total))) {
+  uint64_t limit;
+  if (c->write && fsize_limit(&limit) && ((at < 0 && (at = k_lseek(c->fd, 0, SEEK_CUR)) < 0) ||
+                                          (uint64_t)at + c->total > limit)) {
     handle_put(h);
     return TO_LIBC;
   }
   if (!g_gate_set) {
+    if (at < 0 && (at = k_lseek(c->fd, 0, SEEK_CUR)) < 0) {
+      handle_put(h);
+      return TO_LIBC;
+    }
     /* After a window the memo passed on its own, the planner's last residency verdict is from far
      * back in the file: it probes this range anew. */
     const int op = c->write | (memo_passed_window(c->fd, c->total, c->write) ? ACCIO_OP_FRESH_CACHE : 0);
@@ -1174,25 +1184,33 @@ static ssize_t dispatch(const struct call* c) {
 /* The kernel moves at most MAX_RW_COUNT bytes per call (INT_MAX rounded down to a page). */
 #define MAX_RW_COUNT ((size_t)INT_MAX & ~(size_t)4095)
 
-/* read, pread, write, pwrite (the fortify variants call these): one buffer. A count above
- * MAX_RW_COUNT is the kernel's to judge: it checks the whole range before it cuts the count (EFAULT
- * for read(fd, buf, SIZE_MAX)); cut here first, such a read ran over the heap past the buffer
- * (shim audit, session 24). */
+/* Where user space ends: the kernel refuses (EFAULT) a range that reaches past it. 47 bits is the
+ * smallest of the x86-64 and arm64 layouts; a buffer above it is libc's, which is always right. */
+#define USER_TOP ((uintptr_t)1 << 47)
+
+/* read, pread, write, pwrite (the fortify variants call these): one buffer. The kernel checks the
+ * whole range before it cuts the count to MAX_RW_COUNT: a range that wraps or reaches past user
+ * space (read(fd, buf, SIZE_MAX)) gets EFAULT, so it is libc's; cut here first, such a read ran
+ * over the heap past the buffer (shim audit, session 24). Any other count is cut, as the kernel
+ * cuts it (a short transfer). */
 static ssize_t dispatch_buffer(int fd, void* buf, size_t n, off_t off, int write) {
+  const uintptr_t p = (uintptr_t)buf;
+  const int refused = p + n < p || p + n > USER_TOP;
+  if (n > MAX_RW_COUNT && !refused) n = MAX_RW_COUNT;
   const struct iovec v = {buf, n};
   const struct call c = {fd, write, &v, 1, off, n, 0};
-  return n > MAX_RW_COUNT ? call_libc(&c) : dispatch(&c);
+  return refused ? call_libc(&c) : dispatch(&c);
 }
 
-/* Whether an iovec array at iov may be read here without a fault: not in the page at 0 (below
- * vm.mmap_min_addr nothing is mapped) nor beyond user space. The kernel copies the array with
+/* Whether an iovec array at iov may be read here without a fault: not in the first 64 KiB (below
+ * vm.mmap_min_addr, 4 KiB or 64 KiB, nothing is mapped) nor beyond user space. The kernel copies the array with
  * copy_from_user (EFAULT); summing its lengths here made readv(fd, (struct iovec*)16, 2) a
  * SIGSEGV (shim audit, session 24). An array elsewhere that is unmapped or unreadable still faults
  * here: checking it (msync, 0.45 us; process_vm_readv, 2 us) would cost every readv more than the
  * shim's whole decision. */
 static int iov_plausible(const struct iovec* iov, int cnt) {
   const uintptr_t p = (uintptr_t)iov, n = (uintptr_t)cnt * sizeof *iov;
-  return p >= 65536 && p + n > p && p + n <= ((uintptr_t)1 << 47);
+  return p >= 65536 && p + n > p && p + n <= USER_TOP;
 }
 
 /* readv, preadv, writev, pwritev and their v2 forms: an iovec array. */
@@ -1289,33 +1307,72 @@ static int fd_has_state(int fd) {
  * the child with close_range, and the shim closed the parent's engine handles: their descriptors
  * stayed open in the parent, two per subprocess.run). The process is asked only where there is
  * something to clear, so that a close of a descriptor the shim never saw costs no system call. */
-static void forget_fd_owned(int fd);
-static void forget_fd(int fd) {
+/* The files whose engine handles go once the descriptors being closed are gone: taken before the
+ * program's close (the descriptor still says which file it is), released after it. Not before: the
+ * handle's close releases the program's record locks on the file, which the program's own close
+ * (or fclose's flush before it) must still hold until then; a close, dup2 or dup3 that fails
+ * releases nothing; and closing an O_PATH descriptor releases no lock, so it takes no handle with
+ * it (review, session 24). */
+struct closing {
+  int n;
+  struct {
+    dev_t dev;
+    ino_t ino;
+  } file[MAX_HANDLES];
+};
+static void closing_add(struct closing* c, int fd) {
+  if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside || c->n == MAX_HANDLES) return;
+  struct stat st;
+  const int saved = errno;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && !(REAL(fcntl)(fd, F_GETFL) & O_PATH)) {
+    int i = 0;
+    while (i < c->n && !(c->file[i].dev == st.st_dev && c->file[i].ino == st.st_ino)) ++i;
+    if (i == c->n) {
+      c->file[i].dev = st.st_dev;
+      c->file[i].ino = st.st_ino;
+      ++c->n;
+    }
+  }
+  errno = saved;
+}
+/* After the program's close: the handles of the files taken (done: the close succeeded). */
+static void closing_release(const struct closing* c, int done) {
+  if (!done || !c->n) return;
+  const int saved = errno;
+  t_inside = 1;
+  for (int i = 0; i < c->n; ++i) {
+    struct stat st;
+    st.st_dev = c->file[i].dev;
+    st.st_ino = c->file[i].ino;
+    handles_forget(&st);
+  }
+  t_inside = 0;
+  errno = saved;
+}
+
+static void forget_fd_owned(int fd, struct closing* c);
+static void forget_fd(int fd, struct closing* c) {
   if (!fd_has_state(fd) && (!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED) || t_inside)) return;
   if (in_borrowed_memory()) return;
-  forget_fd_owned(fd);
+  forget_fd_owned(fd, c);
 }
-static void forget_fd_owned(int fd) {
+static void forget_fd_owned(int fd, struct closing* c) {
   pf_forget(fd);
   memo_forget(fd);
   if ((unsigned)fd < SEEN_MAX_FD) {
     g_fd_seen[fd] = g_fd_advice[fd] = 0;
     g_fd_group[fd] = 0;
   }
-  if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside) return;
-  struct stat st;
-  const int saved = errno;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-    t_inside = 1;
-    handles_forget(&st);
-    t_inside = 0;
-  }
-  errno = saved;
+  closing_add(c, fd);
 }
 
 EXPORT int close(int fd) {
-  forget_fd(fd);
-  return REAL(close)(fd);
+  struct closing c;
+  c.n = 0;
+  forget_fd(fd, &c);
+  const int r = REAL(close)(fd);
+  closing_release(&c, r == 0 || errno == EINTR); /* after EINTR the descriptor is closed (Linux) */
+  return r;
 }
 /* r, the new descriptor (or -1), shares oldfd's open file description: its advice and its group
  * (one number for racing duplicates of a descriptor that had none). Not in a vfork child. */
@@ -1359,46 +1416,53 @@ static int replaced(int oldfd, int newfd, int r, struct fd_marks m) {
 EXPORT int dup2(int oldfd, int newfd) {
   if (oldfd == newfd) return REAL(dup2)(oldfd, newfd);
   const struct fd_marks m = marks_of(newfd);
-  forget_fd(newfd);
-  return replaced(oldfd, newfd, REAL(dup2)(oldfd, newfd), m);
+  struct closing c;
+  c.n = 0;
+  forget_fd(newfd, &c);
+  const int r = REAL(dup2)(oldfd, newfd);
+  closing_release(&c, r >= 0);
+  return replaced(oldfd, newfd, r, m);
 }
 EXPORT int dup3(int oldfd, int newfd, int flags) {
   if (oldfd == newfd) return REAL(dup3)(oldfd, newfd, flags);  /* EINVAL: nothing closed */
   const struct fd_marks m = marks_of(newfd);
-  forget_fd(newfd);
-  return replaced(oldfd, newfd, REAL(dup3)(oldfd, newfd, flags), m);
+  struct closing c;
+  c.n = 0;
+  forget_fd(newfd, &c);
+  const int r = REAL(dup3)(oldfd, newfd, flags);
+  closing_release(&c, r >= 0);
+  return replaced(oldfd, newfd, r, m);
 }
 /* fcntl's third argument is an int or a pointer, by command; it is passed on as a pointer, as
  * glibc's own wrapper reads it. F_DUPFD and F_DUPFD_CLOEXEC make a descriptor as dup does. */
-static int fcntl_done(int fd, int cmd, void* arg, int r) {
-  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) return duplicated(fd, r);
-  if ((cmd == F_SETLK || cmd == F_SETLKW) && arg && ((struct flock*)arg)->l_type != F_UNLCK) note_lock(fd, r);
-  return r;
+static int fcntl_done(int fd, int cmd, int r) { return cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC ? duplicated(fd, r) : r; }
+static void before_fcntl(int fd, int cmd, void* arg) {
+  if ((cmd == F_SETLK || cmd == F_SETLKW) && arg && ((const struct flock*)arg)->l_type != F_UNLCK) note_lock(fd);
 }
 EXPORT int fcntl(int fd, int cmd, ...) {
   va_list ap;
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  return fcntl_done(fd, cmd, arg, REAL(fcntl)(fd, cmd, arg));
+  before_fcntl(fd, cmd, arg);
+  return fcntl_done(fd, cmd, REAL(fcntl)(fd, cmd, arg));
 }
 EXPORT int fcntl64(int fd, int cmd, ...) {
   va_list ap;
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  return fcntl_done(fd, cmd, arg, REAL(fcntl64)(fd, cmd, arg));
+  before_fcntl(fd, cmd, arg);
+  return fcntl_done(fd, cmd, REAL(fcntl64)(fd, cmd, arg));
 }
 /* glibc's lockf calls fcntl inside libc, where the shim does not see it. */
 EXPORT int lockf(int fd, int cmd, off_t len) {
-  const int r = REAL(lockf)(fd, cmd, len);
-  if (cmd == F_LOCK || cmd == F_TLOCK) note_lock(fd, r);
-  return r;
+  if (cmd == F_LOCK || cmd == F_TLOCK) note_lock(fd);
+  return REAL(lockf)(fd, cmd, len);
 }
 EXPORT int lockf64(int fd, int cmd, off_t len) {
-  const int r = REAL(lockf64)(fd, cmd, len);
-  if (cmd == F_LOCK || cmd == F_TLOCK) note_lock(fd, r);
-  return r;
+  if (cmd == F_LOCK || cmd == F_TLOCK) note_lock(fd);
+  return REAL(lockf64)(fd, cmd, len);
 }
 /* Whether descriptors a and b of this process share an open file description: kcmp(KCMP_FILE); 1
  * (trust the group) where the kernel has no kcmp or refuses it (seccomp, no CONFIG_KCMP), 0 where b
@@ -1473,11 +1537,13 @@ struct dirent64_ {
   unsigned char type;
   char name[];
 };
-static void forget_high(unsigned first, unsigned last) {
+static void forget_high(unsigned first, unsigned last, struct closing* c) {
   if (last < MEMO_MAX_FD || !__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED)) return;
   if (first < MEMO_MAX_FD) first = MEMO_MAX_FD;
   const int saved = errno;
-  const int dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  /* thread-self: this thread's table, which is the process's unless the thread unshared it */
+  int dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/thread-self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) {
     errno = saved;
     return;
@@ -1489,16 +1555,16 @@ static void forget_high(unsigned first, unsigned last) {
       at += e->reclen;
       char* end;
       const unsigned long fd = strtoul(e->name, &end, 10);
-      if (end != e->name && !*end && fd >= first && fd <= last && (int)fd != dir) forget_fd_owned((int)fd);
+      if (end != e->name && !*end && fd >= first && fd <= last && (int)fd != dir) forget_fd_owned((int)fd, c);
     }
   syscall(SYS_close, dir);
   errno = saved;
 }
 
-static void forget_range(unsigned first, unsigned last) {
+static void forget_range(unsigned first, unsigned last, struct closing* c) {
   if (in_borrowed_memory()) return;
-  for (unsigned fd = first; fd <= last && fd < MEMO_MAX_FD; ++fd) forget_fd_owned((int)fd);
-  forget_high(first, last);
+  for (unsigned fd = first; fd <= last && fd < MEMO_MAX_FD; ++fd) forget_fd_owned((int)fd, c);
+  forget_high(first, last, c);
 }
 
 #ifdef SYS_close_range
@@ -1508,14 +1574,21 @@ static void forget_range(unsigned first, unsigned last) {
 /* close_range is a thin wrapper of its system call in libc: called directly. With
  * CLOSE_RANGE_CLOEXEC nothing is closed. */
 EXPORT int close_range(unsigned first, unsigned last, int flags) {
-  if (!(flags & CLOSE_RANGE_CLOEXEC)) forget_range(first, last);
-  return (int)syscall(SYS_close_range, first, last, flags);
+  struct closing c;
+  c.n = 0;
+  if (!(flags & CLOSE_RANGE_CLOEXEC)) forget_range(first, last, &c);
+  const int r = (int)syscall(SYS_close_range, first, last, flags);
+  closing_release(&c, r == 0);
+  return r;
 }
 #endif
 /* glibc's closefrom (2.34) closes through its own close_range, which no preload sees. */
 EXPORT void closefrom(int lowfd) {
-  forget_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U);
+  struct closing c;
+  c.n = 0;
+  forget_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U, &c);
   REAL(closefrom)(lowfd);
+  closing_release(&c, 1);
 }
 
 /* _FORTIFY_SOURCE variants: the buffer-size check first, as glibc does. */
@@ -1666,23 +1739,35 @@ EXPORT size_t __fread_unlocked_chk(void* buf, size_t buflen, size_t size, size_t
 /* fclose, freopen and pclose close the stream's descriptor inside libc: what the shim knows of it
  * goes first, as at close(), so that the engine's handles do not hold a deleted file's space until
  * evicted. */
-static void forget_stream(FILE* f) {
+static void forget_stream(FILE* f, struct closing* c) {
   if (!f) return;
   const int fd = stream_fd(f);
-  if (fd >= 0) forget_fd(fd);
+  if (fd >= 0) forget_fd(fd, c);
 }
 EXPORT int fclose(FILE* f) {
-  forget_stream(f);
-  return REAL(fclose)(f);
+  struct closing c;
+  c.n = 0;
+  forget_stream(f, &c);
+  const int r = REAL(fclose)(f);
+  closing_release(&c, 1); /* the descriptor is closed whatever fclose returns */
+  return r;
 }
 EXPORT FILE* freopen(const char* path, const char* mode, FILE* f) {
-  forget_stream(f);
-  return REAL(freopen)(path, mode, f);
+  struct closing c;
+  c.n = 0;
+  forget_stream(f, &c);
+  FILE* r = REAL(freopen)(path, mode, f);
+  closing_release(&c, 1);
+  return r;
 }
 EXPORT FILE* freopen64(const char* path, const char* mode, FILE* f) { return freopen(path, mode, f); }
 EXPORT int pclose(FILE* f) {
-  forget_stream(f);
-  return REAL(pclose)(f);
+  struct closing c;
+  c.n = 0;
+  forget_stream(f, &c);
+  const int r = REAL(pclose)(f);
+  closing_release(&c, 1);
+  return r;
 }
 /* fcloseall is not interposed: glibc's flushes the streams and leaves their descriptors open
  * (tests/cpp/preload_semantics.c checks that it still does). */

@@ -87,6 +87,24 @@ static int locks_case(int use_lockf) {
   return 0;
 }
 
+/* A locked file whose descriptor a failed dup2 names, or whose O_PATH descriptor is closed: neither
+ * releases the lock in the kernel, and neither may close the engine's handle of the file (whose
+ * close would). Review, session 24. */
+static int locks_kept_case(void) {
+  int fd = open("f0", O_RDWR);
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  if (fcntl(fd, F_SETLK, &fl) != 0 || pread(fd, buf, 64 * 1024, 0) != 64 * 1024) return 1;
+  errno = 0;
+  const int r = dup2(1000, fd), e = errno;
+  printf("dup2 from a closed descriptor: %d errno %d\n", r, e);
+  fflush(stdout);
+  seen_by_another("f0");
+  int path = open("f0", O_PATH);
+  close(path);
+  seen_by_another("f0");
+  return 0;
+}
+
 /* read(fd, buf, SIZE_MAX): the kernel refuses the range (EFAULT) before it looks at the count. The
  * shim cut the count to 2 GiB first, and the file was copied over the heap. */
 static int huge_count_case(void) {
@@ -211,6 +229,7 @@ int main(int argc, char** argv) {
   if (!strcmp(c, "signal")) return signal_case();
   if (!strcmp(c, "locks")) return locks_case(0);
   if (!strcmp(c, "lockf")) return locks_case(1);
+  if (!strcmp(c, "locks-kept")) return locks_kept_case();
   if (!strcmp(c, "huge-count")) return huge_count_case();
   if (!strcmp(c, "bad-iovec")) return bad_iovec_case();
   if (!strcmp(c, "errno")) return errno_case();
@@ -243,7 +262,7 @@ def outcome(cmd, cwd, env=None) -> tuple[int, str, str]:
     return p.returncode, p.stdout, p.stderr
 
 
-@pytest.mark.parametrize("case", ["signal", "locks", "lockf", "huge-count", "bad-iovec", "errno", "fsize",
+@pytest.mark.parametrize("case", ["signal", "locks", "lockf", "locks-kept", "huge-count", "bad-iovec", "errno", "fsize",
                                   "eof-threads", "close-loop", "close-range-high"])
 def test_a_program_sees_under_the_shim_what_it_sees_without_it(prog, case):
     exe, d = prog

@@ -327,7 +327,7 @@ def compare(a: dict, b: dict) -> str | None:
         try:
             ratio, verdict = compare_verdict(sa, sb)
             cells.append((sb, sa, False))
-            shown = [f"{ratio.estimate:.3f}", f"{ratio.low:.3f}-{ratio.high:.3f}", verdict]
+            shown = [f"{ratio.estimate:.3f}", stats.bounds(ratio.low, ratio.high), verdict]
         except ValueError as e:
             # A sample of 0 MiB/s (a complete regression) or none: the row stays, without a ratio.
             # It was dropped, and left out of the count below (statistics audit, session 24).

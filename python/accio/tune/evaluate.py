@@ -284,7 +284,7 @@ def render(result: dict) -> str:
         for c in diff:
             vs = c["auto_vs"][c["oracle"]]
             out.append(f"  {_cell_name(c):28s} auto {c['verdict']} than {c['oracle']} by "
-                       f"{abs(1 - vs['estimate']):.1%} [{vs['low']:.3f}-{vs['high']:.3f}], n={vs['n']}")
+                       f"{abs(1 - vs['estimate']):.1%} [{stats.bounds(vs['low'], vs['high'])}], n={vs['n']}")
         und = [c for c in result["cells"] if not stats.decided(c["verdict"])]
         if und:
             out.append(f"undecided after up to {max(c['auto_vs'][c['oracle']]['n'] for c in und)} samples "
@@ -295,7 +295,7 @@ def render(result: dict) -> str:
             for c in sig:
                 vs = c["auto_vs"][other]
                 out.append(f"  {_cell_name(c):28s} auto {vs['verdict']} by {abs(1 - vs['estimate']):.1%} "
-                           f"[{vs['low']:.3f}-{vs['high']:.3f}], n={vs['n']} ({', '.join(c.get('auto_plans', []))})")
+                           f"[{stats.bounds(vs['low'], vs['high'])}], n={vs['n']} ({', '.join(c.get('auto_plans', []))})")
     out.append("")
     out.append("ratio to the oracle per contender (geometric mean over the cells):")
     for m, s in result["summary"].items():
