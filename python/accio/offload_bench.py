@@ -114,6 +114,8 @@ def render(doc: dict, out=sys.stdout) -> None:
         print("Targets (shm, us per call): " + ", ".join(
             f"{k} {v['measured']:.3f} <= {v['target']}" + ("" if v["met"] else " MISSED")
             for k, v in doc["targets"].items()) + ("" if not missed else f"  ({len(missed)} missed)"), file=out)
+    print("(the configurations ran one after another, medians of their repetitions: a description of this run; "
+          "benchmarks/offload_vs_base.py compares builds by the statistics rule, docs/methodology.md)", file=out)
 
 
 def main(args) -> int:
