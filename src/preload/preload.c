@@ -1203,9 +1203,9 @@ static ssize_t dispatch_buffer(int fd, void* buf, size_t n, off_t off, int write
 }
 
 /* Whether an iovec array at iov may be read here without a fault: not in the first 64 KiB (below
- * vm.mmap_min_addr, 4 KiB or 64 KiB, nothing is mapped) nor beyond user space. The kernel copies the array with
- * copy_from_user (EFAULT); summing its lengths here made readv(fd, (struct iovec*)16, 2) a
- * SIGSEGV (shim audit, session 24). An array elsewhere that is unmapped or unreadable still faults
+ * vm.mmap_min_addr, 4 KiB or 64 KiB, nothing is mapped) nor beyond user space. The kernel copies
+ * the array with copy_from_user (EFAULT); summing its lengths here made readv(fd, (struct
+ * iovec*)16, 2) a SIGSEGV (shim audit, session 24). An array elsewhere that is unmapped or unreadable still faults
  * here: checking it (msync, 0.45 us; process_vm_readv, 2 us) would cost every readv more than the
  * shim's whole decision. */
 static int iov_plausible(const struct iovec* iov, int cnt) {
