@@ -198,3 +198,21 @@ def test_torch_load_reads_counts_what_torch_asks_of_the_file(tmp_path):
     p = subprocess.run([sys.executable, str(BENCH / "torch_load_reads.py"), "--dir", str(tmp_path), "--json",
                         str(out)], env=env, capture_output=True, text=True)
     assert p.returncode == 0 and "torch is not installed" in p.stdout and json.loads(out.read_text())["torch"] is None
+
+
+def test_shim_ab_compares_two_builds_of_the_shim(tmp_path):
+    """benchmarks/shim_ab.py with one build on both sides: every contender sampled each round, the
+    three paired ratios with intervals kept, the scratch file gone; fewer than 7 rounds refused."""
+    from accio.run import shim_path
+    out = tmp_path / "ab.json"
+    r = subprocess.run([sys.executable, str(BENCH / "shim_ab.py"), "--old", shim_path(), "--size", "64m",
+                        "--rounds", "7", "--dir", str(tmp_path), "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert {k: len(v) for k, v in doc["samples_mib_s"].items()} == {"plain": 7, "old": 7, "new": 7}
+    assert set(doc["ratios"]) == {"old/plain", "new/plain", "new/old"}
+    assert all(v["low"] <= v["estimate"] <= v["high"] for v in doc["ratios"].values())
+    assert [p.name for p in tmp_path.iterdir()] == ["ab.json"]
+    bad = subprocess.run([sys.executable, str(BENCH / "shim_ab.py"), "--old", shim_path(), "--rounds", "6"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--rounds must be at least 7" in bad.stderr
