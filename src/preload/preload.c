@@ -587,19 +587,24 @@ static uint64_t g_tick;
  * closes a descriptor of the file, which releases its locks anyway (handles_forget). More locked
  * files than MAX_LOCKED: no handle is evicted at all (requests beyond MAX_HANDLES files pass
  * through). Under g_mu. */
-#define MAX_LOCKED 64
-static struct {
+/* A file as the kernel names it; file_at: where (dev, ino) is in ids[0..n), or n. */
+struct file_id {
   dev_t dev;
   ino_t ino;
-} g_locked[MAX_LOCKED];
+};
+static int file_at(const struct file_id* ids, int n, dev_t dev, ino_t ino) {
+  int i = 0;
+  while (i < n && !(ids[i].dev == dev && ids[i].ino == ino)) ++i;
+  return i;
+}
+
+#define MAX_LOCKED 64
+static struct file_id g_locked[MAX_LOCKED];
 static int g_nlocked;
 static int g_locked_overflow;
 
 static int locked_file_locked(dev_t dev, ino_t ino) {
-  if (g_locked_overflow) return 1;
-  for (int i = 0; i < g_nlocked; ++i)
-    if (g_locked[i].dev == dev && g_locked[i].ino == ino) return 1;
-  return 0;
+  return g_locked_overflow || file_at(g_locked, g_nlocked, dev, ino) < g_nlocked;
 }
 
 /* The program is about to take a record lock on fd: its file is marked first, so that no other
@@ -613,8 +618,7 @@ static void note_lock(int fd) {
     pthread_mutex_lock(&g_mu);
     if (!locked_file_locked(st.st_dev, st.st_ino)) {
       if (g_nlocked < MAX_LOCKED) {
-        g_locked[g_nlocked].dev = st.st_dev;
-        g_locked[g_nlocked++].ino = st.st_ino;
+        g_locked[g_nlocked++] = (struct file_id){st.st_dev, st.st_ino};
       } else {
         g_locked_overflow = 1;
       }
@@ -711,13 +715,13 @@ out:
 
 /* The program closes a descriptor: handles on its file that are not in use are closed too, so that
  * a deleted file's space is not held by the shim (fclose, freopen and pclose come here too). */
-static void handles_forget(const struct stat* st) {
+static void handles_forget(struct file_id file) {
   pthread_mutex_lock(&g_mu);
-  for (int i = 0; i < g_nlocked; ++i)
-    if (g_locked[i].dev == st->st_dev && g_locked[i].ino == st->st_ino) g_locked[i] = g_locked[--g_nlocked];
+  const int at = file_at(g_locked, g_nlocked, file.dev, file.ino);
+  if (at < g_nlocked) g_locked[at] = g_locked[--g_nlocked];
   for (int i = 0; i < g_nhandles; ++i) {
     struct handle* h = &g_handles[i];
-    if (h->dev == st->st_dev && h->ino == st->st_ino && !h->refs && (h->f || h->failed)) {
+    if (h->dev == file.dev && h->ino == file.ino && !h->refs && (h->f || h->failed)) {
       capture_plans_locked(h);
       if (h->f) eng.close(h->f);
       memset(h, 0, sizeof *h); /* an empty entry (other threads may hold pointers to other entries) */
@@ -1315,23 +1319,14 @@ static int fd_has_state(int fd) {
  * it (review, session 24). */
 struct closing {
   int n;
-  struct {
-    dev_t dev;
-    ino_t ino;
-  } file[MAX_HANDLES];
+  struct file_id file[MAX_HANDLES];
 };
 static void closing_add(struct closing* c, int fd) {
   if (__builtin_expect(!__atomic_load_n(&g_nhandles, __ATOMIC_RELAXED), 1) || t_inside || c->n == MAX_HANDLES) return;
   struct stat st;
   const int saved = errno;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && !(REAL(fcntl)(fd, F_GETFL) & O_PATH)) {
-    int i = 0;
-    while (i < c->n && !(c->file[i].dev == st.st_dev && c->file[i].ino == st.st_ino)) ++i;
-    if (i == c->n) {
-      c->file[i].dev = st.st_dev;
-      c->file[i].ino = st.st_ino;
-      ++c->n;
-    }
+    if (file_at(c->file, c->n, st.st_dev, st.st_ino) == c->n) c->file[c->n++] = (struct file_id){st.st_dev, st.st_ino};
   }
   errno = saved;
 }
@@ -1340,12 +1335,7 @@ static void closing_release(const struct closing* c, int done) {
   if (!done || !c->n) return;
   const int saved = errno;
   t_inside = 1;
-  for (int i = 0; i < c->n; ++i) {
-    struct stat st;
-    st.st_dev = c->file[i].dev;
-    st.st_ino = c->file[i].ino;
-    handles_forget(&st);
-  }
+  for (int i = 0; i < c->n; ++i) handles_forget(c->file[i]);
   t_inside = 0;
   errno = saved;
 }
