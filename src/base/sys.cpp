@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -119,6 +120,36 @@ bool mincore_pages(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_
   }
   for (unsigned char v : vec) *cached += v & 1;
   return true;
+}
+
+int aside_floor() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 3;
+  const rlim_t soft = rl.rlim_cur;
+  if (soft >= 1024 + 256) return 1024;
+  return soft >= 3 + 256 + 1 ? static_cast<int>(soft) - 256 : 3;
+}
+
+int set_aside(int fd) {
+  const int floor = aside_floor();
+  if (fd < 0 || fd >= floor) return fd;
+  const int saved = errno;
+  // Closing fd would release every record lock (F_SETLK, lockf) this process holds on fd's file,
+  // whatever descriptor took it. An open file description's lock test sees them (they conflict
+  // with it, even in the same process): a file locked by anyone, or one it cannot tell of, keeps
+  // its number. An io_uring ring has no locks.
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if (syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK) {
+    errno = saved;
+    return fd;
+  }
+  long moved = syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, floor);
+  if (moved < 0 && fd < 3 && floor > 3) moved = syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
+  if (moved >= 0) syscall(SYS_close, fd);
+  errno = saved;
+  return moved >= 0 ? static_cast<int>(moved) : fd;
 }
 
 bool read_file(const char* path, std::string& out, size_t max) {

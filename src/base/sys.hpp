@@ -53,6 +53,21 @@ bool mincore_pages(int fd, uint64_t off, uint64_t len, uint64_t* cached, uint64_
 // errno set, when the file cannot be opened or read or holds more than max bytes.
 bool read_file(const char* path, std::string& out, size_t max = size_t{64} << 20);
 
+// A descriptor accio keeps for itself (a file's own descriptor and its O_DIRECT twin, an append
+// descriptor, an io_uring ring), moved out of the numbers a program uses: open(2) gives the lowest
+// free number, so the engine's took the program's. A program that closed its stdout (fd 1) and
+// then read a file with `accio run` had its writes to stdout land in the file; its next open() got
+// another number than without accio (shim audit, session 24, RISK 14). The descriptor is moved to
+// the lowest free number from aside_floor() up (close-on-exec), or above the standard three where
+// none is free up there; left where it is otherwise. Returns the descriptor to use (fd itself or
+// its new number: fd is closed then). Raw system calls, as the table's: under the preload shim,
+// fcntl and close are the shim's.
+int set_aside(int fd);
+// Where set_aside puts descriptors, from the soft RLIMIT_NOFILE: 1024 (above select()'s
+// FD_SETSIZE, so a program's own descriptors keep every number select takes) where the limit
+// leaves 256 numbers above it; otherwise the top 256 numbers below the limit; 3 under 260.
+int aside_floor();
+
 // Every asynchronous signal blocked in the calling thread for the object's life (the faults a
 // thread raises itself, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, stay open). Inline: the
 // offload runtime, which sees libaccio's C API only, uses it too.

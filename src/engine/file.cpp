@@ -19,6 +19,7 @@
 #include "base/error.hpp"
 #include "base/fork.hpp"
 #include "base/log.hpp"
+#include "base/sys.hpp"
 #include "engine/thread_pool.hpp"
 #include "io/odirect.hpp"
 #include "planner/profile.hpp"
@@ -142,7 +143,7 @@ std::shared_ptr<File> File::open_as(const std::string& path, const std::string& 
   std::shared_ptr<const planner::Profile> profile;
   if (!fixed && s.profile != "auto" && s.profile != "off") profile = planner::profile_for(-1, s.profile);
 
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0666);
+  int fd = base::sys::set_aside(::open(path.c_str(), flags | O_CLOEXEC, 0666));
   if (fd < 0) throw Error(errno, "open", shown, base::kNoOffset);
   struct stat st;
   if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
@@ -416,7 +417,7 @@ File::Appender& File::appender() {
   // position of its own. Refused (no /proc, or the file's mode no longer lets this user write it):
   // pwritev2(RWF_APPEND) on fd, which moves fd's position.
   const std::string self = "/proc/self/fd/" + std::to_string(ref_.fd);
-  appender_->fd = ::open(self.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  appender_->fd = base::sys::set_aside(::open(self.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
   return *appender_;
 }
 

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <string>
 
+#include "base/sys.hpp"
+
 namespace accio::io {
 
 DirectOpen open_direct(const std::string& path, int flags, int known_fd) {
@@ -63,7 +65,7 @@ DirectOpen open_direct(const std::string& path, int flags, int known_fd) {
     d.refused = unsupported;
     return d;
   }
-  d.fd = fd;
+  d.fd = base::sys::set_aside(fd);
   return d;
 }
 

@@ -128,6 +128,15 @@ struct IoUring {
   }
 };
 
+// liburing 2.2 and later enter the kernel through enter_ring_fd, which is ring_fd until the ring's
+// descriptor is registered (never here); 2.1 has no such member.
+template <class Ring>
+auto renumber_enter(Ring* r, int from, int to, int) -> decltype(r->enter_ring_fd, void()) {
+  if (r->enter_ring_fd == from) r->enter_ring_fd = to;
+}
+template <class Ring>
+void renumber_enter(Ring*, int, int, long) {}
+
 int init_ring(io_uring* r) {
   io_uring_params p{};
   p.flags = IORING_SETUP_COOP_TASKRUN;
@@ -135,6 +144,11 @@ int init_ring(io_uring* r) {
   if (rc == -EINVAL) {
     p = io_uring_params{};
     rc = io_uring_queue_init_params(kRingEntries, r, &p);
+  }
+  if (rc == 0) {  // the ring's descriptor out of the program's numbers, as the engine's files' (set_aside)
+    const int from = r->ring_fd;
+    r->ring_fd = base::sys::set_aside(from);
+    renumber_enter(r, from, r->ring_fd, 0);
   }
   return rc;
 }

@@ -2,11 +2,15 @@
 // writes (sizes 0 to 64 MiB, unaligned offsets, sizes and buffers, reads crossing EOF) compared byte
 // for byte with an in-memory reference model and a plain pread of the final file.
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
+#include "base/sys.hpp"
 #include "engine/file.hpp"
 #include "helpers.hpp"
 
@@ -121,6 +125,148 @@ TEST_P(Differential, RandomOpsMatchReference) {
   EXPECT_GT(st.reads, 0u);
   EXPECT_GT(st.writes, 0u);
   EXPECT_EQ(st.errors, 0u);
+}
+
+// The descriptors the engine keeps for a file (its own, the O_DIRECT twin, the append descriptor,
+// uring's rings) stay out of the numbers a program uses: with stdin closed, the program's next
+// open() is 0, as without accio, and none of the engine's new descriptors is below aside_floor()
+// (they took 0 and shifted every later number; under `accio run`, a program that had closed its
+// stdout wrote into the engine's descriptor of a data file: shim audit, session 24, RISK 14).
+std::vector<int> open_descriptors() {
+  std::vector<int> fds;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) fds.push_back(std::stoi(e.path().filename()));
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+TEST_P(Differential, TheEnginesDescriptorsStayOutOfTheProgramsNumbers) {
+  const Config& cfg = GetParam();
+  TempDir dir;
+  const int in = ::dup(0);
+  ASSERT_GE(in, 0);
+  ASSERT_EQ(::close(0), 0);
+  const std::vector<int> before = open_descriptors();
+  {
+    auto f = engine::File::open(dir.file("data"), "w+", make_settings(cfg));
+    std::mt19937_64 rng(7);
+    Buffer buf(8 << 20);
+    fill_random(buf.data(), 8 << 20, rng);
+    ASSERT_EQ(f->pwrite(buf.data(), 8 << 20, 0), size_t{8} << 20);
+    ASSERT_EQ(f->pread(buf.data(1), 4 << 20, 4097), size_t{4} << 20);
+    ASSERT_EQ(f->append(buf.data(), 1 << 20), uint64_t{8} << 20);
+    ASSERT_EQ(f->pread(buf.data(), 8 << 20, 0), size_t{8} << 20);
+    const int floor = base::sys::aside_floor();
+    for (int fd : open_descriptors()) {
+      if (!std::binary_search(before.begin(), before.end(), fd)) {
+        EXPECT_GE(fd, floor) << cfg.name << ": the engine's descriptor " << fd;
+      }
+    }
+    const int next = ::open("/dev/null", O_RDONLY);
+    EXPECT_EQ(next, 0) << cfg.name;
+    ::close(next);
+  }
+  ASSERT_EQ(::dup2(in, 0), 0);
+  ::close(in);
+}
+
+// Where set_aside puts descriptors, by the soft limit on them, and where it puts them when nothing
+// up there is free: above the standard three, or where they are.
+TEST(SetAside, FollowsTheSoftLimitAndFallsBackAboveStdio) {
+  struct rlimit was;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
+  if (was.rlim_max != RLIM_INFINITY && was.rlim_max < 4096) GTEST_SKIP() << "hard RLIMIT_NOFILE " << was.rlim_max;
+  auto soft = [&](rlim_t n) {
+    struct rlimit rl = was;
+    rl.rlim_cur = n;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  };
+  soft(4096);
+  EXPECT_EQ(base::sys::aside_floor(), 1024);
+  soft(1280);
+  EXPECT_EQ(base::sys::aside_floor(), 1024);
+  soft(1024);
+  EXPECT_EQ(base::sys::aside_floor(), 768);
+  soft(300);
+  EXPECT_EQ(base::sys::aside_floor(), 44);
+  soft(259);
+  EXPECT_EQ(base::sys::aside_floor(), 3);
+
+  // 300: numbers 44 to 299 all taken, then a descriptor made at 0 goes above stdio, one
+  // above stdio stays.
+  soft(300);
+  const int in = ::dup(0);
+  std::vector<int> filler;
+  for (int fd = 44; fd < 300; ++fd)
+    if (fcntl(in, F_GETFD) >= 0 && fcntl(fd, F_GETFD) < 0) filler.push_back(::dup2(in, fd));
+  ASSERT_EQ(::close(0), 0);
+  const int low = ::open("/dev/null", O_RDONLY);
+  ASSERT_EQ(low, 0);
+  const int moved = base::sys::set_aside(low);
+  EXPECT_GE(moved, 3);
+  EXPECT_LT(moved, 44);
+  EXPECT_EQ(fcntl(0, F_GETFD), -1) << "the old number is closed";
+  EXPECT_EQ(fcntl(moved, F_GETFD), FD_CLOEXEC);
+  ::close(moved);
+  const int mid = fcntl(in, F_DUPFD, 3);
+  ASSERT_LT(mid, 44);
+  EXPECT_EQ(base::sys::set_aside(mid), mid);
+  ::close(mid);
+  EXPECT_EQ(base::sys::set_aside(-1), -1);
+  for (int fd : filler) ::close(fd);
+  const int freed = ::open("/dev/null", O_RDONLY);
+  ASSERT_EQ(freed, 0);
+  const int up = base::sys::set_aside(freed);
+  EXPECT_EQ(up, 44);
+  ::close(up);
+  ASSERT_EQ(::dup2(in, 0), 0);
+  ::close(in);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &was), 0);
+}
+
+// Closing any descriptor of a file releases the record locks the process holds on it: a descriptor
+// of a locked file is not moved (its old number would be closed), and the lock holds, as another
+// process sees it, after the engine opened the file and read it with every mechanism.
+TEST(SetAside, LeavesALockedFileWhereItIsAndTheLockHeld) {
+  TempDir dir;
+  const std::string path = dir.file("locked");
+  std::vector<char> data(4 << 20, 'l');
+  {
+    auto w = engine::File::open(path, "w", base::Settings::defaults());
+    ASSERT_EQ(w->pwrite(data.data(), data.size(), 0), data.size());
+  }
+  const int fd = ::open(path.c_str(), O_RDWR);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  ASSERT_EQ(fcntl(fd, F_SETLK, &fl), 0);
+  const int low = ::open(path.c_str(), O_RDONLY);
+  EXPECT_EQ(base::sys::set_aside(low), low);
+  ::close(low);  // releases the lock, as without accio: take it again
+  ASSERT_EQ(fcntl(fd, F_SETLK, &fl), 0);
+  auto seen_locked = [&] {
+    const pid_t child = fork();
+    if (child == 0) {
+      const int c = ::open(path.c_str(), O_RDWR);
+      struct flock q {};
+      q.l_type = F_WRLCK;
+      q.l_whence = SEEK_SET;
+      _exit(c >= 0 && fcntl(c, F_GETLK, &q) == 0 && q.l_type == F_WRLCK ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  };
+  for (const Config& cfg : kConfigs) {
+    auto f = engine::File::open(path, "r+", make_settings(cfg));
+    ASSERT_EQ(f->pread(data.data(), data.size(), 0), data.size()) << cfg.name;
+    ASSERT_EQ(f->append(data.data(), 4096), data.size()) << cfg.name;
+    ASSERT_EQ(f->pwrite(data.data(), data.size(), 0), data.size()) << cfg.name;
+    EXPECT_TRUE(seen_locked()) << cfg.name << ": the lock went when the engine opened the file";
+    f.reset();  // the engine's close releases it (the shim keeps a locked file's handle until the program closes it)
+    ASSERT_EQ(fcntl(fd, F_SETLK, &fl), 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(data.size())), 0);
+  }
+  ::close(fd);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mechanisms, Differential, ::testing::ValuesIn(kConfigs),

@@ -223,6 +223,27 @@ static int close_range_high_case(void) {
   return 0;
 }
 
+/* A program that closed its standard input and output, then reads a file open for writing: its
+ * writes to fd 1 fail, and its next open() gets 0, as without the shim. The engine's descriptors
+ * of the file took 0 and 1, and the write to the closed stdout went into the data file. */
+static int stdio_closed_case(void) {
+  const int out = dup(1);
+  const int a = open("rw.bin", O_RDWR);
+  close(0);
+  close(1);
+  if (pread(a, buf, 2 * MiB, 0) != 2 * MiB) return 1;
+  const unsigned char first = (unsigned char)buf[0];
+  errno = 0;
+  const ssize_t w = write(1, "x", 1);
+  const int e = errno;
+  const int next = open("data.bin", O_RDONLY);
+  unsigned char now = 0;
+  if (pread(a, &now, 1, 0) != 1) return 1;
+  dprintf(out, "write to the closed stdout %zd errno %d, next open %d, first byte %s\n", w, e, next,
+          now == first ? "kept" : "overwritten");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   buf = malloc(4 * MiB);
   const char* c = argv[1];
@@ -237,6 +258,7 @@ int main(int argc, char** argv) {
   if (!strcmp(c, "eof-threads")) return eof_threads_case();
   if (!strcmp(c, "close-loop")) return close_loop_case();
   if (!strcmp(c, "close-range-high")) return close_range_high_case();
+  if (!strcmp(c, "stdio-closed")) return stdio_closed_case();
   return 2;
 }
 """
@@ -251,6 +273,7 @@ def prog(tmp_path_factory) -> tuple[Path, Path]:
     assert r.returncode == 0, r.stderr
     data = os.urandom(4 << 20)
     (d / "data.bin").write_bytes(data)
+    (d / "rw.bin").write_bytes(data)
     (d / "part.bin").write_bytes(data[:(5 << 19)])  # 2.5 MiB: the threads' last reads are short
     for i in range(71):
         (d / f"f{i}").write_bytes(data[i * 4096:i * 4096 + (64 << 10)])
@@ -263,7 +286,7 @@ def outcome(cmd, cwd, env=None) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("case", ["signal", "locks", "lockf", "locks-kept", "huge-count", "bad-iovec", "errno", "fsize",
-                                  "eof-threads", "close-loop", "close-range-high"])
+                                  "eof-threads", "close-loop", "close-range-high", "stdio-closed"])
 def test_a_program_sees_under_the_shim_what_it_sees_without_it(prog, case):
     exe, d = prog
     want = outcome([str(exe), case], d)
