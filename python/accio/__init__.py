@@ -191,8 +191,17 @@ class File:
             _int_args(offset=offset)
             raise
 
-    def write_from_async(self, buf, offset: int = 0) -> Future:
+    def write_from_async(self, buf, offset: int | None = None) -> Future:
+        """Start a write of all of buf at offset; the Future's result() is the byte count. In append
+        modes an offset must be given: write_from(buf) and append(buf) append, and an asynchronous
+        write at 0 in their place would overwrite the file's head."""
         from ._futures import Future
+        if offset is None:
+            if self._append:
+                raise ValueError(f"write_from_async on a file opened in '{self.mode}' mode needs an offset: it writes "
+                                 "where it is told, and an append cannot run asynchronously; use write_from(buf) or "
+                                 "append(buf) to append, or give the offset (f.size for the current end)")
+            offset = 0
         try:
             return Future(self._f.start(buf, offset, True))
         except TypeError:

@@ -466,29 +466,44 @@ class Context:
             self._inflight.clear()
 
 
+def _whole(name: str, value, low: int, high: int) -> int:
+    """A keyword option as an int in [low, high], else ValueError/TypeError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}={value!r}: an integer")
+    if not low <= value <= high:
+        raise ValueError(f"{name}={value}: from {low} to {high}")
+    return value
+
+
 class Proc:
-    """A worker process. Keyword options override the ACCIO_OFFLOAD_* environment."""
+    """A worker process. Keyword options override the ACCIO_OFFLOAD_* environment: transport ('shm' or
+    'socket'), spin_us (microseconds, or 'forever'), timeout_ms (0: no limit), arena (bytes, or a size
+    such as '16m'), slots (requests in flight per queue), worker (the worker program)."""
 
     def __init__(self, venode: int = -1, *, worker: str | None = None, transport: str | None = None,
-                 spin_us: int | None = None, timeout_ms: int | None = None, arena: int | None = None):
+                 spin_us: int | str | None = None, timeout_ms: int | None = None, arena: int | str | None = None,
+                 slots: int | None = None):
         c = _c()
         o = _Options()
         if c.accio_offload_options_init(ctypes.byref(o)) != 0:
             raise OffloadError(_error())
         o.venode = venode
         if worker is not None:
-            self._worker = worker.encode()
+            self._worker = os.fsencode(worker)
             o.worker = self._worker
         if transport is not None:
             if transport not in ("shm", "socket"):
-                raise ValueError("transport is 'shm' or 'socket'")
+                raise ValueError(f"transport={transport!r}: 'shm' or 'socket'")
             o.transport = 0 if transport == "shm" else 1
-        if spin_us is not None:
-            o.spin_us = spin_us
+        if spin_us is not None:  # as ACCIO_OFFLOAD_SPIN_US takes it; -1 is the C API's SPIN_FOREVER
+            o.spin_us = -1 if spin_us == "forever" else _whole("spin_us", spin_us, -1, 2 ** 62)
         if timeout_ms is not None:
-            o.timeout_ms = timeout_ms
+            o.timeout_ms = _whole("timeout_ms", timeout_ms, 0, 2 ** 40)
         if arena is not None:
-            o.arena_bytes = arena
+            from ._system import parse_size
+            o.arena_bytes = _whole("arena", parse_size(arena) if isinstance(arena, str) else arena, 64 << 10, 2 ** 40)
+        if slots is not None:
+            o.slots = _whole("slots", slots, 2, 2 ** 20)
         self._h = c.accio_offload_proc_create(ctypes.byref(o))
         if not self._h:
             raise OffloadError(_error())

@@ -1307,6 +1307,17 @@ static void test_settings_and_log(void) {
   unsetenv("ACCIO_OFFLOAD_ARENA");
   CHECK(rc == -EINVAL && strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_SLOTS='1'"));
 
+  /* Options a caller fills in itself are held to the settings' bounds: a spin below FOREVER (-1)
+   * and a negative timeout were taken as given (session 25). */
+  struct { int64_t spin, timeout; const char* why; } bad[] = {
+      {-5, 0, "invalid option spin_us -5"}, {0, -3, "invalid option timeout_ms -3"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    CHECK(accio_offload_options_init(&o) == 0);
+    o.spin_us = bad[i].spin;
+    o.timeout_ms = bad[i].timeout;
+    CHECK(accio_offload_proc_create(&o) == NULL && strstr(accio_offload_last_error(), bad[i].why));
+  }
+
   accio_set_log_callback(on_log, NULL);
   g_logged = 0;
   uint64_t h = veo_load_library(NULL, "x");

@@ -407,6 +407,22 @@ def test_an_explicit_offset_in_append_mode_writes_there(tmp_path):
     assert p.read_bytes() == b"01ab456789!"
 
 
+def test_write_from_async_without_an_offset_in_append_mode_is_refused_and_loses_nothing(tmp_path):
+    """New-user audit, session 25: write_from(buf) appends in a/a+ modes, but write_from_async(buf)
+    wrote at 0, over the file's head (b"HELLO" became b"bbLLOAAA")."""
+    p = tmp_path / "log"
+    p.write_bytes(b"HELLO")
+    for mode in ("a", "a+"):
+        with accio.open(p, mode) as f:
+            with pytest.raises(ValueError, match="needs an offset.*write_from\\(buf\\) or append\\(buf\\)"):
+                f.write_from_async(b"bb")
+            assert f.write_from_async(b"!", f.size).result() == 1
+    assert p.read_bytes() == b"HELLO!!"
+    with accio.open(p, "r+") as f:  # elsewhere no offset still means 0
+        assert f.write_from_async(b"J").result() == 1
+    assert p.read_bytes() == b"JELLO!!"
+
+
 def test_an_append_past_the_file_size_limit_reserves_nothing(tmp_path, mechanism):
     # RLIMIT_FSIZE in a process of its own (Python ignores SIGXFSZ, so writes past it fail with EFBIG)
     p = tmp_path / "log"

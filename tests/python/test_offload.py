@@ -2,6 +2,7 @@
 The kernels are tests/offload/kernels.c, compiled here with the system C compiler."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -231,6 +232,30 @@ def test_bad_option_values_are_refused_by_name(monkeypatch, env, value, why):
     with pytest.raises(offload.OffloadError) as e:
         offload.Proc()
     assert f"{env}='{value}' is not valid" in str(e.value) and why in str(e.value)
+
+
+@pytest.mark.parametrize("kwargs, exc, why", [
+    ({"spin_us": -5}, ValueError, "spin_us=-5: from -1"),
+    ({"spin_us": "soon"}, TypeError, "spin_us='soon': an integer"),
+    ({"timeout_ms": -3}, ValueError, "timeout_ms=-3: from 0"),
+    ({"slots": 1}, ValueError, "slots=1: from 2"),
+    ({"arena": "4k"}, ValueError, "arena=4096: from 65536"),
+    ({"arena": "12q"}, ValueError, "'12q' is not a size"),
+    ({"transport": "pigeon"}, ValueError, "transport='pigeon': 'shm' or 'socket'"),
+])
+def test_bad_proc_keywords_are_refused_by_name(kwargs, exc, why):
+    """New-user audit, session 25: Proc(spin_us=-5, timeout_ms=-3) were taken as given (the C struct
+    has no check of its own for them), spin_us='forever' (what ACCIO_OFFLOAD_SPIN_US takes) was a
+    TypeError, and arena took no size text."""
+    with pytest.raises(exc, match=re.escape(why)):
+        offload.Proc(**kwargs)
+
+
+def test_proc_keywords_take_what_the_variables_take():
+    """spin_us='forever' and arena='1m', as ACCIO_OFFLOAD_SPIN_US and ACCIO_OFFLOAD_ARENA take them, and
+    slots=: a proc runs with them."""
+    with offload.Proc(spin_us="forever", arena="1m", slots=16, timeout_ms=60000) as proc:
+        assert proc.pid > 0
 
 
 def test_bad_offload_value_does_not_stop_file_io(tmp_path):

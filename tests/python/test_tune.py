@@ -434,3 +434,8 @@ def test_tune_writes_the_profile_that_accio_profile_names(tmp_path):
              env={"ACCIO_PROFILE": str(prof)}, check=False)
     assert r.returncode == 0, r.stderr
     assert json.loads(prof.read_text())["measurements"]
+    # Saved outside the profile directory, where `auto` does not look: the message says how to use it
+    # (it said "`auto` uses it for files on ...", and auto went on with the built-in model).
+    key = _ext.profile_key(str(tmp_path))
+    assert f"saved {prof}; `auto` uses it for files on" in r.stdout and f"ACCIO_PROFILE={prof}" in r.stdout, r.stdout
+    assert f"copied to {key['file']}" in r.stdout, r.stdout

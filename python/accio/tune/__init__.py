@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -313,8 +314,14 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
         doc["devices"] = devices
     profile_mod.save(doc, path)
     print(profile_mod.render(doc, path))
-    print(f"\nsaved {path}; `auto` uses it for files on {key['filesystem']} on {key['device']}"
-          + (f" and for GPU buffers on {gpu['name']}" if gpu else ""))
+    where = key["filesystem"] if key["filesystem"] == key["device"] else f"{key['filesystem']} on {key['device']}"
+    gpus = f" and for GPU buffers on {gpu['name']}" if gpu else ""
+    if os.path.abspath(path) == os.path.abspath(key["file"]):
+        print(f"\nsaved {path}; `auto` uses it for files on {where}{gpus}")
+    else:  # `auto` looks profiles up in the profile directory only
+        print(f"\nsaved {path}; `auto` uses it for files on {where}{gpus} where it is named: "
+              f"ACCIO_PROFILE={shlex.quote(os.path.abspath(path))} (or the setting profile=FILE), or "
+              f"copied to {key['file']}, where `auto` looks for this filesystem's profile")
     return 0
 
 
