@@ -30,8 +30,11 @@ using base::Error;
 using base::json::Value;
 
 bool PlanSpec::needs_alignment() const {
+  // direct only where the mechanism reads it (uring, staged): posix and parallel ignore it and do
+  // buffered I/O, which a plan {posix, direct: true} was said to need aligned (and accio bench
+  // labelled its posix+direct column O_DIRECT).
   const io::Mechanism* m = io::find(mechanism);
-  return direct || (m && m->always_direct());
+  return m && (m->always_direct() || (direct && m->reads("direct")));
 }
 
 // Only the parameters the mechanism reads (its registration names them) appear; sizes as 4MiB,

@@ -28,7 +28,7 @@ struct PlanSpec {
   // them): a new knob needs no change here.
   std::vector<std::pair<std::string, std::string>> knobs = {};
 
-  // Requests need O_DIRECT alignment: direct set, or a mechanism that is always direct.
+  // Requests need O_DIRECT alignment: direct set on a mechanism that reads it, or one that is always direct.
   bool needs_alignment() const;
   std::string label() const;  // "parallel(even)", "parallel(task=1MiB, threads=2)", "uring+direct(even, qd=16)"
   // The handle's settings with this plan's parameters applied (threads capped by the handle's).

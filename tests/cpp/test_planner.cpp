@@ -928,6 +928,9 @@ TEST(Profile, LabelsShowWhatTheMechanismReads) {
   EXPECT_TRUE(planner::PlanSpec::parse(R"j({"mechanism": "direct"})j", "plan").needs_alignment());
   EXPECT_TRUE(planner::PlanSpec::parse(R"j({"mechanism": "uring", "direct": true})j", "plan").needs_alignment());
   EXPECT_FALSE(planner::PlanSpec::parse(R"j({"mechanism": "parallel"})j", "plan").needs_alignment());
+  // posix and parallel have no direct knob: direct set on them changes nothing (they stay buffered)
+  EXPECT_FALSE(planner::PlanSpec::parse(R"j({"mechanism": "posix", "direct": true})j", "plan").needs_alignment());
+  EXPECT_FALSE(planner::PlanSpec::parse(R"j({"mechanism": "parallel", "direct": true})j", "plan").needs_alignment());
   char buf[64];
   int aligned = -1;
   EXPECT_EQ(accio_plan_describe(R"j({"mechanism": "direct", "threads": 2})j", buf, sizeof buf, &aligned), 23);

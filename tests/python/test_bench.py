@@ -2,6 +2,7 @@
 and shared layouts' files, mpirun -np 2, --vs-fio, compare, outputs, and the error paths."""
 import json
 import os
+import re
 import statistics
 import shutil
 import subprocess
@@ -65,7 +66,17 @@ def test_counts_tests_mechanisms():
     with pytest.raises(ValueError, match="unknown test"):
         parse_tests("write,bogus")
     ms = parse_mechanisms("posix,uring+direct")
-    assert [m.label for m in ms] == ["posix", "uring+direct"] and ms[1].o_direct and not ms[0].o_direct
+    assert [m.label for m in ms] == ["posix", "uring+direct"] and ms[1].o_direct() and not ms[0].o_direct()
+    # --set direct=on reaches a mechanism that reads it (the fio job and the cache method follow it)
+    assert ms[1].o_direct({"direct": "off"}) and not ms[0].o_direct({"direct": "on"})
+    assert parse_mechanisms("uring")[0].o_direct({"direct": "on"}) and parse_mechanisms("direct")[0].o_direct()
+    # Bench audit, session 25: posix+direct and parallel+direct measured buffered I/O labelled O_DIRECT
+    # (posix and parallel have no direct setting); refused, naming what does O_DIRECT.
+    for item in ("posix+direct", "parallel+direct"):
+        with pytest.raises(ValueError, match=f"'{re.escape(item)}': .* does no O_DIRECT I/O.*use direct or uring\\+direct"):
+            parse_mechanisms(item)
+    with pytest.raises(ValueError, match="'direct\\+direct': direct is always O_DIRECT"):
+        parse_mechanisms("direct+direct")
     # every mechanism, and auto beside them (the planner's choice belongs in every table)
     assert [m.name for m in parse_mechanisms("all")] == ["posix", "parallel", "direct", "uring", "auto"]
     for bad in ("bogus", "posix+fast", ""):
@@ -315,6 +326,40 @@ def test_vs_fio(tmp_path):
     jobs = {x["mechanism"]: x["fio"]["job"] for x in doc["results"]}
     assert jobs["posix"].startswith("psync bs=1048576") and jobs["uring"].startswith("io_uring bs=262144 iodepth=4")
     assert "x2 (2 per thread" in jobs["parallel"] or "x1" in jobs["parallel"]
+
+
+def test_fio_jobs_follow_the_runs_direct_setting():
+    """Bench audit, session 25: --set direct=on made accio's uring O_DIRECT while its fio job stayed
+    direct=0 (ratio 0.41), and the cold read's cache method left out +o_direct."""
+    from types import SimpleNamespace
+
+    from accio.bench import fio, runner
+    jobs = [SimpleNamespace(path="/x", offset=0, length=8 << 20)]
+    uring = parse_mechanisms("uring")[0]
+    for run, want in (({}, "direct=0"), ({"direct": "on"}, "direct=1")):
+        secs, desc = fio.sections(jobs, "write", uring, 1 << 20, run)
+        assert want in desc and all(s["direct"] == int(want[-1]) for s in secs), (run, desc)
+    _, desc = fio.sections(jobs, "write", parse_mechanisms("uring+direct")[0], 1 << 20, {"direct": "off"})
+    assert "direct=1" in desc
+    _, desc = fio.sections(jobs, "read", parse_mechanisms("posix")[0], 1 << 20, {"direct": "on"})
+    assert "direct=0" in desc  # posix reads no direct setting: buffered, as accio's posix
+    sample = [{"residency": 0.0}]
+    assert runner.cache_summary("cold-read", uring, sample, False, {"direct": "on"})["method"] == "fadvise+o_direct"
+    assert runner.cache_summary("cold-read", uring, sample, False, {})["method"] == "fadvise"
+
+
+@pytest.mark.skipif(not shutil.which("fio"), reason="fio not installed")
+def test_vs_fio_writes_a_files_target_in_place(tmp_path):
+    """Bench audit, session 25: fio unlinks and re-creates a write job's file shorter than the job,
+    so --vs-fio --files turned a symlink into a regular file (and left its target empty)."""
+    (tmp_path / "tgt").mkdir()
+    target = tmp_path / "tgt" / "data"
+    target.write_bytes(b"")
+    link = tmp_path / "lnk"
+    link.symlink_to(target)
+    bench("--files", str(link), "-T", "write", "-m", "posix", "-s", "2m", "-r", "1m", "-i", "1", "--vs-fio")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.stat().st_size == 2 << 20
 
 
 def test_compare(tmp_path):

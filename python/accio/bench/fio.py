@@ -39,9 +39,9 @@ def comparable(mech: Column) -> bool:
 
 def sections(jobs, test: str, mech: Column, record: int, settings: dict) -> tuple[list[dict], str]:
     """fio job sections for the phase, and a one-line description of the equivalent job."""
-    eff = effective_settings(**settings, **dict(mech.settings))
+    eff = effective_settings(**{**settings, **dict(mech.settings)})
     threads, task, qd = int(eff["threads"]), parse_size(eff["task_size"]), int(eff["queue_depth"])
-    direct = 1 if mech.o_direct else 0
+    direct = 1 if mech.o_direct(settings) else 0
     rw = RW[test]
     tasks = -(-record // task)
     out = []

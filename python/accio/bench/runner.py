@@ -125,14 +125,22 @@ class Runner:
             except FileNotFoundError:
                 pass
 
-    def _create(self, c: Config, jobs: list[Job]) -> None:
-        """Truncate the files a write test starts from (IOzone's write creates the file anew)."""
+    def _create(self, c: Config, jobs: list[Job], for_fio: bool = False) -> None:
+        """Truncate the files a write test starts from (IOzone's write creates the file anew). For
+        fio, then extend them, sparse, to the jobs' end: fio unlinks and re-creates a write job's
+        file that is shorter than the job (filesetup.c, extend_file), which replaced a --files
+        symlink (or hard link) with a new regular file and, in the shared layout under MPI, took the
+        file from under the other ranks' fio."""
         if c.layout == "shared":
             if self.comm.rank == 0:
-                open(jobs[0].path if jobs else self.path(c, 0), "w").close()
+                with open(jobs[0].path if jobs else self.path(c, 0), "w") as f:
+                    if for_fio:
+                        f.truncate(c.processes * c.threads * c.file_size)
         else:
             for j in jobs:
-                open(j.path, "w").close()
+                with open(j.path, "w") as f:
+                    if for_fio:
+                        f.truncate(j.offset + j.length)
         self.created.update(j.path for j in jobs)
         self.comm.barrier()
 
@@ -285,7 +293,7 @@ class Runner:
                 if test in READ_TESTS:
                     self._ensure_data(c, (c.data_key, ("fio",) + c.data_key))
                 if test in ("write", "write+sync"):
-                    self._create(c, jobs)
+                    self._create(c, jobs, for_fio=True)
                 if test == "cold-read":
                     self._drop(jobs)
                 fio_samples[test].append(fio.run(jobs, test, c.mechanism, c.record, spec.settings))
@@ -309,13 +317,13 @@ class Runner:
                                f"{'' if c.iodepth == 1 else f' qd{c.iodepth}'} it{it + 1}")
 
 
-def cache_summary(test: str, mech: Column, samples: list[dict], drop_caches: bool) -> dict | None:
+def cache_summary(test: str, mech: Column, samples: list[dict], drop_caches: bool, settings: dict) -> dict | None:
     if test not in READ_TESTS:
         return None
     worst = max((s["residency"] for s in samples), default=None)
     method = "none"
     if test == "cold-read":
-        method = ("drop_caches" if drop_caches else "fadvise") + ("+o_direct" if mech.o_direct else "")
+        method = ("drop_caches" if drop_caches else "fadvise") + ("+o_direct" if mech.o_direct(settings) else "")
     return {"method": method, "residency": worst, "cold": worst is not None and worst <= COLD_MAX_RESIDENCY}
 
 
@@ -342,7 +350,7 @@ def make_result(spec: Spec, c: Config, test: str, samples: list[dict], fio_sampl
            "ran": "/".join(sorted({s["ran"] for s in samples})), "target": spec.target,
            "record_size": c.record, "file_size": c.file_size, "threads": c.threads, "processes": c.processes,
            "layout": c.layout, "directory": c.directory, "iodepth": c.iodepth, "runtime_s": spec.runtime,
-           "cache": cache_summary(test, c.mechanism, samples, spec.drop_caches),
+           "cache": cache_summary(test, c.mechanism, samples, spec.drop_caches, spec.settings),
            **stats_of(bw), "iops": statistics.median(s["iops"] for s in samples),
            "plans": sum_plans(p for s in samples for p in s["plans"]),
            "latency": latency.summary(hist), "samples": samples}

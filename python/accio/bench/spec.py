@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 
 from .. import _ext
+from .. import settings as effective_settings
 from .._system import online_cpus, parse_sizes
 
 # Execution order within one configuration (IOzone -i 0, -e, -i 1, -i 2 semantics).
@@ -86,10 +87,11 @@ class Column:
     settings: tuple[tuple[str, str], ...] = ()
     host: bool = False  # on a device target: this column reads into host memory (a ceiling)
 
-    @property
-    def o_direct(self) -> bool:
-        """Whether the file side is O_DIRECT: the planner says for a mechanism (accio._ext.plan_describe)."""
-        direct = dict(self.settings).get("direct") == "on"
+    def o_direct(self, run: dict | None = None) -> bool:
+        """Whether the file side is O_DIRECT, with the run's settings (--set) under the column's own
+        (+direct): the planner says for a mechanism (accio._ext.plan_describe), by whether it reads
+        `direct` (uring, staged) or always is (direct)."""
+        direct = effective_settings(**{**(run or {}), **dict(self.settings)})["direct"] == "on"
         try:
             return _ext.plan_describe(json.dumps({"mechanism": self.name, "direct": direct}))[1]
         except OSError:  # not a mechanism a plan can name: auto, the ceilings
@@ -108,6 +110,7 @@ def parse_mechanisms(text: str, target: str = "host") -> list[Column]:
     which serve host and which GPU memory), device targets add the two ceilings."""
     device = target != "host"
     known = {m["name"] for m in _ext.mechanisms()} | {"auto"}
+    knobs = {m["name"]: m["knobs"] for m in _ext.mechanisms()}
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
         if item == "all":  # every mechanism that can run, and auto (the planner's choice) beside them
@@ -120,6 +123,14 @@ def parse_mechanisms(text: str, target: str = "host") -> list[Column]:
             raise ValueError(f"unknown mechanism '{name}'; choose from {', '.join(sorted(known))}, all")
         if any(f != "direct" for f in flags):
             raise ValueError(f"'{item}': the only suffix is +direct (O_DIRECT file side)")
+        if flags and "direct" not in knobs.get(name, ("direct",)):  # auto takes it as a setting
+            if Column(name, name).o_direct():
+                raise ValueError(f"'{item}': {name} is always O_DIRECT; write it without +direct")
+            takes = [m["name"] for m in _ext.mechanisms() if m["device"] == device and
+                     ("direct" in m["knobs"] or Column(m["name"], m["name"]).o_direct())]
+            raise ValueError(f"'{item}': {name} does no O_DIRECT I/O (it has no direct setting, so +direct would "
+                             f"measure buffered I/O); for O_DIRECT use "
+                             f"{' or '.join(t if Column(t, t).o_direct() else t + '+direct' for t in takes)}")
         out.append(Column(item, name, (("direct", "on"),) if flags else ()))
     if not out:
         raise ValueError("no mechanisms given" if not device else "no device mechanism can run here")
