@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "write+sync (fsync timed), cold-read (page cache dropped and verified), random-read,\n"
                      "random-write. Under mpirun, one rank per process with IOR's rules.\n"
                      "Sub-commands beside the run (`accio bench run ...` is the same as `accio bench ...`):\n"
-                     "  compare A.json B.json   ratios of two runs, each called faster/slower/within noise\n"
+                     "  compare A.json B.json   ratios of two runs with their intervals (descriptive: no verdict)\n"
                      "                          (\"too few samples\" under 7 iterations a side; '-' reads stdin)\n"
                      "  report RUN.json         redraw the HTML report (and the table) of a run\n"
                      "  safetensors FILE        checkpoint loading against safetensors and fastsafetensors\n"
@@ -508,9 +508,10 @@ def main(args) -> int:
 def compare_main(argv: list[str]) -> int:
     p = Parser(prog="accio bench compare", description="Ratios B/A of two accio bench JSON "
                                 "files, for every result (test, mechanism, sizes, threads, ...) present in both, "
-                                "each with its 95% bootstrap interval and verdict: faster, slower, within noise "
-                                "(the interval holds 1 and lies inside ±5%), undecided, or too few samples "
-                                "(fewer than 7 a side: run with -i 7). docs/methodology.md.")
+                                "each with the 95% bootstrap interval of the two runs' own spread, and their "
+                                "geometric mean. Descriptive: two runs are not interleaved, so drift between them "
+                                "is in no interval, and no result is called faster or slower; to judge a change, "
+                                "interleave the contenders (docs/methodology.md).")
     p.add_argument("a", metavar="A.json", help="the run to compare against ('-' for stdin)")
     p.add_argument("b", metavar="B.json", help="the other run ('-' for stdin, if A is a file)")
     args = p.parse_args(argv)
