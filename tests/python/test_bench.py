@@ -284,6 +284,69 @@ def test_mpirun_read_only_run_of_a_shared_file_as_it_is(tmp_path):
     assert f.read_bytes() == content and r.stdout.count("note: reads of the --files as they are") == 1
 
 
+# A wrapper around the CLI that makes one thing fail: the --json file (every write of it), or, on
+# rank 1 only, the configuration's jobs (an error no other rank sees).
+FAILING = """
+import sys
+from accio.bench import output, runner
+what, target = sys.argv[1], sys.argv[2]
+if what == "json":
+    real = output.write_json
+    def write_json(path, doc):
+        if path == target:
+            raise FileNotFoundError(2, "No such file or directory", path + ".partial")
+        return real(path, doc)
+    output.write_json = write_json
+else:
+    jobs = runner.Runner.jobs
+    def failing_jobs(self, c):
+        if self.comm.rank == 1:
+            raise RuntimeError("injected on rank 1")
+        return jobs(self, c)
+    runner.Runner.jobs = failing_jobs
+from accio.cli import main
+sys.exit(main(["bench", *sys.argv[3:]]))
+"""
+
+
+def test_a_json_file_that_cannot_be_written_loses_no_result(tmp_path):
+    """Bench audit, session 25: a --json file that could not be written after a cell (its folder
+    removed, a full filesystem) ended the run with exit 1, no table, every cell lost. The run goes
+    on, warns once, prints its table, keeps the JSON in a file it can write, and exits 1."""
+    target = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, "-c", FAILING, "json", str(target), "-T", "write,reread", "-m", "posix,parallel",
+                        "-s", "1m", "-r", "256k", "-i", "1", "-d", str(tmp_path), "--json", str(target)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.count(f"warning: cannot write --json {target}: {target}.partial: no such file or directory") == 1
+    assert f"wrote {target}" not in r.stderr, r.stderr
+    assert "reread" in r.stdout and "parallel" in r.stdout  # the table
+    saved = r.stderr.split("the run's JSON is in ")[1].split()[0]
+    try:
+        doc = json.loads(open(saved).read())
+        validate(doc)
+        assert doc["complete"] and len(doc["results"]) == 4
+    finally:
+        os.unlink(saved)
+    assert not target.exists() and not [p for p in os.listdir(tmp_path) if p.startswith("accio-bench.")]
+
+
+def test_mpirun_an_error_on_one_rank_ends_every_rank(tmp_path):
+    """An error on one rank outside the collective checks left the others waiting at their next barrier
+    (and rank 0 in MPI_Finalize) until killed; a --json write failure did the same. Now the rank says
+    why and MPI_Abort ends them all; the JSON failure no longer stops the run."""
+    mpirun, env = _mpirun()
+    args = ["-T", "write,reread", "-m", "posix", "-s", "1m", "-r", "256k", "-p", "2", "-i", "1", "-d", str(tmp_path), "-q"]
+    r = subprocess.run([mpirun, "-np", "2", sys.executable, "-c", FAILING, "jobs", "-", *args],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0 and "accio bench: rank 1: injected on rank 1; ending every rank" in r.stderr, r.stderr
+    target = tmp_path / "m.json"
+    r = subprocess.run([mpirun, "-np", "2", sys.executable, "-c", FAILING, "json", str(target), *args, "--json", str(target)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1 and "the run's JSON is in " in r.stderr, r.stdout + r.stderr
+    os.unlink(r.stderr.split("the run's JSON is in ")[1].split()[0])
+
+
 def test_mpirun_two_ranks(tmp_path):
     mpirun, env = _mpirun()
     js = tmp_path / "m.json"

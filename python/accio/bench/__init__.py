@@ -28,7 +28,7 @@ import time
 from .. import __version__, _ext, settings as effective_settings
 from .._parser import Parser
 from .._progress import Progress
-from .._usage import UsageError, check_creatable, check_output_path, distinct_files, file_identity, stdout_outputs
+from .._usage import UsageError, check_creatable, describe, check_output_path, distinct_files, file_identity, stdout_outputs
 from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
@@ -443,13 +443,28 @@ def main(args) -> int:
                "environment": environment(spec, world.size), "parameters": parameters(spec),
                "warnings": [], "results": []}
 
-    def keep(_result=None) -> None:
+    json_failed: list[str] = []  # why the --json file could not be written, once said
+
+    def keep(_result=None) -> bool:
         """After every cell (and at the end): the JSON so far, replaced atomically, so that a run that
-        is interrupted or killed keeps every cell it finished."""
+        is interrupted or killed keeps every cell it finished. A file that cannot be written (its
+        folder gone, a full or read-only filesystem) stops nothing: the run goes on, says so once,
+        and tries again after the next cell (bench audit, session 25: the run ended with exit 1 and
+        lost every cell, and under mpirun the other ranks waited at their barrier for ever)."""
         doc["duration_s"] = time.monotonic() - t0
         doc["warnings"] = notes + [w for w in _ext.warnings().splitlines() if w]
-        if args.json and args.json != "-":
+        if not args.json or args.json == "-":
+            return True
+        try:
             output.write_json(args.json, doc)
+        except OSError as e:
+            if not json_failed:
+                print(f"accio bench: warning: cannot write --json {args.json}: {describe(e)}; the run goes on, "
+                      "and the results are printed (and saved elsewhere) at the end", file=sys.stderr, flush=True)
+            json_failed[:] = [describe(e)]
+            return False
+        json_failed.clear()
+        return True
 
     runner = Runner(spec, world, progress, on_result=keep if world.rank == 0 else None)
     if doc is not None:
@@ -460,12 +475,25 @@ def main(args) -> int:
             runner.run()
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: report what was measured, then exit 130 or 143
         interrupted = interrupted_status(e)
+    except Exception as e:
+        if world.size > 1 and getattr(e, "everywhere", False):  # every rank has it: rank 0 says it, once
+            if world.rank != 0:
+                return 1
+        elif world.size > 1:  # the other ranks would wait at their next barrier, and at MPI_Finalize, for ever
+            progress.close()
+            print(f"accio bench: rank {world.rank}: {describe(e)}; ending every rank", file=sys.stderr, flush=True)
+            world.abort(1)
+        raise
     finally:
         progress.close()
     if world.rank != 0:
         return interrupted
     doc["complete"] = not interrupted
-    keep()
+    saved_elsewhere = None
+    if not keep():  # the asked file still cannot be written: keep the run in a file that can
+        fd, saved_elsewhere = tempfile.mkstemp(prefix="accio-bench.", suffix=".json")
+        os.close(fd)
+        output.write_json(saved_elsewhere, doc)
     results = doc["results"]
     # stdout holds the JSON, CSV or HTML asked for: the tables go to stderr, or nowhere under -q
     table_out = (io.StringIO() if args.quiet else sys.stderr) if to_stdout else sys.stdout
@@ -482,7 +510,8 @@ def main(args) -> int:
     if args.json:
         if args.json == "-":
             output.write_json(args.json, doc)
-        written.append(args.json)
+        if not saved_elsewhere:
+            written.append(args.json)
     if args.csv:
         output.write_csv(args.csv, results)
         written.append(args.csv)
@@ -498,11 +527,14 @@ def main(args) -> int:
     if kept and not args.quiet:  # where --keep left them (generated names)
         print(f"kept {len(kept)} file(s){' of rank 0 (each rank keeps its own)' if world.size > 1 else ''}: "
               f"{', '.join(kept)}", file=sys.stderr)
+    if saved_elsewhere:
+        print(f"accio bench: cannot write --json {args.json}: {json_failed[0]}; the run's JSON is in "
+              f"{saved_elsewhere}", file=sys.stderr)
     if interrupted:
         print(f"accio bench: interrupted after {len(results)} result(s); the output holds those "
               "(\"complete\": false in the JSON)", file=sys.stderr)
         return interrupted
-    return 0
+    return 1 if saved_elsewhere else 0
 
 
 def compare_main(argv: list[str]) -> int:

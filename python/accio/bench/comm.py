@@ -32,6 +32,9 @@ class Solo:
     def gather(self, value):
         return [value]
 
+    def abort(self, code: int) -> None:
+        pass
+
 
 class Mpi:
     def __init__(self):
@@ -56,6 +59,11 @@ class Mpi:
 
     def gather(self, value):
         return self.comm.gather(value, root=0)
+
+    def abort(self, code: int) -> None:
+        """Ends every rank (MPI_Abort): for an error on one rank, which the others would wait for at
+        their next collective. Their scratch files stay (each rank removes its own only when it ends)."""
+        self.comm.Abort(code)
 
     def _clock_offset(self, rounds: int = 16) -> int:
         """This rank's CLOCK_MONOTONIC minus rank 0's (0 on rank 0's host: the clock is system-wide)."""

@@ -49,7 +49,11 @@ class Job:
 
 
 class BenchError(RuntimeError):
-    pass
+    """everywhere: every rank raises it (a collective decision), so no rank waits for another."""
+
+    def __init__(self, message: str, everywhere: bool = False):
+        super().__init__(message)
+        self.everywhere = everywhere
 
 
 def reads_files_as_found(spec: Spec) -> bool:
@@ -252,7 +256,7 @@ class Runner:
         msgs = self.comm.gather(None if err is None else f"rank {self.comm.rank}: {err}")
         msgs = self.comm.bcast([m for m in msgs if m] if msgs else None)
         if msgs:
-            raise BenchError(f"{what} failed: " + "; ".join(msgs))
+            raise BenchError(f"{what} failed: " + "; ".join(msgs), everywhere=True)
 
     # -- the whole run --
     def run(self) -> list[dict]:
@@ -261,7 +265,7 @@ class Runner:
             for d, layout, p, t, fs, r, qd, m in spec.configurations():
                 if p > self.comm.size:
                     raise BenchError(f"{p} processes asked for, but only {self.comm.size} ranks run "
-                                     f"(start with mpirun -np {p} accio bench ...)")
+                                     f"(start with mpirun -np {p} accio bench ...)", everywhere=True)
                 c = Config(d, layout, p, t, fs, r, m, qd)
                 self._run_config(c)
         finally:
