@@ -227,8 +227,10 @@ def test_one_file_is_never_two_outputs_nor_an_output_and_the_input(tmp_path):
     assert r.returncode == 1 and "--plot" in r.stderr and "timed phases" not in r.stderr, r.stderr
     pytest.importorskip("matplotlib")
     deep = tmp_path / "new" / "plots"  # made at the end with its parents, as it always was
-    bench("-T", "write", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path), "--plot", str(deep))
+    r = bench("-T", "write", "-m", "posix", "-s", "1m", "-r", "1m", "-i", "1", "-d", str(tmp_path), "--plot", str(deep))
     assert deep.is_dir()
+    # one record size, one thread count, one file size: nothing to draw, and it says so
+    assert f"--plot {deep}: no plot to draw; a plot needs two record sizes" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("size, extra, message", [

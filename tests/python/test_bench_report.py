@@ -132,6 +132,42 @@ def test_compare_command_prints_ratios_and_no_verdict(tmp_path):
     assert bad.returncode == 1 and "is not JSON" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_the_fio_tables_mark_follows_the_verdict():
+    """Bench audit, session 25: "!" (more than 10% from fio) stood beside "undecided" and "too few
+    samples": a judgement the samples did not make."""
+    def row(ratio, verdict):
+        return _result("read", "posix", [100.0] * 7, fio={"mib_s": 100.0 / ratio, "ratio": ratio,
+                                                          "interval": [ratio * 0.9, ratio * 1.1], "verdict": verdict,
+                                                          "job": "psync bs=1048576 direct=0 x1", "samples": []})
+    lines = output.render_fio([row(1.3, "faster"), row(1.3, "undecided"), row(1.3, "too few samples (3 < 7)"),
+                               row(1.05, "within noise")]).splitlines()[1:5]
+    assert [("!" in ln) for ln in lines] == [True, False, False, False], lines
+
+
+def test_plots_draw_each_queue_depth_apart():
+    """Bench audit, session 25: with -Q 1,8 both depths were one line per mechanism (a vertical jump at
+    each record size), and the heat maps kept whichever depth came last."""
+    pytest.importorskip("matplotlib")
+    from accio.bench import report
+    rs = [_result("read", m, [100.0 * qd + rec / 4096] * 3, record=rec, iodepth=qd, file_size=fs)
+          for m in ("posix", "uring") for qd in (1, 8) for rec in (65536, 1 << 20) for fs in (4 << 20, 8 << 20)]
+    figs = dict(report.figures(rs))
+    try:
+        for qd in (1, 8):
+            ax = figs[f"bw-vs-record-read-qd{qd}.png"].axes[0]
+            assert ax.get_title().startswith(f"read, qd {qd}: bandwidth vs record size")
+            for line in ax.get_lines():
+                if line.get_label() in ("posix", "uring"):
+                    assert all(100 * qd <= y < 100 * qd + 100 for y in line.get_ydata())  # this depth's points only
+            assert f"heatmap-read-qd{qd}-fpp-p1-t1-" in " ".join(figs)
+        assert not any(n.startswith("bw-vs-record-read.png") for n in figs)
+        one = dict(report.figures([r for r in rs if r["iodepth"] == 1]))  # one depth: names as before
+        assert "bw-vs-record-read.png" in one
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close("all")
+
+
 # ---- the HTML report, parsed ----
 
 class Page(HTMLParser):

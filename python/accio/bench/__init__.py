@@ -516,7 +516,11 @@ def main(args) -> int:
         output.write_csv(args.csv, results)
         written.append(args.csv)
     if args.plot:
-        written += report.write_plots(results, args.plot)
+        plots = report.write_plots(results, args.plot)
+        if not plots and results:  # an empty folder and exit 0 said nothing (new-user audit, session 25)
+            print(f"accio bench: note: --plot {args.plot}: no plot to draw; a plot needs two record sizes (-r), "
+                  "thread counts (-t), or file sizes and record sizes (-s, -r)", file=sys.stderr)
+        written += plots
     if args.report:
         report.write_html(args.report, doc, spec.table)
         written.append(args.report)

@@ -59,10 +59,12 @@ def figures(results: list[dict]) -> list[tuple[str, object]]:
     plt = _plt()
     out = []
     by_test = defaultdict(list)
-    for r in results:
-        by_test[r["test"]].append(r)
-    for test, rs in by_test.items():
-        slug = test.replace("+", "-")
+    for r in results:  # one set of plots per queue depth (-Q): depths drawn on one line were one curve
+        by_test[(r["test"], r.get("iodepth", 1))].append(r)
+    depths = {qd for _t, qd in by_test}
+    for (name, qd), rs in by_test.items():
+        test = name if len(depths) == 1 else f"{name}, qd {qd}"
+        slug = name.replace("+", "-") + ("" if len(depths) == 1 else f"-qd{qd}")
         sl = _largest_slice(rs, ("record_size",))
         if len({r["record_size"] for r in sl}) > 1:
             fig, ax = plt.subplots(figsize=(7, 4.2))
