@@ -129,12 +129,8 @@ def _settings_now() -> list[dict]:
 
 # The ACCIO_* variables accio reads that are not settings rows (those are in the settings table):
 # accio run's launcher and shim, the profile lookup, the quiet switch, the drivers' library paths,
-# and the test suite's.
-OTHER_VARIABLES = frozenset({
-    "ACCIO_QUIET", "ACCIO_PROFILE_DIR", "ACCIO_LIBCUDA", "ACCIO_LIBCUFILE",
-    "ACCIO_PRELOAD_THRESHOLD", "ACCIO_PRELOAD_PREFETCH", "ACCIO_PRELOAD_STATS_FILES", "ACCIO_PRELOAD_STATS_DIR",
-    "ACCIO_PRELOAD_FLOOR", "ACCIO_PRELOAD_ENGINE", "ACCIO_RUN_PYTHON",
-    "ACCIO_TEST_DIR", "ACCIO_TEST_OPS", "ACCIO_TEST_FAKE_GPU", "ACCIO_TEST_WHEEL", "ACCIO_FUZZ_SCALE"})
+# and the test suite's. One list (src/base/variables.h), which accio run's launcher checks too.
+OTHER_VARIABLES = frozenset(_ext.other_variables())
 
 
 def unknown_variables(info: dict) -> list[str]:

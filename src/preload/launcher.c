@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "base/quiet.h"
+#include "base/variables.h"
 #include "launcher.h"
 #include "planner/model_floor.h"
 #include "run_cli.h"
@@ -276,6 +277,61 @@ static int preload_settings_ok(const char* shim) {
  * set other than the launcher's and the shim's own, the profile directory and the offload
  * runtime's (ACCIO_PRELOAD_*, ACCIO_RUN_*, ACCIO_QUIET, ACCIO_PROFILE_DIR, ACCIO_OFFLOAD_*: none is a
  * setting the shim's engine reads). Returns 1 when they are good. */
+/* The edit distance of two names (short ones: longer than 63 characters counts as far). */
+static int distance(const char* a, const char* b) {
+  const size_t n = strlen(a), m = strlen(b);
+  if (n > 63 || m > 63) return 99;
+  int prev[64], cur[64];
+  for (size_t j = 0; j <= m; ++j) prev[j] = (int)j;
+  for (size_t i = 1; i <= n; ++i) {
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= m; ++j) {
+      int c = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      if (prev[j] + 1 < c) c = prev[j] + 1;
+      if (cur[j - 1] + 1 < c) c = cur[j - 1] + 1;
+      cur[j] = c;
+    }
+    memcpy(prev, cur, sizeof(int) * (m + 1));
+  }
+  return prev[m];
+}
+
+/* One warning for each ACCIO_* variable set that accio does not read, with the nearest name it reads
+ * (within two edits): a typo such as ACCIO_THREAD was ignored without a word, and the program ran
+ * with the default the user meant to change (new-user audit, session 25). Said once, here, before
+ * the program starts (its processes run quiet), unless ACCIO_QUIET; as `accio info` says it. */
+static void unknown_variables(void* engine) {
+  if (accio_quiet()) return;
+  int (*count)(void) = NULL;
+  const char* (*env)(int) = NULL;
+  *(void**)&count = dlsym(engine, "accio_setting_count");
+  *(void**)&env = dlsym(engine, "accio_setting_env");
+  if (!count || !env) return;
+  for (char** e = environ; *e; ++e) {
+    const char* eq = strchr(*e, '=');
+    const size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+    char name[128];
+    if (strncmp(*e, "ACCIO_", 6) || !strncmp(*e, ACCIO_OFFLOAD_PREFIX, strlen(ACCIO_OFFLOAD_PREFIX)) || len >= sizeof name)
+      continue;
+    memcpy(name, *e, len);
+    name[len] = 0;
+    const char* near = NULL;
+    int best = 3, known = 0;
+    for (int i = -(int)ACCIO_OTHER_VARIABLES; i < count() && !known; ++i) {
+      const char* k = i < 0 ? accio_other_variables[-i - 1] : env(i);
+      if (!k || !*k) continue;
+      const int d = distance(name, k);
+      known = d == 0;
+      if (d < best) best = d, near = k;
+    }
+    if (known) continue;
+    if (near)
+      say("warning: %s is not a variable accio reads (did you mean %s?)", name, near);
+    else
+      say("warning: %s is not a variable accio reads", name);
+  }
+}
+
 static int settings_ok(const char* shim) {
   int any = 0;
   for (char** e = environ; *e && !any; ++e)
@@ -302,6 +358,16 @@ static int settings_ok(const char* shim) {
     return 0;
   }
   settings_free(s);
+  /* The shim serves host buffers: a device mechanism is refused here as --mechanism refuses it
+   * (ACCIO_MECHANISM=staged ran, while -m staged was refused: new-user audit, session 25). */
+  const char* m = getenv("ACCIO_MECHANISM");
+  char choices[1024];
+  if (m && *m && !mechanism_ok(shim, m, choices, sizeof choices)) {
+    say("ACCIO_MECHANISM='%s': not one of %s (accio run serves the host memory programs read into); "
+        "correct the variable or unset it", m, choices);
+    return 0;
+  }
+  unknown_variables(h);
   return 1;
 }
 

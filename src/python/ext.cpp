@@ -25,6 +25,7 @@
 
 #include "accio/accio.hpp"
 #include "bench_phase.hpp"
+#include "../base/variables.h"
 #include "../preload/run_cli.h"
 
 namespace nb = nanobind;
@@ -1404,6 +1405,9 @@ NB_MODULE(_ext, m) {
       out.emplace_back(accio_setting_name(i), accio_setting_env(i), accio_setting_doc(i), std::move(value));
     }
     return out;
+  });
+  m.def("other_variables", [] {  // the ACCIO_* variables read that are not settings rows (base/variables.h)
+    return std::vector<std::string>(accio_other_variables, accio_other_variables + ACCIO_OTHER_VARIABLES);
   });
   m.def("env_settings", [] {
     // Each row as a handle opened now would start with it (defaults + ACCIO_*), or that row's own

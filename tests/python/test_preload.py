@@ -328,6 +328,28 @@ def test_a_bad_setting_is_refused_before_the_program_runs(data, tmp_path, var, v
         assert engine_calls(rep) > 0
 
 
+def test_a_device_mechanism_and_an_unknown_variable_are_said_before_the_program_runs(tmp_path):
+    """New-user audit, session 25: -m staged was refused but ACCIO_MECHANISM=staged ran; and a typo such
+    as ACCIO_THREAD=3 was ignored without a word (only `accio info` named it). The launcher refuses
+    the first as it refuses -m staged, and warns once about the second (the program still runs)."""
+    ran = tmp_path / "ran"
+    for front in (ACCIO, NATIVE):
+        p = subprocess.run([*front, "run", "--", "touch", str(ran)], env={**os.environ, "ACCIO_MECHANISM": "staged"},
+                           capture_output=True, text=True)
+        assert p.returncode == 125 and not ran.exists(), p.stderr
+        assert p.stderr.startswith("accio run: ACCIO_MECHANISM='staged': not one of auto, posix"), p.stderr
+        env = {**os.environ, "ACCIO_THREAD": "3", "ACCIO_NOTHING_LIKE_IT": "1", "ACCIO_QUIET": "0"}
+        p = subprocess.run([*front, "run", "--", "sh", "-c", f"touch {ran}; echo out"], env=env,
+                           capture_output=True, text=True)
+        assert p.returncode == 0 and ran.exists() and p.stdout == "out\n", p
+        assert p.stderr.count("warning: ACCIO_THREAD is not a variable accio reads (did you mean ACCIO_THREADS?)") == 1
+        assert p.stderr.count("warning: ACCIO_NOTHING_LIKE_IT is not a variable accio reads\n") == 1
+        assert p.stderr.count("\n") == 2, p.stderr
+        p = subprocess.run([*front, "run", "--", "true"], env={**env, "ACCIO_QUIET": "1"}, capture_output=True, text=True)
+        assert p.returncode == 0 and p.stderr == "", p.stderr
+        ran.unlink()
+
+
 def test_the_launcher_checks_settings_with_the_engine_the_shim_loads(data, tmp_path):
     """With the engine elsewhere (ACCIO_PRELOAD_ENGINE, docs/preload.md), the launcher checks the
     ACCIO_* settings with that engine, as the shim will load it: it looked only next to the shim,
