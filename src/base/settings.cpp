@@ -29,11 +29,16 @@ char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - '
 }  // namespace
 
 size_t parse_size(const std::string& s) {
+  // What a size looks like, in every refusal (new-user audit, session 25: "1.5k" was "unknown unit").
+  static const char* const kGrammar = "whole bytes with an optional binary unit: 4096, 64k, 16MiB, 1g";
   unsigned long long v = 0;
   switch (accio_size_parse(s.c_str(), &v)) {  // the one grammar (base/size_text.h), the launcher's too
     case ACCIO_SIZE_OK: return static_cast<size_t>(v);
-    case ACCIO_SIZE_NOT_A_SIZE: throw std::invalid_argument("not a size");
-    case ACCIO_SIZE_UNKNOWN_UNIT: throw std::invalid_argument("unknown unit");
+    case ACCIO_SIZE_NOT_A_SIZE: throw std::invalid_argument(std::string("not a size (") + kGrammar + ")");
+    case ACCIO_SIZE_UNKNOWN_UNIT:
+      if (s.find_first_of(".,") != std::string::npos)
+        throw std::invalid_argument(std::string("not a whole number of bytes (") + kGrammar + "; 1536k, not 1.5m)");
+      throw std::invalid_argument(std::string("unknown unit (") + kGrammar + ")");
     default: throw std::invalid_argument("too large");
   }
 }

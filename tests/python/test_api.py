@@ -694,6 +694,14 @@ def test_a_bad_mechanism_or_profile_names_its_variable(tmp_path, monkeypatch):
         accio.open(p, profile=str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match=r"mechanism='warp' is not valid: unknown mechanism \(one of auto, posix"):
         accio.defaults.set(mechanism="warp")
+    # A refused size says what a size is (new-user audit, session 25: "1.5k" was "unknown unit")
+    for text, why in (("1.5k", "not a whole number of bytes (whole bytes with an optional binary unit: 4096, 64k, "
+                                "16MiB, 1g; 1536k, not 1.5m)"),
+                      ("12q", "unknown unit (whole bytes with an optional binary unit: 4096, 64k, 16MiB, 1g)"),
+                      ("-1", "not a size (whole bytes with an optional binary unit: 4096, 64k, 16MiB, 1g)")):
+        with pytest.raises(accio.Error) as e:
+            accio.open(p, task_size=text)
+        assert str(e.value).endswith(f"task_size='{text}' is not valid: {why} (errno 22)"), str(e.value)
 
 
 def test_closed_file(tmp_path):
