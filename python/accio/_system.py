@@ -58,6 +58,18 @@ def fmt_size(n: int) -> str:
     return f"{n} B"
 
 
+def fmt_amount(n: int) -> str:
+    """An amount for a person: a whole unit as fmt_size gives it, else three significant digits of the
+    largest unit it reaches ('515 MiB', '1.23 GiB'; bytes below 1 KiB)."""
+    if n < 1024 or fmt_size(n)[-2:] != " B":
+        return fmt_size(n)
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            v = n / (1 << shift)
+            return f"{v:.3g} {unit}" if v < 1000 else f"{v:.0f} {unit}"
+    return f"{n} B"
+
+
 def online_cpus() -> int:
     """The CPUs this process may run on (its affinity mask), not every CPU of the machine."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

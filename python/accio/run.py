@@ -179,16 +179,28 @@ def _floor_text(report: dict) -> str:
     return ("; posix without asking (this machine's model and profiles): " + ", ".join(parts)) if parts else ""
 
 
+SHOWN_FILES = 20  # rows of files the table shows; --stats-json keeps them all
+
+
+def _engine_bytes(f: dict) -> int:
+    return f["read"].get("accelerated_bytes", 0) + f["write"].get("accelerated_bytes", 0)
+
+
 def render(report: dict) -> str:
-    """A Darshan-like per-file table: calls, bytes, time and bandwidth, request sizes, plans."""
-    from ._system import fmt_size
-    procs, files = report["processes"], report["files"]
+    """A Darshan-like per-file table: calls, bytes, time and bandwidth, request sizes, plans. The files
+    the engine served first, then by bytes; past SHOWN_FILES, one line for the rest (a Python
+    program's table had 127 rows, one per module it imported: new-user audit, session 25)."""
+    from ._system import fmt_amount, fmt_size
+    procs = report["processes"]
+    files = sorted(report["files"], key=lambda f: (-_engine_bytes(f), -(f["read"].get("bytes", 0) + f["write"].get("bytes", 0))))
     tot = {op: sum(f[op].get("bytes", 0) for f in files) for op in ("read", "write")}
     eng = {op: sum(f[op].get("accelerated_bytes", 0) for f in files) for op in ("read", "write")}
     lines = [f"accio run: {len(procs)} process{'es' if len(procs) != 1 else ''}, {len(files)} file"
-             f"{'s' if len(files) != 1 else ''}; read {fmt_size(tot['read'])} ({fmt_size(eng['read'])} through "
-             f"the engine), wrote {fmt_size(tot['write'])} ({fmt_size(eng['write'])} through the engine); "
+             f"{'s' if len(files) != 1 else ''}; read {fmt_amount(tot['read'])} ({fmt_amount(eng['read'])} through "
+             f"the engine), wrote {fmt_amount(tot['write'])} ({fmt_amount(eng['write'])} through the engine); "
              f"threshold {fmt_size(report['threshold'])}, mechanism {report['mechanism']}" + _floor_text(report)]
+    rest = files[SHOWN_FILES:]
+    files = files[:SHOWN_FILES]
     if not files:
         lines.append("  (no reads or writes on regular files; copies made inside the kernel, with copy_file_range, "
                      "sendfile or splice as cp and cat use between files, are not seen: docs/preload.md)")
@@ -211,6 +223,13 @@ def render(report: dict) -> str:
     for r in rows:
         lines.append("  " + "  ".join(c.ljust(w) if i in (0, 1) else c.rjust(w)
                                       for i, (c, w) in enumerate(zip(r, widths))) + "  " + r[-1])
+    if rest:
+        r_bytes = {op: sum(f[op].get("bytes", 0) for f in rest) for op in ("read", "write")}
+        r_eng = sum(_engine_bytes(f) for f in rest)
+        lines.append(f"  ... and {len(rest)} more file{'s' if len(rest) != 1 else ''}: read {fmt_amount(r_bytes['read'])}, "
+                     f"wrote {fmt_amount(r_bytes['write'])}, "
+                     + (f"{fmt_amount(r_eng)} through the engine" if r_eng else "none through the engine")
+                     + " (--stats-json FILE keeps every file)")
     plans = [(f["path"], p) for f in files for p in f["plans"]]
     if plans:
         lines.append("  plans the engine ran:")
@@ -225,7 +244,7 @@ def render(report: dict) -> str:
         lines.append(f"  {dropped['calls']} call(s), {fmt_size(dropped['bytes'])}, on files past the rows a process keeps"
                      + (f" ({keep}; ACCIO_PRELOAD_STATS_FILES, docs/preload.md)" if keep else "")
                      + " are counted in no row above and not in the totals")
-    fb = sum(f[op].get("fallbacks", 0) for f in files for op in ("read", "write"))
+    fb = sum(f[op].get("fallbacks", 0) for f in files + rest for op in ("read", "write"))
     if fb:
         lines.append(f"  {fb} request(s) failed in the engine and were redone by libc (their result is the kernel's)")
     return "\n".join(lines)

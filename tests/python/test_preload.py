@@ -416,6 +416,28 @@ def test_stats_of_a_run_without_file_io_says_what_is_not_seen():
     assert "0 files" in text and "copy_file_range" in text and "docs/preload.md" in text
 
 
+def test_stats_table_shows_the_engines_files_first_and_sums_the_rest():
+    """New-user audit, session 25: `accio run --stats -- python ...` printed 127 rows (every module the
+    program imported), its one data file first only because it was the largest, and a header total
+    of '540409112 B'. The files the engine served come first; after 20 rows one line sums the rest."""
+    from accio.run import render
+
+    def f(path, nbytes, engine=0):
+        side = {"calls": 1, "bytes": nbytes, "accelerated_calls": int(engine > 0), "accelerated_bytes": engine,
+                "declined_calls": 0, "ns": 10**6, "size_histogram": [1]}
+        return {"path": path, "read": side, "write": {"calls": 0}, "plans": []}
+    files = [f(f"/usr/lib/python3/m{i}.pyc", 4096 + i) for i in range(30)] + [f("/data/big.bin", 3 << 20, 3 << 20)]
+    files.insert(0, f("/data/biggest-plain.bin", 900 << 20))
+    text = render({"processes": [{"pid": 1}], "files": files, "threshold": 2**20, "mechanism": "auto",
+                   "size_buckets": [2**20]})
+    rows = [ln for ln in text.splitlines() if ln.startswith("  /")]
+    assert rows[0].startswith("  /data/big.bin") and rows[1].startswith("  /data/biggest-plain.bin"), text
+    assert len(rows) == 20
+    assert "  ... and 12 more files: read 48.1 KiB, wrote 0 B, none through the engine (--stats-json FILE keeps every file)" \
+        in text, text
+    assert text.splitlines()[0].startswith("accio run: 1 process, 32 files; read 903 MiB (3 MiB through the engine)")
+
+
 def test_mechanism_is_used(data, tmp_path):
     cmd = ["dd", f"if={data / 'big.bin'}", "of=/dev/null", "bs=2M"]
     _, rep = accio_run(cmd, tmp_path, mechanism="parallel", threshold=None)
