@@ -132,6 +132,7 @@ def global_stats() -> dict:
 
 
 def reset_global_stats() -> None:
+    """Sets the process-wide counters that global_stats() returns back to zero."""
     _ext.reset_global_stats()
 
 
@@ -214,6 +215,7 @@ class File:
         return [Future(f) for f in self._f.submit(list(requests), write)]
 
     def fsync(self) -> None:
+        """Waits for the requests in flight, then fsync(2) of the file (data and metadata)."""
         self._f.fsync()
 
     @property
@@ -265,6 +267,8 @@ class File:
         return {"plan": plan, "mechanism": mechanism, "why": why}
 
     def setting(self, name: str) -> str:
+        """The value this handle has for a setting, as text ('3' for threads=3): what it got from the
+        defaults, ACCIO_* and its own keywords. accio.Error (EINVAL) for a name that is not a setting."""
         return self._f.setting(name)
 
     def residency(self, offset: int = 0, length: int | None = None) -> dict:

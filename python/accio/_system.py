@@ -70,6 +70,22 @@ def fmt_amount(n: int) -> str:
     return f"{n} B"
 
 
+def seconds_arg(text: str) -> float:
+    """A time option (bench --runtime, tune --budget and --device-budget), for argparse: seconds, '30',
+    '30s', '2m' or '1.5h'; above 0. One grammar: tune took only a bare number (new-user audit,
+    session 25)."""
+    import argparse
+    t = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600}.get(t[-1:], None)
+    try:
+        v = float(t[:-1] if scale else t) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time: give seconds, e.g. 30, 30s, 2m") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the time must be above 0")
+    return v
+
+
 def online_cpus() -> int:
     """The CPUs this process may run on (its affinity mask), not every CPU of the machine."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

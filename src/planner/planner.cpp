@@ -156,13 +156,15 @@ std::string Planner::why(unsigned route) const {
       const int state = static_cast<int>((route - b) % (kStates * 2)) / 2, aligned = static_cast<int>(route - b) % 2;
       const auto& cells = profile_->table[w][c];
       const uint64_t lo = cell ? cells[cell - 1].max_size + 1 : 0, hi = cells[cell].max_size;
-      // Sizes as a person reads them, the cell as a half-open range: "16 MiB..64 MiB", not "16MiB..67108863B".
+      // Sizes as a person reads them, the cell's bounds as `accio tune --show` writes them: "< 64 KiB",
+      // "16 MiB .. < 64 MiB", ">= 64 MiB" ("0 B..1536 KiB" read as if 1536 KiB were in it: new-user
+      // audit, session 25).
       auto readable = [](uint64_t v) {
         std::string t = base::format_size(static_cast<size_t>(v));
         return t.insert(t.find_first_not_of("0123456789"), " ");
       };
       std::string range = hi == UINT64_MAX ? (lo ? ">= " + readable(lo) : std::string("any size"))
-                                           : readable(lo) + ".." + readable(hi + 1);
+                                           : (lo ? readable(lo) + " .. < " : std::string("< ")) + readable(hi + 1);
       std::string out = profile_->name + ": " + (w ? "write" : "read") + ", " +
                         (c ? "several requests in flight" : "one request in flight") + ", " + range;
       const CellRoutes& routes = cells_[w][c][cell];

@@ -268,7 +268,9 @@ def test_tune_error_paths(tmp_path):
     assert r.returncode == 2 and "budget" in r.stderr
     for endless in ("nan", "inf"):  # nan < 5 is False: a calibration without end
         r = tune(str(tmp_path), "--budget", endless, check=False)
-        assert r.returncode == 2 and f"--budget {endless}" in r.stderr, r.stderr
+        assert r.returncode == 2 and f"argument --budget: '{endless}': the time must be above 0" in r.stderr, r.stderr
+    r = tune(str(tmp_path), "--budget", "10s", "--device-budget", "1m", check=False)  # bench's time grammar
+    assert r.returncode == 2 and "--device-budget 60: must be above 0 and below --budget (10)" in r.stderr, r.stderr
     # a profile that could not be saved is refused before the calibration, not after its minutes
     (tmp_path / "plain").write_text("x")
     for bad, words in ((tmp_path, "is a directory"), (tmp_path / "plain" / "sub" / "p.json", "not a directory"),

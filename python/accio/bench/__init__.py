@@ -33,7 +33,7 @@ from ..info import _profile as tuning_profile, filesystem, gather, path_info
 from . import comm as comm_mod
 from . import fio, output, report
 from .runner import Runner, file_extents, reads_files_as_found
-from .._system import interrupted_status, online_cpus, parse_sizes, sigterm_interrupts
+from .._system import interrupted_status, online_cpus, parse_sizes, seconds_arg, sigterm_interrupts
 from .spec import LAYOUTS, TESTS, Spec, apply_preset, parse_counts, parse_mechanisms, parse_tests
 
 DEFAULTS = dict(tests="write,rewrite,read,reread", mechanisms="all", file_sizes="256m", records="1m",
@@ -67,10 +67,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "median, min, max and stddev are reported")
     g.add_argument("-Q", "--iodepth", dest="iodepths", help="requests in flight per thread, a list or doubling "
                    "range: 1,4,16 or 1:32 (default 1; above 1 the requests are submitted asynchronously)")
-    g.add_argument("--runtime", type=_seconds, metavar="SECONDS", help="time-based: every phase runs this long, "
+    g.add_argument("--runtime", type=seconds_arg, metavar="SECONDS", help="time-based: every phase runs this long, "
                    "going round its range again if need be (fio's time_based; default: once over the range)")
     g.add_argument("--target", default="host", help="where the buffers live: host or cuda:N (GPU memory: the "
-                   "columns are naive, staged, gds plus the ceilings host and pinned-copy)")
+                   "columns are the device mechanisms that can run there, naive, staged, gds, pagecache, and auto, "
+                   "plus the ceilings host and pinned-copy)")
     g.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="an engine setting for every mechanism, e.g. --set threads=2 (repeatable)")
     g = p.add_argument_group("files")
@@ -146,19 +147,6 @@ def _option(option: str, parse, text: str, *more):
         return parse(text, *more)
     except ValueError as e:
         raise ValueError(f"{option}: {e}") from None
-
-
-def _seconds(text: str) -> float:
-    """--runtime: seconds, '30', '30s', '2m' or '1.5h'."""
-    t = text.strip().lower()
-    scale = {"s": 1, "m": 60, "h": 3600}.get(t[-1:], None)
-    try:
-        v = float(t[:-1] if scale else t) * (scale or 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a time: give seconds, e.g. 30, 30s, 2m") from None
-    if not 0 < v < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: the runtime must be positive")
-    return v
 
 
 def _layouts(text: str | None) -> list[str]:

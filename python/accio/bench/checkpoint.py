@@ -7,8 +7,8 @@
 Contenders, interleaved in rotating order (accio.stats: >= 7 rounds after one untimed, checked
 warm-up; median ratios with 95% bootstrap intervals):
 
-  accio.safetensors   accio.safetensors.load_file (one read of each file's data section into the
-                      target memory, tensors as views; shards in parallel)
+  accio.safetensors   accio.safetensors.load_file (one read of each whole file, header included, from
+                      offset 0 into the target memory, tensors as views; shards in parallel)
   accio raw read      accio.read of each whole file into the same memory: the bytes alone, no
                       parsing (the storage limit a loader can reach)
   safetensors         safetensors.numpy.load_file, or safetensors.torch.load_file(device=) for torch
@@ -42,7 +42,8 @@ def add_arguments(p) -> None:
     p.add_argument("--framework", choices=("numpy", "torch", "cupy"), help="what the tensors are "
                    "(default: numpy on the host, torch on a GPU); it must be installed, or the command stops "
                    "with what to pip install (exit 2)")
-    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7, the minimum for a ratio)")
+    p.add_argument("-i", "--rounds", type=int, default=7, help="interleaved rounds (default 7, the minimum for a ratio; "
+                   "-i as accio bench's iterations)")
     p.add_argument("--cold", action="store_true", help="drop the files' pages from the page cache before every sample")
     p.add_argument("--peers", default=",".join(PEERS), help=f"peers to try: {','.join(PEERS)} or none")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",

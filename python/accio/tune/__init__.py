@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from .. import File, __version__, _ext, stats
 from .._progress import Progress
-from .._system import drop_pages, sigterm_interrupts
+from .._system import drop_pages, seconds_arg, sigterm_interrupts
 from .._usage import UsageError, check_creatable, check_output_path, write_json
 from . import evaluate as evaluate_mod
 from . import prefetch as prefetch_mod
@@ -29,12 +29,12 @@ MIN_FILE_SIZE = 8 * MiB  # --file-size: smaller files leave most of the search's
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", default=".", help="a directory (or file) on the filesystem to tune (default .)")
     p.add_argument("--target", default="host", help="where the bytes go: host (GPU memory is measured with --device)")
-    p.add_argument("--budget", type=float, metavar="SECONDS",
+    p.add_argument("--budget", type=seconds_arg, metavar="SECONDS",
                    help="wall-clock limit of the calibration, the GPU's share included (default 120)")
     p.add_argument("--device", metavar="GPU", help="the GPU whose device table is measured and evaluated (cuda:N or N; "
                    "default: cuda:0 when the CUDA driver reports a GPU); its table serves every GPU of its model")
     p.add_argument("--no-device", action="store_true", help="measure and evaluate host memory only")
-    p.add_argument("--device-budget", type=float, metavar="SECONDS",
+    p.add_argument("--device-budget", type=seconds_arg, metavar="SECONDS",
                    help="the GPU's share of --budget (default a third of it)")
     p.add_argument("--file-size", metavar="SIZE",
                    help="scratch file size for the calibration (default 256m, at least 8m; two such files are written in PATH)")
