@@ -114,6 +114,11 @@ def render(doc: dict, out=sys.stdout) -> None:
         print("Targets (shm, us per call): " + ", ".join(
             f"{k} {v['measured']:.3f} <= {v['target']}" + ("" if v["met"] else " MISSED")
             for k, v in doc["targets"].items()) + ("" if not missed else f"  ({len(missed)} missed)"), file=out)
+    m = doc.get("machine", {})
+    load = max(m.get("loadavg_start", 0.0), m.get("loadavg_end", 0.0))
+    if m.get("cpus") and load > 0.5 * m["cpus"]:  # a caller's latency is the runtime's only on an idle machine
+        print(f"note: the machine was busy (load average {load:.1f} on {m['cpus']} CPUs): the latencies include "
+              "waiting for a CPU; measure on an idle machine to compare with the targets", file=out)
     print("(the configurations ran one after another, medians of their repetitions: a description of this run; "
           "benchmarks/offload_vs_base.py compares builds by the statistics rule, docs/methodology.md)", file=out)
 
@@ -142,7 +147,7 @@ def main(args) -> int:
     doc = {"schema": SCHEMA, "command": "accio offload-bench " + " ".join(sys.argv[2:]),
            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
-                       "cpu": cpu_model()},
+                       "cpu": cpu_model(), "loadavg_start": os.getloadavg()[0]},
            "reps": reps, "ns": ns, "max_bytes": max_bytes, "runs": {}}
     for name, transport, spin in configs:
         print(f"accio offload-bench: {name} ...", file=sys.stderr, flush=True)
@@ -153,6 +158,7 @@ def main(args) -> int:
             print(f"accio offload-bench: {e}", file=sys.stderr)
             return 1
         print(f"accio offload-bench: {name} done in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    doc["machine"]["loadavg_end"] = os.getloadavg()[0]
     n = SUMMARY_N if SUMMARY_N in ns else max(ns)
     doc["summary_n"] = n
     doc["summary"] = {name: summarize(r, n) for name, r in doc["runs"].items()}
