@@ -61,8 +61,11 @@ def fmt_size(n: int) -> str:
 def fmt_amount(n: int) -> str:
     """An amount for a person: a whole unit as fmt_size gives it, else three significant digits of the
     largest unit it reaches ('515 MiB', '1.23 GiB'; bytes below 1 KiB)."""
-    if n < 1024 or fmt_size(n)[-2:] != " B":
-        return fmt_size(n)
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0 and n >> shift < 1024:
+            return f"{n >> shift} {unit}"
+    if n < 1024:
+        return f"{n} B"
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
             v = n / (1 << shift)

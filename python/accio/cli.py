@@ -284,6 +284,9 @@ def _guarded(command: str, func, args) -> int:
     except UsageError as e:
         report(command, str(e))
         return USAGE
+    except MemoryError as e:  # a size the machine cannot hold, found past the checks: one line, not a traceback
+        report(command, f"out of memory{': ' + str(e) if str(e) else ''}; give smaller sizes")
+        return FAILURE
     except (OSError, RuntimeError) as e:
         if isinstance(e, BrokenPipeError) and stdout_reader_gone() or getattr(e, "filename", None) == "stdout":
             raise  # main() exits quietly (the reader went away) or says it once (a failed write)

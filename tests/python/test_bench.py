@@ -492,6 +492,32 @@ def test_bad_arguments_fail_clearly(args, message):
     assert "Traceback" not in r.stderr
 
 
+def test_a_run_the_machine_cannot_hold_is_refused_before_it_starts(tmp_path):
+    """Bench audit, session 25: -r 64g ended in a MemoryError traceback, -s 1000000t too (the offsets),
+    and nothing compared -s with the free space of -d (a typo filled the disk before ENOSPC)."""
+    for args in (["-s", "64g", "-r", "64g"], ["-s", "1000000t", "-r", "1m"]):
+        r = bench("-T", "write", "-m", "posix", "-i", "1", "-d", str(tmp_path), *args, check=False)
+        assert r.returncode == 2 and "of memory per process" in r.stderr and "is available: give a smaller" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not os.listdir(tmp_path)
+    st = os.statvfs(tmp_path)
+    too_big = (st.f_bavail * st.f_frsize >> 30) + 2
+    r = bench("-T", "write", "-m", "posix", "-i", "1", "-d", str(tmp_path), "-s", f"{too_big}g", "-r", "64m", check=False)
+    assert r.returncode == 2 and f"-d {tmp_path}: the run writes up to {too_big} GiB there" in r.stderr, r.stderr
+    assert not os.listdir(tmp_path)
+
+
+def test_o_direct_columns_with_unaligned_records_are_said(tmp_path):
+    """Bench audit, session 25: -r 3000 made `direct` write through the page cache (each record is all
+    unaligned head and tail) without a word; the run says so before it starts."""
+    from accio.bench import unaligned_direct
+    spec = Spec(tests=["write"], mechanisms=parse_mechanisms("posix,direct,uring+direct"), file_sizes=[1 << 20],
+                records=[3000, 1 << 20], threads=[1], processes=[1], layouts=["fpp"], dirs=[str(tmp_path)])
+    notes = unaligned_direct(spec)
+    assert len(notes) == 1 and notes[0].startswith(f"direct, uring+direct in {tmp_path}: 3000 B is not a multiple"), notes
+    assert unaligned_direct(Spec(**{**spec.__dict__, "records": [1 << 20]})) == []
+    assert unaligned_direct(Spec(**{**spec.__dict__, "mechanisms": parse_mechanisms("posix,uring")})) == []
+
+
 @pytest.mark.parametrize("args, message", [
     (["-s", "abc"], "-s: 'abc' is not a size (e.g. 64m, 1g)"),  # was "parse size: ... (errno 22)"
     (["-s", "0"], "-s: '0' is not a positive size (e.g. 64m, 1g)"),  # was "'0': sizes must be positive"

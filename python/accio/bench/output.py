@@ -205,7 +205,7 @@ def render_table(results: list[dict], kind: str = "generic") -> str:
     out.append("MiB/s, median of the iterations ± half the range; < the best of the row"
                + ("; best: the best thread count (in parentheses)" if t["xeonphi"] else "")
                + "; the mechanisms ran one after another: a description of this run, not a verdict "
-                 "(accio bench compare or --vs-fio judge by the statistics rule)")
+                 "(--vs-fio judges against fio by the statistics rule: contenders interleaved, at least 7 rounds)")
     if t["notes"]:
         out.append(MARKS_LEGEND + ":")
         out += ["  " + n for n in t["notes"]]
