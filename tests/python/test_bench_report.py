@@ -119,6 +119,23 @@ def test_compare_command_prints_ratios_and_no_verdict(tmp_path):
     assert "2 results in both; geometric mean of B/A over 2 results 1.14x [" in r.stdout
     assert not any(w in r.stdout for w in ("faster", "slower", "within noise", "undecided", "too few")), r.stdout
     assert "Descriptive: A and B are separate runs, not interleaved" in r.stdout
+    # each run's machine, filesystem and build head the table; a result measured under other conditions
+    # (a cold read that was not cold, a time-based run) is marked (bench audit, session 25)
+    assert r.stdout.startswith("A: 2026-11-23T10:00:00+00:00, host h, ext4 on /dev/vda1, accio abc\nB: "), r.stdout
+    assert "conditions A/B" not in r.stdout
+    b["results"][1] = _result("read", "posix", tight, cache={"method": "fadvise", "residency": 0.9, "cold": False},
+                              runtime_s=10.0)
+    a["results"][1] = _result("read", "posix", tight, cache={"method": "fadvise", "residency": 0.0, "cold": True})
+    b["complete"] = False
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    r = run("bench", "compare", str(pa), str(pb))
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith(("write", "read"))}
+    assert lines["read"].rstrip().endswith("cold True/False, runtime 0/10 s") and "conditions A/B" in r.stdout
+    assert "1 result(s) measured under different conditions" in r.stdout and "INCOMPLETE (interrupted)" in r.stdout
+    b["complete"] = True
+    a["results"][1] = _result("read", "posix", tight)
+    b["results"][1] = _result("read", "posix", tight[:3])
     # A result whose B has a sample of 0 MiB/s (a complete regression) keeps its row, without a ratio,
     # and is counted: it was dropped (statistics audit, session 24).
     b["results"][1] = _result("read", "posix", tight[:-1] + [0])

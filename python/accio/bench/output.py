@@ -311,6 +311,30 @@ COMPARE_NOTE = ("B/A: the median of B's samples over A's, with a 95% bootstrap i
                 "interleave the contenders, at least 7 rounds each (docs/methodology.md)")
 
 
+def _conditions(old: dict, new: dict) -> str:
+    """What differs between two results of one key that makes them measure different things: a cold
+    read that was not cold, the cache method, a time-based run against one pass, verification (bench
+    audit, session 25: compare matched them on the key alone)."""
+    out = []
+    ca, cb = old.get("cache") or {}, new.get("cache") or {}
+    if ca.get("cold") != cb.get("cold"):
+        out.append(f"cold {ca.get('cold')}/{cb.get('cold')}")
+    if ca.get("method") != cb.get("method"):
+        out.append(f"cache {ca.get('method')}/{cb.get('method')}")
+    if old.get("runtime_s", 0) != new.get("runtime_s", 0):
+        out.append(f"runtime {old.get('runtime_s', 0):g}/{new.get('runtime_s', 0):g} s")
+    if old.get("verified") != new.get("verified"):
+        out.append(f"verified {old.get('verified')}/{new.get('verified')}")
+    return ", ".join(out)
+
+
+def _run_line(name: str, d: dict) -> str:
+    env = d.get("environment") or {}
+    fs = sorted({f"{p.get('fstype', '?')} on {p.get('device', '?')}" for p in (env.get("paths") or {}).values()})
+    return (f"{name}: {d.get('started', '?')}, host {env.get('hostname', '?')}, {', '.join(fs) or '?'}, accio "
+            f"{(d.get('accio') or {}).get('git_commit', '?')}" + ("" if d.get("complete", True) else ", INCOMPLETE (interrupted)"))
+
+
 def compare(a: dict, b: dict) -> str | None:
     """`accio bench compare A.json B.json`: B / A for every result present in both, each with its
     unpaired interval, and their geometric mean; no verdict (COMPARE_NOTE). None when no result is
@@ -322,7 +346,7 @@ def compare(a: dict, b: dict) -> str | None:
     both = [(index[_key(r)], r) for r in b["results"] if _key(r) in index]
     qd = len({r.get("iodepth", 1) for _o, r in both}) > 1
     from .. import stats
-    rows, cells, missing = [], [], 0
+    rows, cells, missing, unlike = [], [], 0, 0
     for old, r in both:
         sa, sb = [s["mib_s"] for s in old["samples"]], [s["mib_s"] for s in r["samples"]]
         try:
@@ -334,19 +358,25 @@ def compare(a: dict, b: dict) -> str | None:
             # It was dropped, and left out of the count below (statistics audit, session 24).
             missing += 1
             shown = ["-", f"no ratio: {e}", f"{len(sa)}/{len(sb)}"]
+        differs = _conditions(old, r)
+        unlike += bool(differs)
         rows.append([r["test"], r["mechanism"], fmt_size(r["record_size"]), str(r["threads"]), str(r["processes"]),
                      r["layout"]] + ([str(r.get("iodepth", 1))] if qd else []) +
-                    [sig3(old["mib_s"]), sig3(r["mib_s"])] + shown)
+                    [sig3(old["mib_s"]), sig3(r["mib_s"])] + shown + [differs])
     if not rows:
         return None
     heads = ["test", "mechanism", "record", "threads", "procs", "layout"] + (["iodepth"] if qd else []) + \
-        ["A MiB/s", "B MiB/s", "B/A", "95% interval", "samples A/B"]
-    out = _grid(heads, rows, 7 if qd else 6)
+        ["A MiB/s", "B MiB/s", "B/A", "95% interval", "samples A/B", "conditions A/B"]
+    if not unlike:  # no column of empty cells
+        heads, rows = heads[:-1], [row[:-1] for row in rows]
+    out = [_run_line("A", a), _run_line("B", b)] + _grid(heads, rows, 7 if qd else 6)
     geo = ""
     if cells:
         g = stats.geomean_ratio(cells)
         geo = f"; geometric mean of B/A over {len(cells)} {'result' if len(cells) == 1 else 'results'} {stats.describe(g)}"
-    out.append(f"{len(rows)} results in both" + (f" ({missing} without a ratio)" if missing else "") + geo +
-               f" (A: {a.get('accio', {}).get('git_commit', '?')}, B: {b.get('accio', {}).get('git_commit', '?')})")
+    out.append(f"{len(rows)} results in both" + (f" ({missing} without a ratio)" if missing else "") + geo)
+    if unlike:
+        out.append(f"{unlike} result(s) measured under different conditions (the last column): their ratio compares "
+                   "different things")
     out.append(COMPARE_NOTE)
     return "\n".join(out)
