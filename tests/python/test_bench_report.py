@@ -159,6 +159,11 @@ def test_the_fio_tables_mark_follows_the_verdict():
     lines = output.render_fio([row(1.3, "faster"), row(1.3, "undecided"), row(1.3, "too few samples (3 < 7)"),
                                row(1.05, "within noise")]).splitlines()[1:5]
     assert [("!" in ln) for ln in lines] == [True, False, False, False], lines
+    # fio phases under 200 ms (fio times in whole ms) are marked ~, and the legend says why
+    short = row(1.05, "within noise")
+    short["fio"]["samples"] = [{"seconds": 0.05}] * 7
+    text = output.render_fio([short, row(1.05, "within noise")])
+    assert "1.05~" in text and "~ = fio's phases took under 200 ms (1 row(s))" in text, text
 
 
 def test_plots_draw_each_queue_depth_apart():

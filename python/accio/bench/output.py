@@ -238,26 +238,38 @@ def render_latency(results: list[dict]) -> str:
                       "to completion, over every request of every iteration"])
 
 
+FIO_MIN_SECONDS = 0.2  # fio's runtime is whole milliseconds: shorter phases are marked
+
+
 def render_fio(results: list[dict]) -> str:
     rows = [r for r in results if r.get("fio")]
     if not rows:
         return ""
     out = [f"{'test':<13}{'mechanism':<14}{'record':>9}{'threads':>8}{'accio':>9}{'fio':>9}{'ratio':>7}"
            f"  {'95% interval':<13} {'verdict':<23}  fio job"]
+    shorts = 0
     for r in rows:
         f = r["fio"]
         # A difference the samples show (faster or slower, by the rule), of more than the tolerance: the
         # mark stood beside "undecided" and "too few samples" too (bench audit, session 25).
         off = f["ratio"] is not None and abs(f["ratio"] - 1) > FIO_TOLERANCE and f.get("verdict") in ("faster", "slower")
         ratio = f"{f['ratio']:>7.2f}" if f["ratio"] is not None else f"{'-':>7}"
+        # fio reports its runtime in whole milliseconds: a phase under 200 ms is off by up to 0.5% a
+        # sample (bench audit, session 25: 48-99 ms phases, 1-2%, said only in the docs)
+        secs = sorted(s["seconds"] for s in f.get("samples") or [] if "seconds" in s)
+        short = bool(secs) and secs[len(secs) // 2] < FIO_MIN_SECONDS
+        shorts += short
         iv = f.get("interval")
         interval = f"{iv[0]:.2f}-{iv[1]:.2f}" if iv else "-"
         out.append(f"{r['test']:<13}{r['mechanism']:<14}{fmt_size(r['record_size']):>9}{r['threads']:>8}"
-                   f"{r['mib_s']:>9.0f}{f['mib_s']:>9.0f}{ratio}{'!' if off else ' '} {interval:<13} "
+                   f"{r['mib_s']:>9.0f}{f['mib_s']:>9.0f}{ratio}{'!' if off else '~' if short else ' '} {interval:<13} "
                    f"{f.get('verdict', '-'):<23}  {f['job']}")
     out.append(f"MiB/s, medians; ratio: median of the per-iteration accio/fio ratios with its 95% bootstrap "
                f"interval; ! = differs from fio by more than {FIO_TOLERANCE:.0%}, and the samples show it (faster or "
                "slower); the verdict says whether they can tell: none under 7 iterations (-i 7; docs/methodology.md)")
+    if shorts:
+        out.append(f"~ = fio's phases took under {FIO_MIN_SECONDS * 1000:.0f} ms ({shorts} row(s)): fio times them in "
+                   "whole milliseconds, which costs the ratio up to 0.5% a sample; give larger files (-s 1g)")
     return "\n".join(out)
 
 
