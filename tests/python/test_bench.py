@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -347,6 +348,32 @@ def test_mpirun_an_error_on_one_rank_ends_every_rank(tmp_path):
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 1 and "the run's JSON is in " in r.stderr, r.stdout + r.stderr
     os.unlink(r.stderr.split("the run's JSON is in ")[1].split()[0])
+
+
+def test_mpirun_interrupted_removes_every_ranks_files(tmp_path):
+    """Bench audit, session 25: Ctrl-C to mpirun (which passes SIGTERM to the ranks) killed them without
+    their cleanup: each rank's 128 MiB file stayed, and nothing was said. Each rank now takes SIGTERM
+    as Ctrl-C: it removes its files, and rank 0 keeps what was measured and says so."""
+    import signal
+    mpirun, env = _mpirun()
+    d = tmp_path / "d"
+    d.mkdir()
+    js = tmp_path / "x.json"
+    p = subprocess.Popen([mpirun, "-np", "2", *ACCIO, "bench", "-d", str(d), "-i", "7", "-T", "write,read", "-m", "posix",
+                          "-s", "16m", "-r", "1m", "-p", "2", "--runtime", "2s", "--json", str(js)], env=env,
+                         stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(n.startswith("accio-bench.") for n in os.listdir(d)):
+        time.sleep(0.05)  # the ranks have started writing
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    _out, err = p.communicate(timeout=120)
+    # (rank 0's closing line may not get through: mpirun ends the job, and its relay of the ranks'
+    # output, when the first rank exits with a status that is not 0)
+    assert p.returncode != 0 and "Traceback" not in err, err
+    assert not os.listdir(d), (os.listdir(d), err)
+    assert json.loads(js.read_text())["complete"] is False
 
 
 def test_mpirun_two_ranks(tmp_path):

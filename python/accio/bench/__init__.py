@@ -515,8 +515,9 @@ def main(args) -> int:
     if doc is not None:
         doc["results"] = runner.results  # the list the runner appends to
     interrupted = 0  # the exit status of an interruption
-    try:  # under mpirun SIGTERM stays the launcher's to handle
-        with sigterm_interrupts() if world.size == 1 else contextlib.nullcontext():
+    try:  # SIGTERM (kill, a batch system, mpirun passing on Ctrl-C or ending the job) as Ctrl-C: each rank
+        # removes its own scratch files on the way out (under mpirun they stayed: bench audit, session 25)
+        with sigterm_interrupts():
             runner.run()
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: report what was measured, then exit 130 or 143
         interrupted = interrupted_status(e)

@@ -49,20 +49,34 @@ class Mpi:
         self.offset_ns = self._clock_offset()
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        """MPI_Ibarrier, waited for in Python: a rank waiting for one that was interrupted (Ctrl-C to
+        mpirun, which passes SIGTERM on) still takes its signal and removes its files; in a blocking
+        MPI call the Python handler never ran, and the rank was killed with its files left (bench
+        audit, session 25). Polled without a pause for the first millisecond (the ranks leave a
+        barrier before a timed phase together), then every 100 us."""
+        req = self.comm.Ibarrier()
+        t0 = time.perf_counter()
+        while not req.Test():
+            if time.perf_counter() - t0 > 1e-3:
+                time.sleep(1e-4)
 
+    # The object collectives have no non-blocking form: each starts with the barrier above, so that
+    # every rank is there before any blocks.
     def allreduce(self, value, op: str):
+        self.barrier()
         return self.comm.allreduce(value, op={"min": self._mpi.MIN, "max": self._mpi.MAX, "sum": self._mpi.SUM}[op])
 
     def bcast(self, value):
+        self.barrier()
         return self.comm.bcast(value, root=0)
 
     def gather(self, value):
+        self.barrier()
         return self.comm.gather(value, root=0)
 
     def abort(self, code: int) -> None:
         """Ends every rank (MPI_Abort): for an error on one rank, which the others would wait for at
-        their next collective. Their scratch files stay (each rank removes its own only when it ends)."""
+        their next collective. mpirun sends them SIGTERM, which they take as Ctrl-C (their files go)."""
         self.comm.Abort(code)
 
     def _clock_offset(self, rounds: int = 16) -> int:
