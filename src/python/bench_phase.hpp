@@ -18,6 +18,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <barrier>
 #include <cstdint>
 #include <exception>
@@ -49,6 +51,9 @@ struct Phase {
   int64_t runtime_ns = 0;  // > 0: go round the range again until this much time has passed (fio time_based)
   int iodepth = 1;         // requests in flight per thread; > 1 submits asynchronously (accio_p*_async)
   bool time_requests = true;  // each request's latency into the histogram (two clock reads per request)
+  // Set (by the caller's poll, below) to end the phase after the requests in flight: Ctrl-C took
+  // effect only when the phase ended, 16 s into a 20 s --runtime (bench audit, session 25).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Request latencies, log-linear: exact below kSub ns, then kSub buckets per power of two, so that a
@@ -151,7 +156,10 @@ inline void check_read(const Slot& s, const Phase& ph, int64_t r) {
 
 // Runs the phase; returns one interval per job. The first error of any thread is rethrown after all
 // threads have stopped (the others finish their current record and stop early).
-inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase& ph) {
+// poll (optional): called by the caller's thread every 20 ms while the jobs run, each then on a
+// thread of its own (without it the caller's thread runs the first job); it may set *ph.stop.
+inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase& ph,
+                                       const std::function<void()>& poll = {}) {
   if (ph.record == 0) throw std::invalid_argument("record size must be positive");
   if (ph.iodepth < 1) throw std::invalid_argument("iodepth must be at least 1");
   if (ph.runtime_ns < 0) throw std::invalid_argument("runtime must not be negative");
@@ -206,7 +214,8 @@ inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase
       int64_t t = t0;
       // Once over the range; time-based: until runtime_ns has passed, going round the range again
       // if need be (fio's time_based; the clock is then read at every completion).
-      for (size_t k = 0; !offs.empty() && !failed.load(std::memory_order_relaxed); ++k) {
+      auto stopped = [&] { return ph.stop && ph.stop->load(std::memory_order_relaxed); };
+      for (size_t k = 0; !offs.empty() && !failed.load(std::memory_order_relaxed) && !stopped(); ++k) {
         if (ph.runtime_ns > 0 ? t - t0 >= ph.runtime_ns : k >= offs.size()) break;
         auto& s = slots[k % slots.size()];
         if (s.fut) {  // the slot's previous request first
@@ -232,7 +241,7 @@ inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase
           s.fut = nullptr;
           if (!failed) complete(s, r);
         }
-      if (ph.fsync && !failed) accio::detail::check(accio_fsync(j.file));
+      if (ph.fsync && !failed && !stopped()) accio::detail::check(accio_fsync(j.file));
     } catch (...) {
       errors[i] = std::current_exception();
       failed = true;
@@ -241,8 +250,20 @@ inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase
     iv.end_ns = now_ns();
   };
   std::vector<std::thread> threads;
-  for (size_t i = 1; i < n; ++i) threads.emplace_back(body, i);
-  if (n) body(0);
+  if (!poll) {
+    for (size_t i = 1; i < n; ++i) threads.emplace_back(body, i);
+    if (n) body(0);
+  } else {  // every job on a thread of its own; the caller's thread calls poll until they are done
+    std::atomic<size_t> done{0};
+    for (size_t i = 0; i < n; ++i) threads.emplace_back([&, i] {
+        body(i);
+        done.fetch_add(1, std::memory_order_release);
+      });
+    while (done.load(std::memory_order_acquire) < n) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      poll();
+    }
+  }
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);

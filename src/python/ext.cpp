@@ -1223,8 +1223,32 @@ NB_MODULE(_ext, m) {
       uses.push_back(std::make_unique<PyFile::Use>(*files[i], "bench"));
       jobs.push_back({files[i]->handle(), offsets[i], lengths[i]});
     }
-    nb::gil_scoped_release nogil;
-    return accio_bench::run_phase(jobs, ph);
+    // Ctrl-C (or SIGTERM, which accio bench makes one) ends the phase after the requests in flight:
+    // the caller's thread takes Python's pending signals every 20 ms, and a handler that raised stops
+    // the jobs; its exception is raised once they have ended.
+    std::atomic<bool> stop{false};
+    PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+    accio_bench::Phase p = ph;
+    p.stop = &stop;
+    std::vector<accio_bench::Interval> out;
+    try {
+      nb::gil_scoped_release nogil;
+      out = accio_bench::run_phase(jobs, p, [&] {
+        if (stop.load()) return;
+        nb::gil_scoped_acquire gil;
+        if (PyErr_CheckSignals() != 0) {
+          PyErr_Fetch(&type, &value, &trace);
+          stop = true;
+        }
+      });
+    } catch (...) {  // a job's error: the interruption, if there was one, is what the user is told
+      if (!stop) throw;
+    }
+    if (stop) {
+      PyErr_Restore(type, value, trace);
+      throw nb::python_error();
+    }
+    return out;
   };
   m.def("bench_phase", [run_bench](const std::vector<PyFile*>& files, const std::vector<int64_t>& offsets,
                                    const std::vector<int64_t>& lengths, size_t record, bool write, bool random,

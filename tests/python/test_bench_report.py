@@ -448,6 +448,51 @@ def test_interrupted_run_keeps_every_finished_cell(tmp_path, sig):
     assert not list(tmp_path.glob("accio-bench.*"))  # files under test removed
 
 
+def test_ctrl_c_ends_a_long_phase_at_once(tmp_path):
+    """Bench audit, session 25: Ctrl-C took effect when the native phase ended (16 s into a 20 s
+    --runtime). The phase now ends after the requests in flight."""
+    js = tmp_path / "run.json"
+    proc = subprocess.Popen([*ACCIO, "bench", "-T", "write", "-m", "posix", "-s", "8m", "-r", "1m", "-i", "1",
+                             "--runtime", "20s", "-d", str(tmp_path), "--json", str(js)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("accio-bench.*")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the phase has begun
+    time.sleep(1)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 10 and proc.returncode == 130, err  # the phase had 19 s to go
+    assert json.loads(js.read_text())["complete"] is False and "interrupted after 0 result(s)" in err
+    assert not list(tmp_path.glob("accio-bench.*"))
+
+
+def test_an_interrupted_configuration_keeps_the_iterations_it_finished(tmp_path):
+    """An interrupted configuration was dropped whole: the iterations every test finished are kept,
+    as results of fewer samples (Ctrl-C here in the third iteration's read)."""
+    code = """
+import sys
+from accio.bench import runner
+phase, calls = runner.Runner.phase, [0]
+def interrupted(self, *args, **kwargs):
+    calls[0] += 1
+    if calls[0] == 6:
+        raise KeyboardInterrupt
+    return phase(self, *args, **kwargs)
+runner.Runner.phase = interrupted
+from accio.cli import main
+sys.exit(main(["bench", *sys.argv[1:]]))
+"""
+    js = tmp_path / "run.json"
+    r = subprocess.run([sys.executable, "-c", code, "-T", "write,read", "-m", "posix,parallel", "-s", "1m", "-r", "256k",
+                        "-i", "7", "-d", str(tmp_path), "--json", str(js)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 130, r.stderr
+    doc = json.loads(js.read_text())
+    assert doc["complete"] is False
+    assert [(x["test"], x["mechanism"], len(x["samples"])) for x in doc["results"]] == [("write", "posix", 2), ("read", "posix", 2)]
+
+
 def test_killed_run_leaves_a_valid_json_of_the_cells_it_finished(tmp_path):
     js = tmp_path / "run.json"
     proc = _start_long_run(tmp_path, js)

@@ -305,14 +305,26 @@ class Runner:
                     self.data_key = ("fio",) + c.data_key  # the right size, but no stamps to verify
 
         passes = {"accio": accio_pass, "fio": fio_pass} if with_fio else {"accio": accio_pass}
-        for it in range(spec.iterations):
-            for who in stats.rotation(list(passes), it):
-                passes[who](it)
+        try:
+            for it in range(spec.iterations):
+                for who in stats.rotation(list(passes), it):
+                    passes[who](it)
+        except KeyboardInterrupt:
+            # The iterations every test (and fio) finished are kept, as results of fewer samples: an
+            # interrupted configuration was dropped whole (bench audit, session 25).
+            done = min(len(v) for v in list(samples.values()) + (list(fio_samples.values()) if with_fio else []))
+            if self.comm.rank == 0 and done:
+                self._keep(spec, c, {t: v[:done] for t, v in samples.items()},
+                           {t: v[:done] for t, v in fio_samples.items()})
+            raise
         if self.comm.rank == 0:
-            for test in spec.tests:
-                self.results.append(make_result(spec, c, test, samples[test], fio_samples[test]))
-                if self.on_result:
-                    self.on_result(self.results[-1])
+            self._keep(spec, c, samples, fio_samples)
+
+    def _keep(self, spec: Spec, c: Config, samples: dict, fio_samples: dict) -> None:
+        for test in spec.tests:
+            self.results.append(make_result(spec, c, test, samples[test], fio_samples[test]))
+            if self.on_result:
+                self.on_result(self.results[-1])
 
     def _note(self, c: Config, test: str, it: int, who: str = "") -> None:
         if self.progress:
