@@ -134,8 +134,8 @@ def test_mechanism_lists_come_from_the_registry():
         assert set(m["knobs"]) <= names, m
     assert "queue_depth" in next(m for m in ms if m["name"] == "uring")["knobs"]
     assert [c.label for c in spec.parse_mechanisms("all")] == [*host, "auto"]  # auto beside the fixed ones
-    assert spec.Column("direct", "direct").o_direct and not spec.Column("parallel", "parallel").o_direct
-    assert spec.Column("uring+direct", "uring", (("direct", "on"),)).o_direct
+    assert spec.Column("direct", "direct").o_direct() and not spec.Column("parallel", "parallel").o_direct()
+    assert spec.Column("uring+direct", "uring", (("direct", "on"),)).o_direct()
 
 
 def test_docs_settings_table_is_the_engines():

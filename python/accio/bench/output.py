@@ -265,8 +265,8 @@ def render_fio(results: list[dict]) -> str:
                    f"{r['mib_s']:>9.0f}{f['mib_s']:>9.0f}{ratio}{'!' if off else '~' if short else ' '} {interval:<13} "
                    f"{f.get('verdict', '-'):<23}  {f['job']}")
     out.append(f"MiB/s, medians; ratio: median of the per-iteration accio/fio ratios with its 95% bootstrap "
-               f"interval; ! = differs from fio by more than {FIO_TOLERANCE:.0%}, and the samples show it (faster or "
-               "slower); the verdict says whether they can tell: none under 7 iterations (-i 7; docs/methodology.md)")
+               f"interval; ! = differs from fio by more than {FIO_TOLERANCE:.0%}, and the verdict says the samples show "
+               "it; the verdict says whether they can tell: none under 7 iterations (-i 7; docs/methodology.md)")
     if shorts:
         out.append(f"~ = fio's phases took under {FIO_MIN_SECONDS * 1000:.0f} ms ({shorts} row(s)): fio times them in "
                    "whole milliseconds, which costs the ratio up to 0.5% a sample; give larger files (-s 1g)")
