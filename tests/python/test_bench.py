@@ -454,6 +454,16 @@ def test_vs_fio_writes_a_files_target_in_place(tmp_path):
     assert target.stat().st_size == 2 << 20
 
 
+@pytest.mark.skipif(not shutil.which("fio"), reason="fio not installed")
+def test_vs_fio_says_which_columns_it_cannot_compare(tmp_path):
+    """Bench audit, session 25: -m auto --vs-fio printed no fio table and no word."""
+    r = bench("-T", "write", "-m", "auto,posix", "-s", "1m", "-r", "1m", "-i", "1", "--vs-fio", "-d", str(tmp_path))
+    assert "warning: --vs-fio: auto has no fio equivalent (fio runs one fixed way); compared with fio: posix" in r.stderr
+    r = bench("-m", "bogus", check=False)
+    assert r.returncode == 2 and "unknown mechanism 'bogus'; choose from posix, parallel, direct, uring, auto, all " \
+        "(GPU memory, --target cuda:N: naive, staged, gds, pagecache)" in r.stderr, r.stderr
+
+
 def test_compare(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     for f in (a, b):

@@ -517,7 +517,9 @@ def test_text_table_marks_the_best_and_names_autos_plan(tmp_path):
     assert first[:4] == ["4", "KiB", "write", "0.410"] and "0.960 ±5%<" in lines[2] and lines[2].count("<") == 1
     assert "*1 auto chose uring(qd=4)" in text and "*2 auto ran as posix" in text
     lat = output.render_latency(doc["results"])
-    assert lat.splitlines()[0].split()[-4:] == ["IOPS", "p50", "p99", "p99.9"] and "12.1 us" in lat
+    assert lat.splitlines()[0].split()[-6:] == ["IOPS", "requests", "p50", "p99", "p99.9", "max"] and "12.1 us" in lat
+    # 7 requests: p99 and p99.9 would be the maximum; shown as "-" beside the max (bench audit, session 25)
+    assert lat.splitlines()[2].split()[-7:] == ["7", "900", "ns", "-", "-", "12.1", "us"], lat
     csv_path = tmp_path / "r.csv"
     output.write_csv(str(csv_path), doc["results"])
     import csv

@@ -471,6 +471,11 @@ def main(args) -> int:
     phases = count_phases(spec)
     progress = Progress("accio bench", world.rank == 0 and not args.quiet, total=phases)
     notes = skipped_sizes(spec) + unaligned_direct(spec)
+    if spec.vs_fio and (alone := [m.label for m in spec.mechanisms if not fio.comparable(m)]):
+        # said, not silent (bench audit, session 25: -m auto --vs-fio printed no fio table and no word)
+        same = [m.label for m in spec.mechanisms if fio.comparable(m)]
+        notes.append(f"--vs-fio: {', '.join(alone)} {'has' if len(alone) == 1 else 'have'} no fio equivalent (fio runs "
+                     f"one fixed way); compared with fio: {', '.join(same) or 'none'}")
     if world.rank == 0:
         for note in notes:  # not progress: said under -q too
             print(f"accio bench: warning: {note}", file=sys.stderr, flush=True)

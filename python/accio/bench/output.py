@@ -212,7 +212,7 @@ def render_table(results: list[dict], kind: str = "generic") -> str:
     return "\n".join(out + ["note: " + c for c in t["caveats"]])
 
 
-LATENCY_HEADS = ["IOPS", "p50", "p99", "p99.9"]
+LATENCY_HEADS = ["IOPS", "requests", "p50", "p99", "p99.9", "max"]
 
 
 def latency_cells(r: dict) -> list[str]:
@@ -220,8 +220,12 @@ def latency_cells(r: dict) -> list[str]:
     from .latency import PERCENTILES, fmt_ns
     lat = r.get("latency") or {}
     if not lat.get("requests"):
-        return [sig3(r["iops"]) if "iops" in r else "-"] + ["-"] * len(PERCENTILES)
-    return [sig3(r["iops"])] + [fmt_ns(lat[f"p{p:g}_ns"]) for p in PERCENTILES]
+        return [sig3(r["iops"]) if "iops" in r else "-", "-"] + ["-"] * (len(PERCENTILES) + 1)
+    # A tail percentile is shown where at least 10 requests lie above it (p99 from 1000 requests, p99.9
+    # from 10000); below that it is the maximum, or nearly: "-" (bench audit, session 25: p99.9 of 112).
+    n = lat["requests"]
+    return [sig3(r["iops"]), str(n)] + [fmt_ns(lat[f"p{p:g}_ns"]) if p < 99 or n * (100 - p) / 100 >= 10 else "-"
+                                        for p in PERCENTILES] + [fmt_ns(lat["max_ns"])]
 
 
 def render_latency(results: list[dict]) -> str:
@@ -229,13 +233,15 @@ def render_latency(results: list[dict]) -> str:
     rows = [r for r in results if (r.get("latency") or {}).get("requests")]
     if not rows:
         return ""
-    dims = [d for d in ("threads", "file_size", "record_size", "iodepth") if len({r.get(d, 1) for r in rows}) > 1]
+    dims = [d for d in ("directory", "layout", "processes", "threads", "file_size", "record_size", "iodepth")
+            if len({r.get(d, 1) for r in rows}) > 1]  # every dimension that varies, or rows repeat
     heads = ["test", "mechanism"] + [HEAD.get(d, d) for d in dims] + LATENCY_HEADS
     body = [[r["test"], r["mechanism"]] + [_cell_value(d, r.get(d, 1)) for d in dims] + latency_cells(r)
             for r in rows]
     return "\n".join(_grid(heads, body, 2 + len(dims)) +
-                     ["IOPS: requests per second (median); p50..p99.9: latency of single requests, submission "
-                      "to completion, over every request of every iteration"])
+                     ["IOPS: requests per second (median); p50..max: latency of single requests, submission "
+                      "to completion, over every request of every iteration; p99 and p99.9 are - where fewer than 10 "
+                      "requests lie above them (p99 needs 1000 requests, p99.9 10000)"])
 
 
 FIO_MIN_SECONDS = 0.2  # fio's runtime is whole milliseconds: shorter phases are marked

@@ -295,7 +295,8 @@ def latency_table(results: list[dict]) -> str:
     if not rows:
         return ""
     esc = html.escape
-    dims = [(d, h) for d, h in (("threads", "threads"), ("file_size", "file"), ("record_size", "record"),
+    dims = [(d, h) for d, h in (("directory", "directory"), ("layout", "layout"), ("processes", "procs"),
+                                ("threads", "threads"), ("file_size", "file"), ("record_size", "record"),
                                 ("iodepth", "iodepth")) if len({r.get(d, 1) for r in rows}) > 1]
     head = "".join(f"<th>{h}</th>" for h in ["test", "mechanism"] + [h for _d, h in dims] + LATENCY_HEADS)
     body = []
@@ -399,7 +400,7 @@ def _device_text(bd: dict | None) -> str:
 def environment_rows(doc: dict) -> list[tuple[str, str]]:
     env = doc["environment"]
     rows = [("accio", f"{doc['accio']['version']} ({doc['accio']['git_commit']})"),
-            ("kernel", env["kernel"]), ("CPU", f"{env['cpu']['model']} ({env['cpu']['usable']} usable)"),
+            ("host", env.get("hostname", "?")), ("started", doc.get("started", "?")), ("kernel", env["kernel"]), ("CPU", f"{env['cpu']['model']} ({env['cpu']['usable']} usable)"),
             ("memory", f"{env['memory']['total_kib'] / 2**20:.1f} GiB"), ("processes", str(env["processes"]))]
     for p, v in env["paths"].items():
         rows.append((f"path {p}", f"{v.get('fstype')} on {v.get('device')} "

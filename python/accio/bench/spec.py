@@ -120,7 +120,10 @@ def parse_mechanisms(text: str, target: str = "host") -> list[Column]:
             continue
         name, *flags = item.split("+")
         if name not in known:
-            raise ValueError(f"unknown mechanism '{name}'; choose from {', '.join(sorted(known))}, all")
+            serve = [m["name"] for m in _ext.mechanisms() if m["device"] == device] + ["auto"]
+            raise ValueError(f"unknown mechanism '{name}'; choose from {', '.join(serve)}, all"
+                             + ("" if device else " (GPU memory, --target cuda:N: " +
+                                ", ".join(m["name"] for m in _ext.mechanisms() if m["device"]) + ")"))
         if any(f != "direct" for f in flags):
             raise ValueError(f"'{item}': the only suffix is +direct (O_DIRECT file side)")
         if flags and "direct" not in knobs.get(name, ("direct",)):  # auto takes it as a setting
