@@ -70,8 +70,21 @@ def _ordinal(device: str | int) -> int:
         return device
     name, _, num = str(device).partition(":")
     if name != "cuda" or (num and not num.isdigit()):
-        raise ValueError(f"device {device!r}: expected 'cuda' or 'cuda:N'")
+        raise ValueError(f"device {device!r}: expected 'cuda', 'cuda:N' or a GPU number for GPU memory "
+                         "(None or 'cpu' for host memory, where a call takes it)")
     return int(num) if num else _current_gpu()
+
+
+def _where(device) -> int | None:
+    """None for host memory (None, 'cpu', torch.device('cpu')), else the GPU's ordinal ('cuda:N', N,
+    torch.device('cuda:N'); 'cuda' is the calling thread's current GPU, as torch means it)."""
+    if device is None or device == "cpu":
+        return None
+    if type(device).__name__ == "device" and hasattr(device, "type"):  # a torch.device
+        if device.type == "cpu":
+            return None
+        device = device.type if device.index is None else f"{device.type}:{device.index}"
+    return _ordinal(device)
 
 
 def _current_gpu() -> int:
@@ -434,7 +447,7 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
             raise _shrank(path, got, n)
         return out
 
-    ordinal = None if device is None else _ordinal(device)
+    ordinal = _where(device)
     default = framework is None
     if default:
         framework = "numpy" if ordinal is None else "cupy"

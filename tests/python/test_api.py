@@ -407,6 +407,17 @@ def test_an_explicit_offset_in_append_mode_writes_there(tmp_path):
     assert p.read_bytes() == b"01ab456789!"
 
 
+def test_read_takes_the_host_as_safetensors_names_it(tmp_path):
+    """New-user audit, session 25: accio.read(device='cpu') was refused ("expected 'cuda' or 'cuda:N'")
+    while accio.safetensors takes 'cpu'; a wrong name says what each kind of memory is called."""
+    p = tmp_path / "x"
+    p.write_bytes(b"abc")
+    assert accio.read(p, device="cpu").tobytes() == b"abc"
+    with pytest.raises(ValueError, match=r"device 'gpu': expected 'cuda', 'cuda:N' or a GPU number for GPU memory "
+                                         r"\(None or 'cpu' for host memory"):
+        accio.read(p, device="gpu")
+
+
 def test_write_from_async_without_an_offset_in_append_mode_is_refused_and_loses_nothing(tmp_path):
     """New-user audit, session 25: write_from(buf) appends in a/a+ modes, but write_from_async(buf)
     wrote at 0, over the file's head (b"HELLO" became b"bbLLOAAA")."""
