@@ -448,60 +448,50 @@ static int locate(const char* name, char* out, size_t len, int* status) {
   return 1;
 }
 
-/* What the shim can do for exe: a 64-bit ELF program without a program interpreter (PT_INTERP) is
- * statically linked, so the dynamic loader that honours LD_PRELOAD never runs in it; a 32-bit one has
- * a loader of its own word size, which loads the empty 32-bit shim at most (lib/accio-platform/).
- * Either runs as without accio. A script, a dynamic 64-bit program or a file that cannot be read: SERVED. */
-enum { SERVED, STATIC, WORD32 };
-static int elf_kind(const char* exe) {
-  const int fd = open(exe, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return SERVED;
-  Elf64_Ehdr eh;
-  const ssize_t got = pread(fd, &eh, sizeof eh, 0);
-  const int elf = got >= EI_NIDENT && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0;
-  int kind = SERVED; /* unknown counts as served: say nothing */
-  if (elf && eh.e_ident[EI_CLASS] == ELFCLASS32) {
-    kind = WORD32;
-  } else if (elf && got == (ssize_t)sizeof eh && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
-             eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0 && eh.e_phnum < 4096 &&
-             (eh.e_type == ET_EXEC || eh.e_type == ET_DYN)) {
-    kind = STATIC;
-    for (unsigned i = 0; i < eh.e_phnum && kind == STATIC; ++i) { /* a dozen headers: one pread each */
-      Elf64_Phdr ph;
-      if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) != (ssize_t)sizeof ph ||
-          ph.p_type == PT_INTERP)
-        kind = SERVED;
-    }
-  }
-  close(fd);
-  return kind;
-}
-
-/* Whether a dynamic 64-bit program is linked with the AddressSanitizer runtime (a DT_NEEDED of
+/* What the launcher needs to know of the program, from its ELF headers, read once per launch.
+ * kind: what the shim can do for exe. A 64-bit ELF program without a program interpreter (PT_INTERP)
+ * is statically linked, so the dynamic loader that honours LD_PRELOAD never runs in it; a 32-bit one
+ * has a loader of its own word size, which loads the empty 32-bit shim at most (lib/accio-platform/).
+ * Either runs as without accio. A script, a dynamic 64-bit program or a file that cannot be read:
+ * SERVED.
+ * asan: whether a dynamic 64-bit program is linked with the AddressSanitizer runtime (a DT_NEEDED of
  * libasan.so.N or libclang_rt.asan-*.so). ASan refuses to start unless its runtime comes first in the
  * list of loaded libraries ("ASan runtime does not come first in initial library list"), and the
  * shim comes first: such a program gets verify_asan_link_order=0 (shim audit, session 24). The
  * check guards ASan's malloc interception, which the shim does not touch; its read and write
  * interceptors still run, after the shim's (its calls to libc find them next). Preloading the
  * runtime before the shim instead made every child the program starts an ASan process (its leak
- * check at exit changed uninstrumented programs' exit status). Every length and offset read from the
- * file is checked. */
-static int links_asan(const char* exe) {
-  int found = 0;
+ * check at exit changed uninstrumented programs' exit status).
+ * Every length and offset read from the file is checked. (Two functions read the same headers, each
+ * opening the file, until the twenty-fifth session.) */
+enum { SERVED, STATIC, WORD32 };
+struct elf_facts {
+  int kind;
+  int asan;
+};
+static struct elf_facts elf_facts(const char* exe) {
+  struct elf_facts f = {SERVED, 0}; /* unknown counts as served: say nothing */
   const int fd = open(exe, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return f;
   Elf64_Ehdr eh;
   Elf64_Phdr* ph = NULL;
   Elf64_Dyn* dyn = NULL;
   char* str = NULL;
-  if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
-      eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) || !eh.e_phnum || eh.e_phnum >= 4096)
+  const ssize_t got = pread(fd, &eh, sizeof eh, 0);
+  const int elf = got >= EI_NIDENT && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0;
+  if (elf && eh.e_ident[EI_CLASS] == ELFCLASS32) f.kind = WORD32;
+  if (!elf || got != (ssize_t)sizeof eh || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_phentsize != sizeof(Elf64_Phdr) || !eh.e_phnum || eh.e_phnum >= 4096)
     goto out;
   ph = malloc(eh.e_phnum * sizeof *ph);
   if (!ph || pread(fd, ph, eh.e_phnum * sizeof *ph, (off_t)eh.e_phoff) != (ssize_t)(eh.e_phnum * sizeof *ph)) goto out;
   const Elf64_Phdr* dp = NULL;
-  for (unsigned i = 0; i < eh.e_phnum; ++i)
+  int interp = 0;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    interp |= ph[i].p_type == PT_INTERP;
     if (ph[i].p_type == PT_DYNAMIC) dp = &ph[i];
+  }
+  if (!interp && (eh.e_type == ET_EXEC || eh.e_type == ET_DYN)) f.kind = STATIC;
   if (!dp || !dp->p_filesz || dp->p_filesz > (1u << 20)) goto out;
   const size_t ndyn = dp->p_filesz / sizeof *dyn;
   dyn = malloc(ndyn * sizeof *dyn);
@@ -522,17 +512,17 @@ static int links_asan(const char* exe) {
   for (size_t i = 0; i < ndyn && dyn[i].d_tag != DT_NULL; ++i) {
     if (dyn[i].d_tag != DT_NEEDED || dyn[i].d_un.d_val >= strsz) continue;
     const char* name = str + dyn[i].d_un.d_val;
-    if (!strncmp(name, "libasan.so", 10) || !strncmp(name, "libclang_rt.asan", 16)) found = 1;
+    if (!strncmp(name, "libasan.so", 10) || !strncmp(name, "libclang_rt.asan", 16)) f.asan = 1;
   }
 out:
   free(str);
   free(dyn);
   free(ph);
   close(fd);
-  return found;
+  return f;
 }
 
-/* ASAN_OPTIONS with verify_asan_link_order=0 added (links_asan). */
+/* ASAN_OPTIONS with verify_asan_link_order=0 added (elf_facts: asan). */
 static int allow_asan_after_shim(void) {
   const char* old = getenv("ASAN_OPTIONS");
   char v[4096];
@@ -897,7 +887,8 @@ int accio_run_main(int argc, char** argv) {
    * a terminal (unless they set ACCIO_QUIET, as the engine reads it), or with --verbose or --stats
    * (whose report would otherwise be empty without a word). */
   const int user_quiet = accio_quiet();
-  const int kind = (isatty(2) && !user_quiet) || val[OPT_VERBOSE] || stats ? elf_kind(exe) : SERVED;
+  const struct elf_facts facts = elf_facts(exe);
+  const int kind = (isatty(2) && !user_quiet) || val[OPT_VERBOSE] || stats ? facts.kind : SERVED;
   if (kind == STATIC)
     say("note: %s is statically linked: the shim cannot be preloaded into it, so it runs as it would "
         "without accio (its own child processes that are dynamic are served)", exe);
@@ -907,7 +898,7 @@ int accio_run_main(int argc, char** argv) {
 
   char entry[PATH_MAX];
   preload_entry(shim, entry, sizeof entry);
-  int asan = links_asan(exe);
+  int asan = facts.asan;
   if (set_preload(entry, &asan) != 0 || (asan && allow_asan_after_shim() != 0) || (val[OPT_THRESHOLD] && setenv("ACCIO_PRELOAD_THRESHOLD", num, 1) != 0) ||
       (!val[OPT_VERBOSE] && !getenv("ACCIO_QUIET") && setenv("ACCIO_QUIET", "1", 1) != 0) ||
       use_profiles(val[OPT_VERBOSE] != NULL) != 0) {
