@@ -290,11 +290,12 @@ def _versions() -> dict:
 
 def render(doc: dict) -> str:
     p = doc["params"]
-    lines = [f"safetensors load: {len(p['files'])} file(s), {p['bytes'] / 1e9:.2f} GB, {p['framework']} on "
+    from .output import sig3  # three significant digits: a small file's 0.004 GB/s printed as 0.00
+    lines = [f"safetensors load: {len(p['files'])} file(s), {sig3(p['bytes'] / 1e9)} GB, {p['framework']} on "
              f"{p['device']}, {p['cache']}, {p['rounds']} rounds",
              f"{'contender':<20} {'median GB/s':>11} {'min':>7} {'max':>7} {'n':>3}"]
     for n, r in doc["contenders"].items():
-        lines.append(f"{n:<20} {r['median']:>11.2f} {r['min']:>7.2f} {r['max']:>7.2f} {r['n']:>3}")
+        lines.append(f"{n:<20} {sig3(r['median']):>11} {sig3(r['min']):>7} {sig3(r['max']):>7} {r['n']:>3}")
     for n, why in {**doc["skipped"], **doc["failed"]}.items():
         lines.append(f"{n:<20} {'-':>11}  {why}")
     if doc["comparisons"]:
