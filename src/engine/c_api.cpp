@@ -499,7 +499,8 @@ int accio_probe(const char* feature, const char* path, char* detail, size_t len)
     const bool slow = accio::io::slow_misaligned_copy();
     copy_out(slow ? "the kernel's copy into a buffer misaligned against the page cache is slow here: realign=auto "
                     "reads such buffers through an aligned one"
-                  : "the kernel's copy does not mind misaligned buffers here (or no FSRM): realign=auto leaves them",
+                  : "the kernel's copy is as fast into misaligned buffers here, or the CPU lacks the FSRM string "
+                    "copy that is slow with them: realign=auto leaves them",
              detail, len);
     return slow;
   }
