@@ -121,8 +121,7 @@ def build_parser():
                        "  accio bench -T write+sync,cold-read -s 1g -r 1m,16m -t 1,2 --json out.json\n"
                        "  mpirun -np 4 accio bench --preset ior --layout fpp,shared\n"
                        "  accio bench -T random-read -r 4k -Q 1,4,16 --runtime 10s --json qd.json\n"
-                       "  accio bench compare A.json B.json   (verdicts: faster, slower, within noise; "
-                       "none under -i 7)\n"
+                       "  accio bench compare A.json B.json   (ratios of two runs; descriptive: no verdict)\n"
                        "  accio bench report run.json -o run.html   (redraw the report of a run)\n"
                        "  accio bench safetensors model.safetensors --device cuda:0 --json st.json"
                        "   (checkpoint loading vs safetensors, fastsafetensors; --help for its options)")

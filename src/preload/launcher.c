@@ -269,14 +269,6 @@ static int preload_settings_ok(const char* shim) {
   return 1;
 }
 
-/* The ACCIO_* settings the program's engine will read, checked before it starts by the engine's own
- * check (accio_settings_new: each row's kind and bounds, a registered mechanism, a profile file that
- * loads). A bad one would make every process's engine refuse to start, and its shim pass every call
- * to libc without a word (ACCIO_QUIET): so it is refused here, once, naming the variable, as a bad
- * --mechanism is. libaccio is loaded for it (about a millisecond) only when an ACCIO_* variable is
- * set other than the launcher's and the shim's own, the profile directory and the offload
- * runtime's (ACCIO_PRELOAD_*, ACCIO_RUN_*, ACCIO_QUIET, ACCIO_PROFILE_DIR, ACCIO_OFFLOAD_*: none is a
- * setting the shim's engine reads). Returns 1 when they are good. */
 /* The edit distance of two names (short ones: longer than 63 characters counts as far). */
 static int distance(const char* a, const char* b) {
   const size_t n = strlen(a), m = strlen(b);
@@ -332,11 +324,23 @@ static void unknown_variables(void* engine) {
   }
 }
 
+/* The ACCIO_* settings the program's engine will read, checked before it starts by the engine's own
+ * check (accio_settings_new: each row's kind and bounds, a registered mechanism, a profile file that
+ * loads). A bad one would make every process's engine refuse to start, and its shim pass every call
+ * to libc without a word (ACCIO_QUIET): so it is refused here, once, naming the variable, as a bad
+ * --mechanism is. libaccio is loaded for it (about a millisecond) only when an ACCIO_* variable is
+ * set other than those that are not settings (base/variables.h: the launcher's and the shim's own,
+ * the profile directory, ACCIO_QUIET) and the offload runtime's (ACCIO_OFFLOAD_*): a setting, or a
+ * name accio does not read, which unknown_variables then names. Returns 1 when they are good. */
 static int settings_ok(const char* shim) {
   int any = 0;
-  for (char** e = environ; *e && !any; ++e)
-    any = !strncmp(*e, "ACCIO_", 6) && strncmp(*e, "ACCIO_PRELOAD_", 14) && strncmp(*e, "ACCIO_RUN_", 10) &&
-          strncmp(*e, "ACCIO_QUIET=", 12) && strncmp(*e, "ACCIO_PROFILE_DIR=", 18) && strncmp(*e, "ACCIO_OFFLOAD_", 14);
+  for (char** e = environ; *e && !any; ++e) {
+    if (strncmp(*e, "ACCIO_", 6) || !strncmp(*e, ACCIO_OFFLOAD_PREFIX, strlen(ACCIO_OFFLOAD_PREFIX))) continue;
+    const size_t len = strcspn(*e, "=");
+    any = 1;
+    for (size_t i = 0; i < ACCIO_OTHER_VARIABLES && any; ++i)
+      any = strlen(accio_other_variables[i]) != len || strncmp(*e, accio_other_variables[i], len) != 0;
+  }
   if (!any) return 1;
   void* h = engine_library(shim);
   void* (*settings_new)(void) = NULL;

@@ -300,6 +300,15 @@ if what == "json":
             raise FileNotFoundError(2, "No such file or directory", path + ".partial")
         return real(path, doc)
     output.write_json = write_json
+elif what == "check":  # rank 1 alone refuses the run before it starts (its own host's memory, say)
+    import accio.bench as bench
+    check = bench._check_resources
+    def refusing(spec, ranks_here):
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.Get_rank() == 1:
+            raise ValueError("injected refusal on rank 1")
+        return check(spec, ranks_here)
+    bench._check_resources = refusing
 else:
     jobs = runner.Runner.jobs
     def failing_jobs(self, c):
@@ -343,6 +352,11 @@ def test_mpirun_an_error_on_one_rank_ends_every_rank(tmp_path):
     r = subprocess.run([mpirun, "-np", "2", sys.executable, "-c", FAILING, "jobs", "-", *args],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode != 0 and "accio bench: rank 1: injected on rank 1; ending every rank" in r.stderr, r.stderr
+    # a refusal before the run that one rank alone makes (review, session 25: the others started and
+    # waited at their first barrier): every rank ends, rank 0 says which rank refused and why
+    r = subprocess.run([mpirun, "-np", "2", sys.executable, "-c", FAILING, "check", "-", *args],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("accio bench: rank 1: injected refusal on rank 1") == 1, r.stderr
     target = tmp_path / "m.json"
     r = subprocess.run([mpirun, "-np", "2", sys.executable, "-c", FAILING, "json", str(target), *args, "--json", str(target)],
                        capture_output=True, text=True, env=env, timeout=120)
@@ -374,6 +388,44 @@ def test_mpirun_interrupted_removes_every_ranks_files(tmp_path):
     assert p.returncode != 0 and "Traceback" not in err, err
     assert not os.listdir(d), (os.listdir(d), err)
     assert json.loads(js.read_text())["complete"] is False
+
+
+def _rank_pid(marker: str, rank: int) -> int | None:
+    """The pid of the MPI rank whose command line holds marker (a path of the test's own)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in cmd and b"mpirun" not in cmd.split(b"\0")[0] and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+def test_mpirun_one_rank_signalled_alone_ends_the_job(tmp_path):
+    """Review, session 25: once every rank took SIGTERM as Ctrl-C, a rank signalled alone cleaned up
+    and waited in MPI_Finalize while the other waited for it at its next barrier, for ever. The
+    rank waits a while for the others to leave, then ends the job (MPI_Abort), and no file stays."""
+    import signal
+    mpirun, env = _mpirun()
+    d = tmp_path / "d"
+    d.mkdir()
+    p = subprocess.Popen([mpirun, "-np", "2", *ACCIO, "bench", "-d", str(d), "-i", "7", "-T", "write,read", "-m", "posix",
+                          "-s", "16m", "-r", "1m", "-p", "2", "--runtime", "2s", "-q"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len([n for n in os.listdir(d) if n.startswith("accio-bench.")]) < 2:
+        time.sleep(0.05)
+    pid = _rank_pid(str(d), 1)
+    assert pid, "rank 1 not found"
+    os.kill(pid, signal.SIGTERM)
+    _out, err = p.communicate(timeout=120)  # it hung here
+    assert p.returncode != 0 and "rank 1: interrupted alone; ending every rank" in err, err
+    deadline = time.monotonic() + 10
+    while os.listdir(d) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.listdir(d), os.listdir(d)
 
 
 def test_mpirun_two_ranks(tmp_path):
@@ -529,10 +581,25 @@ def test_bad_arguments_fail_clearly(args, message):
     assert "Traceback" not in r.stderr
 
 
+def test_a_phase_has_no_floor_from_the_interrupt_poll(tmp_path):
+    """Review, session 25: the poll that lets Ctrl-C end a phase slept 20 ms before looking whether
+    the jobs were done, so every phase lasted at least 20 ms (tune's budget bought half its samples).
+    50 phases of one 4 KiB read take far less than the 1 s such a floor would make them."""
+    p = tmp_path / "f"
+    p.write_bytes(os.urandom(1 << 16))
+    with accio.open(p, "r", mechanism="posix") as f:
+        t0 = time.monotonic()
+        for _ in range(50):
+            accio._ext.bench_phase([f._f], [0], [4096], 4096, False)
+        assert time.monotonic() - t0 < 0.9
+
+
 def test_a_run_the_machine_cannot_hold_is_refused_before_it_starts(tmp_path):
     """Bench audit, session 25: -r 64g ended in a MemoryError traceback, -s 1000000t too (the offsets),
     and nothing compared -s with the free space of -d (a typo filled the disk before ENOSPC)."""
-    for args in (["-s", "64g", "-r", "64g"], ["-s", "1000000t", "-r", "1m"]):
+    from accio._system import meminfo
+    twice = 2 * (meminfo()["MemAvailable"] >> 20) + 1  # GiB: twice what this machine has free
+    for args in (["-s", f"{twice}g", "-r", f"{twice}g"], ["-s", "1000000t", "-r", "1m"]):
         r = bench("-T", "write", "-m", "posix", "-i", "1", "-d", str(tmp_path), *args, check=False)
         assert r.returncode == 2 and "of memory per process" in r.stderr and "is available: give a smaller" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr and not os.listdir(tmp_path)

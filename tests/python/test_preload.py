@@ -347,6 +347,13 @@ def test_a_device_mechanism_and_an_unknown_variable_are_said_before_the_program_
         assert p.stderr.count("\n") == 2, p.stderr
         p = subprocess.run([*front, "run", "--", "true"], env={**env, "ACCIO_QUIET": "1"}, capture_output=True, text=True)
         assert p.returncode == 0 and p.stderr == "", p.stderr
+        # a typo of one of the shim's own names, with no setting set beside it (review, session 25:
+        # the engine, and the check, were loaded only when a setting's variable was set)
+        alone = {k: v for k, v in os.environ.items() if not k.startswith("ACCIO_")}
+        p = subprocess.run([*front, "run", "--", "true"], env={**alone, "ACCIO_PRELOAD_TRESHOLD": "4k"},
+                           capture_output=True, text=True)
+        assert p.returncode == 0 and p.stderr == ("accio run: warning: ACCIO_PRELOAD_TRESHOLD is not a variable accio "
+                                                  "reads (did you mean ACCIO_PRELOAD_THRESHOLD?)\n"), p.stderr
         ran.unlink()
 
 

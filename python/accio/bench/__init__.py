@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "random-write. Under mpirun, one rank per process with IOR's rules.\n"
                      "Sub-commands beside the run (`accio bench run ...` is the same as `accio bench ...`):\n"
                      "  compare A.json B.json   ratios of two runs with their intervals (descriptive: no verdict)\n"
-                     "                          (\"too few samples\" under 7 iterations a side; '-' reads stdin)\n"
+                     "                          ('-' reads stdin)\n"
                      "  report RUN.json         redraw the HTML report (and the table) of a run\n"
                      "  safetensors FILE        checkpoint loading against safetensors and fastsafetensors\n"
                      "Methodology: docs/methodology.md.")
@@ -116,7 +116,7 @@ def _files(args) -> list[str]:
     return files
 
 
-def build_spec(args, world: int) -> Spec:
+def build_spec(args, world: int, ranks_here: int = 1) -> Spec:
     explicit = {k for k in ("tests", "mechanisms", "file_sizes", "records", "threads", "processes", "iterations",
                             "dirs", "layout", "iodepths") if getattr(args, k) is not None}
     explicit = {{"layout": "layouts"}.get(k, k) for k in explicit}
@@ -137,7 +137,7 @@ def build_spec(args, world: int) -> Spec:
                 runtime=args.runtime or 0.0)
     if args.preset:
         spec = apply_preset(spec, args.preset, world, explicit)
-    _check(spec, world)
+    _check(spec, world, ranks_here)
     return spec
 
 
@@ -224,7 +224,7 @@ def unaligned_direct(spec: Spec) -> list[str]:
     return out
 
 
-def _check(spec: Spec, world: int) -> None:
+def _check(spec: Spec, world: int, ranks_here: int = 1) -> None:
     if spec.target != "host":
         if world > 1:
             raise ValueError(f"--target {spec.target} runs in a single process; run it without mpirun")
@@ -269,7 +269,7 @@ def _check(spec: Spec, world: int) -> None:
             raise NotADirectoryError(20, "Not a directory", f"-d {d}")
         if not os.access(d, os.W_OK):
             raise PermissionError(13, "Permission denied (not a writable directory)", f"-d {d}")
-    _check_resources(spec, world)
+    _check_resources(spec, ranks_here)
     # settings (with each mechanism's own) are checked by the engine now rather than in the middle of the run;
     # the environment's ACCIO_* alone first: a bad one is exit 1, as in info and tune (--set is usage, 2)
     _ext.settings([])  # an OSError: exit 1 (the CLI adds what to do)
@@ -288,16 +288,16 @@ def _check(spec: Spec, world: int) -> None:
             raise ValueError(str(e)) from None
 
 
-def _check_resources(spec: Spec, world: int) -> None:
+def _check_resources(spec: Spec, ranks_here: int) -> None:
     """What the run needs, against what the machine has, before it starts (bench audit, session 25:
     -r 64g ended in a MemoryError traceback, and nothing stopped -s 40g from filling the disk):
     - memory: each rank's buffers (threads x iodepth x record) and request offsets (8 bytes per
-      record per thread), at most 90% of MemAvailable (one rank's share of the host under mpirun);
+      record per thread) of the ranks on this host, at most 90% of MemAvailable;
     - space: per directory, the files of the largest configuration (processes x threads x -s;
       --files are the user's, already there), at most the free space there."""
     from .._system import fmt_amount, fmt_size, meminfo
     avail = meminfo().get("MemAvailable", 0) * 1024
-    per_host = min(world, os.cpu_count() or 1)  # ranks sharing this host's memory, at most one per CPU
+    per_host = ranks_here  # the ranks sharing this host's memory
     need_mem, need_disk = 0, {}
     for d, _layout, p, t, fs, r, qd, m in spec.configurations():
         mem = t * (qd * r + 8 * -(-fs // r))
@@ -455,17 +455,27 @@ def check_outputs(args) -> str | None:
 
 def main(args) -> int:
     world = comm_mod.world()
+    err, code = None, 0
     try:
-        spec = build_spec(args, world.size)
+        spec = build_spec(args, world.size, world.ranks_here)
         to_stdout = check_outputs(args)
     except (ValueError, UsageError) as e:
+        err, code = UsageError(str(e)), 2
+    except OSError as e:
+        err, code = e, 1
+    if world.size > 1:
+        # One decision for every rank: a rank that refused alone (its host's memory or space, a path
+        # only it lacks) exited while the others waited for it at their first barrier (review, s25).
+        said = world.gather((code, None if err is None else f"rank {world.rank}: {describe(err)}"))
+        verdict = world.bcast(None if said is None else
+                              (max(c for c, _m in said), next((m for c, m in said if m), None)))
+        if verdict[0] and err is None:
+            err = UsageError(verdict[1]) if verdict[0] == 2 else RuntimeError(verdict[1])
+        code = verdict[0]
+    if err is not None:
         if world.rank == 0:
-            raise UsageError(str(e)) from None
-        return 2
-    except OSError:
-        if world.rank == 0:
-            raise
-        return 1
+            raise err
+        return code
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
     phases = count_phases(spec)
@@ -538,7 +548,7 @@ def main(args) -> int:
     finally:
         progress.close()
     if world.rank != 0:
-        return interrupted
+        return _leave(world, interrupted)
     doc["complete"] = not interrupted
     saved_elsewhere = None
     if not keep():  # the asked file still cannot be written: keep the run in a file that can
@@ -587,9 +597,22 @@ def main(args) -> int:
               f"{saved_elsewhere}", file=sys.stderr)
     if interrupted:
         print(f"accio bench: interrupted after {len(results)} result(s); the output holds those "
-              "(\"complete\": false in the JSON)", file=sys.stderr)
-        return interrupted
+              "(\"complete\": false in the JSON)", file=sys.stderr, flush=True)
+        return _leave(world, interrupted)
     return 1 if saved_elsewhere else 0
+
+
+LEAVE_S = 10.0  # how long an interrupted rank waits for the others to leave too, before MPI_Abort
+
+
+def _leave(world, interrupted: int) -> int:
+    """An interrupted rank's way out under mpirun: the others leave too (Ctrl-C to mpirun reaches
+    them all), or, past LEAVE_S (one rank was signalled alone), MPI_Abort ends them, and mpirun's
+    SIGTERM makes them remove their files."""
+    if interrupted and world.size > 1 and not world.leave(LEAVE_S):
+        print(f"accio bench: rank {world.rank}: interrupted alone; ending every rank", file=sys.stderr, flush=True)
+        world.abort(interrupted)
+    return interrupted
 
 
 def compare_main(argv: list[str]) -> int:

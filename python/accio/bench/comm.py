@@ -18,7 +18,7 @@ _MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZ
 
 class Solo:
     """The single-process case: every collective is the identity."""
-    rank, size, offset_ns = 0, 1, 0
+    rank, size, offset_ns, ranks_here = 0, 1, 0, 1
 
     def barrier(self) -> None:
         pass
@@ -35,6 +35,9 @@ class Solo:
     def abort(self, code: int) -> None:
         pass
 
+    def leave(self, deadline_s: float) -> bool:
+        return True
+
 
 class Mpi:
     def __init__(self):
@@ -47,6 +50,20 @@ class Mpi:
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.offset_ns = self._clock_offset()
+        self._leaving = self.comm.Dup()  # its own communicator: an interrupted rank's barrier never
+        # pairs with the next collective of a rank that is still measuring
+
+    def leave(self, deadline_s: float) -> bool:
+        """After an interruption: whether every rank leaves too within deadline_s (a barrier of their
+        own). A rank signalled alone cleaned up and then waited in MPI_Finalize while the others
+        waited for it at their next barrier, for ever (review, session 25): on False, abort()."""
+        req = self._leaving.Ibarrier()
+        end = time.monotonic() + deadline_s
+        while not req.Test():
+            if time.monotonic() > end:
+                return False
+            time.sleep(1e-3)
+        return True
 
     def barrier(self) -> None:
         """MPI_Ibarrier, waited for in Python: a rank waiting for one that was interrupted (Ctrl-C to
@@ -83,6 +100,7 @@ class Mpi:
         """This rank's CLOCK_MONOTONIC minus rank 0's (0 on rank 0's host: the clock is system-wide)."""
         host = socket.gethostname()
         hosts = self.comm.allgather(host)
+        self.ranks_here = hosts.count(host)  # the ranks that share this host's memory
         offset = 0
         for peer in range(1, self.size):
             if hosts[peer] == hosts[0]:

@@ -224,7 +224,7 @@ def latency_cells(r: dict) -> list[str]:
     # A tail percentile is shown where at least 10 requests lie above it (p99 from 1000 requests, p99.9
     # from 10000); below that it is the maximum, or nearly: "-" (bench audit, session 25: p99.9 of 112).
     n = lat["requests"]
-    return [sig3(r["iops"]), str(n)] + [fmt_ns(lat[f"p{p:g}_ns"]) if p < 99 or n * (100 - p) / 100 >= 10 else "-"
+    return [sig3(r["iops"]), str(n)] + [fmt_ns(lat[f"p{p:g}_ns"]) if p < 99 or n * (100 - p) >= 1000 - 1e-6 else "-"
                                         for p in PERCENTILES] + [fmt_ns(lat["max_ns"])]
 
 
