@@ -159,7 +159,8 @@ inline void check_read(const Slot& s, const Phase& ph, int64_t r) {
 // Runs the phase; returns one interval per job. The first error of any thread is rethrown after all
 // threads have stopped (the others finish their current record and stop early).
 // poll (optional): called by the caller's thread every 20 ms while the jobs run, each then on a
-// thread of its own (without it the caller's thread runs the first job); it may set *ph.stop.
+// thread of its own (without it the caller's thread runs the first job); it may set *ph.stop. An
+// exception from it stops the jobs and is rethrown once they have ended.
 inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase& ph,
                                        const std::function<void()>& poll = {}) {
   if (ph.record == 0) throw std::invalid_argument("record size must be positive");
@@ -168,7 +169,8 @@ inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase
   const size_t n = jobs.size();
   std::vector<Interval> out(n);
   std::vector<std::exception_ptr> errors(n);
-  std::atomic<bool> failed{false};
+  std::atomic<bool> failed{false}, halted{false};  // halted: poll threw
+  std::exception_ptr poll_error;
   std::barrier sync(static_cast<std::ptrdiff_t>(n));
   auto body = [&](size_t i) {
     const Job& j = jobs[i];
@@ -216,7 +218,9 @@ inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase
       int64_t t = t0;
       // Once over the range; time-based: until runtime_ns has passed, going round the range again
       // if need be (fio's time_based; the clock is then read at every completion).
-      auto stopped = [&] { return ph.stop && ph.stop->load(std::memory_order_relaxed); };
+      auto stopped = [&] {
+        return halted.load(std::memory_order_relaxed) || (ph.stop && ph.stop->load(std::memory_order_relaxed));
+      };
       for (size_t k = 0; !offs.empty() && !failed.load(std::memory_order_relaxed) && !stopped(); ++k) {
         if (ph.runtime_ns > 0 ? t - t0 >= ph.runtime_ns : k >= offs.size()) break;
         auto& s = slots[k % slots.size()];
@@ -270,11 +274,17 @@ inline std::vector<Interval> run_phase(const std::vector<Job>& jobs, const Phase
     std::unique_lock lk(mu);
     while (!cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return done == n; })) {
       lk.unlock();
-      poll();
+      try {
+        if (!poll_error) poll();
+      } catch (...) {  // the threads are running: they stop, then it is rethrown
+        poll_error = std::current_exception();
+        halted = true;
+      }
       lk.lock();
     }
   }
   for (auto& t : threads) t.join();
+  if (poll_error) std::rethrow_exception(poll_error);
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   return out;

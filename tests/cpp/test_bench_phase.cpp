@@ -3,6 +3,9 @@
 // stop the others and reach the caller. Runs under ASan and TSan in CI like every C++ test.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+
 #include "python/bench_phase.hpp"
 #include "helpers.hpp"
 
@@ -156,6 +159,34 @@ TEST(BenchPhaseModes, TimeBasedGoesRoundTheRangeUntilTheTimeIsUp) {
   // A read that fails stops a time-based phase too (and is reported): the file is shorter than the range.
   h.jobs[0].length = 2 * len;
   EXPECT_THROW(accio_bench::run_phase(h.jobs, r), std::runtime_error);
+}
+
+// The caller's poll ends a phase early (Ctrl-C in accio bench: it waited for a 20 s --runtime to
+// end), a phase with a poll lasts no 20 ms longer than without (review, session 25), and a poll
+// that throws stops the jobs and the exception reaches the caller once they have ended.
+TEST(BenchPhaseModes, ThePollStopsAPhaseAndAddsNoFloor) {
+  testing_accio::TempDir dir;
+  auto h = shared_file(dir.file("poll.dat"), "posix", 2, 64 << 10, "w+");
+  accio_bench::run_phase(h.jobs, Phase{4096, true, false, false, false, 1});
+  std::atomic<bool> stop{false};
+  Phase r{4096, false, false, false, true, 1};
+  r.runtime_ns = 30'000'000'000;  // 30 s unless stopped
+  r.stop = &stop;
+  int polls = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out = accio_bench::run_phase(h.jobs, r, [&] {
+    if (++polls == 3) stop = true;
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_GE(polls, 3);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_GT(out[0].ops, 0u);
+  Phase once{4096, false, false, false, true, 1};
+  int calls = 0;
+  for (int i = 0; i < 20; ++i) accio_bench::run_phase(h.jobs, once, [&] { ++calls; });
+  EXPECT_LT(calls, 20) << "a short phase waited for the poll";
+  r.stop = nullptr;
+  EXPECT_THROW(accio_bench::run_phase(h.jobs, r, [] { throw std::logic_error("poll"); }), std::logic_error);
 }
 
 }  // namespace

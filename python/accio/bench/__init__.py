@@ -552,9 +552,12 @@ def main(args) -> int:
     doc["complete"] = not interrupted
     saved_elsewhere = None
     if not keep():  # the asked file still cannot be written: keep the run in a file that can
-        fd, saved_elsewhere = tempfile.mkstemp(prefix="accio-bench.", suffix=".json")
-        os.close(fd)
-        output.write_json(saved_elsewhere, doc)
+        try:
+            fd, saved_elsewhere = tempfile.mkstemp(prefix="accio-bench.", suffix=".json")
+            os.close(fd)
+            output.write_json(saved_elsewhere, doc)
+        except OSError as e:  # nowhere to keep it: the table is all that is left
+            saved_elsewhere = f"nowhere: {describe(e)}; the table is all that is left of the run"
     results = doc["results"]
     # stdout holds the JSON, CSV or HTML asked for: the tables go to stderr, or nowhere under -q
     table_out = (io.StringIO() if args.quiet else sys.stderr) if to_stdout else sys.stdout
@@ -593,8 +596,8 @@ def main(args) -> int:
         print(f"kept {len(kept)} file(s){' of rank 0 (each rank keeps its own)' if world.size > 1 else ''}: "
               f"{', '.join(kept)}", file=sys.stderr)
     if saved_elsewhere:
-        print(f"accio bench: cannot write --json {args.json}: {json_failed[0]}; the run's JSON is in "
-              f"{saved_elsewhere}", file=sys.stderr)
+        print(f"accio bench: cannot write --json {args.json}: {json_failed[0]}; the run's JSON is "
+              + (saved_elsewhere if saved_elsewhere.startswith("nowhere") else f"in {saved_elsewhere}"), file=sys.stderr)
     if interrupted:
         print(f"accio bench: interrupted after {len(results)} result(s); the output holds those "
               "(\"complete\": false in the JSON)", file=sys.stderr, flush=True)
