@@ -191,9 +191,12 @@ def test_evaluate_reports_regret_against_the_oracle(tmp_path):
     fixed = {"posix", "parallel", "direct", "uring"}
     for c in doc["cells"]:
         assert set(c["median"]) == {"auto"} | fixed
-        # The oracle is the best fixed mechanism; auto may beat it.
+        # The oracle is the best fixed mechanism by median; the ratios are paired estimates, so auto's,
+        # and another fixed mechanism's, may exceed 1 (posix at 1.0003 beside a parallel oracle whose
+        # median was 0.05% higher, in two rounds: this test failed one run in three since session 24)
         assert c["oracle"] in fixed and c["ratio"][c["oracle"]] == 1.0
-        assert all(0 < c["ratio"][m] <= 1 for m in fixed) and c["ratio"]["auto"] > 0
+        assert all(c["median"][m] <= c["median"][c["oracle"]] for m in fixed)
+        assert all(c["ratio"][m] > 0 for m in c["ratio"])
         assert set(c["auto_vs"]) == fixed
         assert all(v["low"] <= v["estimate"] <= v["high"] for v in c["auto_vs"].values())
         assert c["verdict"] in ("too few samples (1 < 7)", "too few samples (2 < 7)")  # never a result...
