@@ -113,6 +113,22 @@ int read_options(accio_offload_options* o) {
   return 0;
 }
 
+std::string invalid_option(const accio_offload_options& o) {
+  auto outside = [](const accio_setting_spec& row, int64_t v) { return v < row.min || v > row.max; };
+  auto range = [](const accio_setting_spec& row) {
+    return " (" + std::to_string(row.min) + " to " + std::to_string(row.max) + ", as " + row.env + ")";
+  };
+  if (o.transport != ACCIO_OFFLOAD_SHM && o.transport != ACCIO_OFFLOAD_SOCKET)
+    return "transport " + std::to_string(o.transport) + " (ACCIO_OFFLOAD_SHM or ACCIO_OFFLOAD_SOCKET)";
+  if (o.spin_us < ACCIO_OFFLOAD_SPIN_FOREVER)
+    return "spin_us " + std::to_string(o.spin_us) + " (microseconds >= 0, or ACCIO_OFFLOAD_SPIN_FOREVER)";
+  if (outside(kRows[kTimeout], o.timeout_ms)) return "timeout_ms " + std::to_string(o.timeout_ms) + range(kRows[kTimeout]);
+  if (outside(kRows[kSlots], o.slots)) return "slots " + std::to_string(o.slots) + range(kRows[kSlots]);
+  if (o.arena_bytes < uint64_t(kRows[kArena].min) || o.arena_bytes > uint64_t(kRows[kArena].max))
+    return "arena_bytes " + std::to_string(o.arena_bytes) + range(kRows[kArena]);
+  return "";
+}
+
 std::string configured_worker() {
   if (register_settings() == 0) {
     SettingsPtr s(accio_settings_new(), accio_settings_free);  // a bad value: read_options said so

@@ -17,5 +17,8 @@ int register_settings();
 int read_options(accio_offload_options* o);
 // The worker program the settings name: offload_worker, else VEORUN_BIN (as in VEO), else "".
 std::string configured_worker();
+// Options a caller filled in itself, held to the rows' bounds: "" when good, else what is wrong
+// ("spin_us -5 (microseconds >= 0, or ACCIO_OFFLOAD_SPIN_FOREVER)").
+std::string invalid_option(const accio_offload_options& o);
 
 }  // namespace accio::offload

@@ -220,14 +220,8 @@ Proc* create_proc(const accio_offload_options& o) {
     report("veo_proc_create: venode " + std::to_string(o.venode) + " is invalid (-1, or a venode number >= 0)");
     return nullptr;
   }
-  // The bounds of the offload_* settings (options.cpp), for options a caller filled in itself.
-  std::string bad;
-  if (o.transport != kShm && o.transport != kSocket) bad = "transport " + std::to_string(o.transport) + " (ACCIO_OFFLOAD_SHM or ACCIO_OFFLOAD_SOCKET)";
-  else if (o.spin_us < ACCIO_OFFLOAD_SPIN_FOREVER) bad = "spin_us " + std::to_string(o.spin_us) + " (microseconds >= 0, or ACCIO_OFFLOAD_SPIN_FOREVER)";
-  else if (o.timeout_ms < 0 || o.timeout_ms > (int64_t{1} << 40)) bad = "timeout_ms " + std::to_string(o.timeout_ms) + " (0: no limit, up to 2^40)";
-  else if (o.slots < 2 || o.slots > (1u << 20)) bad = "slots " + std::to_string(o.slots) + " (2 to 2^20)";
-  else if (o.arena_bytes < 65536 || o.arena_bytes > (size_t{1} << 40)) bad = "arena_bytes " + std::to_string(o.arena_bytes) + " (64 KiB to 1 TiB)";
-  if (!bad.empty()) {
+  // Options a caller filled in itself, held to the bounds of the offload_* settings (options.cpp).
+  if (const std::string bad = invalid_option(o); !bad.empty()) {
     report("veo_proc_create: invalid option " + bad);
     return nullptr;
   }
