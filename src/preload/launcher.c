@@ -288,6 +288,12 @@ static int distance(const char* a, const char* b) {
   return prev[m];
 }
 
+/* The length of the name of environment entry e when it is an ACCIO_* variable the checks below
+ * look at (not the offload runtime's, whose rows the launcher does not load), else 0. */
+static size_t accio_name(const char* e) {
+  return strncmp(e, "ACCIO_", 6) || !strncmp(e, ACCIO_OFFLOAD_PREFIX, strlen(ACCIO_OFFLOAD_PREFIX)) ? 0 : strcspn(e, "=");
+}
+
 /* One warning for each ACCIO_* variable set that accio does not read, with the nearest name it reads
  * (within two edits): a typo such as ACCIO_THREAD was ignored without a word, and the program ran
  * with the default the user meant to change (new-user audit, session 25). Said once, here, before
@@ -300,11 +306,9 @@ static void unknown_variables(void* engine) {
   *(void**)&env = dlsym(engine, "accio_setting_env");
   if (!count || !env) return;
   for (char** e = environ; *e; ++e) {
-    const char* eq = strchr(*e, '=');
-    const size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+    const size_t len = accio_name(*e);
     char name[128];
-    if (strncmp(*e, "ACCIO_", 6) || !strncmp(*e, ACCIO_OFFLOAD_PREFIX, strlen(ACCIO_OFFLOAD_PREFIX)) || len >= sizeof name)
-      continue;
+    if (!len || len >= sizeof name) continue;
     memcpy(name, *e, len);
     name[len] = 0;
     const char* near = NULL;
@@ -335,9 +339,8 @@ static void unknown_variables(void* engine) {
 static int settings_ok(const char* shim) {
   int any = 0;
   for (char** e = environ; *e && !any; ++e) {
-    if (strncmp(*e, "ACCIO_", 6) || !strncmp(*e, ACCIO_OFFLOAD_PREFIX, strlen(ACCIO_OFFLOAD_PREFIX))) continue;
-    const size_t len = strcspn(*e, "=");
-    any = 1;
+    const size_t len = accio_name(*e);
+    any = len > 0;
     for (size_t i = 0; i < ACCIO_OTHER_VARIABLES && any; ++i)
       any = strlen(accio_other_variables[i]) != len || strncmp(*e, accio_other_variables[i], len) != 0;
   }

@@ -210,14 +210,14 @@ def unaligned_direct(spec: Spec) -> list[str]:
     import re
     from .._system import fmt_size
     out = []
-    for d in spec.dirs:
+    cols = [c.label for c in spec.mechanisms if not c.host and c.o_direct(spec.settings)]
+    for d in spec.dirs if cols else ():
         ok, detail = _ext.probe("o_direct", d)
         m = re.search(r"offset alignment (\d+) B", detail)
         align = int(m.group(1)) if ok and m else 4096
-        cols = [c.label for c in spec.mechanisms if not c.host and c.o_direct(spec.settings)]
         bad = sorted({r for r in spec.records if r % align} |
                      ({fs for fs in spec.file_sizes if fs % align} if "shared" in spec.layouts else set()))
-        if cols and bad:
+        if bad:
             out.append(f"{', '.join(cols)} in {d}: {', '.join(map(fmt_size, bad))} is not a multiple of the O_DIRECT "
                        f"alignment ({align} B): the unaligned part of each request goes through the page cache, so "
                        "those cells measure buffered I/O in part")

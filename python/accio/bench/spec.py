@@ -109,31 +109,31 @@ def parse_mechanisms(text: str, target: str = "host") -> list[Column]:
     """Columns for `target`: 'all' means every mechanism that serves it (the engine's registry says
     which serve host and which GPU memory), device targets add the two ceilings."""
     device = target != "host"
-    known = {m["name"] for m in _ext.mechanisms()} | {"auto"}
-    knobs = {m["name"]: m["knobs"] for m in _ext.mechanisms()}
+    mechs = _ext.mechanisms()
+    known = {m["name"] for m in mechs} | {"auto"}
+    knobs = {m["name"]: m["knobs"] for m in mechs}
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
         if item == "all":  # every mechanism that can run, and auto (the planner's choice) beside them
-            found = [Column(m["name"], m["name"]) for m in _ext.mechanisms()
+            found = [Column(m["name"], m["name"]) for m in mechs
                      if m["device"] == device and (m["available"] or not device)]
             out += found + [Column("auto", "auto")] * bool(found)
             continue
         name, *flags = item.split("+")
         if name not in known:
-            serve = [m["name"] for m in _ext.mechanisms() if m["device"] == device] + ["auto"]
+            serve = [m["name"] for m in mechs if m["device"] == device] + ["auto"]
             raise ValueError(f"unknown mechanism '{name}'; choose from {', '.join(serve)}, all"
                              + ("" if device else " (GPU memory, --target cuda:N: " +
-                                ", ".join(m["name"] for m in _ext.mechanisms() if m["device"]) + ")"))
+                                ", ".join(m["name"] for m in mechs if m["device"]) + ")"))
         if any(f != "direct" for f in flags):
             raise ValueError(f"'{item}': the only suffix is +direct (O_DIRECT file side)")
         if flags and "direct" not in knobs.get(name, ("direct",)):  # auto takes it as a setting
             if Column(name, name).o_direct():
                 raise ValueError(f"'{item}': {name} is always O_DIRECT; write it without +direct")
-            takes = [m["name"] for m in _ext.mechanisms() if m["device"] == device and
-                     ("direct" in m["knobs"] or Column(m["name"], m["name"]).o_direct())]
+            ways = [m["name"] + "+direct" if "direct" in m["knobs"] else m["name"] for m in mechs
+                    if m["device"] == device and ("direct" in m["knobs"] or Column(m["name"], m["name"]).o_direct())]
             raise ValueError(f"'{item}': {name} does no O_DIRECT I/O (it has no direct setting, so +direct would "
-                             f"measure buffered I/O); for O_DIRECT use "
-                             f"{' or '.join(t if Column(t, t).o_direct() else t + '+direct' for t in takes)}")
+                             f"measure buffered I/O); for O_DIRECT use {' or '.join(ways)}")
         out.append(Column(item, name, (("direct", "on"),) if flags else ()))
     if not out:
         raise ValueError("no mechanisms given" if not device else "no device mechanism can run here")
