@@ -325,7 +325,7 @@ def _key(r: dict) -> tuple:
 COMPARE_NOTE = ("B/A: the median of B's samples over A's, with a 95% bootstrap interval of the two runs' own "
                 "spread. Descriptive: A and B are separate runs, not interleaved, so drift between them (page "
                 "cache, neighbours, the device) is in neither interval, and no row gets a verdict "
-                "(an A/A rerun on a 2-vCPU VM gave 1.64 with an interval that left out 1). To judge a change, "
+                "(an A/A rerun of one command on one machine showed ratios whose intervals left out 1). To judge a change, "
                 "interleave the contenders, at least 7 rounds each (docs/methodology.md)")
 
 

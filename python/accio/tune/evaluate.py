@@ -9,7 +9,7 @@ warm-up phase each, then `reps` rounds (at least MIN_SAMPLES for a result) in a 
 oracle of a cell is the fixed mechanism with the best median; a contender's ratio to it is the
 median of their per-round ratios (paired: the estimate the intervals are about). Any contender's
 but the oracle's can exceed 1: auto's, and a fixed mechanism's whose median is below the oracle's
-while its per-round ratios are not (posix 1.0003 beside a parallel oracle in a 2-round cell). auto is compared with the oracle and with every fixed mechanism
+while its per-round ratios are not (a 2-round cell can show it). auto is compared with the oracle and with every fixed mechanism
 by the paired ratio of the rounds and its 95% bootstrap interval: faster or slower when the interval
 excludes 1.0, within noise when it contains 1.0 and lies inside +-5%, else undecided; with fewer
 than MIN_SAMPLES rounds, too few samples (stats.verdict). A comparison with the oracle that is not
