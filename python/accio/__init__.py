@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from typing import Any, Iterable
 
     from ._futures import Future
+del TYPE_CHECKING, annotations  # compile-time only: not names of the module's (dir(accio), help())
 
 from . import _ext
 from . import _defaults as defaults
@@ -62,6 +63,11 @@ def __getattr__(name: str):
         from ._rawio import RawFile
         return RawFile
     raise AttributeError(f"module 'accio' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names and the two that load on first use, so that completion offers them."""
+    return sorted({*globals(), "Future", "RawFile"})
 
 
 def _ordinal(device: str | int) -> int:

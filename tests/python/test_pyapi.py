@@ -168,3 +168,10 @@ def test_every_module_of_the_package_imports():
     assert "accio.safetensors" in names and "accio.safetensors.torch" in names and "accio.run" in names
     for name in names:
         importlib.import_module(name)
+
+
+def test_dir_lists_the_public_names_and_those_loaded_on_first_use():
+    names = dir(accio)
+    assert {"Future", "RawFile"} <= set(names)  # module __getattr__: completion still offers them
+    assert set(accio.__all__) <= set(names)
+    assert "TYPE_CHECKING" not in names and "annotations" not in names  # compile-time only
