@@ -724,8 +724,10 @@ contains
     if (nbytes > 0) p = c_loc(buf)
   end function
 
-  ! accio_bytes(x): the bytes of a variable of an intrinsic type (any kind C has, any rank, a scalar
-  ! or a character string too): storage_size * size / 8. For a derived type, storage_size(x) / 8 *
+  ! accio_bytes(x): the bytes of a variable of an intrinsic type (integers of 1 to 8 bytes, float and
+  ! double, their complexes, logical, logical(c_bool), character; any rank, a scalar or a string
+  ! too): storage_size * size / 8. Not c_long_double, whose kind is c_double's on some platforms
+  ! (two specifics would clash) and none on others: write storage_size(x, c_size_t) / 8 * size(x). For a derived type, storage_size(x) / 8 *
   ! size(x). (One specific per type and kind, not class(*): gfortran 12 gives a class(*) character
   ! string a storage size of one character.)
   function bytes_i1(x) result(n)
@@ -937,10 +939,9 @@ contains
     character(len=:), allocatable, intent(out) :: plan, why
     type(*), dimension(..), intent(in), target, optional :: buf
     integer(c_int) :: rc
-    character(kind=c_char) :: p(256), w(1024)
+    character(kind=c_char), allocatable :: p(:), w(:)
+    logical :: grew_p, grew_w
     type(c_ptr) :: b
-    p(1) = c_null_char
-    w(1) = c_null_char
     b = c_null_ptr
     rc = -EINVAL
     if (present(buf)) then
@@ -950,7 +951,13 @@ contains
         return
       end if
     end if
-    rc = c_explain(f, b, nbytes, offset, op, p, size(p, kind=c_size_t), w, size(w, kind=c_size_t))
+    do  ! again as long as a text fills its buffer (both looked at: .or. may stop at the first)
+      grew_p = refill(p)
+      grew_w = refill(w)
+      if (.not. (grew_p .or. grew_w)) exit
+      rc = c_explain(f, b, nbytes, offset, op, p, size(p, kind=c_size_t), w, size(w, kind=c_size_t))
+      if (rc /= 0) exit
+    end do
     plan = from_buffer(p)
     why = from_buffer(w)
   end function
@@ -983,6 +990,27 @@ contains
     if (grow) then
       deallocate (out)
       allocate (out(n + 1))
+    end if
+  end function
+
+  ! After a C call that cut its text to fit out and returned a status, not a length: .true. when the
+  ! text filled out (it may have been cut), with out made twice as large and emptied, so that the
+  ! caller calls again; out starts empty (allocated here when it is not yet).
+  logical function refill(out)
+    character(kind=c_char), allocatable, intent(inout) :: out(:)
+    integer :: n
+    if (.not. allocated(out)) then
+      allocate (out(1024))
+      out(1) = c_null_char
+      refill = .true.
+      return
+    end if
+    refill = out(size(out)) == c_null_char .and. all(out(:size(out) - 1) /= c_null_char)
+    if (refill) then
+      n = 2 * size(out)
+      deallocate (out)
+      allocate (out(n))
+      out(1) = c_null_char
     end if
   end function
 
@@ -1071,9 +1099,11 @@ contains
     integer(c_int), intent(in) :: id
     character(len=:), allocatable, intent(out), optional :: why
     integer(c_int) :: yes
-    character(kind=c_char) :: w(1024)
-    w(1) = c_null_char
-    yes = c_mechanism_available(id, w, size(w, kind=c_size_t))
+    character(kind=c_char), allocatable :: w(:)
+    yes = 0
+    do while (refill(w))
+      yes = c_mechanism_available(id, w, size(w, kind=c_size_t))
+    end do
     if (present(why)) why = from_buffer(w)
   end function
 
@@ -1209,15 +1239,17 @@ contains
     character(len=:), allocatable, intent(out), optional :: detail
     integer(c_int) :: yes
     character(kind=c_char), allocatable, target :: p(:)
-    character(kind=c_char) :: d(1024)
+    character(kind=c_char), allocatable :: d(:)
     type(c_ptr) :: pp
     pp = c_null_ptr
     if (present(path)) then
       call to_chars(path, p)
       pp = c_loc(p)
     end if
-    d(1) = c_null_char
-    yes = c_probe(c_string(feature), pp, d, size(d, kind=c_size_t))
+    yes = 0
+    do while (refill(d))
+      yes = c_probe(c_string(feature), pp, d, size(d, kind=c_size_t))
+    end do
     if (present(detail)) detail = from_buffer(d)
   end function
 
@@ -1286,9 +1318,11 @@ contains
   function accio_cuda_available(why) result(yes)
     character(len=:), allocatable, intent(out), optional :: why
     integer(c_int) :: yes
-    character(kind=c_char) :: w(1024)
-    w(1) = c_null_char
-    yes = c_cuda_available(w, size(w, kind=c_size_t))
+    character(kind=c_char), allocatable :: w(:)
+    yes = 0
+    do while (refill(w))
+      yes = c_cuda_available(w, size(w, kind=c_size_t))
+    end do
     if (present(why)) why = from_buffer(w)
   end function
 
@@ -1317,9 +1351,11 @@ contains
   function accio_gds_info(detail) result(yes)
     character(len=:), allocatable, intent(out), optional :: detail
     integer(c_int) :: yes
-    character(kind=c_char) :: d(1024)
-    d(1) = c_null_char
-    yes = c_gds_info(d, size(d, kind=c_size_t))
+    character(kind=c_char), allocatable :: d(:)
+    yes = 0
+    do while (refill(d))
+      yes = c_gds_info(d, size(d, kind=c_size_t))
+    end do
     if (present(detail)) detail = from_buffer(d)
   end function
 
@@ -1330,9 +1366,11 @@ contains
     type(c_ptr), intent(in) :: f
     character(len=:), allocatable, intent(out), optional :: detail
     integer(c_int) :: mode
-    character(kind=c_char) :: d(1024)
-    d(1) = c_null_char
-    mode = c_gds_mode(f, d, size(d, kind=c_size_t))
+    character(kind=c_char), allocatable :: d(:)
+    mode = 0
+    do while (refill(d))
+      mode = c_gds_mode(f, d, size(d, kind=c_size_t))
+    end do
     if (present(detail)) detail = from_buffer(d)
   end function
 

@@ -83,7 +83,10 @@ typedef struct accio_stats {
 /* ---- library ---- */
 const char* accio_version(void);
 
-/* ---- errors (per thread) ---- */
+/* ---- errors (per thread) ----
+ * The texts below stay valid until the calling thread's next failing accio call, which replaces
+ * them: copy one to keep it. (printf("%d %s", accio_x(...), accio_last_error()) may evaluate the
+ * second argument first and print the previous error, or one freed since.) */
 const char* accio_last_error(void);      /* "pread '/p' at offset 4096: ... (errno 5)" or "" */
 int accio_last_errno(void);
 const char* accio_last_error_op(void);
@@ -115,7 +118,7 @@ const char* accio_setting_doc(int i);
  * as text, and read back with accio_settings_get). */
 typedef struct accio_setting_spec {
   const char* name;          /* "offload_timeout_ms": lower-case letters, digits, _ */
-  const char* env;           /* "ACCIO_OFFLOAD_TIMEOUT_MS": upper-case letters, digits, _ */
+  const char* env;           /* "ACCIO_OFFLOAD_TIMEOUT_MS": ACCIO_ and upper-case letters, digits, _ */
   const char* doc;
   const char* kind;          /* "count" | "size" | "bool" | "choice" | "text" */
   const char* default_value; /* parsed like a value */
@@ -135,8 +138,10 @@ int64_t accio_parse_size(const char* text);
 /* mode: "r", "r+" (or "rw"), "w", "w+", "a", "a+", each also with a "b" as fopen takes it ("rb", "r+b",
  * "rb+", "wb": accio is always binary). settings may be NULL (defaults + environment). */
 int accio_open(accio_file** out, const char* path, const char* mode, const accio_settings* settings);
-/* A new handle on the file that descriptor fd refers to, with fd's access mode. The file is reopened
- * through /proc/self/fd: fd is neither used nor closed, and its file offset is untouched. */
+/* A new handle on the file that descriptor fd refers to, with fd's access mode and its O_SYNC or
+ * O_DSYNC. The file is reopened through /proc/self/fd: fd is neither used nor closed, and its file
+ * offset is untouched. fd's O_APPEND is not kept, as in mode "a": a write at an offset lands there,
+ * and accio_append appends. */
 int accio_open_fd(accio_file** out, int fd, const accio_settings* settings);
 int accio_close(accio_file* f);  /* waits for requests in flight, frees f; 0 or -errno */
 /* The buffered descriptor accio reads and writes f through (owned by f: do not close it; valid until
@@ -163,7 +168,11 @@ const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t o
 /* The smallest request (one in flight) for which f runs a plan other than posix: under auto the
  * profile's crossing point, 0 for a fixed mechanism, INT64_MAX when posix serves every size. */
 int64_t accio_min_accelerated(accio_file* f, int op);
-/* The same decision as text: the plan in `plan` and the reason in `why` (either may be NULL). */
+/* The same decision as text: the plan in `plan` and the reason in `why` (either may be NULL). 0 or
+ * -errno. Each text is cut to its buffer, NUL-terminated: one that fills it (len - 1 characters) may
+ * have been cut, so call again with more room (the C++ and Fortran wrappers do). The same holds for
+ * the texts of accio_mechanism_available, accio_probe, accio_cuda_available, accio_gds_info and
+ * accio_gds_mode, which return a status, not a length. */
 int accio_explain(accio_file* f, const void* buf, size_t size, int64_t offset, int op, char* plan, size_t plan_len,
                   char* why, size_t why_len);
 /* The plans that served f's requests so far: fills up to max entries; returns how many there are. */
@@ -283,7 +292,10 @@ int accio_gpu_info_get(int ordinal, accio_gpu_info* out);
  * loaded in the process: accio never loads it to classify a pointer. */
 int accio_mem_kind(const void* p, int* device);
 /* GPU memory owned by the caller (cuMemAlloc / cuMemAllocManaged on the device's primary context). */
+/* 0 or -errno (-ENODEV without a driver or with no such GPU, -ENOMEM); *out is NULL on failure. */
 int accio_device_alloc(int device, size_t size, int managed, void** out);
+/* 0 (NULL: 0), or -EINVAL for memory accio_device_alloc did not give (a host pointer, one freed
+ * already; every pointer without a driver), -EIO when the driver fails. */
 int accio_device_free(void* p);
 int accio_device_copy(void* dst, const void* src, size_t size); /* any direction (unified addressing) */
 /* Page-locked host memory for callers that stage themselves: size bytes, page-aligned (from 2 MiB up,

@@ -5,6 +5,7 @@
 //   std::vector<char> buf(f.size());
 //   size_t n = f.pread(buf.data(), buf.size(), 0);
 #pragma once
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,13 @@ class Error : public std::system_error {
 };
 
 namespace detail {
+// std::exchange(p, nullptr), which is C++14: this header keeps to C++11.
+template <class T>
+T* take(T*& p) noexcept {
+  T* was = p;
+  p = nullptr;
+  return was;
+}
 inline int64_t check(int64_t rc) {
   if (rc < 0) throw Error::last();
   return rc;
@@ -53,7 +61,7 @@ template <class Fill>
 std::string read_string(Fill fill, size_t first = 256) {
   std::string out(first, '\0');
   for (;;) {
-    const auto n = static_cast<size_t>(check(fill(out.data(), out.size())));
+    const auto n = static_cast<size_t>(check(fill(&out[0], out.size())));  // data() is const before C++17
     if (n < out.size()) return out.substr(0, n);
     out.assign(n + 1, '\0');
   }
@@ -103,7 +111,7 @@ class Future {
  public:
   Future() = default;
   explicit Future(accio_future* f) : f_(f) {}
-  Future(Future&& o) noexcept : f_(std::exchange(o.f_, nullptr)) {}
+  Future(Future&& o) noexcept : f_(detail::take(o.f_)) {}
   Future& operator=(Future&& o) noexcept {
     std::swap(f_, o.f_);
     return *this;
@@ -150,7 +158,7 @@ class File {
     detail::check(accio_open(&f_, path.c_str(), mode.c_str(), settings ? settings->get() : nullptr));
   }
   File(const std::string& path, const std::string& mode, const Settings& settings) : File(path, mode, &settings) {}
-  File(File&& o) noexcept : f_(std::exchange(o.f_, nullptr)), path_(std::move(o.path_)) {}
+  File(File&& o) noexcept : f_(detail::take(o.f_)), path_(std::move(o.path_)) {}
   File& operator=(File&& o) noexcept {
     std::swap(f_, o.f_);
     std::swap(path_, o.path_);
@@ -185,7 +193,7 @@ class File {
   void fsync() { detail::check(accio_fsync(h("fsync"))); }
   uint64_t size() { return static_cast<uint64_t>(detail::check(accio_size(h("fstat")))); }
   void close() {
-    int rc = accio_close(std::exchange(f_, nullptr));
+    int rc = accio_close(detail::take(f_));
     detail::check(rc);
   }
   std::string plan(size_t n, accio_op op) {
@@ -197,10 +205,17 @@ class File {
     std::string plan, why;
   };
   // The plan a request would run now and why (auto: profile and live signals).
+  // accio_explain cuts each text to its buffer: called again with twice the room while one fills it.
   Explanation explain(const void* buf, size_t n, int64_t off, accio_op op) {
-    char plan[256], why[1024];
-    detail::check(accio_explain(h("explain"), buf, n, off, op, plan, sizeof plan, why, sizeof why));
-    return {plan, why};
+    std::string plan(256, '\0'), why(1024, '\0');
+    for (;;) {
+      detail::check(accio_explain(h("explain"), buf, n, off, op, &plan[0], plan.size(), &why[0], why.size()));
+      const bool cut_plan = std::char_traits<char>::length(plan.c_str()) + 1 >= plan.size();
+      const bool cut_why = std::char_traits<char>::length(why.c_str()) + 1 >= why.size();
+      if (!cut_plan && !cut_why) return {plan.c_str(), why.c_str()};
+      if (cut_plan) plan.assign(2 * plan.size(), '\0');
+      if (cut_why) why.assign(2 * why.size(), '\0');
+    }
   }
   // The plans that served this handle's requests.
   std::vector<accio_plan_stat> plans() const {

@@ -31,14 +31,14 @@ enum veo_context_state {
   VEO_STATE_RUNNING,
   VEO_STATE_SYSCALL, /* never reported: kept for source compatibility */
   VEO_STATE_BLOCKED, /* never reported */
-  VEO_STATE_EXIT,
+  VEO_STATE_EXIT
 };
 
 enum veo_command_state {
   VEO_COMMAND_OK = 0,
   VEO_COMMAND_EXCEPTION, /* a fatal signal in the kernel; the result is the signal number */
   VEO_COMMAND_ERROR,
-  VEO_COMMAND_UNFINISHED,
+  VEO_COMMAND_UNFINISHED
 };
 
 enum veo_queue_state { VEO_QUEUE_READY = 0, VEO_QUEUE_CLOSED };
@@ -180,7 +180,7 @@ int veo_api_version(void);
 /* ---- accio extensions ---- */
 enum accio_offload_transport {
   ACCIO_OFFLOAD_SHM = 0,    /* memfd shared memory, polled then futex (the default) */
-  ACCIO_OFFLOAD_SOCKET = 1, /* every request and response through a socketpair (the baseline) */
+  ACCIO_OFFLOAD_SOCKET = 1  /* every request and response through a socketpair (the baseline) */
 };
 #define ACCIO_OFFLOAD_SPIN_FOREVER (-1)
 

@@ -237,8 +237,8 @@ int accio_setting_register(const accio_setting_spec* spec) {
 }
 
 int accio_open(accio_file** out, const char* path, const char* mode, const accio_settings* settings) {
+  if (out) *out = nullptr;  // whatever else fails: a caller that closes *out on failure closes nothing
   ACCIO_CHECK(out && path && mode, "accio_open");
-  *out = nullptr;
   return guard([&] {
     auto s = settings ? settings->s : accio::base::Settings::from_env();
     *out = new accio_file{accio::engine::File::open(path, mode, s)};
@@ -247,8 +247,8 @@ int accio_open(accio_file** out, const char* path, const char* mode, const accio
 }
 
 int accio_open_fd(accio_file** out, int fd, const accio_settings* settings) {
+  if (out) *out = nullptr;
   ACCIO_CHECK(out, "accio_open_fd");
-  *out = nullptr;
   return guard([&] {
     auto s = settings ? settings->s : accio::base::Settings::from_env();
     *out = new accio_file{accio::engine::File::open_fd(fd, s)};
@@ -306,6 +306,9 @@ const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t o
 }
 int64_t accio_min_accelerated(accio_file* f, int op) {
   ACCIO_CHECK(f, "accio_min_accelerated");
+  if (op != ACCIO_OP_READ && op != ACCIO_OP_WRITE)  // 99 was answered as a read
+    return fail(EINVAL, "accio_min_accelerated", f->f->ref().path, -1,
+                "op must be ACCIO_OP_READ or ACCIO_OP_WRITE (got " + std::to_string(op) + ")");
   const uint64_t n = f->f->min_accelerated(op == ACCIO_OP_WRITE);
   return n > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(n);
 }
@@ -374,8 +377,8 @@ int accio_file_setting(accio_file* f, const char* name, char* out, size_t len) {
 }
 
 static int start_async(accio_file* f, void* buf, size_t size, int64_t offset, bool write, accio_future** out) {
+  if (out) *out = nullptr;
   ACCIO_CHECK(f && out, write ? "pwrite_async" : "pread_async");
-  *out = nullptr;
   if (int64_t rc = check_off(offset, write ? "pwrite_async" : "pread_async", f)) return static_cast<int>(rc);
   return guard([&] {
     auto fut = std::make_unique<accio_future>();
@@ -392,6 +395,8 @@ int accio_pwrite_async(accio_file* f, const void* buf, size_t size, int64_t offs
   return start_async(f, const_cast<void*>(buf), size, offset, true, out);
 }
 int accio_submit(accio_file* f, int op, const accio_request* reqs, size_t n, accio_future** futures) {
+  if (futures)  // none, unless all
+    for (size_t i = 0; i < n; ++i) futures[i] = nullptr;
   ACCIO_CHECK(f && (reqs || n == 0) && (futures || n == 0), "accio_submit");
   if (op != ACCIO_OP_READ && op != ACCIO_OP_WRITE) return fail(EINVAL, "accio_submit", "", -1, "op must be ACCIO_OP_READ or ACCIO_OP_WRITE");
   std::vector<accio::engine::Request> rs;
@@ -399,11 +404,15 @@ int accio_submit(accio_file* f, int op, const accio_request* reqs, size_t n, acc
     if (reqs[i].offset < 0) return fail(EINVAL, "accio_submit", f->f->ref().path, reqs[i].offset, "negative offset");
     rs.push_back({reqs[i].buf, reqs[i].size, static_cast<uint64_t>(reqs[i].offset)});
   }
+  // All or none: the wrappers first, so that nothing can fail once the requests are under way.
+  std::vector<std::unique_ptr<accio_future>> held;
   return guard([&] {
+    held.reserve(n);
+    for (size_t i = 0; i < n; ++i) held.push_back(std::make_unique<accio_future>());
     auto futs = f->f->submit(rs, op == ACCIO_OP_WRITE);
     for (size_t i = 0; i < n; ++i) {
-      futures[i] = new accio_future;
-      futures[i]->fut = std::move(futs[i]);
+      held[i]->fut = std::move(futs[i]);
+      futures[i] = held[i].release();
     }
     return 0;
   });
@@ -599,6 +608,7 @@ int accio_mem_kind(const void* p, int* device) {
 }
 
 int accio_device_alloc(int device, size_t size, int managed, void** out) {
+  if (out) *out = nullptr;  // never a stale pointer for a caller that did not check the result
   ACCIO_CHECK(out, "accio_device_alloc");
   return guard([&] {
     *out = accio::mem::cuda::alloc(device, size, managed != 0);
@@ -607,7 +617,7 @@ int accio_device_alloc(int device, size_t size, int managed, void** out) {
 }
 
 int accio_device_free(void* p) {
-  return guard([&] {
+  return guard([&] {  // -EINVAL for memory accio_device_alloc did not give
     accio::mem::cuda::free(p);
     return 0;
   });

@@ -122,7 +122,10 @@ std::shared_ptr<File> File::open_fd(int fd, const base::Settings& s) {
   char target[4096];
   const ssize_t len = readlink(proc.c_str(), target, sizeof target - 1);
   const std::string shown = len > 0 ? std::string(target, static_cast<size_t>(len)) : proc;
-  return open_as(proc, shown, fl & O_ACCMODE, s);
+  // fd's durability comes along (O_SYNC, O_DSYNC: a program that opened its file so and handed it
+  // over had lost it); O_APPEND does not, as in modes "a" and "a+": a write at an offset lands there,
+  // and accio_append appends.
+  return open_as(proc, shown, fl & (O_ACCMODE | O_SYNC | O_DSYNC), s);
 }
 
 std::shared_ptr<File> File::open_as(const std::string& path, const std::string& shown, int flags,
@@ -161,7 +164,7 @@ std::shared_ptr<File> File::open_as(const std::string& path, const std::string& 
   f->writable_ = wr;
   f->end_.store(static_cast<uint64_t>(st.st_size));
   if (S_ISREG(st.st_mode)) {
-    io::DirectOpen d = io::open_direct(path, acc, fd);
+    io::DirectOpen d = io::open_direct(path, acc | (flags & (O_SYNC | O_DSYNC)), fd);
     f->ref_.direct_fd = d.fd;
     f->ref_.no_direct = std::move(d.refused);
     f->ref_.off_align = d.off_align;
@@ -255,6 +258,7 @@ planner::Choice File::choose(const planner::Signals& s, bool recheck, mem::cuda:
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write, bool fresh_cache) {
+  check_size(n, off, "plan");  // the plan of a request that pread would refuse is none
   planner::Signals s = signals(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1);
   s.fresh_cache = fresh_cache;
   mem::cuda::Target target;
@@ -265,6 +269,7 @@ const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool wr
 }
 
 File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
+  check_size(n, off, "explain");
   const planner::Signals s = signals(buf, n, off, write, g_inflight->load() + 1);
   mem::cuda::Target target;
   const planner::Planner* by;
@@ -333,10 +338,14 @@ void File::check(const void* buf, size_t n, uint64_t off, bool write) const {
   if (valid(buf, n, off)) return;
   const char* op = write ? "pwrite" : "pread";
   if (!buf && n) throw Error(EFAULT, op, ref_.path, static_cast<int64_t>(off), "null buffer");
+  check_size(n, off, op);
+  throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off), "offset + size overflows");
+}
+
+void File::check_size(size_t n, uint64_t off, const char* op) const {
   if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off),
                 "size " + std::to_string(n) + " is above the largest request (INT64_MAX bytes)");
-  throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off), "offset + size overflows");
 }
 
 size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {
@@ -417,7 +426,8 @@ File::Appender& File::appender() {
   // position of its own. Refused (no /proc, or the file's mode no longer lets this user write it):
   // pwritev2(RWF_APPEND) on fd, which moves fd's position.
   const std::string self = "/proc/self/fd/" + std::to_string(ref_.fd);
-  appender_->fd = base::sys::set_aside(::open(self.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  const int fl = fcntl(ref_.fd, F_GETFL);  // O_SYNC and O_DSYNC as fd's (accio_open_fd keeps them)
+  appender_->fd = base::sys::set_aside(::open(self.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | (fl > 0 ? fl & (O_SYNC | O_DSYNC) : 0)));
   return *appender_;
 }
 

@@ -133,6 +133,7 @@ class File : public std::enable_shared_from_this<File> {
   // Whether a request's offset, size and buffer can be served at all; check() throws why not.
   static bool valid(const void* buf, size_t n, uint64_t off);
   void check(const void* buf, size_t n, uint64_t off, bool write) const;
+  void check_size(size_t n, uint64_t off, const char* op) const;  // EINVAL above INT64_MAX bytes
   // Requests submit() hands a fixed mechanism (the planner's only plan) as one batch (Mechanism::batch), with a result each.
   struct BatchJob {
     mem::cuda::Target target;

@@ -459,13 +459,21 @@ void* alloc(int device, size_t n, bool managed) {
 }
 
 void free(void* p) {
-  const Driver* d = load();
-  if (!d || !p) return;
+  if (!p) return;
+  std::string why;
+  const Driver* d = load(&why);
+  // Without a driver no pointer can be device memory: a host pointer given by mistake is said, not
+  // taken as freed (the Fortran wrapper nulls the caller's pointer on success).
+  if (!d) throw Error(EINVAL, "free device memory", "", base::kNoOffset, "not memory from accio_device_alloc: " + why);
   const Target t = classify(p);
   std::optional<ContextGuard> g;
   if (t.on_device()) g.emplace(t);
   else g.emplace(ContextGuard::HostWork{});
-  d->MemFree(reinterpret_cast<CUdeviceptr>(p));
+  const CUresult rc = d->MemFree(reinterpret_cast<CUdeviceptr>(p));
+  if (rc == kErrorInvalidValue)
+    throw Error(EINVAL, "free device memory", "", base::kNoOffset,
+                "not memory from accio_device_alloc (" + error_text(*d, rc, "cuMemFree") + ")");
+  check(*d, rc, "cuMemFree");
 }
 
 void copy(void* dst, const void* src, size_t n) {

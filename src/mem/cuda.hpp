@@ -21,6 +21,7 @@ using CUcontext = struct CUctx_st*;
 using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
 inline constexpr CUresult kSuccess = 0;
+inline constexpr CUresult kErrorInvalidValue = 1;
 inline constexpr CUresult kErrorOutOfMemory = 2;
 inline constexpr CUresult kErrorNotInitialized = 3;
 inline constexpr CUresult kErrorNotReady = 600;

@@ -147,6 +147,12 @@ int main(void) {
   write_device(out, "gds", dev, src, n);
 
   CHECK(accio_device_free(dev) == 0);
+  /* Memory accio_device_alloc did not give: the driver's CUDA_ERROR_INVALID_VALUE is -EINVAL, not
+   * 0 (the Fortran wrapper nulls the caller's pointer on 0), and so is a pointer freed already. */
+  char host[64];
+  CHECK(accio_device_free(host) == -EINVAL && strstr(accio_last_error(), "not memory from accio_device_alloc"));
+  CHECK(accio_device_free(dev) == -EINVAL);
+  CHECK(accio_device_free(NULL) == 0);
 
   /* Pinned host memory with a driver: registered with it (the driver then calls it pinned). */
   void* pinned = NULL;

@@ -128,6 +128,50 @@ int main(void) {
   {
     char plan[256], why[1024];
     CHECK(accio_explain(f, NULL, n, 0, 99, plan, sizeof plan, why, sizeof why) == -EINVAL); /* was a read */
+    /* A size pread refuses has no plan either (SIZE_MAX was "parallel"); an op that is neither is
+     * refused by accio_min_accelerated too (99 was answered as a read). */
+    CHECK(accio_mechanism_for(f, (size_t)-1, ACCIO_OP_READ) == NULL && accio_last_errno() == EINVAL);
+    CHECK(strstr(accio_last_error(), "above the largest request") != NULL);
+    CHECK(accio_explain(f, NULL, (size_t)-1, 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why) == -EINVAL);
+    CHECK(accio_min_accelerated(f, 99) == -EINVAL && strstr(accio_last_error(), "op must be") != NULL);
+    /* A text is cut to its buffer, NUL-terminated: one that fills it (len - 1 characters) may have
+     * been cut, which is how the C++ and Fortran wrappers know to call again with more room. */
+    CHECK(accio_explain(f, NULL, n, 0, ACCIO_OP_READ, plan, 4, why, 2) == 0);
+    CHECK(strlen(plan) == 3 && strncmp(plan, "par", 3) == 0 && strlen(why) == 1);
+  }
+  {
+    /* accio_open_fd keeps the descriptor's O_DSYNC (it was dropped: the program had asked for
+     * durable writes), and not its O_APPEND (a write at an offset lands there, as in mode "a"). */
+    const int sfd = open(path, O_RDWR | O_DSYNC | O_APPEND);
+    accio_file* g;
+    CHECK(sfd >= 0 && accio_open_fd(&g, sfd, NULL) == 0);
+    const int fl = fcntl(accio_file_fd(g), F_GETFL);
+    CHECK((fl & O_DSYNC) == O_DSYNC && !(fl & O_APPEND));
+    CHECK(accio_pwrite(g, src + 5, 10, 5) == 10 && accio_size(g) == (int64_t)n); /* the same bytes */
+    CHECK(accio_close(g) == 0 && close(sfd) == 0);
+  }
+  {
+    /* Out-pointers are NULL after any failure, a NULL argument's too (they were left as they were,
+     * so a caller that closes or frees *out on failure acted on garbage). */
+    accio_file* g = (accio_file*)1;
+    CHECK(accio_open(&g, NULL, "r", NULL) == -EINVAL && g == NULL);
+    g = (accio_file*)1;
+    CHECK(accio_open(&g, "/nonexistent/accio", "r", NULL) == -ENOENT && g == NULL);
+    g = (accio_file*)1;
+    CHECK(accio_open_fd(&g, -1, NULL) == -EBADF && g == NULL);
+    accio_future* fu = (accio_future*)1;
+    CHECK(accio_pread_async(NULL, dst, 1, 0, &fu) == -EINVAL && fu == NULL);
+    accio_future* fs[2] = {(accio_future*)1, (accio_future*)1};
+    accio_request rq[2] = {{dst, 1, 0}, {dst, 1, -1}};
+    CHECK(accio_submit(f, ACCIO_OP_READ, rq, 2, fs) == -EINVAL && fs[0] == NULL && fs[1] == NULL);
+    if (!accio_cuda_available(NULL, 0)) {
+      /* No driver: no pointer is device memory, so a free is refused, not taken (the Fortran wrapper
+       * nulls the caller's pointer on 0), and a failed allocation leaves no stale pointer behind. */
+      void* d = (void*)1;
+      CHECK(accio_device_alloc(0, 10, 0, &d) == -ENODEV && d == NULL);
+      CHECK(accio_device_free(dst) == -EINVAL && strstr(accio_last_error(), "not memory from accio_device_alloc"));
+      CHECK(accio_device_free(NULL) == 0);
+    }
   }
   /* The deprecated names still answer, the same way. */
 #pragma GCC diagnostic push

@@ -14,6 +14,7 @@ namespace cu = accio::mem::cuda;
 #define SAME(ours, theirs) static_assert(static_cast<long>(ours) == static_cast<long>(theirs), #ours " != " #theirs)
 static_assert(sizeof(cu::CUdeviceptr) == sizeof(CUdeviceptr));
 SAME(cu::kSuccess, CUDA_SUCCESS);
+SAME(cu::kErrorInvalidValue, CUDA_ERROR_INVALID_VALUE);
 SAME(cu::kErrorOutOfMemory, CUDA_ERROR_OUT_OF_MEMORY);
 SAME(cu::kErrorNotReady, CUDA_ERROR_NOT_READY);
 SAME(cu::kErrorHostMemoryAlreadyRegistered, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);

@@ -29,7 +29,7 @@ from conftest import fake_cuda
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-LANGS = {"python": "py", "c": "c", "cpp": "cpp", "c++": "cpp"}
+LANGS = {"python": "py", "c": "c", "cpp": "cpp", "c++": "cpp", "fortran": "f90"}
 KERNEL = ("docs/offload.md", "/* kernels.c:  cc -shared -fPIC -fopenmp -o libkernels.so kernels.c */")
 
 # (file, first line) -> (kind, prelude, check). A prelude is code put before the block, a check code
@@ -58,10 +58,13 @@ BLOCKS = {
     ("docs/gpu.md", "import accio, torch"): (
         "gpu", "n = os.path.getsize('weights.bin')\n",
         "assert bytes(t.cpu().numpy()) == open('weights.bin', 'rb').read()\n"),
-    ("docs/gpu.md", "void* d; accio_device_alloc(0, n, 0, &d);     /* or cudaMalloc: any device pointer works */"): (
+    ("docs/gpu.md", "void* d;                                      /* or cudaMalloc: any device pointer works */"): (
         "fakegpu", "accio_file* f; size_t n = 1 << 20;\nif (accio_open(&f, \"weights.bin\", \"r\", NULL) < 0) return 1;",
         "if (accio_pread(f, d, n, 0) != (int64_t)n || accio_close(f) < 0) return 2;"),
     ("docs/offload.md", KERNEL[1]): ("build", "", ""),
+    # A Fortran block is a whole program, built as the text above it says; its check is Python run after it.
+    ("README.md", "use accio"): ("host", "", "assert os.path.getsize('checkpoint.bin') == 4096 * 4096 * 8\n"),
+    ("docs/api.md", "use accio"): ("host", "", "assert os.path.getsize('checkpoint.bin') == 4096 * 4096 * 8\n"),
     ("docs/architecture.md", "// accio mechanism `chunked`: plain pread/pwrite, one call per `chunk_size` bytes."): (
         "elsewhere", "", "tests/cpp/test_example_mechanism.cpp"),  # and test_docs_worked_example_is_the_compiled_one
     ("docs/architecture.md", 'ACCIO_REGISTER_MECHANISM(MyMechanism, "threads", "task_size");'): (
@@ -155,6 +158,20 @@ def _run_fragment(d: Path, lang: str, prelude: str, text: str, check: str, offlo
     assert r.returncode == 0 and not r.stderr, f"{src.read_text()}\n{r.stdout}{r.stderr}"
 
 
+def _run_fortran(d: Path, text: str, check: str):
+    """A Fortran block: the whole program as written (the README's example lacked its `end`, and
+    gfortran refused it), built with the module source `accio config --fortran` names."""
+    compiler = shutil.which("gfortran")
+    if not compiler:
+        pytest.skip("no gfortran")
+    (d / "app.f90").write_text(text)
+    subprocess.run([compiler, "-std=f2018", "-Wall", "-Werror", "-J", str(d), *_config("--fortran"), str(d / "app.f90"),
+                    "-o", str(d / "example"), *_config("--libs")], check=True, cwd=d)
+    r = subprocess.run([str(d / "example")], cwd=d, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and not r.stderr, f"{text}\n{r.stdout}{r.stderr}"
+    _run_python(d, "", "", check)
+
+
 def _example(b, tmp_path, env=None):
     f, first, lang, text = b
     kind, prelude, check = BLOCKS[(f, first)]
@@ -163,6 +180,8 @@ def _example(b, tmp_path, env=None):
         _kernel(tmp_path)
     if lang == "py":
         return _run_python(tmp_path, prelude, text, check)
+    if lang == "f90":
+        return _run_fortran(tmp_path, text, check)
     return _run_fragment(tmp_path, lang, prelude, text, check, offload=kind == "offload", env=env or {})
 
 
