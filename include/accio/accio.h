@@ -157,7 +157,8 @@ int64_t accio_size(accio_file* f);
 const char* accio_mechanism_for(accio_file* f, size_t size, int op);
 /* The mechanism a request of `size` bytes at `offset` from `buf` would run now: the decision a
  * request makes (auto: profile, size, alignment, concurrency, page-cache residency); buf NULL counts
- * as aligned. op: ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in for a residency
+ * as aligned. It counts as that request for the handle's stream and residency state (the preload
+ * shim decides so for a request it may then pass to libc); accio_explain asks without moving them. op: ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in for a residency
  * probe of this request's range whatever the last one was. NULL on error (EINVAL for a negative
  * offset or any other op). */
 const char* accio_mechanism_for_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op);
@@ -168,8 +169,8 @@ const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t o
 /* The smallest request (one in flight) for which f runs a plan other than posix: under auto the
  * profile's crossing point, 0 for a fixed mechanism, INT64_MAX when posix serves every size. */
 int64_t accio_min_accelerated(accio_file* f, int op);
-/* The same decision as text: the plan in `plan` and the reason in `why` (either may be NULL). 0 or
- * -errno. Each text is cut to its buffer, NUL-terminated: one that fills it (len - 1 characters) may
+/* The same decision as text: the plan in `plan` and the reason in `why` (either may be NULL), as a
+ * question: what the next request runs stays as it was. 0 or -errno. Each text is cut to its buffer, NUL-terminated: one that fills it (len - 1 characters) may
  * have been cut, so call again with more room (the C++ and Fortran wrappers do). The same holds for
  * the texts of accio_mechanism_available, accio_probe, accio_cuda_available, accio_gds_info and
  * accio_gds_mode, which return a status, not a length. */

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -163,8 +164,18 @@ int set_aside(int fd) {
 
 bool read_file(const char* path, std::string& out, size_t max) {
   out.clear();
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK, then regular files only: a FIFO at a profile's path hung every open that looked
+  // for it (tune audit, session 26). /proc and /sys files are regular; O_NONBLOCK does nothing there.
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
+  struct stat st;
+  const bool seen = fstat(fd, &st) == 0;
+  if (!seen || !S_ISREG(st.st_mode)) {
+    const int e = seen ? EINVAL : errno;
+    ::close(fd);
+    errno = e;
+    return false;
+  }
   char buf[16384];
   int err = 0;
   for (;;) {

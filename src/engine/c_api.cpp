@@ -323,7 +323,8 @@ int accio_explain(accio_file* f, const void* buf, size_t size, int64_t offset, i
                 "op must be ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in or not (got " +
                     std::to_string(op) + ")");
   return guard([&] {
-    const auto e = f->f->explain(buf, size, static_cast<uint64_t>(offset), dir == ACCIO_OP_WRITE);
+    const auto e = f->f->explain(buf, size, static_cast<uint64_t>(offset), dir == ACCIO_OP_WRITE,
+                                 (op & ACCIO_OP_FRESH_CACHE) != 0);
     copy_out(e.plan, plan, plan_len);
     copy_out(e.why, why, why_len);
     return 0;

@@ -258,7 +258,7 @@ planner::Choice File::choose(const planner::Signals& s, bool recheck, mem::cuda:
 }
 
 const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool write, bool fresh_cache) {
-  check_size(n, off, "plan");  // the plan of a request that pread would refuse is none
+  check_range(n, off, "plan");  // the plan of a request that pread would refuse is none
   planner::Signals s = signals(buf, n, off, write, g_inflight->load(std::memory_order_relaxed) + 1);
   s.fresh_cache = fresh_cache;
   mem::cuda::Target target;
@@ -268,9 +268,11 @@ const io::Mechanism& File::plan(const void* buf, size_t n, uint64_t off, bool wr
   return (other ? other : c.plan->mechanism)->route({ref_, other ? settings_ : c.plan->settings, ThreadPool::shared(), target}, n, write);
 }
 
-File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write) {
-  check_size(n, off, "explain");
-  const planner::Signals s = signals(buf, n, off, write, g_inflight->load() + 1);
+File::Explanation File::explain(const void* buf, size_t n, uint64_t off, bool write, bool fresh_cache) {
+  check_range(n, off, "explain");
+  planner::Signals s = signals(buf, n, off, write, g_inflight->load() + 1);
+  s.fresh_cache = fresh_cache;
+  s.peek = true;  // a question: what the next request runs stays as it was
   mem::cuda::Target target;
   const planner::Planner* by;
   const planner::Choice c = choose(s, true, &target, &by);
@@ -338,14 +340,15 @@ void File::check(const void* buf, size_t n, uint64_t off, bool write) const {
   if (valid(buf, n, off)) return;
   const char* op = write ? "pwrite" : "pread";
   if (!buf && n) throw Error(EFAULT, op, ref_.path, static_cast<int64_t>(off), "null buffer");
-  check_size(n, off, op);
-  throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off), "offset + size overflows");
+  check_range(n, off, op);
 }
 
-void File::check_size(size_t n, uint64_t off, const char* op) const {
-  if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+void File::check_range(size_t n, uint64_t off, const char* op) const {
+  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (n > kMax)
     throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off),
                 "size " + std::to_string(n) + " is above the largest request (INT64_MAX bytes)");
+  if (off > kMax - n) throw Error(EINVAL, op, ref_.path, static_cast<int64_t>(off), "offset + size overflows");
 }
 
 size_t File::transfer(void* buf, size_t n, uint64_t off, bool write) {

@@ -103,7 +103,9 @@ class File : public std::enable_shared_from_this<File> {
   struct Explanation {
     std::string mechanism, plan, why;
   };
-  Explanation explain(const void* buf, size_t n, uint64_t off, bool write);
+  // A question: unlike plan() (the decision a request makes, which the preload shim takes for the
+  // request it passes to libc), it leaves the stream and residency state as they were.
+  Explanation explain(const void* buf, size_t n, uint64_t off, bool write, bool fresh_cache = false);
   // Which plans served this handle's requests, and why (auto); one entry for a fixed mechanism.
   std::vector<planner::PlanStat> plan_stats() const;
   // The smallest request at which this handle runs something other than posix (one request in
@@ -133,7 +135,8 @@ class File : public std::enable_shared_from_this<File> {
   // Whether a request's offset, size and buffer can be served at all; check() throws why not.
   static bool valid(const void* buf, size_t n, uint64_t off);
   void check(const void* buf, size_t n, uint64_t off, bool write) const;
-  void check_size(size_t n, uint64_t off, const char* op) const;  // EINVAL above INT64_MAX bytes
+  // EINVAL for a size above INT64_MAX bytes or an offset + size beyond it, as check() says them.
+  void check_range(size_t n, uint64_t off, const char* op) const;
   // Requests submit() hands a fixed mechanism (the planner's only plan) as one batch (Mechanism::batch), with a result each.
   struct BatchJob {
     mem::cuda::Target target;

@@ -92,6 +92,7 @@ bool Planner::starts_stream(const Signals& r) const {
   constexpr auto relaxed = std::memory_order_relaxed;
   if (r.offset == last_off_.load(relaxed)) return last_starts_.load(relaxed);
   const bool starts = r.offset != next_off_.load(relaxed);
+  if (r.peek) return starts;
   last_starts_.store(starts, relaxed);
   // A read that begins inside the file ends where its bytes end: at the end of the file if it asked
   // for more (the read after it, at the end of the file, continues it). One beyond the end the
@@ -107,13 +108,15 @@ bool Planner::cold(const Signals& r) const {
   if (r.offset >= r.known_end) return true;  // nothing there yet (writes that extend the file)
   const uint64_t since = since_probe_.load(std::memory_order_relaxed) + r.size;
   if (since < kReprobeBytes && !r.fresh_cache) {
-    since_probe_.store(since, std::memory_order_relaxed);
+    if (!r.peek) since_probe_.store(since, std::memory_order_relaxed);
     return last_cold_.load(std::memory_order_relaxed);
   }
-  since_probe_.store(0, std::memory_order_relaxed);
   const uint64_t len = std::min<uint64_t>(r.size, r.known_end - r.offset);
   const bool c = !mostly_cached(file_.fd, r.offset, len, probe_);
-  last_cold_.store(c, std::memory_order_relaxed);
+  if (!r.peek) {
+    since_probe_.store(0, std::memory_order_relaxed);
+    last_cold_.store(c, std::memory_order_relaxed);
+  }
   return c;
 }
 

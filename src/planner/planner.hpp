@@ -31,6 +31,10 @@ struct Signals {
   unsigned inflight;   // engine requests in flight in the process, this one included
   uint64_t known_end;  // the file size as the handle knows it (writes beyond it are cold)
   bool fresh_cache = false;  // probe the residency of this range, whatever the last probe (ACCIO_OP_FRESH_CACHE)
+  // A question, not a request (explain): the stream and residency state are read, not moved, so
+  // that asking does not change what the next request runs (tune audit, session 26: one explain()
+  // at another offset moved the next read from posix to direct).
+  bool peek = false;
 };
 
 struct Plan {

@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -622,6 +623,7 @@ struct Loaded {
   int64_t mtime_ns = -1;
   off_t size = -1;
   std::shared_ptr<const Profile> profile;
+  std::exception_ptr refused;  // the same file again is refused again, not read and parsed again
 };
 
 // The profile at path, parsed once per modification; nullptr if the file does not exist.
@@ -640,10 +642,20 @@ std::shared_ptr<const Profile> load(const std::string& path) {
   Cache& c = loaded.get();
   std::lock_guard lk(c.mu);
   Loaded& l = c.map[path];
-  if (l.profile && l.mtime_ns == mt && l.size == st.st_size) return l.profile;
-  std::string text;
-  if (!base::sys::read_file(path.c_str(), text)) throw Error(errno ? errno : EIO, "load profile", path, base::kNoOffset);
-  l = Loaded{mt, st.st_size, Profile::parse(text, path)};
+  if (l.mtime_ns == mt && l.size == st.st_size) {
+    if (l.profile) return l.profile;
+    if (l.refused) std::rethrow_exception(l.refused);
+  }
+  try {
+    if (!S_ISREG(st.st_mode))
+      throw Error(EINVAL, "load profile", path, base::kNoOffset, "not a regular file (a FIFO, a device or a directory)");
+    std::string text;
+    if (!base::sys::read_file(path.c_str(), text)) throw Error(errno ? errno : EIO, "load profile", path, base::kNoOffset);
+    l = Loaded{mt, st.st_size, Profile::parse(text, path), nullptr};
+  } catch (const Error&) {
+    l = Loaded{mt, st.st_size, nullptr, std::current_exception()};
+    throw;
+  }
   return l.profile;
 }
 

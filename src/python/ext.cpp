@@ -1079,10 +1079,21 @@ class PyFile {
     const void* buf = aligned ? nullptr : reinterpret_cast<const void*>(uintptr_t{1});
     const accio_op op = write ? ACCIO_OP_WRITE : ACCIO_OP_READ;
     nb::gil_scoped_release nogil;
-    const char* mech = accio_mechanism_for_at(f_.handle(), buf, n, offset, op);
-    if (!mech) throw accio::Error::last();
+    // accio_explain alone: accio_mechanism_for_at is the decision a request makes, and asking it
+    // moved the handle's stream and residency state (the next read ran another plan).
     auto e = f_.explain(buf, n, offset, op);
-    return {mech, e.plan, e.why};
+    return {mechanism_of(e.plan), e.plan, e.why};
+  }
+  // The mechanism a plan's label begins with ("uring+direct(even, qd=16)": uring), the longest name
+  // that is followed by nothing, "(" or "+".
+  static std::string mechanism_of(const std::string& label) {
+    std::string best;
+    for (int i = 0; i < accio_mechanism_count(); ++i) {
+      const std::string m = accio_mechanism_name(i);
+      if (m.size() <= best.size() || label.compare(0, m.size(), m) != 0) continue;
+      if (label.size() == m.size() || label[m.size()] == '(' || label[m.size()] == '+') best = m;
+    }
+    return best;
   }
   // Mean nanoseconds per `auto` decision over requests of these sizes at these offsets, made as
   // requests make them (page-cache probe included where the profile needs one).

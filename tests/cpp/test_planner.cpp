@@ -441,6 +441,11 @@ TEST(Planner, ColdReadsThatStartAStreamRunDirect) {
   EXPECT_NE(next.find("continues the previous request"), std::string::npos) << next;
   EXPECT_EQ(label(plan(8 * MiB, 8 * MiB)), "parallel(task=4MiB)");  // asked again: still continues
   EXPECT_EQ(label(plan(8 * MiB, 16 * MiB)), "parallel(task=4MiB)");  // continues it
+  {  // A question about another offset (explain) leaves the stream where the requests left it.
+    planner::Signals q{b.data(), 8 * MiB, 0, false, 1, kSize};
+    q.peek = true;
+    EXPECT_EQ(p.choose(q).plan->spec.label(), "parallel(task=4MiB)");
+  }
   EXPECT_EQ(label(plan(8 * MiB, 24 * MiB)), "parallel(task=4MiB)");  // continues it to the end
   EXPECT_EQ(label(plan(8 * MiB, 0)), "parallel(task=4MiB)");         // a jump back, the file goes on
   EXPECT_EQ(label(plan(16 * MiB, 16 * MiB)), "direct(even)");        // a jump to the rest of the file
@@ -733,6 +738,21 @@ TEST(Planner, FollowsSizeConcurrencyCacheAndAlignment) {
     fresh_one.fresh_cache = true;
     EXPECT_EQ(ra.choose(fresh_one).plan->spec.label(), "direct(even)");
     EXPECT_EQ(quarter(), "direct(even)");
+  }
+
+  // explain() is a question (tune audit, session 26): it takes ACCIO_OP_FRESH_CACHE as the decision
+  // does (accio_explain dropped it), and moves neither the reuse count nor the verdict (asking moved
+  // them: sixteen questions made the next request probe, and run another plan).
+  {
+    std::vector<char> all(8 << 20);
+    ASSERT_EQ(pread(f->ref().fd, all.data(), all.size(), 0), static_cast<ssize_t>(all.size()));  // cached
+    auto asked = [&](bool fresh_cache) { return f->explain(b.data(), 256 << 10, 0, false, fresh_cache).plan; };
+    f->plan(b.data(), 256 << 10, 0, false, /*fresh_cache=*/true);  // a request's probe: hot
+    ASSERT_EQ(posix_fadvise(f->ref().fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    EXPECT_EQ(asked(false), "parallel(even)");  // the hot verdict, reused
+    EXPECT_EQ(asked(true), "direct(even)");     // probed for the question: cold
+    for (int i = 0; i < 20; ++i) asked(false);  // 5 MiB of questions
+    EXPECT_EQ(asked(false), "parallel(even)");  // ...kept nothing: still the request's hot verdict
   }
 
   // The same decisions with every probe method.

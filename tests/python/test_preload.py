@@ -302,6 +302,8 @@ BAD_SETTINGS = [
     ("ACCIO_THREADS", "abc", "not an integer"),
     ("ACCIO_PROFILE", "{tmp}/missing.json", "no such file (auto, off, or a profile file that `accio tune` wrote)"),
     ("ACCIO_PROFILE", "{tmp}/bad.json", "not a profile: plans must be a non-empty array"),
+    # A FIFO: refused at once (opening it waited for a writer: every launch hung)
+    ("ACCIO_PROFILE", "{tmp}/fifo", "not a profile: not a regular file"),
 ]
 
 
@@ -312,12 +314,13 @@ def test_a_bad_setting_is_refused_before_the_program_runs(data, tmp_path, var, v
     setting"). The launcher checks the settings as the engine does and refuses (125), once, before
     the program starts, naming the variable, its value and why, as it refuses --mechanism warp."""
     (tmp_path / "bad.json").write_text('{"schema": "accio.profile/1"}')
+    os.mkfifo(tmp_path / "fifo")
     value = value.format(tmp=tmp_path)
     ran = tmp_path / "ran"
     for front in (ACCIO, NATIVE):
         for opts in ([], ["--stats", "-v"]):
             p = subprocess.run([*front, "run", *opts, "--", "sh", "-c", f"touch {ran}; cat {data / 'big.bin'} >/dev/null"],
-                               env={**os.environ, var: value}, capture_output=True, text=True)
+                               env={**os.environ, var: value}, capture_output=True, text=True, timeout=60)
             assert p.returncode == 125, p.stderr
             assert p.stderr.startswith(f"accio run: read environment: {var}='{value}' is not valid: {why}"), p.stderr
             assert p.stderr.endswith("; correct the variable or unset it (`accio info` shows every setting)\n")

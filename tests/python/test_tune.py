@@ -7,6 +7,7 @@ import os
 import time
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,6 +134,10 @@ def test_bad_profiles_are_clear_errors_and_lose_nothing(tmp_path, data):
         accio.open(path, "w", profile=str(tmp_path / "none.json"))
     assert e.value.errno == 22 and f"profile='{tmp_path / 'none.json'}' is not valid: no such file" in str(e.value)
     assert (np.fromfile(path, dtype=np.uint8) == arr).all()  # never truncated
+    os.mkfifo(tmp_path / "fifo")  # opening it waited for a writer: every open hung (tune audit, session 26)
+    with pytest.raises(OSError) as e:
+        accio.open(path, profile=str(tmp_path / "fifo"))
+    assert e.value.errno == 22 and "not a regular file" in str(e.value)
     with pytest.raises(OSError):
         accio.settings(cache_probe="sometimes")
     # A broken profile in the profile directory: one warning, the built-in model, the open works.
@@ -140,13 +145,26 @@ def test_bad_profiles_are_clear_errors_and_lose_nothing(tmp_path, data):
     os.makedirs(os.path.dirname(key["file"]), exist_ok=True)
     with open(key["file"], "w") as f:
         f.write("{not json")
+    code = "import accio, sys; f = accio.open(sys.argv[1]); print(f.explain(1 << 20)['why'])"
     try:
-        code = "import accio, sys; f = accio.open(sys.argv[1]); print(f.explain(1 << 20)['why'])"
         r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
                            env={**os.environ, "ACCIO_QUIET": "0"})
         assert r.returncode == 0, r.stderr
         assert "built-in model" in r.stdout
         assert "invalid JSON" in r.stderr and key["file"] in r.stderr
+    finally:
+        os.unlink(key["file"])
+    # A FIFO there: the same, at once (the engine, and the launcher reading the directory, hung).
+    os.mkfifo(key["file"])
+    try:
+        r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "ACCIO_QUIET": "0"})
+        assert r.returncode == 0 and "built-in model" in r.stdout, r.stderr
+        assert "not a regular file" in r.stderr and key["file"] in r.stderr
+        r = subprocess.run([str(Path(sys.executable).with_name("accio")), "run", "--", "true"], capture_output=True,
+                           text=True, timeout=60,
+                           env={**os.environ, "ACCIO_PROFILE_DIR": os.path.dirname(key["file"])})
+        assert r.returncode == 0, r.stderr
     finally:
         os.unlink(key["file"])
 
