@@ -107,6 +107,10 @@ def test_cold_ranges_take_the_cold_plan_and_unaligned_requests_fall_back(profile
         assert f.explain(1 << 20)["plan"] == "direct(even)"  # O_DIRECT left the cache cold
         with open(path, "rb") as plain:
             plain.read()
+        # The handle's next requests reuse its cold verdict for 4 MiB (questions move nothing); a
+        # handle opened now probes: cached.
+        assert f.explain(1 << 20)["plan"] == "direct(even)"
+    with accio.open(path, "r", profile=profile_file) as f:
         assert f.explain(1 << 20)["plan"] == "parallel(task=256KiB)"  # now cached
 
 
