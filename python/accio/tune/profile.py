@@ -84,11 +84,18 @@ def _tables(search: Search) -> dict:
         for conc in ("1", "N"):
             entry = {}
             for cache in ("hot", "cold"):
-                g = groups.get((op, conc, cache)) or (groups.get((op, "1", cache)) if conc == "N" else None)
+                g = groups.get((op, conc, cache))
+                if g is None and groups.get((op, "1", cache)) is not None:
+                    # --threads 1: no group of several requests in flight was measured. Those cells
+                    # are the model's (its rule for them differs: posix on 2 CPUs, where a split
+                    # ran at 0.88-0.93x), not copies of the one-thread winners (audit s26 #14).
+                    entry[cache] = [{**c, "builtin": True} for c in _builtin_cells(search, op, conc, cache, index)]
+                    continue
                 if g is None:
                     entry[cache] = None  # not measurable (cold reads on tmpfs): hot applies
                     continue
-                entry[cache] = _cells(search, g, index) or _builtin_cells(search, op, conc, cache, index)
+                entry[cache] = _cells(search, g, index) or [
+                    {**c, "builtin": True} for c in _builtin_cells(search, op, conc, cache, index)]
             if search.device < 0 and entry.get("cold") is not None:
                 start = _model_cold_start(op, conc, entry["cold"], index, search.bench.directory)
                 if start:
@@ -123,38 +130,81 @@ def build_device(search: Search, gpu: dict, meta: dict) -> dict:
             "plans": t["plans"], "decisions": t["decisions"], "measurements": t["measurements"]}
 
 
+def _model_raw(search: Search, g: Group) -> list[dict]:
+    """The built-in model's cells for the group (indexes into the model's own plans)."""
+    device = search.device >= 0
+    return builtin_cells(g.op, g.concurrency, g.cache, device, None if device else search.bench.directory)
+
+
 def _cells(search: Search, g: Group, index) -> list[dict]:
-    """Size cells of one group: each measured size decides up to the boundary with the next one;
-    neighbours that decide the same (best plan and best plan without alignment needs) merge. Where
-    the budget ran out before the largest size was measured, the largest measured size decides only
-    for itself and the built-in model's cells apply above it."""
+    """Size cells of one group. Between two measured sizes that decide alike, or where the model
+    plans alike, a measured size decides up to the power of two nearest the geometric mean with the
+    next (_boundary). Where the two decide differently and the built-in model changes its plan in
+    between, each decision reaches only as far as the model keeps the plan of the size it was
+    measured at, and the model's cells in between apply, marked builtin: nothing measured there
+    says otherwise (where both keep the model's plans, this is the model's own boundary). (A decision extended over the whole gap to the
+    geometric mean: a profile measured at 1 MiB and 8 MiB ran 2-3 MiB hot reads posix, where the
+    model splits them, at 0.57x of the model (audit s26 #5).) Neighbours that decide the same
+    (best plan and best plan without alignment needs) merge. Where the budget ran out before the
+    largest size was measured, the largest measured size decides only for itself and the built-in
+    model's cells apply above it."""
     cells: list[dict] = []
     sizes = search.sizes(g)
-    for i, size in enumerate(sizes):
+    raw = _model_raw(search, g)
+    model_plans = [Plan.from_json(p) for p in builtin_model(search.device >= 0,
+                                                            None if search.device >= 0 else search.bench.directory)["plans"]]
+    decided = []
+    for size in sizes:
         r = search.ranking(g, size)
         if not r:
             continue
         ranked = [p for p, _ in r]
         # The winner, and the best plan without alignment needs (unaligned requests), each only
         # where it beats the built-in plan by more than the noise measured (Search.decide).
+        builtin = search.builtin(g, size)
         first, guard = search.decide(g, size, ranked)
         unaligned = [p for p in ranked if not p.needs_alignment]
-        fallback = search.decide(g, size, unaligned)[0] if unaligned else Plan(_last_resort(search))
-        keep = list(dict.fromkeys([first, fallback]))
-        cell = {"max_size": _boundary(size, sizes[i + 1]) - 1 if i + 1 < len(sizes) else None,
-                "plans": [index(p) for p in keep],
-                "measured": {"size": size, "mibps": round(r[0][1], 1),
-                             "next": r[1][0].label if len(r) > 1 else None,
-                             "next_mibps": round(r[1][1], 1) if len(r) > 1 else None}}
-        if guard.get("kept"):  # the winner that did not beat the built-in plan beyond the noise
-            cell["measured"]["kept_builtin"] = {k: v for k, v in guard.items() if k != "kept"}
-        elif guard:             # how far the winner beat the built-in plan, in how many paired rounds
-            cell["measured"]["guard"] = {k: v for k, v in guard.items() if k != "winner"}
-        if cells and cells[-1]["plans"] == cell["plans"]:
+        fallback, fguard = search.decide(g, size, unaligned) if unaligned else (Plan(_last_resort(search)), {})
+        measured = {"size": size, "mibps": round(r[0][1], 1),
+                    "next": r[1][0].label if len(r) > 1 else None,
+                    "next_mibps": round(r[1][1], 1) if len(r) > 1 else None}
+        if guard.get("kept") and unaligned and fallback != builtin:
+            # The winner needs alignment and was set aside; the best plan without alignment needs
+            # was confirmed faster than the built-in plan: it serves aligned requests as well. As
+            # [built-in, fallback] the planner took the built-in plan for both (audit s26 #4).
+            keep = [fallback]
+            rest = [(p, m) for p, m in r if p != fallback]
+            measured = {"size": size, "mibps": round(dict(r)[fallback], 1),
+                        "next": rest[0][0].label if rest else None, "next_mibps": round(rest[0][1], 1) if rest else None,
+                        "guard": {k: v for k, v in fguard.items() if k != "winner"},
+                        "fallback": {"set_aside": guard["winner"], **{k: v for k, v in guard.items() if k != "kept"}}}
+        else:
+            keep = list(dict.fromkeys([first, fallback]))
+            if guard.get("kept"):  # the winner that did not beat the built-in plan beyond the noise
+                measured["kept_builtin"] = {k: v for k, v in guard.items() if k != "kept"}
+            elif guard:             # how far the winner beat the built-in plan, in how many paired rounds
+                measured["guard"] = {k: v for k, v in guard.items() if k != "winner"}
+        decided.append((size, [index(p) for p in keep], measured))
+    for i, (size, keep, measured) in enumerate(decided):
+        gap: list[dict] = []
+        if i + 1 < len(decided):
+            nxt, keep_next = decided[i + 1][:2]
+            ca, cb = _covering(raw, size), _covering(raw, nxt)
+            if ca is cb or keep == keep_next:
+                max_size = _boundary(size, nxt) - 1
+            else:  # the model changes its plan in between: this decision reaches its first change
+                max_size = ca["max_size"]
+                gap = [{"max_size": c["max_size"], "plans": [index(model_plans[j]) for j in c["plans"]], "builtin": True}
+                       for c in raw[raw.index(ca) + 1:raw.index(cb)]]
+        else:
+            max_size = None
+        cell = {"max_size": max_size, "plans": keep, "measured": measured}
+        if cells and not cells[-1].get("builtin") and cells[-1]["plans"] == cell["plans"]:
             cells[-1]["max_size"] = cell["max_size"]
             cells[-1].setdefault("also_measured", []).append(cell["measured"])
         else:
             cells.append(cell)
+        cells += gap
     if not cells:
         return cells
     largest = max((x for x in COARSE_SIZES if x * g.threads <= search.bench.file_size), default=0)
