@@ -16,15 +16,20 @@ class Progress:
     Counted work (`total` units of `unit`, one `step` per unit as it starts) prints
     "3/10 phases done"; work known by its fraction of the whole (`progress(desc, fraction)`, a
     budget in time) prints "42% done"; a stage of it reports its own fraction through
-    `stage(lo, hi)`."""
+    `stage(lo, hi)`. Work limited by a time budget (`budget` seconds from `t0`, a clock reading
+    taken before this object: the calibration's setup counts) estimates the rest as the budget
+    left, not from the fraction: the fraction is the search's share of its own budget, so
+    spent / fraction ran past the budget ("10% done, 10 s, about 94 s left" with --budget 60)."""
 
     def __init__(self, name: str, enabled: bool, total: int | None = None, unit: str = "phases",
-                 tty: bool | None = None, every: float = 10.0, clock=time.monotonic):
+                 tty: bool | None = None, every: float = 10.0, clock=time.monotonic,
+                 budget: float | None = None, t0: float | None = None):
         self.name, self.total, self.unit, self.every, self.clock = name, total, unit, every, clock
         self.bar = None
         self.done = 0
         self.lines = enabled and not (sys.stderr.isatty() if tty is None else tty)
-        self.t0 = self.last = clock()
+        self.t0 = self.last = clock() if t0 is None else t0
+        self.budget = budget
         if enabled and not self.lines:
             try:
                 from tqdm import tqdm
@@ -70,7 +75,10 @@ class Progress:
             return
         self.last = t
         spent = t - self.t0
-        left = f", about {spent / fraction * (1 - fraction):.0f} s left" if fraction > 0 else ""
+        if self.budget is not None:
+            left = f", about {max(0.0, self.budget - spent):.0f} s left"
+        else:
+            left = f", about {spent / fraction * (1 - fraction):.0f} s left" if fraction > 0 else ""
         print(f"{self.name}: {done}, {spent:.0f} s{left}; now {desc}", file=sys.stderr, flush=True)
 
     def close(self) -> None:

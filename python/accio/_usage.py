@@ -147,7 +147,9 @@ def write_json(path: str, doc: dict, allow_nan: bool = True) -> None:
 
 def check_output_path(option: str, path: str | None) -> None:
     """Refuses, before any work is done, an output FILE that cannot be written: a directory, or a
-    file in a directory that does not exist or is not writable (exit 1: the file system said no)."""
+    file in a directory that does not exist or takes no new file (exit 1: the file system said no).
+    Tried by making and removing a file there, as check_creatable does: permissions alone do not
+    tell for root (`--json /proc/x.json` passed os.access and failed after the whole run)."""
     if path is None or path == "-":
         return
     if os.path.isdir(path):
@@ -155,5 +157,14 @@ def check_output_path(option: str, path: str | None) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise FileNotFoundError(2, "No such file or directory", f"{option} {path}: {parent}")
-    if not os.access(parent, os.W_OK) and not os.access(path, os.W_OK):
-        raise PermissionError(13, "Permission denied", f"{option} {path}")
+    import stat
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        check_creatable(option, path)  # made at the end: a file must be creatable in parent
+        return
+    if stat.S_ISREG(st.st_mode):  # rewritten at the end, in place: it must open for writing (not truncated here)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+        except OSError as e:
+            raise type(e)(e.errno, e.strerror, f"{option} {path}") from None

@@ -731,6 +731,21 @@ def test_tune_progress_without_a_terminal_prints_the_fraction_done(capsys):
         Progress("accio tune", True, tty=False).step("x")  # counted steps need a total
 
 
+def test_tune_progress_of_a_time_budget_estimates_the_budget_left(capsys):
+    # The calibration's fraction is the search's share of its own budget, while its time counts from
+    # before the scratch files and the prefetch measurement: "10% done, 10 s, about 94 s left" with
+    # --budget 60 (audit s26 #17). A budgeted run now estimates the budget left.
+    from accio._progress import Progress
+    now = [5.0]
+    p = Progress("accio tune", True, tty=False, every=10, clock=lambda: now[0], budget=60, t0=0.0)
+    for t, f in ((10, 0.1), (20, 0.28), (70, 1.0)):
+        now[0] = t
+        p("x", f)
+    assert capsys.readouterr().err.splitlines() == ["accio tune: 10% done, 10 s, about 50 s left; now x",
+                                                    "accio tune: 28% done, 20 s, about 40 s left; now x",
+                                                    "accio tune: 100% done, 70 s, about 0 s left; now x"]
+
+
 def test_tune_progress_stages_share_the_whole(capsys):
     # With a GPU, accio tune runs the host search and then the GPU's, each reporting its own
     # fraction; the lines said "100% done" after the first and then "50% ... about 250 s left"

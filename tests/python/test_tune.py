@@ -175,9 +175,13 @@ def test_bad_profiles_are_clear_errors_and_lose_nothing(tmp_path, data):
 
 def test_tune_writes_a_profile_that_auto_uses(tmp_path):
     budget = 8
-    r = tune(str(tmp_path), "--budget", str(budget), "--file-size", "16m", "-q")
+    # ACCIO_PROFILE=off set in the caller's environment: the calibration measures fixed plans either
+    # way, and its last line warns that auto will not use what it saved while the variable is set
+    # (it said "`auto` uses it for files on ...", audit s26 #1).
+    r = tune(str(tmp_path), "--budget", str(budget), "--file-size", "16m", "-q", env={"ACCIO_PROFILE": "off"})
     key = _ext.profile_key(str(tmp_path))
     assert f"saved {key['file']}" in r.stdout
+    assert r.stdout.splitlines()[-1].startswith("accio tune: warning: ACCIO_PROFILE=off is set here"), r.stdout
     doc = json.loads(open(key["file"]).read())
     assert doc["schema"] == "accio.profile/1"
     assert doc["key"] == {k: key[k] for k in ("filesystem", "device", "kernel", "accio")}
@@ -466,3 +470,166 @@ def test_tune_writes_the_profile_that_accio_profile_names(tmp_path):
     key = _ext.profile_key(str(tmp_path))
     assert f"saved {prof}; `auto` uses it for files on" in r.stdout and f"ACCIO_PROFILE={prof}" in r.stdout, r.stdout
     assert f"copied to {key['file']}" in r.stdout, r.stdout
+
+
+def test_a_broken_old_profile_is_reported_and_replaced_and_nothing_refused_is_saved(tmp_path, capsys):
+    """The device tables of the profile a calibration replaces are kept only where the engine accepts
+    them; an old profile of [] or `devices: 5` is said and replaced (it crashed the calibration after
+    its whole run); save() refuses a document the engine refuses rather than write it (audit s26 #3)."""
+    from accio.tune import profile
+    old = tmp_path / "old.json"
+    for text in ("[]", '{"schema": "accio.profile/1", "devices": 5}', "{not json", '"a string"'):
+        old.write_text(text)
+        assert profile.kept_devices(str(old), None) == []
+        assert "not kept" in capsys.readouterr().err
+    good = {"model": "GPU A", "plans": [{"mechanism": "staged"}],
+            "decisions": {op: {n: {"hot": [{"max_size": None, "plans": [0]}]} for n in ("1", "N")}
+                          for op in ("read", "write")}}
+    old.write_text(json.dumps({**PROFILE, "devices": [{"model": ["x"]}, good, {**good, "plans": [{"mechanism": "posix"}]},
+                                                       dict(good), {**good, "model": "GPU B"}]}))
+    kept = profile.kept_devices(str(old), "GPU B")
+    assert kept == [good], kept
+    err = capsys.readouterr().err
+    assert "devices[0] (?)" in err and "devices[2] (GPU A)" in err and "devices[3] (GPU A): a second table" in err, err
+    # what the engine refuses is not saved, and the file there stays as it was
+    before = old.read_text()
+    with pytest.raises(RuntimeError, match="not saved: the engine refuses"):
+        profile.save({**PROFILE, "devices": [{"model": ["x"]}]}, str(old))
+    assert old.read_text() == before and not list(tmp_path.glob(".profile.*"))
+    with pytest.raises(ValueError, match="not an accio profile"):
+        old.write_text("[]")
+        profile.load(str(old))
+
+
+def test_a_saved_profile_keeps_the_files_mode_and_a_link_keeps_pointing_at_it(tmp_path):
+    """A profile rewritten keeps its permissions; a new one gets 0o666 less the umask (mkstemp's
+    0o600 locked a group out of a shared profile directory); a symbolic link is followed, its target
+    rewritten (it was replaced by a private file beside the link) (audit s26 #10)."""
+    from accio.tune import profile
+    old_umask = os.umask(0o022)
+    try:
+        new = tmp_path / "new.json"
+        profile.save(PROFILE, str(new))
+        assert new.stat().st_mode & 0o777 == 0o644
+        new.chmod(0o664)
+        profile.save(PROFILE, str(new))
+        assert new.stat().st_mode & 0o777 == 0o664
+        shared = tmp_path / "shared"
+        shared.mkdir()
+        target = shared / "t.json"
+        target.write_text("{}")
+        target.chmod(0o640)
+        link = tmp_path / "link.json"
+        link.symlink_to(target)
+        profile.save(PROFILE, str(link))
+        assert link.is_symlink() and os.readlink(link) == str(target)
+        assert json.loads(target.read_text())["plans"] == PROFILE["plans"]
+        assert target.stat().st_mode & 0o777 == 0o640
+        assert not list(tmp_path.glob(".profile.*")) and not list(shared.glob(".profile.*"))
+    finally:
+        os.umask(old_umask)
+
+
+def test_a_second_calibration_of_one_profile_exits_naming_the_first(tmp_path):
+    """Two calibrations writing one profile measured under each other's load, and the last to save won
+    without a word (audit s26 #12): the second now exits 1 at once, naming the first's pid."""
+    from accio.tune import profile
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(PROFILE))
+    with profile.calibration_lock(str(prof)) as lock:
+        assert os.path.basename(lock) == ".p.json.lock" and open(lock).read().strip() == str(os.getpid())
+        r = tune(str(tmp_path), "--budget", "30", "--file-size", "8m", "--profile", str(prof), "-q", check=False)
+        assert r.returncode == 1 and f"another `accio tune` (pid {os.getpid()}) is calibrating" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not list(tmp_path.glob("accio-tune.*"))
+        with pytest.raises(RuntimeError, match=f"pid {os.getpid()}"):
+            with profile.calibration_lock(str(prof)):
+                pass
+    with profile.calibration_lock(str(prof)):  # released at the end of the first
+        pass
+    assert json.loads(prof.read_text()) == PROFILE
+
+
+def test_show_and_evaluate_use_and_name_the_profile_accio_profile_names(tmp_path, profile_file):
+    """ACCIO_PROFILE names the profile auto uses: --show shows it and --evaluate evaluates it and names
+    it (both said "no profile ... built-in model" while auto ran the variable's profile, audit s26 #1).
+    The command recorded is quoted so that it can be run again (a path with a space, #20)."""
+    import shlex
+    d = tmp_path / "with space"
+    d.mkdir()
+    r = tune(str(d), "--show", env={"ACCIO_PROFILE": profile_file})
+    assert f"ACCIO_PROFILE names {profile_file}" in r.stderr and f"profile {profile_file}" in r.stdout, r
+    out = tmp_path / "ev.json"
+    r = tune(str(d), "--evaluate", "--file-sizes", "1m", "--transfers", "512k", "--ops", "read", "--caches", "hot",
+             "-i", "1", "--max-reps", "1", "--threads", "1", "--json", str(out), "-q", env={"ACCIO_PROFILE": profile_file})
+    doc = json.loads(out.read_text())
+    assert doc["profile"] == profile_file and f"ACCIO_PROFILE names {profile_file}" in r.stderr, r.stderr
+    assert doc["cells"][0]["auto_plans"] == ["parallel(task=256KiB)"]  # the profile's plan for 512 KiB hot reads
+    assert shlex.quote(str(d)) in doc["command"] and shlex.split(doc["command"])[2] == str(d), doc["command"]
+    # ACCIO_PROFILE=off: --show says auto uses the built-in model
+    r = tune(str(d), "--show", env={"ACCIO_PROFILE": "off"}, check=False)
+    assert r.returncode == 1 and "ACCIO_PROFILE=off: auto uses the built-in model" in r.stderr, r.stderr
+
+
+def test_evaluate_refuses_a_bad_profile_by_its_option_before_writing_anything(tmp_path):
+    """A malformed --profile, --vs-profile or ACCIO_PROFILE is refused up front, exit 2, by the name
+    the user gave it (it was found after the scratch files were written, and a --profile was
+    blamed on ACCIO_PROFILE, audit s26 #18); --json that cannot be written is refused before the
+    grid runs (as root os.access said yes, and the results were lost at the end, #9)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "accio.profile/1", "plans": []}')
+    small = ["--file-sizes", "1m", "--transfers", "512k", "--ops", "read", "--caches", "hot", "-i", "1",
+             "--max-reps", "1", "--threads", "1", "-q"]
+    for args, env, words in ((["--profile", str(bad)], {}, f"--profile {bad}: not a profile: plans must be"),
+                             (["--vs-profile", str(bad)], {}, f"--vs-profile {bad}: not a profile"),
+                             ([], {"ACCIO_PROFILE": str(bad)}, f"ACCIO_PROFILE={bad}: not a profile"),
+                             (["--profile", str(tmp_path / "none.json")], {}, "no such profile file"),
+                             (["--vs-profile", str(tmp_path / "a" / "x.json"), "--vs-profile",
+                               str(tmp_path / "b" / "x.json")], {}, "two profiles with the same file name")):
+        for sub in "ab":
+            (tmp_path / sub).mkdir(exist_ok=True)
+            (tmp_path / sub / "x.json").write_text(json.dumps(PROFILE))
+        r = tune(str(tmp_path), "--evaluate", *small, *args, env=env, check=False)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert "correct the variable" not in r.stderr or env, r.stderr
+        assert not list(tmp_path.glob("accio-tune.*"))
+    if os.geteuid() == 0:  # root passes os.access everywhere: the file is tried
+        r = tune(str(tmp_path), "--evaluate", *small, "--json", "/proc/x.json", check=False)
+        assert r.returncode == 1 and "--json /proc/x.json: cannot write in /proc" in r.stderr, r.stderr
+        assert r.stdout == "" and not list(tmp_path.glob("accio-tune.*"))
+    # --device-budget says how long the GPU is measured: with --no-device it was ignored (#20)
+    r = tune(str(tmp_path), "--no-device", "--device-budget", "3", "--budget", "6", check=False)
+    assert r.returncode == 2 and "--device-budget and --no-device" in r.stderr, r.stderr
+
+
+def test_show_takes_the_engines_labels_and_survives_what_the_engine_ignores(tmp_path):
+    """--show on profiles the engine accepts: its labels are the engine's (a knob Python's Plan did not
+    know was dropped from the label), and fields the engine does not read (measured, prefetch, notes)
+    are shown where they have their shape and skipped where not, never a traceback (audit s26 #8)."""
+    from accio.tune.measure import Plan
+    p = {"mechanism": "parallel", "task_size": 4 << 20, "realign": "on"}
+    engine = json.loads(_ext.profile_describe(json.dumps({**PROFILE, "plans": [*PROFILE["plans"], p]})))
+    label = engine["plans"][3]["label"]
+    assert "realign" in label and Plan.from_json(p).label == label and Plan.from_json(p).to_json() == p
+    hot = PROFILE["decisions"]["read"]["1"]["hot"]
+    staged = {"model": "GPU A", "plans": [{"mechanism": "staged"}, {"mechanism": "pagecache", "pagecache_min": "4k"}],
+              "decisions": {op: {n: {"hot": [{"max_size": None, "plans": [1, 0]}]} for n in ("1", "N")}
+                            for op in ("read", "write")}}
+    for extra, cell, words in (
+            ({"plans": [*PROFILE["plans"], p]}, {"max_size": None, "plans": [3, 0]}, label),
+            ({}, {"max_size": None, "plans": [1, 0], "measured": {"size": 4096, "mibps": "fast"}}, "parallel(task=256KiB)"),
+            ({}, {"max_size": None, "plans": [1, 0], "measured": 5}, "parallel(task=256KiB)"),
+            ({"prefetch": {"window": 0, "gain": "abc"}}, hot[1], "prefetch: off"),
+            ({"notes": "a note"}, hot[1], "note: a note"),
+            ({"notes": 7, "key": "k", "devices": [staged]}, hot[1], "pagecache"),
+            ({}, {"max_size": None, "plans": [1, 0], "measured": {"size": 4096, "mibps": 9.0, "kept_builtin":
+                                                                  {"winner": "uring", "rounds": 0, "vs_builtin": None}}},
+             "built-in kept: uring 9 MiB/s at 4KiB not guarded: the budget ran out before the guard")):
+        doc = json.loads(json.dumps(PROFILE))
+        doc.update(extra)
+        doc["decisions"]["read"]["1"]["hot"] = [hot[0], cell]
+        f = tmp_path / "p.json"
+        f.write_text(json.dumps(doc))
+        _ext.profile_describe(f.read_text(), str(f))  # the engine accepts each
+        r = tune(str(tmp_path), "--show", "--profile", str(f), check=False)
+        assert r.returncode == 0 and words in r.stdout and "Traceback" not in r.stderr, (extra, cell, r.stdout, r.stderr)
+        assert "note: a\n" not in r.stdout

@@ -6,6 +6,7 @@ table of the GPU's model); `--show` prints a profile's decisions, `--evaluate` m
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -129,6 +130,8 @@ def _check_usage(args) -> None:
                          "--device cuda:N (by default, cuda:0 when a GPU is present)")
     if args.device is not None and args.no_device:
         raise UsageError("--device and --no-device do not go together")
+    if args.device_budget is not None and args.no_device:
+        raise UsageError("--device-budget and --no-device do not go together (--no-device measures no GPU)")
     if args.device is not None:
         _ordinal(args.device)
     if args.device_budget is not None and not 0 < args.device_budget < args.budget:
@@ -137,11 +140,18 @@ def _check_usage(args) -> None:
         raise UsageError("--json goes with --evaluate (a calibration writes its profile; see --profile)")
     if args.vs_profile and not args.evaluate:
         raise UsageError("--vs-profile goes with --evaluate")
-    for v in args.vs_profile:
-        if v != "off" and not os.path.isfile(v):
-            raise UsageError(f"--vs-profile {v}: no such profile file (or 'off' for the built-in model)")
     if args.profile == "-":
         raise UsageError("--profile takes a file name: a profile is a file that auto reads, not stdout")
+    if args.evaluate:  # every profile the evaluation names, checked before its scratch files are written
+        if args.profile:
+            _check_profile_file("--profile", args.profile)
+        elif _env_profile() not in ("auto", "off"):
+            _check_profile_file("ACCIO_PROFILE", _env_profile(), " (correct the variable or unset it)")
+    for v in args.vs_profile:
+        if v != "off":
+            _check_profile_file("--vs-profile", v, " (or 'off' for the built-in model)")
+    if len(set(map(_vs_label, args.vs_profile))) != len(args.vs_profile):
+        raise UsageError("--vs-profile: two profiles with the same file name (auto[NAME] names each by it)")
     if args.threads < 0:
         raise UsageError(f"--threads {args.threads}: must be at least 1 (0: online CPUs)")
     if args.reps < 1:
@@ -158,6 +168,58 @@ def _check_usage(args) -> None:
             raise UsageError(f"--transfers {args.transfers} --file-sizes {args.file_sizes}: no cell to measure "
                              "(every transfer is larger than every file)")
         check_output_path("--json", args.json)
+
+
+def _env_profile() -> str:
+    """The profile setting as the environment gives it: auto (also when unset or empty), off, or a file."""
+    return os.environ.get("ACCIO_PROFILE") or "auto"
+
+
+def _vs_label(v: str) -> str:
+    return "built-in" if v == "off" else os.path.basename(v).removesuffix(".json")
+
+
+def _check_profile_file(option: str, path: str, hint: str = "") -> dict:
+    """UsageError (exit 2, naming the option) unless path is a profile the engine loads; else the
+    engine's description of it. Found before anything is written or measured: the evaluation's auto
+    handles refused a bad one only after its scratch files were written, and blamed ACCIO_PROFILE
+    for a --profile."""
+    what = f"ACCIO_PROFILE={path}" if option == "ACCIO_PROFILE" else f"{option} {path}"
+    if not os.path.exists(path):
+        raise UsageError(f"{what}: no such profile file{hint}")
+    if not os.path.isfile(path):
+        raise UsageError(f"{what}: not a regular file{hint}")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        return json.loads(_ext.profile_describe(text, path))
+    except OSError as e:
+        raise UsageError(f"{what}: " + ("not a profile: " if e.errno == 22 else "cannot read it: ")
+                         + _engine_detail(e) + hint) from None
+
+
+def _engine_detail(e: OSError) -> str:
+    """The engine's reason without its "load profile 'PATH': ... (errno N)" frame."""
+    from .._usage import describe
+    text = describe(e)
+    if "': " in text:
+        text = text.split("': ", 1)[1]
+    return text.removesuffix(f" (errno {e.errno})")
+
+
+def resolve_profile(args, key: dict) -> tuple[str, str]:
+    """The profile `auto` uses for files on the tuned filesystem, resolved as the engine resolves the
+    profile setting: --profile, else ACCIO_PROFILE where it names a file, else the key's file in the
+    profile directory. Returns (path, how): how is "--profile", "ACCIO_PROFILE", "off" (ACCIO_PROFILE=off:
+    the built-in model; path is then the key's file, which auto does not read) or "directory"."""
+    env = _env_profile()
+    if args.profile:
+        return args.profile, "--profile"
+    if env == "off":
+        return key["file"], "off"
+    if env != "auto":
+        return env, "ACCIO_PROFILE"
+    return key["file"], "directory"
 
 
 def _ordinal(device: str) -> int:
@@ -219,12 +281,14 @@ def main(args) -> int:
         raise UsageError(f"--file-size {args.file_size!r} is not a size") from None
     directory = _directory(args.path)
     key = profile_mod.key(directory)
-    path = args.profile or key["file"]
     if args.show:
-        return show(path, key, directory)
+        return show(*resolve_profile(args, key), key, directory)
     with sigterm_interrupts():  # killed: the scratch files go, as at Ctrl-C (exit 143; 130 for Ctrl-C)
         if args.evaluate:
-            return evaluate(args, directory, path)
+            return evaluate(args, directory, *resolve_profile(args, key))
+        # A calibration writes --profile or the key's file (never the file ACCIO_PROFILE names: its
+        # last line says when that variable keeps auto from using what it wrote).
+        path = args.profile or key["file"]
         check_creatable("--profile" if args.profile else "the profile", path)  # before minutes of calibration
         if file_size < MIN_FILE_SIZE:
             raise UsageError(f"--file-size {args.file_size}: the calibration needs at least {fmt(MIN_FILE_SIZE)} "
@@ -233,13 +297,28 @@ def main(args) -> int:
         # may be the one this run is to write (not there yet: every open would refuse it).
         saved = os.environ.pop("ACCIO_PROFILE", None)
         try:
-            return tune(args, directory, key, path, file_size)
+            with profile_mod.calibration_lock(path):  # one calibration per profile at a time (exit 1)
+                return tune(args, directory, key, path, file_size, saved)
         finally:
             if saved is not None:
                 os.environ["ACCIO_PROFILE"] = saved
 
 
-def show(path: str, key: dict, directory: str) -> int:
+def show(path: str, how: str, key: dict, directory: str) -> int:
+    if how == "off":
+        print(f"accio tune: ACCIO_PROFILE=off: auto uses the built-in model ({_model_words(directory)} for one "
+              f"reader on this machine; a file's explain() gives a request's plan)"
+              + (f"; the profile of this filesystem, {path}, is not used while it is set" if os.path.exists(path) else ""),
+              file=sys.stderr)
+        return 1
+    if how == "ACCIO_PROFILE":
+        if not os.path.exists(path):
+            print(f"accio tune: ACCIO_PROFILE names {path}, which does not exist: every open with auto is refused "
+                  "while it is set; correct the variable or unset it", file=sys.stderr)
+            return 1
+        print(f"accio tune: ACCIO_PROFILE names {path}: auto uses it for every file"
+              + (f" (not {key['file']})" if os.path.abspath(path) != os.path.abspath(key["file"]) else ""),
+              file=sys.stderr)
     if not os.path.exists(path):
         print(f"accio tune: no profile for {key['filesystem']} on {key['device']} (kernel {key['kernel']}, "
               f"accio {key['accio']}) at {path}: auto uses the built-in model ({_model_words(directory)} for one "
@@ -247,8 +326,15 @@ def show(path: str, key: dict, directory: str) -> int:
               f"accio tune: run `accio tune {directory}` to measure this filesystem.", file=sys.stderr)
         return 1
     with open(path, encoding="utf-8", errors="replace") as f:  # not text: the engine names the file
-        _ext.profile_describe(f.read(), path)  # the engine's own parse: what it refuses, --show refuses, naming it
-    print(profile_mod.render(profile_mod.load(path), path))
+        text = f.read()
+    # The engine's own parse: what it refuses, --show refuses, naming it; its description gives the
+    # plans' labels (the engine owns them).
+    described = _ext.profile_describe(text, path)
+    try:
+        shown = profile_mod.render(json.loads(text), path, described)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:  # what the engine let pass
+        raise RuntimeError(f"{path}: not a profile: --show cannot read it ({type(e).__name__}: {e})") from None
+    print(shown)
     return 0
 
 
@@ -269,13 +355,13 @@ def _model_words(directory: str) -> str:
     return ", ".join(words)
 
 
-def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
+def tune(args, directory: str, key: dict, path: str, file_size: int, env_profile: str | None = None) -> int:
     t0 = time.monotonic()
     threads = args.threads or os.cpu_count() or 1
     gpu = _gpu(args, directory)
     device_budget = (args.device_budget or args.budget / 3) if gpu else 0.0
     _check_space(directory, 2 * file_size)
-    progress = Progress("accio tune", not args.quiet)
+    progress = Progress("accio tune", not args.quiet, budget=args.budget, t0=t0)
     device = None
     try:
         with Bench(directory, file_size) as bench:
@@ -298,7 +384,7 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
         progress.close()
     meta = {"key": {k: key[k] for k in ("filesystem", "device", "kernel", "accio")}, "target": "host",
             "path": os.path.abspath(directory), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": "accio tune " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "accio tune",
+            "command": "accio tune " + shlex.join(sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "accio tune",
             "budget_s": args.budget, "elapsed_s": round(time.monotonic() - t0, 1), "file_size": file_size,
             "o_direct": takes_direct, "prefetch": prefetch}
     doc = profile_mod.build(search, meta)
@@ -312,8 +398,8 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
                                                               "elapsed_s": device_elapsed, "cufile": gpu["cufile"]}))
     if devices:
         doc["devices"] = devices
-    profile_mod.save(doc, path)
-    print(profile_mod.render(doc, path))
+    described = profile_mod.save(doc, path)
+    print(profile_mod.render(doc, path, described))
     where = key["filesystem"] if key["filesystem"] == key["device"] else f"{key['filesystem']} on {key['device']}"
     gpus = f" and for GPU buffers on {gpu['name']}" if gpu else ""
     if os.path.abspath(path) == os.path.abspath(key["file"]):
@@ -322,6 +408,13 @@ def tune(args, directory: str, key: dict, path: str, file_size: int) -> int:
         print(f"\nsaved {path}; `auto` uses it for files on {where}{gpus} where it is named: "
               f"ACCIO_PROFILE={shlex.quote(os.path.abspath(path))} (or the setting profile=FILE), or "
               f"copied to {key['file']}, where `auto` looks for this filesystem's profile")
+    env = env_profile or "auto"
+    if env == "off":
+        print("accio tune: warning: ACCIO_PROFILE=off is set here: `auto` uses the built-in model, not this profile, "
+              "while it is set")
+    elif env != "auto" and os.path.realpath(env) != os.path.realpath(path):
+        print(f"accio tune: warning: ACCIO_PROFILE={shlex.quote(env)} is set here: `auto` uses that file, not this "
+              "profile, while it is set")
     return 0
 
 
@@ -343,24 +436,36 @@ def decision_cost(bench: Bench, profile: str | None, sizes: list[int]) -> dict:
     return out
 
 
-def evaluate(args, directory: str, path: str) -> int:
+def evaluate(args, directory: str, path: str, how: str) -> int:
     file_sizes, transfers = _sizes("--file-sizes", args.file_sizes), _sizes("--transfers", args.transfers)
     ops, caches = _choices("--ops", args.ops, evaluate_mod.OPS), _choices("--caches", args.caches, evaluate_mod.CACHES)
     threads = args.threads or os.cpu_count() or 1
-    off = not args.profile and os.environ.get("ACCIO_PROFILE") == "off"  # the auto handles read it
+    # The profile auto uses (resolve_profile: --profile, ACCIO_PROFILE, the key's file), named the
+    # same way in the printed line, the table and the JSON; the auto handles get it through
+    # ACCIO_PROFILE, set here (--profile and ACCIO_PROFILE were checked by _check_usage).
+    off = how == "off"
     have = not off and os.path.exists(path)
     model = "built-in model" + (" (rotational device)" if builtin_model(where=directory).get("rotational") else "")
     if off:
         print("accio tune: ACCIO_PROFILE=off: auto is evaluated with the built-in model", file=sys.stderr)
+    elif how == "ACCIO_PROFILE":
+        print(f"accio tune: ACCIO_PROFILE names {path}: auto is evaluated with it", file=sys.stderr)
     elif not have:
         print(f"accio tune: no profile at {path}: auto is evaluated with the built-in model "
               f"(run `accio tune {directory}` first to evaluate a measured profile)", file=sys.stderr)
+    elif how == "directory":  # the engine would warn and use the model: so is it evaluated, and named
+        try:
+            _check_profile_file("the profile", path)
+        except UsageError as e:
+            print(f"accio tune: {e}: auto is evaluated with the built-in model", file=sys.stderr)
+            have = False
     big = max(file_sizes)
     gpu = _gpu(args, directory)
     writes = "write" in ops
     # the read file of every size, and the write file where writes are measured
     _check_space(directory, (1 + writes) * big + sum(s for s in set(file_sizes) if s != big))
     progress = Progress("accio tune", not args.quiet)
+    saved = os.environ.get("ACCIO_PROFILE")
     try:
         with Bench(directory, big, writes=writes) as bench:
             def cells() -> list[dict]:  # a fresh grid for each run (run() writes its results into the cells)
@@ -368,15 +473,11 @@ def evaluate(args, directory: str, path: str) -> int:
             if not cells():  # cold reads alone, where they cannot be made (_check_usage caught the sizes)
                 raise UsageError(f"--ops {','.join(ops)} --caches {','.join(caches)}: no cell to measure "
                                  f"({bench.cold_note})")
-            if args.profile and have:
-                os.environ["ACCIO_PROFILE"] = args.profile  # the auto handles of the run use this profile
-            others = {("built-in" if v == "off" else os.path.basename(v).removesuffix(".json")): v
-                      for v in args.vs_profile}
-            if len(others) != len(args.vs_profile):
-                raise UsageError("--vs-profile: two profiles with the same file name")
+            os.environ["ACCIO_PROFILE"] = path if have else "off"  # the auto handles of the run use this
+            others = {_vs_label(v): v for v in args.vs_profile}
             result = evaluate_mod.run(bench, cells(), args.reps, progress=progress.stage(0.0, 0.5 if gpu else 1.0),
                                       max_reps=args.max_reps, profiles=others)
-            result["decision_ns"] = decision_cost(bench, args.profile if have else None, transfers)
+            result["decision_ns"] = decision_cost(bench, path if have else "off", transfers)
             result["cold_reads"] = bench.cold_reads
             result["notes"] = [bench.cold_note] if bench.cold_note else []
             if gpu:
@@ -389,12 +490,15 @@ def evaluate(args, directory: str, path: str) -> int:
                 result["device"] = dev
     finally:
         progress.close()
+        os.environ.pop("ACCIO_PROFILE", None)
+        if saved is not None:
+            os.environ["ACCIO_PROFILE"] = saved
     from ..info import gather
     info = gather(directory)
     result.update({"schema": "accio.tune-evaluate/1", "profile": path if have else model,
                    "path": os.path.abspath(directory), "threads": threads, "ops": list(ops),
                    "caches": list(caches), "reps": args.reps, "vs_profiles": list(args.vs_profile),
-                   "max_reps": args.max_reps, "command": "accio " + " ".join(sys.argv[1:]),
+                   "max_reps": args.max_reps, "command": "accio " + shlex.join(sys.argv[1:]),
                    "machine": {k: info[k] for k in ("kernel", "cpu", "memory")}, "accio": __version__,
                    "git_commit": _ext.git_commit(), "filesystem": info.get("filesystem"),
                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})

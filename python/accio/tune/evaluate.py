@@ -10,7 +10,8 @@ oracle of a cell is the fixed mechanism with the best median; a contender's rati
 median of their per-round ratios (paired: the estimate the intervals are about). Any contender's
 but the oracle's can exceed 1: auto's, and a fixed mechanism's whose median is below the oracle's
 while its per-round ratios are not (a 2-round cell can show it). auto is compared with the oracle and with every fixed mechanism
-by the paired ratio of the rounds and its 95% bootstrap interval: faster or slower when the interval
+by the paired ratio of the rounds they share (_pair; unpaired, and said so, only below MIN_SAMPLES
+common rounds) and its 95% bootstrap interval: faster or slower when the interval
 excludes 1.0, within noise when it contains 1.0 and lies inside +-5%, else undecided; with fewer
 than MIN_SAMPLES rounds, too few samples (stats.verdict). A comparison with the oracle that is not
 settled (stats.settled: undecided, too few, or a difference seen in fewer than CONFIRM_SAMPLES
@@ -86,8 +87,21 @@ def geomean(xs) -> float:
 
 
 def _pair(rounds: dict, samples: dict, a: str, b: str) -> tuple[list, list, bool]:
-    """a's and b's samples, paired when both were measured in the same rounds."""
-    return samples[a], samples[b], rounds[a] == rounds[b]
+    """a's and b's samples, paired on the rounds both were measured in (the extra rounds of an
+    undecided cell take auto and the fixed mechanisms near the oracle only: auto and any other then
+    share the first rounds, not all); unpaired, every sample of each, only where they share fewer
+    than stats.MIN_SAMPLES rounds and not all of them (a cell measured with --reps below it). Until
+    session 26 two contenders were paired only when their round lists were equal, so every
+    comparison with a contender left out of the extra rounds was unpaired, and a clear 1.3x lead
+    on a drifting machine came out undecided."""
+    ra, rb = rounds[a], rounds[b]
+    if ra == rb:
+        return samples[a], samples[b], True
+    at = {r: x for r, x in zip(rb, samples[b])}
+    common = [(x, at[r]) for r, x in zip(ra, samples[a]) if r in at]
+    if len(common) < stats.MIN_SAMPLES:
+        return samples[a], samples[b], False
+    return [x for x, _ in common], [y for _, y in common], True
 
 
 def _estimate(rounds: dict, samples: dict, a: str, b: str) -> float:
@@ -99,7 +113,7 @@ def _compare(rounds: dict, samples: dict, a: str, b: str) -> dict:
     xa, xb, paired = _pair(rounds, samples, a, b)
     r = stats.ratio(xa, xb, paired=paired)
     return {"estimate": round(r.estimate, 4), "low": round(r.low, 4), "high": round(r.high, 4),
-            "method": r.method, "n": min(len(xa), len(xb)), "verdict": stats.verdict(r)}
+            "method": r.method, "n": min(len(xa), len(xb)), "verdict": stats.verdict(r)}  # n: common rounds
 
 
 def measure_cell(sample_round, contenders, reps: int, max_reps: int, note=None, warmup=None,
@@ -241,7 +255,7 @@ def summarize(cells: list[dict], contenders, elapsed: float) -> dict:
             "auto_at_least_every_fixed": all(vs[m]["goal_1"] == "met" for m in fixed),
             "cells_fine": sum(c["fine"] for c in cells),
             "cells_slower": sum(c["verdict"] == "slower" for c in cells),
-            "cells_undecided": sum(not stats.decided(c["verdict"]) for c in cells),
+            "cells_undecided": sum(_undecided(c) for c in cells),
             "cells_too_few": sum(c["verdict"].startswith(stats.TOO_FEW) for c in cells),
             "auto_fine_every_cell": all(c["fine"] for c in cells),
             "best_fixed": best_fixed,
@@ -251,6 +265,17 @@ def summarize(cells: list[dict], contenders, elapsed: float) -> dict:
             "rule": {"min_samples": stats.MIN_SAMPLES, "confidence": stats.CONFIDENCE, "noise": stats.NOISE,
                      "goal": GOAL},
             "elapsed_s": round(elapsed, 1)}
+
+
+def _undecided(c: dict) -> bool:
+    """Undecided: not decided with enough samples (a cell of too few samples is counted apart)."""
+    return not stats.decided(c["verdict"]) and not c["verdict"].startswith(stats.TOO_FEW)
+
+
+def _unpaired(c: dict, m: str) -> str:
+    """' (unpaired)' where auto's comparison with m in cell c is unpaired (stats.ratio's ratio of
+    medians: fewer than stats.MIN_SAMPLES common rounds), else ''."""
+    return " (unpaired)" if c["auto_vs"][m].get("method") == "unpaired" else ""
 
 
 def _cell_name(c: dict) -> str:
@@ -285,8 +310,9 @@ def render(result: dict) -> str:
         for c in diff:
             vs = c["auto_vs"][c["oracle"]]
             out.append(f"  {_cell_name(c):28s} auto {c['verdict']} than {c['oracle']} by "
-                       f"{abs(1 - vs['estimate']):.1%} [{stats.bounds(vs['low'], vs['high'])}], n={vs['n']}")
-        und = [c for c in result["cells"] if not stats.decided(c["verdict"])]
+                       f"{abs(1 - vs['estimate']):.1%} [{stats.bounds(vs['low'], vs['high'])}], n={vs['n']}"
+                       + _unpaired(c, c["oracle"]))
+        und = [c for c in result["cells"] if _undecided(c)]
         if und:
             out.append(f"undecided after up to {max(c['auto_vs'][c['oracle']]['n'] for c in und)} samples "
                        f"({len(und)}): " + "; ".join(f"{_cell_name(c)} {c['auto_ratio']:.2f}" for c in und))
@@ -296,7 +322,12 @@ def render(result: dict) -> str:
             for c in sig:
                 vs = c["auto_vs"][other]
                 out.append(f"  {_cell_name(c):28s} auto {vs['verdict']} by {abs(1 - vs['estimate']):.1%} "
-                           f"[{stats.bounds(vs['low'], vs['high'])}], n={vs['n']} ({', '.join(c.get('auto_plans', []))})")
+                           f"[{stats.bounds(vs['low'], vs['high'])}], n={vs['n']}{_unpaired(c, other)} "
+                           f"({', '.join(c.get('auto_plans', []))})")
+        unpaired = sorted({m for c in result["cells"] for m in c["auto_vs"] if _unpaired(c, m)})
+        if unpaired:
+            out.append(f"unpaired comparisons (auto and these shared fewer than {stats.MIN_SAMPLES} rounds in some "
+                       f"cells: ratio of medians, each side resampled on its own): {', '.join(unpaired)}")
     out.append("")
     out.append("ratio to the oracle per contender (geometric mean over the cells):")
     for m, s in result["summary"].items():

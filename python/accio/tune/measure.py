@@ -22,15 +22,23 @@ from .. import File, _ext
 from .._system import COLD_MAX_RESIDENCY, MiB, drop_pages, fmt_size, fsync_path, residency
 
 
+# A plan's members that are not knobs: annotations the engine writes for readers (PlanSpec).
+_ANNOTATIONS = ("label", "needs_alignment")
+
+
 @dataclass(frozen=True)
 class Plan:
-    """A mechanism and its parameters; 0 = the handle's setting (task_size 0 = even split)."""
+    """A mechanism and its parameters; 0 = the handle's setting (task_size 0 = even split). The
+    fields are the knobs the tuner varies; `extra` holds any other knob a profile's plan sets
+    (sorted (name, value) pairs), kept as given, so that a mechanism's new knob survives the tuner
+    and --show without a change here (the engine checks it: PlanSpec)."""
     mechanism: str
     task_size: int = 0
     threads: int = 0
     queue_depth: int = 0
     direct: bool = False
     pagecache_min: int = 0  # pagecache: reads below this run staged
+    extra: tuple = ()
 
     def settings(self) -> dict:
         s = {"mechanism": self.mechanism, "task_size": self.task_size}
@@ -42,6 +50,7 @@ class Plan:
             s["pagecache_min"] = self.pagecache_min
         if "direct" in knobs(self.mechanism):
             s["direct"] = self.direct
+        s.update(self.extra)
         return s
 
     @property
@@ -55,12 +64,22 @@ class Plan:
         return _describe(self)[0]
 
     def to_json(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v or k == "mechanism"}
+        d = {k: v for k, v in asdict(self).items() if k != "extra" and (v or k == "mechanism")}
+        return {**d, **dict(self.extra)}
 
     @staticmethod
     def from_json(d: dict) -> "Plan":
-        return Plan(d["mechanism"], int(d.get("task_size", 0)), int(d.get("threads", 0)),
-                    int(d.get("queue_depth", 0)), bool(d.get("direct", False)), int(d.get("pagecache_min", 0)))
+        """A profile's plan (as the engine describes it: the knobs it knows as numbers); members
+        other than the fields, and other than the engine's annotations, go to `extra`."""
+        def count(name: str) -> int:
+            v = d.get(name, 0)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"plan {name} {v!r}: not a non-negative integer")
+            return v
+        fields = ("mechanism", "task_size", "threads", "queue_depth", "direct", "pagecache_min")
+        other = tuple(sorted((k, v) for k, v in d.items() if k not in fields and k not in _ANNOTATIONS))
+        return Plan(d["mechanism"], count("task_size"), count("threads"), count("queue_depth"),
+                    bool(d.get("direct", False)), count("pagecache_min"), other)
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 
 from .. import stats
+from .._system import fmt_size
 from .measure import MiB, Bench
 
 KiB = 1 << 10
@@ -103,13 +104,23 @@ def decide(qd1: list[float], qd16: list[float], reader: list[float], note: str |
     return out
 
 
+def _interval(x) -> list | None:
+    """[estimate, low, high] as numbers, else None (a field the engine does not read: --show shows it
+    only where it has that shape)."""
+    ok = isinstance(x, list) and len(x) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x)
+    return x if ok else None
+
+
 def render(section: dict | None) -> str:
     """One line for `accio tune --show`."""
     if not section:
         return "prefetch: off (a profile written before `accio tune` measured the depth gain)"
-    g, h = section.get("gain"), section.get("headroom")
+    if not isinstance(section, dict):
+        return "prefetch: off"
+    g, h = _interval(section.get("gain")), _interval(section.get("headroom"))
     w, note = section.get("window", 0), section.get("note")
-    text = "prefetch: " + (f"{w // MiB} MiB window ahead of sequential readers of cold files under `accio run`"
+    w = w if isinstance(w, int) and not isinstance(w, bool) else 0  # the engine checked the window
+    text = "prefetch: " + (f"{fmt_size(w)} window ahead of sequential readers of cold files under `accio run`"
                            if w else "off")
     if g:
         text += f"; cold {PIECE // KiB} KiB reads at queue depth {DEPTH}: {g[0]:.2f}x depth 1 [{g[1]:.2f}-{g[2]:.2f}]"
