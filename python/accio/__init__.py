@@ -162,7 +162,7 @@ class File:
                  **settings: Any):
         self.path = os.fsdecode(path)  # bytes too, as os.open takes them
         self.mode = mode
-        self._f = _ext.File(self.path, mode, defaults._resolve({"mechanism": mechanism, **settings}))
+        self._f = _ext.File(os.fsencode(path), mode, defaults._resolve({"mechanism": mechanism, **settings}))
         self._append = mode.startswith("a")
         self._closed = False
 

@@ -35,7 +35,7 @@ class RawFile(io.RawIOBase):
         plain = mode.replace("b", "", 1) if mode[1:].count("b") == 1 else mode
         if plain not in _MODES:
             raise ValueError(f"invalid mode: {mode!r} (use r, w, a, r+, w+ or a+, each with or without b)")
-        self._f = _ext.File(os.fspath(path), plain, _resolve({"mechanism": mechanism, **settings}))
+        self._f = _ext.File(os.fsencode(path), plain, _resolve({"mechanism": mechanism, **settings}))
         self.name = path
         self.mode = _MODES[plain]
         self._readable = plain != "w" and plain != "a"
