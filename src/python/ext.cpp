@@ -611,6 +611,7 @@ class PinnedBuffer {
  public:
   explicit PinnedBuffer(size_t nbytes) : size_(nbytes) {
     int how = ACCIO_HOST_PAGEABLE;
+    if (nbytes == 0) return;  // empty, as numpy.empty(0) and torch's pinned empty(0) are: nothing to pin
     {
       nb::gil_scoped_release nogil;  // mapping and faulting in gigabytes takes a while
       accio::detail::check(accio_host_alloc(nbytes, &ptr_, &how));
