@@ -164,15 +164,22 @@ class View {
     pinned_ = false;
   }
 
-  // obj.reshape(-1).view(numpy.uint8) for a C-contiguous NumPy array that holds no Python objects (a
-  // view, never a copy: a copy read into would lose the bytes), else nothing.
-  static nb::object numpy_bytes_view(nb::handle obj) {
-    PyObject* np = PyImport_GetModule(nb::str("numpy").ptr());  // new reference, or NULL
-    if (!np) {
+  // The module if the program imported it already (a buffer of its type can exist only then), else
+  // nothing: never an import of its own.
+  static nb::object imported(const char* name) {
+    PyObject* m = PyImport_GetModule(nb::str(name).ptr());  // new reference, or NULL
+    if (!m) {
       PyErr_Clear();
       return {};
     }
-    nb::object mod = nb::steal(np);
+    return nb::steal(m);
+  }
+
+  // obj.reshape(-1).view(numpy.uint8) for a C-contiguous NumPy array that holds no Python objects (a
+  // view, never a copy: a copy read into would lose the bytes), else nothing.
+  static nb::object numpy_bytes_view(nb::handle obj) {
+    nb::object mod = imported("numpy");
+    if (!mod.is_valid()) return {};
     try {
       if (!nb::isinstance(obj, mod.attr("ndarray"))) return {};
       if (!truth(obj.attr("flags").attr("c_contiguous")) || truth(obj.attr("dtype").attr("hasobject"))) return {};
@@ -186,12 +193,8 @@ class View {
   // torch imported, dtype.itemsize 1: float8, float4_e2m1fn_x2), else nothing.
   static nb::object torch_bytes_view(nb::handle obj) {
     nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()));
-    PyObject* torch = PyImport_GetModule(nb::str("torch").ptr());  // new reference, or NULL
-    if (!torch) {
-      PyErr_Clear();
-      return {};
-    }
-    nb::object mod = nb::steal(torch);
+    nb::object mod = imported("torch");
+    if (!mod.is_valid()) return {};
     try {
       const std::string from = nb::cast<std::string>(nb::str(type.attr("__module__")));
       if (from != "torch" && from.rfind("torch.", 0) != 0) return {};

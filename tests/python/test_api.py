@@ -926,10 +926,17 @@ def test_an_open_lets_other_threads_run_and_ctrl_c_interrupts_it(tmp_path):
     out = _child(f"""
 import os, signal, threading, time, accio
 fifo = {str(fifo)!r}
-def writer(after):
+OPENS = {{2, 56, 257}}  # open (x86-64), openat (arm64, x86-64)
+def in_open(tid):
+    # the main thread blocked in open(2) (a signal sent before it gets there would not interrupt it)
+    with open(f"/proc/self/task/{{tid}}/syscall") as f:
+        first = f.read().split()[0]
+    return first.isdigit() and int(first) in OPENS
+def when_main_opens(then):
     signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGALRM, signal.SIGINT}})  # signals go to the main thread
-    time.sleep(after)
-    os.close(os.open(fifo, os.O_WRONLY))
+    while not in_open(os.getpid()):
+        time.sleep(0.01)
+    then()
 # another thread blocked in the open: this one goes on, and ends it
 t = threading.Thread(target=lambda: accio.open(fifo).close()); t.start()
 time.sleep(0.2)
@@ -937,15 +944,14 @@ os.close(os.open(fifo, os.O_WRONLY)); t.join(); print("other threads ran")
 # a handler that returns: the open goes on
 ran = []
 signal.signal(signal.SIGALRM, lambda *a: ran.append(1))
-signal.setitimer(signal.ITIMER_REAL, 0.1)
-w = threading.Thread(target=writer, args=(0.5,)); w.start()
+def alarm_then_write():
+    os.kill(os.getpid(), signal.SIGALRM)
+    time.sleep(0.3)
+    os.close(os.open(fifo, os.O_WRONLY))
+w = threading.Thread(target=when_main_opens, args=(alarm_then_write,)); w.start()
 accio.open(fifo).close(); w.join(); print("retried after a handler", ran)
 # Ctrl-C: KeyboardInterrupt
-def interrupt():
-    signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGALRM, signal.SIGINT}})
-    time.sleep(0.2)
-    os.kill(os.getpid(), signal.SIGINT)
-threading.Thread(target=interrupt).start()
+threading.Thread(target=when_main_opens, args=(lambda: os.kill(os.getpid(), signal.SIGINT),)).start()
 try:
     accio.open(fifo)
 except KeyboardInterrupt:
