@@ -624,6 +624,30 @@ static int has_window(const char* text) {
   return 0;
 }
 
+/* The online CPUs of the machine that measured the profile ("cpus": N, which `accio tune` writes at
+ * the top level; 0 where it is not there). */
+static uint64_t profile_cpus(const char* text) {
+  const char* p = strstr(text, "\"cpus\":");
+  uint64_t v;
+  if (!p) return 0;
+  p += strlen("\"cpus\":");
+  while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') ++p;
+  char num[24];
+  size_t n = 0;
+  while (n + 1 < sizeof num && p[n] >= '0' && p[n] <= '9') num[n] = p[n], ++n;
+  num[n] = 0;
+  return n && accio_run_parse_u64(num, &v) ? v : 0;
+}
+
+/* other (when still empty): the profile `name` if it was measured on a machine with another number
+ * of online CPUs, as "NAME measured on N CPUs, this machine has M". */
+static void note_other(char* other, size_t len, const char* name, const char* text) {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const uint64_t measured = other[0] || online <= 0 ? 0 : profile_cpus(text);
+  if (measured && measured != (uint64_t)online)
+    snprintf(other, len, "%s measured on %llu CPUs, this machine has %ld", name, (unsigned long long)measured, online);
+}
+
 /* floor[w] = min(floor[w], the profile's "engine_from" of that direction): {"read": N|null, "write":
  * N|null}, which `accio tune` writes (null: posix at every size). A profile without it (written by
  * an older accio) or with anything else there gives 0: the shim then asks the engine from the
@@ -669,7 +693,8 @@ static char* read_profile(int dirfd, const char* name) {
  * could run with anything but posix: the built-in model's for this process's CPUs
  * (src/planner/model_floor.h; a program that widens its affinity beyond the launcher's would get
  * the narrower machine's floor) and every profile's "engine_from". dir gets the directory. */
-static void look_at_profiles(char* dir, size_t len, int* any, int* window, uint64_t floor[2]) {
+static void look_at_profiles(char* dir, size_t len, int* any, int* window, uint64_t floor[2], char* other,
+                             size_t other_len) {
   const char* chosen = getenv("ACCIO_PROFILE");
   const char *d = getenv("ACCIO_PROFILE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (d && *d) snprintf(dir, len, "%s", d);
@@ -680,12 +705,14 @@ static void look_at_profiles(char* dir, size_t len, int* any, int* window, uint6
   const unsigned cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? (unsigned)CPU_COUNT(&set) : 0;
   floor[0] = cpus ? accio_model_read_floor(cpus) : 0;
   floor[1] = UINT64_MAX;
+  other[0] = 0;
   char* text;
   if (chosen && *chosen && strcmp(chosen, "auto") != 0) { /* off, or a profile file: the user chose */
     *any = 1;
     if (!strcmp(chosen, "off")) return;
     floor[0] = floor[1] = UINT64_MAX; /* that profile alone (the engine refuses to run without it) */
     if ((text = read_profile(AT_FDCWD, chosen))) {
+      note_other(other, other_len, chosen, text);
       *window = has_window(text);
       lower_floor(text, floor);
       free(text);
@@ -701,6 +728,7 @@ static void look_at_profiles(char* dir, size_t len, int* any, int* window, uint6
     if (!(text = read_profile(dirfd(dp), e->d_name))) { /* the engine would warn and use the model */
       continue;
     }
+    note_other(other, other_len, e->d_name, text);
     *window |= has_window(text);
     lower_floor(text, floor);
     free(text);
@@ -717,16 +745,19 @@ static void look_at_profiles(char* dir, size_t len, int* any, int* window, uint6
 static int use_profiles(int verbose) {
   const char* pf = getenv("ACCIO_PRELOAD_PREFETCH");
   const int want_window = !(pf && *pf), warn = !verbose && isatty(2);
-  char dir[PATH_MAX], num[64];
+  char dir[PATH_MAX], num[64], other[PATH_MAX + 96];
   int any, window;
   uint64_t floor[2];
-  look_at_profiles(dir, sizeof dir, &any, &window, floor);
+  look_at_profiles(dir, sizeof dir, &any, &window, floor, other, sizeof other);
   snprintf(num, sizeof num, "%llu,%llu", (unsigned long long)floor[0], (unsigned long long)floor[1]);
   if (setenv("ACCIO_PRELOAD_FLOOR", num, 1) != 0) return -1;
   if (want_window && window && setenv("ACCIO_PRELOAD_PREFETCH", "profile", 1) != 0) return -1;
   if (!any && warn)
     fprintf(stderr, "accio run: note: no tuning profile in %s: the shim decides from the built-in model; "
                     "`accio tune DIR` measures this machine (--verbose for the engine's own notes)\n", dir);
+  if (other[0] && warn)  /* a profile directory that machines of other sizes share (a home on NFS) */
+    fprintf(stderr, "accio run: note: a tuning profile of another machine: %s; `accio tune DIR` measures this one "
+                    "(with ACCIO_PROFILE_DIR set per machine)\n", other);
   return 0;
 }
 

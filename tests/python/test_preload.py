@@ -1195,6 +1195,17 @@ def test_the_one_note_comes_once_from_the_launcher(data, tmp_path):
     out = subprocess.run(["script", "-qec", f"{launcher} -- true", "/dev/null"], env=env, capture_output=True,
                          text=True).stdout
     assert "no tuning profile" not in out, out
+    # A profile measured on a machine with another number of CPUs (a profile directory in a home that
+    # login and compute nodes share): said once, naming it; one of this machine's: nothing.
+    (tmp_path / "profiles" / "some.json").write_text('{"cpus": %d}' % (os.cpu_count() + 5))
+    out = subprocess.run(["script", "-qec", f"{launcher} -- true", "/dev/null"], env=env, capture_output=True,
+                         text=True).stdout
+    assert out.count("a tuning profile of another machine: some.json measured on "
+                     f"{os.cpu_count() + 5} CPUs, this machine has {os.cpu_count()}") == 1, out
+    (tmp_path / "profiles" / "some.json").write_text('{"cpus": %d}' % os.cpu_count())
+    out = subprocess.run(["script", "-qec", f"{launcher} -- true", "/dev/null"], env=env, capture_output=True,
+                         text=True).stdout
+    assert "another machine" not in out, out
 
 
 def test_a_static_program_is_named_not_silently_left_alone(data, tmp_path):
