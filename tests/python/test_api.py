@@ -927,15 +927,21 @@ def test_an_open_lets_other_threads_run_and_ctrl_c_interrupts_it(tmp_path):
 import os, signal, threading, time, accio
 fifo = {str(fifo)!r}
 OPENS = {{2, 56, 257}}  # open (x86-64), openat (arm64, x86-64)
-def in_open(tid):
-    # the main thread blocked in open(2) (a signal sent before it gets there would not interrupt it)
+def syscall(tid):
     with open(f"/proc/self/task/{{tid}}/syscall") as f:
-        first = f.read().split()[0]
-    return first.isdigit() and int(first) in OPENS
+        return f.read()
+def blocked_in_open(tid):
+    # the main thread blocked in the FIFO's open(2): the same call (number, arguments, stack) twice,
+    # 0.1 s apart (a signal that lands before it, or in a quick open of another file on the way,
+    # interrupts nothing, as in CPython's own open)
+    a = syscall(tid)
+    time.sleep(0.1)
+    first = a.split()[0]
+    return first.isdigit() and int(first) in OPENS and syscall(tid) == a
 def when_main_opens(then):
     signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGALRM, signal.SIGINT}})  # signals go to the main thread
-    while not in_open(os.getpid()):
-        time.sleep(0.01)
+    while not blocked_in_open(os.getpid()):
+        pass
     then()
 # another thread blocked in the open: this one goes on, and ends it
 t = threading.Thread(target=lambda: accio.open(fifo).close()); t.start()
