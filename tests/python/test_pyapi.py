@@ -175,3 +175,31 @@ def test_dir_lists_the_public_names_and_those_loaded_on_first_use():
     assert {"Future", "RawFile"} <= set(names)  # module __getattr__: completion still offers them
     assert set(accio.__all__) <= set(names)
     assert "TYPE_CHECKING" not in names and "annotations" not in names  # compile-time only
+
+
+def test_error_strerror_is_the_system_text_and_str_the_whole_message(tmp_path):
+    """strerror held the whole message, so f"{e.strerror}: {e.filename}" named the path twice
+    (audit s26 #12). Now as Python's own OSErrors; str(e) still names operation, path and errno."""
+    import pickle
+    missing = str(tmp_path / "nope")
+    with pytest.raises(accio.Error) as e:
+        accio.open(missing)
+    err = e.value
+    assert err.strerror == os.strerror(2) == "No such file or directory"
+    assert str(err) == f"open '{missing}': No such file or directory (errno 2)"
+    assert err.filename == missing and err.errno == 2 and err.operation == "open"
+    back = pickle.loads(pickle.dumps(err))
+    assert (back.strerror, str(back), back.filename, back.operation) == (err.strerror, str(err), missing, "open")
+    with pytest.raises(ValueError, match="threads=True"):  # defaults rebuilds the engine's message from str(e)
+        accio.defaults.set(threads=True)
+
+
+def test_defaults_current_is_a_copy():
+    """current() handed out the live table: current()["threads"] = "bogus" broke every later open
+    (audit s26 #13)."""
+    accio.defaults.set(threads=2)
+    got = accio.defaults.current()
+    got["threads"] = "bogus"
+    got["mechanism"] = "nope"
+    assert accio.defaults.current() == {"threads": "2"}
+    assert accio.settings()["threads"] == "2"
