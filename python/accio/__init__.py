@@ -131,7 +131,11 @@ def pinned_empty(nbytes: int) -> PinnedBuffer:
     the CUDA driver copy to and from it at DMA speed. b.pinned says how it is held: 'cuda' (registered
     with the CUDA driver, when it loads), 'mlock' (no driver), or 'pageable' (neither was allowed: one
     AccioWarning says which limit to raise). Freed when b and every view of it are gone."""
-    return _ext.PinnedBuffer(nbytes)
+    try:
+        return _ext.PinnedBuffer(nbytes)
+    except TypeError:
+        _int_args(nbytes=nbytes, nbytes_min=0)
+        raise
 
 
 def settings(**overrides: Any) -> dict[str, str]:
@@ -165,6 +169,13 @@ class File:
         self._f = _ext.File(self.path, mode, defaults._resolve({"mechanism": mechanism, **settings}))
         self._append = mode.startswith("a")
         self._closed = False
+
+    def __reduce_ex__(self, protocol):
+        """copy.copy, copy.deepcopy and pickle refuse a File: a copy shared the descriptor (closing
+        one closed the other's), and one in another process would hold a descriptor number that is
+        not its own. Open the path again instead (accio.open(f.path, ...))."""
+        raise TypeError(f"cannot copy or pickle accio.File {self.path!r}: it owns an open descriptor and its "
+                        "requests in flight; open the path again (accio.open(f.path, ...)) for another handle")
 
     # -- context manager --
     def __enter__(self) -> "File":
@@ -231,7 +242,13 @@ class File:
     def submit(self, requests: Iterable[tuple[Any, int]], write: bool = False) -> list[Future]:
         """Submit many (buffer, offset) requests at once; one Future per request."""
         from ._futures import Future
-        return [Future(f) for f in self._f.submit(list(requests), write)]
+        requests = list(requests)
+        try:
+            futures = self._f.submit(requests, write)
+        except TypeError:
+            _submit_args(requests, write)
+            raise
+        return [Future(f) for f in futures]
 
     def fsync(self) -> None:
         """Waits for the requests in flight, then fsync(2) of the file (data and metadata)."""
@@ -312,6 +329,17 @@ def _int_args(nbytes_min: int = -2**63, **values) -> None:
         low = nbytes_min if name == "nbytes" else -2**63
         if not low <= i < 2**63:
             raise OverflowError(f"{name} {i}: outside what accio takes ({low} to 2**63 - 1)") from None
+
+
+def _submit_args(requests: list, write) -> None:
+    """submit's arguments after the extension refused them: which request, and why, in a sentence."""
+    if not isinstance(write, bool):
+        raise TypeError(f"write must be a bool, not {type(write).__name__}")
+    for i, r in enumerate(requests):
+        if not isinstance(r, tuple) or len(r) != 2:
+            raise TypeError(f"requests[{i}] must be a (buffer, offset) tuple, not "
+                            + (f"a tuple of {len(r)}" if isinstance(r, tuple) else type(r).__name__))
+        _int_args(**{f"requests[{i}]'s offset": r[1]})
 
 
 def open(path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,

@@ -43,6 +43,11 @@ class RawFile(io.RawIOBase):
         self._append = plain.startswith("a")
         self._pos = self._f.size() if self._append else 0  # FileIO starts appends at the end
 
+    def __reduce_ex__(self, protocol):
+        """As FileIO: no pickle, and no copy (copy.copy shared the handle, and the copy's close when it
+        was collected closed the original's)."""
+        raise TypeError(f"cannot pickle or copy accio.RawFile {self.name!r}: it owns an open descriptor")
+
     def __repr__(self) -> str:
         return f"<accio.RawFile name={self.name!r} mode={self.mode!r}{' closed' if self.closed else ''}>"
 

@@ -203,3 +203,55 @@ def test_defaults_current_is_a_copy():
     got["mechanism"] = "nope"
     assert accio.defaults.current() == {"threads": "2"}
     assert accio.settings()["threads"] == "2"
+
+
+# ---- audit s26: integer checks, strerror, defaults.current, copies, atomic writes ----
+
+def test_submit_and_pinned_empty_refuse_bad_integers_with_a_sentence(data):
+    """submit's offsets and pinned_empty's size went to the extension unchecked: a bad one gave
+    nanobind's 'incompatible function arguments' with the overload list (audit s26 #11)."""
+    p, _ = data
+    buf = bytearray(8)
+    with accio.open(p) as f:
+        with pytest.raises(OverflowError, match=r"requests\[1\]'s offset 9223372036854775808"):
+            f.submit([(buf, 0), (buf, 2**63)])
+        with pytest.raises(TypeError, match=r"requests\[0\]'s offset must be an int, not float"):
+            f.submit([(buf, 1.5)])
+        with pytest.raises(TypeError, match=r"requests\[0\] must be a \(buffer, offset\) tuple, not bytearray"):
+            f.submit([buf])
+        with pytest.raises(TypeError, match="write must be a bool"):
+            f.submit([(buf, 0)], write=1)
+        with pytest.raises(accio.Error, match="negative offset") as e:  # as docs/api.md says: EINVAL, naming it
+            f.submit([(buf, -1)])
+        assert e.value.errno == 22
+        assert [x.result() for x in f.submit([(buf, 0), [bytearray(4), 8]])] == [8, 4]  # a list pair is taken too
+    with pytest.raises(OverflowError, match="nbytes -1"):
+        accio.pinned_empty(-1)
+    with pytest.raises(OverflowError, match="nbytes 18446744073709551616"):
+        accio.pinned_empty(2**64)
+    with pytest.raises(TypeError, match="nbytes must be an int, not str"):
+        accio.pinned_empty("1M")
+    for call in (lambda: accio.pinned_empty(-1), lambda: accio.pinned_empty("1M")):
+        with pytest.raises((OverflowError, TypeError)) as e:
+            call()
+        assert "incompatible function arguments" not in str(e.value)
+
+
+def test_a_file_cannot_be_copied_or_pickled(data):
+    """copy.copy(f) shared the handle: closing the copy left f.closed False and f.fileno() raising
+    EBADF (audit s26 #17). RawFile likewise: a copy's close, when it was collected, closed the original."""
+    import copy
+    import gc
+    import pickle
+    p, content = data
+    with accio.open(p) as f:
+        for how in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot copy or pickle accio.File"):
+                how(f)
+        assert not f.closed and f.fileno() >= 0
+    with accio.RawFile(p) as r:
+        for how in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot pickle or copy accio.RawFile"):
+                how(r)
+        gc.collect()
+        assert r.read(4) == content[:4]
