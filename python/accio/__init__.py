@@ -529,13 +529,33 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
     raise _shrank(path, got, n)
 
 
-def write(path: str | os.PathLike, data, *, fsync: bool = False, **settings: Any) -> int:
+def write(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], data, *, fsync: bool = False,
+          atomic: bool = False, **settings: Any) -> int:
     """Write data as the whole content of path; returns bytes written. data: any buffer or array
     read_into takes, host or GPU (bytes, NumPy, CuPy, PyTorch, Numba, JAX, accio.DeviceArray, ...).
     fsync=True flushes it to storage before returning. Other keyword arguments are settings
     (mechanism="staged", threads=8, ...). data that is refused (not a buffer, not contiguous, ...)
-    leaves the file as it was: it is checked before the file is truncated."""
+    leaves the file as it was: it is checked before the file is truncated.
+
+    Otherwise the file is truncated first, as open(path, "wb") and numpy.tofile do: a write that
+    fails part way (ENOSPC, RLIMIT_FSIZE's EFBIG, EFAULT from a buffer mapped from the file itself)
+    leaves it truncated or partial, the old content gone. atomic=True writes under a temporary
+    name beside path and renames it over path at the end (keeping path's permission bits), so a
+    failed write leaves the old file and readers never see a partial one (with fsync=True the new
+    name is durable too); it needs room for both files until the rename, and replaces a symbolic
+    link rather than writing its target. A path that is a device or a FIFO is written through either
+    way. accio.safetensors.save_file writes checkpoints that way."""
     view = _ext.HeldView(data, False)  # TypeError/ValueError now, not after "w" emptied the file
+    if atomic:
+        from . import _replace
+        target = os.fsdecode(path)
+        if _replace.special(target) is None:  # a device or FIFO is written through, never replaced
+            with _replace.replacing(target, fsync, "accio.write(atomic=True)") as tmp:
+                with File(tmp, "w", **settings) as f:
+                    n = f.write_from(view, 0)
+                    if fsync:
+                        f.fsync()
+            return n
     with File(path, "w", **settings) as f:
         n = f.write_from(view, 0)
         if fsync:

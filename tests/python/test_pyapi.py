@@ -255,3 +255,41 @@ def test_a_file_cannot_be_copied_or_pickled(data):
                 how(r)
         gc.collect()
         assert r.read(4) == content[:4]
+
+
+def _write_past_fsize_limit(p, atomic: bool) -> str:
+    """accio.write of 5000 bytes over p in a process whose RLIMIT_FSIZE is 2000 (Python ignores
+    SIGXFSZ: the write fails with EFBIG); what it raised, as 'errno: message'."""
+    import subprocess
+    import sys
+    code = f"""
+import resource, accio
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (2000, hard))
+try:
+    accio.write({str(p)!r}, b"N" * 5000, atomic={atomic!r}, mechanism="posix")
+    print("no error")
+except OSError as e:
+    print(f"{{e.errno}}: {{e}}")
+"""
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_a_failed_write_leaves_the_file_truncated_unless_atomic(tmp_path):
+    """accio.write truncates first, as open(path, "wb") and numpy.tofile do, so a write that fails
+    part way leaves a partial file (documented); atomic=True writes beside it and renames, so the
+    old content stays (audit s26 #7)."""
+    p = tmp_path / "ckpt.bin"
+    p.write_bytes(b"O" * 800)
+    os.chmod(p, 0o640)
+    assert _write_past_fsize_limit(p, atomic=True).startswith("27: ")  # EFBIG
+    assert p.read_bytes() == b"O" * 800 and os.listdir(tmp_path) == ["ckpt.bin"]  # no temporary left
+    assert _write_past_fsize_limit(p, atomic=False).startswith("27: ")
+    assert p.read_bytes() == b"N" * 2000  # the old content is gone: what the docstring says
+    assert accio.write(p, b"new content", atomic=True) == 11
+    assert p.read_bytes() == b"new content" and os.stat(p).st_mode & 0o777 == 0o640
+    assert accio.write(tmp_path / "fresh", np.arange(4, dtype=np.uint8), atomic=True, fsync=True) == 4
+    assert (tmp_path / "fresh").read_bytes() == bytes(range(4))
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.bin", "fresh"]

@@ -1253,3 +1253,45 @@ def test_bench_safetensors_says_what_is_missing_in_one_line(tmp_path, args, mess
     assert r.returncode == 2, r.stderr  # called with what cannot run here: exit 2, as bench --vs-fio without fio
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith(f"accio bench safetensors: {message}"), r.stderr
+
+
+def test_saving_onto_a_device_node_writes_through_it_and_keeps_the_node(tmp_path):
+    """save_file renamed its temporary file over whatever the path was: as root, over /dev/null
+    (audit s26 #8). A private null device made here (never a real one), written through and kept;
+    accio.write(atomic=True) likewise."""
+    import stat
+    if os.geteuid() != 0:
+        pytest.skip("mknod of a character device needs root")
+    node = tmp_path / "nulldev"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is: writes are discarded
+    except PermissionError:
+        pytest.skip("mknod is not allowed here (no CAP_MKNOD)")
+    t = {"a": np.arange(1000, dtype=np.float32), "b": np.ones(3, np.int8)}
+    try:
+        os.close(os.open(node, os.O_WRONLY))
+    except PermissionError:
+        pytest.skip(f"device nodes do not open on the filesystem of {tmp_path} (nodev)")
+    st.save_file(t, node, fsync=True)
+    assert accio.write(node, b"x" * 100, atomic=True) == 100
+    mode = os.lstat(node)
+    assert stat.S_ISCHR(mode.st_mode) and mode.st_rdev == os.makedev(1, 3)
+    assert os.listdir(tmp_path) == ["nulldev"]  # no temporary file left beside it
+
+
+def test_saving_onto_a_fifo_streams_the_file_to_its_reader(tmp_path):
+    """A FIFO at the path was replaced by a regular file; now the reader gets the file's bytes, in
+    order, and the FIFO stays (audit s26 #8)."""
+    import stat
+    import threading
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    t = {"a": np.arange(100000, dtype=np.float32), "b": np.ones((3, 5), np.int8), "c": np.zeros(0, np.int16)}
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    st.save_file(t, fifo, metadata={"k": "v"})
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    reader.join(60)  # only a guard against a hang: the save has finished and closed its end
+    assert got and got[0] == st.save(t, metadata={"k": "v"})
+    assert os.listdir(tmp_path) == ["pipe"]
