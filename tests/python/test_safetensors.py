@@ -1255,6 +1255,45 @@ def test_bench_safetensors_says_what_is_missing_in_one_line(tmp_path, args, mess
     assert r.stderr.startswith(f"accio bench safetensors: {message}"), r.stderr
 
 
+# --- audit s26: get_slice as safetensors indexes, a closed safe_open, saving onto devices and FIFOs ---
+
+def test_get_slice_gives_safetensors_results_for_integer_and_bool_indexes(tmp_path):
+    """An integer index consuming every dimension gave a NumPy scalar where safetensors gives a 0-d
+    ndarray, and True added an axis where safetensors reads row 1 (audit s26 #16)."""
+    p = str(tmp_path / "m.st")
+    t = {"w": np.arange(24, dtype=np.float32).reshape(2, 3, 4), "b": np.arange(3, dtype=np.int64),
+         "s": np.array(5.0, np.float32)}
+    sn.save_file(t, p)
+    cases = [("w", (1, 2, 3)), ("w", (-1, 0, -1)), ("b", 0), ("b", -1), ("s", ()), ("w", True), ("w", False),
+             ("w", (True, 0)), ("w", (0, True)), ("b", True), ("w", (1, 2, Ellipsis)), ("w", (Ellipsis, 1)),
+             ("w", (1, slice(None), 2))]
+    with safetensors.safe_open(p, "np") as ref, st.safe_open(p, "np") as f:
+        for name, idx in cases:
+            want, got = ref.get_slice(name)[idx], f.get_slice(name)[idx]
+            assert type(got) is type(want) is np.ndarray, (name, idx, type(got))
+            same(got, want)
+
+
+def test_a_closed_safe_open_says_file_is_closed_naming_the_call(tmp_path):
+    """After close(), get_tensor raised accio.Error 'submit ...: file is closed', naming a call the
+    user never made; safetensors says 'File is closed' (audit s26 #16)."""
+    import pickle
+    p = str(tmp_path / "m.st")
+    sn.save_file({"a": np.ones((4, 2), np.float32)}, p)
+    f = st.safe_open(p, "np")
+    sl = f.get_slice("a")
+    f.close()
+    for call, what in ((lambda: f.get_tensor("a"), "get_tensor('a')"), (lambda: f.get_tensors(), "get_tensors()"),
+                       (lambda: f.get_slice("a"), "get_slice('a')"), (lambda: sl[1:3], "get_slice('a')[...]")):
+        with pytest.raises(st.SafetensorError, match="File is closed") as e:
+            call()
+        assert str(e.value).startswith(f"{what} on safetensors file '{p}': File is closed")
+        assert isinstance(e.value, accio.Error) and e.value.errno == 9 and e.value.filename == p
+        back = pickle.loads(pickle.dumps(e.value))
+        assert type(back) is type(e.value) and str(back) == str(e.value)
+    assert f.keys() == ["a"]  # the header is kept: names and metadata stay readable
+
+
 def test_saving_onto_a_device_node_writes_through_it_and_keeps_the_node(tmp_path):
     """save_file renamed its temporary file over whatever the path was: as root, over /dev/null
     (audit s26 #8). A private null device made here (never a real one), written through and kept;
