@@ -32,11 +32,11 @@ import os
 import sys
 
 TYPE_CHECKING = False  # typing costs ~10 ms of start-up, which `accio run` pays per launch
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # type checkers see these imports; at run time Future and RawFile load on first use
     from typing import Any, Iterable
 
     from ._futures import Future
-del TYPE_CHECKING, annotations  # compile-time only: not names of the module's (dir(accio), help())
+    from ._rawio import RawFile
 
 from . import _ext
 from . import _defaults as defaults
@@ -53,16 +53,18 @@ DeviceArray = _ext.DeviceArray
 PinnedBuffer = _ext.PinnedBuffer
 
 
-def __getattr__(name: str):
-    """Future and RawFile load on first use: concurrent.futures costs ~10 ms of start-up, which
-    `accio run` would pay per launch."""
-    if name == "Future":
-        from ._futures import Future
-        return Future
-    if name == "RawFile":
-        from ._rawio import RawFile
-        return RawFile
-    raise AttributeError(f"module 'accio' has no attribute {name!r}")
+if not TYPE_CHECKING:  # hidden from type checkers, which then take a typo (accio.opne) for an error, not Any
+    def __getattr__(name: str) -> type:
+        """Future and RawFile load on first use: concurrent.futures costs ~10 ms of start-up, which
+        `accio run` would pay per launch."""
+        if name == "Future":
+            from ._futures import Future
+            return Future
+        if name == "RawFile":
+            from ._rawio import RawFile
+            return RawFile
+        raise AttributeError(f"module 'accio' has no attribute {name!r}")
+del TYPE_CHECKING, annotations  # compile-time only: not names of the module's (dir(accio), help())
 
 
 def __dir__() -> list[str]:
@@ -162,8 +164,8 @@ def reset_global_stats() -> None:
 class File:
     """An open file. Use as a context manager; see accio.open()."""
 
-    def __init__(self, path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
-                 **settings: Any):
+    def __init__(self, path: str | bytes | os.PathLike[str] | os.PathLike[bytes], mode: str = "r",
+                 mechanism: str | None = None, **settings: Any):
         self.path = os.fsdecode(path)  # bytes too, as os.open takes them
         self.mode = mode
         self._f = _ext.File(self.path, mode, defaults._resolve({"mechanism": mechanism, **settings}))
@@ -342,8 +344,8 @@ def _submit_args(requests: list, write) -> None:
         _int_args(**{f"requests[{i}]'s offset": r[1]})
 
 
-def open(path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
-         **settings: Any) -> File:
+def open(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], mode: str = "r",
+         mechanism: str | None = None, **settings: Any) -> File:
     """Open path. mode: r, r+ (rw), w, w+, a, a+, each also with b (rb, r+b, wb: always binary).
     For an io.RawIOBase (io.BufferedReader(...), open()-style code) use accio.RawFile. mechanism: "auto" (the default: a plan per
     request) or a name from mechanisms(): posix, parallel, direct, uring for host memory, naive,
@@ -444,8 +446,8 @@ def _whole_file(path: str) -> None:
                                  f"open(path, 'rb').read()")
 
 
-def read(path: str | os.PathLike, *, device: str | int | None = None, framework: str | None = None,
-         dtype=None, shape=None, out=None, **settings: Any):
+def read(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], *, device: str | int | None = None,
+         framework: str | None = None, dtype=None, shape=None, out=None, **settings: Any):
     """Read a whole file into a new array, or into `out`.
 
     device: None (host memory) or a GPU ("cuda:N", N, or "cuda": the calling thread's current GPU).
