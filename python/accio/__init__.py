@@ -132,8 +132,7 @@ def pinned_empty(nbytes: int) -> PinnedBuffer:
     that stages itself: memoryview(b) and numpy.frombuffer(b, dtype) use it in place, and accio and
     the CUDA driver copy to and from it at DMA speed. b.pinned says how it is held: 'cuda' (registered
     with the CUDA driver, when it loads), 'mlock' (no driver), or 'pageable' (neither was allowed: one
-    AccioWarning says which limit to raise). Freed when b and every view of it are gone. nbytes 0 is
-    refused (accio.Error EINVAL: the allocator takes no empty request)."""
+    AccioWarning says which limit to raise). Freed when b and every view of it are gone."""
     try:
         return _ext.PinnedBuffer(nbytes)
     except TypeError:
@@ -169,7 +168,7 @@ class File:
                  mechanism: str | None = None, **settings: Any):
         self.path = os.fsdecode(path)  # bytes too, as os.open takes them
         self.mode = mode
-        self._f = _ext.File(self.path, mode, defaults._resolve({"mechanism": mechanism, **settings}))
+        self._f = _ext.File(os.fsencode(path), mode, defaults._resolve({"mechanism": mechanism, **settings}))
         self._append = mode.startswith("a")
         self._closed = False
 

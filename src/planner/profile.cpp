@@ -590,6 +590,20 @@ std::shared_ptr<const Profile> Profile::parse(const std::string& text, const std
                                  "or remove the field",
                         base::Scope::job);
     }
+  // A profile found by its key (filesystem, device, kernel, accio) in a home directory that machines
+  // of other sizes share (a cluster's login and compute nodes) plans for the machine that measured
+  // it: said once, where the number of online CPUs differs (not the process's affinity: an MPI rank
+  // bound to a few of them runs on the same machine). Tune audit, session 26.
+  if (const Value* c = doc.get("cpus"); c && !c->is(Value::null)) {
+    p->cpus = to_u64(*c, source, "cpus");
+    const long here = sysconf(_SC_NPROCESSORS_ONLN);
+    if (p->cpus && here > 0 && p->cpus != static_cast<uint64_t>(here))
+      base::warn_once("profile-cpus:" + source,
+                      source + " was measured on a machine with " + std::to_string(p->cpus) + " CPUs, and this one has " +
+                          std::to_string(here) + ": its plans may not fit here (a profile directory shared by machines "
+                          "of other sizes?); run `accio tune` on this machine, with ACCIO_PROFILE_DIR set per machine",
+                      base::Scope::job);
+  }
   if (const Value* pf = doc.get("prefetch"); pf && !pf->is(Value::null)) {
     if (!pf->is(Value::object)) bad(source, "prefetch must be an object");
     if (const Value* w = pf->get("window")) p->prefetch_window = to_u64(*w, source, "prefetch.window");

@@ -105,6 +105,8 @@ struct Profile {
   // device measured >= 1.5x more at queue depth 16 than at 1 and than a buffered reader gets by
   // itself). 0: no prefetch.
   uint64_t prefetch_window = 0;
+  // The online CPUs of the machine it was measured on ("cpus"; 0: not recorded, before session 26).
+  uint64_t cpus = 0;
 
   // Every cell's last resort, which the planner appends after the cell's plans: posix, or staged in
   // a device table (it runs wherever a GPU does).

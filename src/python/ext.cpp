@@ -164,16 +164,37 @@ class View {
     pinned_ = false;
   }
 
+  // The module if the program imported it already (a buffer of its type can exist only then), else
+  // nothing: never an import of its own.
+  static nb::object imported(const char* name) {
+    PyObject* m = PyImport_GetModule(nb::str(name).ptr());  // new reference, or NULL
+    if (!m) {
+      PyErr_Clear();
+      return {};
+    }
+    return nb::steal(m);
+  }
+
+  // obj.reshape(-1).view(numpy.uint8) for a C-contiguous NumPy array that holds no Python objects (a
+  // view, never a copy: a copy read into would lose the bytes), else nothing.
+  static nb::object numpy_bytes_view(nb::handle obj) {
+    nb::object mod = imported("numpy");
+    if (!mod.is_valid()) return {};
+    try {
+      if (!nb::isinstance(obj, mod.attr("ndarray"))) return {};
+      if (!truth(obj.attr("flags").attr("c_contiguous")) || truth(obj.attr("dtype").attr("hasobject"))) return {};
+      return obj.attr("reshape")(-1).attr("view")(mod.attr("uint8"));
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+
   // obj.view(torch.uint8) for a PyTorch tensor of one-byte elements (its class from the torch package,
   // torch imported, dtype.itemsize 1: float8, float4_e2m1fn_x2), else nothing.
   static nb::object torch_bytes_view(nb::handle obj) {
     nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()));
-    PyObject* torch = PyImport_GetModule(nb::str("torch").ptr());  // new reference, or NULL
-    if (!torch) {
-      PyErr_Clear();
-      return {};
-    }
-    nb::object mod = nb::steal(torch);
+    nb::object mod = imported("torch");
+    if (!mod.is_valid()) return {};
     try {
       const std::string from = nb::cast<std::string>(nb::str(type.attr("__module__")));
       if (from != "torch" && from.rfind("torch.", 0) != 0) return {};
@@ -239,6 +260,13 @@ class View {
           return;
         } catch (nb::python_error& dlpack_refused) {  // both refuse (NumPy's datetime64): one TypeError
           if (!dlpack_refused.matches(PyExc_BufferError)) throw;
+          // A NumPy array of a dtype neither export carries (ml_dtypes' bfloat16, float8, int4, which
+          // accio.safetensors itself returns; datetime64): its uint8 view is the same memory.
+          if (nb::object bytes = numpy_bytes_view(obj); bytes.is_valid()) {
+            bytes_view_ = bytes;
+            from_buffer(bytes_view_, writable);
+            return;
+          }
           throw nb::type_error((what(obj) + " cannot give accio its memory: its buffer export says \"" +
                                 message(buffer_refused) + "\" and its DLPack export \"" +
                                 message(dlpack_refused) + "\" (" + kAccepted + ")").c_str());
@@ -470,6 +498,12 @@ class View {
         throw nb::value_error((name + " is not C-contiguous (__cuda_array_interface__ strides): accio moves "
                                "one contiguous range of bytes; make a contiguous copy first").c_str());
     }
+    // CUDA memory cannot exist without a CUDA driver: the pointer, taken for host memory, crashed
+    // the CPU copies of realign and direct (python API audit, session 26).
+    char why[512];
+    if (n > 0 && accio_cuda_available(why, sizeof why) != 1)
+      throw accio::Error(ENODEV, writable ? "read" : "write", "", -1, name + " gives CUDA memory (__cuda_array_interface__), and there is no "
+                                                 "CUDA driver to address it: " + why + " (errno 19)");
     array_keep_ = nb::borrow(obj);
     ptr_ = reinterpret_cast<void*>(ptr);
     size_ = n * item;
@@ -580,6 +614,7 @@ class PinnedBuffer {
  public:
   explicit PinnedBuffer(size_t nbytes) : size_(nbytes) {
     int how = ACCIO_HOST_PAGEABLE;
+    if (nbytes == 0) return;  // empty, as numpy.empty(0) and torch's pinned empty(0) are: nothing to pin
     {
       nb::gil_scoped_release nogil;  // mapping and faulting in gigabytes takes a while
       accio::detail::check(accio_host_alloc(nbytes, &ptr_, &how));
@@ -611,7 +646,14 @@ PyType_Slot kPinnedSlots[] = {{Py_bf_getbuffer, reinterpret_cast<void*>(&PinnedB
 // matching OSError subclass).
 nb::object python_error(const accio::Error& e) {
   nb::object make = nb::module_::import_("accio._errors").attr("from_native");
-  return make(e.errnum(), e.op(), e.path(), e.offset(), std::string(e.what()));
+  // A path's bytes as os.fsdecode gives them back (surrogateescape): a name that is not UTF-8 made
+  // the error itself fail.
+  auto text = [](const std::string& t) {
+    PyObject* u = PyUnicode_DecodeFSDefaultAndSize(t.data(), static_cast<Py_ssize_t>(t.size()));
+    if (!u) throw nb::python_error();
+    return nb::steal(u);
+  };
+  return make(e.errnum(), text(e.op()), text(e.path()), e.offset(), text(e.what()));
 }
 
 bool finalizing() {
@@ -918,9 +960,16 @@ void log_to_python(int level, const char* key, const char* msg, void*) {
   }
 }
 
+// Text for a C string: a NUL inside was cut there silently (accio.open(q + "\0.tmp", "w") emptied q;
+// python API audit, session 26); ValueError as os.open and open() give.
+const std::string& no_nul(const std::string& text, const char* what) {
+  if (text.find('\0') != std::string::npos) throw nb::value_error((std::string(what) + ": embedded null byte").c_str());
+  return text;
+}
+
 accio::Settings to_settings(const std::vector<std::pair<std::string, std::string>>& kv) {
   accio::Settings s;
-  for (auto& [k, v] : kv) s.set(k, v);
+  for (auto& [k, v] : kv) s.set(no_nul(k, "setting name"), no_nul(v, ("setting " + k).c_str()));
   return s;
 }
 
@@ -954,8 +1003,10 @@ nb::dict stats_dict(const accio_stats& s, PerId per_id) {
 
 class PyFile {
  public:
-  PyFile(const std::string& path, const std::string& mode, const std::vector<std::pair<std::string, std::string>>& kv)
-      : f_(path, mode, to_settings(kv)), path_(path) {}
+  // path: the file name's bytes (os.fsencode: a name that is not UTF-8 is one too).
+  PyFile(nb::bytes path, const std::string& mode, const std::vector<std::pair<std::string, std::string>>& kv)
+      : f_(open_file(no_nul(std::string(path.c_str(), path.size()), "path"), no_nul(mode, "mode"), to_settings(kv))),
+        path_(path.c_str(), path.size()) {}
   // Closing waits for the requests in flight, whose workers may need the GIL (the log sink).
   ~PyFile() {
     nb::gil_scoped_release nogil;
@@ -966,6 +1017,22 @@ class PyFile {
   }
   PyFile(const PyFile&) = delete;
   PyFile& operator=(const PyFile&) = delete;
+
+  // The open without the GIL (on NFS or Lustre an open waits for the metadata server, and one on a
+  // FIFO for a writer: other threads ran one open at a time, or not at all), retried after an
+  // interrupting signal as CPython retries (PEP 475) unless its handler raised (Ctrl-C:
+  // KeyboardInterrupt, not an accio error).
+  static accio::File open_file(const std::string& path, const std::string& mode, const accio::Settings& s) {
+    for (;;) {
+      try {
+        nb::gil_scoped_release nogil;
+        return accio::File(path, mode, s);
+      } catch (const accio::Error& e) {
+        if (e.errnum() != EINTR) throw;
+      }
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
+  }
 
   // expect: the size the buffer must have (accio.read(out=...)), checked on the view that is read into.
   size_t read_into(nb::handle buf, int64_t offset, std::optional<size_t> expect) {
@@ -1188,8 +1255,14 @@ NB_MODULE(_ext, m) {
     try {
       std::rethrow_exception(p);
     } catch (const accio::Error& e) {
-      nb::object exc = python_error(e);
-      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+      try {
+        nb::object exc = python_error(e);
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+      } catch (nb::python_error& raised) {
+        // Making the exception ran Python code, where a pending signal raised (Ctrl-C): that
+        // exception, as itself (it became a RuntimeError holding its traceback's text).
+        raised.restore();
+      }
     }
   });
 
@@ -1206,7 +1279,7 @@ NB_MODULE(_ext, m) {
   pthread_atfork(nullptr, nullptr, [] { g_pending = new Pending; });
 
   nb::class_<PyFile>(m, "File")
-      .def(nb::init<const std::string&, const std::string&, const std::vector<std::pair<std::string, std::string>>&>())
+      .def(nb::init<nb::bytes, const std::string&, const std::vector<std::pair<std::string, std::string>>&>())
       .def("read_into", &PyFile::read_into, "buf"_a, "offset"_a, "expect"_a = nb::none())
       .def("write_from", &PyFile::write_from)
       .def("append", &PyFile::append)

@@ -229,6 +229,13 @@ TEST(Gpu, PointerKindsAndDeviceFacts) {
   void* p;
   EXPECT_LT(accio_device_alloc(99, 16, 0, &p), 0);
   EXPECT_EQ(accio_last_errno(), ENODEV);
+  EXPECT_EQ(p, nullptr) << "no stale pointer after a failed allocation";
+  // Memory accio_device_alloc did not give, host or freed already: the real driver's
+  // CUDA_ERROR_INVALID_VALUE is -EINVAL (it was 0, and the Fortran wrapper nulled the caller's pointer).
+  EXPECT_EQ(accio_device_free(host), -EINVAL) << accio_last_error();
+  ASSERT_EQ(accio_device_alloc(0, 16, 0, &p), 0) << accio_last_error();
+  EXPECT_EQ(accio_device_free(p), 0);
+  EXPECT_EQ(accio_device_free(p), -EINVAL) << "freed already";
 }
 
 // What the Python extension does before touching a producer's __cuda_array_interface__ or DLPack

@@ -206,6 +206,32 @@ TEST(Log, AForkedChildKeepsWhatItsParentSaid) {
   EXPECT_TRUE(base::warn_once("fork-child-0", "the parent's own")) << "the child's key stayed in the child";
 }
 
+// A profile records the online CPUs of the machine that measured it: where this machine has another
+// number (a profile directory in a home that login and compute nodes share), one warning names both.
+TEST(Profile, AProfileOfAMachineOfAnotherSizeIsSaidOnce) {
+  const long here = sysconf(_SC_NPROCESSORS_ONLN);
+  ASSERT_GT(here, 0);
+  auto said = [](const std::string& source) {
+    int n = 0;
+    for (const auto& w : base::warnings()) n += w.find(source + " was measured on a machine with") != std::string::npos;
+    return n;
+  };
+  auto with_cpus = [&](long cpus) {
+    std::string t = kProfile;
+    return t.insert(t.find('{') + 1, "\"cpus\": " + std::to_string(cpus) + ", ");
+  };
+  EXPECT_EQ(planner::Profile::parse(with_cpus(here), "same.json")->cpus, static_cast<uint64_t>(here));
+  EXPECT_EQ(said("same.json"), 0);
+  planner::Profile::parse(with_cpus(here + 7), "other.json");
+  planner::Profile::parse(with_cpus(here + 7), "other.json");
+  EXPECT_EQ(said("other.json"), 1);
+  const std::string w = base::warnings().back();
+  EXPECT_NE(w.find(std::to_string(here + 7) + " CPUs, and this one has " + std::to_string(here)), std::string::npos) << w;
+  EXPECT_EQ(planner::Profile::parse(kProfile, "unrecorded.json")->cpus, 0u);  // before the field: nothing said
+  EXPECT_EQ(said("unrecorded.json"), 0);
+  expect_bad(with_cpus(-1), "cpus");
+}
+
 TEST(Profile, ParsesAndMergesHotAndColdBoundaries) {
   auto p = planner::Profile::parse(kProfile, "p.json");
   EXPECT_EQ(p->name, "testfs on /dev/test");

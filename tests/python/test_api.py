@@ -819,8 +819,10 @@ def test_refusals_name_what_is_wrong_in_accios_words(tmp_path):
     with accio.open(p) as f:
         with pytest.raises(ValueError, match="memoryview is not contiguous: accio moves one contiguous range"):
             f.read_into(memoryview(bytearray(1000))[::2])
+        stamps = np.zeros(3, dtype="datetime64[s]")  # neither export carries it: moved as its bytes
+        assert f.read_into(stamps) == 24 and stamps.view("u1").tobytes() == bytes(range(24))
         with pytest.raises(TypeError, match="cannot give accio its memory: its buffer export says"):
-            f.read_into(np.zeros(3, dtype="datetime64[s]"))
+            f.read_into(np.zeros(6, dtype="datetime64[s]")[::2])  # ...unless they are not one range
 
         class Interrupted:
             @property
@@ -858,3 +860,122 @@ def test_refusals_name_what_is_wrong_in_accios_words(tmp_path):
     stamps = np.arange(512).astype("datetime64[s]")
     stamps.view("u1").tofile(p)
     assert (accio.read(p, dtype="M8[s]") == stamps).all()  # read as their bytes
+
+
+def test_a_nul_in_a_path_mode_or_setting_is_a_valueerror_and_touches_nothing(tmp_path):
+    """The text went to open(2) as a C string, cut at the NUL: accio.open(q + "\\0.tmp", "w")
+    emptied q (python API audit, session 26). ValueError, as os.open and open() give."""
+    q = tmp_path / "victim"
+    q.write_bytes(b"precious")
+    for call in (lambda: accio.open(f"{q}\0.tmp", "w"), lambda: accio.write(f"{q}\0.tmp", b"X"),
+                 lambda: accio.RawFile(f"{q}\0x", "w"), lambda: accio.open(q, "r\0w"),
+                 lambda: accio.open(q, mechanism="posix\0junk")):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            call()
+    assert q.read_bytes() == b"precious"
+
+
+def test_bytes_paths_and_names_that_are_not_utf8_work_everywhere(tmp_path):
+    """A file name that is not UTF-8 (a Latin-1 dataset tree) failed in every front end with
+    nanobind's overload listing, and RawFile refused every bytes path; errors name the path as
+    os.fsdecode gives it back."""
+    p = os.fsencode(tmp_path) + b"/\xff\xfe.bin"
+    assert accio.write(p, b"hello") == 5
+    assert accio.read(p).tobytes() == b"hello" == open(p, "rb").read()
+    with accio.RawFile(p) as r:
+        assert r.read() == b"hello"
+    with accio.open(os.fsdecode(p)) as f:
+        assert f.size == 5 and f.path == os.fsdecode(p)
+    missing = os.fsencode(tmp_path) + b"/\xff-missing"
+    with pytest.raises(FileNotFoundError) as e:
+        accio.open(missing)
+    assert e.value.filename == os.fsdecode(missing)
+
+
+def test_numpy_arrays_of_dtypes_no_export_carries_are_moved_as_their_bytes(tmp_path):
+    """ml_dtypes' bfloat16 (which accio.safetensors itself returns) has no buffer format and no DLPack
+    type: every call refused it. Its uint8 view is the same memory; a non-contiguous one is still
+    refused (a copy read into would lose the bytes)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    p = tmp_path / "bf16.bin"
+    a = np.arange(64, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(8, 8)
+    assert accio.write(p, a) == a.nbytes
+    assert p.read_bytes() == a.tobytes()
+    b = np.zeros_like(a)
+    with accio.open(p) as f:
+        assert f.read_into(b) == a.nbytes
+        with pytest.raises(TypeError):
+            f.read_into(np.zeros(16, ml_dtypes.bfloat16)[::2])
+    assert (b == a).all()
+    assert (accio.read(p, dtype=ml_dtypes.bfloat16, shape=(8, 8)) == a).all()
+
+
+def _child(code: str, timeout: float = 60):
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_an_open_lets_other_threads_run_and_ctrl_c_interrupts_it(tmp_path):
+    """accio.open held the GIL through open(2): a thread opening a FIFO (or a file on a slow NFS or
+    Lustre server) stopped every other thread (here the writer that would end it: the child hung). An
+    interrupting signal whose handler returns is retried over (PEP 475), and one whose handler raises
+    (Ctrl-C) raises that, not a RuntimeError holding its traceback's text."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = _child(f"""
+import os, signal, threading, time, accio
+fifo = {str(fifo)!r}
+OPENS = {{2, 56, 257}}  # open (x86-64), openat (arm64, x86-64)
+def in_open(tid):
+    # the main thread blocked in open(2) (a signal sent before it gets there would not interrupt it)
+    with open(f"/proc/self/task/{{tid}}/syscall") as f:
+        first = f.read().split()[0]
+    return first.isdigit() and int(first) in OPENS
+def when_main_opens(then):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGALRM, signal.SIGINT}})  # signals go to the main thread
+    while not in_open(os.getpid()):
+        time.sleep(0.01)
+    then()
+# another thread blocked in the open: this one goes on, and ends it
+t = threading.Thread(target=lambda: accio.open(fifo).close()); t.start()
+time.sleep(0.2)
+os.close(os.open(fifo, os.O_WRONLY)); t.join(); print("other threads ran")
+# a handler that returns: the open goes on
+ran = []
+signal.signal(signal.SIGALRM, lambda *a: ran.append(1))
+def alarm_then_write():
+    os.kill(os.getpid(), signal.SIGALRM)
+    time.sleep(0.3)
+    os.close(os.open(fifo, os.O_WRONLY))
+w = threading.Thread(target=when_main_opens, args=(alarm_then_write,)); w.start()
+accio.open(fifo).close(); w.join(); print("retried after a handler", ran)
+# Ctrl-C: KeyboardInterrupt
+threading.Thread(target=when_main_opens, args=(lambda: os.kill(os.getpid(), signal.SIGINT),)).start()
+try:
+    accio.open(fifo)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+""")
+    assert out.split("\n")[:3] == ["other threads ran", "retried after a handler [1]", "KeyboardInterrupt"], out
+
+
+def test_cuda_memory_without_a_cuda_driver_is_an_error_not_a_crash():
+    """A __cuda_array_interface__ object's pointer was taken for host memory where no driver is
+    loaded, and the CPU copies of realign and direct crashed the interpreter (SIGSEGV)."""
+    ok, _ = accio.cuda_available()
+    if ok:
+        pytest.skip("a CUDA driver is here")
+    out = _child("""
+import accio, tempfile, os
+class Fake:
+    __cuda_array_interface__ = {"shape": (1 << 20,), "typestr": "|u1", "data": (0x10001, False), "version": 3}
+d = tempfile.mkdtemp(); p = os.path.join(d, "x"); open(p, "wb").write(b"x" * (1 << 20))
+for mech, extra in (("posix", {"realign": "on"}), ("direct", {})):
+    with accio.open(p, mechanism=mech, **extra) as f:
+        try:
+            f.read_into(Fake())
+        except OSError as e:
+            print(e.errno, "no CUDA driver" in str(e))
+""")
+    assert out.split("\n")[:2] == ["19 True", "19 True"], out

@@ -186,6 +186,7 @@ def test_tune_writes_a_profile_that_auto_uses(tmp_path):
     assert doc["schema"] == "accio.profile/1"
     assert doc["key"] == {k: key[k] for k in ("filesystem", "device", "kernel", "accio")}
     assert doc["elapsed_s"] <= budget * 1.25 + 2, doc["elapsed_s"]  # the budget bounds the calibration
+    assert doc["cpus"] == os.cpu_count()  # a machine of another size that finds it is told
     assert doc["measurements"] and all(m["median"] > 0 for m in doc["measurements"])
     assert {m["op"] for m in doc["measurements"]} == {"read", "write"}
     assert not [p for p in os.listdir(tmp_path) if p.startswith("accio-tune")]  # scratch files removed

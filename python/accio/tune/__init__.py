@@ -386,7 +386,8 @@ def tune(args, directory: str, key: dict, path: str, file_size: int, env_profile
             "path": os.path.abspath(directory), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": "accio tune " + shlex.join(sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "accio tune",
             "budget_s": args.budget, "elapsed_s": round(time.monotonic() - t0, 1), "file_size": file_size,
-            "o_direct": takes_direct, "prefetch": prefetch}
+            "o_direct": takes_direct, "prefetch": prefetch,
+            "cpus": os.cpu_count()}  # the engine says when a machine of another size finds the profile
     doc = profile_mod.build(search, meta)
     if not doc["measurements"]:  # a profile of nothing would replace the one there with the built-in model
         raise RuntimeError(f"nothing was measured in {meta['elapsed_s']} s (--budget {args.budget}); "
