@@ -32,11 +32,11 @@ import os
 import sys
 
 TYPE_CHECKING = False  # typing costs ~10 ms of start-up, which `accio run` pays per launch
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # type checkers see these imports; at run time Future and RawFile load on first use
     from typing import Any, Iterable
 
     from ._futures import Future
-del TYPE_CHECKING, annotations  # compile-time only: not names of the module's (dir(accio), help())
+    from ._rawio import RawFile
 
 from . import _ext
 from . import _defaults as defaults
@@ -53,16 +53,18 @@ DeviceArray = _ext.DeviceArray
 PinnedBuffer = _ext.PinnedBuffer
 
 
-def __getattr__(name: str):
-    """Future and RawFile load on first use: concurrent.futures costs ~10 ms of start-up, which
-    `accio run` would pay per launch."""
-    if name == "Future":
-        from ._futures import Future
-        return Future
-    if name == "RawFile":
-        from ._rawio import RawFile
-        return RawFile
-    raise AttributeError(f"module 'accio' has no attribute {name!r}")
+if not TYPE_CHECKING:  # hidden from type checkers, which then take a typo (accio.opne) for an error, not Any
+    def __getattr__(name: str) -> type:
+        """Future and RawFile load on first use: concurrent.futures costs ~10 ms of start-up, which
+        `accio run` would pay per launch."""
+        if name == "Future":
+            from ._futures import Future
+            return Future
+        if name == "RawFile":
+            from ._rawio import RawFile
+            return RawFile
+        raise AttributeError(f"module 'accio' has no attribute {name!r}")
+del TYPE_CHECKING, annotations  # compile-time only: not names of the module's (dir(accio), help())
 
 
 def __dir__() -> list[str]:
@@ -131,7 +133,11 @@ def pinned_empty(nbytes: int) -> PinnedBuffer:
     the CUDA driver copy to and from it at DMA speed. b.pinned says how it is held: 'cuda' (registered
     with the CUDA driver, when it loads), 'mlock' (no driver), or 'pageable' (neither was allowed: one
     AccioWarning says which limit to raise). Freed when b and every view of it are gone."""
-    return _ext.PinnedBuffer(nbytes)
+    try:
+        return _ext.PinnedBuffer(nbytes)
+    except TypeError:
+        _int_args(nbytes=nbytes, nbytes_min=0)
+        raise
 
 
 def settings(**overrides: Any) -> dict[str, str]:
@@ -158,13 +164,20 @@ def reset_global_stats() -> None:
 class File:
     """An open file. Use as a context manager; see accio.open()."""
 
-    def __init__(self, path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
-                 **settings: Any):
+    def __init__(self, path: str | bytes | os.PathLike[str] | os.PathLike[bytes], mode: str = "r",
+                 mechanism: str | None = None, **settings: Any):
         self.path = os.fsdecode(path)  # bytes too, as os.open takes them
         self.mode = mode
         self._f = _ext.File(os.fsencode(path), mode, defaults._resolve({"mechanism": mechanism, **settings}))
         self._append = mode.startswith("a")
         self._closed = False
+
+    def __reduce_ex__(self, protocol):
+        """copy.copy, copy.deepcopy and pickle refuse a File: a copy shared the descriptor (closing
+        one closed the other's), and one in another process would hold a descriptor number that is
+        not its own. Open the path again instead (accio.open(f.path, ...))."""
+        raise TypeError(f"cannot copy or pickle accio.File {self.path!r}: it owns an open descriptor and its "
+                        "requests in flight; open the path again (accio.open(f.path, ...)) for another handle")
 
     # -- context manager --
     def __enter__(self) -> "File":
@@ -231,7 +244,13 @@ class File:
     def submit(self, requests: Iterable[tuple[Any, int]], write: bool = False) -> list[Future]:
         """Submit many (buffer, offset) requests at once; one Future per request."""
         from ._futures import Future
-        return [Future(f) for f in self._f.submit(list(requests), write)]
+        requests = list(requests)
+        try:
+            futures = self._f.submit(requests, write)
+        except TypeError:
+            _submit_args(requests, write)
+            raise
+        return [Future(f) for f in futures]
 
     def fsync(self) -> None:
         """Waits for the requests in flight, then fsync(2) of the file (data and metadata)."""
@@ -314,8 +333,19 @@ def _int_args(nbytes_min: int = -2**63, **values) -> None:
             raise OverflowError(f"{name} {i}: outside what accio takes ({low} to 2**63 - 1)") from None
 
 
-def open(path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
-         **settings: Any) -> File:
+def _submit_args(requests: list, write) -> None:
+    """submit's arguments after the extension refused them: which request, and why, in a sentence."""
+    if not isinstance(write, bool):
+        raise TypeError(f"write must be a bool, not {type(write).__name__}")
+    for i, r in enumerate(requests):
+        if not isinstance(r, tuple) or len(r) != 2:
+            raise TypeError(f"requests[{i}] must be a (buffer, offset) tuple, not "
+                            + (f"a tuple of {len(r)}" if isinstance(r, tuple) else type(r).__name__))
+        _int_args(**{f"requests[{i}]'s offset": r[1]})
+
+
+def open(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], mode: str = "r",
+         mechanism: str | None = None, **settings: Any) -> File:
     """Open path. mode: r, r+ (rw), w, w+, a, a+, each also with b (rb, r+b, wb: always binary).
     For an io.RawIOBase (io.BufferedReader(...), open()-style code) use accio.RawFile. mechanism: "auto" (the default: a plan per
     request) or a name from mechanisms(): posix, parallel, direct, uring for host memory, naive,
@@ -416,8 +446,8 @@ def _whole_file(path: str) -> None:
                                  f"open(path, 'rb').read()")
 
 
-def read(path: str | os.PathLike, *, device: str | int | None = None, framework: str | None = None,
-         dtype=None, shape=None, out=None, **settings: Any):
+def read(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], *, device: str | int | None = None,
+         framework: str | None = None, dtype=None, shape=None, out=None, **settings: Any):
     """Read a whole file into a new array, or into `out`.
 
     device: None (host memory) or a GPU ("cuda:N", N, or "cuda": the calling thread's current GPU).
@@ -501,13 +531,33 @@ def read(path: str | os.PathLike, *, device: str | int | None = None, framework:
     raise _shrank(path, got, n)
 
 
-def write(path: str | os.PathLike, data, *, fsync: bool = False, **settings: Any) -> int:
+def write(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], data, *, fsync: bool = False,
+          atomic: bool = False, **settings: Any) -> int:
     """Write data as the whole content of path; returns bytes written. data: any buffer or array
     read_into takes, host or GPU (bytes, NumPy, CuPy, PyTorch, Numba, JAX, accio.DeviceArray, ...).
     fsync=True flushes it to storage before returning. Other keyword arguments are settings
     (mechanism="staged", threads=8, ...). data that is refused (not a buffer, not contiguous, ...)
-    leaves the file as it was: it is checked before the file is truncated."""
+    leaves the file as it was: it is checked before the file is truncated.
+
+    Otherwise the file is truncated first, as open(path, "wb") and numpy.tofile do: a write that
+    fails part way (ENOSPC, RLIMIT_FSIZE's EFBIG, EFAULT from a buffer mapped from the file itself)
+    leaves it truncated or partial, the old content gone. atomic=True writes under a temporary
+    name beside path and renames it over path at the end (keeping path's permission bits), so a
+    failed write leaves the old file and readers never see a partial one (with fsync=True the new
+    name is durable too); it needs room for both files until the rename, and replaces a symbolic
+    link rather than writing its target. A path that is a device or a FIFO is written through either
+    way. accio.safetensors.save_file writes checkpoints that way."""
     view = _ext.HeldView(data, False)  # TypeError/ValueError now, not after "w" emptied the file
+    if atomic:
+        from . import _replace
+        target = os.fsdecode(path)
+        if _replace.special(target) is None:  # a device or FIFO is written through, never replaced
+            with _replace.replacing(target, fsync, "accio.write(atomic=True)") as tmp:
+                with File(tmp, "w", **settings) as f:
+                    n = f.write_from(view, 0)
+                    if fsync:
+                        f.fsync()
+            return n
     with File(path, "w", **settings) as f:
         n = f.write_from(view, 0)
         if fsync:

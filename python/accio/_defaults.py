@@ -47,7 +47,7 @@ def _text(name: str, value: Any) -> str:
         try:
             _ext.settings([(name, text)])
         except OSError as e:
-            error = type(e)(e.errno, e.strerror.replace(f"{name}={text!r}", f"{name}={value!r}"), *e.args[2:])
+            error = type(e)(e.errno, str(e).replace(f"{name}={text!r}", f"{name}={value!r}"), *e.args[2:])
             error.__dict__.update(e.__dict__)  # accio.Error's operation and offset
             raise error from None
         _bools_taken.add((name, text))
@@ -55,8 +55,9 @@ def _text(name: str, value: Any) -> str:
 
 
 def current() -> dict[str, str]:
-    """What code set (names to text), without the environment and the table."""
-    return _table
+    """What code set (names to text), without the environment and the table: a copy (the table is
+    replaced, never changed, and readers take it without the lock; set() changes it)."""
+    return dict(_table)
 
 
 def _resolve(overrides: dict[str, Any]) -> list[tuple[str, str]]:

@@ -7,13 +7,21 @@ Every failure raises an ``accio.Error`` that is also the matching built-in OSErr
 from __future__ import annotations
 
 import errno as _errno
+import os as _os
 
 
 class Error(OSError):
-    """An accio operation failed. Attributes: errno, strerror, filename, operation, offset."""
+    """An accio operation failed. Attributes: errno, strerror, filename, operation, offset.
+    str(e) is the whole message (operation, path, offset and errno); strerror is os.strerror(errno)
+    alone, as Python's own OSErrors have it, so that f"{e.strerror}: {e.filename}" names the path once."""
 
     operation: str = ""
     offset: int | None = None
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        if len(args) > 1 and isinstance(self.errno, int):  # args[1], the full message, stays for __str__
+            self.strerror = _os.strerror(self.errno)
 
     def __str__(self) -> str:  # the native message already names op, path, offset and errno
         return self.args[1] if len(self.args) > 1 else super().__str__()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import io
+import operator
 import os
 TYPE_CHECKING = False  # typing costs start-up time (see __init__)
 if TYPE_CHECKING:
@@ -26,15 +27,26 @@ from ._defaults import _resolve
 _MODES = {"r": "rb", "w": "wb", "a": "ab", "r+": "rb+", "w+": "rb+", "a+": "ab+"}
 
 
+def _plain_mode(mode: str) -> str:
+    """'r', 'w', 'a', 'r+', 'w+' or 'a+' for a mode FileIO takes ('rb', 'br', 'b+r'...: its letters in
+    any order, b any number of times); ValueError otherwise ('x' too: accio has no exclusive create)."""
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a str, not {type(mode).__name__}")
+    base = [c for c in mode if c in "rwa"]
+    if len(base) != 1 or mode.count("+") > 1 or set(mode) - set("rwa+b"):
+        raise ValueError(f"invalid mode: {mode!r} (use r, w, a, r+, w+ or a+, each with or without b)")
+    return base[0] + "+" * mode.count("+")
+
+
 class RawFile(io.RawIOBase):
     """An accio file as an unbuffered binary stream (io.RawIOBase). mode: r, w, a, r+, w+, a+, each
     with or without b. mechanism and other keywords: as accio.open()."""
 
-    def __init__(self, path: str | os.PathLike, mode: str = "r", mechanism: str | None = None,
-                 **settings: Any) -> None:
-        plain = mode.replace("b", "", 1) if mode[1:].count("b") == 1 else mode
-        if plain not in _MODES:
-            raise ValueError(f"invalid mode: {mode!r} (use r, w, a, r+, w+ or a+, each with or without b)")
+    def __init__(self, path: str | bytes | os.PathLike[str] | os.PathLike[bytes], mode: str = "r",
+                 mechanism: str | None = None, closefd: bool = True, **settings: Any) -> None:
+        plain = _plain_mode(mode)
+        if not closefd:  # FileIO's own refusal: closefd=False keeps a descriptor it was given, and a path is none
+            raise ValueError("Cannot use closefd=False with file name")
         self._f = _ext.File(os.fsencode(path), plain, _resolve({"mechanism": mechanism, **settings}))
         self.name = path
         self.mode = _MODES[plain]
@@ -42,6 +54,11 @@ class RawFile(io.RawIOBase):
         self._writable = plain != "r"
         self._append = plain.startswith("a")
         self._pos = self._f.size() if self._append else 0  # FileIO starts appends at the end
+
+    def __reduce_ex__(self, protocol):
+        """As FileIO: no pickle, and no copy (copy.copy shared the handle, and the copy's close when it
+        was collected closed the original's)."""
+        raise TypeError(f"cannot pickle or copy accio.RawFile {self.name!r}: it owns an open descriptor")
 
     def __repr__(self) -> str:
         return f"<accio.RawFile name={self.name!r} mode={self.mode!r}{' closed' if self.closed else ''}>"
@@ -70,9 +87,9 @@ class RawFile(io.RawIOBase):
         self._pos += n
         return n
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: int | None = -1) -> bytes:
         self._check("reading")
-        return super().read(size)
+        return super().read(-1 if size is None else size)  # None: everything, as FileIO
 
     def readall(self) -> bytes:
         self._check()
@@ -102,7 +119,7 @@ class RawFile(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._check()
-        offset = offset.__index__()
+        offset, whence = operator.index(offset), operator.index(whence)  # TypeError for 1.5, as FileIO
         if whence == os.SEEK_SET:
             pos = offset
         elif whence == os.SEEK_CUR:
@@ -111,8 +128,8 @@ class RawFile(io.RawIOBase):
             pos = self._f.size() + offset
         elif whence in (getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)):
             pos = os.lseek(self._f.fileno(), offset, whence)  # as FileIO: the kernel finds them (ENXIO past the end)
-        else:
-            raise ValueError(f"invalid whence ({whence}, should be {os.SEEK_SET}, {os.SEEK_CUR} or {os.SEEK_END})")
+        else:  # FileIO passes it to lseek, which refuses it (use SEEK_SET, SEEK_CUR or SEEK_END)
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
         if pos < 0:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
         if pos > 2**63 - 1:  # FileIO's OverflowError; accepted, the next read failed with nanobind's TypeError
@@ -126,7 +143,7 @@ class RawFile(io.RawIOBase):
 
     def truncate(self, size: int | None = None) -> int:
         self._check("writing")
-        size = self._pos if size is None else size.__index__()
+        size = self._pos if size is None else operator.index(size)
         os.ftruncate(self._f.fileno(), size)
         return size
 

@@ -574,3 +574,29 @@ def test_a_note_names_each_plan_once():
              {"plan": "parallel(task=4MiB)", "why": "large", "calls": 1}]
     text = output.render_table([_result("write", "auto", [100] * 7, plans=plans, ran="posix/parallel")])
     assert "  *1 auto chose posix, parallel(task=4MiB)" in text.splitlines()
+
+
+def test_json_onto_a_fifo_or_device_is_written_through_not_replaced(tmp_path):
+    """write_json wrote PATH.partial and renamed it over PATH whatever PATH was: `--json /dev/null`
+    as root replaced /dev/null with a regular file (audit s26 #8). A private FIFO and, as root, a
+    private null device made here (never a real one) are written through and kept."""
+    import stat
+    import threading
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    output.write_json(str(fifo), {"a": 1})
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    reader.join(60)  # a guard against a hang only: the write has finished and closed its end
+    assert got and json.loads(got[0]) == {"a": 1}
+    if os.geteuid() == 0:
+        node = tmp_path / "nulldev"
+        try:
+            os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            return
+        output.write_json(str(node), {"a": 1})
+        assert stat.S_ISCHR(os.lstat(node).st_mode) and os.lstat(node).st_rdev == os.makedev(1, 3)
+    assert sorted(os.listdir(tmp_path)) == sorted(["pipe"] + (["nulldev"] if (tmp_path / "nulldev").exists() else []))

@@ -175,3 +175,121 @@ def test_dir_lists_the_public_names_and_those_loaded_on_first_use():
     assert {"Future", "RawFile"} <= set(names)  # module __getattr__: completion still offers them
     assert set(accio.__all__) <= set(names)
     assert "TYPE_CHECKING" not in names and "annotations" not in names  # compile-time only
+
+
+def test_error_strerror_is_the_system_text_and_str_the_whole_message(tmp_path):
+    """strerror held the whole message, so f"{e.strerror}: {e.filename}" named the path twice
+    (audit s26 #12). Now as Python's own OSErrors; str(e) still names operation, path and errno."""
+    import pickle
+    missing = str(tmp_path / "nope")
+    with pytest.raises(accio.Error) as e:
+        accio.open(missing)
+    err = e.value
+    assert err.strerror == os.strerror(2) == "No such file or directory"
+    assert str(err) == f"open '{missing}': No such file or directory (errno 2)"
+    assert err.filename == missing and err.errno == 2 and err.operation == "open"
+    back = pickle.loads(pickle.dumps(err))
+    assert (back.strerror, str(back), back.filename, back.operation) == (err.strerror, str(err), missing, "open")
+    with pytest.raises(ValueError, match="threads=True"):  # defaults rebuilds the engine's message from str(e)
+        accio.defaults.set(threads=True)
+
+
+def test_defaults_current_is_a_copy():
+    """current() handed out the live table: current()["threads"] = "bogus" broke every later open
+    (audit s26 #13)."""
+    accio.defaults.set(threads=2)
+    got = accio.defaults.current()
+    got["threads"] = "bogus"
+    got["mechanism"] = "nope"
+    assert accio.defaults.current() == {"threads": "2"}
+    assert accio.settings()["threads"] == "2"
+
+
+# ---- audit s26: integer checks, strerror, defaults.current, copies, atomic writes ----
+
+def test_submit_and_pinned_empty_refuse_bad_integers_with_a_sentence(data):
+    """submit's offsets and pinned_empty's size went to the extension unchecked: a bad one gave
+    nanobind's 'incompatible function arguments' with the overload list (audit s26 #11)."""
+    p, _ = data
+    buf = bytearray(8)
+    with accio.open(p) as f:
+        with pytest.raises(OverflowError, match=r"requests\[1\]'s offset 9223372036854775808"):
+            f.submit([(buf, 0), (buf, 2**63)])
+        with pytest.raises(TypeError, match=r"requests\[0\]'s offset must be an int, not float"):
+            f.submit([(buf, 1.5)])
+        with pytest.raises(TypeError, match=r"requests\[0\] must be a \(buffer, offset\) tuple, not bytearray"):
+            f.submit([buf])
+        with pytest.raises(TypeError, match="write must be a bool"):
+            f.submit([(buf, 0)], write=1)
+        with pytest.raises(accio.Error, match="negative offset") as e:  # as docs/api.md says: EINVAL, naming it
+            f.submit([(buf, -1)])
+        assert e.value.errno == 22
+        assert [x.result() for x in f.submit([(buf, 0), [bytearray(4), 8]])] == [8, 4]  # a list pair is taken too
+    with pytest.raises(OverflowError, match="nbytes -1"):
+        accio.pinned_empty(-1)
+    with pytest.raises(OverflowError, match="nbytes 18446744073709551616"):
+        accio.pinned_empty(2**64)
+    with pytest.raises(TypeError, match="nbytes must be an int, not str"):
+        accio.pinned_empty("1M")
+    for call in (lambda: accio.pinned_empty(-1), lambda: accio.pinned_empty("1M")):
+        with pytest.raises((OverflowError, TypeError)) as e:
+            call()
+        assert "incompatible function arguments" not in str(e.value)
+
+
+def test_a_file_cannot_be_copied_or_pickled(data):
+    """copy.copy(f) shared the handle: closing the copy left f.closed False and f.fileno() raising
+    EBADF (audit s26 #17). RawFile likewise: a copy's close, when it was collected, closed the original."""
+    import copy
+    import gc
+    import pickle
+    p, content = data
+    with accio.open(p) as f:
+        for how in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot copy or pickle accio.File"):
+                how(f)
+        assert not f.closed and f.fileno() >= 0
+    with accio.RawFile(p) as r:
+        for how in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot pickle or copy accio.RawFile"):
+                how(r)
+        gc.collect()
+        assert r.read(4) == content[:4]
+
+
+def _write_past_fsize_limit(p, atomic: bool) -> str:
+    """accio.write of 5000 bytes over p in a process whose RLIMIT_FSIZE is 2000 (Python ignores
+    SIGXFSZ: the write fails with EFBIG); what it raised, as 'errno: message'."""
+    import subprocess
+    import sys
+    code = f"""
+import resource, accio
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (2000, hard))
+try:
+    accio.write({str(p)!r}, b"N" * 5000, atomic={atomic!r}, mechanism="posix")
+    print("no error")
+except OSError as e:
+    print(f"{{e.errno}}: {{e}}")
+"""
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_a_failed_write_leaves_the_file_truncated_unless_atomic(tmp_path):
+    """accio.write truncates first, as open(path, "wb") and numpy.tofile do, so a write that fails
+    part way leaves a partial file (documented); atomic=True writes beside it and renames, so the
+    old content stays (audit s26 #7)."""
+    p = tmp_path / "ckpt.bin"
+    p.write_bytes(b"O" * 800)
+    os.chmod(p, 0o640)
+    assert _write_past_fsize_limit(p, atomic=True).startswith("27: ")  # EFBIG
+    assert p.read_bytes() == b"O" * 800 and os.listdir(tmp_path) == ["ckpt.bin"]  # no temporary left
+    assert _write_past_fsize_limit(p, atomic=False).startswith("27: ")
+    assert p.read_bytes() == b"N" * 2000  # the old content is gone: what the docstring says
+    assert accio.write(p, b"new content", atomic=True) == 11
+    assert p.read_bytes() == b"new content" and os.stat(p).st_mode & 0o777 == 0o640
+    assert accio.write(tmp_path / "fresh", np.arange(4, dtype=np.uint8), atomic=True, fsync=True) == 4
+    assert (tmp_path / "fresh").read_bytes() == bytes(range(4))
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.bin", "fresh"]

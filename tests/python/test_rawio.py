@@ -80,16 +80,40 @@ def test_closed_file_raises_valueerror_everywhere_and_close_is_idempotent(tmp_pa
         assert outcome(lambda: op(raw)) == outcome(lambda: op(ref)) == ("raises", "ValueError", None)
 
 
-def test_bad_modes_and_whence_are_refused_with_a_clear_error(tmp_path):
+def test_bad_modes_are_refused_with_a_clear_error(tmp_path):
     p = tmp_path / "f"
     p.write_bytes(b"x")
-    for mode in ("", "rw+", "br", "rbb", "x", "rt", "q"):
+    for mode in ("", "rw+", "r++", "x", "xb", "rt", "q"):  # x: FileIO's exclusive create, which accio lacks
         with pytest.raises(ValueError, match="invalid mode"):
             accio.RawFile(p, mode)
-    with accio.RawFile(p) as f, pytest.raises(ValueError, match="whence"):
-        f.seek(0, 7)
     with pytest.raises(FileNotFoundError):
         accio.RawFile(tmp_path / "missing")
+
+
+def test_fileios_mode_spellings_whence_seek_read_and_closefd(tmp_path):
+    """Where RawFile differed from FileIO (audit s26 #15): 'br' and 'b+r' refused, seek(1.5) an
+    AttributeError, seek(0, 5) a ValueError (FileIO: lseek's OSError EINVAL), read(None) a
+    TypeError, closefd=True an unknown setting."""
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    for mode in ("br", "rbb", "b+r", "+rb", "bw", "ba+"):
+        with io.FileIO(p, mode) as ref, accio.RawFile(p, mode) as raw:
+            assert raw.mode == ref.mode, mode
+        p.write_bytes(b"0123456789")
+    ref, raw, _ = pair(tmp_path, "rb", b"0123456789")
+    with ref, raw:
+        for step in (lambda f: f.seek(1.5), lambda f: f.seek(0, 1.5), lambda f: f.seek(0, 5), lambda f: f.seek(0, -1),
+                     lambda f: f.tell(), lambda f: f.seek(2), lambda f: f.read(None), lambda f: f.read(None),
+                     lambda f: f.seek(1), lambda f: f.truncate(1.5)):
+            assert outcome(lambda: step(raw)) == outcome(lambda: step(ref))
+        with pytest.raises(OSError) as e:
+            raw.seek(0, 7)
+        assert e.value.errno == errno.EINVAL and raw.tell() == 1
+    with accio.RawFile(p, "rb", closefd=True) as raw, io.FileIO(p, "rb", closefd=True) as ref:
+        assert raw.read() == ref.read()
+    for cls in (io.FileIO, accio.RawFile):
+        with pytest.raises(ValueError, match="Cannot use closefd=False with file name"):
+            cls(p, "rb", closefd=False)
 
 
 def test_negative_seek_is_einval_and_keeps_the_position(tmp_path):

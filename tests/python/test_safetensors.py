@@ -1253,3 +1253,84 @@ def test_bench_safetensors_says_what_is_missing_in_one_line(tmp_path, args, mess
     assert r.returncode == 2, r.stderr  # called with what cannot run here: exit 2, as bench --vs-fio without fio
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith(f"accio bench safetensors: {message}"), r.stderr
+
+
+# --- audit s26: get_slice as safetensors indexes, a closed safe_open, saving onto devices and FIFOs ---
+
+def test_get_slice_gives_safetensors_results_for_integer_and_bool_indexes(tmp_path):
+    """An integer index consuming every dimension gave a NumPy scalar where safetensors gives a 0-d
+    ndarray, and True added an axis where safetensors reads row 1 (audit s26 #16)."""
+    p = str(tmp_path / "m.st")
+    t = {"w": np.arange(24, dtype=np.float32).reshape(2, 3, 4), "b": np.arange(3, dtype=np.int64),
+         "s": np.array(5.0, np.float32)}
+    sn.save_file(t, p)
+    cases = [("w", (1, 2, 3)), ("w", (-1, 0, -1)), ("b", 0), ("b", -1), ("s", ()), ("w", True), ("w", False),
+             ("w", (True, 0)), ("w", (0, True)), ("b", True), ("w", (1, 2, Ellipsis)), ("w", (Ellipsis, 1)),
+             ("w", (1, slice(None), 2))]
+    with safetensors.safe_open(p, "np") as ref, st.safe_open(p, "np") as f:
+        for name, idx in cases:
+            want, got = ref.get_slice(name)[idx], f.get_slice(name)[idx]
+            assert type(got) is type(want) is np.ndarray, (name, idx, type(got))
+            same(got, want)
+
+
+def test_a_closed_safe_open_says_file_is_closed_naming_the_call(tmp_path):
+    """After close(), get_tensor raised accio.Error 'submit ...: file is closed', naming a call the
+    user never made; safetensors says 'File is closed' (audit s26 #16)."""
+    import pickle
+    p = str(tmp_path / "m.st")
+    sn.save_file({"a": np.ones((4, 2), np.float32)}, p)
+    f = st.safe_open(p, "np")
+    sl = f.get_slice("a")
+    f.close()
+    for call, what in ((lambda: f.get_tensor("a"), "get_tensor('a')"), (lambda: f.get_tensors(), "get_tensors()"),
+                       (lambda: f.get_slice("a"), "get_slice('a')"), (lambda: sl[1:3], "get_slice('a')[...]")):
+        with pytest.raises(st.SafetensorError, match="File is closed") as e:
+            call()
+        assert str(e.value).startswith(f"{what} on safetensors file '{p}': File is closed")
+        assert isinstance(e.value, accio.Error) and e.value.errno == 9 and e.value.filename == p
+        back = pickle.loads(pickle.dumps(e.value))
+        assert type(back) is type(e.value) and str(back) == str(e.value)
+    assert f.keys() == ["a"]  # the header is kept: names and metadata stay readable
+
+
+def test_saving_onto_a_device_node_writes_through_it_and_keeps_the_node(tmp_path):
+    """save_file renamed its temporary file over whatever the path was: as root, over /dev/null
+    (audit s26 #8). A private null device made here (never a real one), written through and kept;
+    accio.write(atomic=True) likewise."""
+    import stat
+    if os.geteuid() != 0:
+        pytest.skip("mknod of a character device needs root")
+    node = tmp_path / "nulldev"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is: writes are discarded
+    except PermissionError:
+        pytest.skip("mknod is not allowed here (no CAP_MKNOD)")
+    t = {"a": np.arange(1000, dtype=np.float32), "b": np.ones(3, np.int8)}
+    try:
+        os.close(os.open(node, os.O_WRONLY))
+    except PermissionError:
+        pytest.skip(f"device nodes do not open on the filesystem of {tmp_path} (nodev)")
+    st.save_file(t, node, fsync=True)
+    assert accio.write(node, b"x" * 100, atomic=True) == 100
+    mode = os.lstat(node)
+    assert stat.S_ISCHR(mode.st_mode) and mode.st_rdev == os.makedev(1, 3)
+    assert os.listdir(tmp_path) == ["nulldev"]  # no temporary file left beside it
+
+
+def test_saving_onto_a_fifo_streams_the_file_to_its_reader(tmp_path):
+    """A FIFO at the path was replaced by a regular file; now the reader gets the file's bytes, in
+    order, and the FIFO stays (audit s26 #8)."""
+    import stat
+    import threading
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    t = {"a": np.arange(100000, dtype=np.float32), "b": np.ones((3, 5), np.int8), "c": np.zeros(0, np.int16)}
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    st.save_file(t, fifo, metadata={"k": "v"})
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    reader.join(60)  # only a guard against a hang: the save has finished and closed its end
+    assert got and got[0] == st.save(t, metadata={"k": "v"})
+    assert os.listdir(tmp_path) == ["pipe"]

@@ -281,8 +281,11 @@ def render_fio(results: list[dict]) -> str:
 
 def write_json(path: str, doc: dict) -> None:
     """'-' is stdout; NaN is refused (schema.json has no such number). A file is replaced atomically
-    (written beside it, then renamed), so that a run killed while writing keeps the previous version."""
-    if path == "-":
+    (written beside it, then renamed), so that a run killed while writing keeps the previous version.
+    A device or a FIFO (--json /dev/null) is written through: the rename replaced the node itself
+    with a regular file (as root, /dev/null; audit s26 #8, as safetensors.save_file did)."""
+    from .._replace import special
+    if path == "-" or special(path) is not None:
         _write_json(path, doc, allow_nan=False)
         return
     tmp = f"{path}.partial"
