@@ -132,7 +132,8 @@ def pinned_empty(nbytes: int) -> PinnedBuffer:
     that stages itself: memoryview(b) and numpy.frombuffer(b, dtype) use it in place, and accio and
     the CUDA driver copy to and from it at DMA speed. b.pinned says how it is held: 'cuda' (registered
     with the CUDA driver, when it loads), 'mlock' (no driver), or 'pageable' (neither was allowed: one
-    AccioWarning says which limit to raise). Freed when b and every view of it are gone."""
+    AccioWarning says which limit to raise). Freed when b and every view of it are gone. nbytes 0
+    gives an empty buffer, as numpy.empty(0) does."""
     try:
         return _ext.PinnedBuffer(nbytes)
     except TypeError:

@@ -85,8 +85,8 @@ def test_documented_usage_type_checks_and_a_typo_is_an_error(tmp_path):
     of a PinnedBuffer (the stub's __buffer__, from src/python/stub_patterns.txt), bytes and PathLike
     paths, accio.RawFile typed (not Any), and accio.<typo> an error (no module __getattr__ for type
     checkers). --python-version 3.12: below it numpy's own stubs take a list of concrete buffer types
-    for frombuffer, not the Buffer protocol. mypy is not a test dependency (pyproject, Makefile):
-    skipped where it is not installed."""
+    for frombuffer, not the Buffer protocol. mypy is a test dependency (Makefile); an installation
+    without it (pip install . alone) skips this test."""
     import subprocess
     import sys
     import pytest
