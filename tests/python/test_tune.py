@@ -139,6 +139,9 @@ def test_bad_profiles_are_clear_errors_and_lose_nothing(tmp_path, data):
     assert e.value.errno == 22 and f"profile='{tmp_path / 'none.json'}' is not valid: no such file" in str(e.value)
     assert (np.fromfile(path, dtype=np.uint8) == arr).all()  # never truncated
     os.mkfifo(tmp_path / "fifo")  # opening it waited for a writer: every open hung (tune audit, session 26)
+    # ...and a calibration saving onto it (or onto a device) would have replaced the node: refused first
+    r = tune(str(tmp_path), "--budget", "5", "--profile", str(tmp_path / "fifo"), check=False)
+    assert r.returncode == 2 and "not a regular file" in r.stderr and (tmp_path / "fifo").is_fifo(), r.stderr
     with pytest.raises(OSError) as e:
         accio.open(path, profile=str(tmp_path / "fifo"))
     assert e.value.errno == 22 and "not a regular file" in str(e.value)

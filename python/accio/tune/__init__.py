@@ -289,6 +289,9 @@ def main(args) -> int:
         # A calibration writes --profile or the key's file (never the file ACCIO_PROFILE names: its
         # last line says when that variable keeps auto from using what it wrote).
         path = args.profile or key["file"]
+        if os.path.exists(path) and not os.path.isfile(path):  # a device or FIFO: saving would replace the node
+            raise UsageError(f"{'--profile' if args.profile else 'the profile'} {path}: not a regular file (a profile "
+                             "is a file that auto reads)")
         check_creatable("--profile" if args.profile else "the profile", path)  # before minutes of calibration
         if file_size < MIN_FILE_SIZE:
             raise UsageError(f"--file-size {args.file_size}: the calibration needs at least {fmt(MIN_FILE_SIZE)} "
