@@ -13,7 +13,7 @@ SANITIZERS ?= $(if $(filter true 1 yes,$(CI)),1,0)
 APT_PACKAGES := g++ gfortran cmake ninja-build pkg-config liburing-dev libgtest-dev fio python3-venv python3-dev openmpi-bin libopenmpi-dev \
 	sqlite3 git libffi-dev $(if $(filter x86_64,$(shell uname -m)),libc6-i386)
 PY_PACKAGES := "scikit-build-core>=0.10" "nanobind>=2.10.1" "numpy>=1.22" "tqdm>=4.60" "matplotlib>=3.5" \
-	"pytest>=7" pytest-timeout "jsonschema>=4" "mpi4py>=3.1" "safetensors==0.8.0" "ml_dtypes>=0.5" "hypothesis>=6.80" "mypy>=1.8"
+	"pytest>=7" pytest-timeout "jsonschema>=4" "mpi4py>=3.1" "safetensors==0.8.0" "ml_dtypes>=0.5" "hypothesis>=6.80" "mypy>=1.8,<3"
 DEMO := $(BUILD)/demo
 
 .PHONY: demo test deps venv install cpp-test cpp-test-asan cpp-test-tsan cpp-test-static-runtime py-test bench clean \

@@ -118,7 +118,8 @@ const char* accio_setting_doc(int i);
  * as text, and read back with accio_settings_get). */
 typedef struct accio_setting_spec {
   const char* name;          /* "offload_timeout_ms": lower-case letters, digits, _ */
-  const char* env;           /* "ACCIO_OFFLOAD_TIMEOUT_MS": ACCIO_ and upper-case letters, digits, _ */
+  const char* env;           /* "ACCIO_OFFLOAD_TIMEOUT_MS": upper-case letters, digits, _ (any name is
+                                read; `accio info` and `accio run` check the ACCIO_* ones only) */
   const char* doc;
   const char* kind;          /* "count" | "size" | "bool" | "choice" | "text" */
   const char* default_value; /* parsed like a value */
@@ -158,22 +159,26 @@ const char* accio_mechanism_for(accio_file* f, size_t size, int op);
 /* The mechanism a request of `size` bytes at `offset` from `buf` would run now: the decision a
  * request makes (auto: profile, size, alignment, concurrency, page-cache residency); buf NULL counts
  * as aligned. It counts as that request for the handle's stream and residency state (the preload
- * shim decides so for a request it may then pass to libc); accio_explain asks without moving them. op: ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in for a residency
- * probe of this request's range whatever the last one was. NULL on error (EINVAL for a negative
- * offset or any other op). */
+ * shim decides so for a request it may then pass to libc); accio_explain asks without moving them.
+ * op: ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in for a residency probe of
+ * this request's range whatever the last one was. NULL on error (EINVAL for a negative offset, a
+ * size or offset + size that accio_pread refuses, or any other op). */
 const char* accio_mechanism_for_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op);
 /* Deprecated names of the two above (they return a mechanism, not a plan); still exported. */
 ACCIO_DEPRECATED("use accio_mechanism_for") const char* accio_plan(accio_file* f, size_t size, int op);
 ACCIO_DEPRECATED("use accio_mechanism_for_at")
 const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t offset, int op);
 /* The smallest request (one in flight) for which f runs a plan other than posix: under auto the
- * profile's crossing point, 0 for a fixed mechanism, INT64_MAX when posix serves every size. */
+ * profile's crossing point, 0 for a fixed mechanism, INT64_MAX when posix serves every size;
+ * -EINVAL for a NULL f or an op other than ACCIO_OP_READ or ACCIO_OP_WRITE (ACCIO_OP_FRESH_CACHE
+ * or'ed in is taken, as by accio_mechanism_for_at). */
 int64_t accio_min_accelerated(accio_file* f, int op);
 /* The same decision as text: the plan in `plan` and the reason in `why` (either may be NULL), as a
- * question: what the next request runs stays as it was. 0 or -errno. Each text is cut to its buffer, NUL-terminated: one that fills it (len - 1 characters) may
- * have been cut, so call again with more room (the C++ and Fortran wrappers do). The same holds for
- * the texts of accio_mechanism_available, accio_probe, accio_cuda_available, accio_gds_info and
- * accio_gds_mode, which return a status, not a length. */
+ * question: what the next request runs stays as it was. 0 or -errno. Each text is cut to its
+ * buffer, NUL-terminated: one that fills it (len - 1 characters) may have been cut, so call again
+ * with more room (the C++ and Fortran wrappers do). The same holds for the texts of
+ * accio_mechanism_available, accio_probe, accio_cuda_available, accio_gds_info and accio_gds_mode,
+ * which return a status, not a length. */
 int accio_explain(accio_file* f, const void* buf, size_t size, int64_t offset, int op, char* plan, size_t plan_len,
                   char* why, size_t why_len);
 /* The plans that served f's requests so far: fills up to max entries; returns how many there are. */
@@ -295,8 +300,9 @@ int accio_mem_kind(const void* p, int* device);
 /* GPU memory owned by the caller (cuMemAlloc / cuMemAllocManaged on the device's primary context). */
 /* 0 or -errno (-ENODEV without a driver or with no such GPU, -ENOMEM); *out is NULL on failure. */
 int accio_device_alloc(int device, size_t size, int managed, void** out);
-/* 0 (NULL: 0), or -EINVAL for memory accio_device_alloc did not give (a host pointer, one freed
- * already; every pointer without a driver), -EIO when the driver fails. */
+/* 0 (NULL: 0); -EINVAL where the driver does not know p as the start of a device allocation (a
+ * host pointer, one freed already unless its address was given out again; every pointer without a
+ * driver), -EIO when the driver fails otherwise. */
 int accio_device_free(void* p);
 int accio_device_copy(void* dst, const void* src, size_t size); /* any direction (unified addressing) */
 /* Page-locked host memory for callers that stage themselves: size bytes, page-aligned (from 2 MiB up,

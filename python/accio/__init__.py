@@ -169,7 +169,7 @@ class File:
                  mechanism: str | None = None, **settings: Any):
         self.path = os.fsdecode(path)  # bytes too, as os.open takes them
         self.mode = mode
-        self._f = _ext.File(os.fsencode(path), mode, defaults._resolve({"mechanism": mechanism, **settings}))
+        self._f = _ext.File(path, mode, defaults._resolve({"mechanism": mechanism, **settings}))
         self._append = mode.startswith("a")
         self._closed = False
 
@@ -549,16 +549,18 @@ def write(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], data, *, fs
     link rather than writing its target. A path that is a device or a FIFO is written through either
     way. accio.safetensors.save_file writes checkpoints that way."""
     view = _ext.HeldView(data, False)  # TypeError/ValueError now, not after "w" emptied the file
+    from . import _replace
+    target = os.fsdecode(path)
+    node = _replace.special(target)
+    if node is not None:  # a device or FIFO: written through (a FIFO has no offset 0 to pwrite at)
+        return _replace.write_in_place(target, node, [(view, 0)], fsync, settings)
     if atomic:
-        from . import _replace
-        target = os.fsdecode(path)
-        if _replace.special(target) is None:  # a device or FIFO is written through, never replaced
-            with _replace.replacing(target, fsync, "accio.write(atomic=True)") as tmp:
-                with File(tmp, "w", **settings) as f:
-                    n = f.write_from(view, 0)
-                    if fsync:
-                        f.fsync()
-            return n
+        with _replace.replacing(target, fsync, "accio.write(atomic=True)") as tmp:
+            with File(tmp, "w", **settings) as f:
+                n = f.write_from(view, 0)
+                if fsync:
+                    f.fsync()
+        return n
     with File(path, "w", **settings) as f:
         n = f.write_from(view, 0)
         if fsync:

@@ -47,7 +47,7 @@ class RawFile(io.RawIOBase):
         plain = _plain_mode(mode)
         if not closefd:  # FileIO's own refusal: closefd=False keeps a descriptor it was given, and a path is none
             raise ValueError("Cannot use closefd=False with file name")
-        self._f = _ext.File(os.fsencode(path), plain, _resolve({"mechanism": mechanism, **settings}))
+        self._f = _ext.File(path, plain, _resolve({"mechanism": mechanism, **settings}))
         self.name = path
         self.mode = _MODES[plain]
         self._readable = plain != "w" and plain != "a"

@@ -45,7 +45,7 @@ def temporary_beside(path: str, what: str) -> tuple[str, int | None]:
         except OSError as e:
             raise type(e)(e.errno, f"cannot create a temporary file beside '{path}' ({e.strerror}): {what} writes "
                           "there and renames it over the target, so that an existing file is never "
-                          "truncated", tmp) from None
+                          "truncated", path) from None
     raise FileExistsError(f"cannot find a free temporary name beside '{path}'")
 
 

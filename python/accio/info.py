@@ -200,9 +200,9 @@ def _gpus(path: str) -> dict:
             if probe is None:  # the mode depends on the filesystem: ask for a file under path
                 import tempfile
                 with tempfile.NamedTemporaryFile(dir=path if os.path.isdir(path) else None) as t:
-                    cufile["path"], cufile["mode"] = _ext.gds_mode(_ext.File(os.fsencode(t.name), "r", [("mechanism", "posix")]))
+                    cufile["path"], cufile["mode"] = _ext.gds_mode(_ext.File(t.name, "r", [("mechanism", "posix")]))
             else:
-                cufile["path"], cufile["mode"] = _ext.gds_mode(_ext.File(os.fsencode(probe), "r", [("mechanism", "posix")]))
+                cufile["path"], cufile["mode"] = _ext.gds_mode(_ext.File(probe, "r", [("mechanism", "posix")]))
         except OSError as e:
             cufile["path"], cufile["mode"] = "unknown", str(e)
         cufile["direct"] = cufile["path"] == "direct"

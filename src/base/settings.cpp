@@ -140,9 +140,6 @@ size_t Table::add(const SettingSpec& spec, std::function<void(SettingValue&)> ad
     throw Error(EINVAL, "register setting", "", kNoOffset, what + "the name must be lower-case letters, digits and _");
   if (!name_ok(spec.env, true))
     throw Error(EINVAL, "register setting", "", kNoOffset, what + "the environment variable must be upper-case letters, digits and _");
-  // accio reads (and `accio run` checks the names of) ACCIO_* only: "NOT_ACCIO" was taken.
-  if (spec.env.rfind("ACCIO_", 0) != 0 || spec.env.size() == 6)
-    throw Error(EINVAL, "register setting", "", kNoOffset, what + "the environment variable must start with ACCIO_ ('" + spec.env + "')");
   if (spec.doc.empty()) throw Error(EINVAL, "register setting", "", kNoOffset, what + "the doc is empty");
   const std::string& k = spec.kind;
   if (k != "count" && k != "size" && k != "bool" && k != "choice" && k != "text")

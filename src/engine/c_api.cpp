@@ -306,10 +306,12 @@ const char* accio_plan_at(accio_file* f, const void* buf, size_t size, int64_t o
 }
 int64_t accio_min_accelerated(accio_file* f, int op) {
   ACCIO_CHECK(f, "accio_min_accelerated");
-  if (op != ACCIO_OP_READ && op != ACCIO_OP_WRITE)  // 99 was answered as a read
+  const int dir = op & ~ACCIO_OP_FRESH_CACHE;  // the op its siblings take; 99 was answered as a read
+  if (dir != ACCIO_OP_READ && dir != ACCIO_OP_WRITE)
     return fail(EINVAL, "accio_min_accelerated", f->f->ref().path, -1,
-                "op must be ACCIO_OP_READ or ACCIO_OP_WRITE (got " + std::to_string(op) + ")");
-  const uint64_t n = f->f->min_accelerated(op == ACCIO_OP_WRITE);
+                "op must be ACCIO_OP_READ or ACCIO_OP_WRITE, with ACCIO_OP_FRESH_CACHE or'ed in or not (got " +
+                    std::to_string(op) + ")");
+  const uint64_t n = f->f->min_accelerated(dir == ACCIO_OP_WRITE);
   return n > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(n);
 }
 

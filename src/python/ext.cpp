@@ -184,8 +184,9 @@ class View {
       if (!nb::isinstance(obj, mod.attr("ndarray"))) return {};
       if (!truth(obj.attr("flags").attr("c_contiguous")) || truth(obj.attr("dtype").attr("hasobject"))) return {};
       return obj.attr("reshape")(-1).attr("view")(mod.attr("uint8"));
-    } catch (const std::exception&) {
-      return {};
+    } catch (nb::python_error& e) {  // NumPy refuses the view: no view; KeyboardInterrupt, MemoryError: raised
+      if (e.matches(PyExc_TypeError) || e.matches(PyExc_ValueError) || e.matches(PyExc_AttributeError)) return {};
+      throw;
     }
   }
 
@@ -960,6 +961,15 @@ void log_to_python(int level, const char* key, const char* msg, void*) {
   }
 }
 
+// A path's bytes from str, bytes or os.PathLike, as os.open takes it (PyUnicode_FSConverter: str
+// through the filesystem encoding with surrogateescape; ValueError for an embedded NUL).
+std::string fs_path(nb::handle path) {
+  PyObject* out = nullptr;
+  if (!PyUnicode_FSConverter(path.ptr(), &out)) throw nb::python_error();
+  const nb::object bytes = nb::steal(out);
+  return std::string(PyBytes_AS_STRING(out), static_cast<size_t>(PyBytes_GET_SIZE(out)));
+}
+
 // Text for a C string: a NUL inside was cut there silently (accio.open(q + "\0.tmp", "w") emptied q;
 // python API audit, session 26); ValueError as os.open and open() give.
 const std::string& no_nul(const std::string& text, const char* what) {
@@ -1003,10 +1013,9 @@ nb::dict stats_dict(const accio_stats& s, PerId per_id) {
 
 class PyFile {
  public:
-  // path: the file name's bytes (os.fsencode: a name that is not UTF-8 is one too).
-  PyFile(nb::bytes path, const std::string& mode, const std::vector<std::pair<std::string, std::string>>& kv)
-      : f_(open_file(no_nul(std::string(path.c_str(), path.size()), "path"), no_nul(mode, "mode"), to_settings(kv))),
-        path_(path.c_str(), path.size()) {}
+  // path: str, bytes or os.PathLike, as os.open takes it (a name that is not UTF-8 too).
+  PyFile(nb::handle path, const std::string& mode, const std::vector<std::pair<std::string, std::string>>& kv)
+      : path_(fs_path(path)), f_(open_file(path_, no_nul(mode, "mode"), to_settings(kv))) {}
   // Closing waits for the requests in flight, whose workers may need the GIL (the log sink).
   ~PyFile() {
     nb::gil_scoped_release nogil;
@@ -1238,8 +1247,8 @@ class PyFile {
   };
 
  private:
+  std::string path_;  // before f_: its open takes it
   accio::File f_;
-  std::string path_;
   std::atomic<bool> closed_{false};
   std::atomic<int> users_{0};
   std::mutex use_mu_;
@@ -1279,7 +1288,8 @@ NB_MODULE(_ext, m) {
   pthread_atfork(nullptr, nullptr, [] { g_pending = new Pending; });
 
   nb::class_<PyFile>(m, "File")
-      .def(nb::init<nb::bytes, const std::string&, const std::vector<std::pair<std::string, std::string>>&>())
+      .def(nb::init<nb::handle, const std::string&, const std::vector<std::pair<std::string, std::string>>&>(), "path"_a,
+           "mode"_a, "settings"_a)
       .def("read_into", &PyFile::read_into, "buf"_a, "offset"_a, "expect"_a = nb::none())
       .def("write_from", &PyFile::write_from)
       .def("append", &PyFile::append)

@@ -134,6 +134,7 @@ int main(void) {
     CHECK(strstr(accio_last_error(), "above the largest request") != NULL);
     CHECK(accio_explain(f, NULL, (size_t)-1, 0, ACCIO_OP_READ, plan, sizeof plan, why, sizeof why) == -EINVAL);
     CHECK(accio_min_accelerated(f, 99) == -EINVAL && strstr(accio_last_error(), "op must be") != NULL);
+    CHECK(accio_min_accelerated(f, ACCIO_OP_READ | ACCIO_OP_FRESH_CACHE) == accio_min_accelerated(f, ACCIO_OP_READ));
     /* A text is cut to its buffer, NUL-terminated: one that fills it (len - 1 characters) may have
      * been cut, which is how the C++ and Fortran wrappers know to call again with more room. */
     CHECK(accio_explain(f, NULL, n, 0, ACCIO_OP_READ, plan, 4, why, 2) == 0);

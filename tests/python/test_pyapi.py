@@ -293,3 +293,20 @@ def test_a_failed_write_leaves_the_file_truncated_unless_atomic(tmp_path):
     assert accio.write(tmp_path / "fresh", np.arange(4, dtype=np.uint8), atomic=True, fsync=True) == 4
     assert (tmp_path / "fresh").read_bytes() == bytes(range(4))
     assert sorted(os.listdir(tmp_path)) == ["ckpt.bin", "fresh"]
+
+
+def test_write_onto_a_fifo_streams_the_bytes_to_its_reader(tmp_path):
+    """accio.write onto a FIFO was a pwrite at offset 0, which a FIFO refuses (ESPIPE), atomic or not,
+    while the docstring said a FIFO is written through (review, session 26)."""
+    import stat
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    data = np.arange(300000, dtype=np.uint32)
+    for atomic in (False, True):
+        got = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+        reader.start()
+        assert accio.write(fifo, data, atomic=atomic) == data.nbytes
+        reader.join(60)  # a guard against a hang only: the write has closed its end
+        assert got and got[0] == data.tobytes() and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert os.listdir(tmp_path) == ["pipe"]

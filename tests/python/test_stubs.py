@@ -94,9 +94,13 @@ def test_documented_usage_type_checks_and_a_typo_is_an_error(tmp_path):
     (tmp_path / "use.py").write_text(USAGE)
     (tmp_path / "typo.py").write_text("import accio\naccio.opne('x')\n")
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--python-version", "3.12", "--cache-dir",
-                        str(tmp_path / "cache"), "use.py", "typo.py"], cwd=tmp_path, capture_output=True, text=True)
+                        str(tmp_path / "cache"), "use.py", "typo.py"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
     out = r.stdout + r.stderr
+    # What is asserted does not hang on one mypy's wording: where the errors are and their codes,
+    # and that RawFile's revealed type is the class (Any before) with a path that takes bytes.
     errors = [line for line in out.splitlines() if ": error:" in line]
-    assert errors == ['typo.py:2: error: Module has no attribute "opne"  [attr-defined]'], out
-    assert "Revealed type is \"def (path: str | bytes | os.PathLike[str] | os.PathLike[bytes]" in out, out
-    assert "-> accio._rawio.RawFile" in out, out
+    assert len(errors) == 1 and errors[0].startswith("typo.py:2:") and "opne" in errors[0], out
+    assert errors[0].endswith("[attr-defined]"), out
+    revealed = next(line for line in out.splitlines() if "Revealed type" in line)
+    assert "RawFile" in revealed and "bytes" in revealed and "PathLike" in revealed, out

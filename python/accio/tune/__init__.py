@@ -289,7 +289,8 @@ def main(args) -> int:
         # A calibration writes --profile or the key's file (never the file ACCIO_PROFILE names: its
         # last line says when that variable keeps auto from using what it wrote).
         path = args.profile or key["file"]
-        if os.path.exists(path) and not os.path.isfile(path):  # a device or FIFO: saving would replace the node
+        if os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):  # a device or FIFO:
+            # saving would replace the node (a directory is check_creatable's to refuse)
             raise UsageError(f"{'--profile' if args.profile else 'the profile'} {path}: not a regular file (a profile "
                              "is a file that auto reads)")
         check_creatable("--profile" if args.profile else "the profile", path)  # before minutes of calibration
@@ -328,6 +329,8 @@ def show(path: str, how: str, key: dict, directory: str) -> int:
               f"reader on this machine; a file's explain() gives a request's plan).\n"
               f"accio tune: run `accio tune {directory}` to measure this filesystem.", file=sys.stderr)
         return 1
+    if not os.path.isfile(path):  # a FIFO would wait for a writer for ever; the engine refuses it
+        raise UsageError(f"{path}: not a regular file (a profile is a file that auto reads)")
     with open(path, encoding="utf-8", errors="replace") as f:  # not text: the engine names the file
         text = f.read()
     # The engine's own parse: what it refuses, --show refuses, naming it; its description gives the
@@ -390,7 +393,8 @@ def tune(args, directory: str, key: dict, path: str, file_size: int, env_profile
             "command": "accio tune " + shlex.join(sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "accio tune",
             "budget_s": args.budget, "elapsed_s": round(time.monotonic() - t0, 1), "file_size": file_size,
             "o_direct": takes_direct, "prefetch": prefetch,
-            "cpus": os.cpu_count()}  # the engine says when a machine of another size finds the profile
+            "cpus": os.sysconf("SC_NPROCESSORS_ONLN")}  # as the engine counts them: it says when a machine
+    # of another size finds the profile
     doc = profile_mod.build(search, meta)
     if not doc["measurements"]:  # a profile of nothing would replace the one there with the built-in model
         raise RuntimeError(f"nothing was measured in {meta['elapsed_s']} s (--budget {args.budget}); "
