@@ -956,7 +956,9 @@ def alarm_then_write():
     os.close(os.open(fifo, os.O_WRONLY))
 w = threading.Thread(target=when_main_opens, args=(alarm_then_write,)); w.start()
 accio.open(fifo).close(); w.join(); print("retried after a handler", ran)
-# Ctrl-C: KeyboardInterrupt
+# Ctrl-C: KeyboardInterrupt. Python's own handler, whatever was inherited: a shell runs a background
+# job with SIGINT ignored, and Python then installs none (the CI's runs had it so)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 done = threading.Event()
 def interrupt():
     os.kill(os.getpid(), signal.SIGINT)
