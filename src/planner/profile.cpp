@@ -662,21 +662,20 @@ std::shared_ptr<const Profile> load(const std::string& path) {
   }
   // Only what the file's kind and content refuse is kept: a read that failed (EMFILE, ENOMEM, EIO;
   // EACCES, which a chmod mends without a new mtime) is tried again at the next open.
-  auto refuse = [&](auto&& fn) {
-    try {
-      return fn();
-    } catch (const Error&) {
-      l = Loaded{mt, st.st_size, nullptr, std::current_exception()};
-      throw;
-    }
-  };
-  if (!S_ISREG(st.st_mode))
-    refuse([&]() -> int {
-      throw Error(EINVAL, "load profile", path, base::kNoOffset, "not a regular file (a FIFO, a device or a directory)");
-    });
+  if (!S_ISREG(st.st_mode)) {
+    l = Loaded{mt, st.st_size, nullptr,
+               std::make_exception_ptr(Error(EINVAL, "load profile", path, base::kNoOffset,
+                                             "not a regular file (a FIFO, a device or a directory)"))};
+    std::rethrow_exception(l.refused);
+  }
   std::string text;
   if (!base::sys::read_file(path.c_str(), text)) throw Error(errno ? errno : EIO, "load profile", path, base::kNoOffset);
-  l = Loaded{mt, st.st_size, refuse([&] { return Profile::parse(text, path); }), nullptr};
+  try {
+    l = Loaded{mt, st.st_size, Profile::parse(text, path), nullptr};
+  } catch (const Error&) {
+    l = Loaded{mt, st.st_size, nullptr, std::current_exception()};
+    throw;
+  }
   return l.profile;
 }
 
