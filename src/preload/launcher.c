@@ -624,19 +624,44 @@ static int has_window(const char* text) {
   return 0;
 }
 
+/* The value of `key` in the profile document's top-level object (past the colon and blanks), or NULL:
+ * a key of the same name inside a nested object or in a string is not it (review N-4, session 26). */
+static const char* top_level_value(const char* text, const char* key) {
+  const size_t key_len = strlen(key);
+  int depth = 0, key_position = 0;
+  for (const char* p = text; *p; ++p) {
+    if (*p == '"') {
+      const char* start = ++p;
+      while (*p && *p != '"') p += p[0] == '\\' && p[1] ? 2 : 1;
+      if (!*p) return NULL;
+      if (depth == 1 && key_position && (size_t)(p - start) == key_len && !memcmp(start, key, key_len)) {
+        const char* v = p + 1;
+        while (*v == ' ' || *v == '\n' || *v == '\t' || *v == '\r') ++v;
+        if (*v != ':') return NULL;
+        for (++v; *v == ' ' || *v == '\n' || *v == '\t' || *v == '\r'; ++v) {}
+        return v;
+      }
+      key_position = 0;
+    } else if (*p == '{' || *p == '[') {
+      ++depth, key_position = *p == '{';
+    } else if (*p == '}' || *p == ']') {
+      if (--depth <= 0) return NULL;
+      key_position = 0;
+    } else if (*p == ',') {
+      key_position = 1;
+    } else if (*p == ':') {
+      key_position = 0;
+    }
+  }
+  return NULL;
+}
+
 /* The online CPUs of the machine that measured the profile ("cpus": N, which `accio tune` writes at
  * the top level; 0 where it is not there). */
 static uint64_t profile_cpus(const char* text) {
-  const char* p = strstr(text, "\"cpus\":");
+  const char* p = top_level_value(text, "cpus");
   uint64_t v;
-  if (!p) return 0;
-  p += strlen("\"cpus\":");
-  while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') ++p;
-  char num[24];
-  size_t n = 0;
-  while (n + 1 < sizeof num && p[n] >= '0' && p[n] <= '9') num[n] = p[n], ++n;
-  num[n] = 0;
-  return n && accio_run_parse_u64(num, &v) ? v : 0;
+  return p && accio_run_parse_u64(p, &v) ? v : 0;
 }
 
 /* other (when still empty): the profile `name` if it was measured on a machine with another number
@@ -653,13 +678,11 @@ static void note_other(char* other, size_t len, const char* name, const char* te
  * an older accio) or with anything else there gives 0: the shim then asks the engine from the
  * threshold up, as it always did. */
 static void lower_floor(const char* text, uint64_t floor[2]) {
-  const char* p = strstr(text, "\"engine_from\"");
-  const char* end = p ? strchr(p, '}') : NULL;
+  const char* object = top_level_value(text, "engine_from");
   for (int w = 0; w < 2; ++w) {
-    const char* k = end ? strstr(p, w ? "\"write\"" : "\"read\"") : NULL;
-    if (k && k < end && (k = strchr(k, ':')) && k < end) {
-      ++k;
-      while (*k == ' ' || *k == '\n' || *k == '\t' || *k == '\r') ++k;
+    /* the object's own keys: top_level_value scans from its brace and stops at the matching one */
+    const char* k = object && *object == '{' ? top_level_value(object, w ? "write" : "read") : NULL;
+    if (k) {
       if (!strncmp(k, "null", 4)) continue;
       uint64_t v;
       if (accio_run_parse_u64(k, &v)) {

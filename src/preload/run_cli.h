@@ -34,8 +34,6 @@
     "let the shim and the engine print their notes and warnings (silent otherwise)")                      \
   X(HELP, "--help", "-h", NULL, "show this help and exit")
 
-/* A size as the shim and the launcher read it: 4096, 64k, 16MiB, 1g (powers of 1024). *ok is 0 for
- * anything else, a sign or an overflow included. Plain C: the shim reads it before libaccio is loaded. */
 /* Decimal digits at s (no sign, no space, no locale) into *v: the first character after them, or
  * NULL where s has no digit or the value overflows 64 bits. The floor's numbers
  * (ACCIO_PRELOAD_FLOOR, a profile's engine_from) are read with it by the launcher and the shim. */
@@ -51,6 +49,8 @@ static inline const char* accio_run_parse_u64(const char* s, uint64_t* v) {
   return s;
 }
 
+/* A size as the shim and the launcher read it: 4096, 64k, 16MiB, 1g (powers of 1024). *ok is 0 for
+ * anything else, a sign or an overflow included. Plain C: the shim reads it before libaccio is loaded. */
 static inline size_t accio_run_parse_size(const char* s, int* ok) {
   unsigned long long v = 0;
   *ok = accio_size_parse(s, &v) == ACCIO_SIZE_OK; /* the engine's grammar (base/size_text.h) */

@@ -874,3 +874,45 @@ def test_with_one_thread_measured_the_cells_of_several_in_flight_are_the_models(
         for size in (4 * KiB, MiB, 64 * MiB):
             assert _plan_at(doc, size, op, "N")[0] == builtin_plan(op, "N", size)
     assert "built-in model: not measured" in profile.render(doc, "synthetic").split("several requests")[1]
+
+
+def test_an_interrupted_evaluation_keeps_the_cells_it_finished(monkeypatch, tmp_path, capsys):
+    """Ctrl-C or SIGTERM during `tune --evaluate` (minutes on a real grid): the cells finished so far
+    are judged, printed and written to --json with "complete": false, and the exit says the signal
+    (130, 143), as `accio bench` does. It lost every cell before (tune audit, session 26)."""
+    from accio import cli
+    from accio._system import Terminated
+    from accio.tune.measure import Bench
+    calls = []
+
+    def together(self, entries, op, cold, threads, size, min_seconds=0.0, device=-1, file_size=0):
+        calls.append(size)
+        if size == 64 * KiB and min_seconds:  # the second cell's first timed round
+            raise stop()
+        return [100.0 * (1 + 0.01 * len(calls))] * len(entries)
+    monkeypatch.setattr(Bench, "sample_together", together)
+    cells = [{"op": "read", "cache": "hot", "threads": 1, "file_size": 8 * MiB, "transfer": x} for x in (4 * KiB, 64 * KiB)]
+    for stop, status in ((KeyboardInterrupt, 130), (Terminated, 143)):
+        result = evaluate.run(Bench(str(tmp_path), MiB), [dict(c) for c in cells], 7, contenders=("auto", "posix"),
+                              max_reps=7)
+        assert result["interrupted"] == status and [c["transfer"] for c in result["cells"]] == [4 * KiB]
+        assert result["summary"]["auto"]["geomean"] > 0 and "4KiB" in evaluate.render(result)
+    # Interrupted in the first cell: no cell, no summary, and the table still renders.
+    cells[0]["transfer"] = 64 * KiB
+    result = evaluate.run(Bench(str(tmp_path), MiB), cells[:1], 7, contenders=("auto", "posix"), max_reps=7)
+    assert result["interrupted"] == 143 and result["cells"] == [] and result["summary"] == {} and result["verdict"] == {}
+    evaluate.render(result)
+    # The command: the finished cell in the table and the JSON, "complete": false, exit 143, no GPU or
+    # decision-cost measurement after the interruption.
+    monkeypatch.setattr("accio.tune.decision_cost", lambda *a: pytest.fail("measured after the interruption"))
+    out = tmp_path / "out.json"
+    d = tmp_path / "d"
+    d.mkdir()
+    capsys.readouterr()
+    status = cli.main(["tune", str(d), "--evaluate", "--file-sizes", "8m", "--transfers", "4k,64k", "--ops", "read",
+                       "--caches", "hot", "--threads", "1", "-i", "7", "--max-reps", "7", "--json", str(out), "-q"])
+    err = capsys.readouterr().err
+    assert status == 143 and "interrupted after 1 of 2 cell(s); the output holds those" in err, err
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and [c["transfer"] for c in doc["cells"]] == [4 * KiB] and "decision_ns" not in doc
+    assert not [p for p in d.iterdir()]  # the scratch files went

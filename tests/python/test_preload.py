@@ -1206,6 +1206,16 @@ def test_the_one_note_comes_once_from_the_launcher(data, tmp_path):
     out = subprocess.run(["script", "-qec", f"{launcher} -- true", "/dev/null"], env=env, capture_output=True,
                          text=True).stdout
     assert "another machine" not in out, out
+    # Only the top level's "cpus" counts: not one in a nested object, in an array or in a string
+    # (the launcher read the first "cpus": anywhere, review N-4 of session 26).
+    other = os.cpu_count() + 5
+    for text in ('{"devices": [{"cpus": %d}], "x": {"cpus": %d}, "cpus": %d}' % (other, other, os.cpu_count()),
+                 '{"note": "a \\"cpus\\": %d, {", "cpus": %d}' % (other, os.cpu_count())):
+        assert json.loads(text)["cpus"] == os.cpu_count()
+        (tmp_path / "profiles" / "some.json").write_text(text)
+        out = subprocess.run(["script", "-qec", f"{launcher} -- true", "/dev/null"], env=env, capture_output=True,
+                             text=True).stdout
+        assert "another machine" not in out, (text, out)
 
 
 def test_a_static_program_is_named_not_silently_left_alone(data, tmp_path):

@@ -483,12 +483,14 @@ def evaluate(args, directory: str, path: str, how: str) -> int:
                                  f"({bench.cold_note})")
             os.environ["ACCIO_PROFILE"] = path if have else "off"  # the auto handles of the run use this
             others = {_vs_label(v): v for v in args.vs_profile}
+            grid_size = len(cells())
             result = evaluate_mod.run(bench, cells(), args.reps, progress=progress.stage(0.0, 0.5 if gpu else 1.0),
                                       max_reps=args.max_reps, profiles=others)
-            result["decision_ns"] = decision_cost(bench, path if have else "off", transfers)
+            if not result.get("interrupted"):
+                result["decision_ns"] = decision_cost(bench, path if have else "off", transfers)
             result["cold_reads"] = bench.cold_reads
             result["notes"] = [bench.cold_note] if bench.cold_note else []
-            if gpu:
+            if gpu and not result.get("interrupted"):
                 # The same grid into the GPU's memory: auto (the profile's device table for this
                 # GPU's model, or the built-in device rule) against every device mechanism.
                 fixed = [p.mechanism for p in device_plans()]
@@ -496,6 +498,8 @@ def evaluate(args, directory: str, path: str, how: str) -> int:
                                        progress=progress.stage(0.5, 1.0), max_reps=args.max_reps, device=gpu["ordinal"])
                 dev["gpu"] = {k: gpu[k] for k in ("ordinal", "name", "pci_bus_id", "cufile") if k in gpu}
                 result["device"] = dev
+                if dev.get("interrupted"):
+                    result["interrupted"] = dev["interrupted"]
     finally:
         progress.close()
         os.environ.pop("ACCIO_PROFILE", None)
@@ -515,7 +519,13 @@ def evaluate(args, directory: str, path: str, how: str) -> int:
         g = result["device"]["gpu"]
         text += (f"\n\nGPU buffers on cuda:{g['ordinal']} ({g['name']}): auto against every device mechanism\n"
                  + evaluate_mod.render(result["device"]))
+    interrupted = result.pop("interrupted", 0)
+    result["complete"] = not interrupted
     print(text, file=sys.stderr if args.json == "-" else sys.stdout)
     if args.json:
         write_json(args.json, result)
-    return 0
+    if interrupted:  # as `accio bench`: the finished cells are reported, and the exit says the signal
+        print(f"accio tune: interrupted after {len(result['cells'])} of {grid_size} cell(s)"
+              + (f" (and {len(result['device']['cells'])} with GPU buffers)" if "device" in result else "")
+              + ("; the output holds those" if args.json else ""), file=sys.stderr)
+    return interrupted

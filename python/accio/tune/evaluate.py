@@ -37,6 +37,7 @@ import math
 import time
 
 from .. import stats
+from .._system import interrupted_status
 from ..bench.spec import host_mechanisms
 from .measure import MiB, Bench, fmt
 
@@ -193,54 +194,63 @@ def run(bench: Bench, cells: list[dict], reps: int, contenders=None, progress=No
     done = 0
     t0 = time.monotonic()
     last: dict = {}  # (op, cache, threads, transfer, contender) -> its latest MiB/s, over file sizes
-    for index, c in enumerate(cells):
-        used: set = set()
+    finished: list[dict] = []  # the cells measured to the end
+    interrupted = 0
+    try:
+        for index, c in enumerate(cells):
+            used: set = set()
 
-        def sample_round(order: list[str], c=c, used=used, warm: bool = False) -> dict[str, float]:
-            # The contenders' phases take turns (Bench.sample_together), so a round's pairs share the
-            # machine's moment. A slow contender (direct or uring at 4 KiB: 50-100 MiB/s) moves what it
-            # moves in about MAX_SAMPLE_SECONDS, a part of the cell's file, rather than seconds per
-            # sample: its rate is its per-request cost, the same over 16 MiB as over 128 MiB.
-            entries = []
-            for m in order:
-                k = (c["op"], c["cache"], c["threads"], c["transfer"], m)
-                nbytes = c["file_size"]
-                if k in last:
-                    nbytes = min(nbytes, max(c["transfer"] * c["threads"], int(last[k] * MiB * MAX_SAMPLE_SECONDS)))
-                if warm:  # the warm-up pass: one short phase each (threads, rings, the planner's first look)
-                    nbytes = min(nbytes, warmup_bytes(c["file_size"], c["transfer"], c["threads"]))
-                # auto's plans are those of its timed phases (the warm-up's are not counted)
-                entries.append((settings.get(m, {"mechanism": m}), nbytes, used if m == "auto" and not warm else None))
-            got = bench.sample_together(entries, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
-                                        min_seconds=0 if warm else SAMPLE_SECONDS, device=device,
-                                        file_size=c["file_size"])
-            if not warm:
-                for m, v in zip(order, got):
-                    last[(c["op"], c["cache"], c["threads"], c["transfer"], m)] = v
-            return dict(zip(order, got))
+            def sample_round(order: list[str], c=c, used=used, warm: bool = False) -> dict[str, float]:
+                # The contenders' phases take turns (Bench.sample_together), so a round's pairs share the
+                # machine's moment. A slow contender (direct or uring at 4 KiB: 50-100 MiB/s) moves what it
+                # moves in about MAX_SAMPLE_SECONDS, a part of the cell's file, rather than seconds per
+                # sample: its rate is its per-request cost, the same over 16 MiB as over 128 MiB.
+                entries = []
+                for m in order:
+                    k = (c["op"], c["cache"], c["threads"], c["transfer"], m)
+                    nbytes = c["file_size"]
+                    if k in last:
+                        nbytes = min(nbytes, max(c["transfer"] * c["threads"], int(last[k] * MiB * MAX_SAMPLE_SECONDS)))
+                    if warm:  # the warm-up pass: one short phase each (threads, rings, the planner's first look)
+                        nbytes = min(nbytes, warmup_bytes(c["file_size"], c["transfer"], c["threads"]))
+                    # auto's plans are those of its timed phases (the warm-up's are not counted)
+                    entries.append((settings.get(m, {"mechanism": m}), nbytes, used if m == "auto" and not warm else None))
+                got = bench.sample_together(entries, c["op"], c["cache"] == "cold", c["threads"], c["transfer"],
+                                            min_seconds=0 if warm else SAMPLE_SECONDS, device=device,
+                                            file_size=c["file_size"])
+                if not warm:
+                    for m, v in zip(order, got):
+                        last[(c["op"], c["cache"], c["threads"], c["transfer"], m)] = v
+                return dict(zip(order, got))
 
-        def note(m: str, _round: int, _value: float, c=c) -> None:
-            nonlocal done
-            done += 1
-            if progress:
-                progress(("" if device < 0 else f"cuda:{device} ") + f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",
-                         min(1.0, done / total))
+            def note(m: str, _round: int, _value: float, c=c) -> None:
+                nonlocal done
+                done += 1
+                if progress:
+                    progress(("" if device < 0 else f"cuda:{device} ") + f"{c['op']} {c['cache']} {c['threads']}t {fmt(c['file_size'])}/{fmt(c['transfer'])} {m}",
+                             min(1.0, done / total))
 
-        samples, rounds = measure_cell(sample_round, contenders, reps, max_reps, note,
-                                       warmup=lambda order, f=sample_round: f(order, warm=True), first=index)
-        judge(c, samples, rounds)
-        c["auto_plans"] = sorted(used)
-    return summarize(cells, contenders, time.monotonic() - t0)
+            samples, rounds = measure_cell(sample_round, contenders, reps, max_reps, note,
+                                           warmup=lambda order, f=sample_round: f(order, warm=True), first=index)
+            judge(c, samples, rounds)
+            c["auto_plans"] = sorted(used)
+            finished.append(c)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the cells finished so far are the result
+        interrupted = interrupted_status(e)
+    result = summarize(finished, contenders, time.monotonic() - t0)
+    if interrupted:
+        result["interrupted"] = interrupted  # the exit status (130, 143) of the interruption
+    return result
 
 
 def summarize(cells: list[dict], contenders, elapsed: float) -> dict:
     per = {}
-    for m in contenders:
+    for m in contenders if cells else ():  # no cell (interrupted in the first): no summary
         ratios = [c["ratio"][m] for c in cells]
         per[m] = {"geomean": round(geomean(ratios), 4), "worst": round(min(ratios), 4),
                   "cells_within_10pct": sum(r >= GOAL for r in ratios)}
     fixed = [m for m in contenders if not is_auto(m)]
-    best_fixed = max(fixed, key=lambda m: per[m]["geomean"]) if fixed else None
+    best_fixed = max(fixed, key=lambda m: per[m]["geomean"]) if fixed and per else None
     verdict = {}
     if "auto" in per and best_fixed:
         # auto over each fixed mechanism (and other profile) across the grid: the geomean of the
