@@ -786,7 +786,7 @@ contains
     n = storage_size(x, c_size_t) / 8 * int(size(x), c_size_t)
   end function
 
-  ! Opens path with mode ("r", "r+", "w", "w+", "a", "a+"); f is the handle. settings: from
+  ! Opens path with mode ("r", "r+", "w", "w+", "a", "a+", "x", "x+"); f is the handle. settings: from
   ! accio_settings_new (optional: defaults + environment). 0, or -errno (accio_last_error() says why).
   function accio_open(f, path, mode, settings) result(rc)
     type(c_ptr), intent(out) :: f

@@ -136,8 +136,9 @@ int accio_setting_spec_of(int i, accio_setting_spec* out);
 int64_t accio_parse_size(const char* text);
 
 /* ---- files ---- */
-/* mode: "r", "r+" (or "rw"), "w", "w+", "a", "a+", each also with a "b" as fopen takes it ("rb", "r+b",
- * "rb+", "wb": accio is always binary). settings may be NULL (defaults + environment). */
+/* mode: "r", "r+" (or "rw"), "w", "w+", "a", "a+", "x", "x+", each also with a "b" as fopen takes it
+ * ("rb", "r+b", "rb+", "wb": accio is always binary). "x" and "x+" create a new file as "w" and "w+"
+ * do, and fail with -EEXIST where the path exists (O_EXCL: a symlink is not followed). settings may be NULL (defaults + environment). */
 int accio_open(accio_file** out, const char* path, const char* mode, const accio_settings* settings);
 /* A new handle on the file that descriptor fd refers to, with fd's access mode and its O_SYNC or
  * O_DSYNC. The file is reopened through /proc/self/fd: fd is neither used nor closed, and its file

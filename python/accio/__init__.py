@@ -347,7 +347,8 @@ def _submit_args(requests: list, write) -> None:
 
 def open(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], mode: str = "r",
          mechanism: str | None = None, **settings: Any) -> File:
-    """Open path. mode: r, r+ (rw), w, w+, a, a+, each also with b (rb, r+b, wb: always binary).
+    """Open path. mode: r, r+ (rw), w, w+, a, a+, x, x+ (a new file: FileExistsError where path
+    exists), each also with b (rb, r+b, wb: always binary).
     For an io.RawIOBase (io.BufferedReader(...), open()-style code) use accio.RawFile. mechanism: "auto" (the default: a plan per
     request) or a name from mechanisms(): posix, parallel, direct, uring for host memory, naive,
     staged, gds, pagecache for GPU memory. Other keyword arguments are settings (threads=4, task_size="8M", ...)."""

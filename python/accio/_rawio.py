@@ -24,23 +24,23 @@ from . import _ext
 from ._defaults import _resolve
 
 # FileIO's mode attribute for each open mode ("r+" -> "rb+").
-_MODES = {"r": "rb", "w": "wb", "a": "ab", "r+": "rb+", "w+": "rb+", "a+": "ab+"}
+_MODES = {"r": "rb", "w": "wb", "a": "ab", "x": "xb", "r+": "rb+", "w+": "rb+", "a+": "ab+", "x+": "xb+"}
 
 
 def _plain_mode(mode: str) -> str:
-    """'r', 'w', 'a', 'r+', 'w+' or 'a+' for a mode FileIO takes ('rb', 'br', 'b+r'...: its letters in
-    any order, b any number of times); ValueError otherwise ('x' too: accio has no exclusive create)."""
+    """'r', 'w', 'a', 'x', 'r+', 'w+', 'a+' or 'x+' for a mode FileIO takes ('rb', 'br', 'b+r'...: its
+    letters in any order, b any number of times); ValueError otherwise."""
     if not isinstance(mode, str):
         raise TypeError(f"mode must be a str, not {type(mode).__name__}")
-    base = [c for c in mode if c in "rwa"]
-    if len(base) != 1 or mode.count("+") > 1 or set(mode) - set("rwa+b"):
-        raise ValueError(f"invalid mode: {mode!r} (use r, w, a, r+, w+ or a+, each with or without b)")
+    base = [c for c in mode if c in "rwax"]
+    if len(base) != 1 or mode.count("+") > 1 or set(mode) - set("rwax+b"):
+        raise ValueError(f"invalid mode: {mode!r} (use r, w, a, x, r+, w+, a+ or x+, each with or without b)")
     return base[0] + "+" * mode.count("+")
 
 
 class RawFile(io.RawIOBase):
-    """An accio file as an unbuffered binary stream (io.RawIOBase). mode: r, w, a, r+, w+, a+, each
-    with or without b. mechanism and other keywords: as accio.open()."""
+    """An accio file as an unbuffered binary stream (io.RawIOBase). mode: r, w, a, x, r+, w+, a+, x+,
+    each with or without b. mechanism and other keywords: as accio.open()."""
 
     def __init__(self, path: str | bytes | os.PathLike[str] | os.PathLike[bytes], mode: str = "r",
                  mechanism: str | None = None, closefd: bool = True, **settings: Any) -> None:
@@ -50,7 +50,7 @@ class RawFile(io.RawIOBase):
         self._f = _ext.File(path, plain, _resolve({"mechanism": mechanism, **settings}))
         self.name = path
         self.mode = _MODES[plain]
-        self._readable = plain != "w" and plain != "a"
+        self._readable = plain not in ("w", "a", "x")
         self._writable = plain != "r"
         self._append = plain.startswith("a")
         self._pos = self._f.size() if self._append else 0  # FileIO starts appends at the end

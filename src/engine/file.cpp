@@ -110,7 +110,9 @@ std::shared_ptr<File> File::open(const std::string& path, const std::string& giv
   else if (mode == "w+") flags = O_RDWR | O_CREAT | O_TRUNC;
   else if (mode == "a") flags = O_WRONLY | O_CREAT;
   else if (mode == "a+") flags = O_RDWR | O_CREAT;
-  else throw Error(EINVAL, "open", path, base::kNoOffset, "invalid mode '" + given + "' (use r, r+, w, w+, a or a+, optionally with b: rb, r+b)");
+  else if (mode == "x") flags = O_WRONLY | O_CREAT | O_EXCL;  // a new file, EEXIST if one is there (open(2)'s,
+  else if (mode == "x+") flags = O_RDWR | O_CREAT | O_EXCL;  // Python's and C11 fopen's "x"), never a symlink's target
+  else throw Error(EINVAL, "open", path, base::kNoOffset, "invalid mode '" + given + "' (use r, r+, w, w+, a, a+, x or x+, optionally with b: rb, r+b)");
   return open_as(path, path, flags, s);
 }
 

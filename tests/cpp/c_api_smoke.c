@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,6 +274,24 @@ int main(void) {
   CHECK(accio_open(&f, path, "rb+", NULL) == 0 && accio_close(f) == 0);
   CHECK(accio_open(&f, path, "bad", NULL) == -EINVAL && strstr(accio_last_error(), "invalid mode 'bad'") != NULL);
   CHECK(accio_open(&f, path, "br", NULL) == -EINVAL && accio_open(&f, path, "rbb", NULL) == -EINVAL);
+  {
+    /* "x": a new file, or -EEXIST with the one there untouched (a symlink too, dangling or not) */
+    struct stat before, after;
+    CHECK(stat(path, &before) == 0 && before.st_size > 0);
+    CHECK(accio_open(&f, path, "x", NULL) == -EEXIST && f == NULL && accio_open(&f, path, "xb+", NULL) == -EEXIST);
+    CHECK(stat(path, &after) == 0 && after.st_size == before.st_size);
+    char fresh[4200], link_[4200];
+    snprintf(fresh, sizeof fresh, "%s.x", path);
+    snprintf(link_, sizeof link_, "%s.link", path);
+    unlink(fresh);
+    unlink(link_);
+    CHECK(symlink(fresh, link_) == 0);
+    CHECK(accio_open(&f, link_, "x", NULL) == -EEXIST && access(fresh, F_OK) != 0);
+    CHECK(accio_open(&f, fresh, "x+b", NULL) == 0 && (fcntl(accio_file_fd(f), F_GETFL) & O_ACCMODE) == O_RDWR);
+    CHECK(accio_pwrite(f, "new", 3, 0) == 3 && accio_close(f) == 0);
+    CHECK(accio_open(&f, fresh, "x", NULL) == -EEXIST && strstr(accio_last_error(), fresh) != NULL);
+    CHECK(unlink(fresh) == 0 && unlink(link_) == 0);
+  }
   CHECK(accio_file_fd(NULL) == -EINVAL);
   void* pinned = NULL;
   int how = -1;

@@ -2,6 +2,7 @@
 accio.pinned_empty (accio.Future: test_futures.py)."""
 from __future__ import annotations
 
+import errno
 import os
 import threading
 
@@ -130,6 +131,13 @@ def test_closed_and_fileno(data):
     assert g.closed
     with pytest.raises(accio.Error, match="invalid mode 'rt'"):
         accio.open(p, "rt")
+    with pytest.raises(FileExistsError) as e:  # x: a new file only; the one there is untouched
+        accio.open(p, "x")
+    assert isinstance(e.value, accio.Error) and e.value.errno == errno.EEXIST and p.read_bytes() == content
+    with accio.open(str(p) + ".new", "x+") as g:
+        assert g.write_from(b"hi", 0) == 2
+        buf = bytearray(2)
+        assert g.read_into(buf, 0) == 2 and buf == b"hi"
 
 
 # ---- pinned memory ----

@@ -83,11 +83,34 @@ def test_closed_file_raises_valueerror_everywhere_and_close_is_idempotent(tmp_pa
 def test_bad_modes_are_refused_with_a_clear_error(tmp_path):
     p = tmp_path / "f"
     p.write_bytes(b"x")
-    for mode in ("", "rw+", "r++", "x", "xb", "rt", "q"):  # x: FileIO's exclusive create, which accio lacks
+    for mode in ("", "rw+", "r++", "xr", "xa", "rt", "q"):
         with pytest.raises(ValueError, match="invalid mode"):
             accio.RawFile(p, mode)
     with pytest.raises(FileNotFoundError):
         accio.RawFile(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("mode", ["x", "xb", "bx", "x+", "xb+", "+bx"])
+def test_exclusive_create_as_fileio(tmp_path, mode):
+    """x and x+: a new file, FileExistsError where the path exists (a dangling symlink too), the file
+    there untouched. accio refused them (audit s26: a checkpoint writer that must not replace an
+    earlier one used FileIO)."""
+    made = {}
+    for name, cls in (("fileio", io.FileIO), ("accio", accio.RawFile)):
+        p = tmp_path / name
+        with cls(p, mode) as f:
+            made[name] = (f.mode, f.readable(), f.writable(), outcome(lambda: f.write(b"abc")), outcome(lambda: f.seek(0)),
+                          outcome(lambda: f.read(2)))
+        assert p.read_bytes() == b"abc"
+        with pytest.raises(FileExistsError):
+            cls(p, mode)
+        assert p.read_bytes() == b"abc"
+        link = tmp_path / (name + ".link")
+        link.symlink_to(tmp_path / (name + ".target"))
+        with pytest.raises(FileExistsError):
+            cls(link, mode)
+        assert not (tmp_path / (name + ".target")).exists()
+    assert made["accio"] == made["fileio"]
 
 
 def test_fileios_mode_spellings_whence_seek_read_and_closefd(tmp_path):
