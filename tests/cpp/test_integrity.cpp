@@ -2,6 +2,7 @@
 // the file and where it says it failed (as pwrite would: every byte before the reported offset
 // written), and offsets past 2^31 and 2^32.
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <gtest/gtest.h>
@@ -106,6 +107,44 @@ TEST_P(Integrity, AWriteStoppedByTheFileSizeLimitEndsWherePwriteWould) {
     EXPECT_TRUE(std::all_of(got.begin(), got.begin() + static_cast<ptrdiff_t>(c.off), [](char b) { return b == 0; }));
     EXPECT_TRUE(std::equal(got.begin() + static_cast<ptrdiff_t>(c.off), got.end(), src.begin() + static_cast<ptrdiff_t>(c.off)))
         << "bytes before the limit were not written";
+  }
+}
+
+// A write that runs out of room (a 1 MiB tmpfs) reports ENOSPC at the lowest byte it could not
+// write, every byte of the request before it in the file (bytes after it may be there too: pieces
+// are written side by side).
+TEST_P(Integrity, AWriteOutOfRoomHasEveryByteBeforeTheReportedOffset) {
+  const Config& cfg = GetParam();
+  TempDir dir;
+  if (mount("tmpfs", dir.path().c_str(), "tmpfs", 0, "size=1m") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  struct Unmount {
+    std::string p;
+    ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
+  } um{dir.path()};
+  std::mt19937_64 rng(13);
+  std::vector<char> src(3 * M);
+  fill_random(src.data(), src.size(), rng);
+  for (const uint64_t off : {uint64_t{0}, uint64_t{1}, uint64_t{4096 + 7}}) {
+    SCOPED_TRACE(std::string(cfg.name) + " write at " + std::to_string(off));
+    const std::string path = dir.file("full");
+    ::unlink(path.c_str());
+    int err = 0;
+    int64_t at = -2;
+    {
+      auto f = engine::File::open(path, "w+", make_settings(cfg));
+      try {
+        f->pwrite(src.data() + off, src.size() - off, off);
+      } catch (const base::Error& e) {
+        err = e.errnum();
+        at = e.offset();
+      }
+    }
+    EXPECT_EQ(err, ENOSPC) << "the write reported success or another error";
+    const std::vector<char> got = file_bytes(path);
+    ASSERT_GE(at, static_cast<int64_t>(off));
+    ASSERT_LE(static_cast<size_t>(at), got.size()) << "the file ends before the offset reported";
+    EXPECT_TRUE(std::equal(got.begin() + static_cast<ptrdiff_t>(off), got.begin() + at, src.begin() + static_cast<ptrdiff_t>(off)))
+        << "bytes before the offset reported were not written";
   }
 }
 
