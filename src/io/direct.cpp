@@ -41,14 +41,14 @@ size_t read_task(const IoContext& c, char* buf, size_t n, uint64_t off) {
 
 // Writes an aligned range [off, off+n) on the O_DIRECT descriptor.
 void write_task(const IoContext& c, const char* buf, size_t n, uint64_t off) {
-  if (is_aligned(buf, c.file.mem_align)) return write_full(c.file.direct_fd, buf, n, off, c.file.path);
+  if (is_aligned(buf, c.file.mem_align)) return write_direct_full(c.file, buf, n, off);
   const auto pool = staging_pool(c);  // held while its buffers are leased
   mem::StagingLease lease(*pool);
   const size_t chunk = align_down(lease.size(), c.file.off_align);
   for (size_t done = 0; done < n;) {
     const size_t len = std::min(chunk, n - done);
     std::memcpy(lease.data(), buf + done, len);
-    write_full(c.file.direct_fd, lease.data(), len, off + done, c.file.path);
+    write_direct_full(c.file, lease.data(), len, off + done);
     done += len;
   }
 }

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <string>
 
+#include "base/error.hpp"
 #include "base/sys.hpp"
 
 namespace accio::io {
@@ -123,8 +125,36 @@ void write_direct_split(const FileRef& file, uint64_t off, size_t n, const Piece
   const DirectSplit s = split_direct(off, n, file.off_align);
   if (s.has_middle()) set_end_first(file, s.mid, s.end);
   if (s.head_len()) edge(0, s.off, s.head_len());
-  if (s.tail_len()) edge(static_cast<size_t>(s.tail - off), s.tail, s.tail_len());
+  // The tail before the middle (the middle's direct writes then do not move the end), but a tail
+  // that fails does not stop the middle: the error reported is the lowest, with every byte before
+  // it written, as pwrite leaves a file. A tail past RLIMIT_FSIZE, or with no room left, reported
+  // its own offset with the whole middle before it unwritten.
+  std::exception_ptr tail_error;
+  if (s.tail_len()) {
+    try {
+      edge(static_cast<size_t>(s.tail - off), s.tail, s.tail_len());
+    } catch (const base::Error&) {  // a tail always has a middle before it
+      tail_error = std::current_exception();
+    }
+  }
   if (s.has_middle()) middle(static_cast<size_t>(s.mid - off), s.mid, s.middle_len());
+  if (tail_error) std::rethrow_exception(tail_error);
+}
+
+void write_direct_full(const FileRef& file, const void* buf, size_t n, uint64_t off) {
+  const auto* p = static_cast<const char*>(buf);
+  size_t done = 0;
+  while (done < n && (off + done) % file.off_align == 0) {
+    const ssize_t r = base::sys::ops().pwrite(file.direct_fd, p + done, n - done, static_cast<off_t>(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EINVAL) break;  // refused as O_DIRECT: the buffered descriptor writes it or says why not
+      throw base::Error(errno, "pwrite", file.path, static_cast<int64_t>(off + done));
+    }
+    if (r == 0) throw base::Error(EIO, "pwrite", file.path, static_cast<int64_t>(off + done), "write made no progress");
+    done += static_cast<size_t>(r);
+  }
+  if (done < n) write_full(file.fd, p + done, n - done, off + done, file.path);
 }
 
 size_t read_direct_widened(uint64_t off, size_t n, size_t align, size_t chunk, const ChunkReadFn& read,

@@ -57,10 +57,18 @@ DirectSplit split_direct(uint64_t off, size_t n, size_t align);
 using PieceFn = std::function<void(size_t buf_off, uint64_t file_off, size_t len)>;
 // How every O_DIRECT writer writes [off, off+n) of `file`: the unaligned head and tail, or a range
 // with no whole block, through `edge` (the buffered descriptor: no read-modify-write of a block, the
-// file size exact), then the aligned middle through `middle`. Empty pieces are not passed on.
+// file size exact), then the aligned middle through `middle`. Empty pieces are not passed on. A
+// tail that throws base::Error does not stop the middle: the middle's error, else the tail's, is
+// rethrown, so that every byte before the offset an error reports is written (as with pwrite).
 // On ext4, a middle of 1 MiB or more that goes past the end of the file gets the file's new size
 // first (fallocate): ext4 runs direct writes that move the end one at a time (see odirect.cpp).
 void write_direct_split(const FileRef& file, uint64_t off, size_t n, const PieceFn& edge, const PieceFn& middle);
+
+// Writes [off, off+n), an aligned range, on file's O_DIRECT descriptor, or throws base::Error. A
+// write the kernel takes short at an offset O_DIRECT cannot go on from (RLIMIT_FSIZE not a multiple
+// of the alignment: the kernel cuts the write there), or refuses with EINVAL, goes on through the
+// buffered descriptor, which writes the rest or fails where pwrite would (EFBIG at the limit).
+void write_direct_full(const FileRef& file, const void* buf, size_t n, uint64_t off);
 
 // How an O_DIRECT reader that goes through staging buffers reads [off, off+n): widened to whole
 // aligned blocks, in chunks of at most `chunk` bytes (a multiple of align). read(i, file_off, len)

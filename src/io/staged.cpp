@@ -195,7 +195,10 @@ class Staged final : public Mechanism {
                 cu::ContextGuard g(c.target);
                 StagingRingLease ring(c.target.device, c.settings);
                 pipeline_write(*ring, dev + bo, len, o, A,
-                           [&](const char* b, size_t l, uint64_t fo) { write_full(fd, b, l, fo, c.file.path); });
+                           [&](const char* b, size_t l, uint64_t fo) {
+                             if (fd == c.file.direct_fd) write_direct_full(c.file, b, l, fo);  // cut short: on buffered
+                             else write_full(fd, b, l, fo, c.file.path);
+                           });
                 return len;
               });
   }

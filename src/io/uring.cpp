@@ -544,7 +544,19 @@ class Uring final : public Mechanism {
         if (buffered_write && (res == -EAGAIN || res == -EOPNOTSUPP)) {
           if (!inline_rest) g_inline_writes->strike(c.file.id, res == -EOPNOTSUPP);
           inline_rest = true;
-          if (!err) write_inline(o.foff + o.done, o.len - o.done);
+          if (o.foff + o.done < err_off) write_inline(o.foff + o.done, o.len - o.done);
+          finish_op(i);
+          continue;
+        }
+        // An O_DIRECT write refused (-EINVAL) or taken short at an offset O_DIRECT cannot go on from:
+        // the kernel cuts a write at RLIMIT_FSIZE, which need not be aligned. The rest of the piece
+        // goes through the buffered descriptor, which writes it or fails where pwrite would (EFBIG
+        // at the limit). A write is never short for the end of a file: taken for one, the rest of
+        // the piece and every later one were dropped and the request reported written.
+        if (write && direct &&
+            (res == -EINVAL || (res > 0 && static_cast<size_t>(res) < o.len - o.done && (o.foff + o.done + res) % A != 0))) {
+          if (res > 0) o.done += static_cast<size_t>(res);
+          if (o.foff + o.done < err_off) write_inline(o.foff + o.done, o.len - o.done);
           finish_op(i);
           continue;
         }
@@ -589,7 +601,12 @@ class Uring final : public Mechanism {
           resubmit.push_back(i);  // short transfer: ask for the rest
           continue;
         }
-        if (o.done < o.len) eof_at = std::min(eof_at, o.foff + o.done);  // read hit end of file
+        if (o.done < o.len && write) {  // a write has no end of file to stop at: never dropped silently
+          err = EIO;
+          err_off = std::min(err_off, o.foff + o.done);
+        } else if (o.done < o.len) {
+          eof_at = std::min(eof_at, o.foff + o.done);  // read hit end of file
+        }
         finish_op(i);
       }
       io_uring_cq_advance(&ring->ring, seen);

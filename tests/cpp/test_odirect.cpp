@@ -108,6 +108,33 @@ TEST(DirectSplit, WritePolicyEdgesFirstThenMiddle) {
   EXPECT_EQ(write_pieces(A - 10, 20), (V{{"edge", 0, A - 10, 20}}));
 }
 
+// A tail that fails does not stop the middle: the lowest error is the one reported, every byte
+// before it written, as pwrite leaves a file (the tail past RLIMIT_FSIZE reported its own offset
+// with the whole middle unwritten).
+TEST(DirectSplit, AFailedTailStillWritesTheMiddle) {
+  using V = std::vector<Piece>;
+  io::FileRef none;
+  none.off_align = A;
+  std::vector<Piece> out;
+  auto edge = [&](size_t b, uint64_t o, size_t l) {
+    out.push_back({"edge", b, o, l});
+    if (o == 3 * A) throw base::Error(EFBIG, "pwrite", "f", static_cast<int64_t>(o));
+  };
+  auto middle = [&](size_t b, uint64_t o, size_t l) { out.push_back({"middle", b, o, l}); };
+  auto offset_of = [](auto&& f) -> int64_t {
+    try {
+      f();
+    } catch (const base::Error& e) {
+      return e.offset();
+    }
+    return -2;
+  };
+  EXPECT_EQ(offset_of([&] { io::write_direct_split(none, 100, 3 * A, edge, middle); }), static_cast<int64_t>(3 * A));
+  EXPECT_EQ(out, (V{{"edge", 0, 100, A - 100}, {"edge", 3 * A - 100, 3 * A, 100}, {"middle", A - 100, A, 2 * A}}));
+  auto failing_middle = [&](size_t, uint64_t o, size_t) { throw base::Error(ENOSPC, "pwrite", "f", static_cast<int64_t>(o + 5)); };
+  EXPECT_EQ(offset_of([&] { io::write_direct_split(none, 100, 3 * A, edge, failing_middle); }), static_cast<int64_t>(A + 5));
+}
+
 namespace {
 uint64_t size_of(int fd) {
   struct stat st;
