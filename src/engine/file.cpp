@@ -215,8 +215,8 @@ void File::begin(const char* op, int64_t off, std::optional<bool> write) {
   if (closed_) throw Error(EBADF, op, ref_.path, off, "file is closed");
   if (write && (*write ? !writable_ : !readable_))
     throw Error(EBADF, op, ref_.path, off,
-                *write ? "file not opened for writing (open it with mode r+, w, w+, a or a+ to write)"
-                       : "file not opened for reading (open it with mode r, r+, w+ or a+ to read)");
+                *write ? "file not opened for writing (open it with mode r+, w, w+, a, a+, x or x+ to write)"
+                       : "file not opened for reading (open it with mode r, r+, w+, a+ or x+ to read)");
   if (inflight_forks_ != base::fork_count()) {  // the first request in a forked child
     inflight_forks_ = base::fork_count();
     inflight_ = 0;

@@ -78,12 +78,12 @@ TEST(Faults, WrongAccessModeAndClosedHandle) {
   char b[16] = {};
   auto e = expect_error([&] { f->pwrite(b, sizeof b, 0); });
   EXPECT_EQ(e.errnum(), EBADF);
-  EXPECT_NE(std::string(e.what()).find("not opened for writing (open it with mode r+, w, w+, a or a+"), std::string::npos)
+  EXPECT_NE(std::string(e.what()).find("not opened for writing (open it with mode r+, w, w+, a, a+, x or x+"), std::string::npos)
       << e.what();  // what to do, not only what is wrong
   auto w = engine::File::open(d.file("a"), "w", mech("posix"));
   e = expect_error([&] { w->pread(b, sizeof b, 0); });
   EXPECT_EQ(e.errnum(), EBADF);
-  EXPECT_NE(std::string(e.what()).find("not opened for reading (open it with mode r, r+, w+ or a+"), std::string::npos)
+  EXPECT_NE(std::string(e.what()).find("not opened for reading (open it with mode r, r+, w+, a+ or x+"), std::string::npos)
       << e.what();
   f->close();
   e = expect_error([&] { f->pread(b, sizeof b, 0); });
