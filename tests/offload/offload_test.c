@@ -1176,6 +1176,46 @@ static void test_timeout(void) {
   veo_proc_destroy(p);
 }
 
+static int count_lines(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return -1;
+  int n = 0, ch;
+  while ((ch = fgetc(f)) != EOF) n += ch == '\n';
+  fclose(f);
+  return n;
+}
+
+/* Contexts opened and closed for a proc's whole life: the worker frees a closed context's queue.
+ * Until the twenty-seventh session it kept each one's entry and mapping, and the 1023rd
+ * veo_context_open of a proc failed (EMFILE). */
+static void test_context_cycles(void) {
+  accio_offload_options o = g_opts;
+  o.slots = 2;
+  o.arena_bytes = 64 << 10;
+  struct veo_proc_handle* p = accio_offload_proc_create(&o);
+  CHECK(p);
+  CHECK(veo_context_open(p)); /* the main context: the others are queues of their own */
+  char maps[64];
+  snprintf(maps, sizeof maps, "/proc/%d/maps", accio_offload_worker_pid(p));
+  uint64_t echo = sym(p, 0, "accio_offload_echo"), r = 0;
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 3);
+  int before = -1;
+  for (int i = 0; i < 1100; ++i) {
+    struct veo_thr_ctxt* c = veo_context_open(p);
+    CHECK(c);
+    if (i % 100 == 0) CHECK(veo_call_wait_result(c, veo_call_async(c, echo, a), &r) == VEO_COMMAND_OK && r == 3);
+    CHECK(veo_context_close(c) == 0);
+    if (i == 10) before = count_lines(maps);
+  }
+  /* The closed queues' mappings are gone (a few lines of slack for the worker's own allocations). */
+  int after = count_lines(maps);
+  CHECK(before > 0 && after > 0 && after < before + 16);
+  CHECK(veo_num_contexts(p) == 1);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
 /* The worker exits when its host process dies, however it dies. */
 static void test_host_death(void) {
   int fds[2];
@@ -1862,6 +1902,7 @@ static const struct test tests[] = {
     {"hmem_proc_limit", test_hmem_proc_limit}, {"ve_omp_num_threads", test_ve_omp_num_threads},
     {"big_stack", test_big_stack},     {"overflow", test_overflow}, {"sync_after_a_dropped_piece", test_sync_after_a_dropped_piece},
     {"destroyed_handle", test_destroyed_handle},
+    {"context_cycles", test_context_cycles},
 };
 
 int main(int argc, char** argv) {
