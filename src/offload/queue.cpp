@@ -675,6 +675,7 @@ int Channel::result(uint64_t reqid, uint64_t* ret, bool block, std::string* mess
     if (!wait_progress(lk, limit)) {
       report(name() + ": request " + std::to_string(reqid) + " did not finish within " +
              std::to_string(proc->opts.timeout_ms) + " ms (ACCIO_OFFLOAD_TIMEOUT_MS)");
+      errno = ETIMEDOUT;  // the request is still queued (a failed one is picked up): callers tell them apart
       return VEO_COMMAND_ERROR;
     }
   }
@@ -837,7 +838,13 @@ int Channel::call(const Piece& p, uint64_t* result_out, std::string* message) {
     if (message) *message = last_error();
     return VEO_COMMAND_ERROR;
   }
-  return result(reqid, result_out, true, message);
+  const int st = result(reqid, result_out, true, message);
+  // A wait that timed out leaves the request queued, and its caller (veo_call_sync, veo_alloc_mem,
+  // ...) has no id to collect it with: it is abandoned, so that its OUT and INOUT stack data are not
+  // copied into the caller's buffers after it returned (they may be its stack by then), and its
+  // result does not stay in the table for good. (A result picked up already makes this a no-op.)
+  if (st != VEO_COMMAND_OK) abandon(reqid);
+  return st;
 }
 
 int Channel::transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t* reqid, bool copy_source) {

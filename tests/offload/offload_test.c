@@ -1166,12 +1166,43 @@ static void test_timeout(void) {
   uint64_t id = veo_call_async(c, sym(p, lib, "k_sleep_ms"), a);
   double t0 = now_s();
   uint64_t r = 0;
+  errno = 0;
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_ERROR);
+  CHECK(errno == ETIMEDOUT); /* not failed: still queued (the Python wrapper keeps its buffers) */
   double dt = now_s() - t0;
   CHECK(dt >= 0.19 && dt < 0.6);
   CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_TIMEOUT_MS") != NULL);
   usleep(600000);
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 700); /* still collectable */
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+/* A synchronous call whose wait times out has returned: the request still runs in the worker, but
+ * its OUT data must not land in the caller's buffer afterwards (it may be the caller's stack by
+ * then). Until the twenty-seventh session the next collection copied it there. */
+static void test_sync_call_timeout(void) {
+  accio_offload_options o = g_opts;
+  o.timeout_ms = 100;
+  struct veo_proc_handle* p = accio_offload_proc_create(&o);
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib), fill = sym(p, lib, "k_sleep_fill"), r = 0;
+  CHECK(fill);
+  unsigned char buf[64];
+  memset(buf, 0x11, sizeof buf);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_stack(a, VEO_INTENT_OUT, 0, (char*)buf, sizeof buf);
+  veo_args_set_u64(a, 1, sizeof buf);
+  veo_args_set_u64(a, 2, 0x33);
+  veo_args_set_u64(a, 3, 400);
+  CHECK(veo_call_sync(p, fill, a, &r) == -1);
+  CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_TIMEOUT_MS") != NULL);
+  memset(buf, 0x22, sizeof buf); /* the caller's memory again */
+  usleep(600000);                /* the kernel has filled its copy meanwhile */
+  veo_args_clear(a);
+  veo_args_set_u64(a, 0, 5);
+  CHECK(veo_call_sync(p, sym(p, 0, "accio_offload_echo"), a, &r) == 0 && r == 5); /* collects the old one */
+  for (size_t i = 0; i < sizeof buf; ++i) CHECK(buf[i] == 0x22);
   veo_args_free(a);
   veo_proc_destroy(p);
 }
@@ -1901,7 +1932,7 @@ static const struct test tests[] = {
     {"hooks", test_hooks},             {"hmem", test_hmem},
     {"hmem_proc_limit", test_hmem_proc_limit}, {"ve_omp_num_threads", test_ve_omp_num_threads},
     {"big_stack", test_big_stack},     {"overflow", test_overflow}, {"sync_after_a_dropped_piece", test_sync_after_a_dropped_piece},
-    {"destroyed_handle", test_destroyed_handle},
+    {"destroyed_handle", test_destroyed_handle}, {"sync_call_timeout", test_sync_call_timeout},
     {"context_cycles", test_context_cycles},
 };
 
