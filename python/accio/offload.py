@@ -458,7 +458,10 @@ class Context:
 
     def sync(self) -> None:
         before = list(self._inflight)  # requests of other threads submitted during the sync may still run
+        ctypes.set_errno(0)
         _c().veo_context_sync(self._h)
+        if ctypes.get_errno() == errno.ETIMEDOUT:  # timeout_ms ran out: they run on, with their buffers
+            raise OffloadError(_error() or "veo_context_sync did not finish in time", COMMAND_ERROR)
         for reqid in before:  # everything submitted before the sync has completed
             self._inflight.pop(reqid, None)
 

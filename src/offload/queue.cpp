@@ -646,7 +646,25 @@ bool Channel::wait_progress(std::unique_lock<std::mutex>& lk, uint64_t limit) {
   return true;
 }
 
+namespace {
+// errno as the caller had it when a wait returns, unless it ran out (ETIMEDOUT, which callers read:
+// the Python wrapper keeps a request that timed out): the timed-out futex slices on the way do not
+// leak out as if the wait had.
+struct KeepErrno {
+  int saved = errno;
+  bool restore = true;
+  ~KeepErrno() {
+    if (restore) errno = saved;
+  }
+  void timed_out() {
+    restore = false;
+    errno = ETIMEDOUT;
+  }
+};
+}  // namespace
+
 int Channel::result(uint64_t reqid, uint64_t* ret, bool block, std::string* message) {
+  KeepErrno keep_errno;
   std::unique_lock<std::mutex> lk(mu);
   const uint64_t limit = block ? deadline() : 0;
   for (;;) {
@@ -675,25 +693,32 @@ int Channel::result(uint64_t reqid, uint64_t* ret, bool block, std::string* mess
     if (!wait_progress(lk, limit)) {
       report(name() + ": request " + std::to_string(reqid) + " did not finish within " +
              std::to_string(proc->opts.timeout_ms) + " ms (ACCIO_OFFLOAD_TIMEOUT_MS)");
-      errno = ETIMEDOUT;  // the request is still queued (a failed one is picked up): callers tell them apart
+      keep_errno.timed_out();  // the request is still queued (a failed one is picked up): callers tell them apart
       return VEO_COMMAND_ERROR;
     }
   }
 }
 
-void Channel::sync() {
+bool Channel::sync() {
+  KeepErrno keep_errno;
   std::unique_lock<std::mutex> lk(mu);
   const uint64_t target = head + npending_;  // the waiting pieces take the next ring positions
+  const uint64_t limit = deadline();  // ACCIO_OFFLOAD_TIMEOUT_MS bounds this wait too
   for (;;) {
     harvest(lk);
     // Waiting pieces another thread dropped meanwhile (a timed-out veo_read_mem) never take their
     // positions: the target shrinks with them, or sync waited for ever.
-    if (harvested >= std::min(target, head + npending_)) return;
+    if (harvested >= std::min(target, head + npending_)) return true;
     if (dead()) {
       fail_pending();
-      return;
+      return true;
     }
-    wait_progress(lk, UINT64_MAX);
+    if (!wait_progress(lk, limit)) {
+      report(name() + ": veo_context_sync: its requests did not finish within " + std::to_string(proc->opts.timeout_ms) +
+             " ms (ACCIO_OFFLOAD_TIMEOUT_MS)");
+      keep_errno.timed_out();
+      return false;
+    }
   }
 }
 

@@ -1106,7 +1106,10 @@ struct sync_arg {
 };
 static void* sync_thread(void* p) {
   struct sync_arg* s = p;
-  veo_context_sync(s->c);
+  /* The proc's timeout bounds each sync: synced once one returns without running out (a sync that
+   * waited for a dropped piece would run out for ever). */
+  do errno = 0, veo_context_sync(s->c);
+  while (errno == ETIMEDOUT);
   atomic_store(&s->done, 1);
   return NULL;
 }
@@ -1205,6 +1208,36 @@ static void test_sync_call_timeout(void) {
   for (size_t i = 0; i < sizeof buf; ++i) CHECK(buf[i] == 0x22);
   veo_args_free(a);
   veo_proc_destroy(p);
+}
+
+/* ACCIO_OFFLOAD_TIMEOUT_MS bounds veo_context_sync, veo_context_close and veo_proc_destroy too:
+ * until the twenty-seventh session they waited for a kernel that never returns for ever. */
+static void test_timeout_bounds_sync_and_destroy(void) {
+  accio_offload_options o = g_opts;
+  o.timeout_ms = 100;
+  struct veo_proc_handle* p = accio_offload_proc_create(&o);
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib), sleep_ms = sym(p, lib, "k_sleep_ms");
+  CHECK(veo_context_open(p));
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_thr_ctxt* c2 = veo_context_open(p);
+  CHECK(sleep_ms && c && c2);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 4000);
+  CHECK(veo_call_async(c, sleep_ms, a) != VEO_REQUEST_ID_INVALID);
+  double t0 = now_s();
+  errno = 0;
+  veo_context_sync(c);
+  CHECK(now_s() - t0 < 2.0 && errno == ETIMEDOUT);
+  CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_TIMEOUT_MS") != NULL);
+  t0 = now_s();
+  CHECK(veo_context_close(c) == 0 && now_s() - t0 < 2.0);
+  CHECK(veo_call_async(c2, sleep_ms, a) != VEO_REQUEST_ID_INVALID);
+  int pid = accio_offload_worker_pid(p);
+  t0 = now_s();
+  CHECK(veo_proc_destroy(p) == 0 && now_s() - t0 < 3.0);
+  CHECK(wait_gone(pid, 1.0));
+  veo_args_free(a);
 }
 
 static int count_lines(const char* path) {
@@ -1933,7 +1966,7 @@ static const struct test tests[] = {
     {"hmem_proc_limit", test_hmem_proc_limit}, {"ve_omp_num_threads", test_ve_omp_num_threads},
     {"big_stack", test_big_stack},     {"overflow", test_overflow}, {"sync_after_a_dropped_piece", test_sync_after_a_dropped_piece},
     {"destroyed_handle", test_destroyed_handle}, {"sync_call_timeout", test_sync_call_timeout},
-    {"context_cycles", test_context_cycles},
+    {"context_cycles", test_context_cycles}, {"timeout_bounds_sync_and_destroy", test_timeout_bounds_sync_and_destroy},
 };
 
 int main(int argc, char** argv) {
