@@ -31,6 +31,7 @@ which is how `accio info` lists them (load()). Errors raise OffloadError; they a
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import struct
 
@@ -100,7 +101,7 @@ def _c():
     global _lib
     if _lib is not None:
         return _lib
-    lib = ctypes.CDLL(library_path())
+    lib = ctypes.CDLL(library_path(), use_errno=True)  # errno ETIMEDOUT: a wait that ran out (Request)
     P, U64, I, S = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
     sig = {
         "accio_offload_options_init": (I, [ctypes.POINTER(_Options)]),
@@ -307,10 +308,17 @@ class Request:
         raise OffloadError(msg, state)
 
     def wait_result(self):
+        """The result; raises OffloadError if the request failed, KernelException if the kernel died
+        of a signal. A wait that ran out (timeout_ms) raises OffloadError too, but the request is
+        still running: its buffers stay held, and wait_result() may be called again."""
         if self._done:
             return self._value
         raw = ctypes.c_uint64()
+        ctypes.set_errno(0)
         state = _c().veo_call_wait_result(self.ctx._h, self.id, ctypes.byref(raw))
+        if state == COMMAND_ERROR and ctypes.get_errno() == errno.ETIMEDOUT:
+            # Not done: a later wait picks it up, and what it reads or writes stays alive until then.
+            raise OffloadError(_error() or f"request {self.id} did not finish in time", COMMAND_ERROR)
         return self._finish(state, raw.value)
 
     def peek_result(self):
@@ -450,7 +458,10 @@ class Context:
 
     def sync(self) -> None:
         before = list(self._inflight)  # requests of other threads submitted during the sync may still run
+        ctypes.set_errno(0)
         _c().veo_context_sync(self._h)
+        if ctypes.get_errno() == errno.ETIMEDOUT:  # timeout_ms ran out: they run on, with their buffers
+            raise OffloadError(_error() or "veo_context_sync did not finish in time", COMMAND_ERROR)
         for reqid in before:  # everything submitted before the sync has completed
             self._inflight.pop(reqid, None)
 

@@ -646,7 +646,25 @@ bool Channel::wait_progress(std::unique_lock<std::mutex>& lk, uint64_t limit) {
   return true;
 }
 
+namespace {
+// errno as the caller had it when a wait returns, unless it ran out (ETIMEDOUT, which callers read:
+// the Python wrapper keeps a request that timed out): the timed-out futex slices on the way do not
+// leak out as if the wait had.
+struct KeepErrno {
+  int saved = errno;
+  bool restore = true;
+  ~KeepErrno() {
+    if (restore) errno = saved;
+  }
+  void timed_out() {
+    restore = false;
+    errno = ETIMEDOUT;
+  }
+};
+}  // namespace
+
 int Channel::result(uint64_t reqid, uint64_t* ret, bool block, std::string* message) {
+  KeepErrno keep_errno;
   std::unique_lock<std::mutex> lk(mu);
   const uint64_t limit = block ? deadline() : 0;
   for (;;) {
@@ -675,24 +693,32 @@ int Channel::result(uint64_t reqid, uint64_t* ret, bool block, std::string* mess
     if (!wait_progress(lk, limit)) {
       report(name() + ": request " + std::to_string(reqid) + " did not finish within " +
              std::to_string(proc->opts.timeout_ms) + " ms (ACCIO_OFFLOAD_TIMEOUT_MS)");
+      keep_errno.timed_out();  // the request is still queued (a failed one is picked up): callers tell them apart
       return VEO_COMMAND_ERROR;
     }
   }
 }
 
-void Channel::sync() {
+bool Channel::sync() {
+  KeepErrno keep_errno;
   std::unique_lock<std::mutex> lk(mu);
   const uint64_t target = head + npending_;  // the waiting pieces take the next ring positions
+  const uint64_t limit = deadline();  // ACCIO_OFFLOAD_TIMEOUT_MS bounds this wait too
   for (;;) {
     harvest(lk);
     // Waiting pieces another thread dropped meanwhile (a timed-out veo_read_mem) never take their
     // positions: the target shrinks with them, or sync waited for ever.
-    if (harvested >= std::min(target, head + npending_)) return;
+    if (harvested >= std::min(target, head + npending_)) return true;
     if (dead()) {
       fail_pending();
-      return;
+      return true;
     }
-    wait_progress(lk, UINT64_MAX);
+    if (!wait_progress(lk, limit)) {
+      report(name() + ": veo_context_sync: its requests did not finish within " + std::to_string(proc->opts.timeout_ms) +
+             " ms (ACCIO_OFFLOAD_TIMEOUT_MS)");
+      keep_errno.timed_out();
+      return false;
+    }
   }
 }
 
@@ -837,7 +863,13 @@ int Channel::call(const Piece& p, uint64_t* result_out, std::string* message) {
     if (message) *message = last_error();
     return VEO_COMMAND_ERROR;
   }
-  return result(reqid, result_out, true, message);
+  const int st = result(reqid, result_out, true, message);
+  // A wait that timed out leaves the request queued, and its caller (veo_call_sync, veo_alloc_mem,
+  // ...) has no id to collect it with: it is abandoned, so that its OUT and INOUT stack data are not
+  // copied into the caller's buffers after it returned (they may be its stack by then), and its
+  // result does not stay in the table for good. (A result picked up already makes this a no-op.)
+  if (st != VEO_COMMAND_OK) abandon(reqid);
+  return st;
 }
 
 int Channel::transfer(bool write, uint64_t addr, void* host, size_t n, uint64_t* reqid, bool copy_source) {

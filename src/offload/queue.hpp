@@ -165,7 +165,9 @@ class Channel {
   // transfer that failed or timed out): its pieces still on the host are dropped and those in the
   // ring copy nothing back, so the buffer is not touched after the caller returns.
   void abandon(uint64_t reqid);
-  void sync();
+  // Waits until every request submitted before has completed (or failed with a dead worker).
+  // False (reported, errno ETIMEDOUT) when ACCIO_OFFLOAD_TIMEOUT_MS runs out first.
+  bool sync();
   // veo_req_block_begin/end: until the matching end, only this thread submits here (nested
   // blocks of the same thread count). block_end by a thread that holds no block: false.
   void block_begin();

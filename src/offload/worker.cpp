@@ -60,11 +60,19 @@ struct WorkerChannel {
   // The staging area of a call whose stack arguments do not fit the arena (kStageAlloc..kStageFree).
   char* stage = nullptr;
   uint64_t stage_len = 0;
+  size_t map_len = 0;
+  int entry = -1;  // its index in g_channels
 };
 
+// The channels being served (a closed one's entry is cleared and reused: kMaxChannels bounds the
+// contexts open at once, not those opened in the worker's life). Entries are set by the main thread
+// (open_channel) and cleared by a channel's own thread when it ends (close_channel); the
+// fatal-signal handler reads them, counted in g_in_fatal, and a channel is freed only while no
+// handler runs (a handler ends in the worker's death, so a closing thread that finds one waits for it).
 constexpr int kMaxChannels = 1024;
-WorkerChannel* g_channels[kMaxChannels];
-std::atomic<int> g_nchannels{0};
+std::atomic<WorkerChannel*> g_channels[kMaxChannels];
+std::atomic<int> g_nchannels{0};  // entries in use or used once (the handler looks at these)
+std::atomic<int> g_in_fatal{0};
 
 thread_local WorkerChannel* t_channel = nullptr;
 thread_local sigjmp_buf* t_copy_jmp = nullptr;  // set while copying for read/write_mem
@@ -133,10 +141,12 @@ void install_fatal_handlers();
 void on_fatal(int sig, siginfo_t* si, void*) {
   if (t_copy_jmp) siglongjmp(*t_copy_jmp, sig);
   if (t_flush_jmp) siglongjmp(*t_flush_jmp, sig);  // the flush below faulted: give up the output
+  g_in_fatal.fetch_add(1, std::memory_order_seq_cst);  // before reading the entries: none is freed now
   const int n = g_nchannels.load(std::memory_order_acquire);
+  WorkerChannel* chans[kMaxChannels] = {};
   Slot* marked[kMaxChannels] = {};
   for (int i = 0; i < n; ++i) {
-    WorkerChannel* c = g_channels[i];
+    WorkerChannel* c = chans[i] = g_channels[i].load(std::memory_order_seq_cst);
     if (!c) continue;
     Slot* s = c->running.load(std::memory_order_acquire);
     // The faulting thread's own request; a thread that is no channel's (an OpenMP worker) marks
@@ -164,7 +174,7 @@ void on_fatal(int sig, siginfo_t* si, void*) {
   dfl.sa_handler = SIG_DFL;
   sigaction(sig, &dfl, nullptr);
   for (int i = 0; i < n; ++i) {
-    WorkerChannel* c = g_channels[i];
+    WorkerChannel* c = chans[i];  // the entry may name a channel opened since
     if (!c) continue;
     if (marked[i] && c->sock >= 0) send_response(c, 0, *marked[i]);  // in order: the index is ignored
     futex_wake_all(low_word(c->h->done));
@@ -445,6 +455,8 @@ bool run_request(WorkerChannel* c, Slot& s, uint64_t index) {
   return more;
 }
 
+void close_channel(WorkerChannel* c);
+
 void* serve(void* arg) {
   auto* c = static_cast<WorkerChannel*>(arg);
   t_channel = c;
@@ -480,41 +492,73 @@ void* serve(void* arg) {
       if (!more) break;
     }
   }
+  // kExit (veo_context_close): the channel's memory, socket and entry go with its thread, so that a
+  // worker whose contexts are opened and closed for its whole life neither fills g_channels (the
+  // 1023rd veo_context_open failed with EMFILE) nor keeps every closed queue's mapping.
+  t_channel = nullptr;
+  if (ss.ss_sp) {
+    stack_t off{};
+    off.ss_flags = SS_DISABLE;
+    sigaltstack(&off, nullptr);
+    free(ss.ss_sp);
+  }
+  close_channel(c);
   return nullptr;
 }
 
+// Frees a channel and its entry in g_channels (its thread has ended, or never started).
+void close_channel(WorkerChannel* c) {
+  if (c->entry >= 0) {
+    g_channels[c->entry].store(nullptr, std::memory_order_seq_cst);
+    // A fatal-signal handler that counted itself before the entry was cleared may be reading the
+    // channel: it ends in the worker's death, so this thread waits for that (Dekker with on_fatal).
+    while (g_in_fatal.load(std::memory_order_seq_cst)) usleep(1000);
+  }
+  if (c->base) munmap(c->base, c->map_len);
+  if (c->sock >= 0) close(c->sock);
+  free(c->stage);
+  delete c;
+}
+
 // Maps a channel: the memfd (shm), or a private mapping of the same layout (socket) whose header
-// the host sends first.
+// the host sends first. Takes fd (closed, or kept as the channel's socket) either way.
 int open_channel(int fd, const ControlMsg& m) {
   auto* c = new WorkerChannel;
   const bool shm = m.transport == kShm;
+  auto failed = [c](int rc) {
+    close_channel(c);
+    return rc;
+  };
   void* p = shm ? mmap(nullptr, m.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                 : mmap(nullptr, m.map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return -errno;
+  const int map_errno = errno;
+  if (shm) close(fd);  // the mapping keeps the memory
+  else c->sock = fd;
+  if (p == MAP_FAILED) return failed(-map_errno);
   c->base = static_cast<char*>(p);
+  c->map_len = m.map_len;
   c->h = reinterpret_cast<ChannelHeader*>(p);
-  if (shm) {
-    close(fd);
-  } else {
-    c->sock = fd;
-    if (!recv_all(fd, c->h, kHeaderPrefix)) return -EIO;
-  }
+  if (!shm && !recv_all(fd, c->h, kHeaderPrefix)) return failed(-EIO);
   if (c->h->magic != kMagic || c->h->protocol != kProtocol ||
       channel_bytes(c->h->nslots, c->h->arena_size) > m.map_len)
-    return -EPROTO;
+    return failed(-EPROTO);
   c->slots = reinterpret_cast<Slot*>(c->base + kSlotsOffset);
   c->arena = c->base + c->h->arena_off;
-  int idx = g_nchannels.load();
-  if (idx >= kMaxChannels) return -EMFILE;
-  g_channels[idx] = c;
-  g_nchannels.store(idx + 1, std::memory_order_release);
+  // A free entry (a closed channel's), else a new one. Only this (the main) thread sets entries.
+  const int used = g_nchannels.load(std::memory_order_relaxed);
+  int idx = 0;
+  while (idx < used && g_channels[idx].load(std::memory_order_relaxed)) ++idx;
+  if (idx >= kMaxChannels) return failed(-EMFILE);
+  c->entry = idx;
+  g_channels[idx].store(c, std::memory_order_seq_cst);
+  if (idx == used) g_nchannels.store(idx + 1, std::memory_order_release);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   if (m.stack_kib) pthread_attr_setstacksize(&attr, size_t(m.stack_kib) * 1024);
   pthread_t t;
   int rc = pthread_create(&t, &attr, serve, c);
   pthread_attr_destroy(&attr);
-  if (rc) return -rc;
+  if (rc) return failed(-rc);
   pthread_detach(t);
   return 0;
 }

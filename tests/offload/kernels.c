@@ -173,3 +173,9 @@ uint64_t k_wait_flag(volatile uint64_t* flag) {
   return 0;
 }
 uint64_t k_load64(const uint64_t* p) { return *p; }
+/* Sleeps ms milliseconds, then fills the n bytes of its OUT buffer with v. */
+uint64_t k_sleep_fill(unsigned char* p, uint64_t n, uint64_t v, uint64_t ms) {
+  usleep((useconds_t)(ms * 1000));
+  memset(p, (int)v, n);
+  return n;
+}

@@ -1106,7 +1106,10 @@ struct sync_arg {
 };
 static void* sync_thread(void* p) {
   struct sync_arg* s = p;
-  veo_context_sync(s->c);
+  /* The proc's timeout bounds each sync: synced once one returns without running out (a sync that
+   * waited for a dropped piece would run out for ever). */
+  do errno = 0, veo_context_sync(s->c);
+  while (errno == ETIMEDOUT);
   atomic_store(&s->done, 1);
   return NULL;
 }
@@ -1166,12 +1169,113 @@ static void test_timeout(void) {
   uint64_t id = veo_call_async(c, sym(p, lib, "k_sleep_ms"), a);
   double t0 = now_s();
   uint64_t r = 0;
+  errno = 0;
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_ERROR);
+  CHECK(errno == ETIMEDOUT); /* not failed: still queued (the Python wrapper keeps its buffers) */
   double dt = now_s() - t0;
   CHECK(dt >= 0.19 && dt < 0.6);
   CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_TIMEOUT_MS") != NULL);
   usleep(600000);
   CHECK(veo_call_wait_result(c, id, &r) == VEO_COMMAND_OK && r == 700); /* still collectable */
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+/* A synchronous call whose wait times out has returned: the request still runs in the worker, but
+ * its OUT data must not land in the caller's buffer afterwards (it may be the caller's stack by
+ * then). Until the twenty-seventh session the next collection copied it there. */
+static void test_sync_call_timeout(void) {
+  accio_offload_options o = g_opts;
+  o.timeout_ms = 100;
+  struct veo_proc_handle* p = accio_offload_proc_create(&o);
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib), fill = sym(p, lib, "k_sleep_fill"), r = 0;
+  CHECK(fill);
+  unsigned char buf[64];
+  memset(buf, 0x11, sizeof buf);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_stack(a, VEO_INTENT_OUT, 0, (char*)buf, sizeof buf);
+  veo_args_set_u64(a, 1, sizeof buf);
+  veo_args_set_u64(a, 2, 0x33);
+  veo_args_set_u64(a, 3, 400);
+  CHECK(veo_call_sync(p, fill, a, &r) == -1);
+  CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_TIMEOUT_MS") != NULL);
+  memset(buf, 0x22, sizeof buf); /* the caller's memory again */
+  usleep(600000);                /* the kernel has filled its copy meanwhile */
+  veo_args_clear(a);
+  veo_args_set_u64(a, 0, 5);
+  CHECK(veo_call_sync(p, sym(p, 0, "accio_offload_echo"), a, &r) == 0 && r == 5); /* collects the old one */
+  for (size_t i = 0; i < sizeof buf; ++i) CHECK(buf[i] == 0x22);
+  veo_args_free(a);
+  veo_proc_destroy(p);
+}
+
+/* ACCIO_OFFLOAD_TIMEOUT_MS bounds veo_context_sync, veo_context_close and veo_proc_destroy too:
+ * until the twenty-seventh session they waited for a kernel that never returns for ever. */
+static void test_timeout_bounds_sync_and_destroy(void) {
+  accio_offload_options o = g_opts;
+  o.timeout_ms = 100;
+  struct veo_proc_handle* p = accio_offload_proc_create(&o);
+  CHECK(p);
+  uint64_t lib = veo_load_library(p, g_lib), sleep_ms = sym(p, lib, "k_sleep_ms");
+  CHECK(veo_context_open(p));
+  struct veo_thr_ctxt* c = veo_context_open(p);
+  struct veo_thr_ctxt* c2 = veo_context_open(p);
+  CHECK(sleep_ms && c && c2);
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 4000);
+  CHECK(veo_call_async(c, sleep_ms, a) != VEO_REQUEST_ID_INVALID);
+  double t0 = now_s();
+  errno = 0;
+  veo_context_sync(c);
+  CHECK(now_s() - t0 < 2.0 && errno == ETIMEDOUT);
+  CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_TIMEOUT_MS") != NULL);
+  t0 = now_s();
+  CHECK(veo_context_close(c) == 0 && now_s() - t0 < 2.0);
+  CHECK(veo_call_async(c2, sleep_ms, a) != VEO_REQUEST_ID_INVALID);
+  int pid = accio_offload_worker_pid(p);
+  t0 = now_s();
+  CHECK(veo_proc_destroy(p) == 0 && now_s() - t0 < 3.0);
+  CHECK(wait_gone(pid, 1.0));
+  veo_args_free(a);
+}
+
+static int count_lines(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return -1;
+  int n = 0, ch;
+  while ((ch = fgetc(f)) != EOF) n += ch == '\n';
+  fclose(f);
+  return n;
+}
+
+/* Contexts opened and closed for a proc's whole life: the worker frees a closed context's queue.
+ * Until the twenty-seventh session it kept each one's entry and mapping, and the 1023rd
+ * veo_context_open of a proc failed (EMFILE). */
+static void test_context_cycles(void) {
+  accio_offload_options o = g_opts;
+  o.slots = 2;
+  o.arena_bytes = 64 << 10;
+  struct veo_proc_handle* p = accio_offload_proc_create(&o);
+  CHECK(p);
+  CHECK(veo_context_open(p)); /* the main context: the others are queues of their own */
+  char maps[64];
+  snprintf(maps, sizeof maps, "/proc/%d/maps", accio_offload_worker_pid(p));
+  uint64_t echo = sym(p, 0, "accio_offload_echo"), r = 0;
+  struct veo_args* a = veo_args_alloc();
+  veo_args_set_u64(a, 0, 3);
+  int before = -1;
+  for (int i = 0; i < 1100; ++i) {
+    struct veo_thr_ctxt* c = veo_context_open(p);
+    CHECK(c);
+    if (i % 100 == 0) CHECK(veo_call_wait_result(c, veo_call_async(c, echo, a), &r) == VEO_COMMAND_OK && r == 3);
+    CHECK(veo_context_close(c) == 0);
+    if (i == 10) before = count_lines(maps);
+  }
+  /* The closed queues' mappings are gone (a few lines of slack for the worker's own allocations). */
+  int after = count_lines(maps);
+  CHECK(before > 0 && after > 0 && after < before + 16);
+  CHECK(veo_num_contexts(p) == 1);
   veo_args_free(a);
   veo_proc_destroy(p);
 }
@@ -1861,7 +1965,8 @@ static const struct test tests[] = {
     {"hooks", test_hooks},             {"hmem", test_hmem},
     {"hmem_proc_limit", test_hmem_proc_limit}, {"ve_omp_num_threads", test_ve_omp_num_threads},
     {"big_stack", test_big_stack},     {"overflow", test_overflow}, {"sync_after_a_dropped_piece", test_sync_after_a_dropped_piece},
-    {"destroyed_handle", test_destroyed_handle},
+    {"destroyed_handle", test_destroyed_handle}, {"sync_call_timeout", test_sync_call_timeout},
+    {"context_cycles", test_context_cycles}, {"timeout_bounds_sync_and_destroy", test_timeout_bounds_sync_and_destroy},
 };
 
 int main(int argc, char** argv) {

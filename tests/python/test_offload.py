@@ -147,6 +147,33 @@ def test_contexts_requests_and_threads(proc, kernels):
     assert proc.num_contexts == 7
 
 
+@pytest.mark.parametrize("transport", ["shm", "socket"])
+def test_a_timed_out_wait_leaves_the_request_running(kernels, transport):
+    """Audit, session 27: a wait_result() that ran out (timeout_ms) marked the request done: a second
+    wait_result() returned None instead of the result, and the OnStack buffer was let go while the
+    kernel still had to fill it (the next collection copied into freed memory). sync() is bounded by
+    the timeout too (it waited for ever) and keeps the buffers when it runs out."""
+    with offload.Proc(transport=transport, timeout_ms=100) as proc:
+        lib = proc.load_library(kernels)
+        ctx = proc.open_context()
+        f = lib.k_sleep_fill.args_type("unsigned char *", "uint64_t", "uint64_t", "uint64_t")
+        out = np.zeros(64, dtype=np.uint8)
+        req = f(ctx, offload.OnStack(out, inout=offload.INTENT_OUT), out.size, 7, 500)
+        with pytest.raises(offload.OffloadError, match="ACCIO_OFFLOAD_TIMEOUT_MS") as e:
+            req.wait_result()
+        assert e.value.state == offload.COMMAND_ERROR
+        assert len(ctx._inflight) == 1  # its buffers are still held
+        with pytest.raises(offload.OffloadError, match="veo_context_sync.*ACCIO_OFFLOAD_TIMEOUT_MS"):
+            ctx.sync()  # bounded by the timeout too: the request runs on, its buffers held
+        assert len(ctx._inflight) == 1
+        time.sleep(0.6)
+        assert req.wait_result() == 64
+        assert (out == 7).all()
+        assert not ctx._inflight
+        assert req.wait_result() == 64  # picked up once: kept
+        assert lib.k_add(ctx, 1, 2).wait_result() == 3
+
+
 def test_kernel_exception_and_killed_worker(kernels):
     with offload.Proc() as p:
         lib = p.load_library(kernels)
