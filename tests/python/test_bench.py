@@ -406,9 +406,13 @@ def _rank_pid(marker: str, rank: int) -> int | None:
 def test_mpirun_one_rank_signalled_alone_ends_the_job(tmp_path):
     """Review, session 25: once every rank took SIGTERM as Ctrl-C, a rank signalled alone cleaned up
     and waited in MPI_Finalize while the other waited for it at its next barrier, for ever. The
-    rank waits a while for the others to leave, then ends the job (MPI_Abort), and no file stays."""
+    rank waits a while for the others to leave, then ends the job (MPI_Abort), and no file stays.
+    OpenMPI sends the others SIGTERM and, a second later, SIGKILL: in a fresh Debian check a loaded
+    rank 0 was killed before it removed its file. Here the SIGKILL comes at once (sigkill_timeout 0),
+    and the rank that ends the job removes every file of the run it sees."""
     import signal
     mpirun, env = _mpirun()
+    env = {**env, "OMPI_MCA_odls_base_sigkill_timeout": "1"}
     d = tmp_path / "d"
     d.mkdir()
     p = subprocess.Popen([mpirun, "-np", "2", *ACCIO, "bench", "-d", str(d), "-i", "7", "-T", "write,read", "-m", "posix",
@@ -834,3 +838,37 @@ def test_a_files_file_that_cannot_be_opened_is_named_before_the_run(tmp_path, mo
         _check_files_open([str(tmp_path)], write=True)
     with pytest.raises(FileNotFoundError, match="--files /nonexistent-dir/new"):
         _check_files_open(["/nonexistent-dir/new"], write=True)  # a file the run would make, where it cannot
+
+
+def test_a_rank_that_ends_the_job_removes_every_file_of_the_run_it_sees(tmp_path):
+    """Before MPI_Abort the interrupted rank removes the run's files of every rank in the directory:
+    mpirun's SIGKILL follows its SIGTERM a second later (OpenMPI), and a rank 0 that had not removed
+    its own by then left it (a fresh Debian check). Another run's files and the user's stay."""
+    from accio.bench import _leave
+    from accio.bench.comm import Solo
+    from accio.bench.runner import Runner
+    spec = Spec(tests=["write"], mechanisms=parse_mechanisms("posix"), file_sizes=[1 << 20], records=[1 << 20],
+                threads=[1], processes=[2], layouts=["fpp"], dirs=[str(tmp_path)])
+    runner = Runner(spec, Solo())
+    ours = [f"accio-bench.{runner.tag}.fpp.r{r}.t0" for r in range(3)] + [f"accio-bench.{runner.tag}.shared"]
+    others = [f"accio-bench.{runner.tag}1.fpp.r0.t0", "accio-bench.1.fpp.r0.t0", "data.bin"]
+    for n in ours + others:
+        (tmp_path / n).write_bytes(b"x")
+    seen = []
+
+    class Alone(Solo):
+        size = 2
+
+        def leave(self, deadline_s):
+            return False  # the other rank does not leave
+
+        def abort(self, code):
+            seen.append((code, sorted(os.listdir(tmp_path))))
+    assert _leave(Alone(), 143, runner) == 143
+    assert seen == [(143, sorted(others))]
+    # --keep keeps them, as it keeps this rank's own
+    for n in ours:
+        (tmp_path / n).write_bytes(b"x")
+    seen.clear()
+    _leave(Alone(), 130, Runner(Spec(**{**spec.__dict__, "keep": True}), Solo()))
+    assert seen == [(130, sorted(ours + others))]

@@ -543,12 +543,13 @@ def main(args) -> int:
         elif world.size > 1:  # the other ranks would wait at their next barrier, and at MPI_Finalize, for ever
             progress.close()
             print(f"accio bench: rank {world.rank}: {describe(e)}; ending every rank", file=sys.stderr, flush=True)
+            runner.remove_run_files()
             world.abort(1)
         raise
     finally:
         progress.close()
     if world.rank != 0:
-        return _leave(world, interrupted)
+        return _leave(world, interrupted, runner)
     doc["complete"] = not interrupted
     saved_elsewhere = None
     if not keep():  # the asked file still cannot be written: keep the run in a file that can
@@ -601,19 +602,21 @@ def main(args) -> int:
     if interrupted:
         print(f"accio bench: interrupted after {len(results)} result(s); the output holds those "
               "(\"complete\": false in the JSON)", file=sys.stderr, flush=True)
-        return _leave(world, interrupted)
+        return _leave(world, interrupted, runner)
     return 1 if saved_elsewhere else 0
 
 
 LEAVE_S = 10.0  # how long an interrupted rank waits for the others to leave too, before MPI_Abort
 
 
-def _leave(world, interrupted: int) -> int:
+def _leave(world, interrupted: int, runner) -> int:
     """An interrupted rank's way out under mpirun: the others leave too (Ctrl-C to mpirun reaches
-    them all), or, past LEAVE_S (one rank was signalled alone), MPI_Abort ends them, and mpirun's
-    SIGTERM makes them remove their files."""
+    them all), or, past LEAVE_S (one rank was signalled alone), MPI_Abort ends them. mpirun's
+    SIGTERM makes them remove their files, and this rank removes first every file of the run it
+    sees (Runner.remove_run_files: mpirun's SIGKILL follows a second later)."""
     if interrupted and world.size > 1 and not world.leave(LEAVE_S):
         print(f"accio bench: rank {world.rank}: interrupted alone; ending every rank", file=sys.stderr, flush=True)
+        runner.remove_run_files()
         world.abort(interrupted)
     return interrupted
 

@@ -126,8 +126,28 @@ class Runner:
         for p in self.created:
             try:
                 os.unlink(p)
-            except FileNotFoundError:
+            except FileNotFoundError:  # another rank removed it (remove_run_files)
                 pass
+
+    def remove_run_files(self) -> None:
+        """Every scratch file of this run that this rank can see, the other ranks' too: a rank about
+        to end the job with MPI_Abort calls it. mpirun's SIGTERM lets the others remove their own,
+        but it sends SIGKILL a second later (OpenMPI's odls_base_sigkill_timeout), and a rank on a
+        loaded machine was killed before it had (a file of rank 0 stayed in a fresh Debian check).
+        Where the directory is shared, nothing is left; a node-local one is its ranks' own to clean."""
+        if self.spec.keep or self.spec.files:
+            return
+        prefix = f"accio-bench.{self.tag}."
+        for d in dict.fromkeys(self.spec.dirs):
+            try:
+                names = [n for n in os.listdir(d) if n.startswith(prefix)]
+            except OSError:
+                continue
+            for n in names:
+                try:
+                    os.unlink(os.path.join(d, n))
+                except OSError:  # gone already, or not ours to remove: the rank that made it tries too
+                    pass
 
     def _create(self, c: Config, jobs: list[Job], for_fio: bool = False) -> None:
         """Truncate the files a write test starts from (IOzone's write creates the file anew). For
