@@ -31,11 +31,14 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/magic.h>
 
 #include "accio/accio.h"
 #include "base/quiet.h"
@@ -655,6 +658,26 @@ static void capture_all_plans(void) {
   pthread_mutex_unlock(&g_mu);
 }
 
+/* Whether files of this filesystem are made up by the kernel as they are read (/proc, /sys, their
+ * kin): their size says nothing of what a read returns (0 for /proc/self/maps), a second open of one
+ * can differ from the program's (the credentials of the opener, an open with side effects), and
+ * there is nothing for the engine to speed up. Under a 4 KiB threshold, or with a 4 MiB buffer
+ * under the defaults, `read()` of /proc/cpuinfo returned its text over and over: the offset was
+ * set back to the file's size, 0, after each short read (shim audit, session 27). */
+static int made_up_as_read(int fd) {
+  struct statfs sf;
+  if (fstatfs(fd, &sf) != 0) return 0;
+  switch ((unsigned long)sf.f_type) {
+    case PROC_SUPER_MAGIC: case SYSFS_MAGIC: case DEBUGFS_MAGIC: case TRACEFS_MAGIC: case SECURITYFS_MAGIC:
+    case CGROUP_SUPER_MAGIC: case CGROUP2_SUPER_MAGIC: case BPF_FS_MAGIC: case PSTOREFS_MAGIC:
+    case EFIVARFS_MAGIC: case SELINUX_MAGIC: case SMACK_MAGIC: case BINFMTFS_MAGIC:
+    case 0x62656570: /* configfs */
+    case 0x65735543: /* fusectl */
+      return 1;
+  }
+  return 0;
+}
+
 static struct handle* handle_get(int fd, const struct stat* st, int acc, int direct) {
   pthread_mutex_lock(&g_mu);
   struct handle* h = NULL;
@@ -688,7 +711,7 @@ static struct handle* handle_get(int fd, const struct stat* st, int acc, int dir
     h->ino = st->st_ino;
     h->acc = acc;
     h->direct = direct;
-    if (eng.open_fd(&h->f, fd, direct ? g_settings_direct : g_settings) != 0) {
+    if (made_up_as_read(fd) || eng.open_fd(&h->f, fd, direct ? g_settings_direct : g_settings) != 0) {
       h->f = NULL;
       h->failed = 1;
     } else {
@@ -808,6 +831,39 @@ static int fsize_limit(uint64_t* limit) {
   return 1;
 }
 
+/* Reservations of each descriptor's file offset in flight (read, write, readv, writev served by the
+ * engine): a short read tells from them whether another call's range overlapped its own (see the
+ * end of serve_with_engine). */
+static unsigned g_reserving[MEMO_MAX_FD];
+static void reserved_end(int fd) {
+  if ((unsigned)fd < MEMO_MAX_FD) __atomic_sub_fetch(&g_reserving[fd], 1, __ATOMIC_ACQ_REL);
+}
+
+/* The part of a read at [start + done, start + total) beyond the end of the file as fstat saw it,
+ * read with libc's pread into the rest of the call's buffers, until a short count: what the file
+ * grew by since. A failure with nothing read at all fails the call (*failed: libc redoes it);
+ * after some bytes it ends the read there, as the kernel's short count would. */
+static size_t read_beyond(const struct call* c, off_t start, size_t done, int* failed) {
+  size_t skip = done, got = 0;
+  for (int i = 0; i < c->cnt; ++i) {
+    const struct iovec* v = &c->iov[i];
+    if (skip >= v->iov_len) {
+      skip -= v->iov_len;
+      continue;
+    }
+    const size_t want = v->iov_len - skip;
+    const ssize_t r = REAL(pread)(c->fd, (char*)v->iov_base + skip, want, start + (off_t)(done + got));
+    skip = 0;
+    if (r < 0) {
+      if (!done && !got) *failed = 1;
+      break;
+    }
+    got += (size_t)r;
+    if ((size_t)r < want) break;
+  }
+  return got;
+}
+
 /* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
  * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
 static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback,
@@ -876,31 +932,50 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
     }
   if (!direct) advise_like(h, c->fd);
   off_t start = c->off;
+  unsigned others = 0; /* reservations of this descriptor's offset in flight when this one was made */
   if (start < 0) { /* reserve [start, start+total) of the shared file offset atomically */
+    if ((unsigned)c->fd < MEMO_MAX_FD) others = __atomic_fetch_add(&g_reserving[c->fd], 1, __ATOMIC_ACQ_REL);
     const off_t end = k_lseek(c->fd, (off_t)c->total, SEEK_CUR);
     if (end < 0) {
+      reserved_end(c->fd);
       handle_put(h);
       return TO_LIBC;
     }
     start = end - (off_t)c->total;
     if (direct && (start & 4095)) { /* the offset was misaligned: libc decides */
       k_lseek(c->fd, start, SEEK_SET);
+      reserved_end(c->fd);
       handle_put(h);
       return TO_LIBC;
     }
   }
+  /* A buffered read is the engine's only up to the end of the file as fstat saw it. Past the end,
+   * the engine's O_DIRECT reads (`direct`, and `auto`'s plans for cold ranges) fill the caller's
+   * buffer with zeros to the end of their block or task, as the kernel's direct I/O does, where a
+   * buffered read leaves every byte after its count as it was: a 16 MiB read of an 8 MiB file
+   * zeroed the other 8 MiB of the buffer (shim audit, session 27). What lies beyond that end (a file
+   * that grew since) is read by libc, from where the engine stopped. An O_DIRECT descriptor keeps
+   * the kernel's own behaviour, zeros included. */
+  const size_t room = c->write || direct ? SIZE_MAX : start < st->st_size ? (size_t)(st->st_size - start) : 0;
   size_t done = 0;
-  int failed = 0;
+  int failed = 0, beyond = 0;
   for (int i = 0; i < c->cnt && !failed; ++i) {
     const struct iovec* v = &c->iov[i];
     if (!v->iov_len) continue;
-    int64_t r = c->write ? eng.pwrite(h->f, v->iov_base, v->iov_len, start + (int64_t)done)
-                         : eng.pread(h->f, v->iov_base, v->iov_len, start + (int64_t)done);
+    const size_t n = room - done < v->iov_len ? room - done : v->iov_len;
+    int64_t r = !n ? 0
+                : c->write ? eng.pwrite(h->f, v->iov_base, n, start + (int64_t)done)
+                           : eng.pread(h->f, v->iov_base, n, start + (int64_t)done);
     if (r < 0) failed = 1;
     else done += (size_t)r;
-    if (r >= 0 && (size_t)r < v->iov_len) break; /* end of file */
+    if (r >= 0 && (size_t)r < n) break; /* end of file */
+    if (r >= 0 && n < v->iov_len) { /* the end fstat saw */
+      beyond = 1;
+      break;
+    }
   }
   handle_put(h);
+  if (beyond) done += read_beyond(c, start, done, &failed);
   *accel = 1;
   if (failed) {
     /* Redo the whole call with libc from where it started: the kernel then reports exactly what it
@@ -910,6 +985,7 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
     if (c->off < 0) k_lseek(c->fd, start, SEEK_SET);
     ssize_t r = call_libc(c);
     const int e = errno;
+    if (c->off < 0) reserved_end(c->fd);
     if (c->write) {
       /* Cut back only what this call's own range can explain: a file that now ends beyond
        * [start, start + total) was extended by another writer meanwhile, whose bytes stay. */
@@ -924,15 +1000,23 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
     return SERVED;
   }
   if (c->off < 0 && done < c->total) {
-    /* A short read ends at the end of the file, where the kernel leaves the offset. A thread whose
-     * reservation began past it (threads sharing the descriptor, each reserving its range) read
-     * nothing, and start is beyond the end: the file's size says where it is. Set to start, the
-     * offset could end past the end of the file (shim audit, session 24). */
+    /* The kernel leaves the offset where a short transfer ended, start + done: at the end of the
+     * file, or where the program had put it beyond the end (a read there returns 0 and moves
+     * nothing). Only where another reservation of this offset overlapped this one (threads or
+     * processes sharing the descriptor, reading it to its end) can a range begin past the end
+     * although the kernel, whose f_pos lock runs such reads one after the other, would have started
+     * it at the end: a read that found nothing there sets the offset to the file's size (shim audit,
+     * session 24). Applied to every short read, that clamp moved the offset of a program that had
+     * seeked past the end back to the end (its next write left no hole, and landed elsewhere), and
+     * set the offset of /proc files, whose size is 0, back to 0 after each read (session 27). */
     off_t to = start + (off_t)done;
+    const int overlapped = others || k_lseek(c->fd, 0, SEEK_CUR) != start + (off_t)c->total ||
+                           ((unsigned)c->fd < MEMO_MAX_FD && __atomic_load_n(&g_reserving[c->fd], __ATOMIC_ACQUIRE) > 1);
     struct stat now;
-    if (!c->write && fstat(c->fd, &now) == 0 && now.st_size < to) to = now.st_size;
+    if (!c->write && !done && overlapped && fstat(c->fd, &now) == 0 && now.st_size < to) to = now.st_size;
     k_lseek(c->fd, to, SEEK_SET);
   }
+  if (c->off < 0) reserved_end(c->fd);
   *out = (ssize_t)done;
   return SERVED;
 }
@@ -1784,6 +1868,7 @@ static void in_child(void) {
   g_pf_ndevs = 0; /* a fork amid an insertion may have left a half-written entry: read sysfs again */
   g_engine_loaded = g_engine > 0;
   g_stats_written = 0;
+  memset(g_reserving, 0, sizeof g_reserving); /* the parent's threads in flight are not the child's */
   g_self = (pid_t)syscall(SYS_getpid);
 }
 

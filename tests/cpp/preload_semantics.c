@@ -148,6 +148,20 @@ static void test_offsets(void) {
         "readv data");
   r = preadv(fd, v, 3, (off_t)size - 5000); /* short in the second piece */
   CHECK(r == 5000 && matches(b, size - 5000, 5000), "preadv at the end %zd", r);
+  /* A read where the program put the offset past the end returns 0 and leaves it there; one across
+   * the end changes no byte of the buffer after its count (shim audit, session 27: the shim set the
+   * offset back to the end, and the engine's O_DIRECT reads zeroed an aligned buffer past it). */
+  lseek(fd, (off_t)size + MiB, SEEK_SET);
+  r = read(fd, b, 2 * MiB);
+  CHECK(r == 0 && cur(fd) == (off_t)(size + MiB), "read past the end: %zd, offset %lld", r, (long long)cur(fd));
+  unsigned char* a = aligned_alloc(4096, 4 * MiB);
+  memset(a, 'x', 4 * MiB);
+  r = pread(fd, a, 4 * MiB, 2 * MiB);
+  size_t changed = 0;
+  for (size_t i = r > 0 ? (size_t)r : 0; i < 4 * MiB; ++i) changed += a[i] != 'x';
+  CHECK(r == (ssize_t)(size - 2 * MiB) && matches(a, 2 * MiB, (size_t)r) && !changed,
+        "pread across the end: %zd, %zu bytes after them changed", r, changed);
+  free(a);
   close(fd);
 
   /* writes: write, pwrite and writev move (or keep) the offset as the kernel does */

@@ -1,9 +1,10 @@
 """accio run is transparent: a program sees what it sees without the shim (output, exit status,
-errno, file offsets, signals, record locks), in every configuration. Each case below reproduces a
-finding of the twenty-fourth session's audit of the shim (/work/shim_audit_session24.md), where the
-program behaved differently under `accio run`: it is run plainly, then under the shim with the
-default settings and with the threshold lowered to 4 KiB under each host mechanism, and every
-output must equal the plain one.
+errno, file offsets, signals, record locks, the bytes of its buffers), in every configuration. Each
+case below reproduces a finding of the audits of the shim in the twenty-fourth and twenty-seventh
+sessions (/work/shim_audit_session24.md, /work/shim_audit_session27.md), where the program behaved
+differently under `accio run`: it is run plainly, then under the shim with the default settings and
+with the threshold lowered to 4 KiB under each host mechanism, and every output must equal the
+plain one.
 """
 from __future__ import annotations
 
@@ -246,6 +247,70 @@ static int stdio_closed_case(void) {
   return 0;
 }
 
+/* A read where the program put the offset past the end of the file returns 0 and leaves the offset
+ * there, so the next write leaves a hole. The shim set the offset back to the end of the file: the
+ * write landed there, and the file was 1 byte longer than the hole's end instead (session 27). */
+static int past_end_case(void) {
+  int fd = open("past.out", O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (pwrite(fd, buf, MiB, 0) != MiB) return 1;
+  lseek(fd, 3 * MiB, SEEK_SET);
+  ssize_t r = read(fd, buf, 2 * MiB);
+  printf("read past the end %zd offset %ld\n", r, (long)lseek(fd, 0, SEEK_CUR));
+  struct iovec v[2] = {{buf, MiB}, {buf + MiB, MiB}};
+  lseek(fd, 5 * MiB, SEEK_SET);
+  r = readv(fd, v, 2);
+  printf("readv past the end %zd offset %ld\n", r, (long)lseek(fd, 0, SEEK_CUR));
+  if (write(fd, "z", 1) != 1) return 1;
+  printf("size after the write %ld\n", (long)lseek(fd, 0, SEEK_END));
+  return 0;
+}
+
+/* /proc files have a size of 0 and text of any length. A large read() loop over one ends: the shim
+ * set the offset back to the size, 0, after each short read, and the loop read the text for ever. */
+static int proc_case(void) {
+  const char* files[] = {"/proc/self/cmdline", "/proc/version"};
+  char* big = malloc(16 * MiB);
+  for (int i = 0; i < 2; ++i) {
+    int fd = open(files[i], O_RDONLY);
+    long total = 0, calls = 0;
+    ssize_t r;
+    while ((r = read(fd, big, 16 * MiB)) > 0 && calls < 10) total += r, ++calls;
+    printf("%s: %ld reads, %ld bytes, then %zd, offset %ld\n", files[i], calls, total, r, (long)lseek(fd, 0, SEEK_CUR));
+    close(fd);
+  }
+  free(big);
+  return 0;
+}
+
+/* A read across the end of the file changes only the bytes it returns: the rest of the buffer keeps
+ * what the program had there. The file is written as a program writes one (a part, then another
+ * after a hole, at an offset that is not a multiple of 4 KiB), then read across its end into an
+ * aligned buffer: the engine's O_DIRECT reads zeroed it past the count, up to the end of their 4 MiB
+ * task. */
+static int beyond_end_case(void) {
+  char* big = aligned_alloc(4096, 16 * MiB); /* the engine reads into it directly */
+  int fd = open("beyond.out", O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (write(fd, buf, 3 * MiB) != 3 * MiB || pwrite(fd, buf, 2 * MiB, 6 * MiB + 100) != 2 * MiB) return 1;
+  for (int round = 0; round < 3; ++round) {
+    memset(big, 'x', 16 * MiB);
+    ssize_t r;
+    if (round == 0) r = pread(fd, big, 16 * MiB, 0);
+    else if (round == 1) {
+      lseek(fd, MiB / 2, SEEK_SET);
+      r = read(fd, big, 16 * MiB);
+    } else {
+      struct iovec v[3] = {{big, 3 * MiB}, {big + 3 * MiB, 5 * MiB}, {big + 8 * MiB, 8 * MiB}};
+      lseek(fd, 1000, SEEK_SET);
+      r = readv(fd, v, 3);
+    }
+    long changed = 0;
+    for (long i = r > 0 ? r : 0; i < 16 * MiB; ++i) changed += big[i] != 'x';
+    printf("round %d: %zd bytes, %ld bytes after them changed, offset %ld\n", round, r, changed, (long)lseek(fd, 0, SEEK_CUR));
+  }
+  free(big);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   buf = malloc(4 * MiB);
   const char* c = argv[1];
@@ -261,6 +326,9 @@ int main(int argc, char** argv) {
   if (!strcmp(c, "close-loop")) return close_loop_case();
   if (!strcmp(c, "close-range-high")) return close_range_high_case();
   if (!strcmp(c, "stdio-closed")) return stdio_closed_case();
+  if (!strcmp(c, "past-end")) return past_end_case();
+  if (!strcmp(c, "proc")) return proc_case();
+  if (!strcmp(c, "beyond-end")) return beyond_end_case();
   return 2;
 }
 """
@@ -288,7 +356,8 @@ def outcome(cmd, cwd, env=None) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("case", ["signal", "locks", "lockf", "locks-kept", "huge-count", "bad-iovec", "errno", "fsize",
-                                  "eof-threads", "close-loop", "close-range-high", "stdio-closed"])
+                                  "eof-threads", "close-loop", "close-range-high", "stdio-closed", "past-end", "proc",
+                                  "beyond-end"])
 def test_a_program_sees_under_the_shim_what_it_sees_without_it(prog, case):
     exe, d = prog
     want = outcome([str(exe), case], d)
