@@ -68,10 +68,11 @@ class Direct final : public Mechanism {
   }
 
   size_t read(const IoContext& c, void* buf, size_t n, uint64_t off) const override {
-    auto* p = static_cast<char*>(buf);
-    const size_t task = task_bytes(c.settings, n, c.settings.threads, c.file.off_align);
-    return split_run(c.runner, c.settings.threads, off, n, task,
-                     [&](uint64_t o, size_t len, size_t bo) { return read_task(c, p + bo, len, o); });
+    return read_within_size(c.file, static_cast<char*>(buf), n, off, [&](char* p, size_t len, uint64_t at) {
+      const size_t task = task_bytes(c.settings, len, c.settings.threads, c.file.off_align);
+      return split_run(c.runner, c.settings.threads, at, len, task,
+                       [&](uint64_t o, size_t l, size_t bo) { return read_task(c, p + bo, l, o); });
+    });
   }
 
   void write(const IoContext& c, const void* buf, size_t n, uint64_t off) const override {

@@ -157,6 +157,16 @@ void write_direct_full(const FileRef& file, const void* buf, size_t n, uint64_t 
   if (done < n) write_full(file.fd, p + done, n - done, off + done, file.path);
 }
 
+size_t read_within_size(const FileRef& file, char* buf, size_t n, uint64_t off, const DirectReadFn& direct_read) {
+  struct stat st;
+  if (fstat(file.fd, &st) != 0) throw base::Error(errno, "fstat", file.path, static_cast<int64_t>(off));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const size_t within = off >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(n, size - off));
+  const size_t got = within ? direct_read(buf, within, off) : 0;
+  if (got < within || got == n) return got;  // the end of the file came sooner (truncated), or all read
+  return got + read_full(file.fd, buf + got, n - got, off + got, file.path);
+}
+
 size_t read_direct_widened(uint64_t off, size_t n, size_t align, size_t chunk, const ChunkReadFn& read,
                            const ChunkUseFn& use) {
   const size_t A = std::max<size_t>(align, 1);

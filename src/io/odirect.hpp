@@ -70,6 +70,15 @@ void write_direct_split(const FileRef& file, uint64_t off, size_t n, const Piece
 // buffered descriptor, which writes the rest or fails where pwrite would (EFBIG at the limit).
 void write_direct_full(const FileRef& file, const void* buf, size_t n, uint64_t off);
 
+// How an O_DIRECT reader that reads into the caller's memory reads [off, off+n): through
+// direct_read(buf, len, off) only up to the end of the file as fstat gives it now, and what lies
+// beyond (a file that grew since) through the buffered descriptor. Past the end of the file an
+// O_DIRECT read fills the caller's buffer with zeros to the end of the request (ext4 maps the range
+// as a hole), where pread changes no byte after its count: a 16 MiB `direct` read of an 8 MiB file
+// zeroed the buffer's other 8 MiB, under `auto` too for a cold file (shim audit, session 27).
+using DirectReadFn = std::function<size_t(char* buf, size_t len, uint64_t off)>;
+size_t read_within_size(const FileRef& file, char* buf, size_t n, uint64_t off, const DirectReadFn& direct_read);
+
 // How an O_DIRECT reader that goes through staging buffers reads [off, off+n): widened to whole
 // aligned blocks, in chunks of at most `chunk` bytes (a multiple of align). read(i, file_off, len)
 // reads chunk i into its buffer and returns the bytes it got (fewer at the end of the file); then

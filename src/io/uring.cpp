@@ -351,7 +351,10 @@ class Uring final : public Mechanism {
   size_t run(const IoContext& c, char* user, size_t n, uint64_t off, bool write) const {
     if (n == 0) return 0;
     const bool direct = c.settings.direct && direct_usable(c.file, c.settings, nullptr);
-    if (!direct || !write) return ring_range(c, user, n, off, write, direct);
+    if (!direct) return ring_range(c, user, n, off, write, false);
+    if (!write)  // O_DIRECT only within the file: past its end the kernel zeroes the caller's buffer
+      return read_within_size(c.file, user, n, off,
+                              [&](char* p, size_t len, uint64_t at) { return ring_range(c, p, len, at, false, true); });
     // Unaligned head and tail through the buffered descriptor, as in `direct`.
     write_direct_split(
         c.file, off, n,

@@ -839,31 +839,6 @@ static void reserved_end(int fd) {
   if ((unsigned)fd < MEMO_MAX_FD) __atomic_sub_fetch(&g_reserving[fd], 1, __ATOMIC_ACQ_REL);
 }
 
-/* The part of a read at [start + done, start + total) beyond the end of the file as fstat saw it,
- * read with libc's pread into the rest of the call's buffers, until a short count: what the file
- * grew by since. A failure with nothing read at all fails the call (*failed: libc redoes it);
- * after some bytes it ends the read there, as the kernel's short count would. */
-static size_t read_beyond(const struct call* c, off_t start, size_t done, int* failed) {
-  size_t skip = done, got = 0;
-  for (int i = 0; i < c->cnt; ++i) {
-    const struct iovec* v = &c->iov[i];
-    if (skip >= v->iov_len) {
-      skip -= v->iov_len;
-      continue;
-    }
-    const size_t want = v->iov_len - skip;
-    const ssize_t r = REAL(pread)(c->fd, (char*)v->iov_base + skip, want, start + (off_t)(done + got));
-    skip = 0;
-    if (r < 0) {
-      if (!done && !got) *failed = 1;
-      break;
-    }
-    got += (size_t)r;
-    if ((size_t)r < want) break;
-  }
-  return got;
-}
-
 /* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
  * Returns TO_LIBC when the caller should hand the call to libc unchanged. */
 static int serve_with_engine(const struct call* c, const struct stat* st, ssize_t* out, int* accel, int* fallback,
@@ -949,33 +924,18 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
       return TO_LIBC;
     }
   }
-  /* A buffered read is the engine's only up to the end of the file as fstat saw it. Past the end,
-   * the engine's O_DIRECT reads (`direct`, and `auto`'s plans for cold ranges) fill the caller's
-   * buffer with zeros to the end of their block or task, as the kernel's direct I/O does, where a
-   * buffered read leaves every byte after its count as it was: a 16 MiB read of an 8 MiB file
-   * zeroed the other 8 MiB of the buffer (shim audit, session 27). What lies beyond that end (a file
-   * that grew since) is read by libc, from where the engine stopped. An O_DIRECT descriptor keeps
-   * the kernel's own behaviour, zeros included. */
-  const size_t room = c->write || direct ? SIZE_MAX : start < st->st_size ? (size_t)(st->st_size - start) : 0;
   size_t done = 0;
-  int failed = 0, beyond = 0;
+  int failed = 0;
   for (int i = 0; i < c->cnt && !failed; ++i) {
     const struct iovec* v = &c->iov[i];
     if (!v->iov_len) continue;
-    const size_t n = room - done < v->iov_len ? room - done : v->iov_len;
-    int64_t r = !n ? 0
-                : c->write ? eng.pwrite(h->f, v->iov_base, n, start + (int64_t)done)
-                           : eng.pread(h->f, v->iov_base, n, start + (int64_t)done);
+    int64_t r = c->write ? eng.pwrite(h->f, v->iov_base, v->iov_len, start + (int64_t)done)
+                         : eng.pread(h->f, v->iov_base, v->iov_len, start + (int64_t)done);
     if (r < 0) failed = 1;
     else done += (size_t)r;
-    if (r >= 0 && (size_t)r < n) break; /* end of file */
-    if (r >= 0 && n < v->iov_len) { /* the end fstat saw */
-      beyond = 1;
-      break;
-    }
+    if (r >= 0 && (size_t)r < v->iov_len) break; /* end of file */
   }
   handle_put(h);
-  if (beyond) done += read_beyond(c, start, done, &failed);
   *accel = 1;
   if (failed) {
     /* Redo the whole call with libc from where it started: the kernel then reports exactly what it
