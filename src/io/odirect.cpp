@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "base/sys.hpp"
 
 namespace accio::io {
@@ -141,20 +142,36 @@ void write_direct_split(const FileRef& file, uint64_t off, size_t n, const Piece
   if (tail_error) std::rethrow_exception(tail_error);
 }
 
+void warn_direct_write_refused(const FileRef& file, uint64_t off) {
+  base::warn_once("direct-write-einval:" + file.path,
+                  "O_DIRECT refused an aligned write of '" + file.path + "' at offset " + std::to_string(off) +
+                      " (EINVAL); it went through the page cache instead, as will any other write O_DIRECT "
+                      "refuses: the filesystem or device may take no O_DIRECT writes here (set direct=off, or "
+                      "use mechanism parallel)");
+}
+
 void write_direct_full(const FileRef& file, const void* buf, size_t n, uint64_t off) {
   const auto* p = static_cast<const char*>(buf);
   size_t done = 0;
+  bool refused = false;
   while (done < n && (off + done) % file.off_align == 0) {
     const ssize_t r = base::sys::ops().pwrite(file.direct_fd, p + done, n - done, static_cast<off_t>(off + done));
     if (r < 0) {
       if (errno == EINTR) continue;
-      if (errno == EINVAL) break;  // refused as O_DIRECT: the buffered descriptor writes it or says why not
+      if (errno == EINVAL) {  // refused as O_DIRECT: the buffered descriptor writes it or says why not
+        refused = true;
+        break;
+      }
       throw base::Error(errno, "pwrite", file.path, static_cast<int64_t>(off + done));
     }
     if (r == 0) throw base::Error(EIO, "pwrite", file.path, static_cast<int64_t>(off + done), "write made no progress");
     done += static_cast<size_t>(r);
   }
-  if (done < n) write_full(file.fd, p + done, n - done, off + done, file.path);
+  if (done == n) return;
+  write_full(file.fd, p + done, n - done, off + done, file.path);
+  // Written after all: not RLIMIT_FSIZE's cut (the buffered write would have failed at the limit),
+  // so O_DIRECT refused this aligned write outright, which says so once.
+  if (refused) warn_direct_write_refused(file, off + done);
 }
 
 size_t read_within_size(const FileRef& file, char* buf, size_t n, uint64_t off, const DirectReadFn& direct_read) {

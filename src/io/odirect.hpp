@@ -68,7 +68,10 @@ void write_direct_split(const FileRef& file, uint64_t off, size_t n, const Piece
 // write the kernel takes short at an offset O_DIRECT cannot go on from (RLIMIT_FSIZE not a multiple
 // of the alignment: the kernel cuts the write there), or refuses with EINVAL, goes on through the
 // buffered descriptor, which writes the rest or fails where pwrite would (EFBIG at the limit).
+// A refused (EINVAL) write that the buffered descriptor then wrote whole gives one warning per file
+// (warn_direct_write_refused), which names the fallback: RLIMIT_FSIZE's cut fails there instead.
 void write_direct_full(const FileRef& file, const void* buf, size_t n, uint64_t off);
+void warn_direct_write_refused(const FileRef& file, uint64_t off);
 
 // How an O_DIRECT reader that reads into the caller's memory reads [off, off+n): through
 // direct_read(buf, len, off) only up to the end of the file as fstat gives it now, and what lies

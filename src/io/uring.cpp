@@ -559,7 +559,11 @@ class Uring final : public Mechanism {
         if (write && direct &&
             (res == -EINVAL || (res > 0 && static_cast<size_t>(res) < o.len - o.done && (o.foff + o.done + res) % A != 0))) {
           if (res > 0) o.done += static_cast<size_t>(res);
-          if (o.foff + o.done < err_off) write_inline(o.foff + o.done, o.len - o.done);
+          const uint64_t at = o.foff + o.done;
+          if (at < err_off) {
+            write_inline(at, o.len - o.done);
+            if (res == -EINVAL && err_off > at + (o.len - o.done)) warn_direct_write_refused(c.file, at);  // written
+          }
           finish_op(i);
           continue;
         }

@@ -305,8 +305,10 @@ veo_thr_ctxt* open_context(Proc* p, size_t stack) {
     report("veo_context_open: " + p->why_dead());
     return nullptr;
   }
-  // As AVEO's, after what is queued on the main context (before p->mu: harvesting takes it)
-  p->chan->sync();
+  // As AVEO's, after what is queued on the main context (before p->mu: harvesting takes it). Where
+  // ACCIO_OFFLOAD_TIMEOUT_MS ran out first, the open fails (sync said why): it returned a context
+  // while its error said the wait had failed (review, session 27).
+  if (!p->chan->sync()) return nullptr;
   std::lock_guard<std::mutex> g(p->mu);
   if (p->contexts.empty()) {  // the main context: the proc's own queue (its stack size stays)
     p->contexts.push_back(p->chan);
@@ -321,14 +323,17 @@ veo_thr_ctxt* open_context(Proc* p, size_t stack) {
 // Ends a context's worker thread and frees it. p->mu is not held.
 void destroy_context(Proc* p, veo_thr_ctxt* c) {
   if (!p->dead) {
-    c->sync();
+    // Past a sync that ran out of time (ACCIO_OFFLOAD_TIMEOUT_MS) the exit is queued without a
+    // second wait for it: the thread ends when the running kernel does (a close took twice the
+    // timeout: review, session 27).
+    const bool synced = c->sync();
     std::unique_lock<std::mutex> lk = c->lock_to_submit();
     uint64_t id = c->new_request();
     Piece ex;
     ex.op = kExit;
     bool ok = c->put(lk, ex, id, true);
     lk.unlock();
-    if (ok) c->result(id, nullptr, true);
+    if (ok && synced) c->result(id, nullptr, true);
   }
   c->stop_vh_runner();  // before p->mu: the runner takes it (recording an allocation) under c->mu
   std::lock_guard<std::mutex> g(p->mu);

@@ -179,6 +179,9 @@ void on_fatal(int sig, siginfo_t* si, void*) {
     if (marked[i] && c->sock >= 0) send_response(c, 0, *marked[i]);  // in order: the index is ignored
     futex_wake_all(low_word(c->h->done));
   }
+  // Done with the channels: a worker that lives on (an int3's SIGTRAP, a seccomp SIGSYS resume after
+  // the handler) would otherwise hold every later close_channel in its wait (review, session 27).
+  g_in_fatal.fetch_sub(1, std::memory_order_seq_cst);
   if (si && si->si_code <= 0) raise(sig);  // sent by kill/raise: re-raise with the default action
 }
 

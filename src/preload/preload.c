@@ -673,6 +673,9 @@ static int made_up_as_read(int fd) {
     case EFIVARFS_MAGIC: case SELINUX_MAGIC: case SMACK_MAGIC: case BINFMTFS_MAGIC:
     case 0x62656570: /* configfs */
     case 0x65735543: /* fusectl */
+    case 0x19800202: /* mqueue */
+    case 0x6e667364: /* nfsd */
+    case 0x67596969: /* rpc_pipefs */
       return 1;
   }
   return 0;
@@ -835,8 +838,16 @@ static int fsize_limit(uint64_t* limit) {
  * engine): a short read tells from them whether another call's range overlapped its own (see the
  * end of serve_with_engine). */
 static unsigned g_reserving[MEMO_MAX_FD];
+/* The count of fd's bucket: descriptors MEMO_MAX_FD apart share one, which can only make a read
+ * look overlapped (the clamp of before), never the reverse (a descriptor at 4096 or above had no
+ * count, and its threads reading to the end left the offset past it again: review, session 27). */
+static unsigned* reserving(int fd) { return &g_reserving[(unsigned)fd % MEMO_MAX_FD]; }
 static void reserved_end(int fd) {
-  if ((unsigned)fd < MEMO_MAX_FD) __atomic_sub_fetch(&g_reserving[fd], 1, __ATOMIC_ACQ_REL);
+  /* never below 0: a child forked from a signal handler amid a reservation starts from 0 (in_child) */
+  unsigned* n = reserving(fd);
+  unsigned v = __atomic_load_n(n, __ATOMIC_ACQUIRE);
+  while (v && !__atomic_compare_exchange_n(n, &v, v - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  }
 }
 
 /* Runs the call through the engine if it qualifies; *out gets the result (bytes, or -1 with errno).
@@ -909,7 +920,7 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
   off_t start = c->off;
   unsigned others = 0; /* reservations of this descriptor's offset in flight when this one was made */
   if (start < 0) { /* reserve [start, start+total) of the shared file offset atomically */
-    if ((unsigned)c->fd < MEMO_MAX_FD) others = __atomic_fetch_add(&g_reserving[c->fd], 1, __ATOMIC_ACQ_REL);
+    others = __atomic_fetch_add(reserving(c->fd), 1, __ATOMIC_ACQ_REL);
     const off_t end = k_lseek(c->fd, (off_t)c->total, SEEK_CUR);
     if (end < 0) {
       reserved_end(c->fd);
@@ -971,7 +982,7 @@ static int serve_with_engine(const struct call* c, const struct stat* st, ssize_
      * set the offset of /proc files, whose size is 0, back to 0 after each read (session 27). */
     off_t to = start + (off_t)done;
     const int overlapped = others || k_lseek(c->fd, 0, SEEK_CUR) != start + (off_t)c->total ||
-                           ((unsigned)c->fd < MEMO_MAX_FD && __atomic_load_n(&g_reserving[c->fd], __ATOMIC_ACQUIRE) > 1);
+                           __atomic_load_n(reserving(c->fd), __ATOMIC_ACQUIRE) > 1;
     struct stat now;
     if (!c->write && !done && overlapped && fstat(c->fd, &now) == 0 && now.st_size < to) to = now.st_size;
     k_lseek(c->fd, to, SEEK_SET);

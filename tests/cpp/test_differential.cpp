@@ -12,16 +12,13 @@
 
 #include "base/sys.hpp"
 #include "engine/file.hpp"
+#include "configs.hpp"
 #include "helpers.hpp"
 
 using namespace accio;
 using namespace testing_accio;
 
 namespace {
-struct Config {
-  const char* name;
-  std::vector<std::pair<const char*, const char*>> settings;
-};
 const std::vector<Config> kConfigs = {
     {"posix", {{"mechanism", "posix"}}},
     {"parallel", {{"mechanism", "parallel"}, {"threads", "4"}, {"task_size", "64k"}}},
@@ -39,12 +36,6 @@ const std::vector<Config> kConfigs = {
 };
 
 class Differential : public ::testing::TestWithParam<Config> {};
-
-base::Settings make_settings(const Config& c) {
-  auto s = base::Settings::defaults();
-  for (auto& [k, v] : c.settings) s.set(k, v);
-  return s;
-}
 
 TEST_P(Differential, RandomOpsMatchReference) {
   const Config& cfg = GetParam();

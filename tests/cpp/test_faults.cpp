@@ -194,6 +194,42 @@ TEST(Faults, InterruptedAndShortTransfersAreRetried) {
   EXPECT_GT(g_calls.load(), 30);
 }
 
+// An aligned O_DIRECT write that the kernel refuses (EINVAL: a filesystem or device that takes no
+// O_DIRECT writes there) is written through the page cache, and says so once: it was silent, and the
+// statistics still said direct (review, session 27). Where the buffered write fails too
+// (RLIMIT_FSIZE's cut: the kernel refuses an O_DIRECT write past an unaligned limit), the error is
+// the write's, with no warning.
+std::atomic<int> g_refused{0};
+ssize_t refusing_pwrite(int fd, const void* b, size_t n, off_t o) {
+  if (fcntl(fd, F_GETFL) & O_DIRECT) {
+    g_refused.fetch_add(1);
+    errno = EINVAL;
+    return -1;
+  }
+  return base::sys::real_ops().pwrite(fd, b, n, o);
+}
+
+TEST(Faults, ARefusedODirectWriteGoesThroughThePageCacheAndSaysSo) {
+  TempDir d;
+  std::mt19937_64 rng(8);
+  Buffer src(3 << 20);
+  fill_random(src.data(), 3 << 20, rng);
+  auto f = engine::File::open(d.file("refused"), "w+", mech("direct"));
+  base::sys::ops() = {base::sys::real_ops().pread, &refusing_pwrite};
+  EXPECT_EQ(f->pwrite(src.data(), 3 << 20, 4096), size_t{3} << 20);
+  EXPECT_EQ(f->pwrite(src.data(), 1 << 20, 8 << 20), size_t{1} << 20);
+  base::sys::ops() = base::sys::real_ops();
+  EXPECT_GT(g_refused.load(), 0);
+  std::vector<char> back(3 << 20);
+  ASSERT_EQ(f->pread(back.data(), 3 << 20, 4096), size_t{3} << 20);
+  EXPECT_TRUE(std::equal(back.begin(), back.end(), src.data()));
+  int said = 0;
+  for (auto& w : base::warnings())
+    said += w.find("O_DIRECT refused an aligned write of '" + d.file("refused") + "'") != std::string::npos &&
+            w.find("direct=off") != std::string::npos;
+  EXPECT_EQ(said, 1);
+}
+
 // realign: a read of 64 KiB or more into a buffer misaligned against the file offset reaches the
 // kernel aligned like the offset (through the per-thread buffer) with realign=on, as it is with off,
 // below 64 KiB and for a buffer aligned like the offset; the bytes arrive either way.

@@ -17,6 +17,7 @@
 
 #include "base/error.hpp"
 #include "engine/file.hpp"
+#include "configs.hpp"
 #include "helpers.hpp"
 
 using namespace accio;
@@ -25,10 +26,6 @@ using namespace testing_accio;
 namespace {
 constexpr uint64_t M = 1 << 20;
 
-struct Config {
-  const char* name;
-  std::vector<std::pair<const char*, const char*>> settings;
-};
 const std::vector<Config> kConfigs = {
     {"posix", {{"mechanism", "posix"}}},
     {"parallel", {{"mechanism", "parallel"}, {"threads", "3"}, {"task_size", "256k"}}},
@@ -38,30 +35,6 @@ const std::vector<Config> kConfigs = {
      {{"mechanism", "uring"}, {"direct", "on"}, {"queue_depth", "4"}, {"task_size", "256k"}, {"buffer_size", "256k"}}},
     {"auto", {{"mechanism", "auto"}, {"threads", "3"}}},
 };
-
-void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
-
-base::Settings make_settings(const Config& c) {
-  auto s = base::Settings::defaults();
-  for (auto& [k, v] : c.settings) s.set(k, v);
-  return s;
-}
-
-std::vector<char> file_bytes(const std::string& path) {
-  std::vector<char> all;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return all;
-  struct stat st;
-  if (::fstat(fd, &st) == 0) {
-    all.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    for (ssize_t r; done < all.size() && (r = ::pread(fd, all.data() + done, all.size() - done, static_cast<off_t>(done))) > 0;)
-      done += static_cast<size_t>(r);
-    all.resize(done);
-  }
-  ::close(fd);
-  return all;
-}
 
 class Integrity : public ::testing::TestWithParam<Config> {};
 

@@ -1218,10 +1218,10 @@ static void test_timeout_bounds_sync_and_destroy(void) {
   struct veo_proc_handle* p = accio_offload_proc_create(&o);
   CHECK(p);
   uint64_t lib = veo_load_library(p, g_lib), sleep_ms = sym(p, lib, "k_sleep_ms");
-  CHECK(veo_context_open(p));
+  struct veo_thr_ctxt* main_ctx = veo_context_open(p);
   struct veo_thr_ctxt* c = veo_context_open(p);
   struct veo_thr_ctxt* c2 = veo_context_open(p);
-  CHECK(sleep_ms && c && c2);
+  CHECK(main_ctx && sleep_ms && c && c2);
   struct veo_args* a = veo_args_alloc();
   veo_args_set_u64(a, 0, 4000);
   CHECK(veo_call_async(c, sleep_ms, a) != VEO_REQUEST_ID_INVALID);
@@ -1233,6 +1233,12 @@ static void test_timeout_bounds_sync_and_destroy(void) {
   t0 = now_s();
   CHECK(veo_context_close(c) == 0 && now_s() - t0 < 2.0);
   CHECK(veo_call_async(c2, sleep_ms, a) != VEO_REQUEST_ID_INVALID);
+  /* veo_context_open waits for the main context's queue: past the timeout it fails, saying so (it
+   * returned a context while its error said the wait had failed) */
+  CHECK(veo_call_async(main_ctx, sleep_ms, a) != VEO_REQUEST_ID_INVALID);
+  t0 = now_s();
+  CHECK(veo_context_open(p) == NULL && now_s() - t0 < 2.0);
+  CHECK(strstr(accio_offload_last_error(), "ACCIO_OFFLOAD_TIMEOUT_MS") != NULL);
   int pid = accio_offload_worker_pid(p);
   t0 = now_s();
   CHECK(veo_proc_destroy(p) == 0 && now_s() - t0 < 3.0);

@@ -412,7 +412,7 @@ def test_mpirun_one_rank_signalled_alone_ends_the_job(tmp_path):
     and the rank that ends the job removes every file of the run it sees."""
     import signal
     mpirun, env = _mpirun()
-    env = {**env, "OMPI_MCA_odls_base_sigkill_timeout": "1"}
+    env = {**env, "OMPI_MCA_odls_base_sigkill_timeout": "0"}
     d = tmp_path / "d"
     d.mkdir()
     p = subprocess.Popen([mpirun, "-np", "2", *ACCIO, "bench", "-d", str(d), "-i", "7", "-T", "write,read", "-m", "posix",
@@ -851,7 +851,9 @@ def test_a_rank_that_ends_the_job_removes_every_file_of_the_run_it_sees(tmp_path
                 threads=[1], processes=[2], layouts=["fpp"], dirs=[str(tmp_path)])
     runner = Runner(spec, Solo())
     ours = [f"accio-bench.{runner.tag}.fpp.r{r}.t0" for r in range(3)] + [f"accio-bench.{runner.tag}.shared"]
-    others = [f"accio-bench.{runner.tag}1.fpp.r0.t0", "accio-bench.1.fpp.r0.t0", "data.bin"]
+    pid = runner.tag.split("-")[0]  # another job whose rank 0 had the same pid (on another node)
+    others = [f"accio-bench.{runner.tag}1.fpp.r0.t0", f"accio-bench.{pid}-zzzzzz.fpp.r0.t0", f"accio-bench.{pid}.shared",
+              "data.bin"]
     for n in ours + others:
         (tmp_path / n).write_bytes(b"x")
     seen = []

@@ -916,3 +916,14 @@ def test_an_interrupted_evaluation_keeps_the_cells_it_finished(monkeypatch, tmp_
     doc = json.loads(out.read_text())
     assert doc["complete"] is False and [c["transfer"] for c in doc["cells"]] == [4 * KiB] and "decision_ns" not in doc
     assert not [p for p in d.iterdir()]  # the scratch files went
+    # Interrupted after the grid, in the decision-cost measurement: every cell kept (review, session 27).
+    def cost(*_a):
+        raise Terminated()
+    monkeypatch.setattr("accio.tune.decision_cost", cost)
+    monkeypatch.setattr(Bench, "sample_together", lambda self, entries, *a, **k: [100.0] * len(entries))
+    status = cli.main(["tune", str(d), "--evaluate", "--file-sizes", "8m", "--transfers", "4k,64k", "--ops", "read",
+                       "--caches", "hot", "--threads", "1", "-i", "7", "--max-reps", "7", "--json", str(out), "-q"])
+    err = capsys.readouterr().err
+    assert status == 143 and "interrupted after 2 of 2 cell(s)" in err, err
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and len(doc["cells"]) == 2 and "decision_ns" not in doc

@@ -1421,6 +1421,14 @@ def test_the_launcher_gives_the_shim_the_floor_of_the_model_and_every_profile(tm
     assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=str(pdir)) == (2**20, NONE)
     assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=str(pdir), ACCIO_PROFILE="off") == (8 << 20, NONE)
     assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=none, ACCIO_PROFILE=str(p)) == (2**20, NONE)
+    # Only the top level's "engine_from" counts, and only its own "read" and "write": not a nested or
+    # quoted one ahead of it (the launcher took the first it found: review N-4 and N-6).
+    doc = json.loads(p.read_text())
+    decoy = {"note": '"engine_from": {"read": 4096, "write": 4096}',
+             "x": {"engine_from": {"read": 8192, "write": 8192}, "read": 4096}}
+    p.write_text(json.dumps({**decoy, **doc}))
+    assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=str(pdir)) == (2**20, NONE)
+    p.write_text(json.dumps(doc))
     _saved_profile(pdir, tmp_path, [(None, 0)], path=pdir / "posix-everywhere.json")
     assert _floor_seen(launcher, cpus=1, ACCIO_PROFILE_DIR=str(pdir)) == (2**20, NONE)  # the lowest of all
     doc = json.loads(p.read_text())

@@ -13,6 +13,7 @@ JSON then, so that a run cut off keeps what it measured).
 from __future__ import annotations
 
 import os
+import secrets
 import statistics
 from dataclasses import dataclass
 
@@ -91,7 +92,10 @@ def _close_quietly(handles) -> None:
 class Runner:
     def __init__(self, spec: Spec, comm, progress=None, on_result=None):
         self.spec, self.comm, self.progress, self.on_result = spec, comm, progress, on_result
-        self.tag = comm.bcast(f"{os.getpid()}")
+        # The run's mark in its file names: rank 0's pid and a random part, so that two jobs whose rank 0
+        # has the same pid on two nodes sharing a scratch directory never take (or remove) each
+        # other's files (remove_run_files: review, session 27).
+        self.tag = comm.bcast(f"{os.getpid()}-{secrets.token_hex(3)}")
         self.data_key = None  # what the files under test hold (None: unknown, no verification)
         self.created: set[str] = set()
         self.results: list[dict] = []

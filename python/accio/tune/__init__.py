@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 from .. import File, __version__, _ext, stats
 from .._progress import Progress
-from .._system import drop_pages, seconds_arg, sigterm_interrupts
+from .._system import drop_pages, interrupted_status, seconds_arg, sigterm_interrupts
 from .._usage import UsageError, check_creatable, check_output_path, write_json
 from . import evaluate as evaluate_mod
 from . import prefetch as prefetch_mod
@@ -487,7 +487,10 @@ def evaluate(args, directory: str, path: str, how: str) -> int:
             result = evaluate_mod.run(bench, cells(), args.reps, progress=progress.stage(0.0, 0.5 if gpu else 1.0),
                                       max_reps=args.max_reps, profiles=others)
             if not result.get("interrupted"):
-                result["decision_ns"] = decision_cost(bench, path if have else "off", transfers)
+                try:
+                    result["decision_ns"] = decision_cost(bench, path if have else "off", transfers)
+                except KeyboardInterrupt as e:  # the cells are measured: they are kept (review, session 27)
+                    result["interrupted"] = interrupted_status(e)
             result["cold_reads"] = bench.cold_reads
             result["notes"] = [bench.cold_note] if bench.cold_note else []
             if gpu and not result.get("interrupted"):
