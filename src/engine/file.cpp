@@ -187,13 +187,26 @@ File::~File() {
     close();
   } catch (...) {
   }
+  Gate* g = gate_.load();
+  if (g->forks == base::fork_count()) delete g;  // else a parent's, whose lock a parent's thread may hold
+}
+
+File::Gate& File::gate() {
+  Gate* g = gate_.load(std::memory_order_acquire);
+  while (g->forks != base::fork_count()) {  // the first look in a forked child
+    Gate* mine = new Gate(base::fork_count());
+    if (gate_.compare_exchange_strong(g, mine, std::memory_order_acq_rel)) return *mine;
+    delete mine;  // another thread of the child made one first: g is now that one
+  }
+  return *g;
 }
 
 void File::close() {
-  std::unique_lock lk(mu_);
+  Gate& gt = gate();
+  std::unique_lock lk(gt.mu);
   if (closed_) return;
   closed_ = true;
-  idle_.wait(lk, [&] { return inflight_ == 0 || inflight_forks_ != base::fork_count(); });
+  gt.idle.wait(lk, [&] { return gt.inflight == 0; });
   for (auto* m : io::all()) m->forget(ref_.id);
   {
     std::lock_guard g(ref_.pool_hold.mu);
@@ -210,24 +223,21 @@ void File::close() {
   if (rc != 0 && errno != EINTR) throw Error(errno, "close", ref_.path, base::kNoOffset);
 }
 
-void File::begin(const char* op, int64_t off, std::optional<bool> write) {
-  std::lock_guard lk(mu_);
+File::Gate& File::begin(const char* op, int64_t off, std::optional<bool> write) {
+  Gate& g = gate();
+  std::lock_guard lk(g.mu);
   if (closed_) throw Error(EBADF, op, ref_.path, off, "file is closed");
   if (write && (*write ? !writable_ : !readable_))
     throw Error(EBADF, op, ref_.path, off,
                 *write ? "file not opened for writing (open it with mode r+, w, w+, a, a+, x or x+ to write)"
                        : "file not opened for reading (open it with mode r, r+, w+, a+ or x+ to read)");
-  if (inflight_forks_ != base::fork_count()) {  // the first request in a forked child
-    inflight_forks_ = base::fork_count();
-    inflight_ = 0;
-  }
-  ++inflight_;
+  ++g.inflight;
+  return g;
 }
 
-void File::end() {
-  std::lock_guard lk(mu_);
-  if (inflight_forks_ != base::fork_count()) return;  // a parent's request (a child forked inside it)
-  if (--inflight_ == 0) idle_.notify_all();
+void File::end(Gate& g) {
+  std::lock_guard lk(g.mu);
+  if (--g.inflight == 0) g.idle.notify_all();
 }
 
 planner::Signals File::signals(const void* buf, size_t n, uint64_t off, bool write, unsigned inflight) const {
@@ -413,19 +423,17 @@ void File::extend(uint64_t end) {
 }
 
 size_t File::pread(void* buf, size_t n, uint64_t off) {
-  begin("pread", static_cast<int64_t>(off), false);
-  const Scope scope(this);
+  const Scope scope(begin("pread", static_cast<int64_t>(off), false));
   return transfer(buf, n, off, false);
 }
 
 size_t File::pwrite(const void* buf, size_t n, uint64_t off) {
-  begin("pwrite", static_cast<int64_t>(off), true);
-  const Scope scope(this);
+  const Scope scope(begin("pwrite", static_cast<int64_t>(off), true));
   return transfer(const_cast<void*>(buf), n, off, true);
 }
 
 File::Appender& File::appender() {
-  std::lock_guard lk(mu_);
+  std::lock_guard lk(gate().mu);
   if (appender_ && appender_->forks == base::fork_count()) return *appender_;
   if (appender_ && appender_->fd >= 0) ::close(appender_->fd);  // the parent's, shared position and all
   appender_ = new Appender;
@@ -489,8 +497,7 @@ uint64_t File::append_host(const void* buf, size_t n, bool* wrote) {
 }
 
 uint64_t File::append(const void* buf, size_t n) {
-  begin("append", base::kNoOffset, true);
-  const Scope scope(this);
+  const Scope scope(begin("append", base::kNoOffset, true));
   // Checked before anything is written; an offset is known only once the kernel chose it.
   if (!buf && n) throw Error(EFAULT, "append", ref_.path, base::kNoOffset, "null buffer");
   if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
@@ -538,13 +545,13 @@ uint64_t File::append(const void* buf, size_t n) {
 }
 
 Future File::async(void* buf, size_t n, uint64_t off, bool write) {
-  begin(write ? "pwrite_async" : "pread_async", static_cast<int64_t>(off), write);
+  Gate* g = &begin(write ? "pwrite_async" : "pread_async", static_cast<int64_t>(off), write);
   Promise promise;
   Future fut = promise.get_future();
-  ThreadPool::shared().submit([self = shared_from_this(), promise, buf, n, off, write]() mutable {
+  ThreadPool::shared().submit([self = shared_from_this(), g, promise, buf, n, off, write]() mutable {
     size_t done;
     try {  // the request leaves the handle (Scope) before it completes: close() never waits for a callback
-      const Scope scope(self.get());
+      const Scope scope(*g);
       done = self->transfer(buf, n, off, write);
     } catch (...) {
       promise.set_error(std::current_exception());
@@ -596,7 +603,7 @@ std::vector<Future> File::submit(const std::vector<Request>& reqs, bool write) {
         out[g.reqs[first]] = async(r.buf, r.size, r.offset, write);
         continue;
       }
-      begin(write ? "pwrite_async" : "pread_async", base::kNoOffset, write);
+      Gate* held = &begin(write ? "pwrite_async" : "pread_async", base::kNoOffset, write);
       auto job = std::make_shared<BatchJob>();
       job->target = g.target;
       for (size_t k = first; k < first + count; ++k) {
@@ -604,8 +611,8 @@ std::vector<Future> File::submit(const std::vector<Request>& reqs, bool write) {
         job->items.push_back({r.buf, r.size, r.offset, 0, nullptr});
         out[g.reqs[k]] = job->results.emplace_back().get_future();
       }
-      ThreadPool::shared().submit([self = shared_from_this(), job, write] {
-        const Scope scope(self.get());
+      ThreadPool::shared().submit([self = shared_from_this(), held, job, write] {
+        const Scope scope(*held);
         self->run_batch(*job, write);
       });
     }
@@ -647,8 +654,7 @@ void File::run_batch(BatchJob& job, bool write) {
 }
 
 void File::fsync() {
-  begin("fsync", base::kNoOffset, std::nullopt);
-  const Scope scope(this);
+  const Scope scope(begin("fsync", base::kNoOffset, std::nullopt));
   const uint64_t t0 = now_ns();
   int rc;
   do rc = ::fsync(ref_.fd);
@@ -663,13 +669,13 @@ void File::fsync() {
 }
 
 int File::fd() {
-  std::lock_guard lk(mu_);
+  std::lock_guard lk(gate().mu);
   if (closed_) throw Error(EBADF, "fileno", ref_.path, base::kNoOffset, "file is closed");
   return ref_.fd;
 }
 
 uint64_t File::size() {
-  std::lock_guard lk(mu_);
+  std::lock_guard lk(gate().mu);
   if (closed_) throw Error(EBADF, "fstat", ref_.path, base::kNoOffset, "file is closed");
   struct stat st;
   if (fstat(ref_.fd, &st) != 0) throw Error(errno, "fstat", ref_.path, base::kNoOffset);

@@ -144,14 +144,28 @@ class File : public std::enable_shared_from_this<File> {
     std::vector<Promise> results;
   };
   void run_batch(BatchJob& job, bool write);
+  // The handle's lock and its count of requests in flight, one per process. In a forked child the
+  // parent's count is of requests that run in the parent only, and its lock may be held there by a
+  // parent's thread that was in begin() or end() at the fork (every request takes it twice), which
+  // does not exist in the child: the child's first request on the handle waited for ever. The
+  // child's first look makes a Gate of its own; the parent's is leaked.
+  struct Gate {
+    explicit Gate(unsigned f) : forks(f) {}
+    const unsigned forks;  // base::fork_count() when made
+    std::mutex mu;         // also guards closed_ and appender_
+    std::condition_variable idle;
+    unsigned inflight = 0;
+  };
+  Gate& gate();
   // Every request runs between begin() (checks the handle is open and, when `write` is given, its
-  // access mode; counts the request in flight) and end(), which a Scope calls on every path.
-  void begin(const char* op, int64_t off, std::optional<bool> write);
-  void end();
+  // access mode; counts the request in flight in the Gate it returns) and end() of that Gate, which
+  // a Scope calls on every path (a request a child forked inside ends in its parent's count).
+  Gate& begin(const char* op, int64_t off, std::optional<bool> write);
+  static void end(Gate& g);
   struct Scope {
-    File* f;
-    explicit Scope(File* file) : f(file) {}
-    ~Scope() { f->end(); }
+    Gate& g;
+    explicit Scope(Gate& gate) : g(gate) {}
+    ~Scope() { end(g); }
   };
   Future async(void* buf, size_t n, uint64_t off, bool write);
   // What the planner sees of a request; `inflight` counts the engine requests in flight, this one included.
@@ -178,15 +192,10 @@ class File : public std::enable_shared_from_this<File> {
   std::unique_ptr<planner::Planner> planner_;
   bool readable_ = false, writable_ = false;
   std::atomic<uint64_t> end_{0};  // highest byte written by this handle or the size at open (a planner signal)
-  Appender* appender_ = nullptr;  // under mu_; a parent's is leaked in a forked child
+  Appender* appender_ = nullptr;  // under gate().mu; a parent's is leaked in a forked child
   StatCounters stats_;
-  std::mutex mu_;
-  std::condition_variable idle_;
-  // Requests in flight, counted in the process base::fork_count() names: in a forked child the
-  // parent's count is void (its requests run in the parent only and never end() here).
-  unsigned inflight_ = 0;
-  unsigned inflight_forks_ = base::fork_count();
-  bool closed_ = false;
+  std::atomic<Gate*> gate_{new Gate(base::fork_count())};
+  bool closed_ = false;  // under gate().mu
 };
 
 }  // namespace accio::engine

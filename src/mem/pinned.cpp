@@ -3,8 +3,10 @@
 // exactly what was made, and refuses any other pointer.
 #include "mem/pinned.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cerrno>
 #include <map>
 #include <cstring>
@@ -22,11 +24,38 @@ struct Allocation {
   HostBuffer buf;
   Pin pin;
 };
-std::mutex g_mu;
-std::map<void*, Allocation>& live() {  // guarded by g_mu
-  static auto* m = new std::map<void*, Allocation>();  // never destroyed: frees may come from exit handlers
-  return *m;
+// The live allocations, under their lock. A forked child inherits the mappings (its pinned buffers
+// are freed there too, by the child's own objects), so it keeps the table; but another thread of the
+// parent may hold the lock at the fork, and that thread does not exist in the child: every later
+// accio_host_alloc and accio_host_free there waited for ever. So the lock is taken around fork (it
+// is held for a map update at most), the child copies the whole table into a lock of its own, and
+// the parent's, which the forking thread holds there, is leaked, as the warning log does (log.cpp).
+struct Table {
+  std::mutex mu;
+  std::map<void*, Allocation> live;  // guarded by mu
+};
+std::atomic<Table*> g_table{nullptr};  // never destroyed: frees may come from exit handlers
+
+Table& table() {
+  Table* p = g_table.load(std::memory_order_acquire);
+  if (p) return *p;
+  Table* fresh = new Table;
+  if (g_table.compare_exchange_strong(p, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread won the race
+  return *p;
 }
+// Made here if it is not yet, so that no other thread makes (and fills) it while the process forks.
+// glibc takes its malloc locks after the prepare handlers run, so a thread in malloc under this
+// lock cannot block it.
+void lock_before_fork() { table().mu.lock(); }
+void unlock_in_parent() { g_table.load(std::memory_order_acquire)->mu.unlock(); }
+void copy_in_child() {
+  Table* parents = g_table.load(std::memory_order_acquire);
+  Table* mine = new Table;
+  mine->live = parents->live;
+  g_table.store(mine, std::memory_order_release);  // the parent's stays locked, leaked
+}
+[[maybe_unused]] const int g_atfork = pthread_atfork(lock_before_fork, unlock_in_parent, copy_in_child);
 }  // namespace
 
 void* host_alloc(size_t size, Pin* how) {
@@ -47,8 +76,9 @@ void* host_alloc(size_t size, Pin* how) {
                                           "/etc/security/limits.conf) above what you allocate");
   }
   try {
-    std::lock_guard lk(g_mu);
-    live().emplace(b.ptr, Allocation{b, pin});
+    Table& t = table();
+    std::lock_guard lk(t.mu);
+    t.live.emplace(b.ptr, Allocation{b, pin});
   } catch (...) {
     if (pin == Pin::cuda) cuda::unregister_host(b.ptr);
     unmap_host_buffer(b);
@@ -61,11 +91,12 @@ void* host_alloc(size_t size, Pin* how) {
 bool host_free(void* p) {
   Allocation a;
   {
-    std::lock_guard lk(g_mu);
-    auto it = live().find(p);
-    if (it == live().end()) return false;
+    Table& t = table();
+    std::lock_guard lk(t.mu);
+    auto it = t.live.find(p);
+    if (it == t.live.end()) return false;
     a = it->second;
-    live().erase(it);
+    t.live.erase(it);
   }
   if (a.pin == Pin::cuda) cuda::unregister_host(a.buf.ptr);
   unmap_host_buffer(a.buf);  // munmap drops an mlock with the pages

@@ -683,6 +683,9 @@ struct Pending {
   bool closed = false;  // futures_drain ran
 };
 Pending* g_pending = new Pending;  // leaked: workers may finish after static destruction
+// How many forks led to this process (the engine's base::fork_count, which the C API does not
+// export): state counted under an older value belongs to a parent's threads, absent here.
+std::atomic<unsigned> g_forks{0};
 
 // Interned attribute names of concurrent.futures.Future and its FINISHED state (made on first use).
 struct FutureNames {
@@ -1012,17 +1015,33 @@ nb::dict stats_dict(const accio_stats& s, PerId per_id) {
 }
 
 class PyFile {
+  // The calls in progress on this file (each a Use), counted per process. A forked child inherits
+  // the count of the parent's calls in progress at the fork, calls of threads that do not exist
+  // there and never end: its close() (a with block, a Dataset's cleanup in a DataLoader worker)
+  // waited for them for ever. So the child's first look makes a count of its own, and the parent's
+  // (whose lock a parent's thread may hold) is leaked.
+  struct Users {
+    explicit Users(unsigned f) : forks(f) {}
+    const unsigned forks;  // g_forks when made
+    std::atomic<int> n{0};
+    std::mutex mu;
+    std::condition_variable cv;
+  };
  public:
   // path: str, bytes or os.PathLike, as os.open takes it (a name that is not UTF-8 too).
   PyFile(nb::handle path, const std::string& mode, const std::vector<std::pair<std::string, std::string>>& kv)
       : path_(fs_path(path)), f_(open_file(path_, no_nul(mode, "mode"), to_settings(kv))) {}
   // Closing waits for the requests in flight, whose workers may need the GIL (the log sink).
   ~PyFile() {
-    nb::gil_scoped_release nogil;
-    try {
-      f_.close();
-    } catch (...) {  // a close error has no one to go to here; close() reports it
+    {
+      nb::gil_scoped_release nogil;
+      try {
+        f_.close();
+      } catch (...) {  // a close error has no one to go to here; close() reports it
+      }
     }
+    Users* u = users_.load();
+    if (u->forks == g_forks.load()) delete u;  // else a parent's, whose lock a parent's thread may hold
   }
   PyFile(const PyFile&) = delete;
   PyFile& operator=(const PyFile&) = delete;
@@ -1120,8 +1139,9 @@ class PyFile {
     std::lock_guard<std::mutex> once(close_mu_);  // two threads closing at once: one accio_close
     closed_.store(true);
     {
-      std::unique_lock<std::mutex> lk(use_mu_);
-      use_cv_.wait(lk, [&] { return users_.load() == 0; });
+      Users& u = users();
+      std::unique_lock<std::mutex> lk(u.mu);
+      u.cv.wait(lk, [&] { return u.n.load() == 0; });
     }
     f_.close();
   }
@@ -1205,8 +1225,8 @@ class PyFile {
   // (the methods here, gds_mode and the bench helpers).
   class Use {
    public:
-    Use(PyFile& f, const char* op) : f_(f) {
-      f_.users_.fetch_add(1);
+    Use(PyFile& f, const char* op) : f_(f), u_(f.users()) {
+      u_.n.fetch_add(1);
       if (f_.closed_.load()) {  // seq_cst both sides: either we see closed_, or close() sees us
         leave();
         throw accio::Error(EBADF, op, f_.path_, -1, std::string(op) + " '" + f_.path_ + "': file is closed (errno 9)");
@@ -1233,12 +1253,13 @@ class PyFile {
 
    private:
     void leave() {
-      if (f_.users_.fetch_sub(1) == 1 && f_.closed_.load()) {
-        std::lock_guard<std::mutex> g(f_.use_mu_);
-        f_.use_cv_.notify_all();
+      if (u_.n.fetch_sub(1) == 1 && f_.closed_.load()) {
+        std::lock_guard<std::mutex> g(u_.mu);
+        u_.cv.notify_all();
       }
     }
     PyFile& f_;
+    Users& u_;  // the count this call is in (a call that spans a fork ends in the parent's)
     int slot_ = -1;
     // The files of the calling thread's calls in progress (nested: a property that reads another
     // file; a bench phase holds one per file); past kSlots at once, the rest are not kept.
@@ -1250,9 +1271,16 @@ class PyFile {
   std::string path_;  // before f_: its open takes it
   accio::File f_;
   std::atomic<bool> closed_{false};
-  std::atomic<int> users_{0};
-  std::mutex use_mu_;
-  std::condition_variable use_cv_;
+  std::atomic<Users*> users_{new Users(g_forks.load())};
+  Users& users() {
+    Users* u = users_.load();
+    while (u->forks != g_forks.load()) {
+      Users* mine = new Users(g_forks.load());
+      if (users_.compare_exchange_strong(u, mine)) return *mine;
+      delete mine;  // another thread of the child made one first: u is now that one
+    }
+    return *u;
+  }
   std::mutex close_mu_;
 };
 
@@ -1285,7 +1313,10 @@ NB_MODULE(_ext, m) {
       .def("poll", &PyFuture::poll, "Settle owner if the request has completed; whether it has.");
   m.def("futures_drain", &futures_drain, "At exit: take no more completion callbacks; wait for those in flight.");
   // A forked child has none of the parent's requests, and perhaps a lock its workers held.
-  pthread_atfork(nullptr, nullptr, [] { g_pending = new Pending; });
+  pthread_atfork(nullptr, nullptr, [] {
+    g_pending = new Pending;
+    g_forks.fetch_add(1, std::memory_order_relaxed);
+  });
 
   nb::class_<PyFile>(m, "File")
       .def(nb::init<nb::handle, const std::string&, const std::vector<std::pair<std::string, std::string>>&>(), "path"_a,
