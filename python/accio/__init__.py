@@ -45,6 +45,20 @@ from ._log import AccioWarning, install as _install_log
 
 _install_log(_ext)
 
+
+def _finish_imports_before_fork() -> None:
+    """Before a fork: an import of accio's lazily loaded modules that another thread has begun is
+    waited for. Forked in its middle, the child inherited the import's module lock, held by a thread
+    that does not exist there, and its first async call (or accio.Future) hung (ML audit, session 27).
+    A module not being imported costs a dictionary lookup."""
+    for name in ("accio._futures", "accio._rawio"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False):
+            __import__(name)  # takes the module's lock: returns once the other thread's import is done
+
+
+os.register_at_fork(before=_finish_imports_before_fork)
+
 __all__ = ["open", "read", "write", "File", "Future", "RawFile", "Error", "AccioWarning", "defaults", "settings",
            "mechanisms", "global_stats", "reset_global_stats", "DeviceArray", "device_array", "PinnedBuffer",
            "pinned_empty", "gpus", "cuda_available", "__version__"]

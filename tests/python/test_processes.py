@@ -57,3 +57,43 @@ def test_a_forked_child_closes_a_file_another_parent_thread_was_using(data):
         sys.exit(os.waitstatus_to_exitcode(status))
     """)
     assert r.returncode == 0, f"child status {r.returncode} (-14: it hung in close()): {r.stderr}"
+
+
+def test_a_fork_while_another_thread_imports_the_futures_module_leaves_the_child_free(tmp_path):
+    """accio imports its Future class on first use (concurrent.futures costs ~10 ms that `accio run`
+    would pay per launch). A fork while another thread was inside that import left the import's
+    module lock held in the child, by a thread that does not exist there: the child's first async
+    call hung (ML audit, session 27: one fork in 300 after the first read_into_async). A hook before
+    fork waits for an import in progress. Here the import is held open by a slow loader."""
+    r = run_py("""
+        import importlib.abc, importlib.util, os, signal, sys, threading, time
+        import accio
+        started = threading.Event()
+
+        class Slow(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name != "accio._futures":
+                    return None
+                sys.meta_path.remove(self)
+                spec = importlib.util.find_spec(name)
+                real = spec.loader.exec_module
+                def exec_module(module):
+                    started.set()
+                    time.sleep(1.0)
+                    real(module)
+                spec.loader.exec_module = exec_module
+                return spec
+        sys.meta_path.insert(0, Slow())
+        t = threading.Thread(target=lambda: __import__("accio._futures"))
+        t.start()
+        started.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)
+            from accio._futures import Future
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        t.join()
+        print("child", os.waitstatus_to_exitcode(status))
+    """)
+    assert r.stdout.strip() == "child 0", (r.stdout, r.stderr)
