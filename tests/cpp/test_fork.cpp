@@ -36,6 +36,25 @@ int reap(pid_t pid, int seconds) {
   }
 }
 
+// Forks while `busy` parent threads run, until a child (which runs `child` and exits 0 on true)
+// hung or failed: at most 400 forks (the old locks hung within a few dozen) or 60 s (a fork takes
+// milliseconds on a loaded machine; the deadline is for a slow one). Returns the first bad child's
+// status (-1: hung), or 0; *forks says how many were made.
+template <class Child>
+int fork_until_bad(const Child& child, int* forks) {
+  int bad = 0;
+  *forks = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (; *forks < 400 && bad == 0 && std::chrono::steady_clock::now() < until; ++*forks) {
+    const pid_t pid = fork();
+    if (pid < 0) return 128;
+    if (pid == 0) _exit(child() ? 0 : 1);
+    const int status = reap(pid, 60);
+    if (status != 0) bad = status;
+  }
+  return bad;
+}
+
 // accio_host_alloc and accio_host_free in a child forked while other threads allocate and free
 // pinned memory: the table of live allocations was guarded by one lock that a parent's thread could
 // hold at the fork, and every allocation in the child then waited for ever (accio.pinned_empty in a
@@ -55,27 +74,19 @@ TEST(Fork, AChildAllocatesPinnedMemoryWhileTheParentsThreadsDo) {
         if (accio_host_alloc(4096, &p, &h) == 0) accio_host_free(p);
       }
     });
-  // Forks until one child hung or failed, for at most 400 forks (the old lock hung within a few
-  // dozen) or 60 s: a fork takes milliseconds on a loaded machine, the deadline is for a slow one.
-  int bad = 0, forks = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (; forks < 400 && bad == 0 && std::chrono::steady_clock::now() < until; ++forks) {
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      void* p = nullptr;
-      int h = 0;
-      bool ok = accio_host_alloc(1 << 16, &p, &h) == 0;
-      if (ok) {
-        memset(p, 1, 1 << 16);
-        ok = accio_host_free(p) == 0;
-      }
-      ok = ok && accio_host_free(before) == 0 && accio_host_free(before) == -EINVAL;  // the parent's, once
-      _exit(ok ? 0 : 1);
-    }
-    const int status = reap(pid, 60);
-    if (status != 0) bad = status;
-  }
+  int forks = 0;
+  const int bad = fork_until_bad(
+      [&] {
+        void* p = nullptr;
+        int h = 0;
+        bool ok = accio_host_alloc(1 << 16, &p, &h) == 0;
+        if (ok) {
+          memset(p, 1, 1 << 16);
+          ok = accio_host_free(p) == 0;
+        }
+        return ok && accio_host_free(before) == 0 && accio_host_free(before) == -EINVAL;  // the parent's, once
+      },
+      &forks);
   stop = true;
   for (auto& t : busy) t.join();
   EXPECT_EQ(bad, 0) << "a child forked while other threads allocated pinned memory " << (bad < 0 ? "hung" : "failed")
@@ -107,21 +118,14 @@ TEST(Fork, AChildUsesAHandleTheParentsThreadsAreUsing) {
       char b[512];
       while (!stop.load(std::memory_order_relaxed)) accio_pread(f, b, sizeof b, 0);
     });
-  int bad = 0, forks = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (; forks < 400 && bad == 0 && std::chrono::steady_clock::now() < until; ++forks) {
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      std::vector<char> b(data.size());
-      bool ok = accio_pread(f, b.data(), b.size(), 0) == static_cast<int64_t>(b.size()) && b == data;
-      ok = ok && accio_pwrite(f, data.data(), 4096, 0) == 4096;
-      ok = ok && accio_close(f) == 0;
-      _exit(ok ? 0 : 1);
-    }
-    const int status = reap(pid, 60);
-    if (status != 0) bad = status;
-  }
+  int forks = 0;
+  const int bad = fork_until_bad(
+      [&] {
+        std::vector<char> b(data.size());
+        return accio_pread(f, b.data(), b.size(), 0) == static_cast<int64_t>(b.size()) && b == data &&
+               accio_pwrite(f, data.data(), 4096, 0) == 4096 && accio_close(f) == 0;
+      },
+      &forks);
   stop = true;
   for (auto& t : busy) t.join();
   EXPECT_EQ(bad, 0) << "a child forked while other threads read the handle " << (bad < 0 ? "hung" : "failed")
